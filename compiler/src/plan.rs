@@ -1,0 +1,125 @@
+//! The execution plan: plain serde data, the only contract between the compiler and the runtime.
+//! Every backend executes the same plan: one arena of `arena_bytes`, every buffer at its offset,
+//! the steps in order.
+
+use serde::{Deserialize, Serialize};
+
+use crate::op::{DType, Op, Signature};
+pub use dmc_grammar::model::Optimizer;
+
+pub type BufferId = usize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum BufferKind {
+    Parameter,
+    OptimizerState,
+    /// Batch inputs and targets.
+    Input,
+    /// Forward values (saved for backward or transient), including the loss.
+    Activation,
+    /// Gradients in flight.
+    Gradient,
+    /// Kernel scratch, live only during its kernel.
+    Workspace,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Buffer {
+    pub id: BufferId,
+    pub name: String,
+    pub bytes: u64,
+    pub dtype: DType,
+    pub kind: BufferKind,
+    /// Byte offset in the arena (aligned to [`ALIGN`]).
+    pub offset: u64,
+    /// Inclusive range of step indices during which the buffer holds a value that is still needed
+    /// (first write .. last read). Persistent buffers (parameters, optimizer state) span the whole
+    /// step: `(0, steps.len()-1)` and beyond, across steps.
+    pub live: (usize, usize),
+    pub persistent: bool,
+}
+
+/// Alignment of every buffer offset in the arena, in bytes.
+pub const ALIGN: u64 = 64;
+
+/// How a parameter is initialised (seeded, by the runtime).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum Init {
+    /// He (Kaiming) uniform: U(-sqrt(6/fan_in), sqrt(6/fan_in)); used for weights followed by ReLU.
+    HeUniform { fan_in: usize },
+    /// Glorot (Xavier) uniform, Keras' default: U(-sqrt(6/(fan_in+fan_out)), ..).
+    GlorotUniform { fan_in: usize, fan_out: usize },
+    Zeros,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ParamBinding {
+    /// e.g. `conv3.weight`
+    pub name: String,
+    pub buffer: BufferId,
+    pub shape: Vec<usize>,
+    pub init: Init,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IoBinding {
+    /// The program's input/target name.
+    pub name: String,
+    pub buffer: BufferId,
+    /// Full shape including the batch.
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+}
+
+/// A kernel: what it computes, the shapes of its arguments (signature order), its signature.
+/// Identical kernels (same op, same shapes) are listed once and launched by several steps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Kernel {
+    pub id: usize,
+    /// e.g. `conv2d_0`
+    pub name: String,
+    pub op: Op,
+    /// One shape per signature parameter, in signature order.
+    pub arg_shapes: Vec<Vec<usize>>,
+    pub signature: Signature,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    pub kernel: usize,
+    /// One buffer per signature parameter, in signature order.
+    pub args: Vec<BufferId>,
+    /// What this step is for, e.g. `conv3 forward`, `conv3.weight update`.
+    pub label: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Mode {
+    /// Forward, loss, backward, optimizer update.
+    Train,
+    /// Forward and loss only (dropout is the identity).
+    Eval,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub format_version: u32,
+    pub mode: Mode,
+    pub batch: usize,
+    pub arena_bytes: u64,
+    pub buffers: Vec<Buffer>,
+    pub kernels: Vec<Kernel>,
+    pub steps: Vec<Step>,
+    pub inputs: Vec<IoBinding>,
+    pub targets: Vec<IoBinding>,
+    pub params: Vec<ParamBinding>,
+    /// Optimizer state buffers (zero-initialised), with names like `conv3.weight.momentum`.
+    pub opt_state: Vec<ParamBinding>,
+    /// The scalar loss buffer (f32[1]).
+    pub loss: BufferId,
+    /// The network's output (the loss' prediction), for `predict`.
+    pub output: IoBinding,
+    pub optimizer: Optimizer,
+}
+
+pub const FORMAT_VERSION: u32 = 1;

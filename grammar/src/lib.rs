@@ -1,0 +1,2 @@
+//! The dmc model language: AST, parser, shape checker and diagnostics.
+pub mod model;
