@@ -1,0 +1,90 @@
+//! Parsing of human memory sizes for `--vram-cap`: `900MB`, `1GiB`, `1.5G`, `834413138`.
+
+/// Parse a size: a number (integer or decimal) followed by an optional unit. Decimal units
+/// (`kB`/`KB`, `MB`, `GB`, `TB`) are powers of 1000; binary units (`KiB`, `MiB`, `GiB`, `TiB`) and the
+/// bare letters `K`, `M`, `G`, `T` are powers of 1024 (as `nvidia-smi` and most GPU tools count). `B` or no
+/// unit means bytes.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let num = num.replace('_', "");
+    let unit = unit.trim();
+    let help = "write a number with an optional unit, e.g. 900MB, 1GiB, 1.5G or 834413138";
+    if num.is_empty() {
+        return Err(format!("`{s}` is not a size: it does not start with a number; {help}"));
+    }
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size: `{num}` is not a number; {help}"))?;
+    let mult: f64 = match unit {
+        "" | "B" | "b" => 1.0,
+        "kB" | "KB" | "kb" => 1e3,
+        "MB" | "mb" => 1e6,
+        "GB" | "gb" => 1e9,
+        "TB" | "tb" => 1e12,
+        "K" | "k" | "KiB" | "kiB" => 1024.0,
+        "M" | "m" | "MiB" => 1024.0 * 1024.0,
+        "G" | "g" | "GiB" => 1024.0 * 1024.0 * 1024.0,
+        "T" | "t" | "TiB" => 1024.0f64.powi(4),
+        other => {
+            return Err(format!(
+                "`{s}` is not a size: unknown unit `{other}`; use B, kB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB / K, M, G, T (powers of 1024)"
+            ))
+        }
+    };
+    let bytes = value * mult;
+    if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 {
+        return Err(format!("`{s}` is not a usable size: it must be at least 1 byte; {help}"));
+    }
+    Ok(bytes.round() as u64)
+}
+
+/// Format bytes as a short binary size, e.g. `787.9 MiB`.
+pub fn human(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < UNITS.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", UNITS[i])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_documented_forms() {
+        assert_eq!(parse_size("900MB"), Ok(900_000_000));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("1.5G"), Ok(1_610_612_736));
+        assert_eq!(parse_size("834413138"), Ok(834_413_138));
+        assert_eq!(parse_size("840 MB"), Ok(840_000_000));
+        assert_eq!(parse_size("64KiB"), Ok(65_536));
+        assert_eq!(parse_size("2_000B"), Ok(2_000));
+    }
+
+    #[test]
+    fn rejects_malformed_sizes_with_a_reason() {
+        for bad in ["", "MB", "1.2.3G", "12 parsecs", "-5MB", "0", "0.1B", "1e9"] {
+            let e = parse_size(bad).unwrap_err();
+            assert!(e.contains("size"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn human_sizes() {
+        assert_eq!(human(826_152_612), "787.9 MiB");
+        assert_eq!(human(512), "512 B");
+        assert_eq!(human(1 << 30), "1.0 GiB");
+    }
+}
