@@ -75,7 +75,10 @@ fn safetensors_round_trip() {
     assert_eq!(d.ignored(), &["meta".to_string()]);
     d.check_classes("y", 3).unwrap();
     let e = d.check_classes("y", 2).unwrap_err();
-    assert!(matches!(e, IoError::LabelOutOfRange { index: 2, .. }), "{e:?}");
+    assert!(
+        matches!(e, IoError::LabelOutOfRange { index: 2, .. }),
+        "{e:?}"
+    );
     assert!(e.to_string().contains("`y`"), "{e}");
 }
 
@@ -158,7 +161,10 @@ fn missing_tensor_lists_both_sides() {
     // npy directory without y.npy.
     write_npy(&dir.path().join("x.npy"), "<f4", &[4, 2, 3], &f32b(&xs(4)));
     let e = Dataset::load(dir.path(), &specs()).unwrap_err();
-    assert!(matches!(&e, IoError::MissingTensor { name, .. } if name == "y"), "{e:?}");
+    assert!(
+        matches!(&e, IoError::MissingTensor { name, .. } if name == "y"),
+        "{e:?}"
+    );
 }
 
 #[test]
@@ -173,9 +179,15 @@ fn wrong_per_sample_shape() {
         ],
     );
     let e = Dataset::load(&p, &specs()).unwrap_err();
-    assert!(matches!(&e, IoError::SampleShapeMismatch { name, .. } if name == "x"), "{e:?}");
+    assert!(
+        matches!(&e, IoError::SampleShapeMismatch { name, .. } if name == "x"),
+        "{e:?}"
+    );
     let msg = e.to_string();
-    assert!(msg.contains("[5,3,2]") && msg.contains("[2,3]") && msg.contains("`x`"), "{msg}");
+    assert!(
+        msg.contains("[5,3,2]") && msg.contains("[2,3]") && msg.contains("`x`"),
+        "{msg}"
+    );
     assert!(msg.contains("d.safetensors"), "{msg}");
 }
 
@@ -208,7 +220,10 @@ fn disagreeing_sample_counts() {
     let e = Dataset::load(&p, &specs()).unwrap_err();
     assert!(matches!(e, IoError::SampleCountMismatch { .. }), "{e:?}");
     let msg = e.to_string();
-    assert!(msg.contains("`x` has 5") && msg.contains("`y` has 4"), "{msg}");
+    assert!(
+        msg.contains("`x` has 5") && msg.contains("`y` has 4"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -245,19 +260,31 @@ fn dtype_rules() {
     assert_eq!(d.tensor_i32("y").unwrap(), &[1, 2]);
     // Integer inputs rejected.
     let e = load((Dtype::I32, i32b(&[0; 12])), (Dtype::I32, i32b(&[0, 0]))).unwrap_err();
-    assert!(matches!(&e, IoError::DtypeMismatch { name, .. } if name == "x"), "{e:?}");
+    assert!(
+        matches!(&e, IoError::DtypeMismatch { name, .. } if name == "x"),
+        "{e:?}"
+    );
     assert!(e.to_string().contains("float32"), "{e}");
     // Integral float labels accepted, others rejected.
     let d = load(xf(), (Dtype::F32, f32b(&[2.0, 0.0]))).unwrap();
     assert_eq!(d.tensor_i32("y").unwrap(), &[2, 0]);
     let e = load(xf(), (Dtype::F32, f32b(&[2.0, 0.5]))).unwrap_err();
-    assert!(matches!(e, IoError::NonIntegralLabel { index: 1, .. }), "{e:?}");
+    assert!(
+        matches!(e, IoError::NonIntegralLabel { index: 1, .. }),
+        "{e:?}"
+    );
     // Negative and too large labels.
     let e = load(xf(), (Dtype::I64, i64b(&[0, -1]))).unwrap_err();
-    assert!(matches!(e, IoError::LabelOutOfRange { index: 1, .. }), "{e:?}");
+    assert!(
+        matches!(e, IoError::LabelOutOfRange { index: 1, .. }),
+        "{e:?}"
+    );
     assert!(e.to_string().contains("negative"), "{e}");
     let e = load(xf(), (Dtype::I64, i64b(&[1 << 40, 0]))).unwrap_err();
-    assert!(matches!(e, IoError::LabelOutOfRange { index: 0, .. }), "{e:?}");
+    assert!(
+        matches!(e, IoError::LabelOutOfRange { index: 0, .. }),
+        "{e:?}"
+    );
     // NaN input.
     let mut bad = xs(2);
     bad[7] = f32::NAN;
@@ -268,8 +295,18 @@ fn dtype_rules() {
 #[test]
 fn regression_targets_f32() {
     let dir = tempfile::tempdir().unwrap();
-    write_npy(&dir.path().join("x.npy"), "<f8", &[3, 2], &f64b(&[1., 2., 3., 4., 5., 6.]));
-    write_npy(&dir.path().join("t.npy"), "<f4", &[3], &f32b(&[0.5, 1.5, 2.5]));
+    write_npy(
+        &dir.path().join("x.npy"),
+        "<f8",
+        &[3, 2],
+        &f64b(&[1., 2., 3., 4., 5., 6.]),
+    );
+    write_npy(
+        &dir.path().join("t.npy"),
+        "<f4",
+        &[3],
+        &f32b(&[0.5, 1.5, 2.5]),
+    );
     let s = vec![
         TensorSpec::input("x", &[2]),
         TensorSpec::target("t", &[1], DType::F32),
@@ -342,7 +379,10 @@ fn synthetic_is_deterministic_and_learnable_shaped() {
         assert!((0..4).contains(&l));
         counts[l as usize] += 1;
     }
-    assert!(counts.iter().all(|&c| c >= 25), "unbalanced classes {counts:?}");
+    assert!(
+        counts.iter().all(|&c| c >= 25),
+        "unbalanced classes {counts:?}"
+    );
     a.check_classes("y", 4).unwrap();
 }
 
@@ -358,7 +398,10 @@ fn synthetic_regression_and_one_hot() {
         let v: Vec<f64> = (0..400).map(|n| t[n * 2 + o] as f64).collect();
         let mean = v.iter().sum::<f64>() / 400.0;
         let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / 400.0;
-        assert!(mean.abs() < 1e-4 && (var - 1.0).abs() < 1e-3, "{mean} {var}");
+        assert!(
+            mean.abs() < 1e-4 && (var - 1.0).abs() < 1e-3,
+            "{mean} {var}"
+        );
     }
     let s = vec![
         TensorSpec::input("x", &[8]),
@@ -447,7 +490,10 @@ fn filling_batches() {
     assert_eq!(d.fill_batch(&idx, "y").unwrap(), BatchData::I32(by.clone()));
     let mut raw = vec![0u8; 12];
     d.fill_bytes("y", &idx, &mut raw).unwrap();
-    assert_eq!(raw, by.iter().flat_map(|v| v.to_ne_bytes()).collect::<Vec<_>>());
+    assert_eq!(
+        raw,
+        by.iter().flat_map(|v| v.to_ne_bytes()).collect::<Vec<_>>()
+    );
 
     let e = d.fill_f32("x", &idx, &mut [0f32; 17]).unwrap_err();
     assert!(matches!(e, IoError::BatchBuffer { .. }), "{e:?}");

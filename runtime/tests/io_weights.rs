@@ -113,7 +113,11 @@ fn truncated_file() {
 fn corrupt_header() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("w.safetensors");
-    fs::write(&path, b"\x10\x00\x00\x00\x00\x00\x00\x00garbage garbage!garbage").unwrap();
+    fs::write(
+        &path,
+        b"\x10\x00\x00\x00\x00\x00\x00\x00garbage garbage!garbage",
+    )
+    .unwrap();
     let e = load_weights(&path, &expected(&[("a", vec![1])])).unwrap_err();
     assert!(matches!(e, IoError::Safetensors { .. }), "{e:?}");
     fs::write(&path, b"xyz").unwrap();
@@ -128,11 +132,18 @@ fn missing_names_with_suggestions() {
     let path = dir.path().join("w.safetensors");
     save(
         &path,
-        &[("conv3.weights", vec![2], seq(2)), ("fc.bias", vec![2], seq(2))],
+        &[
+            ("conv3.weights", vec![2], seq(2)),
+            ("fc.bias", vec![2], seq(2)),
+        ],
     );
     let e = load_weights(
         &path,
-        &expected(&[("conv3.weight", vec![2]), ("fc.bias", vec![2]), ("other", vec![1])]),
+        &expected(&[
+            ("conv3.weight", vec![2]),
+            ("fc.bias", vec![2]),
+            ("other", vec![1]),
+        ]),
     )
     .unwrap_err();
     match &e {
@@ -142,7 +153,10 @@ fn missing_names_with_suggestions() {
             extra,
             ..
         } => {
-            assert_eq!(missing, &vec!["conv3.weight".to_string(), "other".to_string()]);
+            assert_eq!(
+                missing,
+                &vec!["conv3.weight".to_string(), "other".to_string()]
+            );
             assert_eq!(
                 suggestions,
                 &vec![("conv3.weight".to_string(), "conv3.weights".to_string())]
@@ -163,7 +177,10 @@ fn unexpected_names() {
     let path = dir.path().join("w.safetensors");
     save(&path, &[("a", vec![2], seq(2)), ("stray", vec![1], seq(1))]);
     let e = load_weights(&path, &expected(&[("a", vec![2])])).unwrap_err();
-    assert!(matches!(&e, IoError::UnexpectedParams { extra, .. } if extra == &vec!["stray".to_string()]), "{e:?}");
+    assert!(
+        matches!(&e, IoError::UnexpectedParams { extra, .. } if extra == &vec!["stray".to_string()]),
+        "{e:?}"
+    );
     assert!(e.to_string().contains("`stray`"), "{e}");
 }
 
@@ -185,9 +202,18 @@ fn shape_mismatch_message() {
 fn other_float_dtypes_are_converted() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("w.safetensors");
-    let f64s: Vec<u8> = [1.5f64, -2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
-    let f16s: Vec<u8> = [0x3c00u16, 0xc000].iter().flat_map(|v| v.to_le_bytes()).collect();
-    let bf16s: Vec<u8> = [0x3f80u16, 0x4040].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let f64s: Vec<u8> = [1.5f64, -2.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let f16s: Vec<u8> = [0x3c00u16, 0xc000]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let bf16s: Vec<u8> = [0x3f80u16, 0x4040]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
     write_raw(
         &path,
         &[
@@ -224,7 +250,10 @@ fn non_finite_values_rejected() {
     let path = dir.path().join("w.safetensors");
     save(
         &path,
-        &[("ok", vec![2], seq(2)), ("bad", vec![3], vec![1.0, f32::NAN, 2.0])],
+        &[
+            ("ok", vec![2], seq(2)),
+            ("bad", vec![3], vec![1.0, f32::NAN, 2.0]),
+        ],
     );
     let e = load_weights(&path, &expected(&[("ok", vec![2]), ("bad", vec![3])])).unwrap_err();
     match &e {
@@ -301,14 +330,18 @@ fn save_into_missing_dir_fails_cleanly() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("missing").join("w.safetensors");
     let e = save_weights(&p, &[("a".to_string(), vec![1], &[1.0f32][..])]).unwrap_err();
-    assert!(matches!(e, IoError::Write { .. }), "{e:?}");
+    assert!(matches!(e, IoError::NotWritable { .. }), "{e:?}");
     assert!(e.to_string().contains("w.safetensors"), "{e}");
+    assert!(e.to_string().contains("does not exist"), "{e}");
     // Parent is a file.
     let f = dir.path().join("file");
     fs::write(&f, b"x").unwrap();
-    let e = save_weights(&f.join("w.safetensors"), &[("a".to_string(), vec![1], &[1.0f32][..])])
-        .unwrap_err();
-    assert!(matches!(e, IoError::Write { .. }), "{e:?}");
+    let e = save_weights(
+        &f.join("w.safetensors"),
+        &[("a".to_string(), vec![1], &[1.0f32][..])],
+    )
+    .unwrap_err();
+    assert!(matches!(e, IoError::NotWritable { .. }), "{e:?}");
     assert_eq!(entries(dir.path()), vec!["file"]);
 }
 
@@ -325,5 +358,9 @@ fn save_onto_directory_leaves_it_untouched() {
     );
     assert_eq!(fs::read(target.join("keep")).unwrap(), b"old");
     assert_eq!(entries(&target), vec!["keep"]);
-    assert_eq!(entries(dir.path()), vec!["w.safetensors"], "temp file left behind");
+    assert_eq!(
+        entries(dir.path()),
+        vec!["w.safetensors"],
+        "temp file left behind"
+    );
 }

@@ -465,9 +465,13 @@ pub(crate) fn atomic_write(
     })();
     result.map_err(|e| {
         let _ = fs::remove_file(&tmp);
-        IoError::Write {
-            path: path.to_path_buf(),
-            source: e,
+        // A missing or unwritable directory gets the clearer diagnosis of `check_writable`.
+        match weights::check_writable(path) {
+            Err(diagnosed) => diagnosed,
+            Ok(()) => IoError::Write {
+                path: path.to_path_buf(),
+                source: e,
+            },
         }
     })
 }
