@@ -242,6 +242,7 @@ fn zero_samples() {
 }
 
 #[test]
+#[allow(clippy::result_large_err)]
 fn dtype_rules() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("d.safetensors");
@@ -515,4 +516,51 @@ fn unsupported_spec_dtype() {
     let s = vec![TensorSpec::target("m", &[], DType::U8)];
     let e = Dataset::load(Path::new("whatever.safetensors"), &s).unwrap_err();
     assert!(matches!(e, IoError::UnsupportedSpecDtype { .. }), "{e:?}");
+}
+
+#[test]
+fn specs_from_plan_bindings() {
+    use dmc_compiler::plan::IoBinding;
+    use dmc_runtime::io::TensorRole;
+    let b = IoBinding {
+        name: "image".into(),
+        buffer: 3,
+        shape: vec![32, 28, 28, 1],
+        dtype: DType::F32,
+    };
+    let s = TensorSpec::from_binding(&b, TensorRole::Input);
+    assert_eq!(s, TensorSpec::input("image", &[28, 28, 1]));
+    let b = IoBinding {
+        name: "label".into(),
+        buffer: 4,
+        shape: vec![32],
+        dtype: DType::I32,
+    };
+    let s = TensorSpec::from_binding(&b, TensorRole::Target);
+    assert_eq!(s, TensorSpec::target("label", &[], DType::I32));
+    assert_eq!(s.sample_len(), 1);
+}
+
+#[test]
+fn synthetic_bigger_inputs_multiple_tensors() {
+    let s = vec![
+        TensorSpec::input("a", &[8, 8, 3]),
+        TensorSpec::input("b", &[5]),
+        TensorSpec::target("y", &[], DType::I32),
+        TensorSpec::target("z", &[1], DType::F32),
+    ];
+    let task = Task::Classification { classes: 10 };
+    let e = Dataset::synthetic(&s, 64, 3, task).unwrap_err();
+    // An f32 target that is not one-hot of 10 classes is rejected under classification.
+    assert!(matches!(e, IoError::Synthetic { .. }), "{e:?}");
+    let s = &s[..3];
+    let d1 = Dataset::synthetic(s, 300, 3, task).unwrap();
+    let d2 = Dataset::synthetic(s, 300, 3, task).unwrap();
+    assert_eq!(d1, d2);
+    assert_eq!(d1.tensor_f32("a").unwrap().len(), 300 * 192);
+    assert_eq!(d1.tensor_f32("b").unwrap().len(), 300 * 5);
+    let y = d1.tensor_i32("y").unwrap();
+    let distinct: std::collections::BTreeSet<i32> = y.iter().copied().collect();
+    assert!(distinct.len() >= 5, "{distinct:?}");
+    d1.check_classes("y", 10).unwrap();
 }

@@ -18,6 +18,7 @@ use dmc_compiler::op::DType;
 use dmc_compiler::plan::{IoBinding, Plan};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
 use safetensors::SafeTensors;
 
 use super::{closest, decode_f32, decode_wide, npy, read_file, ElemType, IoError, Wide};
@@ -497,7 +498,6 @@ impl Dataset {
             }
         };
         let mut targets: HashMap<usize, Column> = HashMap::new();
-        let mut x = Vec::with_capacity(features);
         for (t, s) in specs.iter().enumerate() {
             if s.role != TensorRole::Target {
                 continue;
@@ -510,11 +510,16 @@ impl Dataset {
                         .map(|_| tr.random::<f32>() * 2.0 - 1.0)
                         .collect();
                     let mut y = vec![0f32; samples * len];
-                    for n in 0..samples {
-                        x_of(n, &mut x);
-                        for o in 0..len {
-                            y[n * len + o] = dot(&w[o * features..(o + 1) * features], &x);
-                        }
+                    if len > 0 {
+                        y.par_chunks_mut(len).enumerate().for_each_init(
+                            || Vec::with_capacity(features),
+                            |x, (n, out)| {
+                                x_of(n, x);
+                                for (o, v) in out.iter_mut().enumerate() {
+                                    *v = dot(&w[o * features..(o + 1) * features], x);
+                                }
+                            },
+                        );
                     }
                     for o in 0..len {
                         let mean = (0..samples).map(|n| y[n * len + o] as f64).sum::<f64>()
@@ -546,19 +551,27 @@ impl Dataset {
                         .map(|_| tr.random::<f32>() * 2.0 - 1.0)
                         .collect();
                     let mut labels = vec![0i32; samples * labels_per_sample];
-                    for n in 0..samples {
-                        x_of(n, &mut x);
-                        for e in 0..labels_per_sample {
-                            let mut best = (f32::NEG_INFINITY, 0usize);
-                            for c in 0..classes {
-                                let row = (e * classes + c) * features;
-                                let v = dot(&w[row..row + features], &x);
-                                if v > best.0 {
-                                    best = (v, c);
-                                }
-                            }
-                            labels[n * labels_per_sample + e] = best.1 as i32;
-                        }
+                    if labels_per_sample > 0 {
+                        labels
+                            .par_chunks_mut(labels_per_sample)
+                            .enumerate()
+                            .for_each_init(
+                                || Vec::with_capacity(features),
+                                |x, (n, out)| {
+                                    x_of(n, x);
+                                    for (e, label) in out.iter_mut().enumerate() {
+                                        let mut best = (f32::NEG_INFINITY, 0usize);
+                                        for c in 0..classes {
+                                            let row = (e * classes + c) * features;
+                                            let v = dot(&w[row..row + features], x);
+                                            if v > best.0 {
+                                                best = (v, c);
+                                            }
+                                        }
+                                        *label = best.1 as i32;
+                                    }
+                                },
+                            );
                     }
                     if dtype == DType::I32 {
                         Column::I32(labels)
@@ -733,7 +746,7 @@ impl Dataset {
     pub fn fill_bytes(&self, name: &str, indices: &[usize], out: &mut [u8]) -> Result<(), IoError> {
         let (s, col) = self.column(name)?;
         let len = s.sample_len();
-        if out.len() % 4 != 0 {
+        if out.len() & 3 != 0 {
             return Err(IoError::BatchBuffer {
                 name: name.to_string(),
                 reason: format!("{} bytes is not a whole number of 4-byte values", out.len()),
