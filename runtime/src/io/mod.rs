@@ -50,7 +50,7 @@ fn fmt_suggestions(v: &[(String, String)]) -> String {
     }
     let parts: Vec<String> = v
         .iter()
-        .map(|(want, have)| format!("`{want}` -> did you mean `{have}`?"))
+        .map(|(want, have)| format!("for `{want}` did you mean `{have}`?"))
         .collect();
     format!(" ({})", parts.join("; "))
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use safetensors::{Dtype, SafeTensors, View};
 
-use super::{atomic_write, closest, decode_f32, read_file, temp_path, ElemType, IoError};
+use super::{atomic_write, closest, decode_f32, read_file, ElemType, IoError};
 
 pub(crate) const WEIGHTS_HINT: &str = "re-save the file or pass the right --init";
 
@@ -125,7 +125,7 @@ pub fn check_writable(path: &Path) -> Result<(), IoError> {
         }
         Ok(_) => {}
     }
-    let probe = temp_path(path).with_extension("check");
+    let probe = dir.join(format!(".dmc-write-check.{}", std::process::id()));
     match fs::OpenOptions::new()
         .write(true)
         .create_new(true)
