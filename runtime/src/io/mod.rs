@@ -6,6 +6,35 @@
 //!
 //! The `.npy` reader/writer is hand-written ([`npy`]): the format is a short text header plus raw
 //! little-endian data, and the maintained crate (`npyz`) pulls in a parser generator we do not need.
+//!
+//! A training loop uses it like this (the batch buffers are allocated once):
+//!
+//! ```
+//! use dmc_compiler::op::DType;
+//! use dmc_runtime::io::{check_writable, load_weights, save_weights, Dataset, Task, TensorSpec};
+//!
+//! let specs = [TensorSpec::input("x", &[4]), TensorSpec::target("y", &[], DType::I32)];
+//! // Real data: Dataset::load(Path::new("train.safetensors"), &specs)?
+//! let data = Dataset::synthetic(&specs, 100, 0, Task::Classification { classes: 3 })?;
+//! data.check_classes("y", 3)?;
+//! let (train, _val) = data.split(0.2, 0)?;
+//! let dir = tempfile::tempdir().unwrap();
+//! let out = dir.path().join("weights.safetensors");
+//! check_writable(&out)?; // before training starts
+//! let (mut xb, mut yb) = (vec![0f32; 16 * 4], vec![0i32; 16]);
+//! for epoch in 0..2 {
+//!     for batch in train.epoch(16, 0, epoch)?.batches() {
+//!         train.fill_f32("x", batch, &mut xb)?;
+//!         train.fill_i32("y", batch, &mut yb)?;
+//!         // ... run the step ...
+//!     }
+//! }
+//! let w = vec![0.5f32; 12];
+//! save_weights(&out, &[("fc.weight".to_string(), vec![4, 3], &w[..])])?;
+//! let loaded = load_weights(&out, &[("fc.weight".to_string(), vec![4, 3])])?;
+//! assert_eq!(loaded[0].1, w);
+//! # Ok::<(), dmc_runtime::io::IoError>(())
+//! ```
 
 pub mod data;
 pub mod npy;
