@@ -46,7 +46,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-pub use data::{epoch_order, Dataset, Epoch, Task, TensorRole, TensorSpec};
+pub use data::{epoch_order, BatchData, Dataset, Epoch, Task, TensorRole, TensorSpec};
 pub use npy::{read_npy, write_npy_f32, write_npy_i32, NpyArray};
 pub use predict::{write_tensor, write_tensor_i32};
 pub use weights::{check_writable, load_weights, save_weights};
