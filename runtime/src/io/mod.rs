@@ -1,0 +1,560 @@
+//! File input/output of the runtime: training data (`.safetensors` or `.npy`), weights
+//! (`.safetensors`, written atomically), predictions, and the errors of all of them.
+//!
+//! Every error is an [`IoError`] whose message says what went wrong, where (the file and, where it
+//! applies, the tensor) and what to do about it.
+//!
+//! The `.npy` reader/writer is hand-written ([`npy`]): the format is a short text header plus raw
+//! little-endian data, and the maintained crate (`npyz`) pulls in a parser generator we do not need.
+//!
+//! A training loop uses it like this (the batch buffers are allocated once):
+//!
+//! ```
+//! use dmc_compiler::op::DType;
+//! use dmc_runtime::io::{check_writable, load_weights, save_weights, Dataset, Task, TensorSpec};
+//!
+//! let specs = [TensorSpec::input("x", &[4]), TensorSpec::target("y", &[], DType::I32)];
+//! // Real data: Dataset::load(Path::new("train.safetensors"), &specs)?
+//! let data = Dataset::synthetic(&specs, 100, 0, Task::Classification { classes: 3 })?;
+//! data.check_classes("y", 3)?;
+//! let (train, _val) = data.split(0.2, 0)?;
+//! let dir = tempfile::tempdir().unwrap();
+//! let out = dir.path().join("weights.safetensors");
+//! check_writable(&out)?; // before training starts
+//! let (mut xb, mut yb) = (vec![0f32; 16 * 4], vec![0i32; 16]);
+//! for epoch in 0..2 {
+//!     for batch in train.epoch(16, 0, epoch)?.batches() {
+//!         train.fill_f32("x", batch, &mut xb)?;
+//!         train.fill_i32("y", batch, &mut yb)?;
+//!         // ... run the step ...
+//!     }
+//! }
+//! let w = vec![0.5f32; 12];
+//! save_weights(&out, &[("fc.weight".to_string(), vec![4, 3], &w[..])])?;
+//! let loaded = load_weights(&out, &[("fc.weight".to_string(), vec![4, 3])])?;
+//! assert_eq!(loaded[0].1, w);
+//! # Ok::<(), dmc_runtime::io::IoError>(())
+//! ```
+
+pub mod data;
+pub mod npy;
+pub mod predict;
+pub mod weights;
+
+use std::fmt;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+pub use data::{epoch_order, BatchData, Dataset, Epoch, Task, TensorRole, TensorSpec};
+pub use npy::{read_npy, write_npy_f32, write_npy_i32, NpyArray};
+pub use predict::{write_tensor, write_tensor_i32};
+pub use weights::{check_writable, load_weights, save_weights};
+
+/// Formats a list of names as `a, b, c` (or `(none)`).
+pub(crate) struct NameList<'a>(pub &'a [String]);
+
+impl fmt::Display for NameList<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("(none)");
+        }
+        for (i, n) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "`{n}`")?;
+        }
+        Ok(())
+    }
+}
+
+fn fmt_names(v: &[String]) -> NameList<'_> {
+    NameList(v)
+}
+
+fn fmt_suggestions(v: &[(String, String)]) -> String {
+    if v.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = v
+        .iter()
+        .map(|(want, have)| format!("for `{want}` did you mean `{have}`?"))
+        .collect();
+    format!(" ({})", parts.join("; "))
+}
+
+fn fmt_shape(s: &[usize]) -> String {
+    let parts: Vec<String> = s.iter().map(|d| d.to_string()).collect();
+    format!("[{}]", parts.join(","))
+}
+
+/// Every error of the IO layer. Messages name the file (and tensor) and say what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum IoError {
+    #[error("{what} not found: {path}; check the path (it is resolved relative to the current directory)")]
+    NotFound { path: PathBuf, what: &'static str },
+
+    #[error("cannot read {path}: {source}; check that it is a readable file")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("cannot write {path}: {source}; check free disk space and permissions, or choose another path")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("cannot save to {path}: {reason}; {hint}")]
+    NotWritable {
+        path: PathBuf,
+        reason: String,
+        hint: String,
+    },
+
+    #[error("{path} is not a valid safetensors file (truncated or corrupt): {source}; {hint}")]
+    Safetensors {
+        path: PathBuf,
+        #[source]
+        source: safetensors::SafeTensorError,
+        hint: &'static str,
+    },
+
+    #[error("{path} is not a valid .npy file: {reason}; re-save it with numpy.save(path, array)")]
+    Npy { path: PathBuf, reason: String },
+
+    #[error("{path}: unsupported file type; {expected}")]
+    UnsupportedFormat {
+        path: PathBuf,
+        expected: &'static str,
+    },
+
+    #[error("cannot parse the data argument `{arg}`: {reason}; pass a .safetensors file, a directory of <name>.npy files, or a list like `x=a.npy,y=b.npy`")]
+    BadDataArg { arg: String, reason: String },
+
+    #[error("{source_desc} has no tensor `{name}`: the program expects {}, the data has {}{}; rename the tensor in the data or the input/target in the program", fmt_names(.expected), fmt_names(.found), fmt_suggestions(.suggestion))]
+    MissingTensor {
+        source_desc: String,
+        name: String,
+        expected: Vec<String>,
+        found: Vec<String>,
+        suggestion: Vec<(String, String)>,
+    },
+
+    #[error("tensor `{name}` is given twice ({first} and {second}); give each input/target once")]
+    DuplicateTensor {
+        name: String,
+        first: PathBuf,
+        second: PathBuf,
+    },
+
+    #[error("{path}: tensor `{name}` has shape {} (samples first), so each sample is {}, but the program expects each sample to be {}; reshape the data to [samples{}]", fmt_shape(.found), fmt_shape(&.found[1.min(.found.len())..]), fmt_shape(.expected), .expected.iter().map(|d| format!(",{d}")).collect::<String>())]
+    SampleShapeMismatch {
+        path: PathBuf,
+        name: String,
+        /// The whole shape in the file (samples first).
+        found: Vec<usize>,
+        /// The program's per-sample shape.
+        expected: Vec<usize>,
+    },
+
+    #[error("{path}: the tensors disagree on the number of samples ({}); every input and target needs one entry per sample", .counts.iter().map(|(n, c)| format!("`{n}` has {c}")).collect::<Vec<_>>().join(", "))]
+    SampleCountMismatch {
+        path: PathBuf,
+        counts: Vec<(String, usize)>,
+    },
+
+    #[error("{path}: the data has no samples; pass a non-empty dataset")]
+    NoSamples { path: PathBuf },
+
+    #[error(
+        "{path}: tensor `{name}` has dtype {found}, but the program expects {expected}; {hint}"
+    )]
+    DtypeMismatch {
+        path: PathBuf,
+        name: String,
+        found: String,
+        expected: String,
+        hint: String,
+    },
+
+    #[error("tensor `{name}`: the program declares dtype {dtype}, which data files cannot provide (inputs are f32, labels i32)")]
+    UnsupportedSpecDtype { name: String, dtype: String },
+
+    #[error("{path}: label tensor `{name}`, sample {index}: value {value} {reason}; labels are class indices 0..classes-1")]
+    LabelOutOfRange {
+        path: PathBuf,
+        name: String,
+        index: usize,
+        value: String,
+        reason: String,
+    },
+
+    #[error("{path}: label tensor `{name}`, sample {index}: value {value} is not an integer; labels are class indices (convert with y.astype(np.int32))")]
+    NonIntegralLabel {
+        path: PathBuf,
+        name: String,
+        index: usize,
+        value: f64,
+    },
+
+    #[error(
+        "{path}: tensor `{name}` holds a non-finite value ({value}) at flat index {index}; {hint}"
+    )]
+    NonFinite {
+        path: PathBuf,
+        name: String,
+        index: usize,
+        value: f32,
+        hint: &'static str,
+    },
+
+    #[error("{path}: missing parameter(s) {}{}{}; the weights were saved from a different program: pass the right --init file or rename the layers", fmt_names(.missing), fmt_suggestions(.suggestions), if .extra.is_empty() { String::new() } else { format!(" (the file instead has {})", fmt_names(.extra)) })]
+    MissingParams {
+        path: PathBuf,
+        missing: Vec<String>,
+        /// `(missing name, closest name in the file)`.
+        suggestions: Vec<(String, String)>,
+        /// Names in the file the program does not have.
+        extra: Vec<String>,
+    },
+
+    #[error("{path}: the file has parameter(s) the program does not have: {}; the weights were saved from a different program: pass the right --init file", fmt_names(.extra))]
+    UnexpectedParams { path: PathBuf, extra: Vec<String> },
+
+    #[error("{path}: `{name}`: file has {}, program expects {}; the weights were saved from a different program: pass the right --init file", fmt_shape(.found), fmt_shape(.expected))]
+    ShapeMismatch {
+        path: PathBuf,
+        name: String,
+        found: Vec<usize>,
+        expected: Vec<usize>,
+    },
+
+    #[error("tensor `{name}`: shape {} has {} elements but {len} values were given (internal error: a bug in the caller)", fmt_shape(.shape), .shape.iter().product::<usize>())]
+    LengthMismatch {
+        name: String,
+        shape: Vec<usize>,
+        len: usize,
+    },
+
+    #[error("the dataset ({source_desc}) has {samples} samples, fewer than one batch of {batch}; lower the batch size or add data")]
+    BatchTooLarge {
+        source_desc: String,
+        samples: usize,
+        batch: usize,
+    },
+
+    #[error("cannot split {samples} samples with validation fraction {fraction}: {reason}; pass a fraction in (0, 1) that leaves both parts non-empty")]
+    InvalidSplit {
+        samples: usize,
+        fraction: f64,
+        reason: String,
+    },
+
+    #[error("synthetic data: {reason}")]
+    Synthetic { reason: String },
+
+    #[error("the dataset has no tensor `{name}` (it has {}); internal error: a bug in the caller", fmt_names(.available))]
+    NoSuchTensor {
+        name: String,
+        available: Vec<String>,
+    },
+
+    #[error("batch buffer for `{name}`: {reason} (internal error: a bug in the caller)")]
+    BatchBuffer { name: String, reason: String },
+}
+
+/// The element types the readers understand (safetensors and npy share them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ElemType {
+    Bool,
+    U8,
+    I8,
+    U16,
+    I16,
+    U32,
+    I32,
+    U64,
+    I64,
+    F16,
+    BF16,
+    F32,
+    F64,
+}
+
+impl ElemType {
+    pub fn size(self) -> usize {
+        use ElemType::*;
+        match self {
+            Bool | U8 | I8 => 1,
+            U16 | I16 | F16 | BF16 => 2,
+            U32 | I32 | F32 => 4,
+            U64 | I64 | F64 => 8,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        use ElemType::*;
+        match self {
+            Bool => "bool",
+            U8 => "u8",
+            I8 => "i8",
+            U16 => "u16",
+            I16 => "i16",
+            U32 => "u32",
+            I32 => "i32",
+            U64 => "u64",
+            I64 => "i64",
+            F16 => "f16",
+            BF16 => "bf16",
+            F32 => "f32",
+            F64 => "f64",
+        }
+    }
+
+    pub fn is_float(self) -> bool {
+        matches!(
+            self,
+            ElemType::F16 | ElemType::BF16 | ElemType::F32 | ElemType::F64
+        )
+    }
+
+    pub(crate) fn from_safetensors(d: safetensors::Dtype) -> Option<ElemType> {
+        use safetensors::Dtype as D;
+        Some(match d {
+            D::BOOL => ElemType::Bool,
+            D::U8 => ElemType::U8,
+            D::I8 => ElemType::I8,
+            D::U16 => ElemType::U16,
+            D::I16 => ElemType::I16,
+            D::U32 => ElemType::U32,
+            D::I32 => ElemType::I32,
+            D::U64 => ElemType::U64,
+            D::I64 => ElemType::I64,
+            D::F16 => ElemType::F16,
+            D::BF16 => ElemType::BF16,
+            D::F32 => ElemType::F32,
+            D::F64 => ElemType::F64,
+            _ => return None,
+        })
+    }
+}
+
+/// IEEE half to f32.
+pub(crate) fn f16_to_f32(h: u16) -> f32 {
+    let sign = ((h >> 15) as u32) << 31;
+    let exp = ((h >> 10) & 0x1f) as u32;
+    let man = (h & 0x3ff) as u32;
+    let bits = if exp == 0 {
+        if man == 0 {
+            sign
+        } else {
+            // Subnormal: value = man * 2^-24.
+            let v = man as f32 * (1.0 / 16_777_216.0);
+            return if sign != 0 { -v } else { v };
+        }
+    } else if exp == 0x1f {
+        sign | 0x7f80_0000 | (man << 13)
+    } else {
+        sign | ((exp + 127 - 15) << 23) | (man << 13)
+    };
+    f32::from_bits(bits)
+}
+
+pub(crate) fn bf16_to_f32(h: u16) -> f32 {
+    f32::from_bits((h as u32) << 16)
+}
+
+/// Decodes little-endian floats of a float element type to f32 (`None` for non-float types).
+pub(crate) fn decode_f32(ty: ElemType, bytes: &[u8]) -> Option<Vec<f32>> {
+    Some(match ty {
+        ElemType::F32 => bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+        ElemType::F64 => bytes
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap()) as f32)
+            .collect(),
+        ElemType::F16 => bytes
+            .chunks_exact(2)
+            .map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
+            .collect(),
+        ElemType::BF16 => bytes
+            .chunks_exact(2)
+            .map(|c| bf16_to_f32(u16::from_le_bytes([c[0], c[1]])))
+            .collect(),
+        _ => return None,
+    })
+}
+
+/// One element, widened for range checks.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Wide {
+    Int(i128),
+    Float(f64),
+}
+
+/// Decodes any element type to `Wide` values.
+pub(crate) fn decode_wide(ty: ElemType, bytes: &[u8]) -> Vec<Wide> {
+    let n = ty.size();
+    bytes
+        .chunks_exact(n)
+        .map(|c| match ty {
+            ElemType::Bool => Wide::Int((c[0] != 0) as i128),
+            ElemType::U8 => Wide::Int(c[0] as i128),
+            ElemType::I8 => Wide::Int(c[0] as i8 as i128),
+            ElemType::U16 => Wide::Int(u16::from_le_bytes([c[0], c[1]]) as i128),
+            ElemType::I16 => Wide::Int(i16::from_le_bytes([c[0], c[1]]) as i128),
+            ElemType::U32 => Wide::Int(u32::from_le_bytes(c.try_into().unwrap()) as i128),
+            ElemType::I32 => Wide::Int(i32::from_le_bytes(c.try_into().unwrap()) as i128),
+            ElemType::U64 => Wide::Int(u64::from_le_bytes(c.try_into().unwrap()) as i128),
+            ElemType::I64 => Wide::Int(i64::from_le_bytes(c.try_into().unwrap()) as i128),
+            ElemType::F16 => Wide::Float(f16_to_f32(u16::from_le_bytes([c[0], c[1]])) as f64),
+            ElemType::BF16 => Wide::Float(bf16_to_f32(u16::from_le_bytes([c[0], c[1]])) as f64),
+            ElemType::F32 => Wide::Float(f32::from_le_bytes(c.try_into().unwrap()) as f64),
+            ElemType::F64 => Wide::Float(f64::from_le_bytes(c.try_into().unwrap())),
+        })
+        .collect()
+}
+
+/// Reads a whole file, mapping "not found" to [`IoError::NotFound`].
+pub(crate) fn read_file(path: &Path, what: &'static str) -> Result<Vec<u8>, IoError> {
+    fs::read(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            IoError::NotFound {
+                path: path.to_path_buf(),
+                what,
+            }
+        } else {
+            IoError::Read {
+                path: path.to_path_buf(),
+                source: e,
+            }
+        }
+    })
+}
+
+/// The temp file used for an atomic write of `path`: `.<name>.tmp.<pid>` in the same directory.
+pub(crate) fn temp_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "out".to_string());
+    let tmp = format!(".{name}.tmp.{}", std::process::id());
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.join(tmp),
+        _ => PathBuf::from(tmp),
+    }
+}
+
+/// Writes a file atomically: `write` fills a temp file in the same directory, which is then
+/// fsynced and renamed over `path`. On any error the temp file is removed and `path` is untouched.
+pub(crate) fn atomic_write(
+    path: &Path,
+    write: impl FnOnce(&mut std::io::BufWriter<fs::File>) -> std::io::Result<()>,
+) -> Result<(), IoError> {
+    if path.is_dir() {
+        return Err(IoError::NotWritable {
+            path: path.to_path_buf(),
+            reason: "it is a directory".into(),
+            hint: "pass a file path, e.g. <dir>/weights.safetensors".into(),
+        });
+    }
+    let tmp = temp_path(path);
+    let result = (|| -> std::io::Result<()> {
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)?;
+        let mut w = std::io::BufWriter::new(file);
+        write(&mut w)?;
+        w.flush()?;
+        let file = w.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        drop(file);
+        fs::rename(&tmp, path)?;
+        // Make the rename durable (best effort: not every platform can fsync a directory).
+        if let Some(dir) = path.parent() {
+            let dir = if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            };
+            if let Ok(d) = fs::File::open(dir) {
+                let _ = d.sync_all();
+            }
+        }
+        Ok(())
+    })();
+    result.map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        // A missing or unwritable directory gets the clearer diagnosis of `check_writable`.
+        match weights::check_writable(path) {
+            Err(diagnosed) => diagnosed,
+            Ok(()) => IoError::Write {
+                path: path.to_path_buf(),
+                source: e,
+            },
+        }
+    })
+}
+
+/// Levenshtein distance (for "did you mean" suggestions).
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for i in 1..=a.len() {
+        cur[0] = i;
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            cur[j] = (prev[j] + 1).min(cur[j - 1] + 1).min(prev[j - 1] + cost);
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev[b.len()]
+}
+
+/// The closest candidate to `name`, if reasonably close (at most about half its length away).
+pub(crate) fn closest<'a>(
+    name: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<String> {
+    let limit = (name.chars().count() / 2).max(2);
+    candidates
+        .into_iter()
+        .map(|c| (edit_distance(name, c), c))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, c)| (*d, c.to_string()))
+        .map(|(_, c)| c.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn half_conversions() {
+        assert_eq!(f16_to_f32(0x3c00), 1.0);
+        assert_eq!(f16_to_f32(0xc000), -2.0);
+        assert_eq!(f16_to_f32(0x0001), 2f32.powi(-24));
+        assert!(f16_to_f32(0x7c00).is_infinite());
+        assert_eq!(bf16_to_f32(0x3f80), 1.0);
+    }
+
+    #[test]
+    fn closest_names() {
+        assert_eq!(
+            closest("conv3.weight", ["conv3.weights", "fc.bias"]),
+            Some("conv3.weights".to_string())
+        );
+        assert_eq!(closest("x", ["completely_different"]), None);
+    }
+}

@@ -1,0 +1,242 @@
+//! Weights as `.safetensors`: atomic saving, a writability check to run before training, and a
+//! strict loader that checks names, shapes, dtypes and values against the program.
+
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use safetensors::{Dtype, SafeTensors, View};
+
+use super::{atomic_write, closest, decode_f32, read_file, ElemType, IoError};
+
+pub(crate) const WEIGHTS_HINT: &str = "re-save the file or pass the right --init";
+
+/// A borrowed tensor serialised by safetensors.
+pub(crate) struct RawView<'a> {
+    pub dtype: Dtype,
+    pub shape: Vec<usize>,
+    pub bytes: Cow<'a, [u8]>,
+}
+
+impl View for &RawView<'_> {
+    fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn data(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(&self.bytes)
+    }
+    fn data_len(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+pub(crate) fn f32_bytes(data: &[f32]) -> Vec<u8> {
+    data.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// Serialises tensors to a safetensors file atomically (temp file, fsync, rename).
+pub(crate) fn write_safetensors(
+    path: &Path,
+    views: &[(String, RawView<'_>)],
+) -> Result<(), IoError> {
+    let bytes =
+        safetensors::serialize(views.iter().map(|(n, v)| (n.as_str(), v)), None).map_err(|e| {
+            IoError::Write {
+                path: path.to_path_buf(),
+                source: std::io::Error::other(e.to_string()),
+            }
+        })?;
+    atomic_write(path, |w| std::io::Write::write_all(w, &bytes))
+}
+
+/// Saves parameters as a `.safetensors` file, atomically: the data goes to `.<name>.tmp.<pid>` in
+/// the same directory, is fsynced and renamed over `path`; on error the temp file is removed and
+/// an existing `path` is left untouched.
+pub fn save_weights(path: &Path, tensors: &[(String, Vec<usize>, &[f32])]) -> Result<(), IoError> {
+    let mut views = Vec::with_capacity(tensors.len());
+    let mut seen = HashSet::new();
+    for (name, shape, data) in tensors {
+        if shape.iter().product::<usize>() != data.len() {
+            return Err(IoError::LengthMismatch {
+                name: name.clone(),
+                shape: shape.clone(),
+                len: data.len(),
+            });
+        }
+        if !seen.insert(name.as_str()) {
+            return Err(IoError::DuplicateTensor {
+                name: name.clone(),
+                first: path.to_path_buf(),
+                second: path.to_path_buf(),
+            });
+        }
+        views.push((
+            name.clone(),
+            RawView {
+                dtype: Dtype::F32,
+                shape: shape.clone(),
+                bytes: Cow::Owned(f32_bytes(data)),
+            },
+        ));
+    }
+    write_safetensors(path, &views)
+}
+
+/// Checks, before training starts, that `path` can be written: its directory exists and a file
+/// can be created there (a temp file is created and deleted), and `path` is not a directory.
+pub fn check_writable(path: &Path) -> Result<(), IoError> {
+    let err = |reason: String, hint: &str| IoError::NotWritable {
+        path: path.to_path_buf(),
+        reason,
+        hint: hint.to_string(),
+    };
+    if path.file_name().is_none() {
+        return Err(err(
+            "the path has no file name".into(),
+            "pass a file path, e.g. out/weights.safetensors",
+        ));
+    }
+    if path.is_dir() {
+        return Err(err(
+            "it is a directory".into(),
+            "pass a file path, e.g. <dir>/weights.safetensors",
+        ));
+    }
+    let dir: PathBuf = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    match fs::metadata(&dir) {
+        Err(_) => {
+            return Err(err(
+                format!("the directory {} does not exist", dir.display()),
+                "create it first (mkdir -p) or choose another path",
+            ))
+        }
+        Ok(m) if !m.is_dir() => {
+            return Err(err(
+                format!("{} is not a directory", dir.display()),
+                "choose a path inside a directory",
+            ))
+        }
+        Ok(_) => {}
+    }
+    let probe = dir.join(format!(".dmc-write-check.{}", std::process::id()));
+    match fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+    {
+        Ok(f) => {
+            drop(f);
+            let _ = fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            // A stale probe from this pid: it was creatable, so the directory is writable.
+            let _ = fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) => Err(err(
+            format!("cannot create files in {}: {e}", dir.display()),
+            "fix the directory's permissions or choose another path",
+        )),
+    }
+}
+
+/// Loads parameters from a `.safetensors` file and checks them against the program:
+/// every expected name present, no extra names, the same shapes, a float dtype (f32; f64, f16 and
+/// bf16 are converted) and finite values. Returns the tensors in the order of `expected`.
+pub fn load_weights(
+    path: &Path,
+    expected: &[(String, Vec<usize>)],
+) -> Result<Vec<(String, Vec<f32>)>, IoError> {
+    let bytes = read_file(path, "weights file")?;
+    let st = SafeTensors::deserialize(&bytes).map_err(|e| IoError::Safetensors {
+        path: path.to_path_buf(),
+        source: e,
+        hint: WEIGHTS_HINT,
+    })?;
+    let mut file_names: Vec<String> = st.names().into_iter().map(str::to_string).collect();
+    file_names.sort();
+    let expected_set: HashSet<&str> = expected.iter().map(|(n, _)| n.as_str()).collect();
+    let file_set: HashSet<&str> = file_names.iter().map(String::as_str).collect();
+    let missing: Vec<String> = expected
+        .iter()
+        .filter(|(n, _)| !file_set.contains(n.as_str()))
+        .map(|(n, _)| n.clone())
+        .collect();
+    let extra: Vec<String> = file_names
+        .iter()
+        .filter(|n| !expected_set.contains(n.as_str()))
+        .cloned()
+        .collect();
+    if !missing.is_empty() {
+        let suggestions = missing
+            .iter()
+            .filter_map(|m| closest(m, extra.iter().map(String::as_str)).map(|c| (m.clone(), c)))
+            .collect();
+        return Err(IoError::MissingParams {
+            path: path.to_path_buf(),
+            missing,
+            suggestions,
+            extra,
+        });
+    }
+    if !extra.is_empty() {
+        return Err(IoError::UnexpectedParams {
+            path: path.to_path_buf(),
+            extra,
+        });
+    }
+    let mut out = Vec::with_capacity(expected.len());
+    let mut seen: HashMap<&str, ()> = HashMap::new();
+    for (name, shape) in expected {
+        if seen.insert(name.as_str(), ()).is_some() {
+            continue;
+        }
+        let view = st.tensor(name).map_err(|e| IoError::Safetensors {
+            path: path.to_path_buf(),
+            source: e,
+            hint: WEIGHTS_HINT,
+        })?;
+        if view.shape() != shape.as_slice() {
+            return Err(IoError::ShapeMismatch {
+                path: path.to_path_buf(),
+                name: name.clone(),
+                found: view.shape().to_vec(),
+                expected: shape.clone(),
+            });
+        }
+        let elem = ElemType::from_safetensors(view.dtype());
+        let values = match elem.and_then(|t| decode_f32(t, view.data())) {
+            Some(v) => v,
+            None => {
+                return Err(IoError::DtypeMismatch {
+                    path: path.to_path_buf(),
+                    name: name.clone(),
+                    found: elem
+                        .map(|t| t.name().to_string())
+                        .unwrap_or_else(|| format!("{:?}", view.dtype())),
+                    expected: "f32 (f64, f16 and bf16 are converted)".into(),
+                    hint: "convert the weights to float32 and re-save the file".into(),
+                })
+            }
+        };
+        if let Some((i, v)) = values.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+            return Err(IoError::NonFinite {
+                path: path.to_path_buf(),
+                name: name.clone(),
+                index: i,
+                value: *v,
+                hint: "the weights diverged when they were saved: use an earlier checkpoint or re-initialise",
+            });
+        }
+        out.push((name.clone(), values));
+    }
+    Ok(out)
+}
