@@ -357,6 +357,49 @@ impl RangeMax {
     }
 }
 
+/// Below this many transient intervals the orderings are run one after the other.
+const PARALLEL_MIN_ITEMS: usize = 2048;
+
+/// Runs the orderings after the first one, in [`STRATEGIES`] order: sequentially for small
+/// inputs (stopping at the first one reaching `bound`, which is optimal), else on scoped threads
+/// (falling back to the calling thread if one cannot be spawned). The results are the same
+/// either way, up to the orderings skipped after reaching the bound.
+fn run_rest<F>(items: &[Item], bound: u64, run: &F) -> Vec<(&'static str, Vec<u64>, u64)>
+where
+    F: Fn(&'static str) -> (&'static str, Vec<u64>, u64) + Sync,
+{
+    let rest = &STRATEGIES[1..];
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if items.len() < PARALLEL_MIN_ITEMS || threads < 2 {
+        let mut out = Vec::new();
+        for &name in rest {
+            let r = run(name);
+            let done = r.2 <= bound;
+            out.push(r);
+            if done {
+                break;
+            }
+        }
+        return out;
+    }
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = rest
+            .iter()
+            .map(|&name| {
+                let h = std::thread::Builder::new().spawn_scoped(scope, move || run(name));
+                (name, h)
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|(name, h)| match h {
+                Ok(h) => h.join().unwrap_or_else(|_| run(name)),
+                Err(_) => run(name),
+            })
+            .collect()
+    })
+}
+
 /// Plans every interval into one arena (see the module documentation for the algorithm).
 ///
 /// Offsets are multiples of `align` (0 means 1); persistent intervals are contiguous at the
@@ -390,15 +433,20 @@ pub fn place(reqs: &[Interval], align: u64, cap: Option<u64>) -> Result<Placemen
     let mut strategy = "trivial";
     let mut best: Option<(Vec<u64>, u64)> = None;
     if !items.is_empty() {
-        for name in STRATEGIES {
-            let order = ordering(name, &items);
-            let (offs, arena) = best_fit(&items, &order);
+        let run = |name: &'static str| {
+            let (offs, arena) = best_fit(&items, &ordering(name, &items));
+            (name, offs, arena)
+        };
+        // The first ordering alone: on typical training graphs it already reaches the bound.
+        let mut results = vec![run(STRATEGIES[0])];
+        if results[0].2 > transient_bound {
+            results.extend(run_rest(&items, transient_bound, &run));
+        }
+        // Smallest arena wins; `results` is in STRATEGIES order, so the earliest on ties.
+        for (name, offs, arena) in results {
             if best.as_ref().is_none_or(|(_, a)| arena < *a) {
                 best = Some((offs, arena));
                 strategy = name;
-            }
-            if arena <= transient_bound {
-                break; // optimal: nothing can beat the lower bound
             }
         }
     }
