@@ -218,6 +218,12 @@ struct Placed {
 /// Best-fit heap simulation of `items` taken in `order` (first-fit, i.e. the lowest gap that
 /// fits, when `first_fit`). Returns the offset of each item (indexed like `items`) and the arena
 /// size, both relative to the base of the transient area.
+///
+/// Each step is one sequential pass over all placed intervals (kept sorted by offset), skipping
+/// those not live with the new one. An interval index (segment tree over steps, then sorting
+/// the overlapping intervals by offset) was measured 1.5-3x slower on both random and
+/// transformer-shaped inputs of 4,000-20,000 intervals: training graphs have most saved
+/// activations live together, and the plain pass is cache-friendly.
 fn best_fit(items: &[Item], order: &[usize], first_fit: bool) -> (Vec<u64>, u64) {
     let mut offsets = vec![0u64; items.len()];
     // Placed intervals, sorted by offset.
@@ -1149,6 +1155,20 @@ mod tests {
             if n <= 5_000 {
                 check_placement(&reqs, &p, 64).expect("valid");
             }
+        }
+        // Training-shaped: a deep transformer (every saved activation is live at the turn from
+        // forward to backward, so most intervals overlap many others).
+        for layers in [110, 440] {
+            let reqs = transformer(layers, 1, 128, 256, 4);
+            let t0 = std::time::Instant::now();
+            let p = place(&reqs, 256, None).expect("no cap");
+            println!(
+                "timing: transformer n={} place() took {:.3} s, ratio={:.4} strategy={}",
+                reqs.len(),
+                t0.elapsed().as_secs_f64(),
+                p.arena_bytes as f64 / p.lower_bound as f64,
+                p.strategy
+            );
         }
     }
 
