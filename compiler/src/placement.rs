@@ -72,8 +72,9 @@ pub struct Placement {
     pub arena_bytes: u64,
     /// The liveness lower bound (see [`lower_bound`]); no placement can use less.
     pub lower_bound: u64,
-    /// The name of the ordering that produced this placement (one of [`STRATEGIES`], or
-    /// `"trivial"` when there was no transient interval to pack).
+    /// The name of the ordering that produced this placement: one of [`STRATEGIES`], or of
+    /// [`COMPACTED`] when the compaction pass improved on it, or `"trivial"` when there was no
+    /// transient interval to pack.
     pub strategy: &'static str,
 }
 
@@ -468,14 +469,13 @@ pub fn place(reqs: &[Interval], align: u64, cap: Option<u64>) -> Result<Placemen
             results.extend(run_rest(&items, transient_bound, &run));
         }
         // Smallest arena wins; `results` is in STRATEGIES order, so the earliest on ties.
-        let mut winner = 0;
-        for (i, (_, offs, arena)) in results.into_iter().enumerate() {
+        for (name, offs, arena) in results {
             if best.as_ref().is_none_or(|(_, a)| arena < *a) {
                 best = Some((offs, arena));
-                winner = i;
+                strategy = name;
             }
         }
-        strategy = STRATEGIES[winner];
+        let winner = STRATEGIES.iter().position(|&s| s == strategy).unwrap_or(0);
         // Compaction: repacking first-fit in increasing order of the current offsets never
         // moves an interval up (every earlier one ends at or below its old offset), and often
         // closes holes. Repeat while it helps.
