@@ -32,14 +32,20 @@
 //!    * `start-asc`: in program order (what a best-fit runtime allocator would do);
 //!    * `end-asc`: by death time, earliest first.
 //!
-//!    The placement with the smallest arena wins (the first in this list on ties) and its name is
-//!    reported in [`Placement::strategy`]. The search stops early once an ordering reaches the
-//!    liveness [`lower_bound`], which is then provably optimal. For large inputs the orderings
-//!    after the first run on scoped threads; the result does not depend on it.
-//! 5. **Compaction**: the winner is repacked first-fit, taking the intervals in increasing order
+//! 5. **Bumping** (a small iterated greedy): after each ordering, the intervals that reach the
+//!    top of its packing are moved to the front of the order and the simulation is replayed,
+//!    for a few rounds, within a work budget that shrinks as `1/n^2` (16 rounds up to ~1,200
+//!    intervals, none from ~4,900 on); the best packing seen is kept (`+bump`).
+//!
+//!    The packing with the smallest arena wins (orderings in this list order on ties) and its
+//!    name is reported in [`Placement::strategy`] (see [`VARIANTS`]). The search stops early
+//!    once a packing reaches the liveness [`lower_bound`], which is then provably optimal. For
+//!    large inputs the orderings after the first run on scoped threads; the result does not
+//!    depend on it.
+//! 6. **Compaction**: the winner is repacked first-fit, taking the intervals in increasing order
 //!    of their current offsets. No interval can move up (each one placed before it ends at or
 //!    below its old offset), so the arena never grows; this is repeated a few times while it
-//!    shrinks, and the strategy is then reported with a `+compact` suffix (see [`COMPACTED`]).
+//!    shrinks (`+compact`).
 //!
 //! [`check_placement`] is an independent, deliberately naive (`O(n^2)` pairwise, `u128`
 //! arithmetic) validator of the result.
@@ -72,9 +78,9 @@ pub struct Placement {
     pub arena_bytes: u64,
     /// The liveness lower bound (see [`lower_bound`]); no placement can use less.
     pub lower_bound: u64,
-    /// The name of the ordering that produced this placement: one of [`STRATEGIES`], or of
-    /// [`COMPACTED`] when the compaction pass improved on it, or `"trivial"` when there was no
-    /// transient interval to pack.
+    /// How this placement was found: one of [`VARIANTS`] (an ordering of [`STRATEGIES`], maybe
+    /// improved by bumping and/or compaction), or `"trivial"` when there was no transient
+    /// interval to pack.
     pub strategy: &'static str,
 }
 
@@ -106,18 +112,65 @@ pub const STRATEGIES: [&str; 6] = [
     "end-asc",
 ];
 
-/// The names reported when compaction improved on the winning ordering of [`STRATEGIES`].
-pub const COMPACTED: [&str; 6] = [
-    "size-desc+compact",
-    "breadth-desc+compact",
-    "area-desc+compact",
-    "duration-desc+compact",
-    "start-asc+compact",
-    "end-asc+compact",
+/// Every name [`Placement::strategy`] can take besides `"trivial"`: for each ordering of
+/// [`STRATEGIES`] (same index), the plain ordering, then with critical-interval bumping, with
+/// compaction, and with both having improved the arena.
+pub const VARIANTS: [[&str; 4]; 6] = [
+    [
+        "size-desc",
+        "size-desc+bump",
+        "size-desc+compact",
+        "size-desc+bump+compact",
+    ],
+    [
+        "breadth-desc",
+        "breadth-desc+bump",
+        "breadth-desc+compact",
+        "breadth-desc+bump+compact",
+    ],
+    [
+        "area-desc",
+        "area-desc+bump",
+        "area-desc+compact",
+        "area-desc+bump+compact",
+    ],
+    [
+        "duration-desc",
+        "duration-desc+bump",
+        "duration-desc+compact",
+        "duration-desc+bump+compact",
+    ],
+    [
+        "start-asc",
+        "start-asc+bump",
+        "start-asc+compact",
+        "start-asc+bump+compact",
+    ],
+    [
+        "end-asc",
+        "end-asc+bump",
+        "end-asc+compact",
+        "end-asc+bump+compact",
+    ],
 ];
 
 /// At most this many compaction passes after the orderings.
 const COMPACTION_PASSES: usize = 3;
+
+/// At most this many bumping rounds per ordering.
+const BUMP_MAX_ROUNDS: usize = 16;
+
+/// Work allowed to the bumping rounds of one ordering, counted in (placed interval, new
+/// interval) visits of [`best_fit`], about `n^2 / 2` per round: all 16 rounds up to ~1,400
+/// transient intervals, 1 round at 4,000, none from ~4,900 on.
+const BUMP_WORK: u64 = 12_000_000;
+
+/// How many bumping rounds an ordering of `n` intervals gets.
+fn bump_rounds(n: usize) -> usize {
+    let per_round = (n as u64).saturating_mul(n as u64) / 2;
+    let rounds = BUMP_WORK / per_round.max(1);
+    rounds.min(BUMP_MAX_ROUNDS as u64) as usize
+}
 
 /// An alignment of 0 means "no alignment".
 fn norm_align(align: u64) -> u64 {
@@ -383,24 +436,69 @@ impl RangeMax {
     }
 }
 
-/// Below this many transient intervals the orderings are run one after the other.
-const PARALLEL_MIN_ITEMS: usize = 2048;
+/// The best packing found from one ordering.
+struct Packing {
+    /// Index of the ordering in [`STRATEGIES`].
+    strategy: usize,
+    offsets: Vec<u64>,
+    arena: u64,
+    /// Whether bumping improved on the plain ordering.
+    bumped: bool,
+}
 
-/// Runs the orderings after the first one, in [`STRATEGIES`] order: sequentially for small
-/// inputs (stopping at the first one reaching `bound`, which is optimal), else on scoped threads
-/// (falling back to the calling thread if one cannot be spawned). The results are the same
-/// either way, up to the orderings skipped after reaching the bound.
-fn run_rest<F>(items: &[Item], bound: u64, run: &F) -> Vec<(&'static str, Vec<u64>, u64)>
-where
-    F: Fn(&'static str) -> (&'static str, Vec<u64>, u64) + Sync,
-{
-    let rest = &STRATEGIES[1..];
+/// Packs `items` with ordering `strategy` (an index in [`STRATEGIES`]), then runs up to
+/// [`bump_rounds`] rounds of *critical-interval bumping*: the intervals reaching the top of the
+/// last packing are moved to the front of the order (keeping their relative order) and the
+/// simulation is replayed. This is a small iterated greedy: the intervals that made the peak
+/// get first pick of the space, the others fit around them. The last packing is kept even when
+/// worse (so the walk can leave a local minimum); the best one seen is returned. Stops early at
+/// `bound` (optimal), or when the order no longer changes.
+fn pack(items: &[Item], strategy: usize, bound: u64) -> Packing {
+    let mut order = ordering(STRATEGIES[strategy], items);
+    let (offsets, arena) = best_fit(items, &order, false);
+    let mut best = Packing {
+        strategy,
+        offsets: offsets.clone(),
+        arena,
+        bumped: false,
+    };
+    let (mut cur_offsets, mut cur_arena) = (offsets, arena);
+    for _ in 0..bump_rounds(items.len()) {
+        if best.arena <= bound {
+            break;
+        }
+        let (critical, rest): (Vec<usize>, Vec<usize>) = order
+            .iter()
+            .partition(|&&k| cur_offsets[k].saturating_add(items[k].size) >= cur_arena);
+        if order[..critical.len()] == critical[..] {
+            break; // already in front: replaying would give the same packing
+        }
+        order = critical.into_iter().chain(rest).collect();
+        (cur_offsets, cur_arena) = best_fit(items, &order, false);
+        if cur_arena < best.arena {
+            best.offsets.clone_from(&cur_offsets);
+            best.arena = cur_arena;
+            best.bumped = true;
+        }
+    }
+    best
+}
+
+/// Below this many transient intervals the orderings are run one after the other.
+const PARALLEL_MIN_ITEMS: usize = 1024;
+
+/// Packs with the orderings after the first one, in [`STRATEGIES`] order: sequentially for
+/// small inputs (stopping at the first one reaching `bound`, which is optimal), else on scoped
+/// threads (falling back to the calling thread if one cannot be spawned). The results are the
+/// same either way, up to the orderings skipped after reaching the bound.
+fn pack_rest(items: &[Item], bound: u64) -> Vec<Packing> {
+    let rest = 1..STRATEGIES.len();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     if items.len() < PARALLEL_MIN_ITEMS || threads < 2 {
         let mut out = Vec::new();
-        for &name in rest {
-            let r = run(name);
-            let done = r.2 <= bound;
+        for strategy in rest {
+            let r = pack(items, strategy, bound);
+            let done = r.arena <= bound;
             out.push(r);
             if done {
                 break;
@@ -410,17 +508,17 @@ where
     }
     std::thread::scope(|scope| {
         let handles: Vec<_> = rest
-            .iter()
-            .map(|&name| {
-                let h = std::thread::Builder::new().spawn_scoped(scope, move || run(name));
-                (name, h)
+            .map(|strategy| {
+                let h = std::thread::Builder::new()
+                    .spawn_scoped(scope, move || pack(items, strategy, bound));
+                (strategy, h)
             })
             .collect();
         handles
             .into_iter()
-            .map(|(name, h)| match h {
-                Ok(h) => h.join().unwrap_or_else(|_| run(name)),
-                Err(_) => run(name),
+            .map(|(strategy, h)| match h {
+                Ok(h) => h.join().unwrap_or_else(|_| pack(items, strategy, bound)),
+                Err(_) => pack(items, strategy, bound),
             })
             .collect()
     })
@@ -459,23 +557,20 @@ pub fn place(reqs: &[Interval], align: u64, cap: Option<u64>) -> Result<Placemen
     let mut strategy = "trivial";
     let mut best: Option<(Vec<u64>, u64)> = None;
     if !items.is_empty() {
-        let run = |name: &'static str| {
-            let (offs, arena) = best_fit(&items, &ordering(name, &items), false);
-            (name, offs, arena)
-        };
         // The first ordering alone: on typical training graphs it already reaches the bound.
-        let mut results = vec![run(STRATEGIES[0])];
-        if results[0].2 > transient_bound {
-            results.extend(run_rest(&items, transient_bound, &run));
+        let mut results = vec![pack(&items, 0, transient_bound)];
+        if results[0].arena > transient_bound {
+            results.extend(pack_rest(&items, transient_bound));
         }
         // Smallest arena wins; `results` is in STRATEGIES order, so the earliest on ties.
-        for (name, offs, arena) in results {
-            if best.as_ref().is_none_or(|(_, a)| arena < *a) {
-                best = Some((offs, arena));
-                strategy = name;
+        let mut winner = (0, false);
+        for r in results {
+            if best.as_ref().is_none_or(|(_, a)| r.arena < *a) {
+                best = Some((r.offsets, r.arena));
+                winner = (r.strategy, r.bumped);
             }
         }
-        let winner = STRATEGIES.iter().position(|&s| s == strategy).unwrap_or(0);
+        let mut compacted = false;
         // Compaction: repacking first-fit in increasing order of the current offsets never
         // moves an interval up (every earlier one ends at or below its old offset), and often
         // closes holes. Repeat while it helps.
@@ -493,8 +588,9 @@ pub fn place(reqs: &[Interval], align: u64, cap: Option<u64>) -> Result<Placemen
                 break;
             }
             best = Some((new_offs, new_arena));
-            strategy = COMPACTED[winner];
+            compacted = true;
         }
+        strategy = VARIANTS[winner.0][usize::from(winner.1) + 2 * usize::from(compacted)];
     }
     let (rel, transient_arena) = best.unwrap_or_default();
     for (it, off) in items.iter().zip(rel) {
@@ -1090,7 +1186,7 @@ mod tests {
 
     /// A random tape: each op reads one or two of the last few tensors (a random DAG with
     /// skips), has a random output size (odd numbers included) and maybe a weight.
-    pub(super) fn random_tape(seed: u64, ops: usize) -> Vec<Interval> {
+    fn random_tape(seed: u64, ops: usize) -> Vec<Interval> {
         let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         let mut next = move || {
             s = s
@@ -1119,6 +1215,32 @@ mod tests {
             tp.op(size, &ins, &saved, w);
         }
         tp.liveness()
+    }
+
+    /// Random autodiff tapes (random DAGs with skips, sizes from bytes to megabytes): not a
+    /// typical network, so no ratio bound is asserted; the statistics are printed to watch the
+    /// heuristic.
+    #[test]
+    fn random_tapes() {
+        let (mut worst, mut sum, mut over) = (1.0f64, 0.0, 0);
+        let seeds = 200;
+        for seed in 0..seeds {
+            let reqs = random_tape(seed, 150);
+            let p = place_ok(&reqs, 64);
+            let base: u64 = reqs
+                .iter()
+                .filter(|r| r.persistent)
+                .map(|r| r.bytes.div_ceil(64) * 64)
+                .sum();
+            let r = (p.arena_bytes - base) as f64 / (p.lower_bound - base) as f64;
+            worst = worst.max(r);
+            sum += r;
+            over += usize::from(r > 1.02);
+        }
+        println!(
+            "random tapes: transient ratio mean {:.4} worst {worst:.4}, {over}/{seeds} above 1.02",
+            sum / seeds as f64
+        );
     }
 
     #[test]
@@ -1227,8 +1349,7 @@ mod tests {
             prop_assert!(free.offsets.iter().all(|o| o % align == 0));
             prop_assert!(
                 free.strategy == "trivial"
-                    || STRATEGIES.contains(&free.strategy)
-                    || COMPACTED.contains(&free.strategy)
+                    || VARIANTS.iter().flatten().any(|v| *v == free.strategy)
             );
             // persistent intervals: contiguous at the bottom, in input order
             let mut base = 0;
@@ -1278,23 +1399,5 @@ mod tests {
                 prop_assert!(check_placement(&reqs, &bad, 8).is_err());
             }
         }
-    }
-}
-#[cfg(test)]
-mod scratch_random_tape {
-    use super::tests::*;
-    #[test]
-    fn scratch_random_tape() {
-        let mut worst: f64 = 1.0;
-        for seed in 0..200u64 {
-            let reqs = random_tape(seed, 150);
-            let p = super::place(&reqs, 64, None).unwrap();
-            let r = p.arena_bytes as f64 / p.lower_bound as f64;
-            if r > worst {
-                worst = r;
-                println!("seed {seed} n={} ratio {r:.4} {}", reqs.len(), p.strategy);
-            }
-        }
-        println!("worst {worst:.4}");
     }
 }
