@@ -981,13 +981,9 @@ mod tests {
         // act[0] is the input batch, read by the backward of layer 0.
         t.buf(sizes[0], 0, bwd(0));
         for i in 0..l {
-            // act[i+1], produced at forward step i, last read by the backward of layer i.
-            let last = if i + 1 < l {
-                bwd(i + 1).max(bwd(i))
-            } else {
-                bwd(i)
-            };
-            t.buf(sizes[i + 1], i, last);
+            // act[i+1], produced at forward step i, read by the backward of layer i+1 (as its
+            // input) and last by the backward of layer i (ReLU mask).
+            t.buf(sizes[i + 1], i, bwd(i));
             if temp {
                 // a forward scratch buffer (im2col / workspace) of the layer
                 t.buf(sizes[i] / 2 + 7, i, i);
