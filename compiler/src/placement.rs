@@ -1294,6 +1294,8 @@ mod tests {
             );
             if n <= 5_000 {
                 check_placement(&reqs, &p, 64).expect("valid");
+                // the threaded path gives the same answer every time
+                assert_eq!(place(&reqs, 64, None), Ok(p));
             }
         }
         // Training-shaped: a deep transformer (every saved activation is live at the turn from
