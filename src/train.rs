@@ -1,0 +1,539 @@
+//! `dmc run`, `dmc eval`, `dmc predict`: compile a program, bind data and weights, drive the backend.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Args, ValueEnum};
+use dmc_compiler::op::DType;
+use dmc_compiler::plan::{Mode, Plan};
+use dmc_compiler::CompileOptions;
+use dmc_grammar::model::{LossKind, Model};
+use dmc_runtime::io::{self, Dataset, Task, TensorRole, TensorSpec};
+use dmc_runtime::{CpuBackend, InputData};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::error::CliError;
+use crate::size::{human, parse_size};
+
+/// Where to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Device {
+    /// CUDA when a driver and a GPU are present, else the CPU (saying why).
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+/// Options shared by `run`, `eval` and `predict`.
+#[derive(Debug, Clone, Args)]
+pub struct CommonArgs {
+    /// The program (.dm file).
+    pub file: PathBuf,
+    /// Batch size (overrides the program's `train { batch }`).
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// Device to run on.
+    #[arg(long, value_enum, default_value_t = Device::Auto)]
+    pub device: Device,
+    /// Memory cap for the planned arena, e.g. `900MB`, `1GiB`, `1.5G` or bytes.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub vram_cap: Option<u64>,
+    /// Weights to start from (.safetensors; names as `conv3.weight`).
+    #[arg(long, value_name = "FILE")]
+    pub init: Option<PathBuf>,
+    /// Data: a .safetensors file, a directory of <name>.npy, or `x=a.npy,y=b.npy`; tensors named after
+    /// the program's inputs and targets, first dimension = samples.
+    #[arg(long, value_name = "FILE")]
+    pub data: Option<String>,
+    /// Seed for initialisation, synthetic data, shuffling and dropout.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Fill dead buffers with NaN after each kernel, so that a planning bug shows up as NaN.
+    #[arg(long)]
+    pub poison: bool,
+    /// Verify the IR after every pass and check the plan (always on in debug builds).
+    #[arg(long)]
+    pub verify: bool,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Number of training steps (default: one epoch, or the program's `epochs`).
+    #[arg(long, conflicts_with = "epochs")]
+    pub steps: Option<usize>,
+    /// Number of epochs over the data.
+    #[arg(long)]
+    pub epochs: Option<usize>,
+    /// Learning rate (overrides the program's optimizer).
+    #[arg(long)]
+    pub lr: Option<f32>,
+    /// Validation data (same format as --data); reports loss (and accuracy) after each epoch.
+    #[arg(long, value_name = "FILE", conflicts_with = "val_split")]
+    pub val: Option<String>,
+    /// Hold out this fraction of the data for validation.
+    #[arg(long, value_name = "FRACTION")]
+    pub val_split: Option<f64>,
+    /// Save the trained weights here (.safetensors, written atomically; also on Ctrl-C and on NaN).
+    #[arg(long, value_name = "FILE")]
+    pub save: Option<PathBuf>,
+    /// Samples in the synthetic data set used without --data.
+    #[arg(long, default_value_t = 1024)]
+    pub synthetic_samples: usize,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct EvalArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct PredictArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Where to write the outputs (.safetensors or .npy), one row per input sample.
+    #[arg(long, short, value_name = "FILE")]
+    pub output: PathBuf,
+}
+
+const DEFAULT_SEED: u64 = 0;
+
+/// Loads and checks a program.
+pub fn load_model(file: &Path) -> Result<(Model, String), CliError> {
+    crate::load_program(file)
+}
+
+fn seed_of(common: &CommonArgs, model: &Model) -> u64 {
+    common.seed.or(model.train.seed).unwrap_or(DEFAULT_SEED)
+}
+
+/// Resolves `--device`: only the CPU backend exists in this build.
+fn resolve_device(d: Device, quiet: bool) -> Result<(), CliError> {
+    match d {
+        Device::Cpu => Ok(()),
+        Device::Cuda => Err(CliError::Usage(
+            "--device cuda: this build of dmc has no CUDA backend yet (it is planned); \
+             run on the CPU with --device cpu (or --device auto)"
+                .into(),
+        )),
+        Device::Auto => {
+            if !quiet {
+                eprintln!("device: cpu (this build of dmc has no CUDA backend yet)");
+            }
+            Ok(())
+        }
+    }
+}
+
+fn compile(
+    model: &Model,
+    common: &CommonArgs,
+    mode: Mode,
+    lr: Option<f32>,
+) -> Result<Plan, CliError> {
+    let opts = CompileOptions {
+        mode,
+        batch: common.batch,
+        lr,
+        cap: common.vram_cap,
+        verify: common.verify || cfg!(debug_assertions),
+        ..CompileOptions::default()
+    };
+    Ok(dmc_compiler::compile(model, &opts)?)
+}
+
+fn task_of(model: &Model) -> Task {
+    match model.loss.kind {
+        LossKind::CrossEntropy => Task::Classification {
+            classes: model.shape(model.loss.pred).last().copied().unwrap_or(1),
+        },
+        LossKind::Mse => Task::Regression,
+    }
+}
+
+fn classes_of(model: &Model) -> Option<usize> {
+    match task_of(model) {
+        Task::Classification { classes } => Some(classes),
+        Task::Regression => None,
+    }
+}
+
+/// Loads `--data`, or makes the seeded synthetic data set (announced).
+fn load_data(
+    spec_src: &Plan,
+    model: &Model,
+    data: Option<&str>,
+    samples: usize,
+    seed: u64,
+    quiet: bool,
+    with_targets: bool,
+) -> Result<Dataset, CliError> {
+    let mut specs = TensorSpec::from_plan(spec_src);
+    if !with_targets {
+        specs.retain(|s| s.role == TensorRole::Input);
+    }
+    let ds = match data {
+        Some(d) => {
+            let ds = Dataset::load(Path::new(d), &specs)?;
+            if !ds.ignored().is_empty() && !quiet {
+                eprintln!("note: ignoring tensors not used by the program: {}", ds.ignored().join(", "));
+            }
+            ds
+        }
+        None => {
+            let task = task_of(model);
+            if !quiet {
+                let what = match task {
+                    Task::Classification { classes } => {
+                        format!("labels from a random linear teacher over {classes} classes")
+                    }
+                    Task::Regression => "targets from a random linear teacher".to_string(),
+                };
+                eprintln!(
+                    "no --data given: using a seeded synthetic data set ({samples} samples, inputs ~ U[0,1), {what}, seed {seed})"
+                );
+            }
+            Dataset::synthetic(&specs, samples, seed, task)?
+        }
+    };
+    if with_targets {
+        if let Some(classes) = classes_of(model) {
+            for t in specs.iter().filter(|s| s.role == TensorRole::Target && s.dtype == DType::I32) {
+                ds.check_classes(&t.name, classes)?;
+            }
+        }
+    }
+    Ok(ds)
+}
+
+/// Feeds one batch of `ds` (the samples `idx`) into the backend's input (and target) buffers.
+struct Feeder {
+    f32_buf: Vec<Vec<f32>>,
+    i32_buf: Vec<Vec<i32>>,
+    specs: Vec<(String, DType, usize)>,
+}
+
+impl Feeder {
+    fn new(plan: &Plan, with_targets: bool) -> Feeder {
+        let mut specs = Vec::new();
+        let bindings = plan.inputs.iter().chain(if with_targets { &plan.targets[..] } else { &[] });
+        for b in bindings {
+            specs.push((b.name.clone(), b.dtype, b.shape.iter().product()));
+        }
+        let f32_buf = specs.iter().map(|(_, d, n)| if *d == DType::F32 { vec![0.0; *n] } else { vec![] }).collect();
+        let i32_buf = specs.iter().map(|(_, d, n)| if *d == DType::I32 { vec![0; *n] } else { vec![] }).collect();
+        Feeder { f32_buf, i32_buf, specs }
+    }
+
+    fn feed(&mut self, be: &mut CpuBackend, ds: &Dataset, idx: &[usize]) -> Result<(), CliError> {
+        for (i, (name, dtype, _)) in self.specs.iter().enumerate() {
+            match dtype {
+                DType::I32 => {
+                    ds.fill_i32(name, idx, &mut self.i32_buf[i])?;
+                    be.set_input(name, InputData::I32(&self.i32_buf[i]))?;
+                }
+                _ => {
+                    ds.fill_f32(name, idx, &mut self.f32_buf[i])?;
+                    be.set_input(name, InputData::F32(&self.f32_buf[i]))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn param_list(be: &CpuBackend) -> Vec<(String, Vec<usize>)> {
+    be.params().map(|(n, s, _)| (n.to_string(), s.to_vec())).collect()
+}
+
+/// Initialise parameters: seeded He/Glorot, or from `--init`.
+fn init_params(be: &mut CpuBackend, init: Option<&Path>, seed: u64) -> Result<(), CliError> {
+    match init {
+        None => be.init_params(seed),
+        Some(p) => {
+            be.init_params(seed);
+            let expected = param_list(be);
+            for (name, data) in io::load_weights(p, &expected)? {
+                be.set_param(&name, &data)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn save(be: &CpuBackend, path: &Path) -> Result<(), CliError> {
+    let tensors: Vec<(String, Vec<usize>, &[f32])> =
+        be.params().map(|(n, s, d)| (n.to_string(), s.to_vec(), d)).collect();
+    io::save_weights(path, &tensors)?;
+    Ok(())
+}
+
+fn all_params_finite(be: &CpuBackend) -> bool {
+    be.params().all(|(_, _, d)| d.iter().all(|v| v.is_finite()))
+}
+
+/// Metrics over a data set: mean loss and (for classification) accuracy, computed per sample from the
+/// network's outputs so that padded samples of the last batch are not counted.
+pub struct Metrics {
+    pub loss: f64,
+    pub accuracy: Option<f64>,
+    pub samples: usize,
+}
+
+fn evaluate(be: &mut CpuBackend, model: &Model, ds: &Dataset, batch: usize) -> Result<Metrics, CliError> {
+    let plan = be.plan().clone();
+    let mut feeder = Feeder::new(&plan, true);
+    let epoch = ds.in_order_padded(batch)?;
+    let target = &plan.targets[0].name;
+    let per = plan.output.shape[1..].iter().product::<usize>().max(1);
+    let (mut loss_sum, mut correct, mut n) = (0f64, 0usize, 0usize);
+    for b in 0..epoch.num_batches() {
+        let idx = epoch.batch(b);
+        feeder.feed(be, ds, idx)?;
+        be.run(1, 0)?;
+        let out = be.output();
+        for (j, &sample) in idx.iter().enumerate().take(epoch.valid(b)) {
+            let row = &out[j * per..(j + 1) * per];
+            match model.loss.kind {
+                LossKind::Mse => {
+                    let t = ds.tensor_f32(target).unwrap_or(&[]);
+                    let tr = &t[sample * per..(sample + 1) * per];
+                    let se: f64 = row.iter().zip(tr).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
+                    loss_sum += se / per as f64;
+                }
+                LossKind::CrossEntropy => {
+                    let label = ds.tensor_i32(target).unwrap_or(&[])[sample] as usize;
+                    let m = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
+                    let lse = m + row.iter().map(|&v| (v as f64 - m).exp()).sum::<f64>().ln();
+                    loss_sum += lse - row[label] as f64;
+                    let arg = row
+                        .iter()
+                        .enumerate()
+                        .fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &v)| if v > bv { (i, v) } else { (bi, bv) })
+                        .0;
+                    correct += usize::from(arg == label);
+                }
+            }
+            n += 1;
+        }
+    }
+    let accuracy = (model.loss.kind == LossKind::CrossEntropy).then(|| correct as f64 / n.max(1) as f64);
+    Ok(Metrics { loss: loss_sum / n.max(1) as f64, accuracy, samples: n })
+}
+
+fn fmt_metrics(m: &Metrics) -> String {
+    match m.accuracy {
+        Some(a) => format!("loss {:.6}, accuracy {:.2}% ({} samples)", m.loss, a * 100.0, m.samples),
+        None => format!("loss {:.6} ({} samples)", m.loss, m.samples),
+    }
+}
+
+/// `dmc run`.
+pub fn run(args: &RunArgs) -> Result<(), CliError> {
+    let c = &args.common;
+    resolve_device(c.device, c.quiet)?;
+    let (model, _) = load_model(&c.file)?;
+    let seed = seed_of(c, &model);
+    if let Some(p) = &args.save {
+        io::check_writable(p)?;
+    }
+    let plan = compile(&model, c, Mode::Train, args.lr)?;
+    let batch = plan.batch;
+
+    let data = load_data(&plan, &model, c.data.as_deref(), args.synthetic_samples, seed, c.quiet, true)?;
+    let (train, val) = match (&args.val, args.val_split) {
+        (Some(v), _) => {
+            let val = load_data(&plan, &model, Some(v), 0, seed, c.quiet, true)?;
+            (data, Some(val))
+        }
+        (None, Some(f)) => {
+            let (t, v) = data.split(f, seed)?;
+            (t, Some(v))
+        }
+        (None, None) => (data, None),
+    };
+    if train.len() < batch {
+        return Err(CliError::Usage(format!(
+            "the training data has {} samples, fewer than one batch of {batch}; use a smaller --batch or more data",
+            train.len()
+        )));
+    }
+    let per_epoch = train.len() / batch;
+    let (total_steps, epochs) = match (args.steps, args.epochs.or(model.train.epochs)) {
+        (Some(s), _) => (s, s.div_ceil(per_epoch)),
+        (None, Some(e)) => (e * per_epoch, e),
+        (None, None) => (per_epoch, 1),
+    };
+
+    let mut be = CpuBackend::new(plan.clone())?;
+    be.set_poison(c.poison);
+    init_params(&mut be, c.init.as_deref(), seed)?;
+    let mut val_be = match &val {
+        Some(_) => Some(CpuBackend::new(compile(&model, c, Mode::Eval, None)?)?),
+        None => None,
+    };
+
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        // A second Ctrl-C while saving kills the process the usual way.
+        let _ = ctrlc::set_handler(move || {
+            if stop.swap(true, Ordering::SeqCst) {
+                std::process::exit(130);
+            }
+        });
+    }
+
+    if !c.quiet {
+        eprintln!(
+            "training {} on {} samples: {total_steps} steps of batch {batch} ({per_epoch} steps per epoch), arena {}",
+            c.file.display(),
+            train.len(),
+            human(plan.arena_bytes)
+        );
+    }
+    let pb = if c.quiet { ProgressBar::hidden() } else { ProgressBar::new(total_steps as u64) };
+    pb.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} steps  {msg}  [{elapsed_precise} < {eta}]")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+
+    let mut feeder = Feeder::new(&plan, true);
+    dmc_runtime::alloc::reset_peak();
+    let base = dmc_runtime::alloc::current();
+    let mut step: usize = 0;
+    let mut last_loss = f32::NAN;
+    let mut step_time = Duration::ZERO;
+    let mut interrupted = false;
+    let mut nan_at: Option<usize> = None;
+    'outer: for epoch in 0..epochs {
+        let order = train.epoch(batch, seed, epoch as u64)?;
+        for idx in order.batches() {
+            if step >= total_steps {
+                break 'outer;
+            }
+            if stop.load(Ordering::SeqCst) {
+                interrupted = true;
+                break 'outer;
+            }
+            feeder.feed(&mut be, &train, idx)?;
+            let t0 = Instant::now();
+            let loss = be.run(step as u64 + 1, seed)?;
+            step_time += t0.elapsed();
+            step += 1;
+            if !loss.is_finite() {
+                nan_at = Some(step);
+                break 'outer;
+            }
+            last_loss = loss;
+            let sps = (step * batch) as f64 / step_time.as_secs_f64().max(1e-9);
+            pb.set_message(format!("loss {loss:.6}  {sps:.1} samples/s"));
+            pb.inc(1);
+        }
+        if let (Some(vb), Some(v)) = (val_be.as_mut(), val.as_ref()) {
+            for (name, _, data) in be.params() {
+                vb.set_param(name, data)?;
+            }
+            let m = evaluate(vb, &model, v, batch)?;
+            pb.println(format!("epoch {}: validation {}", epoch + 1, fmt_metrics(&m)));
+        }
+    }
+    pb.finish_and_clear();
+    let measured = dmc_runtime::alloc::peak().saturating_sub(base);
+
+    if let Some(at) = nan_at {
+        let mut msg = format!(
+            "training stopped: the loss became NaN or infinite at step {at} (last finite loss {last_loss:.6}); \
+             lower the learning rate (--lr) or check the data for extreme values"
+        );
+        if let Some(p) = &args.save {
+            if all_params_finite(&be) {
+                save(&be, p)?;
+                msg.push_str(&format!("; the last weights were saved to {}", p.display()));
+            } else {
+                msg.push_str(&format!(
+                    "; the weights already contain NaN/Inf, so {} was NOT overwritten",
+                    p.display()
+                ));
+            }
+        }
+        return Err(CliError::Training(msg));
+    }
+    if let Some(p) = &args.save {
+        save(&be, p)?;
+    }
+    let per_step = step_time.as_secs_f64() / step.max(1) as f64;
+    println!(
+        "{} steps, final loss {last_loss:.6}, {:.1} ms/step, arena {} (planned {} B; measured peak of step allocations {} B){}",
+        step,
+        per_step * 1e3,
+        human(plan.arena_bytes),
+        plan.arena_bytes,
+        measured,
+        match &args.save {
+            Some(p) => format!(", weights saved to {}", p.display()),
+            None => String::new(),
+        }
+    );
+    if interrupted {
+        return Err(CliError::Interrupted);
+    }
+    Ok(())
+}
+
+/// `dmc eval`.
+pub fn eval(args: &EvalArgs) -> Result<(), CliError> {
+    let c = &args.common;
+    resolve_device(c.device, c.quiet)?;
+    let (model, _) = load_model(&c.file)?;
+    if c.init.is_none() && !c.quiet {
+        eprintln!("warning: no --init given: evaluating freshly initialised weights");
+    }
+    let seed = seed_of(c, &model);
+    let plan = compile(&model, c, Mode::Eval, None)?;
+    let batch = plan.batch;
+    let ds = load_data(&plan, &model, c.data.as_deref(), 1024, seed, c.quiet, true)?;
+    let mut be = CpuBackend::new(plan)?;
+    init_params(&mut be, c.init.as_deref(), seed)?;
+    let m = evaluate(&mut be, &model, &ds, batch)?;
+    println!("{}", fmt_metrics(&m));
+    Ok(())
+}
+
+/// `dmc predict`.
+pub fn predict(args: &PredictArgs) -> Result<(), CliError> {
+    let c = &args.common;
+    resolve_device(c.device, c.quiet)?;
+    let (model, _) = load_model(&c.file)?;
+    io::check_writable(&args.output)?;
+    if c.init.is_none() && !c.quiet {
+        eprintln!("warning: no --init given: predicting with freshly initialised weights");
+    }
+    let seed = seed_of(c, &model);
+    let plan = compile(&model, c, Mode::Predict, None)?;
+    let batch = plan.batch;
+    let ds = load_data(&plan, &model, c.data.as_deref(), 64, seed, c.quiet, false)?;
+    let mut be = CpuBackend::new(plan.clone())?;
+    init_params(&mut be, c.init.as_deref(), seed)?;
+    let mut feeder = Feeder::new(&plan, false);
+    let per: usize = plan.output.shape[1..].iter().product::<usize>().max(1);
+    let mut out = Vec::with_capacity(ds.len() * per);
+    let epoch = ds.in_order_padded(batch)?;
+    for b in 0..epoch.num_batches() {
+        feeder.feed(&mut be, &ds, epoch.batch(b))?;
+        be.run(1, seed)?;
+        out.extend_from_slice(&be.output()[..epoch.valid(b) * per]);
+    }
+    let mut shape = vec![ds.len()];
+    shape.extend_from_slice(&plan.output.shape[1..]);
+    io::write_tensor(&args.output, &plan.output.name, &shape, &out)?;
+    println!("wrote {} predictions of shape {:?} to {}", ds.len(), &shape[1..], args.output.display());
+    Ok(())
+}
