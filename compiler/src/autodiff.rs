@@ -22,14 +22,25 @@ type Grads = Vec<Option<Value>>;
 /// The VJP table: given node `n` (forward) and the gradient `dy` of its output 0 (`None` for the
 /// loss, whose gradient is 1), adds the backward nodes and returns one gradient per input slot
 /// for the slots flagged in `need`.
-pub fn vjp(g: &mut Graph, n: NodeIndex, dy: Option<Value>, need: &[bool]) -> Result<Grads, CompileError> {
+pub fn vjp(
+    g: &mut Graph,
+    n: NodeIndex,
+    dy: Option<Value>,
+    need: &[bool],
+) -> Result<Grads, CompileError> {
     let node = g.node(n).clone();
     let x: Vec<Value> = g.inputs(n);
     let nin = x.len();
     let mut out: Grads = vec![None; nin];
     let bw = Phase::Backward;
     let gname = |v: Value, g: &Graph| format!("grad {}", g.node(v.0).name);
-    let missing = || CompileError::Internal(format!("vjp of `{}` ({}) needs dy", node.name, node.op.kind_name()));
+    let missing = || {
+        CompileError::Internal(format!(
+            "vjp of `{}` ({}) needs dy",
+            node.name,
+            node.op.kind_name()
+        ))
+    };
     let want = |i: usize| need.get(i).copied().unwrap_or(false);
     match &node.op {
         // d/dx of a leaf: nothing to propagate.
@@ -40,11 +51,29 @@ pub fn vjp(g: &mut Graph, n: NodeIndex, dy: Option<Value>, need: &[bool]) -> Res
             if want(0) {
                 let hint = g.ty(x[0]).clone();
                 let name = gname(x[0], g);
-                out[0] = Some((g.add_node(Op::Conv2dBwdData { geom: *geom }, &[dy, x[1]], name, bw, Some(&hint))?, 0));
+                out[0] = Some((
+                    g.add_node(
+                        Op::Conv2dBwdData { geom: *geom },
+                        &[dy, x[1]],
+                        name,
+                        bw,
+                        Some(&hint),
+                    )?,
+                    0,
+                ));
             }
             if want(1) {
                 let name = gname(x[1], g);
-                out[1] = Some((g.add_node(Op::Conv2dBwdWeight { geom: *geom }, &[x[0], dy], name, bw, None)?, 0));
+                out[1] = Some((
+                    g.add_node(
+                        Op::Conv2dBwdWeight { geom: *geom },
+                        &[x[0], dy],
+                        name,
+                        bw,
+                        None,
+                    )?,
+                    0,
+                ));
             }
             if nin > 2 && want(2) {
                 let name = gname(x[2], g);
@@ -56,11 +85,17 @@ pub fn vjp(g: &mut Graph, n: NodeIndex, dy: Option<Value>, need: &[bool]) -> Res
             let dy = dy.ok_or_else(missing)?;
             if want(0) {
                 let name = gname(x[0], g);
-                out[0] = Some((g.add_node(Op::DenseBwdData, &[dy, x[1]], name, bw, None)?, 0));
+                out[0] = Some((
+                    g.add_node(Op::DenseBwdData, &[dy, x[1]], name, bw, None)?,
+                    0,
+                ));
             }
             if want(1) {
                 let name = gname(x[1], g);
-                out[1] = Some((g.add_node(Op::DenseBwdWeight, &[x[0], dy], name, bw, None)?, 0));
+                out[1] = Some((
+                    g.add_node(Op::DenseBwdWeight, &[x[0], dy], name, bw, None)?,
+                    0,
+                ));
             }
             if nin > 2 && want(2) {
                 let name = gname(x[2], g);
@@ -73,7 +108,16 @@ pub fn vjp(g: &mut Graph, n: NodeIndex, dy: Option<Value>, need: &[bool]) -> Res
             if want(0) {
                 let hint = g.ty(x[0]).clone();
                 let name = gname(x[0], g);
-                out[0] = Some((g.add_node(Op::MaxPoolBwd { geom: *geom }, &[dy, (n, 1)], name, bw, Some(&hint))?, 0));
+                out[0] = Some((
+                    g.add_node(
+                        Op::MaxPoolBwd { geom: *geom },
+                        &[dy, (n, 1)],
+                        name,
+                        bw,
+                        Some(&hint),
+                    )?,
+                    0,
+                ));
             }
         }
         // d/dx avgpool: dy / size^2 spread over each window
@@ -82,7 +126,10 @@ pub fn vjp(g: &mut Graph, n: NodeIndex, dy: Option<Value>, need: &[bool]) -> Res
             if want(0) {
                 let hint = g.ty(x[0]).clone();
                 let name = gname(x[0], g);
-                out[0] = Some((g.add_node(Op::AvgPoolBwd { geom: *geom }, &[dy], name, bw, Some(&hint))?, 0));
+                out[0] = Some((
+                    g.add_node(Op::AvgPoolBwd { geom: *geom }, &[dy], name, bw, Some(&hint))?,
+                    0,
+                ));
             }
         }
         // d/dx mean_hw x: dy / (H*W) broadcast over H, W
@@ -91,7 +138,10 @@ pub fn vjp(g: &mut Graph, n: NodeIndex, dy: Option<Value>, need: &[bool]) -> Res
             if want(0) {
                 let hint = g.ty(x[0]).clone();
                 let name = gname(x[0], g);
-                out[0] = Some((g.add_node(Op::GlobalAvgPoolBwd, &[dy], name, bw, Some(&hint))?, 0));
+                out[0] = Some((
+                    g.add_node(Op::GlobalAvgPoolBwd, &[dy], name, bw, Some(&hint))?,
+                    0,
+                ));
             }
         }
         // d/dx reshape(x): reshape(dy) back to x's shape
@@ -109,7 +159,10 @@ pub fn vjp(g: &mut Graph, n: NodeIndex, dy: Option<Value>, need: &[bool]) -> Res
             if want(0) {
                 let saved = if *k == UnaryKind::Gelu { x[0] } else { (n, 0) };
                 let name = gname(x[0], g);
-                out[0] = Some((g.add_node(Op::UnaryBwd(*k), &[saved, dy], name, bw, None)?, 0));
+                out[0] = Some((
+                    g.add_node(Op::UnaryBwd(*k), &[saved, dy], name, bw, None)?,
+                    0,
+                ));
             }
         }
         // d/da (a+b) = dy, d/db (a+b) = dy
@@ -126,21 +179,30 @@ pub fn vjp(g: &mut Graph, n: NodeIndex, dy: Option<Value>, need: &[bool]) -> Res
             let dy = dy.ok_or_else(missing)?;
             if want(0) {
                 let name = gname(x[0], g);
-                out[0] = Some((g.add_node(Op::DropoutBwd { p: *p, salt: *salt }, &[dy], name, bw, None)?, 0));
+                out[0] = Some((
+                    g.add_node(Op::DropoutBwd { p: *p, salt: *salt }, &[dy], name, bw, None)?,
+                    0,
+                ));
             }
         }
         // d/dpred mean((pred-target)^2) = 2 (pred - target) / numel   (seeds the backward pass)
         Op::MseLoss => {
             if want(0) {
                 let name = gname(x[0], g);
-                out[0] = Some((g.add_node(Op::MseLossBwd, &[x[0], x[1]], name, bw, None)?, 0));
+                out[0] = Some((
+                    g.add_node(Op::MseLossBwd, &[x[0], x[1]], name, bw, None)?,
+                    0,
+                ));
             }
         }
         // d/dlogits CE = (softmax(logits) - onehot(label)) / N   (seeds the backward pass)
         Op::CrossEntropyLoss => {
             if want(0) {
                 let name = gname(x[0], g);
-                out[0] = Some((g.add_node(Op::CrossEntropyLossBwd, &[x[0], x[1]], name, bw, None)?, 0));
+                out[0] = Some((
+                    g.add_node(Op::CrossEntropyLossBwd, &[x[0], x[1]], name, bw, None)?,
+                    0,
+                ));
             }
         }
         // d/dx of backward and update ops: second-order autodiff is not supported.
@@ -174,8 +236,12 @@ pub fn autodiff(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> {
     if ctx.mode != Mode::Train {
         return Ok(false);
     }
-    let loss = g.loss.ok_or_else(|| CompileError::Internal("autodiff: no loss".into()))?;
-    let order = g.topo_order().map_err(|n| CompileError::Internal(format!("autodiff: cycle at {n:?}")))?;
+    let loss = g
+        .loss
+        .ok_or_else(|| CompileError::Internal("autodiff: no loss".into()))?;
+    let order = g
+        .topo_order()
+        .map_err(|n| CompileError::Internal(format!("autodiff: cycle at {n:?}")))?;
 
     // Nodes whose outputs depend on a parameter (forward sweep).
     let mut depends: BTreeSet<NodeIndex> = BTreeSet::new();
@@ -214,7 +280,10 @@ pub fn autodiff(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> {
             }
         };
         let ins = g.inputs(n);
-        let need: Vec<bool> = ins.iter().map(|v| carries(g, *v) && useful.contains(&v.0)).collect();
+        let need: Vec<bool> = ins
+            .iter()
+            .map(|v| carries(g, *v) && useful.contains(&v.0))
+            .collect();
         let contribs = vjp(g, n, dy, &need)?;
         for (v, c) in ins.iter().zip(contribs) {
             let Some(c) = c else { continue };
@@ -222,7 +291,10 @@ pub fn autodiff(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> {
                 None => c,
                 Some(prev) => {
                     let name = format!("grad {} (sum)", g.node(v.0).name);
-                    (g.add_node(Op::Add, &[*prev, c], name, Phase::Backward, None)?, 0)
+                    (
+                        g.add_node(Op::Add, &[*prev, c], name, Phase::Backward, None)?,
+                        0,
+                    )
                 }
             };
             grad.insert(*v, acc);

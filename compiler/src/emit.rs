@@ -15,7 +15,10 @@ use crate::error::CompileError;
 use crate::ir::{Graph, Phase, Value};
 use crate::op::{conv_workspace_elems, DType, Op};
 use crate::passes::Ctx;
-use crate::plan::{Buffer, BufferId, BufferKind, Init, IoBinding, Kernel, Mode, ParamBinding, Plan, Step, FORMAT_VERSION};
+use crate::plan::{
+    Buffer, BufferId, BufferKind, Init, IoBinding, Kernel, Mode, ParamBinding, Plan, Step,
+    FORMAT_VERSION,
+};
 use crate::planner::{place, BufferReq};
 
 struct Buf {
@@ -53,14 +56,27 @@ fn kind_of(g: &Graph, root: Value) -> BufferKind {
 fn workspace_elems(g: &Graph, n: NodeIndex) -> Option<usize> {
     let ins = g.inputs(n);
     match &g.node(n).op {
-        Op::Conv2d { geom, .. } => Some(conv_workspace_elems(geom, &g.ty(ins[0]).shape, &g.node(n).outputs[0].shape)),
-        Op::Conv2dBwdWeight { geom } => Some(conv_workspace_elems(geom, &g.ty(ins[0]).shape, &g.ty(ins[1]).shape)),
+        Op::Conv2d { geom, .. } => Some(conv_workspace_elems(
+            geom,
+            &g.ty(ins[0]).shape,
+            &g.node(n).outputs[0].shape,
+        )),
+        Op::Conv2dBwdWeight { geom } => Some(conv_workspace_elems(
+            geom,
+            &g.ty(ins[0]).shape,
+            &g.ty(ins[1]).shape,
+        )),
         _ => None,
     }
 }
 
 /// Builds the plan for `g` executed in `order` (kernel nodes only, see [`crate::schedule`]).
-pub fn emit(g: &Graph, order: &[NodeIndex], ctx: &Ctx, cap: Option<u64>) -> Result<Plan, CompileError> {
+pub fn emit(
+    g: &Graph,
+    order: &[NodeIndex],
+    ctx: &Ctx,
+    cap: Option<u64>,
+) -> Result<Plan, CompileError> {
     let mut bufs: Vec<Buf> = vec![];
     let mut of: HashMap<Value, BufferId> = HashMap::new();
     let new_buf = |bufs: &mut Vec<Buf>, g: &Graph, v: Value| -> BufferId {
@@ -105,7 +121,11 @@ pub fn emit(g: &Graph, order: &[NodeIndex], ctx: &Ctx, cap: Option<u64>) -> Resu
         for v in &ins {
             let root = g.buffer_root(*v);
             let id = *of.get(&root).ok_or_else(|| {
-                CompileError::Internal(format!("step {s} `{}` reads `{}` before it is produced", node.name, value_name(g, root)))
+                CompileError::Internal(format!(
+                    "step {s} `{}` reads `{}` before it is produced",
+                    node.name,
+                    value_name(g, root)
+                ))
             })?;
             bufs[id].last_read = Some(s);
             args.push(id);
@@ -148,10 +168,16 @@ pub fn emit(g: &Graph, order: &[NodeIndex], ctx: &Ctx, cap: Option<u64>) -> Resu
                 sig.params.len()
             )));
         }
-        let kernel = match kernels.iter().position(|k| k.op == *op && k.arg_shapes == shapes) {
+        let kernel = match kernels
+            .iter()
+            .position(|k| k.op == *op && k.arg_shapes == shapes)
+        {
             Some(k) => k,
             None => {
-                let same_kind = kernels.iter().filter(|k| k.op.kind_name() == op.kind_name()).count();
+                let same_kind = kernels
+                    .iter()
+                    .filter(|k| k.op.kind_name() == op.kind_name())
+                    .count();
                 kernels.push(Kernel {
                     id: kernels.len(),
                     name: format!("{}_{same_kind}", op.kind_name()),
@@ -166,7 +192,11 @@ pub fn emit(g: &Graph, order: &[NodeIndex], ctx: &Ctx, cap: Option<u64>) -> Resu
             Phase::Forward => format!("{} forward", node.name),
             _ => node.name.clone(),
         };
-        steps.push(Step { kernel, args, label });
+        steps.push(Step {
+            kernel,
+            args,
+            label,
+        });
     }
 
     // The loss and the output are read by the runtime after the last step.
@@ -202,14 +232,27 @@ pub fn emit(g: &Graph, order: &[NodeIndex], ctx: &Ctx, cap: Option<u64>) -> Resu
             let live = if b.persistent {
                 (0, last)
             } else {
-                let start = if b.kind == BufferKind::Input { 0 } else { b.first_write.unwrap_or(0) };
-                let mut end = b.last_read.unwrap_or(start).max(b.first_write.unwrap_or(start)).max(start);
+                let start = if b.kind == BufferKind::Input {
+                    0
+                } else {
+                    b.first_write.unwrap_or(0)
+                };
+                let mut end = b
+                    .last_read
+                    .unwrap_or(start)
+                    .max(b.first_write.unwrap_or(start))
+                    .max(start);
                 if b.pinned {
                     end = last.max(start);
                 }
                 (start, end)
             };
-            BufferReq { bytes: b.bytes, live, persistent: b.persistent, kind: b.kind }
+            BufferReq {
+                bytes: b.bytes,
+                live,
+                persistent: b.persistent,
+                kind: b.kind,
+            }
         })
         .collect();
     let placement = place(&reqs, cap)?;
@@ -237,13 +280,26 @@ pub fn emit(g: &Graph, order: &[NodeIndex], ctx: &Ctx, cap: Option<u64>) -> Resu
             dtype: g.ty((n, 0)).dtype,
         })
     };
-    let inputs = g.inputs.iter().map(|n| io(*n)).collect::<Result<Vec<_>, _>>()?;
-    let targets = g.targets.iter().map(|n| io(*n)).collect::<Result<Vec<_>, _>>()?;
+    let inputs = g
+        .inputs
+        .iter()
+        .map(|n| io(*n))
+        .collect::<Result<Vec<_>, _>>()?;
+    let targets = g
+        .targets
+        .iter()
+        .map(|n| io(*n))
+        .collect::<Result<Vec<_>, _>>()?;
     let params = g
         .params
         .iter()
         .map(|(p, m)| {
-            Ok(ParamBinding { name: m.name.clone(), buffer: lookup(&of, (*p, 0))?, shape: m.shape.clone(), init: m.init })
+            Ok(ParamBinding {
+                name: m.name.clone(),
+                buffer: lookup(&of, (*p, 0))?,
+                shape: m.shape.clone(),
+                init: m.init,
+            })
         })
         .collect::<Result<Vec<_>, CompileError>>()?;
     let opt_state = g

@@ -18,24 +18,51 @@ pub enum CompileError {
     InvalidModel(String),
     /// Shape inference rejected a node while building the graph.
     #[error("node `{node}` ({op}): {source} [inputs: {inputs}]")]
-    Shape { node: String, op: &'static str, inputs: String, source: ShapeError },
+    Shape {
+        node: String,
+        op: &'static str,
+        inputs: String,
+        source: ShapeError,
+    },
     /// The IR verifier rejected the graph; names the pass that produced it.
     #[error(transparent)]
-    Verify(#[from] VerifyError),
+    Verify(Box<VerifyError>),
     /// The scheduler could not order the kernels (cycle through an in-place hazard).
     #[error("schedule: {0}")]
     Schedule(String),
     /// The plan needs more memory than the cap allows.
-    #[error("the plan needs {needed} bytes but the cap is {cap} bytes ({})", fmt_breakdown(breakdown))]
-    CapExceeded { needed: u64, cap: u64, breakdown: Vec<(BufferKind, u64)> },
+    #[error(
+        "the plan needs {needed} bytes but the cap is {cap} bytes ({})",
+        fmt_breakdown(breakdown)
+    )]
+    CapExceeded {
+        needed: u64,
+        cap: u64,
+        breakdown: Vec<(BufferKind, u64)>,
+    },
     /// The emitted plan failed the independent plan checker.
     #[error("emitted plan is invalid: {0}")]
-    PlanCheck(#[from] PlanCheckError),
+    PlanCheck(Box<PlanCheckError>),
     /// A compiler invariant was broken (a bug, not a user error).
     #[error("internal compiler error: {0}")]
     Internal(String),
 }
 
 fn fmt_breakdown(b: &[(BufferKind, u64)]) -> String {
-    b.iter().map(|(k, n)| format!("{k:?}: {n}")).collect::<Vec<_>>().join(", ")
+    b.iter()
+        .map(|(k, n)| format!("{k:?}: {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl From<VerifyError> for CompileError {
+    fn from(e: VerifyError) -> Self {
+        CompileError::Verify(Box::new(e))
+    }
+}
+
+impl From<PlanCheckError> for CompileError {
+    fn from(e: PlanCheckError) -> Self {
+        CompileError::PlanCheck(Box::new(e))
+    }
 }

@@ -31,7 +31,10 @@ impl TensorType {
         TensorType { shape, dtype }
     }
     pub fn f32(shape: Vec<usize>) -> Self {
-        TensorType { shape, dtype: DType::F32 }
+        TensorType {
+            shape,
+            dtype: DType::F32,
+        }
     }
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
@@ -55,7 +58,10 @@ impl fmt::Display for TensorType {
 
 /// Formats a list of types as `f32[1,2], i32[1]`.
 pub fn fmt_types(ts: &[TensorType]) -> String {
-    ts.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ")
+    ts.iter()
+        .map(|t| t.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Which part of the training step a node belongs to.
@@ -137,8 +143,19 @@ impl Graph {
     }
 
     /// Adds a leaf (input, parameter, optimizer state) of the given type.
-    pub fn add_leaf(&mut self, op: Op, ty: TensorType, name: impl Into<String>, phase: Phase) -> NodeIndex {
-        self.g.add_node(Node { op, outputs: vec![ty], name: name.into(), phase })
+    pub fn add_leaf(
+        &mut self,
+        op: Op,
+        ty: TensorType,
+        name: impl Into<String>,
+        phase: Phase,
+    ) -> NodeIndex {
+        self.g.add_node(Node {
+            op,
+            outputs: vec![ty],
+            name: name.into(),
+            phase,
+        })
     }
 
     /// Adds a kernel node consuming `inputs` (in slot order); its output types come from
@@ -155,7 +172,9 @@ impl Graph {
         let name = name.into();
         for v in inputs {
             if !self.g.contains_node(v.0) || v.1 >= self.g[v.0].outputs.len() {
-                return Err(CompileError::Internal(format!("node `{name}`: dangling input value {v:?}")));
+                return Err(CompileError::Internal(format!(
+                    "node `{name}`: dangling input value {v:?}"
+                )));
             }
         }
         let in_types: Vec<TensorType> = inputs.iter().map(|v| self.ty(*v).clone()).collect();
@@ -165,9 +184,21 @@ impl Graph {
             inputs: fmt_types(&in_types),
             source: e,
         })?;
-        let n = self.g.add_node(Node { op, outputs, name, phase });
+        let n = self.g.add_node(Node {
+            op,
+            outputs,
+            name,
+            phase,
+        });
         for (i, v) in inputs.iter().enumerate() {
-            self.g.add_edge(v.0, n, Edge { src_output: v.1, dst_input: i });
+            self.g.add_edge(
+                v.0,
+                n,
+                Edge {
+                    src_output: v.1,
+                    dst_input: i,
+                },
+            );
         }
         Ok(n)
     }
@@ -205,12 +236,18 @@ impl Graph {
 
     /// Distinct nodes consuming any output of `n`.
     pub fn successors(&self, n: NodeIndex) -> BTreeSet<NodeIndex> {
-        self.g.edges_directed(n, Direction::Outgoing).map(|e| e.target()).collect()
+        self.g
+            .edges_directed(n, Direction::Outgoing)
+            .map(|e| e.target())
+            .collect()
     }
 
     /// Distinct producers of `n`'s inputs.
     pub fn predecessors(&self, n: NodeIndex) -> BTreeSet<NodeIndex> {
-        self.g.edges_directed(n, Direction::Incoming).map(|e| e.source()).collect()
+        self.g
+            .edges_directed(n, Direction::Incoming)
+            .map(|e| e.source())
+            .collect()
     }
 
     /// Topological order (Kahn, smallest index first, so it follows creation order where it
@@ -220,7 +257,11 @@ impl Graph {
         for n in self.g.node_indices() {
             indeg.insert(n, self.predecessors(n).len());
         }
-        let mut ready: BTreeSet<NodeIndex> = indeg.iter().filter(|(_, d)| **d == 0).map(|(n, _)| *n).collect();
+        let mut ready: BTreeSet<NodeIndex> = indeg
+            .iter()
+            .filter(|(_, d)| **d == 0)
+            .map(|(n, _)| *n)
+            .collect();
         let mut order = Vec::with_capacity(indeg.len());
         while let Some(n) = ready.pop_first() {
             order.push(n);
@@ -237,7 +278,11 @@ impl Graph {
             Ok(order)
         } else {
             let done: BTreeSet<NodeIndex> = order.into_iter().collect();
-            Err(indeg.keys().copied().find(|n| !done.contains(n)).unwrap_or(NodeIndex::new(0)))
+            Err(indeg
+                .keys()
+                .copied()
+                .find(|n| !done.contains(n))
+                .unwrap_or(NodeIndex::new(0)))
         }
     }
 
@@ -294,7 +339,12 @@ fn same(a: &TensorType, b: &TensorType, what: &str) -> Result<(), ShapeError> {
 }
 
 fn need_hint<'a>(hint: Option<&'a TensorType>, op: &Op) -> Result<&'a TensorType, ShapeError> {
-    hint.ok_or_else(|| ShapeError(format!("{} needs the expected output shape", op.kind_name())))
+    hint.ok_or_else(|| {
+        ShapeError(format!(
+            "{} needs the expected output shape",
+            op.kind_name()
+        ))
+    })
 }
 
 /// Output extents a convolution may have along one axis: with explicit top padding `pad`, the
@@ -309,7 +359,10 @@ fn conv_extent_ok(input: usize, k: usize, stride: usize, pad: usize, out: usize)
 fn conv_extent(input: usize, k: usize, stride: usize, pad: usize) -> Result<usize, ShapeError> {
     match (input + 2 * pad).checked_sub(k) {
         Some(r) => Ok(r / stride + 1),
-        None => err(format!("kernel {k} larger than padded input {}", input + 2 * pad)),
+        None => err(format!(
+            "kernel {k} larger than padded input {}",
+            input + 2 * pad
+        )),
     }
 }
 
@@ -324,7 +377,12 @@ fn pool_extent(input: usize, g: &PoolGeom) -> Result<usize, ShapeError> {
 }
 
 fn pooled(x: &[usize], g: &PoolGeom) -> Result<Vec<usize>, ShapeError> {
-    Ok(vec![x[0], pool_extent(x[1], g)?, pool_extent(x[2], g)?, x[3]])
+    Ok(vec![
+        x[0],
+        pool_extent(x[1], g)?,
+        pool_extent(x[2], g)?,
+        x[3],
+    ])
 }
 
 /// Output types of `op` applied to values of types `inputs`.
@@ -342,9 +400,17 @@ pub fn infer_outputs(
     // Arity and dtypes from the signature (the single source of truth for both).
     if !op.is_leaf() && !matches!(op, Op::Reshape) {
         let sig = op.signature();
-        let ins: Vec<_> = sig.params.iter().filter(|p| matches!(p.role, crate::op::Role::In | crate::op::Role::InOut)).collect();
+        let ins: Vec<_> = sig
+            .params
+            .iter()
+            .filter(|p| matches!(p.role, crate::op::Role::In | crate::op::Role::InOut))
+            .collect();
         if ins.len() != inputs.len() {
-            return err(format!("expects {} inputs, got {}", ins.len(), inputs.len()));
+            return err(format!(
+                "expects {} inputs, got {}",
+                ins.len(),
+                inputs.len()
+            ));
         }
         for (p, t) in ins.iter().zip(inputs) {
             if p.dtype != t.dtype {
@@ -365,7 +431,10 @@ pub fn infer_outputs(
             rank(x, 4, "x")?;
             rank(w, 4, "w")?;
             if w.shape[0] != geom.kh || w.shape[1] != geom.kw || w.shape[2] != x.shape[3] {
-                return err(format!("w {w} does not match kernel {}x{} over {} channels", geom.kh, geom.kw, x.shape[3]));
+                return err(format!(
+                    "w {w} does not match kernel {}x{} over {} channels",
+                    geom.kh, geom.kw, x.shape[3]
+                ));
             }
             if *bias && inputs[2].shape != [w.shape[3]] {
                 return err(format!("bias {} must be [{}]", inputs[2], w.shape[3]));
@@ -375,10 +444,24 @@ pub fn infer_outputs(
                     rank(h, 4, "y")?;
                     let ok = h.shape[0] == x.shape[0]
                         && h.shape[3] == w.shape[3]
-                        && conv_extent_ok(x.shape[1], geom.kh, geom.stride, geom.pad_top, h.shape[1])
-                        && conv_extent_ok(x.shape[2], geom.kw, geom.stride, geom.pad_left, h.shape[2]);
+                        && conv_extent_ok(
+                            x.shape[1],
+                            geom.kh,
+                            geom.stride,
+                            geom.pad_top,
+                            h.shape[1],
+                        )
+                        && conv_extent_ok(
+                            x.shape[2],
+                            geom.kw,
+                            geom.stride,
+                            geom.pad_left,
+                            h.shape[2],
+                        );
                     if !ok {
-                        return err(format!("output {h} inconsistent with x {x}, w {w}, {geom:?}"));
+                        return err(format!(
+                            "output {h} inconsistent with x {x}, w {w}, {geom:?}"
+                        ));
                     }
                     h.shape.clone()
                 }
@@ -439,7 +522,10 @@ pub fn infer_outputs(
             let (l, y) = (&inputs[0], &inputs[1]);
             rank(l, 2, "logits")?;
             if y.shape != [l.shape[0]] {
-                return err(format!("labels {y} must be [{}] for logits {l}", l.shape[0]));
+                return err(format!(
+                    "labels {y} must be [{}] for logits {l}",
+                    l.shape[0]
+                ));
             }
             if matches!(op, Op::CrossEntropyLoss) {
                 vec![f(vec![1])]
@@ -536,7 +622,11 @@ pub fn infer_outputs(
                 same(&inputs[0], t, &format!("w, input {i}"))?;
             }
             let n = op.num_outputs();
-            op.aliased_outputs().iter().take(n).map(|(_, i)| inputs[*i].clone()).collect()
+            op.aliased_outputs()
+                .iter()
+                .take(n)
+                .map(|(_, i)| inputs[*i].clone())
+                .collect()
         }
     };
     Ok(out)

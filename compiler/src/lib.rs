@@ -47,7 +47,13 @@ pub struct CompileOptions {
 
 impl Default for CompileOptions {
     fn default() -> Self {
-        CompileOptions { mode: Mode::Train, batch: None, lr: None, cap: None, verify: cfg!(debug_assertions) }
+        CompileOptions {
+            mode: Mode::Train,
+            batch: None,
+            lr: None,
+            cap: None,
+            verify: cfg!(debug_assertions),
+        }
     }
 }
 
@@ -59,7 +65,12 @@ pub fn context(model: &Model, opts: &CompileOptions) -> passes::Ctx {
             Optimizer::Sgd { lr, .. } | Optimizer::Adam { lr, .. } => *lr = new,
         }
     }
-    passes::Ctx { mode: opts.mode, optimizer, batch: opts.batch.unwrap_or(model.train.batch), verify: opts.verify }
+    passes::Ctx {
+        mode: opts.mode,
+        optimizer,
+        batch: opts.batch.unwrap_or(model.train.batch),
+        verify: opts.verify,
+    }
 }
 
 /// Lowers `model` and runs the pass pipeline: the final IR (for `--dump-ir` and tests).
@@ -90,7 +101,11 @@ pub fn graph_dump(g: &Graph) -> String {
     let mut s = String::new();
     for n in order {
         let node = g.node(n);
-        let ins: Vec<String> = g.inputs(n).iter().map(|(p, o)| format!("%{}:{o}", p.index())).collect();
+        let ins: Vec<String> = g
+            .inputs(n)
+            .iter()
+            .map(|(p, o)| format!("%{}:{o}", p.index()))
+            .collect();
         let _ = writeln!(
             s,
             "%{} = {}({}) -> {}  \"{}\" [{:?}]",

@@ -48,13 +48,17 @@ pub fn stable_hash(s: &str) -> u64 {
 /// Builds the forward graph of `model` for `batch` samples per step.
 pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
     if batch == 0 {
-        return Err(CompileError::InvalidModel("batch size must be positive".into()));
+        return Err(CompileError::InvalidModel(
+            "batch size must be positive".into(),
+        ));
     }
     let mut g = Graph::new(batch);
     let mut inputs = vec![];
     for d in &model.inputs {
         let n = g.add_leaf(
-            Op::Input { name: d.name.clone() },
+            Op::Input {
+                name: d.name.clone(),
+            },
             TensorType::new(full(batch, &d.shape), dtype(d.dtype)),
             d.name.clone(),
             Phase::Forward,
@@ -65,7 +69,9 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
     let mut targets = vec![];
     for d in &model.targets {
         let n = g.add_leaf(
-            Op::Input { name: d.name.clone() },
+            Op::Input {
+                name: d.name.clone(),
+            },
             TensorType::new(full(batch, &d.shape), dtype(d.dtype)),
             d.name.clone(),
             Phase::Loss,
@@ -80,11 +86,16 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
             ValueRef::Target(i) => targets.get(i),
             ValueRef::Node(i) => nodes.get(i),
         };
-        v.copied().ok_or_else(|| CompileError::InvalidModel(format!("dangling reference {r:?}")))
+        v.copied()
+            .ok_or_else(|| CompileError::InvalidModel(format!("dangling reference {r:?}")))
     };
 
     for (idx, node) in model.nodes.iter().enumerate() {
-        let ins: Vec<Value> = node.inputs.iter().map(|r| resolve(&nodes, *r)).collect::<Result<_, _>>()?;
+        let ins: Vec<Value> = node
+            .inputs
+            .iter()
+            .map(|r| resolve(&nodes, *r))
+            .collect::<Result<_, _>>()?;
         let arity = match node.layer {
             Layer::Add => 2,
             _ => 1,
@@ -98,7 +109,8 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
         }
         // Parameter leaves: weight first, then bias.
         let feeds_relu = model.nodes.iter().any(|m| {
-            matches!(m.layer, Layer::Act(Activation::Relu | Activation::Gelu)) && m.inputs.contains(&ValueRef::Node(idx))
+            matches!(m.layer, Layer::Act(Activation::Relu | Activation::Gelu))
+                && m.inputs.contains(&ValueRef::Node(idx))
         });
         let mut weight = None;
         let mut bias = None;
@@ -108,10 +120,27 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
             } else if feeds_relu {
                 Init::HeUniform { fan_in: p.fan_in }
             } else {
-                Init::GlorotUniform { fan_in: p.fan_in, fan_out: p.fan_out }
+                Init::GlorotUniform {
+                    fan_in: p.fan_in,
+                    fan_out: p.fan_out,
+                }
             };
-            let n = g.add_leaf(Op::Param { name: p.name.clone() }, TensorType::f32(p.shape.clone()), p.name.clone(), Phase::Forward);
-            g.params.push((n, ParamMeta { name: p.name.clone(), shape: p.shape.clone(), init }));
+            let n = g.add_leaf(
+                Op::Param {
+                    name: p.name.clone(),
+                },
+                TensorType::f32(p.shape.clone()),
+                p.name.clone(),
+                Phase::Forward,
+            );
+            g.params.push((
+                n,
+                ParamMeta {
+                    name: p.name.clone(),
+                    shape: p.shape.clone(),
+                    init,
+                },
+            ));
             if p.is_bias {
                 bias = Some((n, 0));
             } else {
@@ -119,12 +148,19 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
             }
         }
         let want = |has_bias: bool| -> Result<Vec<Value>, CompileError> {
-            let w = weight.ok_or_else(|| CompileError::InvalidModel(format!("layer `{}` has no weight", node.name)))?;
+            let w = weight.ok_or_else(|| {
+                CompileError::InvalidModel(format!("layer `{}` has no weight", node.name))
+            })?;
             let mut v = vec![ins[0], w];
             match (has_bias, bias) {
                 (true, Some(b)) => v.push(b),
                 (false, None) => {}
-                _ => return Err(CompileError::InvalidModel(format!("layer `{}`: bias flag and params disagree", node.name))),
+                _ => {
+                    return Err(CompileError::InvalidModel(format!(
+                        "layer `{}`: bias flag and params disagree",
+                        node.name
+                    )))
+                }
             }
             Ok(v)
         };
@@ -132,10 +168,18 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
         let name = node.name.clone();
         let ph = Phase::Forward;
         let n = match &node.layer {
-            Layer::Conv2d { kernel, stride, padding, bias: has_bias, .. } => {
+            Layer::Conv2d {
+                kernel,
+                stride,
+                padding,
+                bias: has_bias,
+                ..
+            } => {
                 let xs = g.ty(ins[0]).shape.clone();
                 if xs.len() != 4 || *stride == 0 {
-                    return Err(CompileError::InvalidModel(format!("conv `{name}` needs an NHWC input and stride > 0")));
+                    return Err(CompileError::InvalidModel(format!(
+                        "conv `{name}` needs an NHWC input and stride > 0"
+                    )));
                 }
                 let geom = ConvGeom {
                     kh: *kernel,
@@ -144,22 +188,62 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
                     pad_top: pad_before(*padding, xs[1], *kernel, *stride),
                     pad_left: pad_before(*padding, xs[2], *kernel, *stride),
                 };
-                g.add_node(Op::Conv2d { geom, bias: *has_bias }, &want(*has_bias)?, name, ph, Some(&hint))?
+                g.add_node(
+                    Op::Conv2d {
+                        geom,
+                        bias: *has_bias,
+                    },
+                    &want(*has_bias)?,
+                    name,
+                    ph,
+                    Some(&hint),
+                )?
             }
-            Layer::Dense { bias: has_bias, .. } => g.add_node(Op::Dense { bias: *has_bias }, &want(*has_bias)?, name, ph, None)?,
-            Layer::MaxPool { size, stride } => {
-                g.add_node(Op::MaxPool { geom: PoolGeom { size: *size, stride: *stride } }, &ins, name, ph, None)?
-            }
-            Layer::AvgPool { size, stride } => {
-                g.add_node(Op::AvgPool { geom: PoolGeom { size: *size, stride: *stride } }, &ins, name, ph, None)?
-            }
+            Layer::Dense { bias: has_bias, .. } => g.add_node(
+                Op::Dense { bias: *has_bias },
+                &want(*has_bias)?,
+                name,
+                ph,
+                None,
+            )?,
+            Layer::MaxPool { size, stride } => g.add_node(
+                Op::MaxPool {
+                    geom: PoolGeom {
+                        size: *size,
+                        stride: *stride,
+                    },
+                },
+                &ins,
+                name,
+                ph,
+                None,
+            )?,
+            Layer::AvgPool { size, stride } => g.add_node(
+                Op::AvgPool {
+                    geom: PoolGeom {
+                        size: *size,
+                        stride: *stride,
+                    },
+                },
+                &ins,
+                name,
+                ph,
+                None,
+            )?,
             Layer::GlobalAvgPool => g.add_node(Op::GlobalAvgPool, &ins, name, ph, None)?,
             Layer::Flatten => g.add_node(Op::Reshape, &ins, name, ph, Some(&hint))?,
             Layer::Act(k) => g.add_node(Op::Unary(*k), &ins, name, ph, None)?,
             Layer::Add => g.add_node(Op::Add, &ins, name, ph, None)?,
-            Layer::Dropout { p } => {
-                g.add_node(Op::Dropout { p: *p, salt: stable_hash(&node.name) }, &ins, name, ph, None)?
-            }
+            Layer::Dropout { p } => g.add_node(
+                Op::Dropout {
+                    p: *p,
+                    salt: stable_hash(&node.name),
+                },
+                &ins,
+                name,
+                ph,
+                None,
+            )?,
         };
         if g.node(n).outputs[0].shape != hint.shape {
             return Err(CompileError::InvalidModel(format!(
@@ -181,14 +265,32 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
         LossKind::Mse => {
             if tt.shape != pt.shape {
                 let want = TensorType::new(pt.shape.clone(), tt.dtype);
-                target = (g.add_node(Op::Reshape, &[target], format!("{tname} (as {})", want), Phase::Loss, Some(&want))?, 0);
+                target = (
+                    g.add_node(
+                        Op::Reshape,
+                        &[target],
+                        format!("{tname} (as {})", want),
+                        Phase::Loss,
+                        Some(&want),
+                    )?,
+                    0,
+                );
             }
             Op::MseLoss
         }
         LossKind::CrossEntropy => {
             if tt.shape.len() != 1 {
                 let want = TensorType::new(vec![batch], tt.dtype);
-                target = (g.add_node(Op::Reshape, &[target], format!("{tname} (as {})", want), Phase::Loss, Some(&want))?, 0);
+                target = (
+                    g.add_node(
+                        Op::Reshape,
+                        &[target],
+                        format!("{tname} (as {})", want),
+                        Phase::Loss,
+                        Some(&want),
+                    )?,
+                    0,
+                );
             }
             Op::CrossEntropyLoss
         }

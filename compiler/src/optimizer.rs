@@ -13,13 +13,41 @@ use crate::plan::Mode;
 /// The update op of an optimizer and the suffixes of its state slots.
 pub fn update_op(opt: &Optimizer) -> (Op, &'static [&'static str]) {
     match *opt {
-        Optimizer::Sgd { lr, momentum, weight_decay, nesterov } => {
+        Optimizer::Sgd {
+            lr,
+            momentum,
+            weight_decay,
+            nesterov,
+        } => {
             let states: &'static [&'static str] = if momentum != 0.0 { &["momentum"] } else { &[] };
-            (Op::SgdUpdate { lr, momentum, weight_decay, nesterov }, states)
+            (
+                Op::SgdUpdate {
+                    lr,
+                    momentum,
+                    weight_decay,
+                    nesterov,
+                },
+                states,
+            )
         }
-        Optimizer::Adam { lr, beta1, beta2, eps, weight_decay, decoupled } => {
-            (Op::AdamUpdate { lr, beta1, beta2, eps, weight_decay, decoupled }, &["adam_m", "adam_v"])
-        }
+        Optimizer::Adam {
+            lr,
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+            decoupled,
+        } => (
+            Op::AdamUpdate {
+                lr,
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+                decoupled,
+            },
+            &["adam_m", "adam_v"],
+        ),
     }
 }
 
@@ -37,11 +65,22 @@ pub fn optimizer_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> 
         let mut ins = vec![(p, 0), d];
         for s in suffixes {
             let name = format!("{pname}.{s}");
-            let leaf = g.add_leaf(Op::OptState { name: name.clone() }, TensorType::f32(pty.shape.clone()), name.clone(), Phase::Update);
+            let leaf = g.add_leaf(
+                Op::OptState { name: name.clone() },
+                TensorType::f32(pty.shape.clone()),
+                name.clone(),
+                Phase::Update,
+            );
             g.opt_state.push((leaf, name, p));
             ins.push((leaf, 0));
         }
-        g.add_node(op.clone(), &ins, format!("{pname} update"), Phase::Update, None)?;
+        g.add_node(
+            op.clone(),
+            &ins,
+            format!("{pname} update"),
+            Phase::Update,
+            None,
+        )?;
         changed = true;
     }
     Ok(changed)

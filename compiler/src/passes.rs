@@ -99,7 +99,10 @@ pub fn dead_code_elimination(g: &mut Graph, _ctx: &Ctx) -> Result<bool, CompileE
     let mut live: BTreeSet<NodeIndex> = BTreeSet::new();
     let mut stack: Vec<NodeIndex> = vec![g.output.0];
     stack.extend(g.loss.map(|l| l.0));
-    stack.extend(g.g.node_indices().filter(|n| matches!(g.node(*n).op, Op::SgdUpdate { .. } | Op::AdamUpdate { .. })));
+    stack.extend(
+        g.g.node_indices()
+            .filter(|n| matches!(g.node(*n).op, Op::SgdUpdate { .. } | Op::AdamUpdate { .. })),
+    );
     stack.extend(g.params.iter().map(|(p, _)| *p));
     stack.extend(g.opt_state.iter().map(|(s, _, _)| *s));
     stack.extend(g.inputs.iter().copied());

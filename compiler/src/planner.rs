@@ -51,11 +51,26 @@ pub fn place(reqs: &[BufferReq], cap: Option<u64>) -> Result<Placement, CompileE
             ];
             let breakdown = kinds
                 .iter()
-                .map(|k| (*k, reqs.iter().filter(|r| r.kind == *k).map(|r| align_up(r.bytes.max(1))).sum()))
+                .map(|k| {
+                    (
+                        *k,
+                        reqs.iter()
+                            .filter(|r| r.kind == *k)
+                            .map(|r| align_up(r.bytes.max(1)))
+                            .sum(),
+                    )
+                })
                 .filter(|(_, b)| *b > 0)
                 .collect();
-            return Err(CompileError::CapExceeded { needed: end, cap, breakdown });
+            return Err(CompileError::CapExceeded {
+                needed: end,
+                cap,
+                breakdown,
+            });
         }
     }
-    Ok(Placement { offsets, arena_bytes: end })
+    Ok(Placement {
+        offsets,
+        arena_bytes: end,
+    })
 }

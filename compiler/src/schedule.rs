@@ -77,7 +77,11 @@ pub fn hazard_order(g: &Graph) -> Result<Vec<(NodeIndex, NodeIndex)>, String> {
         }
     }
     let mut indeg: BTreeMap<NodeIndex, usize> = preds.iter().map(|(n, p)| (*n, p.len())).collect();
-    let mut ready: Vec<NodeIndex> = indeg.iter().filter(|(_, d)| **d == 0).map(|(n, _)| *n).collect();
+    let mut ready: Vec<NodeIndex> = indeg
+        .iter()
+        .filter(|(_, d)| **d == 0)
+        .map(|(n, _)| *n)
+        .collect();
     let mut done = 0;
     while let Some(n) = ready.pop() {
         done += 1;
@@ -91,8 +95,12 @@ pub fn hazard_order(g: &Graph) -> Result<Vec<(NodeIndex, NodeIndex)>, String> {
         }
     }
     if done != indeg.len() {
-        let stuck: Vec<String> =
-            indeg.iter().filter(|(_, d)| **d > 0).take(4).map(|(n, _)| format!("`{}`", g.node(*n).name)).collect();
+        let stuck: Vec<String> = indeg
+            .iter()
+            .filter(|(_, d)| **d > 0)
+            .take(4)
+            .map(|(n, _)| format!("`{}`", g.node(*n).name))
+            .collect();
         return Err(format!(
             "in-place hazard: no order reads every value before it is overwritten (involving {})",
             stuck.join(", ")
@@ -118,7 +126,8 @@ fn kernel_producer(g: &Graph, mut v: Value) -> Option<NodeIndex> {
 pub fn schedule(g: &Graph) -> Result<Vec<NodeIndex>, CompileError> {
     let hazards = hazard_order(g).map_err(CompileError::Schedule)?;
     let kernels: Vec<NodeIndex> = g.g.node_indices().filter(|n| g.is_kernel(*n)).collect();
-    let mut preds: BTreeMap<NodeIndex, BTreeSet<NodeIndex>> = kernels.iter().map(|n| (*n, BTreeSet::new())).collect();
+    let mut preds: BTreeMap<NodeIndex, BTreeSet<NodeIndex>> =
+        kernels.iter().map(|n| (*n, BTreeSet::new())).collect();
     for &n in &kernels {
         for v in g.inputs(n) {
             if let Some(p) = kernel_producer(g, v) {
@@ -139,7 +148,12 @@ pub fn schedule(g: &Graph) -> Result<Vec<NodeIndex>, CompileError> {
     }
 
     // Memory bookkeeping per buffer (root value): bytes, remaining distinct kernel readers.
-    let pinned: BTreeSet<Value> = g.loss.iter().chain(std::iter::once(&g.output)).map(|v| g.buffer_root(*v)).collect();
+    let pinned: BTreeSet<Value> = g
+        .loss
+        .iter()
+        .chain(std::iter::once(&g.output))
+        .map(|v| g.buffer_root(*v))
+        .collect();
     let mut reads: HashMap<NodeIndex, BTreeSet<Value>> = HashMap::new();
     let mut readers: HashMap<Value, usize> = HashMap::new();
     for &n in &kernels {
@@ -151,12 +165,28 @@ pub fn schedule(g: &Graph) -> Result<Vec<NodeIndex>, CompileError> {
     }
     let freeable = |r: &Value| g.is_kernel(r.0) && !pinned.contains(r);
     let alloc = |n: NodeIndex| -> i64 {
-        let aliased: Vec<usize> = g.node(n).op.aliased_outputs().iter().map(|(o, _)| *o).collect();
-        g.node(n).outputs.iter().enumerate().filter(|(o, _)| !aliased.contains(o)).map(|(_, t)| t.bytes() as i64).sum()
+        let aliased: Vec<usize> = g
+            .node(n)
+            .op
+            .aliased_outputs()
+            .iter()
+            .map(|(o, _)| *o)
+            .collect();
+        g.node(n)
+            .outputs
+            .iter()
+            .enumerate()
+            .filter(|(o, _)| !aliased.contains(o))
+            .map(|(_, t)| t.bytes() as i64)
+            .sum()
     };
 
     let mut indeg: BTreeMap<NodeIndex, usize> = preds.iter().map(|(n, p)| (*n, p.len())).collect();
-    let mut ready: BTreeSet<NodeIndex> = indeg.iter().filter(|(_, d)| **d == 0).map(|(n, _)| *n).collect();
+    let mut ready: BTreeSet<NodeIndex> = indeg
+        .iter()
+        .filter(|(_, d)| **d == 0)
+        .map(|(n, _)| *n)
+        .collect();
     let mut order = Vec::with_capacity(kernels.len());
     while !ready.is_empty() {
         let mut best: Option<(i64, NodeIndex)> = None;
@@ -167,13 +197,16 @@ pub fn schedule(g: &Graph) -> Result<Vec<NodeIndex>, CompileError> {
                 .map(|r| g.ty(*r).bytes() as i64)
                 .sum();
             let net = freed - alloc(n);
-            if freed > 0 && net >= 0 && best.map_or(true, |(b, _)| net > b) {
+            if freed > 0 && net >= 0 && !matches!(best, Some((b, _)) if net <= b) {
                 best = Some((net, n));
             }
         }
         let n = match best {
             Some((_, n)) => n,
-            None => *ready.iter().next().ok_or_else(|| CompileError::Internal("empty ready set".into()))?,
+            None => *ready
+                .iter()
+                .next()
+                .ok_or_else(|| CompileError::Internal("empty ready set".into()))?,
         };
         ready.remove(&n);
         order.push(n);
@@ -192,7 +225,9 @@ pub fn schedule(g: &Graph) -> Result<Vec<NodeIndex>, CompileError> {
         }
     }
     if order.len() != kernels.len() {
-        return Err(CompileError::Schedule("the kernel graph has a cycle".into()));
+        return Err(CompileError::Schedule(
+            "the kernel graph has a cycle".into(),
+        ));
     }
     Ok(order)
 }

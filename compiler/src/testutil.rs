@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 
 use dmc_grammar::model::{
-    Activation, DType, Layer, Loss, LossKind, Model, Node, Optimizer, Padding, ParamSpec, Shape, Span, TensorDecl,
-    TrainConfig, ValueRef,
+    Activation, DType, Layer, Loss, LossKind, Model, Node, Optimizer, Padding, ParamSpec, Shape,
+    Span, TensorDecl, TrainConfig, ValueRef,
 };
 
 /// Builds a [`Model`] layer by layer; names layers `<kind>_<k>` (1-based per kind).
@@ -18,7 +18,12 @@ pub struct ModelBuilder {
 }
 
 fn decl(name: &str, shape: &[usize], dtype: DType) -> TensorDecl {
-    TensorDecl { name: name.into(), shape: shape.to_vec(), dtype, span: Span::default() }
+    TensorDecl {
+        name: name.into(),
+        shape: shape.to_vec(),
+        dtype,
+        span: Span::default(),
+    }
 }
 
 impl ModelBuilder {
@@ -40,7 +45,14 @@ impl ModelBuilder {
             ValueRef::Node(i) => self.nodes[i].shape.clone(),
         }
     }
-    fn push(&mut self, kind: &'static str, layer: Layer, inputs: Vec<ValueRef>, shape: Shape, params: Vec<(Shape, usize, usize, bool)>) -> ValueRef {
+    fn push(
+        &mut self,
+        kind: &'static str,
+        layer: Layer,
+        inputs: Vec<ValueRef>,
+        shape: Shape,
+        params: Vec<(Shape, usize, usize, bool)>,
+    ) -> ValueRef {
         let k = self.counters.entry(kind).or_insert(0);
         *k += 1;
         let name = format!("{kind}_{k}");
@@ -54,10 +66,25 @@ impl ModelBuilder {
                 is_bias,
             })
             .collect();
-        self.nodes.push(Node { name, layer, inputs, shape, params, span: Span::default() });
+        self.nodes.push(Node {
+            name,
+            layer,
+            inputs,
+            shape,
+            params,
+            span: Span::default(),
+        });
         ValueRef::Node(self.nodes.len() - 1)
     }
-    pub fn conv(&mut self, x: ValueRef, filters: usize, kernel: usize, stride: usize, padding: Padding, bias: bool) -> ValueRef {
+    pub fn conv(
+        &mut self,
+        x: ValueRef,
+        filters: usize,
+        kernel: usize,
+        stride: usize,
+        padding: Padding,
+        bias: bool,
+    ) -> ValueRef {
         let s = self.shape(x);
         let out = |i: usize| match padding {
             Padding::Same => i.div_ceil(stride),
@@ -69,7 +96,19 @@ impl ModelBuilder {
         if bias {
             params.push((vec![filters], fi, fo, true));
         }
-        self.push("conv2d", Layer::Conv2d { filters, kernel, stride, padding, bias }, vec![x], shape, params)
+        self.push(
+            "conv2d",
+            Layer::Conv2d {
+                filters,
+                kernel,
+                stride,
+                padding,
+                bias,
+            },
+            vec![x],
+            shape,
+            params,
+        )
     }
     pub fn dense(&mut self, x: ValueRef, units: usize, bias: bool) -> ValueRef {
         let k = self.shape(x)[0];
@@ -77,21 +116,45 @@ impl ModelBuilder {
         if bias {
             params.push((vec![units], k, units, true));
         }
-        self.push("dense", Layer::Dense { units, bias }, vec![x], vec![units], params)
+        self.push(
+            "dense",
+            Layer::Dense { units, bias },
+            vec![x],
+            vec![units],
+            params,
+        )
     }
     pub fn maxpool(&mut self, x: ValueRef, size: usize, stride: usize) -> ValueRef {
         let s = self.shape(x);
         let shape = vec![(s[0] - size) / stride + 1, (s[1] - size) / stride + 1, s[2]];
-        self.push("max_pooling2d", Layer::MaxPool { size, stride }, vec![x], shape, vec![])
+        self.push(
+            "max_pooling2d",
+            Layer::MaxPool { size, stride },
+            vec![x],
+            shape,
+            vec![],
+        )
     }
     pub fn avgpool(&mut self, x: ValueRef, size: usize, stride: usize) -> ValueRef {
         let s = self.shape(x);
         let shape = vec![(s[0] - size) / stride + 1, (s[1] - size) / stride + 1, s[2]];
-        self.push("average_pooling2d", Layer::AvgPool { size, stride }, vec![x], shape, vec![])
+        self.push(
+            "average_pooling2d",
+            Layer::AvgPool { size, stride },
+            vec![x],
+            shape,
+            vec![],
+        )
     }
     pub fn gap(&mut self, x: ValueRef) -> ValueRef {
         let c = self.shape(x)[2];
-        self.push("global_average_pooling2d", Layer::GlobalAvgPool, vec![x], vec![c], vec![])
+        self.push(
+            "global_average_pooling2d",
+            Layer::GlobalAvgPool,
+            vec![x],
+            vec![c],
+            vec![],
+        )
     }
     pub fn flatten(&mut self, x: ValueRef) -> ValueRef {
         let n = self.shape(x).iter().product();
@@ -109,26 +172,60 @@ impl ModelBuilder {
         let s = self.shape(x);
         self.push("dropout", Layer::Dropout { p }, vec![x], s, vec![])
     }
-    pub fn build(self, pred: ValueRef, kind: LossKind, target: ValueRef, batch: usize, optimizer: Optimizer) -> Model {
+    pub fn build(
+        self,
+        pred: ValueRef,
+        kind: LossKind,
+        target: ValueRef,
+        batch: usize,
+        optimizer: Optimizer,
+    ) -> Model {
         Model {
             inputs: self.inputs,
             targets: self.targets,
             nodes: self.nodes,
             output: pred,
-            loss: Loss { kind, pred, target, span: Span::default() },
-            train: TrainConfig { batch, optimizer, epochs: None, seed: None },
+            loss: Loss {
+                kind,
+                pred,
+                target,
+                span: Span::default(),
+            },
+            train: TrainConfig {
+                batch,
+                optimizer,
+                epochs: None,
+                seed: None,
+            },
         }
     }
 }
 
 pub fn sgd(lr: f32) -> Optimizer {
-    Optimizer::Sgd { lr, momentum: 0.0, weight_decay: 0.0, nesterov: false }
+    Optimizer::Sgd {
+        lr,
+        momentum: 0.0,
+        weight_decay: 0.0,
+        nesterov: false,
+    }
 }
 pub fn sgd_momentum(lr: f32, momentum: f32) -> Optimizer {
-    Optimizer::Sgd { lr, momentum, weight_decay: 0.0, nesterov: false }
+    Optimizer::Sgd {
+        lr,
+        momentum,
+        weight_decay: 0.0,
+        nesterov: false,
+    }
 }
 pub fn adam(lr: f32) -> Optimizer {
-    Optimizer::Adam { lr, beta1: 0.9, beta2: 0.999, eps: 1e-7, weight_decay: 0.0, decoupled: false }
+    Optimizer::Adam {
+        lr,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-7,
+        weight_decay: 0.0,
+        decoupled: false,
+    }
 }
 
 /// Dense chain: dense+relu, dropout, dense+tanh, dense (no bias)+sigmoid; MSE.
@@ -204,5 +301,9 @@ pub fn seed() -> Model {
 
 /// The small fixtures (all but the seed network), by name, with the given optimizer.
 pub fn small_fixtures(opt: Optimizer) -> Vec<(&'static str, Model)> {
-    vec![("mlp", mlp(opt)), ("convnet", convnet(opt)), ("residual", residual(opt))]
+    vec![
+        ("mlp", mlp(opt)),
+        ("convnet", convnet(opt)),
+        ("residual", residual(opt)),
+    ]
 }

@@ -33,7 +33,12 @@ impl fmt::Display for VerifyError {
         }
         write!(f, ": {}", self.msg)?;
         if self.node.is_some() {
-            write!(f, " [inputs: {}; outputs: {}]", fmt_types(&self.inputs), fmt_types(&self.outputs))?;
+            write!(
+                f,
+                " [inputs: {}; outputs: {}]",
+                fmt_types(&self.inputs),
+                fmt_types(&self.outputs)
+            )?;
         }
         Ok(())
     }
@@ -58,16 +63,33 @@ fn at(g: &Graph, pass: &str, n: NodeIndex, msg: String) -> VerifyError {
 }
 
 fn global(pass: &str, msg: String) -> VerifyError {
-    VerifyError { pass: pass.to_string(), node: None, op: String::new(), inputs: vec![], outputs: vec![], msg }
+    VerifyError {
+        pass: pass.to_string(),
+        node: None,
+        op: String::new(),
+        inputs: vec![],
+        outputs: vec![],
+        msg,
+    }
 }
 
 /// Checks the whole graph; `pass` names the pass that produced it.
+#[allow(clippy::result_large_err)] // a cold path; the rich error is the point
 pub fn verify(g: &Graph, pass: &str) -> Result<(), VerifyError> {
     for n in g.g.node_indices() {
         let node = g.node(n);
         let op = &node.op;
         if node.outputs.len() != op.num_outputs() {
-            return Err(at(g, pass, n, format!("has {} outputs, the op has {}", node.outputs.len(), op.num_outputs())));
+            return Err(at(
+                g,
+                pass,
+                n,
+                format!(
+                    "has {} outputs, the op has {}",
+                    node.outputs.len(),
+                    op.num_outputs()
+                ),
+            ));
         }
         let want = if op.is_leaf() { 0 } else { op.num_inputs() };
         let mut slots = vec![0usize; want];
@@ -78,7 +100,10 @@ pub fn verify(g: &Graph, pass: &str) -> Result<(), VerifyError> {
                 let msg = if op.is_leaf() {
                     format!("a leaf has an incoming edge from `{}`", src.name)
                 } else {
-                    format!("edge from `{}` into input slot {} but the op has {want} inputs", src.name, w.dst_input)
+                    format!(
+                        "edge from `{}` into input slot {} but the op has {want} inputs",
+                        src.name, w.dst_input
+                    )
                 };
                 return Err(at(g, pass, n, msg));
             }
@@ -87,14 +112,25 @@ pub fn verify(g: &Graph, pass: &str) -> Result<(), VerifyError> {
                     g,
                     pass,
                     n,
-                    format!("input {} reads output {} of `{}`, which has {}", w.dst_input, w.src_output, src.name, src.outputs.len()),
+                    format!(
+                        "input {} reads output {} of `{}`, which has {}",
+                        w.dst_input,
+                        w.src_output,
+                        src.name,
+                        src.outputs.len()
+                    ),
                 ));
             }
             slots[w.dst_input] += 1;
         }
         for (i, c) in slots.iter().enumerate() {
             if *c != 1 {
-                return Err(at(g, pass, n, format!("input slot {i} has {c} incoming edges (expected exactly 1)")));
+                return Err(at(
+                    g,
+                    pass,
+                    n,
+                    format!("input slot {i} has {c} incoming edges (expected exactly 1)"),
+                ));
             }
         }
         if op.is_leaf() {
@@ -104,20 +140,37 @@ pub fn verify(g: &Graph, pass: &str) -> Result<(), VerifyError> {
         match infer_outputs(op, &ins, node.outputs.first()) {
             Err(e) => return Err(at(g, pass, n, format!("shape inference failed: {e}"))),
             Ok(outs) if outs != node.outputs => {
-                return Err(at(g, pass, n, format!("stored outputs differ from the inferred [{}]", fmt_types(&outs))))
+                return Err(at(
+                    g,
+                    pass,
+                    n,
+                    format!(
+                        "stored outputs differ from the inferred [{}]",
+                        fmt_types(&outs)
+                    ),
+                ))
             }
             Ok(_) => {}
         }
     }
     if let Err(n) = g.topo_order() {
-        return Err(at(g, pass, n, "the graph has a cycle through this node".into()));
+        return Err(at(
+            g,
+            pass,
+            n,
+            "the graph has a cycle through this node".into(),
+        ));
     }
     if let Err(e) = crate::schedule::hazard_order(g) {
         return Err(global(pass, e));
     }
-    let value_ok = |v: (NodeIndex, usize)| g.g.contains_node(v.0) && v.1 < g.node(v.0).outputs.len();
+    let value_ok =
+        |v: (NodeIndex, usize)| g.g.contains_node(v.0) && v.1 < g.node(v.0).outputs.len();
     if !value_ok(g.output) {
-        return Err(global(pass, format!("the output value {:?} does not exist", g.output)));
+        return Err(global(
+            pass,
+            format!("the output value {:?} does not exist", g.output),
+        ));
     }
     if let Some(l) = g.loss {
         if !value_ok(l) {
@@ -126,10 +179,22 @@ pub fn verify(g: &Graph, pass: &str) -> Result<(), VerifyError> {
     }
     for (p, d) in &g.grads {
         if !g.g.contains_node(*p) || !value_ok(*d) {
-            return Err(global(pass, format!("gradient record {p:?} -> {d:?} dangles")));
+            return Err(global(
+                pass,
+                format!("gradient record {p:?} -> {d:?} dangles"),
+            ));
         }
         if g.ty((*p, 0)).shape != g.ty(*d).shape {
-            return Err(at(g, pass, d.0, format!("gradient of `{}` has the wrong shape {}", g.node(*p).name, g.ty(*d))));
+            return Err(at(
+                g,
+                pass,
+                d.0,
+                format!(
+                    "gradient of `{}` has the wrong shape {}",
+                    g.node(*p).name,
+                    g.ty(*d)
+                ),
+            ));
         }
     }
     Ok(())
