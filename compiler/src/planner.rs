@@ -74,3 +74,52 @@ pub fn place(reqs: &[BufferReq], cap: Option<u64>) -> Result<Placement, CompileE
         arena_bytes: end,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(bytes: u64, kind: BufferKind) -> BufferReq {
+        BufferReq {
+            bytes,
+            live: (0, 0),
+            persistent: false,
+            kind,
+        }
+    }
+
+    #[test]
+    fn trivial_placement_is_aligned_and_disjoint() {
+        let reqs = [
+            req(4, BufferKind::Parameter),
+            req(100, BufferKind::Activation),
+            req(64, BufferKind::Gradient),
+        ];
+        let p = place(&reqs, None).unwrap();
+        assert_eq!(p.offsets, vec![0, 64, 192]);
+        assert_eq!(p.arena_bytes, 256);
+        assert!(place(&reqs, Some(256)).is_ok());
+    }
+
+    #[test]
+    fn cap_exceeded_is_structured() {
+        let reqs = [
+            req(4, BufferKind::Parameter),
+            req(100, BufferKind::Activation),
+        ];
+        match place(&reqs, Some(100)) {
+            Err(CompileError::CapExceeded {
+                needed,
+                cap,
+                breakdown,
+            }) => {
+                assert_eq!((needed, cap), (192, 100));
+                assert_eq!(
+                    breakdown,
+                    vec![(BufferKind::Parameter, 64), (BufferKind::Activation, 128)]
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
