@@ -633,6 +633,7 @@ pub fn infer_outputs(
 }
 
 #[cfg(test)]
+#[allow(clippy::cloned_ref_to_slice_refs)] // readability of the shape tables
 mod tests {
     use super::*;
     use crate::op::{ConvGeom, UnaryKind};
