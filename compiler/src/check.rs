@@ -124,6 +124,13 @@ pub enum PlanCheckError {
     Binding { name: String, msg: String },
 }
 
+/// Bytes of a tensor (saturating: a corrupted plan must not make the checker panic).
+fn bytes_of(shape: &[usize], elem: u64) -> u64 {
+    shape
+        .iter()
+        .fold(elem, |acc, d| acc.saturating_mul(*d as u64))
+}
+
 fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
     a.0 < b.1 && b.0 < a.1
 }
@@ -176,7 +183,7 @@ pub fn check_plan(plan: &Plan) -> Result<(), PlanCheckError> {
     by_off.sort_by_key(|i| plan.buffers[*i].offset);
     for (k, &i) in by_off.iter().enumerate() {
         let a = &plan.buffers[i];
-        let a_bytes = (a.offset, a.offset + a.bytes);
+        let a_bytes = (a.offset, a.offset.saturating_add(a.bytes));
         for &j in &by_off[k + 1..] {
             let b = &plan.buffers[j];
             if b.offset >= a_bytes.1 {
@@ -184,7 +191,7 @@ pub fn check_plan(plan: &Plan) -> Result<(), PlanCheckError> {
             }
             let both_live =
                 a.persistent || b.persistent || (a.live.0 <= b.live.1 && b.live.0 <= a.live.1);
-            if both_live && overlaps(a_bytes, (b.offset, b.offset + b.bytes)) {
+            if both_live && overlaps(a_bytes, (b.offset, b.offset.saturating_add(b.bytes))) {
                 let (x, y) = (i.min(j), i.max(j));
                 return Err(E::Overlap {
                     a: x,
@@ -259,7 +266,7 @@ pub fn check_plan(plan: &Plan) -> Result<(), PlanCheckError> {
                     format!("{:?}, expected {:?}", b.dtype, p.dtype),
                 ));
             }
-            let want = k.arg_shapes[a].iter().product::<usize>() as u64 * p.dtype.size() as u64;
+            let want = bytes_of(&k.arg_shapes[a], p.dtype.size() as u64);
             if b.bytes != want {
                 return Err(mismatch(
                     "size",
@@ -345,7 +352,7 @@ pub fn check_plan(plan: &Plan) -> Result<(), PlanCheckError> {
             name: name.into(),
             msg: format!("buffer #{bid} does not exist"),
         })?;
-        let want = shape.iter().product::<usize>() as u64 * elem;
+        let want = bytes_of(shape, elem);
         if b.bytes != want {
             return Err(E::Binding {
                 name: name.into(),
@@ -402,7 +409,7 @@ pub fn check_plan(plan: &Plan) -> Result<(), PlanCheckError> {
     }
     for (name, bid) in [("loss", plan.loss), (o.name.as_str(), o.buffer)] {
         let b = &plan.buffers[bid];
-        if written[bid] && !b.persistent && b.live.1 + 1 < nsteps {
+        if written[bid] && !b.persistent && b.live.1.saturating_add(1) < nsteps {
             return Err(E::Binding {
                 name: name.into(),
                 msg: format!("buffer #{bid} dies at step {} before the end", b.live.1),

@@ -214,3 +214,31 @@ fn catches_bad_bindings_and_fresh_writes_to_parameters() {
     p.steps[0].args[3] = w; // dense_1 writes y into its own weight's buffer
     assert!(check_plan(&p).is_err());
 }
+
+mod never_panics {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        /// Arbitrary field corruptions: the checker answers, it never panics.
+        #[test]
+        fn on_corrupted_plans(which in 0usize..9, i in 0usize..64, v in any::<u64>()) {
+            let mut p = plan();
+            let nb = p.buffers.len();
+            let ns = p.steps.len();
+            match which {
+                0 => p.buffers[i % nb].offset = v,
+                1 => p.buffers[i % nb].bytes = v,
+                2 => p.buffers[i % nb].live = (v as usize, i),
+                3 => p.arena_bytes = v,
+                4 => p.steps[i % ns].args[0] = v as usize,
+                5 => p.steps[i % ns].kernel = v as usize,
+                6 => p.loss = v as usize,
+                7 => { let k = p.steps[i % ns].kernel; p.kernels[k].arg_shapes[0] = vec![v as usize, usize::MAX]; }
+                _ => p.output.buffer = v as usize,
+            }
+            let _ = check_plan(&p);
+        }
+    }
+}
