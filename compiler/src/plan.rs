@@ -99,6 +99,9 @@ pub enum Mode {
     Train,
     /// Forward and loss only (dropout is the identity).
     Eval,
+    /// Forward to the output only: no targets, no loss kernel (dropout is the identity).
+    /// `Plan::loss` then names a never-written placeholder `f32[1]` buffer.
+    Predict,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

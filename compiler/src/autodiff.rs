@@ -1,0 +1,310 @@
+//! Reverse-mode autodiff: ONE vector-Jacobian-product table ([`vjp`]) turns the forward graph into
+//! forward + backward, from the loss to every parameter.
+//!
+//! Only gradients that are needed are built: a node is differentiated only if it depends on a
+//! parameter and the loss depends on it, and an input slot only gets a gradient if it depends on a
+//! parameter (no gradients for inputs/targets/labels). Contributions to a value used more than
+//! once are summed with `Op::Add`. The loss-bwd ops seed the backward pass (they take no `dy`).
+
+use std::collections::{BTreeSet, HashMap};
+
+use petgraph::stable_graph::NodeIndex;
+
+use crate::error::CompileError;
+use crate::ir::{Graph, Phase, Value};
+use crate::op::{Op, UnaryKind};
+use crate::passes::Ctx;
+use crate::plan::Mode;
+
+/// Gradient contributions of one node for each of its input slots (`None`: not needed).
+type Grads = Vec<Option<Value>>;
+
+/// The VJP table: given node `n` (forward) and the gradient `dy` of its output 0 (`None` for the
+/// loss, whose gradient is 1), adds the backward nodes and returns one gradient per input slot
+/// for the slots flagged in `need`.
+pub fn vjp(
+    g: &mut Graph,
+    n: NodeIndex,
+    dy: Option<Value>,
+    need: &[bool],
+) -> Result<Grads, CompileError> {
+    let node = g.node(n).clone();
+    let x: Vec<Value> = g.inputs(n);
+    let nin = x.len();
+    let mut out: Grads = vec![None; nin];
+    let bw = Phase::Backward;
+    let gname = |v: Value, g: &Graph| format!("grad {}", g.node(v.0).name);
+    let missing = || {
+        CompileError::Internal(format!(
+            "vjp of `{}` ({}) needs dy",
+            node.name,
+            node.op.kind_name()
+        ))
+    };
+    let want = |i: usize| need.get(i).copied().unwrap_or(false);
+    match &node.op {
+        // d/dx of a leaf: nothing to propagate.
+        Op::Input { .. } | Op::Param { .. } | Op::OptState { .. } => {}
+        // d/dx conv(x,w)+b: dx = conv_bwd_data(dy, w); dw = conv_bwd_weight(x, dy); db = sum dy
+        Op::Conv2d { geom, .. } => {
+            let dy = dy.ok_or_else(missing)?;
+            if want(0) {
+                let hint = g.ty(x[0]).clone();
+                let name = gname(x[0], g);
+                out[0] = Some((
+                    g.add_node(
+                        Op::Conv2dBwdData { geom: *geom },
+                        &[dy, x[1]],
+                        name,
+                        bw,
+                        Some(&hint),
+                    )?,
+                    0,
+                ));
+            }
+            if want(1) {
+                let name = gname(x[1], g);
+                out[1] = Some((
+                    g.add_node(
+                        Op::Conv2dBwdWeight { geom: *geom },
+                        &[x[0], dy],
+                        name,
+                        bw,
+                        None,
+                    )?,
+                    0,
+                ));
+            }
+            if nin > 2 && want(2) {
+                let name = gname(x[2], g);
+                out[2] = Some((g.add_node(Op::BiasGrad, &[dy], name, bw, None)?, 0));
+            }
+        }
+        // d/dx xw+b: dx = dy w^T; dw = x^T dy; db = sum_n dy
+        Op::Dense { .. } => {
+            let dy = dy.ok_or_else(missing)?;
+            if want(0) {
+                let name = gname(x[0], g);
+                out[0] = Some((
+                    g.add_node(Op::DenseBwdData, &[dy, x[1]], name, bw, None)?,
+                    0,
+                ));
+            }
+            if want(1) {
+                let name = gname(x[1], g);
+                out[1] = Some((
+                    g.add_node(Op::DenseBwdWeight, &[x[0], dy], name, bw, None)?,
+                    0,
+                ));
+            }
+            if nin > 2 && want(2) {
+                let name = gname(x[2], g);
+                out[2] = Some((g.add_node(Op::BiasGrad, &[dy], name, bw, None)?, 0));
+            }
+        }
+        // d/dx maxpool: dy scattered to the argmax position of each window
+        Op::MaxPool { geom } => {
+            let dy = dy.ok_or_else(missing)?;
+            if want(0) {
+                let hint = g.ty(x[0]).clone();
+                let name = gname(x[0], g);
+                out[0] = Some((
+                    g.add_node(
+                        Op::MaxPoolBwd { geom: *geom },
+                        &[dy, (n, 1)],
+                        name,
+                        bw,
+                        Some(&hint),
+                    )?,
+                    0,
+                ));
+            }
+        }
+        // d/dx avgpool: dy / size^2 spread over each window
+        Op::AvgPool { geom } => {
+            let dy = dy.ok_or_else(missing)?;
+            if want(0) {
+                let hint = g.ty(x[0]).clone();
+                let name = gname(x[0], g);
+                out[0] = Some((
+                    g.add_node(Op::AvgPoolBwd { geom: *geom }, &[dy], name, bw, Some(&hint))?,
+                    0,
+                ));
+            }
+        }
+        // d/dx mean_hw x: dy / (H*W) broadcast over H, W
+        Op::GlobalAvgPool => {
+            let dy = dy.ok_or_else(missing)?;
+            if want(0) {
+                let hint = g.ty(x[0]).clone();
+                let name = gname(x[0], g);
+                out[0] = Some((
+                    g.add_node(Op::GlobalAvgPoolBwd, &[dy], name, bw, Some(&hint))?,
+                    0,
+                ));
+            }
+        }
+        // d/dx reshape(x): reshape(dy) back to x's shape
+        Op::Reshape => {
+            let dy = dy.ok_or_else(missing)?;
+            if want(0) {
+                let hint = g.ty(x[0]).clone();
+                let name = gname(x[0], g);
+                out[0] = Some((g.add_node(Op::Reshape, &[dy], name, bw, Some(&hint))?, 0));
+            }
+        }
+        // d/dx f(x): relu/tanh/sigmoid from the output y = f(x); gelu from the input x
+        Op::Unary(k) => {
+            let dy = dy.ok_or_else(missing)?;
+            if want(0) {
+                let saved = if *k == UnaryKind::Gelu { x[0] } else { (n, 0) };
+                let name = gname(x[0], g);
+                out[0] = Some((
+                    g.add_node(Op::UnaryBwd(*k), &[saved, dy], name, bw, None)?,
+                    0,
+                ));
+            }
+        }
+        // d/da (a+b) = dy, d/db (a+b) = dy
+        Op::Add => {
+            let dy = dy.ok_or_else(missing)?;
+            for (i, o) in out.iter_mut().enumerate().take(2) {
+                if want(i) {
+                    *o = Some(dy);
+                }
+            }
+        }
+        // d/dx dropout(x): dy * mask / (1-p), the same regenerated mask
+        Op::Dropout { p, salt } => {
+            let dy = dy.ok_or_else(missing)?;
+            if want(0) {
+                let name = gname(x[0], g);
+                out[0] = Some((
+                    g.add_node(Op::DropoutBwd { p: *p, salt: *salt }, &[dy], name, bw, None)?,
+                    0,
+                ));
+            }
+        }
+        // d/dpred mean((pred-target)^2) = 2 (pred - target) / numel   (seeds the backward pass)
+        Op::MseLoss => {
+            if want(0) {
+                let name = gname(x[0], g);
+                out[0] = Some((
+                    g.add_node(Op::MseLossBwd, &[x[0], x[1]], name, bw, None)?,
+                    0,
+                ));
+            }
+        }
+        // d/dlogits CE = (softmax(logits) - onehot(label)) / N   (seeds the backward pass)
+        Op::CrossEntropyLoss => {
+            if want(0) {
+                let name = gname(x[0], g);
+                out[0] = Some((
+                    g.add_node(Op::CrossEntropyLossBwd, &[x[0], x[1]], name, bw, None)?,
+                    0,
+                ));
+            }
+        }
+        // d/dx of backward and update ops: second-order autodiff is not supported.
+        Op::Conv2dBwdData { .. }
+        | Op::Conv2dBwdWeight { .. }
+        | Op::BiasGrad
+        | Op::DenseBwdData
+        | Op::DenseBwdWeight
+        | Op::MaxPoolBwd { .. }
+        | Op::AvgPoolBwd { .. }
+        | Op::GlobalAvgPoolBwd
+        | Op::UnaryBwd(_)
+        | Op::DropoutBwd { .. }
+        | Op::MseLossBwd
+        | Op::CrossEntropyLossBwd
+        | Op::SgdUpdate { .. }
+        | Op::AdamUpdate { .. } => {
+            return Err(CompileError::Internal(format!(
+                "cannot differentiate `{}` ({}): not a forward op",
+                node.name,
+                node.op.kind_name()
+            )))
+        }
+    }
+    Ok(out)
+}
+
+/// Pass: builds the backward graph (train mode only) and records every parameter's gradient in
+/// `g.grads`.
+pub fn autodiff(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> {
+    if ctx.mode != Mode::Train {
+        return Ok(false);
+    }
+    let loss = g
+        .loss
+        .ok_or_else(|| CompileError::Internal("autodiff: no loss".into()))?;
+    let order = g
+        .topo_order()
+        .map_err(|n| CompileError::Internal(format!("autodiff: cycle at {n:?}")))?;
+
+    // Nodes whose outputs depend on a parameter (forward sweep).
+    let mut depends: BTreeSet<NodeIndex> = BTreeSet::new();
+    for &n in &order {
+        let is_param = matches!(g.node(n).op, Op::Param { .. });
+        if is_param || g.predecessors(n).iter().any(|p| depends.contains(p)) {
+            depends.insert(n);
+        }
+    }
+    // Nodes the loss depends on (backward sweep).
+    let mut useful: BTreeSet<NodeIndex> = BTreeSet::new();
+    useful.insert(loss.0);
+    for &n in order.iter().rev() {
+        if useful.contains(&n) {
+            useful.extend(g.predecessors(n));
+        }
+    }
+    // A value carries a gradient if it is f32, depends on a parameter and is not an argmax.
+    let carries = |g: &Graph, v: Value| -> bool {
+        depends.contains(&v.0)
+            && g.ty(v).dtype == crate::op::DType::F32
+            && !matches!(g.node(v.0).op, Op::MaxPool { .. } if v.1 == 1)
+    };
+
+    let mut grad: HashMap<Value, Value> = HashMap::new();
+    for &n in order.iter().rev() {
+        if !useful.contains(&n) || !depends.contains(&n) || g.node(n).op.is_leaf() {
+            continue;
+        }
+        let dy = if n == loss.0 {
+            None
+        } else {
+            match grad.get(&(n, 0)) {
+                Some(d) => Some(*d),
+                None => continue,
+            }
+        };
+        let ins = g.inputs(n);
+        let need: Vec<bool> = ins
+            .iter()
+            .map(|v| carries(g, *v) && useful.contains(&v.0))
+            .collect();
+        let contribs = vjp(g, n, dy, &need)?;
+        for (v, c) in ins.iter().zip(contribs) {
+            let Some(c) = c else { continue };
+            let acc = match grad.get(v) {
+                None => c,
+                Some(prev) => {
+                    let name = format!("grad {} (sum)", g.node(v.0).name);
+                    (
+                        g.add_node(Op::Add, &[*prev, c], name, Phase::Backward, None)?,
+                        0,
+                    )
+                }
+            };
+            grad.insert(*v, acc);
+        }
+    }
+    let params: Vec<NodeIndex> = g.params.iter().map(|(p, _)| *p).collect();
+    for p in params {
+        if let Some(d) = grad.get(&(p, 0)) {
+            g.grads.insert(p, *d);
+        }
+    }
+    Ok(true)
+}

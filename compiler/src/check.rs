@@ -1,0 +1,420 @@
+//! An INDEPENDENT plan checker. It re-derives every safety property of a [`Plan`] from the plan
+//! alone (no IR, no planner code): buffers inside the arena and aligned, no two simultaneously
+//! live buffers overlapping, every step's arguments matching its kernel, every read preceded by a
+//! write, and no read of a buffer after a step overwrote it in place.
+
+use thiserror::Error;
+
+use crate::op::Role;
+use crate::plan::{BufferId, BufferKind, Mode, Plan, ALIGN, FORMAT_VERSION};
+
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum PlanCheckError {
+    #[error("format version {got}, expected {expected}")]
+    FormatVersion { got: u32, expected: u32 },
+    #[error("buffer #{index} has id {id}")]
+    BufferId { index: usize, id: usize },
+    #[error("buffer #{buffer} `{name}`: offset {offset} is not aligned to {align}")]
+    Misaligned {
+        buffer: BufferId,
+        name: String,
+        offset: u64,
+        align: u64,
+    },
+    #[error("buffer #{buffer} `{name}`: bytes {offset}..{end} outside the arena of {arena} bytes")]
+    OutOfArena {
+        buffer: BufferId,
+        name: String,
+        offset: u64,
+        end: u64,
+        arena: u64,
+    },
+    #[error("buffer #{buffer} `{name}`: empty live range {live:?}")]
+    BadLiveRange {
+        buffer: BufferId,
+        name: String,
+        live: (usize, usize),
+    },
+    #[error("buffers #{a} `{a_name}` and #{b} `{b_name}` overlap in bytes while both live")]
+    Overlap {
+        a: BufferId,
+        a_name: String,
+        b: BufferId,
+        b_name: String,
+    },
+    #[error("kernel #{kernel} `{name}`: {msg}")]
+    Kernel {
+        kernel: usize,
+        name: String,
+        msg: String,
+    },
+    #[error("step {step} `{label}`: kernel #{kernel} does not exist")]
+    UnknownKernel {
+        step: usize,
+        label: String,
+        kernel: usize,
+    },
+    #[error("step {step} `{label}`: {got} args, the kernel signature has {expected}")]
+    ArgCount {
+        step: usize,
+        label: String,
+        expected: usize,
+        got: usize,
+    },
+    #[error("step {step} `{label}`: arg {arg} is buffer #{buffer}, which does not exist")]
+    UnknownBuffer {
+        step: usize,
+        label: String,
+        arg: usize,
+        buffer: BufferId,
+    },
+    #[error("step {step} `{label}`: arg {arg} (`{param}`) is buffer #{buffer} of the wrong {what}: {msg}")]
+    ArgMismatch {
+        step: usize,
+        label: String,
+        arg: usize,
+        param: String,
+        buffer: BufferId,
+        what: &'static str,
+        msg: String,
+    },
+    #[error(
+        "step {step} `{label}`: buffer #{buffer} `{name}` used outside its live range {live:?}"
+    )]
+    OutsideLive {
+        step: usize,
+        label: String,
+        buffer: BufferId,
+        name: String,
+        live: (usize, usize),
+    },
+    #[error("step {step} `{label}`: buffer #{buffer} `{name}` is passed twice while written")]
+    ArgAlias {
+        step: usize,
+        label: String,
+        buffer: BufferId,
+        name: String,
+    },
+    #[error("step {step} `{label}`: reads buffer #{buffer} `{name}` before any step writes it")]
+    ReadBeforeWrite {
+        step: usize,
+        label: String,
+        buffer: BufferId,
+        name: String,
+    },
+    #[error("step {step} `{label}`: reads buffer #{buffer} `{name}` after step {written_at} overwrote it in place")]
+    ReadAfterInPlace {
+        step: usize,
+        label: String,
+        buffer: BufferId,
+        name: String,
+        written_at: usize,
+    },
+    #[error(
+        "step {step} `{label}`: writes the {kind:?} buffer #{buffer} `{name}` as a fresh output"
+    )]
+    WritesReadOnly {
+        step: usize,
+        label: String,
+        buffer: BufferId,
+        name: String,
+        kind: BufferKind,
+    },
+    #[error("binding `{name}`: {msg}")]
+    Binding { name: String, msg: String },
+}
+
+/// Bytes of a tensor (saturating: a corrupted plan must not make the checker panic).
+fn bytes_of(shape: &[usize], elem: u64) -> u64 {
+    shape
+        .iter()
+        .fold(elem, |acc, d| acc.saturating_mul(*d as u64))
+}
+
+fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
+    a.0 < b.1 && b.0 < a.1
+}
+
+/// Checks `plan`; the first violation found is returned.
+pub fn check_plan(plan: &Plan) -> Result<(), PlanCheckError> {
+    use PlanCheckError as E;
+    if plan.format_version != FORMAT_VERSION {
+        return Err(E::FormatVersion {
+            got: plan.format_version,
+            expected: FORMAT_VERSION,
+        });
+    }
+    let nsteps = plan.steps.len();
+    // Buffers: ids, alignment, arena bounds, live ranges.
+    for (i, b) in plan.buffers.iter().enumerate() {
+        if b.id != i {
+            return Err(E::BufferId { index: i, id: b.id });
+        }
+        if b.offset % ALIGN != 0 {
+            return Err(E::Misaligned {
+                buffer: i,
+                name: b.name.clone(),
+                offset: b.offset,
+                align: ALIGN,
+            });
+        }
+        let end = b.offset.saturating_add(b.bytes);
+        if end > plan.arena_bytes {
+            return Err(E::OutOfArena {
+                buffer: i,
+                name: b.name.clone(),
+                offset: b.offset,
+                end,
+                arena: plan.arena_bytes,
+            });
+        }
+        if b.live.0 > b.live.1 {
+            return Err(E::BadLiveRange {
+                buffer: i,
+                name: b.name.clone(),
+                live: b.live,
+            });
+        }
+    }
+    // No two simultaneously live buffers share a byte (persistent buffers are always live).
+    let mut by_off: Vec<usize> = (0..plan.buffers.len())
+        .filter(|i| plan.buffers[*i].bytes > 0)
+        .collect();
+    by_off.sort_by_key(|i| plan.buffers[*i].offset);
+    for (k, &i) in by_off.iter().enumerate() {
+        let a = &plan.buffers[i];
+        let a_bytes = (a.offset, a.offset.saturating_add(a.bytes));
+        for &j in &by_off[k + 1..] {
+            let b = &plan.buffers[j];
+            if b.offset >= a_bytes.1 {
+                break;
+            }
+            let both_live =
+                a.persistent || b.persistent || (a.live.0 <= b.live.1 && b.live.0 <= a.live.1);
+            if both_live && overlaps(a_bytes, (b.offset, b.offset.saturating_add(b.bytes))) {
+                let (x, y) = (i.min(j), i.max(j));
+                return Err(E::Overlap {
+                    a: x,
+                    a_name: plan.buffers[x].name.clone(),
+                    b: y,
+                    b_name: plan.buffers[y].name.clone(),
+                });
+            }
+        }
+    }
+    // Kernels: signature is the op's, one shape per parameter.
+    for (i, k) in plan.kernels.iter().enumerate() {
+        let msg = if k.id != i {
+            Some(format!("has id {}", k.id))
+        } else if k.signature != k.op.signature() {
+            Some("its signature is not the op's signature".to_string())
+        } else if k.arg_shapes.len() != k.signature.params.len() {
+            Some(format!(
+                "{} arg shapes for {} signature parameters",
+                k.arg_shapes.len(),
+                k.signature.params.len()
+            ))
+        } else {
+            None
+        };
+        if let Some(msg) = msg {
+            return Err(E::Kernel {
+                kernel: i,
+                name: k.name.clone(),
+                msg,
+            });
+        }
+    }
+    // Steps, in order: arguments, liveness, read-before-write, in-place hazards.
+    let mut written = vec![false; plan.buffers.len()];
+    let mut in_place_at: Vec<Option<usize>> = vec![None; plan.buffers.len()];
+    for (s, st) in plan.steps.iter().enumerate() {
+        let label = || st.label.clone();
+        let k = plan.kernels.get(st.kernel).ok_or(E::UnknownKernel {
+            step: s,
+            label: label(),
+            kernel: st.kernel,
+        })?;
+        let sig = &k.signature.params;
+        if st.args.len() != sig.len() {
+            return Err(E::ArgCount {
+                step: s,
+                label: label(),
+                expected: sig.len(),
+                got: st.args.len(),
+            });
+        }
+        for (a, (&bid, p)) in st.args.iter().zip(sig).enumerate() {
+            let b = plan.buffers.get(bid).ok_or(E::UnknownBuffer {
+                step: s,
+                label: label(),
+                arg: a,
+                buffer: bid,
+            })?;
+            let mismatch = |what, msg| E::ArgMismatch {
+                step: s,
+                label: label(),
+                arg: a,
+                param: p.name.clone(),
+                buffer: bid,
+                what,
+                msg,
+            };
+            if b.dtype != p.dtype {
+                return Err(mismatch(
+                    "dtype",
+                    format!("{:?}, expected {:?}", b.dtype, p.dtype),
+                ));
+            }
+            let want = bytes_of(&k.arg_shapes[a], p.dtype.size() as u64);
+            if b.bytes != want {
+                return Err(mismatch(
+                    "size",
+                    format!(
+                        "{} bytes, the kernel expects {:?} = {want} bytes",
+                        b.bytes, k.arg_shapes[a]
+                    ),
+                ));
+            }
+            if !b.persistent && (s < b.live.0 || s > b.live.1) {
+                return Err(E::OutsideLive {
+                    step: s,
+                    label: label(),
+                    buffer: bid,
+                    name: b.name.clone(),
+                    live: b.live,
+                });
+            }
+            if matches!(p.role, Role::Out | Role::InOut | Role::Workspace)
+                && st.args.iter().enumerate().any(|(o, x)| o != a && *x == bid)
+            {
+                return Err(E::ArgAlias {
+                    step: s,
+                    label: label(),
+                    buffer: bid,
+                    name: b.name.clone(),
+                });
+            }
+        }
+        for (&bid, p) in st.args.iter().zip(sig) {
+            let b = &plan.buffers[bid];
+            if matches!(p.role, Role::In | Role::InOut) {
+                if !b.persistent && b.kind != BufferKind::Input && !written[bid] {
+                    return Err(E::ReadBeforeWrite {
+                        step: s,
+                        label: label(),
+                        buffer: bid,
+                        name: b.name.clone(),
+                    });
+                }
+                if let Some(t) = in_place_at[bid] {
+                    return Err(E::ReadAfterInPlace {
+                        step: s,
+                        label: label(),
+                        buffer: bid,
+                        name: b.name.clone(),
+                        written_at: t,
+                    });
+                }
+            }
+        }
+        for (&bid, p) in st.args.iter().zip(sig) {
+            let b = &plan.buffers[bid];
+            match p.role {
+                Role::Out => {
+                    if b.persistent || b.kind == BufferKind::Input {
+                        return Err(E::WritesReadOnly {
+                            step: s,
+                            label: label(),
+                            buffer: bid,
+                            name: b.name.clone(),
+                            kind: b.kind,
+                        });
+                    }
+                    written[bid] = true;
+                }
+                Role::InOut => {
+                    in_place_at[bid] = Some(s);
+                    written[bid] = true;
+                }
+                Role::In | Role::Workspace => {}
+            }
+        }
+    }
+    // Bindings.
+    let binding = |name: &str,
+                   bid: BufferId,
+                   shape: &[usize],
+                   elem: u64,
+                   kinds: &[BufferKind]|
+     -> Result<(), PlanCheckError> {
+        let b = plan.buffers.get(bid).ok_or_else(|| E::Binding {
+            name: name.into(),
+            msg: format!("buffer #{bid} does not exist"),
+        })?;
+        let want = bytes_of(shape, elem);
+        if b.bytes != want {
+            return Err(E::Binding {
+                name: name.into(),
+                msg: format!(
+                    "buffer #{bid} has {} bytes, shape {shape:?} needs {want}",
+                    b.bytes
+                ),
+            });
+        }
+        if !kinds.contains(&b.kind) {
+            return Err(E::Binding {
+                name: name.into(),
+                msg: format!("buffer #{bid} is {:?}", b.kind),
+            });
+        }
+        Ok(())
+    };
+    for p in &plan.params {
+        binding(&p.name, p.buffer, &p.shape, 4, &[BufferKind::Parameter])?;
+    }
+    for p in &plan.opt_state {
+        binding(
+            &p.name,
+            p.buffer,
+            &p.shape,
+            4,
+            &[BufferKind::OptimizerState],
+        )?;
+    }
+    for io in plan.inputs.iter().chain(&plan.targets) {
+        binding(
+            &io.name,
+            io.buffer,
+            &io.shape,
+            io.dtype.size() as u64,
+            &[BufferKind::Input],
+        )?;
+    }
+    let any = [
+        BufferKind::Parameter,
+        BufferKind::OptimizerState,
+        BufferKind::Input,
+        BufferKind::Activation,
+        BufferKind::Gradient,
+    ];
+    binding("loss", plan.loss, &[1], 4, &any)?;
+    let o = &plan.output;
+    binding(&o.name, o.buffer, &o.shape, o.dtype.size() as u64, &any)?;
+    if plan.mode != Mode::Predict && nsteps > 0 && !written[plan.loss] {
+        return Err(E::Binding {
+            name: "loss".into(),
+            msg: "no step writes the loss".into(),
+        });
+    }
+    for (name, bid) in [("loss", plan.loss), (o.name.as_str(), o.buffer)] {
+        let b = &plan.buffers[bid];
+        if written[bid] && !b.persistent && b.live.1.saturating_add(1) < nsteps {
+            return Err(E::Binding {
+                name: name.into(),
+                msg: format!("buffer #{bid} dies at step {} before the end", b.live.1),
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,341 @@
+//! Emission: graph + schedule -> [`Plan`].
+//!
+//! One buffer per value, except `Reshape` outputs and aliased (in-place) outputs, which live in
+//! their input's buffer ([`Graph::buffer_root`]). Buffer kinds come from the producing op/phase,
+//! live ranges from the schedule (first write .. last read; persistent for parameters and
+//! optimizer state; inputs from step 0; the loss and the output until the last step), plus one
+//! workspace buffer per convolution step. Offsets come from [`place`]. Identical kernels
+//! (same op, same argument shapes) are deduplicated.
+
+use std::collections::HashMap;
+
+use petgraph::stable_graph::NodeIndex;
+
+use crate::error::CompileError;
+use crate::ir::{Graph, Phase, Value};
+use crate::op::{conv_workspace_elems, DType, Op};
+use crate::passes::Ctx;
+use crate::plan::{
+    Buffer, BufferId, BufferKind, Init, IoBinding, Kernel, Mode, ParamBinding, Plan, Step,
+    FORMAT_VERSION,
+};
+use crate::planner::{place, BufferReq};
+
+struct Buf {
+    name: String,
+    bytes: u64,
+    dtype: DType,
+    kind: BufferKind,
+    persistent: bool,
+    first_write: Option<usize>,
+    last_read: Option<usize>,
+    pinned: bool,
+}
+
+fn value_name(g: &Graph, v: Value) -> String {
+    let n = g.node(v.0);
+    match (&n.op, v.1) {
+        (_, 0) => n.name.clone(),
+        (Op::MaxPool { .. }, 1) => format!("{}.argmax", n.name),
+        (_, o) => format!("{}.{o}", n.name),
+    }
+}
+
+fn kind_of(g: &Graph, root: Value) -> BufferKind {
+    let n = g.node(root.0);
+    match (&n.op, n.phase) {
+        (Op::Param { .. }, _) => BufferKind::Parameter,
+        (Op::OptState { .. }, _) => BufferKind::OptimizerState,
+        (Op::Input { .. }, _) => BufferKind::Input,
+        (_, Phase::Forward | Phase::Loss) => BufferKind::Activation,
+        (_, Phase::Backward | Phase::Update) => BufferKind::Gradient,
+    }
+}
+
+/// Workspace elements of a step, if its kernel has a workspace.
+fn workspace_elems(g: &Graph, n: NodeIndex) -> Option<usize> {
+    let ins = g.inputs(n);
+    match &g.node(n).op {
+        Op::Conv2d { geom, .. } => Some(conv_workspace_elems(
+            geom,
+            &g.ty(ins[0]).shape,
+            &g.node(n).outputs[0].shape,
+        )),
+        Op::Conv2dBwdWeight { geom } => Some(conv_workspace_elems(
+            geom,
+            &g.ty(ins[0]).shape,
+            &g.ty(ins[1]).shape,
+        )),
+        _ => None,
+    }
+}
+
+/// Builds the plan for `g` executed in `order` (kernel nodes only, see [`crate::schedule`]).
+pub fn emit(
+    g: &Graph,
+    order: &[NodeIndex],
+    ctx: &Ctx,
+    cap: Option<u64>,
+) -> Result<Plan, CompileError> {
+    let mut bufs: Vec<Buf> = vec![];
+    let mut of: HashMap<Value, BufferId> = HashMap::new();
+    let new_buf = |bufs: &mut Vec<Buf>, g: &Graph, v: Value| -> BufferId {
+        let t = g.ty(v);
+        let kind = kind_of(g, v);
+        bufs.push(Buf {
+            name: value_name(g, v),
+            bytes: t.bytes(),
+            dtype: t.dtype,
+            kind,
+            persistent: matches!(kind, BufferKind::Parameter | BufferKind::OptimizerState),
+            first_write: None,
+            last_read: None,
+            pinned: false,
+        });
+        bufs.len() - 1
+    };
+    // Leaves first, in binding order: parameters, optimizer state, inputs, targets.
+    let leaves: Vec<NodeIndex> = g
+        .params
+        .iter()
+        .map(|(p, _)| *p)
+        .chain(g.opt_state.iter().map(|(s, _, _)| *s))
+        .chain(g.inputs.iter().copied())
+        .chain(g.targets.iter().copied())
+        .filter(|n| g.g.contains_node(*n))
+        .collect();
+    for n in leaves {
+        let id = new_buf(&mut bufs, g, (n, 0));
+        of.insert((n, 0), id);
+    }
+
+    let mut kernels: Vec<Kernel> = vec![];
+    let mut steps: Vec<Step> = vec![];
+    for (s, &n) in order.iter().enumerate() {
+        let node = g.node(n);
+        let op = &node.op;
+        let ins = g.inputs(n);
+        let mut args = vec![];
+        let mut shapes = vec![];
+        let aliased = op.aliased_outputs();
+        for v in &ins {
+            let root = g.buffer_root(*v);
+            let id = *of.get(&root).ok_or_else(|| {
+                CompileError::Internal(format!(
+                    "step {s} `{}` reads `{}` before it is produced",
+                    node.name,
+                    value_name(g, root)
+                ))
+            })?;
+            bufs[id].last_read = Some(s);
+            args.push(id);
+            shapes.push(g.ty(*v).shape.clone());
+        }
+        for (o, t) in node.outputs.iter().enumerate() {
+            if let Some((_, i)) = aliased.iter().find(|(oo, _)| *oo == o) {
+                // In place: the output lives in input i's buffer.
+                let id = args[*i];
+                bufs[id].first_write.get_or_insert(s);
+                of.insert((n, o), id);
+                continue;
+            }
+            let id = new_buf(&mut bufs, g, (n, o));
+            bufs[id].first_write = Some(s);
+            of.insert((n, o), id);
+            args.push(id);
+            shapes.push(t.shape.clone());
+        }
+        if let Some(elems) = workspace_elems(g, n) {
+            bufs.push(Buf {
+                name: format!("{} workspace", node.name),
+                bytes: (elems * DType::F32.size()) as u64,
+                dtype: DType::F32,
+                kind: BufferKind::Workspace,
+                persistent: false,
+                first_write: Some(s),
+                last_read: Some(s),
+                pinned: false,
+            });
+            args.push(bufs.len() - 1);
+            shapes.push(vec![elems]);
+        }
+        let sig = op.signature();
+        if sig.params.len() != args.len() {
+            return Err(CompileError::Internal(format!(
+                "step `{}`: {} args for a {}-parameter signature",
+                node.name,
+                args.len(),
+                sig.params.len()
+            )));
+        }
+        let kernel = match kernels
+            .iter()
+            .position(|k| k.op == *op && k.arg_shapes == shapes)
+        {
+            Some(k) => k,
+            None => {
+                let same_kind = kernels
+                    .iter()
+                    .filter(|k| k.op.kind_name() == op.kind_name())
+                    .count();
+                kernels.push(Kernel {
+                    id: kernels.len(),
+                    name: format!("{}_{same_kind}", op.kind_name()),
+                    op: op.clone(),
+                    arg_shapes: shapes,
+                    signature: sig,
+                });
+                kernels.len() - 1
+            }
+        };
+        let label = match node.phase {
+            Phase::Forward => format!("{} forward", node.name),
+            _ => node.name.clone(),
+        };
+        steps.push(Step {
+            kernel,
+            args,
+            label,
+        });
+    }
+
+    // The loss and the output are read by the runtime after the last step.
+    let lookup = |of: &HashMap<Value, BufferId>, v: Value| -> Result<BufferId, CompileError> {
+        of.get(&g.buffer_root(v))
+            .copied()
+            .ok_or_else(|| CompileError::Internal(format!("`{}` has no buffer", value_name(g, v))))
+    };
+    let output_buf = lookup(&of, g.output)?;
+    bufs[output_buf].pinned = true;
+    let loss_buf = match g.loss {
+        Some(l) => lookup(&of, l)?,
+        None => {
+            bufs.push(Buf {
+                name: "loss (unused in predict)".into(),
+                bytes: 4,
+                dtype: DType::F32,
+                kind: BufferKind::Activation,
+                persistent: false,
+                first_write: None,
+                last_read: None,
+                pinned: false,
+            });
+            bufs.len() - 1
+        }
+    };
+    bufs[loss_buf].pinned = g.loss.is_some();
+
+    let last = steps.len().saturating_sub(1);
+    let reqs: Vec<BufferReq> = bufs
+        .iter()
+        .map(|b| {
+            let live = if b.persistent {
+                (0, last)
+            } else {
+                let start = if b.kind == BufferKind::Input {
+                    0
+                } else {
+                    b.first_write.unwrap_or(0)
+                };
+                let mut end = b
+                    .last_read
+                    .unwrap_or(start)
+                    .max(b.first_write.unwrap_or(start))
+                    .max(start);
+                if b.pinned {
+                    end = last.max(start);
+                }
+                (start, end)
+            };
+            BufferReq {
+                bytes: b.bytes,
+                live,
+                persistent: b.persistent,
+                kind: b.kind,
+            }
+        })
+        .collect();
+    let placement = place(&reqs, cap)?;
+    let buffers: Vec<Buffer> = bufs
+        .iter()
+        .zip(&reqs)
+        .enumerate()
+        .map(|(id, (b, r))| Buffer {
+            id,
+            name: b.name.clone(),
+            bytes: b.bytes,
+            dtype: b.dtype,
+            kind: b.kind,
+            offset: placement.offsets[id],
+            live: r.live,
+            persistent: b.persistent,
+        })
+        .collect();
+
+    let io = |n: NodeIndex| -> Result<IoBinding, CompileError> {
+        Ok(IoBinding {
+            name: g.node(n).name.clone(),
+            buffer: lookup(&of, (n, 0))?,
+            shape: g.ty((n, 0)).shape.clone(),
+            dtype: g.ty((n, 0)).dtype,
+        })
+    };
+    let inputs = g
+        .inputs
+        .iter()
+        .map(|n| io(*n))
+        .collect::<Result<Vec<_>, _>>()?;
+    let targets = g
+        .targets
+        .iter()
+        .map(|n| io(*n))
+        .collect::<Result<Vec<_>, _>>()?;
+    let params = g
+        .params
+        .iter()
+        .map(|(p, m)| {
+            Ok(ParamBinding {
+                name: m.name.clone(),
+                buffer: lookup(&of, (*p, 0))?,
+                shape: m.shape.clone(),
+                init: m.init,
+            })
+        })
+        .collect::<Result<Vec<_>, CompileError>>()?;
+    let opt_state = g
+        .opt_state
+        .iter()
+        .map(|(s, name, _)| {
+            Ok(ParamBinding {
+                name: name.clone(),
+                buffer: lookup(&of, (*s, 0))?,
+                shape: g.ty((*s, 0)).shape.clone(),
+                init: Init::Zeros,
+            })
+        })
+        .collect::<Result<Vec<_>, CompileError>>()?;
+    let output = IoBinding {
+        name: g.node(g.output.0).name.clone(),
+        buffer: output_buf,
+        shape: g.ty(g.output).shape.clone(),
+        dtype: g.ty(g.output).dtype,
+    };
+    let mode = ctx.mode;
+    debug_assert!(mode != Mode::Train || g.loss.is_some());
+    Ok(Plan {
+        format_version: FORMAT_VERSION,
+        mode,
+        batch: g.batch,
+        arena_bytes: placement.arena_bytes,
+        buffers,
+        kernels,
+        steps,
+        inputs,
+        targets,
+        params,
+        opt_state,
+        loss: loss_buf,
+        output,
+        optimizer: ctx.optimizer,
+    })
+}

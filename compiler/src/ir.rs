@@ -1,0 +1,866 @@
+//! The IR: a dataflow graph of [`Op`] nodes over a petgraph `StableGraph`.
+//!
+//! A node has one or more typed outputs (full shapes, batch first); an edge carries one output of
+//! its source into one input slot of its target. A value is `(NodeIndex, output index)`.
+//! [`infer_outputs`] is the ONE shape-inference function, used by lowering, autodiff and the
+//! verifier alike.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use petgraph::stable_graph::{NodeIndex, StableGraph};
+use petgraph::visit::EdgeRef;
+use petgraph::Direction;
+
+use crate::error::{CompileError, ShapeError};
+use crate::op::{DType, Op, PoolGeom};
+use crate::plan::Init;
+
+/// A value of the dataflow: output `.1` of node `.0`.
+pub type Value = (NodeIndex, usize);
+
+/// Type of one value: full shape (batch first) and element type.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TensorType {
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+}
+
+impl TensorType {
+    pub fn new(shape: Vec<usize>, dtype: DType) -> Self {
+        TensorType { shape, dtype }
+    }
+    pub fn f32(shape: Vec<usize>) -> Self {
+        TensorType {
+            shape,
+            dtype: DType::F32,
+        }
+    }
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+    pub fn bytes(&self) -> u64 {
+        (self.numel() * self.dtype.size()) as u64
+    }
+}
+
+impl fmt::Display for TensorType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = match self.dtype {
+            DType::F32 => "f32",
+            DType::I32 => "i32",
+            DType::U8 => "u8",
+        };
+        let dims: Vec<String> = self.shape.iter().map(|d| d.to_string()).collect();
+        write!(f, "{d}[{}]", dims.join(","))
+    }
+}
+
+/// Formats a list of types as `f32[1,2], i32[1]`.
+pub fn fmt_types(ts: &[TensorType]) -> String {
+    ts.iter()
+        .map(|t| t.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Which part of the training step a node belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Phase {
+    Forward,
+    Loss,
+    Backward,
+    Update,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    pub op: Op,
+    pub outputs: Vec<TensorType>,
+    /// e.g. `conv2d_3`, `conv2d_3.weight`, `grad conv2d_3`.
+    pub name: String,
+    pub phase: Phase,
+}
+
+/// Output `src_output` of the source feeds input slot `dst_input` of the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Edge {
+    pub src_output: usize,
+    pub dst_input: usize,
+}
+
+/// What the runtime needs to know about a parameter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParamMeta {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub init: Init,
+}
+
+/// The IR graph plus its distinguished values.
+#[derive(Debug, Clone)]
+pub struct Graph {
+    pub g: StableGraph<Node, Edge>,
+    pub batch: usize,
+    /// Model inputs, in declaration order.
+    pub inputs: Vec<NodeIndex>,
+    /// Model targets, in declaration order (empty once a predict pipeline drops the loss).
+    pub targets: Vec<NodeIndex>,
+    /// Parameter leaves, in model order.
+    pub params: Vec<(NodeIndex, ParamMeta)>,
+    /// Optimizer state leaves: (leaf, its full name e.g. `dense_1.weight.momentum`, the param leaf).
+    pub opt_state: Vec<(NodeIndex, String, NodeIndex)>,
+    /// The scalar loss (absent in predict mode).
+    pub loss: Option<Value>,
+    /// The network's output (the loss' prediction).
+    pub output: Value,
+    /// Gradient of each parameter leaf (filled by autodiff).
+    pub grads: BTreeMap<NodeIndex, Value>,
+}
+
+impl Graph {
+    pub fn new(batch: usize) -> Self {
+        Graph {
+            g: StableGraph::new(),
+            batch,
+            inputs: vec![],
+            targets: vec![],
+            params: vec![],
+            opt_state: vec![],
+            loss: None,
+            output: (NodeIndex::new(0), 0),
+            grads: BTreeMap::new(),
+        }
+    }
+
+    pub fn node(&self, n: NodeIndex) -> &Node {
+        &self.g[n]
+    }
+
+    /// Type of a value. Panics only on a dangling value, which the verifier rules out.
+    pub fn ty(&self, v: Value) -> &TensorType {
+        &self.g[v.0].outputs[v.1]
+    }
+
+    /// Adds a leaf (input, parameter, optimizer state) of the given type.
+    pub fn add_leaf(
+        &mut self,
+        op: Op,
+        ty: TensorType,
+        name: impl Into<String>,
+        phase: Phase,
+    ) -> NodeIndex {
+        self.g.add_node(Node {
+            op,
+            outputs: vec![ty],
+            name: name.into(),
+            phase,
+        })
+    }
+
+    /// Adds a kernel node consuming `inputs` (in slot order); its output types come from
+    /// [`infer_outputs`]. `hint` is the expected type of output 0, needed by the ops whose output
+    /// shape is not a function of the inputs (see [`infer_outputs`]).
+    pub fn add_node(
+        &mut self,
+        op: Op,
+        inputs: &[Value],
+        name: impl Into<String>,
+        phase: Phase,
+        hint: Option<&TensorType>,
+    ) -> Result<NodeIndex, CompileError> {
+        let name = name.into();
+        for v in inputs {
+            if !self.g.contains_node(v.0) || v.1 >= self.g[v.0].outputs.len() {
+                return Err(CompileError::Internal(format!(
+                    "node `{name}`: dangling input value {v:?}"
+                )));
+            }
+        }
+        let in_types: Vec<TensorType> = inputs.iter().map(|v| self.ty(*v).clone()).collect();
+        let outputs = infer_outputs(&op, &in_types, hint).map_err(|e| CompileError::Shape {
+            node: name.clone(),
+            op: op.kind_name(),
+            inputs: fmt_types(&in_types),
+            source: e,
+        })?;
+        let n = self.g.add_node(Node {
+            op,
+            outputs,
+            name,
+            phase,
+        });
+        for (i, v) in inputs.iter().enumerate() {
+            self.g.add_edge(
+                v.0,
+                n,
+                Edge {
+                    src_output: v.1,
+                    dst_input: i,
+                },
+            );
+        }
+        Ok(n)
+    }
+
+    /// The producer of input slot `i` of `n`, if connected.
+    pub fn input(&self, n: NodeIndex, i: usize) -> Option<Value> {
+        self.g
+            .edges_directed(n, Direction::Incoming)
+            .find(|e| e.weight().dst_input == i)
+            .map(|e| (e.source(), e.weight().src_output))
+    }
+
+    /// The values feeding `n`, in slot order (slots without an edge are skipped).
+    pub fn inputs(&self, n: NodeIndex) -> Vec<Value> {
+        let mut es: Vec<(usize, Value)> = self
+            .g
+            .edges_directed(n, Direction::Incoming)
+            .map(|e| (e.weight().dst_input, (e.source(), e.weight().src_output)))
+            .collect();
+        es.sort_by_key(|(slot, v)| (*slot, v.0.index(), v.1));
+        es.into_iter().map(|(_, v)| v).collect()
+    }
+
+    /// Consumers of a value: `(node, input slot)`, sorted.
+    pub fn consumers(&self, v: Value) -> Vec<(NodeIndex, usize)> {
+        let mut cs: Vec<(NodeIndex, usize)> = self
+            .g
+            .edges_directed(v.0, Direction::Outgoing)
+            .filter(|e| e.weight().src_output == v.1)
+            .map(|e| (e.target(), e.weight().dst_input))
+            .collect();
+        cs.sort();
+        cs
+    }
+
+    /// Distinct nodes consuming any output of `n`.
+    pub fn successors(&self, n: NodeIndex) -> BTreeSet<NodeIndex> {
+        self.g
+            .edges_directed(n, Direction::Outgoing)
+            .map(|e| e.target())
+            .collect()
+    }
+
+    /// Distinct producers of `n`'s inputs.
+    pub fn predecessors(&self, n: NodeIndex) -> BTreeSet<NodeIndex> {
+        self.g
+            .edges_directed(n, Direction::Incoming)
+            .map(|e| e.source())
+            .collect()
+    }
+
+    /// Topological order (Kahn, smallest index first, so it follows creation order where it
+    /// can). Errors with a node on a cycle.
+    pub fn topo_order(&self) -> Result<Vec<NodeIndex>, NodeIndex> {
+        let mut indeg: BTreeMap<NodeIndex, usize> = BTreeMap::new();
+        for n in self.g.node_indices() {
+            indeg.insert(n, self.predecessors(n).len());
+        }
+        let mut ready: BTreeSet<NodeIndex> = indeg
+            .iter()
+            .filter(|(_, d)| **d == 0)
+            .map(|(n, _)| *n)
+            .collect();
+        let mut order = Vec::with_capacity(indeg.len());
+        while let Some(n) = ready.pop_first() {
+            order.push(n);
+            for s in self.successors(n) {
+                if let Some(d) = indeg.get_mut(&s) {
+                    *d -= 1;
+                    if *d == 0 {
+                        ready.insert(s);
+                    }
+                }
+            }
+        }
+        if order.len() == indeg.len() {
+            Ok(order)
+        } else {
+            let done: BTreeSet<NodeIndex> = order.into_iter().collect();
+            Err(indeg
+                .keys()
+                .copied()
+                .find(|n| !done.contains(n))
+                .unwrap_or(NodeIndex::new(0)))
+        }
+    }
+
+    /// The value whose buffer `v` lives in: follows `Reshape` views and aliased (in-place) outputs
+    /// back to the value that owns the buffer.
+    pub fn buffer_root(&self, mut v: Value) -> Value {
+        loop {
+            let op = &self.node(v.0).op;
+            let alias = op.aliased_outputs().into_iter().find(|(o, _)| *o == v.1);
+            match alias.and_then(|(_, i)| self.input(v.0, i)) {
+                Some(src) => v = src,
+                None => return v,
+            }
+        }
+    }
+
+    /// Whether `n` launches a kernel (leaves and `Reshape` views do not).
+    pub fn is_kernel(&self, n: NodeIndex) -> bool {
+        let op = &self.node(n).op;
+        !op.is_leaf() && !matches!(op, Op::Reshape)
+    }
+
+    /// Every node (in index order).
+    pub fn nodes(&self) -> Vec<NodeIndex> {
+        self.g.node_indices().collect()
+    }
+
+    /// The name of the parameter leaf `n`, if it is one.
+    pub fn param_meta(&self, n: NodeIndex) -> Option<&ParamMeta> {
+        self.params.iter().find(|(p, _)| *p == n).map(|(_, m)| m)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shape inference
+// ---------------------------------------------------------------------------------------------
+
+fn err<T>(msg: impl Into<String>) -> Result<T, ShapeError> {
+    Err(ShapeError(msg.into()))
+}
+
+fn rank(t: &TensorType, r: usize, what: &str) -> Result<(), ShapeError> {
+    if t.shape.len() != r {
+        return err(format!("{what} must have rank {r}, got {t}"));
+    }
+    Ok(())
+}
+
+fn same(a: &TensorType, b: &TensorType, what: &str) -> Result<(), ShapeError> {
+    if a.shape != b.shape {
+        return err(format!("{what}: shapes differ ({a} vs {b})"));
+    }
+    Ok(())
+}
+
+fn need_hint<'a>(hint: Option<&'a TensorType>, op: &Op) -> Result<&'a TensorType, ShapeError> {
+    hint.ok_or_else(|| {
+        ShapeError(format!(
+            "{} needs the expected output shape",
+            op.kind_name()
+        ))
+    })
+}
+
+/// Output extents a convolution may have along one axis: with explicit top padding `pad`, the
+/// bottom padding is `pad` or `pad + 1` (TF 'same' puts the odd pixel at the bottom).
+fn conv_extent_ok(input: usize, k: usize, stride: usize, pad: usize, out: usize) -> bool {
+    let lo = (input + 2 * pad).checked_sub(k).map(|r| r / stride + 1);
+    let hi = (input + 2 * pad + 1).checked_sub(k).map(|r| r / stride + 1);
+    out >= 1 && (lo == Some(out) || hi == Some(out))
+}
+
+/// The default (symmetric padding) output extent of a convolution.
+fn conv_extent(input: usize, k: usize, stride: usize, pad: usize) -> Result<usize, ShapeError> {
+    match (input + 2 * pad).checked_sub(k) {
+        Some(r) => Ok(r / stride + 1),
+        None => err(format!(
+            "kernel {k} larger than padded input {}",
+            input + 2 * pad
+        )),
+    }
+}
+
+fn pool_extent(input: usize, g: &PoolGeom) -> Result<usize, ShapeError> {
+    if g.stride == 0 || g.size == 0 {
+        return err("pool size and stride must be positive");
+    }
+    match input.checked_sub(g.size) {
+        Some(r) => Ok(r / g.stride + 1),
+        None => err(format!("pool window {} larger than input {input}", g.size)),
+    }
+}
+
+fn pooled(x: &[usize], g: &PoolGeom) -> Result<Vec<usize>, ShapeError> {
+    Ok(vec![
+        x[0],
+        pool_extent(x[1], g)?,
+        pool_extent(x[2], g)?,
+        x[3],
+    ])
+}
+
+/// Output types of `op` applied to values of types `inputs`.
+///
+/// `hint` is the expected type of output 0. Most ops ignore it; it is required by the ops whose
+/// output shape is not a function of their inputs (leaves, `Reshape`, the pooling/conv backward-data
+/// ops, whose input extent is lost by the floor division, and `Conv2d`, whose bottom padding is
+/// implicit) — for those, the hint is checked for consistency with the inputs and returned.
+/// The verifier passes the stored output type, so it checks exactly what lowering/autodiff built.
+pub fn infer_outputs(
+    op: &Op,
+    inputs: &[TensorType],
+    hint: Option<&TensorType>,
+) -> Result<Vec<TensorType>, ShapeError> {
+    // Arity and dtypes from the signature (the single source of truth for both).
+    if !op.is_leaf() && !matches!(op, Op::Reshape) {
+        let sig = op.signature();
+        let ins: Vec<_> = sig
+            .params
+            .iter()
+            .filter(|p| matches!(p.role, crate::op::Role::In | crate::op::Role::InOut))
+            .collect();
+        if ins.len() != inputs.len() {
+            return err(format!(
+                "expects {} inputs, got {}",
+                ins.len(),
+                inputs.len()
+            ));
+        }
+        for (p, t) in ins.iter().zip(inputs) {
+            if p.dtype != t.dtype {
+                return err(format!("input `{}` must be {:?}, got {t}", p.name, p.dtype));
+            }
+        }
+    }
+    let f = |s: Vec<usize>| TensorType::f32(s);
+    let out = match op {
+        Op::Input { .. } | Op::Param { .. } | Op::OptState { .. } => {
+            if !inputs.is_empty() {
+                return err("a leaf has no inputs");
+            }
+            vec![need_hint(hint, op)?.clone()]
+        }
+        Op::Conv2d { geom, bias } => {
+            let (x, w) = (&inputs[0], &inputs[1]);
+            rank(x, 4, "x")?;
+            rank(w, 4, "w")?;
+            if w.shape[0] != geom.kh || w.shape[1] != geom.kw || w.shape[2] != x.shape[3] {
+                return err(format!(
+                    "w {w} does not match kernel {}x{} over {} channels",
+                    geom.kh, geom.kw, x.shape[3]
+                ));
+            }
+            if *bias && inputs[2].shape != [w.shape[3]] {
+                return err(format!("bias {} must be [{}]", inputs[2], w.shape[3]));
+            }
+            let y = match hint {
+                Some(h) => {
+                    rank(h, 4, "y")?;
+                    let ok = h.shape[0] == x.shape[0]
+                        && h.shape[3] == w.shape[3]
+                        && conv_extent_ok(
+                            x.shape[1],
+                            geom.kh,
+                            geom.stride,
+                            geom.pad_top,
+                            h.shape[1],
+                        )
+                        && conv_extent_ok(
+                            x.shape[2],
+                            geom.kw,
+                            geom.stride,
+                            geom.pad_left,
+                            h.shape[2],
+                        );
+                    if !ok {
+                        return err(format!(
+                            "output {h} inconsistent with x {x}, w {w}, {geom:?}"
+                        ));
+                    }
+                    h.shape.clone()
+                }
+                None => vec![
+                    x.shape[0],
+                    conv_extent(x.shape[1], geom.kh, geom.stride, geom.pad_top)?,
+                    conv_extent(x.shape[2], geom.kw, geom.stride, geom.pad_left)?,
+                    w.shape[3],
+                ],
+            };
+            vec![f(y)]
+        }
+        Op::Dense { bias } => {
+            let (x, w) = (&inputs[0], &inputs[1]);
+            rank(x, 2, "x")?;
+            rank(w, 2, "w")?;
+            if x.shape[1] != w.shape[0] {
+                return err(format!("x {x} and w {w}: inner dimensions differ"));
+            }
+            if *bias && inputs[2].shape != [w.shape[1]] {
+                return err(format!("bias {} must be [{}]", inputs[2], w.shape[1]));
+            }
+            vec![f(vec![x.shape[0], w.shape[1]])]
+        }
+        Op::MaxPool { geom } => {
+            rank(&inputs[0], 4, "x")?;
+            let y = pooled(&inputs[0].shape, geom)?;
+            vec![f(y.clone()), TensorType::new(y, DType::U8)]
+        }
+        Op::AvgPool { geom } => {
+            rank(&inputs[0], 4, "x")?;
+            vec![f(pooled(&inputs[0].shape, geom)?)]
+        }
+        Op::GlobalAvgPool => {
+            rank(&inputs[0], 4, "x")?;
+            vec![f(vec![inputs[0].shape[0], inputs[0].shape[3]])]
+        }
+        Op::Reshape => {
+            if inputs.len() != 1 {
+                return err(format!("expects 1 input, got {}", inputs.len()));
+            }
+            let h = need_hint(hint, op)?;
+            if h.numel() != inputs[0].numel() || h.dtype != inputs[0].dtype {
+                return err(format!("cannot reshape {} to {h}", inputs[0]));
+            }
+            vec![h.clone()]
+        }
+        Op::Unary(_) | Op::Dropout { .. } => vec![inputs[0].clone()],
+        Op::Add => {
+            same(&inputs[0], &inputs[1], "a, b")?;
+            vec![inputs[0].clone()]
+        }
+        Op::MseLoss => {
+            same(&inputs[0], &inputs[1], "pred, target")?;
+            vec![f(vec![1])]
+        }
+        Op::CrossEntropyLoss | Op::CrossEntropyLossBwd => {
+            let (l, y) = (&inputs[0], &inputs[1]);
+            rank(l, 2, "logits")?;
+            if y.shape != [l.shape[0]] {
+                return err(format!(
+                    "labels {y} must be [{}] for logits {l}",
+                    l.shape[0]
+                ));
+            }
+            if matches!(op, Op::CrossEntropyLoss) {
+                vec![f(vec![1])]
+            } else {
+                vec![l.clone()]
+            }
+        }
+        Op::Conv2dBwdData { geom } => {
+            let (dy, w) = (&inputs[0], &inputs[1]);
+            rank(dy, 4, "dy")?;
+            rank(w, 4, "w")?;
+            let h = need_hint(hint, op)?;
+            rank(h, 4, "dx")?;
+            let ok = w.shape[0] == geom.kh
+                && w.shape[1] == geom.kw
+                && dy.shape[3] == w.shape[3]
+                && h.shape[0] == dy.shape[0]
+                && h.shape[3] == w.shape[2]
+                && conv_extent_ok(h.shape[1], geom.kh, geom.stride, geom.pad_top, dy.shape[1])
+                && conv_extent_ok(h.shape[2], geom.kw, geom.stride, geom.pad_left, dy.shape[2]);
+            if !ok {
+                return err(format!("dx {h} inconsistent with dy {dy}, w {w}, {geom:?}"));
+            }
+            vec![f(h.shape.clone())]
+        }
+        Op::Conv2dBwdWeight { geom } => {
+            let (x, dy) = (&inputs[0], &inputs[1]);
+            rank(x, 4, "x")?;
+            rank(dy, 4, "dy")?;
+            let ok = x.shape[0] == dy.shape[0]
+                && conv_extent_ok(x.shape[1], geom.kh, geom.stride, geom.pad_top, dy.shape[1])
+                && conv_extent_ok(x.shape[2], geom.kw, geom.stride, geom.pad_left, dy.shape[2]);
+            if !ok {
+                return err(format!("x {x} and dy {dy} inconsistent with {geom:?}"));
+            }
+            vec![f(vec![geom.kh, geom.kw, x.shape[3], dy.shape[3]])]
+        }
+        Op::BiasGrad => match inputs[0].shape.last() {
+            Some(c) => vec![f(vec![*c])],
+            None => return err("dy must have rank >= 1"),
+        },
+        Op::DenseBwdData => {
+            let (dy, w) = (&inputs[0], &inputs[1]);
+            rank(dy, 2, "dy")?;
+            rank(w, 2, "w")?;
+            if dy.shape[1] != w.shape[1] {
+                return err(format!("dy {dy} and w {w}: output dimensions differ"));
+            }
+            vec![f(vec![dy.shape[0], w.shape[0]])]
+        }
+        Op::DenseBwdWeight => {
+            let (x, dy) = (&inputs[0], &inputs[1]);
+            rank(x, 2, "x")?;
+            rank(dy, 2, "dy")?;
+            if x.shape[0] != dy.shape[0] {
+                return err(format!("x {x} and dy {dy}: batch differs"));
+            }
+            vec![f(vec![x.shape[1], dy.shape[1]])]
+        }
+        Op::MaxPoolBwd { geom } | Op::AvgPoolBwd { geom } => {
+            let dy = &inputs[0];
+            rank(dy, 4, "dy")?;
+            if let Op::MaxPoolBwd { .. } = op {
+                same(dy, &inputs[1], "dy, argmax")?;
+            }
+            let h = need_hint(hint, op)?;
+            rank(h, 4, "dx")?;
+            if pooled(&h.shape, geom)? != dy.shape {
+                return err(format!("dx {h} does not pool to dy {dy}"));
+            }
+            vec![f(h.shape.clone())]
+        }
+        Op::GlobalAvgPoolBwd => {
+            let dy = &inputs[0];
+            rank(dy, 2, "dy")?;
+            let h = need_hint(hint, op)?;
+            rank(h, 4, "dx")?;
+            if h.shape[0] != dy.shape[0] || h.shape[3] != dy.shape[1] {
+                return err(format!("dx {h} inconsistent with dy {dy}"));
+            }
+            vec![f(h.shape.clone())]
+        }
+        Op::UnaryBwd(_) => {
+            same(&inputs[0], &inputs[1], "saved, dy")?;
+            vec![inputs[0].clone()]
+        }
+        Op::DropoutBwd { .. } => vec![inputs[0].clone()],
+        Op::MseLossBwd => {
+            same(&inputs[0], &inputs[1], "pred, target")?;
+            vec![inputs[0].clone()]
+        }
+        Op::SgdUpdate { .. } | Op::AdamUpdate { .. } => {
+            for (i, t) in inputs.iter().enumerate().skip(1) {
+                same(&inputs[0], t, &format!("w, input {i}"))?;
+            }
+            let n = op.num_outputs();
+            op.aliased_outputs()
+                .iter()
+                .take(n)
+                .map(|(_, i)| inputs[*i].clone())
+                .collect()
+        }
+    };
+    Ok(out)
+}
+
+#[cfg(test)]
+#[allow(clippy::cloned_ref_to_slice_refs)] // readability of the shape tables
+mod tests {
+    use super::*;
+    use crate::op::{ConvGeom, UnaryKind};
+
+    fn f(s: &[usize]) -> TensorType {
+        TensorType::f32(s.to_vec())
+    }
+    fn shapes(op: &Op, ins: &[TensorType], hint: Option<&TensorType>) -> Vec<TensorType> {
+        infer_outputs(op, ins, hint).unwrap_or_else(|e| panic!("{}: {e}", op.kind_name()))
+    }
+
+    const G3: ConvGeom = ConvGeom {
+        kh: 3,
+        kw: 3,
+        stride: 1,
+        pad_top: 1,
+        pad_left: 1,
+    };
+    const POOL: PoolGeom = PoolGeom { size: 2, stride: 2 };
+
+    #[test]
+    fn forward_ops() {
+        let x = f(&[2, 5, 5, 3]);
+        let conv = Op::Conv2d {
+            geom: G3,
+            bias: true,
+        };
+        assert_eq!(
+            shapes(&conv, &[x.clone(), f(&[3, 3, 3, 8]), f(&[8])], None),
+            vec![f(&[2, 5, 5, 8])]
+        );
+        // stride 2 'same' on 5: out 3, pad_total 2, pad_top 1.
+        let s2 = Op::Conv2d {
+            geom: ConvGeom { stride: 2, ..G3 },
+            bias: false,
+        };
+        let y = f(&[2, 3, 3, 8]);
+        assert_eq!(
+            shapes(&s2, &[x.clone(), f(&[3, 3, 3, 8])], Some(&y)),
+            vec![y.clone()]
+        );
+        assert!(
+            infer_outputs(&s2, &[x.clone(), f(&[3, 3, 3, 8])], Some(&f(&[2, 4, 4, 8]))).is_err()
+        );
+        assert!(infer_outputs(&conv, &[x.clone(), f(&[3, 3, 4, 8]), f(&[8])], None).is_err());
+        assert_eq!(
+            shapes(&Op::MaxPool { geom: POOL }, &[x.clone()], None),
+            vec![
+                f(&[2, 2, 2, 3]),
+                TensorType::new(vec![2, 2, 2, 3], DType::U8)
+            ]
+        );
+        assert_eq!(
+            shapes(&Op::AvgPool { geom: POOL }, &[x.clone()], None),
+            vec![f(&[2, 2, 2, 3])]
+        );
+        assert_eq!(
+            shapes(&Op::GlobalAvgPool, &[x.clone()], None),
+            vec![f(&[2, 3])]
+        );
+        assert_eq!(
+            shapes(&Op::Reshape, &[x.clone()], Some(&f(&[2, 75]))),
+            vec![f(&[2, 75])]
+        );
+        assert!(infer_outputs(&Op::Reshape, &[x.clone()], Some(&f(&[2, 74]))).is_err());
+        assert!(infer_outputs(&Op::Reshape, &[x.clone()], None).is_err());
+        let d = Op::Dense { bias: false };
+        assert_eq!(
+            shapes(&d, &[f(&[2, 4]), f(&[4, 6])], None),
+            vec![f(&[2, 6])]
+        );
+        assert!(infer_outputs(&d, &[f(&[2, 5]), f(&[4, 6])], None).is_err());
+        assert!(infer_outputs(&d, &[f(&[2, 4])], None).is_err());
+        assert_eq!(
+            shapes(&Op::Unary(UnaryKind::Tanh), &[x.clone()], None),
+            vec![x.clone()]
+        );
+        assert_eq!(
+            shapes(&Op::Dropout { p: 0.5, salt: 1 }, &[x.clone()], None),
+            vec![x.clone()]
+        );
+        assert_eq!(
+            shapes(&Op::Add, &[x.clone(), x.clone()], None),
+            vec![x.clone()]
+        );
+        assert!(infer_outputs(&Op::Add, &[x.clone(), f(&[2, 5, 5, 4])], None).is_err());
+        assert_eq!(
+            shapes(&Op::MseLoss, &[f(&[2, 3]), f(&[2, 3])], None),
+            vec![f(&[1])]
+        );
+        let labels = TensorType::new(vec![2], DType::I32);
+        assert_eq!(
+            shapes(&Op::CrossEntropyLoss, &[f(&[2, 3]), labels.clone()], None),
+            vec![f(&[1])]
+        );
+        assert!(infer_outputs(&Op::CrossEntropyLoss, &[f(&[2, 3]), f(&[2])], None).is_err());
+        assert_eq!(
+            shapes(&Op::CrossEntropyLossBwd, &[f(&[2, 3]), labels], None),
+            vec![f(&[2, 3])]
+        );
+    }
+
+    #[test]
+    fn backward_and_update_ops() {
+        let x = f(&[2, 5, 5, 3]);
+        let dy = f(&[2, 5, 5, 8]);
+        let w = f(&[3, 3, 3, 8]);
+        assert_eq!(
+            shapes(
+                &Op::Conv2dBwdData { geom: G3 },
+                &[dy.clone(), w.clone()],
+                Some(&x)
+            ),
+            vec![x.clone()]
+        );
+        assert!(infer_outputs(
+            &Op::Conv2dBwdData { geom: G3 },
+            &[dy.clone(), w.clone()],
+            None
+        )
+        .is_err());
+        assert_eq!(
+            shapes(
+                &Op::Conv2dBwdWeight { geom: G3 },
+                &[x.clone(), dy.clone()],
+                None
+            ),
+            vec![w.clone()]
+        );
+        assert_eq!(shapes(&Op::BiasGrad, &[dy.clone()], None), vec![f(&[8])]);
+        assert_eq!(
+            shapes(&Op::DenseBwdData, &[f(&[2, 6]), f(&[4, 6])], None),
+            vec![f(&[2, 4])]
+        );
+        assert_eq!(
+            shapes(&Op::DenseBwdWeight, &[f(&[2, 4]), f(&[2, 6])], None),
+            vec![f(&[4, 6])]
+        );
+        let py = f(&[2, 2, 2, 3]);
+        let am = TensorType::new(vec![2, 2, 2, 3], DType::U8);
+        assert_eq!(
+            shapes(
+                &Op::MaxPoolBwd { geom: POOL },
+                &[py.clone(), am.clone()],
+                Some(&x)
+            ),
+            vec![x.clone()]
+        );
+        // 4x4 also pools to 2x2 (floor): both are consistent, the hint decides.
+        let x4 = f(&[2, 4, 4, 3]);
+        assert_eq!(
+            shapes(&Op::AvgPoolBwd { geom: POOL }, &[py.clone()], Some(&x4)),
+            vec![x4]
+        );
+        assert!(infer_outputs(
+            &Op::AvgPoolBwd { geom: POOL },
+            &[py.clone()],
+            Some(&f(&[2, 6, 6, 3]))
+        )
+        .is_err());
+        assert!(infer_outputs(
+            &Op::MaxPoolBwd { geom: POOL },
+            &[py.clone(), py.clone()],
+            Some(&x)
+        )
+        .is_err());
+        assert_eq!(
+            shapes(&Op::GlobalAvgPoolBwd, &[f(&[2, 3])], Some(&x)),
+            vec![x.clone()]
+        );
+        assert_eq!(
+            shapes(
+                &Op::UnaryBwd(UnaryKind::Gelu),
+                &[x.clone(), x.clone()],
+                None
+            ),
+            vec![x.clone()]
+        );
+        assert_eq!(
+            shapes(&Op::DropoutBwd { p: 0.1, salt: 2 }, &[x.clone()], None),
+            vec![x.clone()]
+        );
+        assert_eq!(
+            shapes(&Op::MseLossBwd, &[f(&[2, 3]), f(&[2, 3])], None),
+            vec![f(&[2, 3])]
+        );
+        let sgd = Op::SgdUpdate {
+            lr: 0.1,
+            momentum: 0.9,
+            weight_decay: 0.0,
+            nesterov: false,
+        };
+        assert_eq!(
+            shapes(&sgd, &[w.clone(), w.clone(), w.clone()], None),
+            vec![w.clone(), w.clone()]
+        );
+        assert!(infer_outputs(&sgd, &[w.clone(), w.clone()], None).is_err());
+        let plain = Op::SgdUpdate {
+            lr: 0.1,
+            momentum: 0.0,
+            weight_decay: 0.0,
+            nesterov: false,
+        };
+        assert_eq!(
+            shapes(&plain, &[w.clone(), w.clone()], None),
+            vec![w.clone()]
+        );
+        let adam = Op::AdamUpdate {
+            lr: 0.1,
+            beta1: 0.9,
+            beta2: 0.99,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            decoupled: true,
+        };
+        assert_eq!(
+            shapes(&adam, &[w.clone(), w.clone(), w.clone(), w.clone()], None),
+            vec![w.clone(); 3]
+        );
+        assert!(infer_outputs(&adam, &[w.clone(), dy, w.clone(), w.clone()], None).is_err());
+    }
+
+    #[test]
+    fn every_op_output_count_matches_num_outputs() {
+        // Checked end to end by the verifier on every fixture; here the leaves.
+        let leaf = Op::Param { name: "w".into() };
+        assert_eq!(shapes(&leaf, &[], Some(&f(&[3]))).len(), leaf.num_outputs());
+        assert!(infer_outputs(&leaf, &[f(&[1])], Some(&f(&[3]))).is_err());
+    }
+}

@@ -1,0 +1,414 @@
+//! Lowering: a checked [`Model`] (per-sample shapes) plus a batch size becomes the forward IR
+//! graph (full shapes, batch first), ending in the loss node.
+
+use dmc_grammar::model::{self, Activation, Layer, LossKind, Model, Padding, ValueRef};
+
+use crate::error::CompileError;
+use crate::ir::{Graph, ParamMeta, Phase, TensorType, Value};
+use crate::op::{ConvGeom, DType, Op, PoolGeom};
+use crate::plan::Init;
+
+fn dtype(d: model::DType) -> DType {
+    match d {
+        model::DType::F32 => DType::F32,
+        model::DType::I32 => DType::I32,
+    }
+}
+
+fn full(batch: usize, shape: &[usize]) -> Vec<usize> {
+    let mut s = Vec::with_capacity(shape.len() + 1);
+    s.push(batch);
+    s.extend_from_slice(shape);
+    s
+}
+
+/// TF/Keras padding before the input along one axis: 'same' pads
+/// `max((out-1)*stride + k - in, 0)` in total, the smaller half on top/left; 'valid' pads nothing.
+pub fn pad_before(padding: Padding, input: usize, k: usize, stride: usize) -> usize {
+    match padding {
+        Padding::Valid => 0,
+        Padding::Same => {
+            let out = input.div_ceil(stride);
+            let total = ((out.saturating_sub(1)) * stride + k).saturating_sub(input);
+            total / 2
+        }
+    }
+}
+
+/// A stable 64-bit FNV-1a hash of a layer name: the dropout salt.
+pub fn stable_hash(s: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in s.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// Builds the forward graph of `model` for `batch` samples per step.
+pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
+    if batch == 0 {
+        return Err(CompileError::InvalidModel(
+            "batch size must be positive".into(),
+        ));
+    }
+    let mut g = Graph::new(batch);
+    let mut inputs = vec![];
+    for d in &model.inputs {
+        let n = g.add_leaf(
+            Op::Input {
+                name: d.name.clone(),
+            },
+            TensorType::new(full(batch, &d.shape), dtype(d.dtype)),
+            d.name.clone(),
+            Phase::Forward,
+        );
+        g.inputs.push(n);
+        inputs.push((n, 0));
+    }
+    let mut targets = vec![];
+    for d in &model.targets {
+        let n = g.add_leaf(
+            Op::Input {
+                name: d.name.clone(),
+            },
+            TensorType::new(full(batch, &d.shape), dtype(d.dtype)),
+            d.name.clone(),
+            Phase::Loss,
+        );
+        g.targets.push(n);
+        targets.push((n, 0));
+    }
+    let mut nodes: Vec<Value> = Vec::with_capacity(model.nodes.len());
+    let resolve = |nodes: &[Value], r: ValueRef| -> Result<Value, CompileError> {
+        let v = match r {
+            ValueRef::Input(i) => inputs.get(i),
+            ValueRef::Target(i) => targets.get(i),
+            ValueRef::Node(i) => nodes.get(i),
+        };
+        v.copied()
+            .ok_or_else(|| CompileError::InvalidModel(format!("dangling reference {r:?}")))
+    };
+
+    for (idx, node) in model.nodes.iter().enumerate() {
+        let ins: Vec<Value> = node
+            .inputs
+            .iter()
+            .map(|r| resolve(&nodes, *r))
+            .collect::<Result<_, _>>()?;
+        let arity = match node.layer {
+            Layer::Add => 2,
+            _ => 1,
+        };
+        if ins.len() != arity {
+            return Err(CompileError::InvalidModel(format!(
+                "layer `{}` takes {arity} input(s), got {}",
+                node.name,
+                ins.len()
+            )));
+        }
+        // Parameter leaves: weight first, then bias.
+        let feeds_relu = model.nodes.iter().any(|m| {
+            matches!(m.layer, Layer::Act(Activation::Relu | Activation::Gelu))
+                && m.inputs.contains(&ValueRef::Node(idx))
+        });
+        let mut weight = None;
+        let mut bias = None;
+        for p in &node.params {
+            let init = if p.is_bias {
+                Init::Zeros
+            } else if feeds_relu {
+                Init::HeUniform { fan_in: p.fan_in }
+            } else {
+                Init::GlorotUniform {
+                    fan_in: p.fan_in,
+                    fan_out: p.fan_out,
+                }
+            };
+            let n = g.add_leaf(
+                Op::Param {
+                    name: p.name.clone(),
+                },
+                TensorType::f32(p.shape.clone()),
+                p.name.clone(),
+                Phase::Forward,
+            );
+            g.params.push((
+                n,
+                ParamMeta {
+                    name: p.name.clone(),
+                    shape: p.shape.clone(),
+                    init,
+                },
+            ));
+            if p.is_bias {
+                bias = Some((n, 0));
+            } else {
+                weight = Some((n, 0));
+            }
+        }
+        let want = |has_bias: bool| -> Result<Vec<Value>, CompileError> {
+            let w = weight.ok_or_else(|| {
+                CompileError::InvalidModel(format!("layer `{}` has no weight", node.name))
+            })?;
+            let mut v = vec![ins[0], w];
+            match (has_bias, bias) {
+                (true, Some(b)) => v.push(b),
+                (false, None) => {}
+                _ => {
+                    return Err(CompileError::InvalidModel(format!(
+                        "layer `{}`: bias flag and params disagree",
+                        node.name
+                    )))
+                }
+            }
+            Ok(v)
+        };
+        let hint = TensorType::f32(full(batch, &node.shape));
+        let name = node.name.clone();
+        let ph = Phase::Forward;
+        let n = match &node.layer {
+            Layer::Conv2d {
+                kernel,
+                stride,
+                padding,
+                bias: has_bias,
+                ..
+            } => {
+                let xs = g.ty(ins[0]).shape.clone();
+                if xs.len() != 4 || *stride == 0 {
+                    return Err(CompileError::InvalidModel(format!(
+                        "conv `{name}` needs an NHWC input and stride > 0"
+                    )));
+                }
+                let geom = ConvGeom {
+                    kh: *kernel,
+                    kw: *kernel,
+                    stride: *stride,
+                    pad_top: pad_before(*padding, xs[1], *kernel, *stride),
+                    pad_left: pad_before(*padding, xs[2], *kernel, *stride),
+                };
+                g.add_node(
+                    Op::Conv2d {
+                        geom,
+                        bias: *has_bias,
+                    },
+                    &want(*has_bias)?,
+                    name,
+                    ph,
+                    Some(&hint),
+                )?
+            }
+            Layer::Dense { bias: has_bias, .. } => g.add_node(
+                Op::Dense { bias: *has_bias },
+                &want(*has_bias)?,
+                name,
+                ph,
+                None,
+            )?,
+            Layer::MaxPool { size, stride } => g.add_node(
+                Op::MaxPool {
+                    geom: PoolGeom {
+                        size: *size,
+                        stride: *stride,
+                    },
+                },
+                &ins,
+                name,
+                ph,
+                None,
+            )?,
+            Layer::AvgPool { size, stride } => g.add_node(
+                Op::AvgPool {
+                    geom: PoolGeom {
+                        size: *size,
+                        stride: *stride,
+                    },
+                },
+                &ins,
+                name,
+                ph,
+                None,
+            )?,
+            Layer::GlobalAvgPool => g.add_node(Op::GlobalAvgPool, &ins, name, ph, None)?,
+            Layer::Flatten => g.add_node(Op::Reshape, &ins, name, ph, Some(&hint))?,
+            Layer::Act(k) => g.add_node(Op::Unary(*k), &ins, name, ph, None)?,
+            Layer::Add => g.add_node(Op::Add, &ins, name, ph, None)?,
+            Layer::Dropout { p } => g.add_node(
+                Op::Dropout {
+                    p: *p,
+                    salt: stable_hash(&node.name),
+                },
+                &ins,
+                name,
+                ph,
+                None,
+            )?,
+        };
+        if g.node(n).outputs[0].shape != hint.shape {
+            return Err(CompileError::InvalidModel(format!(
+                "layer `{}`: computed shape {} differs from the checked shape {}",
+                node.name,
+                g.node(n).outputs[0],
+                hint
+            )));
+        }
+        nodes.push((n, 0));
+    }
+
+    let pred = resolve(&nodes, model.loss.pred)?;
+    let mut target = resolve(&nodes, model.loss.target)?;
+    let pt = g.ty(pred).clone();
+    let tt = g.ty(target).clone();
+    let tname = g.node(target.0).name.clone();
+    let op = match model.loss.kind {
+        LossKind::Mse => {
+            if tt.shape != pt.shape {
+                let want = TensorType::new(pt.shape.clone(), tt.dtype);
+                target = (
+                    g.add_node(
+                        Op::Reshape,
+                        &[target],
+                        format!("{tname} (as {})", want),
+                        Phase::Loss,
+                        Some(&want),
+                    )?,
+                    0,
+                );
+            }
+            Op::MseLoss
+        }
+        LossKind::CrossEntropy => {
+            if tt.shape.len() != 1 {
+                let want = TensorType::new(vec![batch], tt.dtype);
+                target = (
+                    g.add_node(
+                        Op::Reshape,
+                        &[target],
+                        format!("{tname} (as {})", want),
+                        Phase::Loss,
+                        Some(&want),
+                    )?,
+                    0,
+                );
+            }
+            Op::CrossEntropyLoss
+        }
+    };
+    let loss = g.add_node(op, &[pred, target], "loss", Phase::Loss, None)?;
+    g.loss = Some((loss, 0));
+    g.output = resolve(&nodes, model.output)?;
+    Ok(g)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{convnet, mlp, residual, sgd};
+
+    #[test]
+    fn same_padding_follows_tf() {
+        // pad_total = max((out-1)*stride + k - in, 0), pad_top = pad_total/2
+        assert_eq!(pad_before(Padding::Same, 16, 3, 1), 1);
+        assert_eq!(pad_before(Padding::Same, 16, 2, 1), 0); // total 1: the extra row at the bottom
+        assert_eq!(pad_before(Padding::Same, 12, 3, 2), 0); // out 6, total 1
+        assert_eq!(pad_before(Padding::Same, 7, 3, 2), 1); // out 4, total 2
+        assert_eq!(pad_before(Padding::Same, 5, 5, 1), 2);
+        assert_eq!(pad_before(Padding::Same, 4, 1, 2), 0);
+        assert_eq!(pad_before(Padding::Valid, 16, 3, 1), 0);
+    }
+
+    #[test]
+    fn dropout_salt_is_a_stable_hash_of_the_name() {
+        assert_eq!(stable_hash("dropout_1"), stable_hash("dropout_1"));
+        assert_ne!(stable_hash("dropout_1"), stable_hash("dropout_2"));
+        // FNV-1a of the empty string is the offset basis: the hash must never change.
+        assert_eq!(stable_hash(""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(stable_hash("a"), 0xaf63_dc4c_8601_ec8c);
+    }
+
+    #[test]
+    fn init_is_he_before_relu_gelu_glorot_otherwise_zeros_for_biases() {
+        let g = lower(&mlp(sgd(0.1)), 2).unwrap();
+        let init = |name: &str| {
+            g.params
+                .iter()
+                .find(|(_, m)| m.name == name)
+                .map(|(_, m)| m.init)
+                .unwrap()
+        };
+        assert_eq!(init("dense_1.weight"), Init::HeUniform { fan_in: 8 });
+        assert_eq!(init("dense_1.bias"), Init::Zeros);
+        assert_eq!(
+            init("dense_2.weight"),
+            Init::GlorotUniform {
+                fan_in: 16,
+                fan_out: 8
+            }
+        );
+        let g = lower(&convnet(sgd(0.1)), 2).unwrap();
+        let init = |name: &str| {
+            g.params
+                .iter()
+                .find(|(_, m)| m.name == name)
+                .map(|(_, m)| m.init)
+                .unwrap()
+        };
+        assert_eq!(init("conv2d_1.weight"), Init::HeUniform { fan_in: 27 });
+        assert_eq!(init("conv2d_2.weight"), Init::HeUniform { fan_in: 16 }); // gelu
+        assert_eq!(
+            init("dense_1.weight"),
+            Init::GlorotUniform {
+                fan_in: 8,
+                fan_out: 5
+            }
+        );
+    }
+
+    #[test]
+    fn conv_geometry_and_label_reshape() {
+        let g = lower(&residual(sgd(0.1)), 3).unwrap();
+        let conv2 = g
+            .nodes()
+            .into_iter()
+            .find(|n| g.node(*n).name == "conv2d_2")
+            .unwrap();
+        // k=2 'same' on 6: pad_total 1, all of it at the bottom/right.
+        assert_eq!(
+            g.node(conv2).op,
+            Op::Conv2d {
+                geom: ConvGeom {
+                    kh: 2,
+                    kw: 2,
+                    stride: 1,
+                    pad_top: 0,
+                    pad_left: 0
+                },
+                bias: true
+            }
+        );
+        assert_eq!(g.node(conv2).outputs[0].shape, vec![3, 6, 6, 4]);
+        // i32 labels declared [1] are reshaped to [N] for cross-entropy.
+        let (l, _) = g.loss.unwrap();
+        let labels = g.input(l, 1).unwrap();
+        assert_eq!(g.node(labels.0).op, Op::Reshape);
+        assert_eq!(g.ty(labels), &TensorType::new(vec![3], DType::I32));
+    }
+
+    #[test]
+    fn bad_models_are_errors_not_panics() {
+        let mut m = mlp(sgd(0.1));
+        m.nodes[0].inputs = vec![ValueRef::Node(99)];
+        assert!(matches!(lower(&m, 2), Err(CompileError::InvalidModel(_))));
+        let mut m = mlp(sgd(0.1));
+        m.nodes[0].shape = vec![17];
+        assert!(lower(&m, 2).is_err());
+        let mut m = mlp(sgd(0.1));
+        m.nodes[0].params.pop();
+        assert!(matches!(lower(&m, 2), Err(CompileError::InvalidModel(_))));
+        let mut m = mlp(sgd(0.1));
+        m.targets[0].shape = vec![5];
+        assert!(matches!(lower(&m, 2), Err(CompileError::Shape { .. })));
+        assert!(lower(&mlp(sgd(0.1)), 0).is_err());
+    }
+}

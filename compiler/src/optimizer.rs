@@ -1,0 +1,87 @@
+//! The optimizer pass: per parameter with a gradient, its optimizer-state leaves
+//! (`<param>.momentum`, or `<param>.adam_m` / `<param>.adam_v`) and one `SgdUpdate`/`AdamUpdate`
+//! node consuming `(param, grad, state...)`, whose outputs alias the param/state buffers.
+
+use petgraph::stable_graph::NodeIndex;
+
+use crate::error::CompileError;
+use crate::ir::{Graph, Phase, TensorType, Value};
+use crate::op::{Op, Optimizer};
+use crate::passes::Ctx;
+use crate::plan::Mode;
+
+/// The update op of an optimizer and the suffixes of its state slots.
+pub fn update_op(opt: &Optimizer) -> (Op, &'static [&'static str]) {
+    match *opt {
+        Optimizer::Sgd {
+            lr,
+            momentum,
+            weight_decay,
+            nesterov,
+        } => {
+            let states: &'static [&'static str] = if momentum != 0.0 { &["momentum"] } else { &[] };
+            (
+                Op::SgdUpdate {
+                    lr,
+                    momentum,
+                    weight_decay,
+                    nesterov,
+                },
+                states,
+            )
+        }
+        Optimizer::Adam {
+            lr,
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+            decoupled,
+        } => (
+            Op::AdamUpdate {
+                lr,
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+                decoupled,
+            },
+            &["adam_m", "adam_v"],
+        ),
+    }
+}
+
+/// Pass: adds the optimizer state and update nodes (train mode only).
+pub fn optimizer_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> {
+    if ctx.mode != Mode::Train {
+        return Ok(false);
+    }
+    let (op, suffixes) = update_op(&ctx.optimizer);
+    let grads: Vec<(NodeIndex, Value)> = g.grads.iter().map(|(p, d)| (*p, *d)).collect();
+    let mut changed = false;
+    for (p, d) in grads {
+        let pname = g.node(p).name.clone();
+        let pty = g.ty((p, 0)).clone();
+        let mut ins = vec![(p, 0), d];
+        for s in suffixes {
+            let name = format!("{pname}.{s}");
+            let leaf = g.add_leaf(
+                Op::OptState { name: name.clone() },
+                TensorType::f32(pty.shape.clone()),
+                name.clone(),
+                Phase::Update,
+            );
+            g.opt_state.push((leaf, name, p));
+            ins.push((leaf, 0));
+        }
+        g.add_node(
+            op.clone(),
+            &ins,
+            format!("{pname} update"),
+            Phase::Update,
+            None,
+        )?;
+        changed = true;
+    }
+    Ok(changed)
+}

@@ -1,0 +1,201 @@
+//! The IR verifier, run before and after every pass in debug/test builds: structure (input slots,
+//! edges, arity), types (recomputed [`infer_outputs`] equals the stored outputs, dtypes match the
+//! signature), acyclicity (including the in-place hazard constraints) and the graph's
+//! distinguished values. Its errors name the pass, the node, the op and the shapes.
+
+use std::fmt;
+
+use petgraph::stable_graph::NodeIndex;
+use petgraph::visit::EdgeRef;
+use petgraph::Direction;
+
+use crate::ir::{fmt_types, infer_outputs, Graph, TensorType};
+
+/// What the verifier found wrong, and where.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct VerifyError {
+    /// The pass after which the graph was checked (`lower` for the initial graph).
+    pub pass: String,
+    /// Node index and name, when the problem is at a node.
+    pub node: Option<(usize, String)>,
+    /// The op's kind name (`conv2d`, ...), or empty.
+    pub op: String,
+    pub inputs: Vec<TensorType>,
+    pub outputs: Vec<TensorType>,
+    pub msg: String,
+}
+
+impl fmt::Display for VerifyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "IR verification failed after pass `{}`", self.pass)?;
+        if let Some((i, name)) = &self.node {
+            write!(f, " at node #{i} `{name}` ({})", self.op)?;
+        }
+        write!(f, ": {}", self.msg)?;
+        if self.node.is_some() {
+            write!(
+                f,
+                " [inputs: {}; outputs: {}]",
+                fmt_types(&self.inputs),
+                fmt_types(&self.outputs)
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn at(g: &Graph, pass: &str, n: NodeIndex, msg: String) -> VerifyError {
+    let node = g.node(n);
+    let inputs = g
+        .inputs(n)
+        .into_iter()
+        .filter(|v| g.g.contains_node(v.0) && v.1 < g.node(v.0).outputs.len())
+        .map(|v| g.ty(v).clone())
+        .collect();
+    VerifyError {
+        pass: pass.to_string(),
+        node: Some((n.index(), node.name.clone())),
+        op: node.op.kind_name().to_string(),
+        inputs,
+        outputs: node.outputs.clone(),
+        msg,
+    }
+}
+
+fn global(pass: &str, msg: String) -> VerifyError {
+    VerifyError {
+        pass: pass.to_string(),
+        node: None,
+        op: String::new(),
+        inputs: vec![],
+        outputs: vec![],
+        msg,
+    }
+}
+
+/// Checks the whole graph; `pass` names the pass that produced it.
+#[allow(clippy::result_large_err)] // a cold path; the rich error is the point
+pub fn verify(g: &Graph, pass: &str) -> Result<(), VerifyError> {
+    for n in g.g.node_indices() {
+        let node = g.node(n);
+        let op = &node.op;
+        if node.outputs.len() != op.num_outputs() {
+            return Err(at(
+                g,
+                pass,
+                n,
+                format!(
+                    "has {} outputs, the op has {}",
+                    node.outputs.len(),
+                    op.num_outputs()
+                ),
+            ));
+        }
+        let want = if op.is_leaf() { 0 } else { op.num_inputs() };
+        let mut slots = vec![0usize; want];
+        for e in g.g.edges_directed(n, Direction::Incoming) {
+            let w = e.weight();
+            let src = g.node(e.source());
+            if w.dst_input >= want {
+                let msg = if op.is_leaf() {
+                    format!("a leaf has an incoming edge from `{}`", src.name)
+                } else {
+                    format!(
+                        "edge from `{}` into input slot {} but the op has {want} inputs",
+                        src.name, w.dst_input
+                    )
+                };
+                return Err(at(g, pass, n, msg));
+            }
+            if w.src_output >= src.outputs.len() {
+                return Err(at(
+                    g,
+                    pass,
+                    n,
+                    format!(
+                        "input {} reads output {} of `{}`, which has {}",
+                        w.dst_input,
+                        w.src_output,
+                        src.name,
+                        src.outputs.len()
+                    ),
+                ));
+            }
+            slots[w.dst_input] += 1;
+        }
+        for (i, c) in slots.iter().enumerate() {
+            if *c != 1 {
+                return Err(at(
+                    g,
+                    pass,
+                    n,
+                    format!("input slot {i} has {c} incoming edges (expected exactly 1)"),
+                ));
+            }
+        }
+        if op.is_leaf() {
+            continue;
+        }
+        let ins: Vec<TensorType> = g.inputs(n).into_iter().map(|v| g.ty(v).clone()).collect();
+        match infer_outputs(op, &ins, node.outputs.first()) {
+            Err(e) => return Err(at(g, pass, n, format!("shape inference failed: {e}"))),
+            Ok(outs) if outs != node.outputs => {
+                return Err(at(
+                    g,
+                    pass,
+                    n,
+                    format!(
+                        "stored outputs differ from the inferred [{}]",
+                        fmt_types(&outs)
+                    ),
+                ))
+            }
+            Ok(_) => {}
+        }
+    }
+    if let Err(n) = g.topo_order() {
+        return Err(at(
+            g,
+            pass,
+            n,
+            "the graph has a cycle through this node".into(),
+        ));
+    }
+    if let Err(e) = crate::schedule::hazard_order(g) {
+        return Err(global(pass, e));
+    }
+    let value_ok =
+        |v: (NodeIndex, usize)| g.g.contains_node(v.0) && v.1 < g.node(v.0).outputs.len();
+    if !value_ok(g.output) {
+        return Err(global(
+            pass,
+            format!("the output value {:?} does not exist", g.output),
+        ));
+    }
+    if let Some(l) = g.loss {
+        if !value_ok(l) {
+            return Err(global(pass, format!("the loss value {l:?} does not exist")));
+        }
+    }
+    for (p, d) in &g.grads {
+        if !g.g.contains_node(*p) || !value_ok(*d) {
+            return Err(global(
+                pass,
+                format!("gradient record {p:?} -> {d:?} dangles"),
+            ));
+        }
+        if g.ty((*p, 0)).shape != g.ty(*d).shape {
+            return Err(at(
+                g,
+                pass,
+                d.0,
+                format!(
+                    "gradient of `{}` has the wrong shape {}",
+                    g.node(*p).name,
+                    g.ty(*d)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,186 @@
+//! Autodiff: a gradient for every parameter with its shape, every VJP arm exercised, no
+//! gradients for inputs/targets, dead branches pruned, multi-use values accumulated.
+
+use std::collections::BTreeSet;
+
+use dmc_compiler::ir::{Graph, Phase};
+use dmc_compiler::op::{Op, UnaryKind};
+use dmc_compiler::plan::Mode;
+use dmc_compiler::testutil::*;
+use dmc_compiler::{compile, compile_graph, CompileOptions};
+use dmc_grammar::model::{DType, LossKind};
+
+fn train(m: &dmc_grammar::model::Model) -> Graph {
+    compile_graph(
+        m,
+        &CompileOptions {
+            mode: Mode::Train,
+            verify: true,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn every_parameter_gets_a_gradient_of_its_shape() {
+    let mut models: Vec<_> = small_fixtures(sgd(0.1))
+        .into_iter()
+        .map(|(_, m)| m)
+        .collect();
+    models.push(seed());
+    for m in models {
+        let g = train(&m);
+        assert_eq!(g.params.len(), m.params().count());
+        for (p, meta) in &g.params {
+            let d = g
+                .grads
+                .get(p)
+                .unwrap_or_else(|| panic!("no gradient for {}", meta.name));
+            assert_eq!(g.ty(*d).shape, meta.shape, "{}", meta.name);
+            assert_eq!(g.node(d.0).phase, Phase::Backward);
+        }
+    }
+}
+
+#[test]
+fn every_vjp_arm_is_exercised_by_some_fixture() {
+    let mut seen = BTreeSet::new();
+    for (_, m) in small_fixtures(sgd(0.1)) {
+        let g = train(&m);
+        for n in g.nodes() {
+            if g.node(n).phase == Phase::Backward {
+                seen.insert(g.node(n).op.kind_name());
+            }
+        }
+    }
+    for k in [
+        "conv2d_bwd_data",
+        "conv2d_bwd_weight",
+        "bias_grad",
+        "dense_bwd_data",
+        "dense_bwd_weight",
+        "maxpool_bwd",
+        "avgpool_bwd",
+        "global_avgpool_bwd",
+        "reshape",
+        "relu_bwd",
+        "tanh_bwd",
+        "sigmoid_bwd",
+        "gelu_bwd",
+        "dropout_bwd",
+        "add",
+        "mse_loss_bwd",
+        "cross_entropy_loss_bwd",
+    ] {
+        assert!(seen.contains(k), "no fixture exercises {k}: {seen:?}");
+    }
+}
+
+fn count(g: &Graph, pred: impl Fn(&Op) -> bool) -> usize {
+    g.nodes()
+        .into_iter()
+        .filter(|n| pred(&g.node(*n).op))
+        .count()
+}
+
+#[test]
+fn no_gradients_for_inputs_and_targets() {
+    // 3 dense layers, the first reads the input: only 2 backward-data ops.
+    let g = train(&mlp(sgd(0.1)));
+    assert_eq!(count(&g, |o| matches!(o, Op::DenseBwdData)), 2);
+    // 2 convs, the first reads the image: 1 backward-data op.
+    let g = train(&convnet(sgd(0.1)));
+    assert_eq!(count(&g, |o| matches!(o, Op::Conv2dBwdData { .. })), 1);
+    for n in g.nodes() {
+        let node = g.node(n);
+        assert!(
+            node.name != "grad image" && node.name != "grad label",
+            "{}",
+            node.name
+        );
+    }
+}
+
+#[test]
+fn unary_bwd_saves_output_except_gelu_which_saves_input() {
+    for (_, m) in small_fixtures(sgd(0.1)) {
+        let g = train(&m);
+        for n in g.nodes() {
+            if let Op::UnaryBwd(k) = g.node(n).op {
+                let saved = g.input(n, 0).unwrap();
+                let saved_op = &g.node(saved.0).op;
+                if k == UnaryKind::Gelu {
+                    assert!(
+                        !matches!(saved_op, Op::Unary(_)),
+                        "gelu_bwd must read the input"
+                    );
+                } else {
+                    assert_eq!(
+                        saved_op,
+                        &Op::Unary(k),
+                        "{k:?}_bwd must read the forward output"
+                    );
+                }
+            }
+            if let Op::MaxPoolBwd { .. } = g.node(n).op {
+                let arg = g.input(n, 1).unwrap();
+                assert!(
+                    matches!(g.node(arg.0).op, Op::MaxPool { .. }) && arg.1 == 1,
+                    "maxpool_bwd reads the argmax"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn value_used_twice_gets_summed_gradient() {
+    let g = train(&residual(sgd(0.1)));
+    let adds: Vec<_> = g
+        .nodes()
+        .into_iter()
+        .filter(|n| g.node(*n).phase == Phase::Backward && matches!(g.node(*n).op, Op::Add))
+        .collect();
+    assert_eq!(
+        adds.len(),
+        1,
+        "the relu output feeding conv2d_2 and the add is used twice"
+    );
+    assert!(g.node(adds[0]).name.contains("activation_1"));
+}
+
+#[test]
+fn dead_branches_are_pruned() {
+    let mut b = ModelBuilder::new();
+    let x = b.input("x", &[4]);
+    let y = b.target("y", &[2], DType::F32);
+    let h = b.dense(x, 6, true);
+    let _unused = b.dense(h, 7, true); // dense_2: feeds nothing
+    let out = b.dense(h, 2, true);
+    let m = b.build(out, LossKind::Mse, y, 2, sgd(0.1));
+    let g = train(&m);
+    let dead = g
+        .params
+        .iter()
+        .filter(|(_, m)| m.name.starts_with("dense_2"))
+        .collect::<Vec<_>>();
+    assert_eq!(dead.len(), 2, "parameters stay bound");
+    for (p, _) in dead {
+        assert!(!g.grads.contains_key(p));
+    }
+    assert!(
+        g.nodes().iter().all(|n| g.node(*n).name != "dense_2"),
+        "DCE removes the unused layer"
+    );
+    assert_eq!(count(&g, |o| matches!(o, Op::SgdUpdate { .. })), 4);
+    let plan = compile(
+        &m,
+        &CompileOptions {
+            verify: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(plan.params.len(), 6);
+}
