@@ -1,0 +1,232 @@
+//! 2-D convolution (NHWC, HWIO weights) and its two backward ops.
+//!
+//! Forward and weight-gradient go through im2col into the *planned* workspace buffer, in chunks of
+//! at most [`CONV_CHUNK_ROWS`] output rows (row = one output pixel `(n, oy, ox)`, K = kh*kw*Ci
+//! columns), followed by one sgemm per chunk. The weight `[kh,kw,Ci,Co]` is, row-major, exactly the
+//! `[K, Co]` matrix the GEMM needs; transposed uses are strided views, never copies.
+//!
+//! The data gradient has no workspace in its signature ([`Op::signature`](dmc_compiler::op::Op)),
+//! so it is computed without im2col: for every image, output row `oy` and tap `(ky, kx)`, the
+//! contributing output pixels form a row-strided matrix of `dy` (`[m, Co]`), the receiving input
+//! pixels a row-strided matrix of `dx` (`[m, Ci]`, row stride `stride*Ci`), and
+//! `dx_rows += dy_rows w[ky,kx]^T` is one sgemm with `w[ky,kx]` (`[Ci, Co]`) read transposed by
+//! strides. This is exactly the col2im of `dcols = dy w^T` but without materialising `dcols`.
+//! Images are independent (parallel); inside an image the accumulation order is fixed.
+
+use dmc_compiler::op::{ConvGeom, CONV_CHUNK_ROWS};
+use rayon::prelude::*;
+
+use super::gemm::{sgemm, View};
+
+/// Sizes of one convolution: x `[n,h,w,ci]`, y `[n,ho,wo,co]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvDims {
+    pub n: usize,
+    pub h: usize,
+    pub w: usize,
+    pub ci: usize,
+    pub ho: usize,
+    pub wo: usize,
+    pub co: usize,
+}
+
+impl ConvDims {
+    /// From the full shapes of x `[N,H,W,Ci]` and y `[N,Ho,Wo,Co]`.
+    pub fn from_shapes(x: &[usize], y: &[usize]) -> Self {
+        ConvDims {
+            n: x[0],
+            h: x[1],
+            w: x[2],
+            ci: x[3],
+            ho: y[1],
+            wo: y[2],
+            co: y[3],
+        }
+    }
+    /// im2col rows: N*Ho*Wo.
+    pub fn rows(&self) -> usize {
+        self.n * self.ho * self.wo
+    }
+    /// im2col columns: kh*kw*Ci.
+    pub fn k(&self, g: &ConvGeom) -> usize {
+        g.kh * g.kw * self.ci
+    }
+    /// Rows per chunk.
+    pub fn chunk_rows(&self) -> usize {
+        self.rows().min(CONV_CHUNK_ROWS)
+    }
+    /// Workspace elements needed (same as `dmc_compiler::op::conv_workspace_elems`).
+    pub fn workspace_elems(&self, g: &ConvGeom) -> usize {
+        self.chunk_rows() * self.k(g)
+    }
+    fn check(&self, g: &ConvGeom, x: usize, w: usize, y: usize) {
+        assert_eq!(x, self.n * self.h * self.w * self.ci, "conv: x size");
+        assert_eq!(w, self.k(g) * self.co, "conv: w size");
+        assert_eq!(y, self.rows() * self.co, "conv: y size");
+        assert!(g.stride >= 1, "conv: stride 0");
+    }
+}
+
+/// Fills `cols[..nr*K]` with the im2col rows `r0..r0+nr` (zeros where the window is in padding).
+fn im2col(g: &ConvGeom, d: &ConvDims, x: &[f32], r0: usize, nr: usize, cols: &mut [f32]) {
+    let k = d.k(g);
+    if k == 0 {
+        return;
+    }
+    let (h, w, ci) = (d.h as isize, d.w as isize, d.ci);
+    cols[..nr * k]
+        .par_chunks_mut(k)
+        .with_min_len(8)
+        .enumerate()
+        .for_each(|(i, crow)| {
+            let r = r0 + i;
+            let ox = r % d.wo;
+            let t = r / d.wo;
+            let oy = t % d.ho;
+            let n = t / d.ho;
+            for ky in 0..g.kh {
+                let iy = (oy * g.stride + ky) as isize - g.pad_top as isize;
+                for kx in 0..g.kw {
+                    let ix = (ox * g.stride + kx) as isize - g.pad_left as isize;
+                    let dst = &mut crow[(ky * g.kw + kx) * ci..][..ci];
+                    if iy >= 0 && iy < h && ix >= 0 && ix < w {
+                        let src = ((n * d.h + iy as usize) * d.w + ix as usize) * ci;
+                        dst.copy_from_slice(&x[src..src + ci]);
+                    } else {
+                        dst.fill(0.0);
+                    }
+                }
+            }
+        });
+}
+
+/// y = conv(x, w) (+ b), through im2col chunks in `cols` (at least `d.workspace_elems(g)` long).
+pub fn conv2d_fwd(
+    g: &ConvGeom,
+    d: &ConvDims,
+    x: &[f32],
+    w: &[f32],
+    b: Option<&[f32]>,
+    y: &mut [f32],
+    cols: &mut [f32],
+) {
+    d.check(g, x.len(), w.len(), y.len());
+    let (k, co, rows, cr) = (d.k(g), d.co, d.rows(), d.chunk_rows());
+    assert!(cols.len() >= cr * k, "conv: workspace too small");
+    if let Some(b) = b {
+        assert_eq!(b.len(), co, "conv: bias size");
+    }
+    let mut r0 = 0;
+    while r0 < rows {
+        let nr = cr.min(rows - r0);
+        im2col(g, d, x, r0, nr, cols);
+        let yc = &mut y[r0 * co..(r0 + nr) * co];
+        let beta = match b {
+            Some(b) => {
+                yc.par_chunks_mut(co.max(1))
+                    .with_min_len(64)
+                    .for_each(|row| row.copy_from_slice(b));
+                1.0
+            }
+            None => 0.0,
+        };
+        sgemm(
+            1.0,
+            View::rm(&cols[..nr * k], nr, k),
+            View::rm(w, k, co),
+            beta,
+            yc,
+            co,
+            1,
+        );
+        r0 += nr;
+    }
+}
+
+/// dx = conv^T(dy, w): the gradient w.r.t. the input (overwrites `dx`). See the module docs.
+pub fn conv2d_bwd_data(g: &ConvGeom, d: &ConvDims, dy: &[f32], w: &[f32], dx: &mut [f32]) {
+    d.check(g, dx.len(), w.len(), dy.len());
+    let (ci, co, s) = (d.ci, d.co, g.stride);
+    let img = d.h * d.w * ci;
+    if img == 0 {
+        return;
+    }
+    dx.par_chunks_mut(img).enumerate().for_each(|(n, dxn)| {
+        dxn.fill(0.0);
+        if co == 0 {
+            return;
+        }
+        let dyn_ = &dy[n * d.ho * d.wo * co..(n + 1) * d.ho * d.wo * co];
+        for oy in 0..d.ho {
+            for ky in 0..g.kh {
+                let iy = (oy * s + ky) as isize - g.pad_top as isize;
+                if iy < 0 || iy >= d.h as isize {
+                    continue;
+                }
+                let iy = iy as usize;
+                for kx in 0..g.kw {
+                    // ix = ox*s + kx - pad_left must lie in [0, W).
+                    let lo = if g.pad_left > kx {
+                        (g.pad_left - kx).div_ceil(s)
+                    } else {
+                        0
+                    };
+                    let hi_excl = if d.w + g.pad_left > kx {
+                        ((d.w + g.pad_left - kx - 1) / s + 1).min(d.wo)
+                    } else {
+                        0
+                    };
+                    if lo >= hi_excl {
+                        continue;
+                    }
+                    let m = hi_excl - lo;
+                    let ix0 = lo * s + kx - g.pad_left;
+                    let a0 = (oy * d.wo + lo) * co;
+                    let a = View {
+                        data: &dyn_[a0..],
+                        rows: m,
+                        cols: co,
+                        rs: co,
+                        cs: 1,
+                    };
+                    let wt = &w[(ky * g.kw + kx) * ci * co..][..ci * co];
+                    // w[ky,kx] is [Ci, Co] row-major; we need its transpose [Co, Ci].
+                    let bt = View::rm_t(wt, ci, co);
+                    let c0 = (iy * d.w + ix0) * ci;
+                    sgemm(1.0, a, bt, 1.0, &mut dxn[c0..], s * ci, 1);
+                }
+            }
+        }
+    });
+}
+
+/// dw = sum over chunks of cols^T dy_chunk (overwrites `dw`), im2col chunks in `cols`.
+pub fn conv2d_bwd_weight(
+    g: &ConvGeom,
+    d: &ConvDims,
+    x: &[f32],
+    dy: &[f32],
+    dw: &mut [f32],
+    cols: &mut [f32],
+) {
+    d.check(g, x.len(), dw.len(), dy.len());
+    let (k, co, rows, cr) = (d.k(g), d.co, d.rows(), d.chunk_rows());
+    assert!(cols.len() >= cr * k, "conv: workspace too small");
+    dw.fill(0.0);
+    let mut r0 = 0;
+    while r0 < rows {
+        let nr = cr.min(rows - r0);
+        im2col(g, d, x, r0, nr, cols);
+        let dyc = &dy[r0 * co..(r0 + nr) * co];
+        sgemm(
+            1.0,
+            View::rm_t(&cols[..nr * k], nr, k),
+            View::rm(dyc, nr, co),
+            1.0,
+            dw,
+            co,
+            1,
+        );
+        r0 += nr;
+    }
+}
