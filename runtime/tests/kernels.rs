@@ -861,8 +861,14 @@ fn adam_matches_formulas() {
     let n = 41;
     let w0 = randv(&mut r, n);
     let grads: Vec<Vec<f32>> = (0..3).map(|_| randv(&mut r, n)).collect();
-    for &(wd, decoupled) in &[(0.0, false), (0.1, false), (0.1, true)] {
-        let (lr, b1, b2, eps) = (1e-2f32, 0.9f32, 0.999f32, 1e-8f32);
+    // a large eps in some cases so that its placement (outside the sqrt) matters
+    for &(wd, decoupled, eps, b1, b2) in &[
+        (0.0, false, 1e-8f32, 0.9f32, 0.999f32),
+        (0.1, false, 0.1, 0.8, 0.9),
+        (0.1, true, 1e-8, 0.9, 0.999),
+        (0.2, true, 0.05, 0.7, 0.95),
+    ] {
+        let lr = 1e-2f32;
         let mut w = w0.clone();
         let mut m = vec![0.0f32; n];
         let mut v = vec![0.0f32; n];
@@ -887,7 +893,7 @@ fn adam_matches_formulas() {
                 ew[i] -= lr * mh / (vh.sqrt() + eps);
             }
         }
-        let what = format!("adam wd={wd} decoupled={decoupled}");
+        let what = format!("adam wd={wd} decoupled={decoupled} eps={eps}");
         assert_close(&what, &w, &ew, 1e-5, 1e-6);
         assert_close(&format!("{what} m"), &m, &em, 1e-5, 1e-7);
         assert_close(&format!("{what} v"), &v, &ev, 1e-4, 1e-9);
