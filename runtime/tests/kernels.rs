@@ -961,3 +961,62 @@ fn kernels_are_deterministic_across_runs_and_thread_counts() {
         assert!(a == c, "{threads} threads differ");
     }
 }
+
+/// Rough single-kernel timings: `cargo test -p dmc-runtime --test kernels -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn bench_kernels() {
+    use std::time::Instant;
+    let time = |what: &str, flops: f64, f: &mut dyn FnMut()| {
+        f();
+        let reps = 5;
+        let t = Instant::now();
+        for _ in 0..reps {
+            f();
+        }
+        let s = t.elapsed().as_secs_f64() / reps as f64;
+        eprintln!(
+            "{what:<40} {:>9.3} ms  {:>7.2} GFLOP/s",
+            s * 1e3,
+            flops / s / 1e9
+        );
+    };
+    let mut r = rng(40);
+    let c = ConvCase::same(32, 32, 32, 32, 32, 3, 1);
+    let (g, d) = (c.geom(), c.dims());
+    let x = randv(&mut r, c.xlen());
+    let w = randv(&mut r, c.wlen());
+    let dy = randv(&mut r, c.ylen());
+    let mut y = vec![0.0; c.ylen()];
+    let mut dx = vec![0.0; c.xlen()];
+    let mut dw = vec![0.0; c.wlen()];
+    let mut cols = vec![0.0; c.ws()];
+    let fl = 2.0 * (c.n * c.ho * c.wo * c.co * 9 * c.ci) as f64;
+    time("conv fwd 32x32x32x32 3x3 -> 32", fl, &mut || {
+        conv2d_fwd(&g, &d, &x, &w, None, &mut y, &mut cols)
+    });
+    time("conv bwd data", fl, &mut || {
+        conv2d_bwd_data(&g, &d, &dy, &w, &mut dx)
+    });
+    time("conv bwd weight", fl, &mut || {
+        conv2d_bwd_weight(&g, &d, &x, &dy, &mut dw, &mut cols)
+    });
+    let (n, k, m) = (256, 1024, 1024);
+    let a = randv(&mut r, n * k);
+    let wd = randv(&mut r, k * m);
+    let mut yd = vec![0.0; n * m];
+    time("dense 256x1024x1024", 2.0 * (n * k * m) as f64, &mut || {
+        dense_fwd(n, k, m, &a, &wd, None, &mut yd)
+    });
+    let big = randv(&mut r, 1 << 22);
+    let mut out = vec![0.0; 1 << 22];
+    time("relu 4M", 0.0, &mut || {
+        unary_fwd(UnaryKind::Relu, &big, &mut out)
+    });
+    time("gelu 4M", 0.0, &mut || {
+        unary_fwd(UnaryKind::Gelu, &big, &mut out)
+    });
+    time("mse 4M", 0.0, &mut || {
+        mse_loss(&big, &out);
+    });
+}
