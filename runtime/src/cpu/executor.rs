@@ -631,7 +631,7 @@ fn validate(plan: &Plan) -> Result<(), RuntimeError> {
                 b.name, b.offset
             )));
         }
-        if b.offset.checked_add(b.bytes).map_or(true, |e| e > arena) {
+        if !matches!(b.offset.checked_add(b.bytes), Some(e) if e <= arena) {
             return Err(bad(format!(
                 "buffer `{}` [{}, +{}) exceeds the arena of {arena} bytes",
                 b.name, b.offset, b.bytes
@@ -799,7 +799,7 @@ fn check_shapes(op: &Op, s: &[Vec<usize>]) -> Result<(), String> {
     let dense = |x: &[usize], w: &[usize], y: &[usize]| {
         rank(w, 2, "w")?;
         let (k, m) = (w[0], w[1]);
-        if k == 0 || m == 0 || numel(x) % k != 0 || numel(y) != numel(x) / k * m {
+        if k == 0 || m == 0 || numel(x) / k * k != numel(x) || numel(y) != numel(x) / k * m {
             return Err(format!(
                 "dense shapes x {x:?}, w {w:?}, y {y:?} are inconsistent"
             ));
