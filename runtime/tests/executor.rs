@@ -677,3 +677,56 @@ fn small_convnet_trains_deterministically_with_poison() {
         Err(RuntimeError::BadLabel { label_value: 3, .. })
     ));
 }
+
+/// x -> Dropout -> MSE against t (forward only).
+fn dropout_plan(mode: Mode) -> Plan {
+    let mut p = Pb::default();
+    let n = 1000usize;
+    let x = p.input("x", &[n], DType::F32, false);
+    let t = p.input("t", &[n], DType::F32, true);
+    let y = p.act("y", n);
+    let loss = p.act("loss", 1);
+    p.step(
+        Op::Dropout { p: 0.5, salt: 17 },
+        &[&[n], &[n]],
+        &[x, y],
+        "dropout",
+    );
+    p.step(Op::MseLoss, &[&[n], &[n], &[1]], &[y, t, loss], "loss");
+    let mut plan = p.finish(
+        loss,
+        y,
+        &[n],
+        Optimizer::Sgd {
+            lr: 0.1,
+            momentum: 0.0,
+            weight_decay: 0.0,
+            nesterov: false,
+        },
+    );
+    plan.mode = mode;
+    plan
+}
+
+#[test]
+fn dropout_follows_mode_seed_and_step() {
+    let x = vec![1.0f32; 1000];
+    let t = vec![0.0f32; 1000];
+    let mut eval = CpuBackend::new(dropout_plan(Mode::Eval)).unwrap();
+    eval.set_input("x", InputData::F32(&x)).unwrap();
+    eval.set_input("t", InputData::F32(&t)).unwrap();
+    assert_eq!(eval.run(1, 5).unwrap(), 1.0); // identity in eval mode
+    let mut tr = CpuBackend::new(dropout_plan(Mode::Train)).unwrap();
+    tr.set_input("x", InputData::F32(&x)).unwrap();
+    tr.set_input("t", InputData::F32(&t)).unwrap();
+    let mut masks = Vec::new();
+    for (step, seed) in [(1, 5), (1, 5), (2, 5), (1, 6)] {
+        let l = tr.run(step, seed).unwrap();
+        // kept values are 2.0: loss = 4 * kept fraction ~ 2
+        assert!((l - 2.0).abs() < 0.4, "{l}");
+        masks.push(tr.output().to_vec());
+    }
+    assert_eq!(masks[0], masks[1]);
+    assert_ne!(masks[0], masks[2]);
+    assert_ne!(masks[0], masks[3]);
+}

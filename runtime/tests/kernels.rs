@@ -1020,3 +1020,28 @@ fn bench_kernels() {
         mse_loss(&big, &out);
     });
 }
+
+#[test]
+#[ignore]
+fn bench_conv_parts() {
+    use std::time::Instant;
+    let mut r = rng(41);
+    for co in [1usize, 32] {
+        let c = ConvCase::same(32, 32, 32, 32, co, 3, 1);
+        let (g, d) = (c.geom(), c.dims());
+        let x = randv(&mut r, c.xlen());
+        let w = randv(&mut r, c.wlen());
+        let dy = randv(&mut r, c.ylen());
+        let mut y = vec![0.0; c.ylen()];
+        let mut dw = vec![0.0; c.wlen()];
+        let mut cols = vec![0.0; c.ws()];
+        for _ in 0..2 {
+            let t = Instant::now();
+            conv2d_fwd(&g, &d, &x, &w, None, &mut y, &mut cols);
+            let a = t.elapsed();
+            let t = Instant::now();
+            conv2d_bwd_weight(&g, &d, &x, &dy, &mut dw, &mut cols);
+            eprintln!("co={co}: fwd {a:?} bwd_w {:?}", t.elapsed());
+        }
+    }
+}
