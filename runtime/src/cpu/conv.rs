@@ -4,6 +4,9 @@
 //! at most [`CONV_CHUNK_ROWS`] output rows (row = one output pixel `(n, oy, ox)`, K = kh*kw*Ci
 //! columns), followed by one sgemm per chunk. The weight `[kh,kw,Ci,Co]` is, row-major, exactly the
 //! `[K, Co]` matrix the GEMM needs; transposed uses are strided views, never copies.
+//! The forward stores its chunk K-major (`cols[kk*rows + r]`) and the weight gradient row-major
+//! (`cols[r*K + kk]`): each layout is the one matrixmultiply packs contiguously for that GEMM
+//! (same workspace size either way).
 //!
 //! The data gradient has no workspace in its signature ([`Op::signature`](dmc_compiler::op::Op)),
 //! so it is computed without im2col: for every image, output row `oy` and tap `(ky, kx)`, the
@@ -100,6 +103,55 @@ fn im2col(g: &ConvGeom, d: &ConvDims, x: &[f32], r0: usize, nr: usize, cols: &mu
         });
 }
 
+/// The im2col rows `r0..r0+nr` stored K-major: `cols[kk*nr + i]` (the transpose of [`im2col`]'s
+/// layout, same size). The forward GEMM reads this as a row-strided-by-1 `[nr, K]` matrix, which
+/// matrixmultiply packs much faster than the row-major layout (contiguous `MR`-row panels).
+fn im2col_kmajor(g: &ConvGeom, d: &ConvDims, x: &[f32], r0: usize, nr: usize, cols: &mut [f32]) {
+    let k = d.k(g);
+    if k == 0 || nr == 0 {
+        return;
+    }
+    assert!(nr <= CONV_CHUNK_ROWS);
+    // Per row: image base offset and the top-left input coordinate of its window.
+    let mut base = [(0usize, 0isize, 0isize); CONV_CHUNK_ROWS];
+    for (i, b) in base[..nr].iter_mut().enumerate() {
+        let r = r0 + i;
+        let ox = r % d.wo;
+        let t = r / d.wo;
+        let oy = t % d.ho;
+        let n = t / d.ho;
+        *b = (
+            n * d.h * d.w,
+            (oy * g.stride) as isize - g.pad_top as isize,
+            (ox * g.stride) as isize - g.pad_left as isize,
+        );
+    }
+    let base = &base[..nr];
+    let (h, w, ci) = (d.h as isize, d.w as isize, d.ci);
+    // One task per tap (ky, kx): it owns the contiguous rows tap*ci..(tap+1)*ci of cols. Each
+    // input pixel (ci contiguous floats) is scattered down one column of that [ci, nr] block: a
+    // cache-friendly transpose (reads contiguous, writes fill 16-float lines over 16 rows).
+    cols[..nr * k]
+        .par_chunks_mut(ci * nr)
+        .enumerate()
+        .for_each(|(tap, blk)| {
+            let (ky, kx) = ((tap / g.kw) as isize, (tap % g.kw) as isize);
+            for (i, &(img, iy0, ix0)) in base.iter().enumerate() {
+                let (iy, ix) = (iy0 + ky, ix0 + kx);
+                if iy >= 0 && iy < h && ix >= 0 && ix < w {
+                    let src = (img + iy as usize * d.w + ix as usize) * ci;
+                    for (row, &v) in blk.chunks_exact_mut(nr).zip(&x[src..src + ci]) {
+                        row[i] = v;
+                    }
+                } else {
+                    for row in blk.chunks_exact_mut(nr) {
+                        row[i] = 0.0;
+                    }
+                }
+            }
+        });
+}
+
 /// y = conv(x, w) (+ b), through im2col chunks in `cols` (at least `d.workspace_elems(g)` long).
 pub fn conv2d_fwd(
     g: &ConvGeom,
@@ -119,7 +171,7 @@ pub fn conv2d_fwd(
     let mut r0 = 0;
     while r0 < rows {
         let nr = cr.min(rows - r0);
-        im2col(g, d, x, r0, nr, cols);
+        im2col_kmajor(g, d, x, r0, nr, cols);
         let yc = &mut y[r0 * co..(r0 + nr) * co];
         let beta = match b {
             Some(b) => {
@@ -132,7 +184,7 @@ pub fn conv2d_fwd(
         };
         sgemm(
             1.0,
-            View::rm(&cols[..nr * k], nr, k),
+            View::rm_t(&cols[..nr * k], k, nr), // K-major cols: the [nr, K] view
             View::rm(w, k, co),
             beta,
             yc,
