@@ -637,6 +637,9 @@ fn conv2d_vjps_match_finite_differences() {
     let mut cases = conv_cases();
     cases.push(ConvCase::valid(2, 12, 13, 2, 3, 3, 1)); // 2*10*11 = 220 rows
     cases.push(ConvCase::same(2, 12, 12, 2, 2, 3, 1)); // 288 rows: two chunks
+                                                       // 17*18 = 306 output pixels in one image: the data gradient's per-image tile (at most
+                                                       // CONV_CHUNK_ROWS rows) is split in two inside an image
+    cases.push(ConvCase::same(1, 17, 18, 2, 3, 3, 1));
     for (ci, c) in cases.into_iter().enumerate() {
         let (g, d) = (c.geom(), c.dims());
         let x = randv(&mut r, c.xlen());

@@ -8,13 +8,13 @@
 //! (`cols[r*K + kk]`): each layout is the one matrixmultiply packs contiguously for that GEMM
 //! (same workspace size either way).
 //!
-//! The data gradient has no workspace in its signature ([`Op::signature`](dmc_compiler::op::Op)),
-//! so it is computed without im2col: for every image, output row `oy` and tap `(ky, kx)`, the
-//! contributing output pixels form a row-strided matrix of `dy` (`[m, Co]`), the receiving input
-//! pixels a row-strided matrix of `dx` (`[m, Ci]`, row stride `stride*Ci`), and
-//! `dx_rows += dy_rows w[ky,kx]^T` is one sgemm with `w[ky,kx]` (`[Ci, Co]`) read transposed by
-//! strides. This is exactly the col2im of `dcols = dy w^T` but without materialising `dcols`.
-//! Images are independent (parallel); inside an image the accumulation order is fixed.
+//! The data gradient has no workspace in its signature ([`Op::signature`](dmc_compiler::op::Op)):
+//! it computes `dcols = dy_rows w^T` per tile of output pixels into a fixed per-thread tile of
+//! [`BWD_DATA_TILE_ELEMS`] floats (O(threads x tile), reused across calls, independent of the
+//! batch), then col2im scatter-adds it into dx. Images are independent (parallel); inside an image
+//! the accumulation order is fixed.
+
+use std::cell::RefCell;
 
 use dmc_compiler::op::{ConvGeom, CONV_CHUNK_ROWS};
 use rayon::prelude::*;
@@ -195,60 +195,72 @@ pub fn conv2d_fwd(
     }
 }
 
-/// dx = conv^T(dy, w): the gradient w.r.t. the input (overwrites `dx`). See the module docs.
+/// Elements of the per-thread `dcols` tile of [`conv2d_bwd_data`] (256 KiB of f32): the tile holds
+/// `max(1, TILE / K)` rows (at most [`CONV_CHUNK_ROWS`]).
+pub const BWD_DATA_TILE_ELEMS: usize = 1 << 16;
+
+thread_local! {
+    /// The `dcols` tile of `conv2d_bwd_data`, reused across calls: a fixed O(tile) buffer per
+    /// thread, not proportional to the batch (the op's signature has no planned workspace).
+    static DCOLS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// dx = conv^T(dy, w): the gradient w.r.t. the input (overwrites `dx`).
+///
+/// Per image (parallel) and per tile of its output pixels: `dcols[rows, K] = dy_rows[rows, Co]
+/// w^T` (one sgemm, w read transposed by strides), then col2im scatter-adds `dcols` into dx in a
+/// fixed order (deterministic).
 pub fn conv2d_bwd_data(g: &ConvGeom, d: &ConvDims, dy: &[f32], w: &[f32], dx: &mut [f32]) {
     d.check(g, dx.len(), w.len(), dy.len());
-    let (ci, co, s) = (d.ci, d.co, g.stride);
+    let (ci, co, k) = (d.ci, d.co, d.k(g));
     let img = d.h * d.w * ci;
     if img == 0 {
         return;
     }
+    let per_img = d.ho * d.wo;
+    let t_rows = (BWD_DATA_TILE_ELEMS / k.max(1)).clamp(1, CONV_CHUNK_ROWS);
+    let (h, wd) = (d.h as isize, d.w as isize);
     dx.par_chunks_mut(img).enumerate().for_each(|(n, dxn)| {
         dxn.fill(0.0);
-        if co == 0 {
+        if co == 0 || k == 0 || per_img == 0 {
             return;
         }
-        let dyn_ = &dy[n * d.ho * d.wo * co..(n + 1) * d.ho * d.wo * co];
-        for oy in 0..d.ho {
-            for ky in 0..g.kh {
-                let iy = (oy * s + ky) as isize - g.pad_top as isize;
-                if iy < 0 || iy >= d.h as isize {
-                    continue;
-                }
-                let iy = iy as usize;
-                for kx in 0..g.kw {
-                    // ix = ox*s + kx - pad_left must lie in [0, W).
-                    let lo = if g.pad_left > kx {
-                        (g.pad_left - kx).div_ceil(s)
-                    } else {
-                        0
-                    };
-                    let hi_excl = if d.w + g.pad_left > kx {
-                        ((d.w + g.pad_left - kx - 1) / s + 1).min(d.wo)
-                    } else {
-                        0
-                    };
-                    if lo >= hi_excl {
-                        continue;
-                    }
-                    let m = hi_excl - lo;
-                    let ix0 = lo * s + kx - g.pad_left;
-                    let a0 = (oy * d.wo + lo) * co;
-                    let a = View {
-                        data: &dyn_[a0..],
-                        rows: m,
-                        cols: co,
-                        rs: co,
-                        cs: 1,
-                    };
-                    let wt = &w[(ky * g.kw + kx) * ci * co..][..ci * co];
-                    // w[ky,kx] is [Ci, Co] row-major; we need its transpose [Co, Ci].
-                    let bt = View::rm_t(wt, ci, co);
-                    let c0 = (iy * d.w + ix0) * ci;
-                    sgemm(1.0, a, bt, 1.0, &mut dxn[c0..], s * ci, 1);
-                }
+        let dyn_ = &dy[n * per_img * co..(n + 1) * per_img * co];
+        DCOLS.with(|cell| {
+            let mut tile = cell.borrow_mut();
+            if tile.len() < t_rows * k {
+                tile.resize(t_rows * k, 0.0);
             }
-        }
+            let mut p0 = 0;
+            while p0 < per_img {
+                let nr = t_rows.min(per_img - p0);
+                let dc = &mut tile[..nr * k];
+                let a = View::rm(&dyn_[p0 * co..(p0 + nr) * co], nr, co);
+                sgemm(1.0, a, View::rm_t(w, k, co), 0.0, dc, k, 1);
+                for (i, drow) in dc.chunks_exact(k).enumerate() {
+                    let p = p0 + i;
+                    let (oy, ox) = (p / d.wo, p % d.wo);
+                    for ky in 0..g.kh {
+                        let iy = (oy * g.stride + ky) as isize - g.pad_top as isize;
+                        if iy < 0 || iy >= h {
+                            continue;
+                        }
+                        for kx in 0..g.kw {
+                            let ix = (ox * g.stride + kx) as isize - g.pad_left as isize;
+                            if ix < 0 || ix >= wd {
+                                continue;
+                            }
+                            let dst = (iy as usize * d.w + ix as usize) * ci;
+                            let src = (ky * g.kw + kx) * ci;
+                            for (o, v) in dxn[dst..dst + ci].iter_mut().zip(&drow[src..src + ci]) {
+                                *o += *v;
+                            }
+                        }
+                    }
+                }
+                p0 += nr;
+            }
+        });
     });
 }
 
