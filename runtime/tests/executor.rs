@@ -441,6 +441,18 @@ fn invalid_plans_are_rejected() {
     p.steps[1].args[1] = 99;
     expect_bad(p, "unknown buffer");
 
+    // dy (live 2..4) and dw (live 3..5) share memory: caught statically, no step needed
+    let mut p = linear_plan();
+    let (dy, dw) = (id(&p, "dy"), id(&p, "dw"));
+    p.buffers[dw].offset = p.buffers[dy].offset;
+    expect_bad(p, "overlap in time");
+
+    // the output (read after the run) must not be reused by a later buffer
+    let mut p = linear_plan();
+    let (y, db) = (id(&p, "y"), id(&p, "db"));
+    p.buffers[db].offset = p.buffers[y].offset;
+    expect_bad(p, "output reused");
+
     let mut p = linear_plan();
     p.arena_bytes = 1 << 50; // a petabyte: the allocation must fail cleanly
     assert!(matches!(
@@ -650,8 +662,26 @@ fn small_convnet_trains_deterministically_with_poison() {
     let mut r = ChaCha8Rng::seed_from_u64(9);
     let img: Vec<f32> = (0..72).map(|_| r.random_range(-1.0f32..1.0)).collect();
     let labels = [2i32, 0];
-    let run = |poison: bool| {
-        let mut be = CpuBackend::new(conv_plan()).unwrap();
+    let run = |poison: bool, reuse: bool| {
+        let mut plan = conv_plan();
+        if reuse {
+            // legal reuse, as a planner would do it: values dead before the other is born
+            for (dead, born) in [
+                ("conv", "drelu"),
+                ("conv.cols", "conv.cols.bwd"),
+                ("pool", "dpool"),
+            ] {
+                let (a, b) = (id(&plan, dead), id(&plan, born));
+                assert!(
+                    plan.buffers[a].live.1 < plan.buffers[b].live.0,
+                    "{dead} {:?} {born} {:?}",
+                    plan.buffers[a].live,
+                    plan.buffers[b].live
+                );
+                plan.buffers[b].offset = plan.buffers[a].offset;
+            }
+        }
+        let mut be = CpuBackend::new(plan).unwrap();
         be.set_poison(poison);
         be.init_params(11);
         let losses: Vec<f32> = (1..=60)
@@ -663,12 +693,15 @@ fn small_convnet_trains_deterministically_with_poison() {
             .collect();
         (losses, be.param("conv.weight").unwrap().to_vec())
     };
-    let (l1, w1) = run(false);
+    let (l1, w1) = run(false, false);
     assert!(l1.iter().all(|l| l.is_finite()));
     assert!(l1[59] < 0.1 * l1[0], "{l1:?}");
-    let (l2, w2) = run(true);
+    let (l2, w2) = run(true, false);
     assert_eq!(l1, l2);
     assert_eq!(w1, w2);
+    let (l3, w3) = run(true, true);
+    assert_eq!(l1, l3);
+    assert_eq!(w1, w3);
     // a label out of range is an error, not a panic
     let mut be = CpuBackend::new(conv_plan()).unwrap();
     be.set_input("label", InputData::I32(&[3, 0])).unwrap();

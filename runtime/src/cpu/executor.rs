@@ -638,6 +638,7 @@ fn validate(plan: &Plan) -> Result<(), RuntimeError> {
             )));
         }
     }
+    check_memory(plan)?;
     let buf = |id: BufferId, what: &str| {
         plan.buffers
             .get(id)
@@ -741,6 +742,44 @@ fn validate(plan: &Plan) -> Result<(), RuntimeError> {
                         plan.buffers[id1].name
                     )));
                 }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The plan's own memory claim, checked statically: two buffers whose byte ranges overlap must
+/// never be live at the same time (by their declared `live` ranges; persistent buffers, the loss
+/// and the output, which are read after the last step, count as live to the end). Buffers with
+/// exactly the same range are views of one value (e.g. `Reshape`) and are exempt. A wrong
+/// *declared* live range is not caught here: that is what poison mode is for.
+fn check_memory(plan: &Plan) -> Result<(), RuntimeError> {
+    let span = |b: &Buffer| {
+        if b.persistent {
+            (0, usize::MAX)
+        } else if b.id == plan.loss || b.id == plan.output.buffer {
+            (b.live.0, usize::MAX)
+        } else {
+            b.live
+        }
+    };
+    let mut order: Vec<&Buffer> = plan.buffers.iter().filter(|b| b.bytes > 0).collect();
+    order.sort_by_key(|b| (b.offset, b.id));
+    for (i, a) in order.iter().enumerate() {
+        let a_end = a.offset + a.bytes;
+        for b in &order[i + 1..] {
+            if b.offset >= a_end {
+                break;
+            }
+            if a.offset == b.offset && a.bytes == b.bytes {
+                continue;
+            }
+            let ((s0, e0), (s1, e1)) = (span(a), span(b));
+            if s0 <= e1 && s1 <= e0 {
+                return Err(bad(format!(
+                    "buffers `{}` [{}, +{}) live {:?} and `{}` [{}, +{}) live {:?} share memory                      while both live",
+                    a.name, a.offset, a.bytes, a.live, b.name, b.offset, b.bytes, b.live
+                )));
             }
         }
     }
