@@ -214,6 +214,17 @@ fn conv2d_forward_matches_reference() {
 }
 
 #[test]
+fn workspace_size_agrees_with_the_planner() {
+    for c in conv_cases() {
+        let x = [c.n, c.h, c.w, c.ci];
+        let y = [c.n, c.ho, c.wo, c.co];
+        let want = dmc_compiler::op::conv_workspace_elems(&c.geom(), &x, &y);
+        assert_eq!(c.dims().workspace_elems(&c.geom()), want);
+        assert_eq!(c.ws(), want);
+    }
+}
+
+#[test]
 fn conv_chunks_really_split() {
     // the first case must exercise several chunks and a partial one
     let c = conv_cases()[0];
@@ -1047,4 +1058,15 @@ fn bench_conv_parts() {
             eprintln!("co={co}: fwd {a:?} bwd_w {:?}", t.elapsed());
         }
     }
+}
+
+/// Prints a checksum of `big_run()`: compare across `MATMUL_NUM_THREADS` / `RAYON_NUM_THREADS`
+/// settings (read once per process) with `-- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn print_determinism_checksum() {
+    let h = big_run().iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    });
+    eprintln!("checksum {h:016x}");
 }
