@@ -1070,3 +1070,34 @@ fn print_determinism_checksum() {
     });
     eprintln!("checksum {h:016x}");
 }
+
+/// NaN must not be swallowed by relu, max-pool or dropout (poison mode relies on it).
+#[test]
+fn nan_propagates() {
+    let nan = f32::NAN;
+    let mut y = [0.0; 3];
+    unary_fwd(UnaryKind::Relu, &[nan, -1.0, 2.0], &mut y);
+    assert!(y[0].is_nan() && y[1] == 0.0 && y[2] == 2.0);
+    let mut dx = [0.0; 2];
+    unary_bwd(UnaryKind::Relu, &[-1.0, 1.0], &[nan, nan], &mut dx);
+    assert!(dx[0].is_nan() && dx[1].is_nan());
+    let p = PoolCase {
+        n: 1,
+        h: 2,
+        w: 2,
+        c: 1,
+        size: 2,
+        s: 2,
+    };
+    for pos in 0..4 {
+        let mut x = [1.0, 2.0, 3.0, 4.0];
+        x[pos] = nan;
+        let (mut y, mut a) = ([0.0], [0u8]);
+        maxpool_fwd(&p.geom(), &p.dims(), &x, &mut y, &mut a);
+        assert!(y[0].is_nan() && a[0] as usize == pos, "{pos}");
+    }
+    let x = vec![nan; 64];
+    let mut y = vec![0.0; 64];
+    dropout(0.5, DropoutRng::new(0, 1, 2), &x, &mut y);
+    assert!(y.iter().all(|v| v.is_nan()));
+}

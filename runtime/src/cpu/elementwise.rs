@@ -58,7 +58,8 @@ pub fn unary_fwd(kind: UnaryKind, x: &[f32], y: &mut [f32]) {
         match kind {
             UnaryKind::Relu => {
                 for (y, &x) in yc.iter_mut().zip(xc) {
-                    *y = if x > 0.0 { x } else { 0.0 };
+                    // NaN propagates (as in PyTorch), so poisoned values stay visible
+                    *y = if x < 0.0 { 0.0 } else { x };
                 }
             }
             UnaryKind::Tanh => {
@@ -90,7 +91,8 @@ pub fn unary_bwd(kind: UnaryKind, saved: &[f32], dy: &[f32], dx: &mut [f32]) {
         let g = &dy[o..o + dxc.len()];
         let it = dxc.iter_mut().zip(s.iter().zip(g));
         match kind {
-            UnaryKind::Relu => it.for_each(|(d, (&y, &g))| *d = if y > 0.0 { g } else { 0.0 }),
+            // 0 * g rather than 0: a NaN gradient stays NaN
+            UnaryKind::Relu => it.for_each(|(d, (&y, &g))| *d = if y > 0.0 { g } else { 0.0 * g }),
             UnaryKind::Tanh => it.for_each(|(d, (&y, &g))| *d = g * (1.0 - y * y)),
             UnaryKind::Sigmoid => it.for_each(|(d, (&y, &g))| *d = g * (y * (1.0 - y))),
             UnaryKind::Gelu => it.for_each(|(d, (&x, &g))| {
@@ -167,11 +169,13 @@ pub fn dropout(p: f32, rng: DropoutRng, x: &[f32], y: &mut [f32]) {
     let scale = if p < 1.0 { 1.0 / (1.0 - p) } else { 0.0 };
     for_chunks(y, |o, yc| {
         for (i, (y, &x)) in yc.iter_mut().zip(&x[o..]).enumerate() {
-            *y = if p < 1.0 && rng.keep((o + i) as u64, p) {
-                x * scale
+            // x * 0 rather than 0 for dropped elements: NaN stays NaN (poison mode)
+            let m = if p < 1.0 && rng.keep((o + i) as u64, p) {
+                scale
             } else {
                 0.0
             };
+            *y = x * m;
         }
     });
 }

@@ -76,7 +76,8 @@ pub fn maxpool_fwd(g: &PoolGeom, d: &PoolDims, x: &[f32], y: &mut [f32], argmax:
                         for wx in 0..g.size {
                             let ix = ox * g.stride + wx;
                             let v = x[((n * d.h + iy) * d.w + ix) * d.c + ch];
-                            if first || v > best {
+                            // a NaN wins (and stays): NaN propagates as in PyTorch
+                            if first || v > best || (v.is_nan() && !best.is_nan()) {
                                 best = v;
                                 bi = wy * g.size + wx;
                                 first = false;
