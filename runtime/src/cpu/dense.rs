@@ -4,7 +4,7 @@ use rayon::prelude::*;
 
 use super::gemm::{sgemm, View};
 
-/// y[N,M] = x[N,K] w[K,M] (+ b[M]).
+/// `y[N,M] = x[N,K] w[K,M] (+ b[M])`.
 pub fn dense_fwd(
     n: usize,
     k: usize,
@@ -32,7 +32,7 @@ pub fn dense_fwd(
     sgemm(1.0, View::rm(x, n, k), View::rm(w, k, m), beta, y, m, 1);
 }
 
-/// dx[N,K] = dy[N,M] w[K,M]^T (w read transposed by strides).
+/// `dx[N,K] = dy[N,M] w[K,M]^T` (w read transposed by strides).
 pub fn dense_bwd_data(n: usize, k: usize, m: usize, dy: &[f32], w: &[f32], dx: &mut [f32]) {
     assert_eq!(dy.len(), n * m, "dense_bwd_data: dy size");
     assert_eq!(w.len(), k * m, "dense_bwd_data: w size");
@@ -40,7 +40,7 @@ pub fn dense_bwd_data(n: usize, k: usize, m: usize, dy: &[f32], w: &[f32], dx: &
     sgemm(1.0, View::rm(dy, n, m), View::rm_t(w, k, m), 0.0, dx, k, 1);
 }
 
-/// dw[K,M] = x[N,K]^T dy[N,M] (x read transposed by strides).
+/// `dw[K,M] = x[N,K]^T dy[N,M]` (x read transposed by strides).
 pub fn dense_bwd_weight(n: usize, k: usize, m: usize, x: &[f32], dy: &[f32], dw: &mut [f32]) {
     assert_eq!(x.len(), n * k, "dense_bwd_weight: x size");
     assert_eq!(dy.len(), n * m, "dense_bwd_weight: dy size");
@@ -48,7 +48,7 @@ pub fn dense_bwd_weight(n: usize, k: usize, m: usize, x: &[f32], dy: &[f32], dw:
     sgemm(1.0, View::rm_t(x, n, k), View::rm(dy, n, m), 0.0, dw, m, 1);
 }
 
-/// db[C] = sum of dy[R, C] over its rows. Parallel over column blocks; every column is summed
+/// `db[C]` = sum of `dy[R, C]` over its rows. Parallel over column blocks; every column is summed
 /// serially in row order (deterministic, no scratch).
 pub fn bias_grad(dy: &[f32], db: &mut [f32]) {
     let c = db.len();

@@ -59,7 +59,7 @@ fn lse(row: &[f32]) -> (f64, f64) {
     (m, m + s.ln())
 }
 
-/// mean_n(logsumexp(logits_n) - logits_n[label_n]) for logits [N, C].
+/// `mean_n(logsumexp(logits_n) - logits_n[label_n])` for logits `[N, C]`.
 pub fn cross_entropy_loss(logits: &[f32], labels: &[i32], c: usize) -> Result<f32, BadLabel> {
     let n = labels.len();
     assert_eq!(logits.len(), n * c, "cross_entropy: size");

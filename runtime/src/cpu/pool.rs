@@ -179,7 +179,7 @@ pub fn avgpool_bwd(g: &PoolGeom, d: &PoolDims, dy: &[f32], dx: &mut [f32]) {
     });
 }
 
-/// y[N,C] = mean of x[N,H,W,C] over H and W (`hw` = H*W).
+/// `y[N,C]` = mean of `x[N,H,W,C]` over H and W (`hw` = H*W).
 pub fn global_avgpool_fwd(n: usize, hw: usize, c: usize, x: &[f32], y: &mut [f32]) {
     assert_eq!(x.len(), n * hw * c, "global_avgpool: x size");
     assert_eq!(y.len(), n * c, "global_avgpool: y size");
@@ -200,7 +200,7 @@ pub fn global_avgpool_fwd(n: usize, hw: usize, c: usize, x: &[f32], y: &mut [f32
     });
 }
 
-/// dx[N,H,W,C] = dy[N,C] / (H*W), broadcast.
+/// `dx[N,H,W,C] = dy[N,C] / (H*W)`, broadcast.
 pub fn global_avgpool_bwd(n: usize, hw: usize, c: usize, dy: &[f32], dx: &mut [f32]) {
     assert_eq!(dx.len(), n * hw * c, "global_avgpool_bwd: dx size");
     assert_eq!(dy.len(), n * c, "global_avgpool_bwd: dy size");
