@@ -1101,3 +1101,118 @@ fn nan_propagates() {
     dropout(0.5, DropoutRng::new(0, 1, 2), &x, &mut y);
     assert!(y.iter().all(|v| v.is_nan()));
 }
+
+/// Random geometries: sizes 1..=13 (odd and even), kernel 1/2/3, stride 1..=3, independent
+/// top/bottom/left/right padding (asymmetric both ways, including none), forward vs the
+/// reference and both VJPs vs finite differences.
+#[test]
+fn conv2d_random_geometries() {
+    let mut r = rng(50);
+    let mut done = 0;
+    while done < 40 {
+        let k = [1usize, 2, 3][r.random_range(0..3)];
+        let s = r.random_range(1..=3usize);
+        let (h, w) = (r.random_range(1..=13usize), r.random_range(1..=13usize));
+        let (pt, pb, pl, pr) = (
+            r.random_range(0..k),
+            r.random_range(0..k),
+            r.random_range(0..k),
+            r.random_range(0..k),
+        );
+        if h + pt + pb < k || w + pl + pr < k {
+            continue;
+        }
+        let ho = (h + pt + pb - k) / s + 1;
+        let wo = (w + pl + pr - k) / s + 1;
+        let c = ConvCase {
+            n: r.random_range(1..=3),
+            h,
+            w,
+            ci: r.random_range(1..=4),
+            co: r.random_range(1..=5),
+            k,
+            s,
+            pt,
+            pl,
+            ho,
+            wo,
+        };
+        let x = randv(&mut r, c.xlen());
+        let wt = randv(&mut r, c.wlen());
+        let b = randv(&mut r, c.co);
+        let what = format!("{c:?}");
+        assert_close(
+            &what,
+            &conv_run(&c, &x, &wt, Some(&b)),
+            &conv_ref(&c, &x, &wt, Some(&b)),
+            1e-5,
+            1e-5,
+        );
+        let rr = randv(&mut r, c.ylen());
+        let mut dx = vec![f32::NAN; c.xlen()];
+        conv2d_bwd_data(&c.geom(), &c.dims(), &rr, &wt, &mut dx);
+        fd_check(&format!("dx {what}"), &x, &dx, 30, |x| {
+            dot(&conv_run(&c, x, &wt, None), &rr)
+        });
+        let mut dw = vec![f32::NAN; c.wlen()];
+        let mut cols = vec![f32::NAN; c.ws()];
+        conv2d_bwd_weight(&c.geom(), &c.dims(), &x, &rr, &mut dw, &mut cols);
+        fd_check(&format!("dw {what}"), &wt, &dw, 30, |w| {
+            dot(&conv_run(&c, &x, w, None), &rr)
+        });
+        done += 1;
+    }
+}
+
+/// Random pooling geometries (odd sizes, overlapping and gapped windows), forward vs the
+/// references and VJPs vs finite differences.
+#[test]
+fn pools_random_geometries() {
+    let mut r = rng(51);
+    for _ in 0..30 {
+        let size = r.random_range(1..=3usize);
+        let p = PoolCase {
+            n: r.random_range(1..=2),
+            h: r.random_range(size..=9),
+            w: r.random_range(size..=9),
+            c: r.random_range(1..=3),
+            size,
+            s: r.random_range(1..=3),
+        };
+        let (g, d) = (p.geom(), p.dims());
+        let mut x: Vec<f32> = (0..p.xlen()).map(|i| i as f32 * 0.05 - 1.0).collect();
+        for i in (1..x.len()).rev() {
+            let j = r.random_range(0..=i);
+            x.swap(i, j);
+        }
+        let (wy, wa) = maxpool_ref(&p, &x);
+        let mut y = vec![f32::NAN; p.ylen()];
+        let mut a = vec![255u8; p.ylen()];
+        maxpool_fwd(&g, &d, &x, &mut y, &mut a);
+        assert_close(&format!("maxpool {p:?}"), &y, &wy, 0.0, 0.0);
+        assert_eq!(a, wa);
+        let rr = randv(&mut r, p.ylen());
+        let mut dx = vec![f32::NAN; p.xlen()];
+        maxpool_bwd(&g, &d, &rr, &a, &mut dx);
+        fd_check(&format!("maxpool bwd {p:?}"), &x, &dx, 100, |x| {
+            let (mut y, mut a) = (vec![0.0; p.ylen()], vec![0u8; p.ylen()]);
+            maxpool_fwd(&g, &d, x, &mut y, &mut a);
+            dot(&y, &rr)
+        });
+        let mut y = vec![f32::NAN; p.ylen()];
+        avgpool_fwd(&g, &d, &x, &mut y);
+        assert_close(
+            &format!("avgpool {p:?}"),
+            &y,
+            &avgpool_ref(&p, &x),
+            1e-5,
+            1e-6,
+        );
+        avgpool_bwd(&g, &d, &rr, &mut dx);
+        fd_check(&format!("avgpool bwd {p:?}"), &x, &dx, 100, |x| {
+            let mut y = vec![0.0; p.ylen()];
+            avgpool_fwd(&g, &d, x, &mut y);
+            dot(&y, &rr)
+        });
+    }
+}
