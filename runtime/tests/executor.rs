@@ -453,6 +453,18 @@ fn invalid_plans_are_rejected() {
     p.buffers[db].offset = p.buffers[y].offset;
     expect_bad(p, "output reused");
 
+    // an input declared live only from its first read, sharing memory with a value that dies
+    // before: set_input writes it before step 0, so this is a clash
+    let mut p = linear_plan();
+    let (t, dy) = (id(&p, "t"), id(&p, "dy"));
+    p.buffers[t].live = (1, 2);
+    p.buffers[dy].live = (2, 4);
+    let y = id(&p, "y");
+    p.buffers[y].live = (0, 0); // pretend y died at step 0 ...
+    p.output.buffer = dy; // (keep the output out of the way)
+    p.buffers[t].offset = p.buffers[y].offset; // ... and t reuses it
+    expect_bad(p, "input clash");
+
     let mut p = linear_plan();
     p.arena_bytes = 1 << 50; // a petabyte: the allocation must fail cleanly
     assert!(matches!(
@@ -542,6 +554,9 @@ fn conv_plan() -> Plan {
     let r = p.act("relu", 2 * 36 * 4);
     let pool = p.act("pool", 2 * 9 * 4);
     let am = p.buf("pool.argmax", 2 * 9 * 4, DType::U8, BufferKind::Activation);
+    // the flattened pool output: a Reshape view, its own buffer entry at the same bytes
+    let flat = p.act("flat", 2 * 9 * 4);
+    p.bufs[flat].offset = p.bufs[pool].offset;
     let logits = p.act("logits", 6);
     let loss = p.act("loss", 1);
     let dl = p.grad("dlogits", 6);
@@ -574,7 +589,7 @@ fn conv_plan() -> Plan {
     p.step(
         Op::Dense { bias: true },
         &[&[2, 36], &[36, 3], &[3], &[2, 3]],
-        &[pool, fw, fb, logits],
+        &[flat, fw, fb, logits],
         "fc",
     );
     p.step(
@@ -592,7 +607,7 @@ fn conv_plan() -> Plan {
     p.step(
         Op::DenseBwdWeight,
         &[&[2, 36], &[2, 3], &[36, 3]],
-        &[pool, dl, dfw],
+        &[flat, dl, dfw],
         "fc dw",
     );
     p.step(Op::BiasGrad, &[&[2, 3], &[3]], &[dl, dfb], "fc db");
@@ -669,7 +684,7 @@ fn small_convnet_trains_deterministically_with_poison() {
             for (dead, born) in [
                 ("conv", "drelu"),
                 ("conv.cols", "conv.cols.bwd"),
-                ("pool", "dpool"),
+                ("flat", "dpool"),
             ] {
                 let (a, b) = (id(&plan, dead), id(&plan, born));
                 assert!(

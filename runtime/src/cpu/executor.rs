@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::ptr::NonNull;
 
 use dmc_compiler::op::{conv_workspace_elems, DType, Op, Role};
-use dmc_compiler::plan::{Buffer, BufferId, Init, Kernel, Mode, Plan, Step, ALIGN};
+use dmc_compiler::plan::{Buffer, BufferId, BufferKind, Init, Kernel, Mode, Plan, Step, ALIGN};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -594,9 +594,37 @@ unsafe fn exec(a: &Args, ctx: &Ctx) -> Result<(), BadLabel> {
     Ok(())
 }
 
+/// Buffers that are views of another buffer's value (a `Reshape` output given its own buffer
+/// entry): never written by a step and not filled by the runtime.
+fn view_buffers(plan: &Plan) -> Vec<bool> {
+    let mut written = vec![false; plan.buffers.len()];
+    for s in &plan.steps {
+        let Some(k) = plan.kernels.get(s.kernel) else {
+            continue;
+        };
+        for (&id, p) in s.args.iter().zip(&k.signature.params) {
+            if p.role != Role::In && id < written.len() {
+                written[id] = true;
+            }
+        }
+    }
+    plan.buffers
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            !written[i]
+                && !matches!(
+                    b.kind,
+                    BufferKind::Input | BufferKind::Parameter | BufferKind::OptimizerState
+                )
+        })
+        .collect()
+}
+
 /// Per step, the buffers to poison after it (see [`CpuBackend::set_poison`]).
 fn poison_lists(plan: &Plan) -> Vec<Vec<BufferId>> {
     let mut out = vec![Vec::new(); plan.steps.len()];
+    let views = view_buffers(plan);
     for b in &plan.buffers {
         if b.persistent || b.id == plan.loss || b.id == plan.output.buffer || b.bytes == 0 {
             continue;
@@ -609,7 +637,8 @@ fn poison_lists(plan: &Plan) -> Vec<Vec<BufferId>> {
             o.id != b.id
                 && o.offset == b.offset
                 && o.bytes == b.bytes
-                && (o.persistent || (o.live.0 <= end && o.live.1 > end))
+                && (views[o.id] || views[b.id])
+                && (o.persistent || o.live.1 > end)
         });
         if !view_still_live {
             out[end].push(b.id);
@@ -756,19 +785,30 @@ fn validate(plan: &Plan) -> Result<(), RuntimeError> {
 
 /// The plan's own memory claim, checked statically: two buffers whose byte ranges overlap must
 /// never be live at the same time (by their declared `live` ranges; persistent buffers, the loss
-/// and the output, which are read after the last step, count as live to the end). Buffers with
+/// and the output, which are read after the last step, count as live to the end; inputs, written
+/// before the first step, as live from step 0). Buffers with
 /// exactly the same range are views of one value (e.g. `Reshape`) and are exempt. A wrong
 /// *declared* live range is not caught here: that is what poison mode is for.
 fn check_memory(plan: &Plan) -> Result<(), RuntimeError> {
     let span = |b: &Buffer| {
         if b.persistent {
             (0, usize::MAX)
-        } else if b.id == plan.loss || b.id == plan.output.buffer {
-            (b.live.0, usize::MAX)
         } else {
-            b.live
+            // inputs are written by `set_input` before the first step
+            let start = if b.kind == BufferKind::Input {
+                0
+            } else {
+                b.live.0
+            };
+            let end = if b.id == plan.loss || b.id == plan.output.buffer {
+                usize::MAX
+            } else {
+                b.live.1
+            };
+            (start, end)
         }
     };
+    let views = view_buffers(plan);
     let mut order: Vec<&Buffer> = plan.buffers.iter().filter(|b| b.bytes > 0).collect();
     order.sort_by_key(|b| (b.offset, b.id));
     for (i, a) in order.iter().enumerate() {
@@ -777,7 +817,7 @@ fn check_memory(plan: &Plan) -> Result<(), RuntimeError> {
             if b.offset >= a_end {
                 break;
             }
-            if a.offset == b.offset && a.bytes == b.bytes {
+            if a.offset == b.offset && a.bytes == b.bytes && (views[a.id] || views[b.id]) {
                 continue;
             }
             let ((s0, e0), (s1, e1)) = (span(a), span(b));
