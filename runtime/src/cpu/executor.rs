@@ -122,8 +122,9 @@ impl CpuBackend {
     /// Poison mode: after each step, every non-persistent buffer whose live range ends at that
     /// step is filled with NaN (all bytes 0xFF: f32 NaN, i32 -1, u8 255), so that a plan that
     /// reuses memory too early produces NaN instead of silently wrong numbers. The loss and output
-    /// buffers are never poisoned (they are read after the run), nor a buffer whose exact byte
-    /// range is shared by another buffer still live (a view, e.g. a `Reshape`).
+    /// buffers are never poisoned (they are read after the run), nor a buffer that shares its exact
+    /// byte range with a view of it (a buffer no step writes, e.g. a `Reshape` output) that is
+    /// still needed later, or vice versa.
     /// Inputs are poisoned after their last use too: feed them before every `run`.
     pub fn set_poison(&mut self, on: bool) {
         self.poison = on;
