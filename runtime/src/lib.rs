@@ -1,1 +1,10 @@
+//! dmc runtime: executes an execution plan on one arena (CPU backend), and reads/writes data and
+//! weights.
+
+pub mod alloc;
+pub mod cpu;
+pub mod error;
 pub mod io;
+
+pub use cpu::{CpuBackend, InputData};
+pub use error::RuntimeError;

@@ -1,0 +1,94 @@
+//! A counting global allocator: wraps [`System`] and tracks the bytes currently allocated and the
+//! peak since the last [`reset_peak`]. The `dmc` binary installs it with
+//! `#[global_allocator] static GLOBAL: CountingAlloc = CountingAlloc;` to report real memory next
+//! to the planned arena.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+static CURRENT: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+/// The counting allocator (counters are process-wide statics).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CountingAlloc;
+
+impl CountingAlloc {
+    /// Bytes currently allocated through this allocator.
+    pub fn current(&self) -> usize {
+        current()
+    }
+    /// Highest `current()` since start or the last `reset_peak()`.
+    pub fn peak(&self) -> usize {
+        peak()
+    }
+    /// Sets the peak to the current value.
+    pub fn reset_peak(&self) {
+        reset_peak()
+    }
+}
+
+/// Bytes currently allocated (only meaningful when `CountingAlloc` is the global allocator).
+pub fn current() -> usize {
+    CURRENT.load(Ordering::Relaxed)
+}
+
+/// Peak bytes since start or the last [`reset_peak`].
+pub fn peak() -> usize {
+    PEAK.load(Ordering::Relaxed)
+}
+
+/// Sets the peak to the current value.
+pub fn reset_peak() {
+    PEAK.store(CURRENT.load(Ordering::Relaxed), Ordering::Relaxed);
+}
+
+fn added(n: usize) {
+    let c = CURRENT.fetch_add(n, Ordering::Relaxed) + n;
+    PEAK.fetch_max(c, Ordering::Relaxed);
+}
+
+fn removed(n: usize) {
+    CURRENT.fetch_sub(n, Ordering::Relaxed);
+}
+
+// SAFETY: every method forwards to `System` with the caller's arguments unchanged, so `System`'s
+// guarantees hold; the counters are only bookkeeping.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded contract (non-zero-size layout guaranteed by the caller).
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            added(layout.size());
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded contract.
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            added(layout.size());
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded contract (ptr was allocated by us, i.e. by System, with `layout`).
+        unsafe { System.dealloc(ptr, layout) };
+        removed(layout.size());
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: forwarded contract.
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            if new_size >= layout.size() {
+                added(new_size - layout.size());
+            } else {
+                removed(layout.size() - new_size);
+            }
+        }
+        p
+    }
+}

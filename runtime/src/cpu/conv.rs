@@ -1,0 +1,296 @@
+//! 2-D convolution (NHWC, HWIO weights) and its two backward ops.
+//!
+//! Forward and weight-gradient go through im2col into the *planned* workspace buffer, in chunks of
+//! at most [`CONV_CHUNK_ROWS`] output rows (row = one output pixel `(n, oy, ox)`, K = kh*kw*Ci
+//! columns), followed by one sgemm per chunk. The weight `[kh,kw,Ci,Co]` is, row-major, exactly the
+//! `[K, Co]` matrix the GEMM needs; transposed uses are strided views, never copies.
+//! The forward stores its chunk K-major (`cols[kk*rows + r]`) and the weight gradient row-major
+//! (`cols[r*K + kk]`): each layout is the one matrixmultiply packs contiguously for that GEMM
+//! (same workspace size either way).
+//!
+//! The data gradient has no workspace in its signature ([`Op::signature`](dmc_compiler::op::Op)):
+//! it computes `dcols = dy_rows w^T` per tile of output pixels into a fixed per-thread tile of
+//! [`BWD_DATA_TILE_ELEMS`] floats (O(threads x tile), reused across calls, independent of the
+//! batch), then col2im scatter-adds it into dx. Images are independent (parallel); inside an image
+//! the accumulation order is fixed.
+
+use std::cell::RefCell;
+
+use dmc_compiler::op::{ConvGeom, CONV_CHUNK_ROWS};
+use rayon::prelude::*;
+
+use super::gemm::{sgemm, View};
+
+/// Sizes of one convolution: x `[n,h,w,ci]`, y `[n,ho,wo,co]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvDims {
+    pub n: usize,
+    pub h: usize,
+    pub w: usize,
+    pub ci: usize,
+    pub ho: usize,
+    pub wo: usize,
+    pub co: usize,
+}
+
+impl ConvDims {
+    /// From the full shapes of x `[N,H,W,Ci]` and y `[N,Ho,Wo,Co]`.
+    pub fn from_shapes(x: &[usize], y: &[usize]) -> Self {
+        ConvDims {
+            n: x[0],
+            h: x[1],
+            w: x[2],
+            ci: x[3],
+            ho: y[1],
+            wo: y[2],
+            co: y[3],
+        }
+    }
+    /// im2col rows: N*Ho*Wo.
+    pub fn rows(&self) -> usize {
+        self.n * self.ho * self.wo
+    }
+    /// im2col columns: kh*kw*Ci.
+    pub fn k(&self, g: &ConvGeom) -> usize {
+        g.kh * g.kw * self.ci
+    }
+    /// Rows per chunk.
+    pub fn chunk_rows(&self) -> usize {
+        self.rows().min(CONV_CHUNK_ROWS)
+    }
+    /// Workspace elements needed (same as `dmc_compiler::op::conv_workspace_elems`).
+    pub fn workspace_elems(&self, g: &ConvGeom) -> usize {
+        self.chunk_rows() * self.k(g)
+    }
+    fn check(&self, g: &ConvGeom, x: usize, w: usize, y: usize) {
+        assert_eq!(x, self.n * self.h * self.w * self.ci, "conv: x size");
+        assert_eq!(w, self.k(g) * self.co, "conv: w size");
+        assert_eq!(y, self.rows() * self.co, "conv: y size");
+        assert!(g.stride >= 1, "conv: stride 0");
+    }
+}
+
+/// Fills `cols[..nr*K]` with the im2col rows `r0..r0+nr` (zeros where the window is in padding).
+fn im2col(g: &ConvGeom, d: &ConvDims, x: &[f32], r0: usize, nr: usize, cols: &mut [f32]) {
+    let k = d.k(g);
+    if k == 0 {
+        return;
+    }
+    let (h, w, ci) = (d.h as isize, d.w as isize, d.ci);
+    cols[..nr * k]
+        .par_chunks_mut(k)
+        .with_min_len(8)
+        .enumerate()
+        .for_each(|(i, crow)| {
+            let r = r0 + i;
+            let ox = r % d.wo;
+            let t = r / d.wo;
+            let oy = t % d.ho;
+            let n = t / d.ho;
+            for ky in 0..g.kh {
+                let iy = (oy * g.stride + ky) as isize - g.pad_top as isize;
+                for kx in 0..g.kw {
+                    let ix = (ox * g.stride + kx) as isize - g.pad_left as isize;
+                    let dst = &mut crow[(ky * g.kw + kx) * ci..][..ci];
+                    if iy >= 0 && iy < h && ix >= 0 && ix < w {
+                        let src = ((n * d.h + iy as usize) * d.w + ix as usize) * ci;
+                        dst.copy_from_slice(&x[src..src + ci]);
+                    } else {
+                        dst.fill(0.0);
+                    }
+                }
+            }
+        });
+}
+
+/// The im2col rows `r0..r0+nr` stored K-major: `cols[kk*nr + i]` (the transpose of [`im2col`]'s
+/// layout, same size). The forward GEMM reads this as a row-strided-by-1 `[nr, K]` matrix, which
+/// matrixmultiply packs much faster than the row-major layout (contiguous `MR`-row panels).
+fn im2col_kmajor(g: &ConvGeom, d: &ConvDims, x: &[f32], r0: usize, nr: usize, cols: &mut [f32]) {
+    let k = d.k(g);
+    if k == 0 || nr == 0 {
+        return;
+    }
+    assert!(nr <= CONV_CHUNK_ROWS);
+    // Per row: image base offset and the top-left input coordinate of its window.
+    let mut base = [(0usize, 0isize, 0isize); CONV_CHUNK_ROWS];
+    for (i, b) in base[..nr].iter_mut().enumerate() {
+        let r = r0 + i;
+        let ox = r % d.wo;
+        let t = r / d.wo;
+        let oy = t % d.ho;
+        let n = t / d.ho;
+        *b = (
+            n * d.h * d.w,
+            (oy * g.stride) as isize - g.pad_top as isize,
+            (ox * g.stride) as isize - g.pad_left as isize,
+        );
+    }
+    let base = &base[..nr];
+    let (h, w, ci) = (d.h as isize, d.w as isize, d.ci);
+    // One task per tap (ky, kx): it owns the contiguous rows tap*ci..(tap+1)*ci of cols. Each
+    // input pixel (ci contiguous floats) is scattered down one column of that [ci, nr] block: a
+    // cache-friendly transpose (reads contiguous, writes fill 16-float lines over 16 rows).
+    cols[..nr * k]
+        .par_chunks_mut(ci * nr)
+        .enumerate()
+        .for_each(|(tap, blk)| {
+            let (ky, kx) = ((tap / g.kw) as isize, (tap % g.kw) as isize);
+            for (i, &(img, iy0, ix0)) in base.iter().enumerate() {
+                let (iy, ix) = (iy0 + ky, ix0 + kx);
+                if iy >= 0 && iy < h && ix >= 0 && ix < w {
+                    let src = (img + iy as usize * d.w + ix as usize) * ci;
+                    for (row, &v) in blk.chunks_exact_mut(nr).zip(&x[src..src + ci]) {
+                        row[i] = v;
+                    }
+                } else {
+                    for row in blk.chunks_exact_mut(nr) {
+                        row[i] = 0.0;
+                    }
+                }
+            }
+        });
+}
+
+/// y = conv(x, w) (+ b), through im2col chunks in `cols` (at least `d.workspace_elems(g)` long).
+pub fn conv2d_fwd(
+    g: &ConvGeom,
+    d: &ConvDims,
+    x: &[f32],
+    w: &[f32],
+    b: Option<&[f32]>,
+    y: &mut [f32],
+    cols: &mut [f32],
+) {
+    d.check(g, x.len(), w.len(), y.len());
+    let (k, co, rows, cr) = (d.k(g), d.co, d.rows(), d.chunk_rows());
+    assert!(cols.len() >= cr * k, "conv: workspace too small");
+    if let Some(b) = b {
+        assert_eq!(b.len(), co, "conv: bias size");
+    }
+    let mut r0 = 0;
+    while r0 < rows {
+        let nr = cr.min(rows - r0);
+        im2col_kmajor(g, d, x, r0, nr, cols);
+        let yc = &mut y[r0 * co..(r0 + nr) * co];
+        let beta = match b {
+            Some(b) => {
+                yc.par_chunks_mut(co.max(1))
+                    .with_min_len(64)
+                    .for_each(|row| row.copy_from_slice(b));
+                1.0
+            }
+            None => 0.0,
+        };
+        sgemm(
+            1.0,
+            View::rm_t(&cols[..nr * k], k, nr), // K-major cols: the [nr, K] view
+            View::rm(w, k, co),
+            beta,
+            yc,
+            co,
+            1,
+        );
+        r0 += nr;
+    }
+}
+
+/// Elements of the per-thread `dcols` tile of [`conv2d_bwd_data`] (256 KiB of f32): the tile holds
+/// `max(1, TILE / K)` rows (at most [`CONV_CHUNK_ROWS`]).
+pub const BWD_DATA_TILE_ELEMS: usize = 1 << 16;
+
+thread_local! {
+    /// The `dcols` tile of `conv2d_bwd_data`, reused across calls: a fixed O(tile) buffer per
+    /// thread, not proportional to the batch (the op's signature has no planned workspace).
+    static DCOLS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// dx = conv^T(dy, w): the gradient w.r.t. the input (overwrites `dx`).
+///
+/// Per image (parallel) and per tile of its output pixels: `dcols[rows, K] = dy_rows[rows, Co]
+/// w^T` (one sgemm, w read transposed by strides), then col2im scatter-adds `dcols` into dx in a
+/// fixed order (deterministic).
+pub fn conv2d_bwd_data(g: &ConvGeom, d: &ConvDims, dy: &[f32], w: &[f32], dx: &mut [f32]) {
+    d.check(g, dx.len(), w.len(), dy.len());
+    let (ci, co, k) = (d.ci, d.co, d.k(g));
+    let img = d.h * d.w * ci;
+    if img == 0 {
+        return;
+    }
+    let per_img = d.ho * d.wo;
+    let t_rows = (BWD_DATA_TILE_ELEMS / k.max(1)).clamp(1, CONV_CHUNK_ROWS);
+    let (h, wd) = (d.h as isize, d.w as isize);
+    dx.par_chunks_mut(img).enumerate().for_each(|(n, dxn)| {
+        dxn.fill(0.0);
+        if co == 0 || k == 0 || per_img == 0 {
+            return;
+        }
+        let dyn_ = &dy[n * per_img * co..(n + 1) * per_img * co];
+        DCOLS.with(|cell| {
+            let mut tile = cell.borrow_mut();
+            if tile.len() < t_rows * k {
+                tile.resize(t_rows * k, 0.0);
+            }
+            let mut p0 = 0;
+            while p0 < per_img {
+                let nr = t_rows.min(per_img - p0);
+                let dc = &mut tile[..nr * k];
+                let a = View::rm(&dyn_[p0 * co..(p0 + nr) * co], nr, co);
+                sgemm(1.0, a, View::rm_t(w, k, co), 0.0, dc, k, 1);
+                for (i, drow) in dc.chunks_exact(k).enumerate() {
+                    let p = p0 + i;
+                    let (oy, ox) = (p / d.wo, p % d.wo);
+                    for ky in 0..g.kh {
+                        let iy = (oy * g.stride + ky) as isize - g.pad_top as isize;
+                        if iy < 0 || iy >= h {
+                            continue;
+                        }
+                        for kx in 0..g.kw {
+                            let ix = (ox * g.stride + kx) as isize - g.pad_left as isize;
+                            if ix < 0 || ix >= wd {
+                                continue;
+                            }
+                            let dst = (iy as usize * d.w + ix as usize) * ci;
+                            let src = (ky * g.kw + kx) * ci;
+                            for (o, v) in dxn[dst..dst + ci].iter_mut().zip(&drow[src..src + ci]) {
+                                *o += *v;
+                            }
+                        }
+                    }
+                }
+                p0 += nr;
+            }
+        });
+    });
+}
+
+/// dw = sum over chunks of cols^T dy_chunk (overwrites `dw`), im2col chunks in `cols`.
+pub fn conv2d_bwd_weight(
+    g: &ConvGeom,
+    d: &ConvDims,
+    x: &[f32],
+    dy: &[f32],
+    dw: &mut [f32],
+    cols: &mut [f32],
+) {
+    d.check(g, x.len(), dw.len(), dy.len());
+    let (k, co, rows, cr) = (d.k(g), d.co, d.rows(), d.chunk_rows());
+    assert!(cols.len() >= cr * k, "conv: workspace too small");
+    dw.fill(0.0);
+    let mut r0 = 0;
+    while r0 < rows {
+        let nr = cr.min(rows - r0);
+        im2col(g, d, x, r0, nr, cols);
+        let dyc = &dy[r0 * co..(r0 + nr) * co];
+        sgemm(
+            1.0,
+            View::rm_t(&cols[..nr * k], nr, k),
+            View::rm(dyc, nr, co),
+            1.0,
+            dw,
+            co,
+            1,
+        );
+        r0 += nr;
+    }
+}

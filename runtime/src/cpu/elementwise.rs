@@ -1,0 +1,181 @@
+//! Elementwise kernels: activations and their VJPs, add, dropout.
+//!
+//! GELU is the exact (erf) form, as PyTorch's and Keras' defaults:
+//! `gelu(x) = x * Phi(x)`, `Phi(x) = 0.5 * erfc(-x / sqrt(2))`, and its derivative
+//! `gelu'(x) = Phi(x) + x * phi(x)`, `phi(x) = exp(-x^2/2) / sqrt(2 pi)`, both evaluated in f64
+//! with an erfc of relative error < 1.2e-7 over the whole real line (so the tails, where gelu(x)
+//! is tiny, stay relatively accurate).
+
+use dmc_compiler::op::UnaryKind;
+
+use super::par::for_chunks;
+
+/// Complementary error function, fractional error < 1.2e-7 everywhere (Chebyshev fit,
+/// Numerical Recipes' `erfcc`), computed in f64.
+pub fn erfc(x: f64) -> f64 {
+    let z = x.abs();
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let r = t
+        * (-z * z - 1.265_512_23
+            + t * (1.000_023_68
+                + t * (0.374_091_96
+                    + t * (0.096_784_18
+                        + t * (-0.186_288_06
+                            + t * (0.278_868_07
+                                + t * (-1.135_203_98
+                                    + t * (1.488_515_87
+                                        + t * (-0.822_152_23 + t * 0.170_872_77)))))))))
+            .exp();
+    if x >= 0.0 {
+        r
+    } else {
+        2.0 - r
+    }
+}
+
+const FRAC_1_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
+
+/// Standard normal CDF.
+fn phi_cdf(x: f64) -> f64 {
+    0.5 * erfc(-x * std::f64::consts::FRAC_1_SQRT_2)
+}
+
+#[inline]
+fn sigmoid(x: f32) -> f32 {
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
+}
+
+/// y = f(x).
+pub fn unary_fwd(kind: UnaryKind, x: &[f32], y: &mut [f32]) {
+    assert_eq!(x.len(), y.len(), "unary: size");
+    for_chunks(y, |o, yc| {
+        let xc = &x[o..o + yc.len()];
+        match kind {
+            UnaryKind::Relu => {
+                for (y, &x) in yc.iter_mut().zip(xc) {
+                    // NaN propagates (as in PyTorch), so poisoned values stay visible
+                    *y = if x < 0.0 { 0.0 } else { x };
+                }
+            }
+            UnaryKind::Tanh => {
+                for (y, &x) in yc.iter_mut().zip(xc) {
+                    *y = x.tanh();
+                }
+            }
+            UnaryKind::Sigmoid => {
+                for (y, &x) in yc.iter_mut().zip(xc) {
+                    *y = sigmoid(x);
+                }
+            }
+            UnaryKind::Gelu => {
+                for (y, &x) in yc.iter_mut().zip(xc) {
+                    let xd = x as f64;
+                    *y = (xd * phi_cdf(xd)) as f32;
+                }
+            }
+        }
+    });
+}
+
+/// dx = f'(.) * dy, where `saved` is y for relu/tanh/sigmoid and x for gelu.
+pub fn unary_bwd(kind: UnaryKind, saved: &[f32], dy: &[f32], dx: &mut [f32]) {
+    assert_eq!(saved.len(), dx.len(), "unary_bwd: size");
+    assert_eq!(dy.len(), dx.len(), "unary_bwd: size");
+    for_chunks(dx, |o, dxc| {
+        let s = &saved[o..o + dxc.len()];
+        let g = &dy[o..o + dxc.len()];
+        let it = dxc.iter_mut().zip(s.iter().zip(g));
+        match kind {
+            // 0 * g rather than 0: a NaN gradient stays NaN
+            UnaryKind::Relu => it.for_each(|(d, (&y, &g))| *d = if y > 0.0 { g } else { 0.0 * g }),
+            UnaryKind::Tanh => it.for_each(|(d, (&y, &g))| *d = g * (1.0 - y * y)),
+            UnaryKind::Sigmoid => it.for_each(|(d, (&y, &g))| *d = g * (y * (1.0 - y))),
+            UnaryKind::Gelu => it.for_each(|(d, (&x, &g))| {
+                let xd = x as f64;
+                let der = phi_cdf(xd) + xd * FRAC_1_SQRT_2PI * (-0.5 * xd * xd).exp();
+                *d = (g as f64 * der) as f32;
+            }),
+        }
+    });
+}
+
+/// y = a + b.
+pub fn add(a: &[f32], b: &[f32], y: &mut [f32]) {
+    assert_eq!(a.len(), y.len(), "add: size");
+    assert_eq!(b.len(), y.len(), "add: size");
+    for_chunks(y, |o, yc| {
+        for ((y, &a), &b) in yc.iter_mut().zip(&a[o..]).zip(&b[o..]) {
+            *y = a + b;
+        }
+    });
+}
+
+/// splitmix64's finaliser: a bijective 64-bit mix.
+#[inline]
+pub fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// The counter-based dropout RNG: element `index` of the stream keyed by `(seed, step, salt)`.
+#[derive(Debug, Clone, Copy)]
+pub struct DropoutRng {
+    key: u64,
+}
+
+impl DropoutRng {
+    pub fn new(seed: u64, step: u64, salt: u64) -> Self {
+        let k = mix64(seed.wrapping_add(GOLDEN));
+        let k = mix64(
+            k ^ step
+                .wrapping_mul(0xd1b5_4a32_d192_ed03)
+                .wrapping_add(GOLDEN),
+        );
+        let k = mix64(
+            k ^ salt
+                .wrapping_mul(0xabc9_8388_fb8f_ac03)
+                .wrapping_add(GOLDEN),
+        );
+        DropoutRng { key: k }
+    }
+    /// Uniform in [0, 1) with 24 random bits (splitmix64 stream at position `index`).
+    #[inline]
+    pub fn uniform(&self, index: u64) -> f32 {
+        let z = mix64(
+            self.key
+                .wrapping_add(index.wrapping_add(1).wrapping_mul(GOLDEN)),
+        );
+        (z >> 40) as f32 * (1.0 / (1u64 << 24) as f32)
+    }
+    /// keep = uniform(index) >= p.
+    #[inline]
+    pub fn keep(&self, index: u64, p: f32) -> bool {
+        self.uniform(index) >= p
+    }
+}
+
+/// `y = x * keep / (1-p)` (forward) or `dx = dy * keep / (1-p)` (backward: same call, same mask).
+/// p >= 1 drops everything (y = 0); p <= 0 is the identity.
+pub fn dropout(p: f32, rng: DropoutRng, x: &[f32], y: &mut [f32]) {
+    assert_eq!(x.len(), y.len(), "dropout: size");
+    let scale = if p < 1.0 { 1.0 / (1.0 - p) } else { 0.0 };
+    for_chunks(y, |o, yc| {
+        for (i, (y, &x)) in yc.iter_mut().zip(&x[o..]).enumerate() {
+            // x * 0 rather than 0 for dropped elements: NaN stays NaN (poison mode)
+            let m = if p < 1.0 && rng.keep((o + i) as u64, p) {
+                scale
+            } else {
+                0.0
+            };
+            *y = x * m;
+        }
+    });
+}

@@ -1,0 +1,219 @@
+//! Max / average / global-average pooling (NHWC, 'valid' windows) and their backward ops.
+
+use dmc_compiler::op::PoolGeom;
+use rayon::prelude::*;
+
+/// Sizes of one pooling: x `[n,h,w,c]`, y `[n,ho,wo,c]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolDims {
+    pub n: usize,
+    pub h: usize,
+    pub w: usize,
+    pub c: usize,
+    pub ho: usize,
+    pub wo: usize,
+}
+
+impl PoolDims {
+    pub fn from_shapes(x: &[usize], y: &[usize]) -> Self {
+        PoolDims {
+            n: x[0],
+            h: x[1],
+            w: x[2],
+            c: x[3],
+            ho: y[1],
+            wo: y[2],
+        }
+    }
+    /// Output size of a 'valid' (floor) window: `(h - size) / stride + 1` (0 when h < size).
+    pub fn out_size(h: usize, g: &PoolGeom) -> usize {
+        if h < g.size || g.stride == 0 {
+            0
+        } else {
+            (h - g.size) / g.stride + 1
+        }
+    }
+    fn check(&self, g: &PoolGeom, x: usize, y: usize) {
+        assert!(g.size >= 1 && g.stride >= 1, "pool: bad geometry");
+        assert_eq!(x, self.n * self.h * self.w * self.c, "pool: x size");
+        assert_eq!(y, self.n * self.ho * self.wo * self.c, "pool: y size");
+        assert!(
+            self.ho == 0 || (self.ho - 1) * g.stride + g.size <= self.h,
+            "pool: window out of x (rows)"
+        );
+        assert!(
+            self.wo == 0 || (self.wo - 1) * g.stride + g.size <= self.w,
+            "pool: window out of x (cols)"
+        );
+    }
+}
+
+/// y = max over each window, argmax = `dy*size+dx` of the first maximum.
+pub fn maxpool_fwd(g: &PoolGeom, d: &PoolDims, x: &[f32], y: &mut [f32], argmax: &mut [u8]) {
+    d.check(g, x.len(), y.len());
+    assert_eq!(argmax.len(), y.len(), "maxpool: argmax size");
+    assert!(
+        g.size * g.size <= 256,
+        "maxpool: window too large for u8 argmax"
+    );
+    let row = d.wo * d.c;
+    if row == 0 {
+        return;
+    }
+    y.par_chunks_mut(row)
+        .zip(argmax.par_chunks_mut(row))
+        .enumerate()
+        .for_each(|(r, (yr, ar))| {
+            let oy = r % d.ho;
+            let n = r / d.ho;
+            for ox in 0..d.wo {
+                for ch in 0..d.c {
+                    let mut best = f32::NEG_INFINITY;
+                    let mut bi = 0usize;
+                    let mut first = true;
+                    for wy in 0..g.size {
+                        let iy = oy * g.stride + wy;
+                        for wx in 0..g.size {
+                            let ix = ox * g.stride + wx;
+                            let v = x[((n * d.h + iy) * d.w + ix) * d.c + ch];
+                            // a NaN wins (and stays): NaN propagates as in PyTorch
+                            if first || v > best || (v.is_nan() && !best.is_nan()) {
+                                best = v;
+                                bi = wy * g.size + wx;
+                                first = false;
+                            }
+                        }
+                    }
+                    yr[ox * d.c + ch] = best;
+                    ar[ox * d.c + ch] = bi as u8;
+                }
+            }
+        });
+}
+
+/// dx = scatter-add of dy into the argmax position of each window (overwrites dx).
+/// An argmax outside the window (corrupted buffer) poisons its window's first element with NaN.
+pub fn maxpool_bwd(g: &PoolGeom, d: &PoolDims, dy: &[f32], argmax: &[u8], dx: &mut [f32]) {
+    d.check(g, dx.len(), dy.len());
+    assert_eq!(argmax.len(), dy.len(), "maxpool_bwd: argmax size");
+    let img = d.h * d.w * d.c;
+    if img == 0 {
+        return;
+    }
+    let oimg = d.ho * d.wo * d.c;
+    dx.par_chunks_mut(img).enumerate().for_each(|(n, dxn)| {
+        dxn.fill(0.0);
+        for oy in 0..d.ho {
+            for ox in 0..d.wo {
+                for ch in 0..d.c {
+                    let o = n * oimg + (oy * d.wo + ox) * d.c + ch;
+                    let a = argmax[o] as usize;
+                    let (wy, wx, v) = if a < g.size * g.size {
+                        (a / g.size, a % g.size, dy[o])
+                    } else {
+                        (0, 0, f32::NAN)
+                    };
+                    let iy = oy * g.stride + wy;
+                    let ix = ox * g.stride + wx;
+                    dxn[(iy * d.w + ix) * d.c + ch] += v;
+                }
+            }
+        }
+    });
+}
+
+/// y = mean over each window.
+pub fn avgpool_fwd(g: &PoolGeom, d: &PoolDims, x: &[f32], y: &mut [f32]) {
+    d.check(g, x.len(), y.len());
+    let row = d.wo * d.c;
+    if row == 0 {
+        return;
+    }
+    let inv = 1.0 / (g.size * g.size) as f32;
+    y.par_chunks_mut(row).enumerate().for_each(|(r, yr)| {
+        let oy = r % d.ho;
+        let n = r / d.ho;
+        for ox in 0..d.wo {
+            let yo = &mut yr[ox * d.c..(ox + 1) * d.c];
+            yo.fill(0.0);
+            for wy in 0..g.size {
+                for wx in 0..g.size {
+                    let i = ((n * d.h + oy * g.stride + wy) * d.w + ox * g.stride + wx) * d.c;
+                    for (o, v) in yo.iter_mut().zip(&x[i..i + d.c]) {
+                        *o += *v;
+                    }
+                }
+            }
+            for o in yo.iter_mut() {
+                *o *= inv;
+            }
+        }
+    });
+}
+
+/// dx = dy / size^2 spread over each window (overwrites dx).
+pub fn avgpool_bwd(g: &PoolGeom, d: &PoolDims, dy: &[f32], dx: &mut [f32]) {
+    d.check(g, dx.len(), dy.len());
+    let img = d.h * d.w * d.c;
+    if img == 0 {
+        return;
+    }
+    let inv = 1.0 / (g.size * g.size) as f32;
+    let oimg = d.ho * d.wo * d.c;
+    dx.par_chunks_mut(img).enumerate().for_each(|(n, dxn)| {
+        dxn.fill(0.0);
+        for oy in 0..d.ho {
+            for ox in 0..d.wo {
+                let o = n * oimg + (oy * d.wo + ox) * d.c;
+                let dyo = &dy[o..o + d.c];
+                for wy in 0..g.size {
+                    for wx in 0..g.size {
+                        let i = ((oy * g.stride + wy) * d.w + ox * g.stride + wx) * d.c;
+                        for (t, v) in dxn[i..i + d.c].iter_mut().zip(dyo) {
+                            *t += *v * inv;
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// `y[N,C]` = mean of `x[N,H,W,C]` over H and W (`hw` = H*W).
+pub fn global_avgpool_fwd(n: usize, hw: usize, c: usize, x: &[f32], y: &mut [f32]) {
+    assert_eq!(x.len(), n * hw * c, "global_avgpool: x size");
+    assert_eq!(y.len(), n * c, "global_avgpool: y size");
+    if c == 0 {
+        return;
+    }
+    let inv = 1.0 / hw as f32;
+    y.par_chunks_mut(c).enumerate().for_each(|(i, yr)| {
+        yr.fill(0.0);
+        for px in x[i * hw * c..(i + 1) * hw * c].chunks_exact(c) {
+            for (o, v) in yr.iter_mut().zip(px) {
+                *o += *v;
+            }
+        }
+        for o in yr.iter_mut() {
+            *o *= inv;
+        }
+    });
+}
+
+/// `dx[N,H,W,C] = dy[N,C] / (H*W)`, broadcast.
+pub fn global_avgpool_bwd(n: usize, hw: usize, c: usize, dy: &[f32], dx: &mut [f32]) {
+    assert_eq!(dx.len(), n * hw * c, "global_avgpool_bwd: dx size");
+    assert_eq!(dy.len(), n * c, "global_avgpool_bwd: dy size");
+    if c == 0 || hw == 0 {
+        return;
+    }
+    let inv = 1.0 / hw as f32;
+    dx.par_chunks_mut(hw * c).enumerate().for_each(|(i, dxn)| {
+        let dyr = &dy[i * c..(i + 1) * c];
+        for px in dxn.chunks_exact_mut(c) {
+            for (o, v) in px.iter_mut().zip(dyr) {
+                *o = *v * inv;
+            }
+        }
+    });
+}

@@ -1,0 +1,1218 @@
+//! Kernel tests: forward kernels against naive references written from the math (plain loops,
+//! f64), VJP kernels against central finite differences of the forward kernels, optimizers against
+//! hand-written f64 formulas, and determinism.
+
+use dmc_compiler::op::{ConvGeom, PoolGeom, UnaryKind, CONV_CHUNK_ROWS};
+use dmc_runtime::cpu::conv::{conv2d_bwd_data, conv2d_bwd_weight, conv2d_fwd, ConvDims};
+use dmc_runtime::cpu::dense::{bias_grad, dense_bwd_data, dense_bwd_weight, dense_fwd};
+use dmc_runtime::cpu::elementwise::{add, dropout, unary_bwd, unary_fwd, DropoutRng};
+use dmc_runtime::cpu::loss::{cross_entropy_loss, cross_entropy_loss_bwd, mse_loss, mse_loss_bwd};
+use dmc_runtime::cpu::optim::{adam_update, sgd_update};
+use dmc_runtime::cpu::pool::{
+    avgpool_bwd, avgpool_fwd, global_avgpool_bwd, global_avgpool_fwd, maxpool_bwd, maxpool_fwd,
+    PoolDims,
+};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+fn rng(seed: u64) -> ChaCha8Rng {
+    ChaCha8Rng::seed_from_u64(seed)
+}
+
+fn randv(r: &mut ChaCha8Rng, n: usize) -> Vec<f32> {
+    (0..n).map(|_| r.random_range(-1.0f32..1.0)).collect()
+}
+
+/// |a - b| <= rel * max(|a|, |b|) + abs, elementwise, with a helpful message.
+fn assert_close(what: &str, got: &[f32], want: &[f64], rel: f64, abs: f64) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let g = g as f64;
+        let tol = rel * g.abs().max(w.abs()) + abs;
+        assert!(
+            (g - w).abs() <= tol,
+            "{what}[{i}]: got {g}, want {w} (tol {tol})"
+        );
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Naive references (independent of the kernels: nested loops from the definitions, f64).
+// ------------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug)]
+struct ConvCase {
+    n: usize,
+    h: usize,
+    w: usize,
+    ci: usize,
+    co: usize,
+    k: usize,
+    s: usize,
+    pt: usize,
+    pl: usize,
+    ho: usize,
+    wo: usize,
+}
+
+impl ConvCase {
+    /// TF 'same': out = ceil(in/s), total pad = max((out-1)*s + k - in, 0), top = total/2
+    /// (the odd pixel goes to the bottom/right: asymmetric).
+    fn same(n: usize, h: usize, w: usize, ci: usize, co: usize, k: usize, s: usize) -> Self {
+        let ho = h.div_ceil(s);
+        let wo = w.div_ceil(s);
+        let pth = ((ho - 1) * s + k).saturating_sub(h);
+        let ptw = ((wo - 1) * s + k).saturating_sub(w);
+        ConvCase {
+            n,
+            h,
+            w,
+            ci,
+            co,
+            k,
+            s,
+            pt: pth / 2,
+            pl: ptw / 2,
+            ho,
+            wo,
+        }
+    }
+    fn valid(n: usize, h: usize, w: usize, ci: usize, co: usize, k: usize, s: usize) -> Self {
+        ConvCase {
+            n,
+            h,
+            w,
+            ci,
+            co,
+            k,
+            s,
+            pt: 0,
+            pl: 0,
+            ho: (h - k) / s + 1,
+            wo: (w - k) / s + 1,
+        }
+    }
+    fn geom(&self) -> ConvGeom {
+        ConvGeom {
+            kh: self.k,
+            kw: self.k,
+            stride: self.s,
+            pad_top: self.pt,
+            pad_left: self.pl,
+        }
+    }
+    fn dims(&self) -> ConvDims {
+        ConvDims {
+            n: self.n,
+            h: self.h,
+            w: self.w,
+            ci: self.ci,
+            ho: self.ho,
+            wo: self.wo,
+            co: self.co,
+        }
+    }
+    fn xlen(&self) -> usize {
+        self.n * self.h * self.w * self.ci
+    }
+    fn wlen(&self) -> usize {
+        self.k * self.k * self.ci * self.co
+    }
+    fn ylen(&self) -> usize {
+        self.n * self.ho * self.wo * self.co
+    }
+    fn ws(&self) -> usize {
+        (self.n * self.ho * self.wo).min(CONV_CHUNK_ROWS) * self.k * self.k * self.ci
+    }
+}
+
+fn conv_ref(c: &ConvCase, x: &[f32], w: &[f32], b: Option<&[f32]>) -> Vec<f64> {
+    let mut y = vec![0f64; c.ylen()];
+    for n in 0..c.n {
+        for oy in 0..c.ho {
+            for ox in 0..c.wo {
+                for co in 0..c.co {
+                    let mut acc = b.map_or(0.0, |b| b[co] as f64);
+                    for ky in 0..c.k {
+                        for kx in 0..c.k {
+                            let iy = (oy * c.s + ky) as i64 - c.pt as i64;
+                            let ix = (ox * c.s + kx) as i64 - c.pl as i64;
+                            if iy < 0 || ix < 0 || iy >= c.h as i64 || ix >= c.w as i64 {
+                                continue;
+                            }
+                            for ci in 0..c.ci {
+                                let xv =
+                                    x[((n * c.h + iy as usize) * c.w + ix as usize) * c.ci + ci];
+                                let wv = w[((ky * c.k + kx) * c.ci + ci) * c.co + co];
+                                acc += xv as f64 * wv as f64;
+                            }
+                        }
+                    }
+                    y[((n * c.ho + oy) * c.wo + ox) * c.co + co] = acc;
+                }
+            }
+        }
+    }
+    y
+}
+
+fn conv_run(c: &ConvCase, x: &[f32], w: &[f32], b: Option<&[f32]>) -> Vec<f32> {
+    let mut y = vec![f32::NAN; c.ylen()];
+    let mut cols = vec![f32::NAN; c.ws()];
+    conv2d_fwd(&c.geom(), &c.dims(), x, w, b, &mut y, &mut cols);
+    y
+}
+
+fn conv_cases() -> Vec<ConvCase> {
+    vec![
+        // several chunks with a partial last one: 3*11*11 = 363 rows > 256
+        ConvCase::same(3, 11, 11, 3, 5, 3, 1),
+        // stride 2, 'same' with asymmetric padding (even input): 2*5*5... plus odd sizes
+        ConvCase::same(2, 10, 9, 2, 3, 3, 2),
+        ConvCase::valid(2, 9, 7, 3, 4, 3, 2),
+        ConvCase::valid(3, 7, 5, 4, 3, 1, 1),
+        ConvCase::same(1, 5, 6, 1, 2, 1, 2),
+        // many rows with k=1: 5*8*8 = 320 rows
+        ConvCase::valid(5, 8, 8, 3, 7, 1, 1),
+        // explicit asymmetric pad where top > bottom
+        ConvCase {
+            n: 2,
+            h: 6,
+            w: 7,
+            ci: 2,
+            co: 3,
+            k: 3,
+            s: 2,
+            pt: 2,
+            pl: 1,
+            ho: 3,
+            wo: 4,
+        },
+    ]
+}
+
+#[test]
+fn conv2d_forward_matches_reference() {
+    let mut r = rng(1);
+    for (i, c) in conv_cases().into_iter().enumerate() {
+        let x = randv(&mut r, c.xlen());
+        let w = randv(&mut r, c.wlen());
+        let b = randv(&mut r, c.co);
+        for bias in [false, true] {
+            let bb = if bias { Some(&b[..]) } else { None };
+            let got = conv_run(&c, &x, &w, bb);
+            let want = conv_ref(&c, &x, &w, bb);
+            assert_close(
+                &format!("conv case {i} {c:?} bias {bias}"),
+                &got,
+                &want,
+                1e-5,
+                1e-5,
+            );
+        }
+    }
+}
+
+#[test]
+fn workspace_size_agrees_with_the_planner() {
+    for c in conv_cases() {
+        let x = [c.n, c.h, c.w, c.ci];
+        let y = [c.n, c.ho, c.wo, c.co];
+        let want = dmc_compiler::op::conv_workspace_elems(&c.geom(), &x, &y);
+        assert_eq!(c.dims().workspace_elems(&c.geom()), want);
+        assert_eq!(c.ws(), want);
+    }
+}
+
+#[test]
+fn conv_chunks_really_split() {
+    // the first case must exercise several chunks and a partial one
+    let c = conv_cases()[0];
+    let rows = c.n * c.ho * c.wo;
+    assert!(rows > CONV_CHUNK_ROWS && rows / CONV_CHUNK_ROWS * CONV_CHUNK_ROWS != rows);
+}
+
+fn dense_ref(n: usize, k: usize, m: usize, x: &[f32], w: &[f32], b: Option<&[f32]>) -> Vec<f64> {
+    let mut y = vec![0f64; n * m];
+    for i in 0..n {
+        for j in 0..m {
+            let mut acc = b.map_or(0.0, |b| b[j] as f64);
+            for l in 0..k {
+                acc += x[i * k + l] as f64 * w[l * m + j] as f64;
+            }
+            y[i * m + j] = acc;
+        }
+    }
+    y
+}
+
+#[test]
+fn dense_forward_matches_reference() {
+    let mut r = rng(2);
+    for &(n, k, m) in &[(1, 1, 1), (4, 3, 2), (7, 13, 5), (33, 70, 17), (2, 129, 3)] {
+        let x = randv(&mut r, n * k);
+        let w = randv(&mut r, k * m);
+        let b = randv(&mut r, m);
+        for bias in [false, true] {
+            let bb = if bias { Some(&b[..]) } else { None };
+            let mut y = vec![f32::NAN; n * m];
+            dense_fwd(n, k, m, &x, &w, bb, &mut y);
+            assert_close("dense", &y, &dense_ref(n, k, m, &x, &w, bb), 1e-5, 1e-5);
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct PoolCase {
+    n: usize,
+    h: usize,
+    w: usize,
+    c: usize,
+    size: usize,
+    s: usize,
+}
+
+impl PoolCase {
+    fn ho(&self) -> usize {
+        (self.h - self.size) / self.s + 1
+    }
+    fn wo(&self) -> usize {
+        (self.w - self.size) / self.s + 1
+    }
+    fn geom(&self) -> PoolGeom {
+        PoolGeom {
+            size: self.size,
+            stride: self.s,
+        }
+    }
+    fn dims(&self) -> PoolDims {
+        PoolDims {
+            n: self.n,
+            h: self.h,
+            w: self.w,
+            c: self.c,
+            ho: self.ho(),
+            wo: self.wo(),
+        }
+    }
+    fn xlen(&self) -> usize {
+        self.n * self.h * self.w * self.c
+    }
+    fn ylen(&self) -> usize {
+        self.n * self.ho() * self.wo() * self.c
+    }
+}
+
+fn pool_cases() -> Vec<PoolCase> {
+    vec![
+        PoolCase {
+            n: 2,
+            h: 8,
+            w: 8,
+            c: 3,
+            size: 2,
+            s: 2,
+        },
+        PoolCase {
+            n: 3,
+            h: 7,
+            w: 9,
+            c: 2,
+            size: 2,
+            s: 2,
+        }, // odd: floor drops the last row/col
+        PoolCase {
+            n: 2,
+            h: 7,
+            w: 6,
+            c: 4,
+            size: 3,
+            s: 2,
+        }, // overlapping windows
+        PoolCase {
+            n: 1,
+            h: 5,
+            w: 5,
+            c: 1,
+            size: 3,
+            s: 1,
+        },
+    ]
+}
+
+/// (y, argmax) by the definition: first maximum in row-major window order.
+fn maxpool_ref(p: &PoolCase, x: &[f32]) -> (Vec<f64>, Vec<u8>) {
+    let (ho, wo) = (p.ho(), p.wo());
+    let mut y = vec![0f64; p.ylen()];
+    let mut a = vec![0u8; p.ylen()];
+    for n in 0..p.n {
+        for oy in 0..ho {
+            for ox in 0..wo {
+                for c in 0..p.c {
+                    let mut best = None::<(f32, usize)>;
+                    for dy in 0..p.size {
+                        for dx in 0..p.size {
+                            let v = x[((n * p.h + oy * p.s + dy) * p.w + ox * p.s + dx) * p.c + c];
+                            if !matches!(best, Some((b, _)) if v <= b) {
+                                best = Some((v, dy * p.size + dx));
+                            }
+                        }
+                    }
+                    let o = ((n * ho + oy) * wo + ox) * p.c + c;
+                    y[o] = best.unwrap().0 as f64;
+                    a[o] = best.unwrap().1 as u8;
+                }
+            }
+        }
+    }
+    (y, a)
+}
+
+fn avgpool_ref(p: &PoolCase, x: &[f32]) -> Vec<f64> {
+    let (ho, wo) = (p.ho(), p.wo());
+    let mut y = vec![0f64; p.ylen()];
+    for n in 0..p.n {
+        for oy in 0..ho {
+            for ox in 0..wo {
+                for c in 0..p.c {
+                    let mut s = 0.0;
+                    for dy in 0..p.size {
+                        for dx in 0..p.size {
+                            s += x[((n * p.h + oy * p.s + dy) * p.w + ox * p.s + dx) * p.c + c]
+                                as f64;
+                        }
+                    }
+                    y[((n * ho + oy) * wo + ox) * p.c + c] = s / (p.size * p.size) as f64;
+                }
+            }
+        }
+    }
+    y
+}
+
+#[test]
+fn pools_forward_match_reference() {
+    let mut r = rng(3);
+    for p in pool_cases() {
+        let mut x = randv(&mut r, p.xlen());
+        // ties: first maximum must win
+        x[0] = 0.75;
+        x[p.c] = 0.75;
+        let (wy, wa) = maxpool_ref(&p, &x);
+        let mut y = vec![f32::NAN; p.ylen()];
+        let mut a = vec![255u8; p.ylen()];
+        maxpool_fwd(&p.geom(), &p.dims(), &x, &mut y, &mut a);
+        assert_close(&format!("maxpool {p:?}"), &y, &wy, 0.0, 0.0);
+        assert_eq!(a, wa, "argmax {p:?}");
+        let mut y = vec![f32::NAN; p.ylen()];
+        avgpool_fwd(&p.geom(), &p.dims(), &x, &mut y);
+        assert_close(
+            &format!("avgpool {p:?}"),
+            &y,
+            &avgpool_ref(&p, &x),
+            1e-6,
+            1e-6,
+        );
+    }
+}
+
+#[test]
+fn global_avgpool_forward_matches_reference() {
+    let mut r = rng(4);
+    let (n, h, w, c) = (3, 5, 7, 6);
+    let x = randv(&mut r, n * h * w * c);
+    let mut want = vec![0f64; n * c];
+    for i in 0..n {
+        for p in 0..h * w {
+            for ch in 0..c {
+                want[i * c + ch] += x[(i * h * w + p) * c + ch] as f64 / (h * w) as f64;
+            }
+        }
+    }
+    let mut y = vec![f32::NAN; n * c];
+    global_avgpool_fwd(n, h * w, c, &x, &mut y);
+    assert_close("gap", &y, &want, 1e-5, 1e-6);
+}
+
+/// erf by its Maclaurin series (|x| < 3) or the asymptotic continued fraction of erfc: an
+/// implementation independent of the kernel's Chebyshev fit.
+fn erf_ref(x: f64) -> f64 {
+    if x.abs() < 3.0 {
+        let mut sum = 0.0;
+        let mut term = x;
+        let mut k = 0.0;
+        while term.abs() > 1e-17 || k < 5.0 {
+            sum += term / (2.0 * k + 1.0);
+            k += 1.0;
+            term *= -x * x / k;
+        }
+        sum * 2.0 / std::f64::consts::PI.sqrt()
+    } else {
+        // erfc(z) = exp(-z^2)/sqrt(pi) * 1/(z + 1/2/(z + 1/(z + 3/2/(z + ...))))
+        let z = x.abs();
+        let mut f = z;
+        for k in (1..60).rev() {
+            f = z + (k as f64 / 2.0) / f;
+        }
+        let erfc = (-z * z).exp() / std::f64::consts::PI.sqrt() / f;
+        x.signum() * (1.0 - erfc)
+    }
+}
+
+fn unary_ref(kind: UnaryKind, x: f64) -> f64 {
+    match kind {
+        UnaryKind::Relu => x.max(0.0),
+        UnaryKind::Tanh => x.tanh(),
+        UnaryKind::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        UnaryKind::Gelu => 0.5 * x * (1.0 + erf_ref(x / 2f64.sqrt())),
+    }
+}
+
+const KINDS: [UnaryKind; 4] = [
+    UnaryKind::Relu,
+    UnaryKind::Tanh,
+    UnaryKind::Sigmoid,
+    UnaryKind::Gelu,
+];
+
+#[test]
+fn unary_forward_matches_reference() {
+    let mut r = rng(5);
+    let mut x: Vec<f32> = (0..20001).map(|_| r.random_range(-8.0f32..8.0)).collect();
+    x.extend([0.0, -0.0, 30.0, -30.0, 1e-3, -1e-3, -5.0, -7.5]);
+    for kind in KINDS {
+        let mut y = vec![f32::NAN; x.len()];
+        unary_fwd(kind, &x, &mut y);
+        let want: Vec<f64> = x.iter().map(|&v| unary_ref(kind, v as f64)).collect();
+        // f32 results: a few ulp relative, tiny absolute floor (gelu tails are relative-accurate)
+        assert_close(&format!("{kind:?}"), &y, &want, 1e-6, 1e-12);
+    }
+}
+
+#[test]
+fn add_and_losses_match_reference() {
+    let mut r = rng(6);
+    let a = randv(&mut r, 10007);
+    let b = randv(&mut r, 10007);
+    let mut y = vec![f32::NAN; a.len()];
+    add(&a, &b, &mut y);
+    let want: Vec<f64> = a
+        .iter()
+        .zip(&b)
+        .map(|(&a, &b)| a as f64 + b as f64)
+        .collect();
+    assert_close("add", &y, &want, 1e-7, 0.0);
+
+    let want = a
+        .iter()
+        .zip(&b)
+        .map(|(&p, &t)| (p as f64 - t as f64).powi(2))
+        .sum::<f64>()
+        / a.len() as f64;
+    assert_close("mse", &[mse_loss(&a, &b)], &[want], 1e-6, 0.0);
+
+    let (n, c) = (37, 11);
+    let logits: Vec<f32> = (0..n * c).map(|_| r.random_range(-20.0f32..20.0)).collect();
+    let labels: Vec<i32> = (0..n).map(|_| r.random_range(0..c as i32)).collect();
+    let mut want = 0.0;
+    for i in 0..n {
+        let row = &logits[i * c..(i + 1) * c];
+        let s: f64 = row.iter().map(|&v| (v as f64).exp()).sum();
+        want += s.ln() - row[labels[i] as usize] as f64;
+    }
+    want /= n as f64;
+    let got = cross_entropy_loss(&logits, &labels, c).unwrap();
+    assert_close("ce", &[got], &[want], 1e-6, 1e-7);
+    // stable for huge logits
+    let big = vec![1000.0f32, 0.0, -1000.0];
+    let got = cross_entropy_loss(&big, &[1], 3).unwrap();
+    assert!((got - 1000.0).abs() < 1e-3, "{got}");
+    assert!(cross_entropy_loss(&big, &[3], 3).is_err());
+    assert!(cross_entropy_loss(&big, &[-1], 3).is_err());
+}
+
+#[test]
+fn bias_grad_matches_reference() {
+    let mut r = rng(7);
+    for &(rows, c) in &[(1, 1), (5, 3), (300, 17), (64, 40)] {
+        let dy = randv(&mut r, rows * c);
+        let mut want = vec![0f64; c];
+        for i in 0..rows {
+            for j in 0..c {
+                want[j] += dy[i * c + j] as f64;
+            }
+        }
+        let mut db = vec![f32::NAN; c];
+        bias_grad(&dy, &mut db);
+        assert_close("bias_grad", &db, &want, 1e-5, 1e-5);
+    }
+}
+
+#[test]
+fn dropout_mask_properties() {
+    let mut r = rng(8);
+    let x: Vec<f32> = (0..100_000).map(|_| r.random_range(0.5f32..1.5)).collect();
+    let p = 0.3;
+    let rng_a = DropoutRng::new(1, 7, 3);
+    let mut y = vec![f32::NAN; x.len()];
+    dropout(p, rng_a, &x, &mut y);
+    let kept = y.iter().filter(|&&v| v != 0.0).count();
+    let frac = kept as f64 / x.len() as f64;
+    // binomial sd = sqrt(0.21/1e5) ~ 1.5e-3: 5 sd
+    assert!((frac - 0.7).abs() < 0.0075, "kept fraction {frac}");
+    for (&xv, &yv) in x.iter().zip(&y) {
+        assert!(yv == 0.0 || yv == xv * (1.0 / (1.0 - p)), "{xv} -> {yv}");
+    }
+    // backward regenerates the same mask
+    let dy = vec![1.0f32; x.len()];
+    let mut dx = vec![f32::NAN; x.len()];
+    dropout(p, rng_a, &dy, &mut dx);
+    for (&yv, &dv) in y.iter().zip(&dx) {
+        assert_eq!(yv != 0.0, dv != 0.0);
+    }
+    // a different step, salt or seed gives a different mask
+    for other in [
+        DropoutRng::new(1, 8, 3),
+        DropoutRng::new(1, 7, 4),
+        DropoutRng::new(2, 7, 3),
+    ] {
+        let mut y2 = vec![0.0; x.len()];
+        dropout(p, other, &x, &mut y2);
+        let same = y
+            .iter()
+            .zip(&y2)
+            .filter(|(a, b)| (**a != 0.0) == (**b != 0.0))
+            .count();
+        // independent masks agree on 0.7^2 + 0.3^2 = 58% of positions
+        assert!((same as f64 / x.len() as f64) < 0.62, "masks too similar");
+    }
+    // p = 0: identity
+    dropout(0.0, rng_a, &x, &mut y);
+    assert_eq!(x, y);
+}
+
+// ------------------------------------------------------------------------------------------
+// VJPs against central finite differences.
+//
+// For a forward f and a random cotangent r, L(x) = sum(f(x) * r) (accumulated in f64 over the
+// f32 outputs of the *kernel*); the VJP kernel applied to dy = r must give dL/dx. We compare it to
+// (L(x + h e_i) - L(x - h e_i)) / 2h on a sample of coordinates i.
+// Step h = 1e-2: the linear ops (conv, dense, pools, dropout) have no truncation error at all; for
+// the smooth ones (tanh, sigmoid, gelu, losses) the truncation error is h^2/6 |f'''| ~ 2e-5 per
+// unit of derivative. Rounding: L carries ~1e-7 relative error from the f32 outputs, i.e. an
+// absolute error ~1e-7 * sum|f r| <= 1e-5 for our sizes, divided by 2h = 2e-2 -> <= 5e-4.
+// Hence rel tol 1e-2 with an absolute floor of 2e-3 (gradients here are O(0.1..10)). ReLU inputs
+// and max-pool values are kept more than h away from kinks/ties so the FD does not cross them.
+// ------------------------------------------------------------------------------------------
+
+const H: f32 = 1e-2;
+const REL: f64 = 1e-2;
+const ABS: f64 = 2e-3;
+
+fn dot(a: &[f32], r: &[f32]) -> f64 {
+    a.iter().zip(r).map(|(&a, &r)| a as f64 * r as f64).sum()
+}
+
+/// Checks `grad` (analytic dL/dx) against FD of `l(x)` at up to `samples` coordinates.
+fn fd_check(what: &str, x: &[f32], grad: &[f32], samples: usize, l: impl Fn(&[f32]) -> f64) {
+    assert_eq!(x.len(), grad.len());
+    let mut r = rng(99);
+    let idx: Vec<usize> = if x.len() <= samples {
+        (0..x.len()).collect()
+    } else {
+        (0..samples).map(|_| r.random_range(0..x.len())).collect()
+    };
+    let mut xp = x.to_vec();
+    for i in idx {
+        let orig = xp[i];
+        xp[i] = orig + H;
+        let lp = l(&xp);
+        xp[i] = orig - H;
+        let lm = l(&xp);
+        xp[i] = orig;
+        // the actual perturbation, as represented in f32
+        let step = ((orig + H) as f64) - ((orig - H) as f64);
+        let fd = (lp - lm) / step;
+        let g = grad[i] as f64;
+        let tol = REL * fd.abs().max(g.abs()) + ABS;
+        assert!(
+            (fd - g).abs() <= tol,
+            "{what}: d/dx[{i}] analytic {g}, fd {fd} (tol {tol})"
+        );
+    }
+}
+
+#[test]
+fn conv2d_vjps_match_finite_differences() {
+    let mut r = rng(10);
+    let mut cases = conv_cases();
+    cases.push(ConvCase::valid(2, 12, 13, 2, 3, 3, 1)); // 2*10*11 = 220 rows
+    cases.push(ConvCase::same(2, 12, 12, 2, 2, 3, 1)); // 288 rows: two chunks
+                                                       // 17*18 = 306 output pixels in one image: the data gradient's per-image tile (at most
+                                                       // CONV_CHUNK_ROWS rows) is split in two inside an image
+    cases.push(ConvCase::same(1, 17, 18, 2, 3, 3, 1));
+    for (ci, c) in cases.into_iter().enumerate() {
+        let (g, d) = (c.geom(), c.dims());
+        let x = randv(&mut r, c.xlen());
+        let w = randv(&mut r, c.wlen());
+        let rr = randv(&mut r, c.ylen());
+        let mut dx = vec![f32::NAN; c.xlen()];
+        conv2d_bwd_data(&g, &d, &rr, &w, &mut dx);
+        fd_check(&format!("conv dx case {ci}"), &x, &dx, 60, |x| {
+            dot(&conv_run(&c, x, &w, None), &rr)
+        });
+        let mut dw = vec![f32::NAN; c.wlen()];
+        let mut cols = vec![f32::NAN; c.ws()];
+        conv2d_bwd_weight(&g, &d, &x, &rr, &mut dw, &mut cols);
+        fd_check(&format!("conv dw case {ci}"), &w, &dw, 60, |w| {
+            dot(&conv_run(&c, &x, w, None), &rr)
+        });
+        // bias gradient of the fused bias add
+        let b = randv(&mut r, c.co);
+        let mut db = vec![f32::NAN; c.co];
+        bias_grad(&rr, &mut db);
+        fd_check(&format!("conv db case {ci}"), &b, &db, 60, |b| {
+            dot(&conv_run(&c, &x, &w, Some(b)), &rr)
+        });
+    }
+}
+
+#[test]
+fn dense_vjps_match_finite_differences() {
+    let mut r = rng(11);
+    for &(n, k, m) in &[(4, 3, 2), (7, 13, 5), (33, 70, 17)] {
+        let x = randv(&mut r, n * k);
+        let w = randv(&mut r, k * m);
+        let b = randv(&mut r, m);
+        let rr = randv(&mut r, n * m);
+        let run = |x: &[f32], w: &[f32], b: &[f32]| {
+            let mut y = vec![0.0; n * m];
+            dense_fwd(n, k, m, x, w, Some(b), &mut y);
+            dot(&y, &rr)
+        };
+        let mut dx = vec![f32::NAN; n * k];
+        dense_bwd_data(n, k, m, &rr, &w, &mut dx);
+        fd_check("dense dx", &x, &dx, 80, |x| run(x, &w, &b));
+        let mut dw = vec![f32::NAN; k * m];
+        dense_bwd_weight(n, k, m, &x, &rr, &mut dw);
+        fd_check("dense dw", &w, &dw, 80, |w| run(&x, w, &b));
+        let mut db = vec![f32::NAN; m];
+        bias_grad(&rr, &mut db);
+        fd_check("dense db", &b, &db, 80, |b| run(&x, &w, b));
+    }
+}
+
+#[test]
+fn pool_vjps_match_finite_differences() {
+    let mut r = rng(12);
+    for p in pool_cases() {
+        let (g, d) = (p.geom(), p.dims());
+        // distinct values 0.05 apart (> 2h): no tie can be crossed by the FD step
+        let mut x: Vec<f32> = (0..p.xlen()).map(|i| i as f32 * 0.05 - 1.0).collect();
+        for i in (1..x.len()).rev() {
+            let j = r.random_range(0..=i);
+            x.swap(i, j);
+        }
+        let rr = randv(&mut r, p.ylen());
+        let mut y = vec![0.0; p.ylen()];
+        let mut a = vec![0u8; p.ylen()];
+        maxpool_fwd(&g, &d, &x, &mut y, &mut a);
+        let mut dx = vec![f32::NAN; p.xlen()];
+        maxpool_bwd(&g, &d, &rr, &a, &mut dx);
+        fd_check(&format!("maxpool {p:?}"), &x, &dx, 200, |x| {
+            let mut y = vec![0.0; p.ylen()];
+            let mut a = vec![0u8; p.ylen()];
+            maxpool_fwd(&g, &d, x, &mut y, &mut a);
+            dot(&y, &rr)
+        });
+        let mut dx = vec![f32::NAN; p.xlen()];
+        avgpool_bwd(&g, &d, &rr, &mut dx);
+        fd_check(&format!("avgpool {p:?}"), &x, &dx, 200, |x| {
+            let mut y = vec![0.0; p.ylen()];
+            avgpool_fwd(&g, &d, x, &mut y);
+            dot(&y, &rr)
+        });
+    }
+    let (n, h, w, c) = (2, 3, 5, 4);
+    let x = randv(&mut r, n * h * w * c);
+    let rr = randv(&mut r, n * c);
+    let mut dx = vec![f32::NAN; x.len()];
+    global_avgpool_bwd(n, h * w, c, &rr, &mut dx);
+    fd_check("gap", &x, &dx, 200, |x| {
+        let mut y = vec![0.0; n * c];
+        global_avgpool_fwd(n, h * w, c, x, &mut y);
+        dot(&y, &rr)
+    });
+}
+
+#[test]
+fn unary_vjps_match_finite_differences() {
+    let mut r = rng(13);
+    // stay 3h away from relu's kink at 0
+    let x: Vec<f32> = (0..501)
+        .map(|_| {
+            let v: f32 = r.random_range(-4.0f32..4.0);
+            if v.abs() < 3.0 * H {
+                v + 0.1
+            } else {
+                v
+            }
+        })
+        .collect();
+    let rr = randv(&mut r, x.len());
+    for kind in KINDS {
+        let mut y = vec![0.0; x.len()];
+        unary_fwd(kind, &x, &mut y);
+        let saved = if kind == UnaryKind::Gelu { &x } else { &y };
+        let mut dx = vec![f32::NAN; x.len()];
+        unary_bwd(kind, saved, &rr, &mut dx);
+        fd_check(&format!("{kind:?}"), &x, &dx, 501, |x| {
+            let mut y = vec![0.0; x.len()];
+            unary_fwd(kind, x, &mut y);
+            dot(&y, &rr)
+        });
+    }
+}
+
+#[test]
+fn add_and_dropout_vjps_match_finite_differences() {
+    let mut r = rng(14);
+    let a = randv(&mut r, 301);
+    let b = randv(&mut r, 301);
+    let rr = randv(&mut r, 301);
+    // d(sum((a+b) r))/da = r: the executor passes dy unchanged to both inputs (no kernel);
+    // check the forward is linear with that gradient.
+    fd_check("add", &a, &rr, 301, |a| {
+        let mut y = vec![0.0; a.len()];
+        add(a, &b, &mut y);
+        dot(&y, &rr)
+    });
+    let drng = DropoutRng::new(5, 2, 9);
+    let mut dx = vec![f32::NAN; a.len()];
+    dropout(0.4, drng, &rr, &mut dx);
+    fd_check("dropout", &a, &dx, 301, |x| {
+        let mut y = vec![0.0; x.len()];
+        dropout(0.4, drng, x, &mut y);
+        dot(&y, &rr)
+    });
+}
+
+#[test]
+fn loss_vjps_match_finite_differences() {
+    let mut r = rng(15);
+    let pred = randv(&mut r, 3 * 7);
+    let target = randv(&mut r, 3 * 7);
+    let mut dp = vec![f32::NAN; pred.len()];
+    mse_loss_bwd(&pred, &target, &mut dp);
+    fd_check("mse", &pred, &dp, 100, |p| mse_loss(p, &target) as f64);
+
+    let (n, c) = (5, 7);
+    let logits: Vec<f32> = (0..n * c).map(|_| r.random_range(-3.0f32..3.0)).collect();
+    let labels: Vec<i32> = (0..n).map(|_| r.random_range(0..c as i32)).collect();
+    let mut dl = vec![f32::NAN; n * c];
+    cross_entropy_loss_bwd(&logits, &labels, c, &mut dl).unwrap();
+    fd_check("ce", &logits, &dl, 100, |l| {
+        cross_entropy_loss(l, &labels, c).unwrap() as f64
+    });
+}
+
+// ------------------------------------------------------------------------------------------
+// Optimizers: 3 steps against the formulas in f64 scalar loops.
+// ------------------------------------------------------------------------------------------
+
+#[test]
+fn sgd_matches_formulas() {
+    let mut r = rng(20);
+    let n = 37;
+    let w0 = randv(&mut r, n);
+    let grads: Vec<Vec<f32>> = (0..3).map(|_| randv(&mut r, n)).collect();
+    for &(momentum, wd, nesterov) in &[
+        (0.0, 0.0, false),
+        (0.0, 0.1, false),
+        (0.9, 0.0, false),
+        (0.9, 0.01, false),
+        (0.8, 0.05, true),
+    ] {
+        let lr = 0.1f32;
+        let mut w = w0.clone();
+        let mut v = vec![0.0f32; n];
+        let mut ew: Vec<f64> = w0.iter().map(|&x| x as f64).collect();
+        let mut ev = vec![0.0f64; n];
+        for g in &grads {
+            let vo = if momentum != 0.0 {
+                Some(&mut v[..])
+            } else {
+                None
+            };
+            sgd_update(lr, momentum, wd, nesterov, &mut w, g, vo);
+            for i in 0..n {
+                let (lr, mo, wd) = (lr as f64, momentum as f64, wd as f64);
+                let gp = g[i] as f64 + wd * ew[i];
+                let step = if mo != 0.0 {
+                    ev[i] = mo * ev[i] + gp;
+                    if nesterov {
+                        gp + mo * ev[i]
+                    } else {
+                        ev[i]
+                    }
+                } else {
+                    gp
+                };
+                ew[i] -= lr * step;
+            }
+        }
+        let what = format!("sgd m={momentum} wd={wd} nesterov={nesterov}");
+        assert_close(&what, &w, &ew, 1e-5, 1e-6);
+        if momentum != 0.0 {
+            assert_close(&format!("{what} v"), &v, &ev, 1e-5, 1e-6);
+        }
+    }
+}
+
+#[test]
+fn adam_matches_formulas() {
+    let mut r = rng(21);
+    let n = 41;
+    let w0 = randv(&mut r, n);
+    let grads: Vec<Vec<f32>> = (0..3).map(|_| randv(&mut r, n)).collect();
+    // a large eps in some cases so that its placement (outside the sqrt) matters
+    for &(wd, decoupled, eps, b1, b2) in &[
+        (0.0, false, 1e-8f32, 0.9f32, 0.999f32),
+        (0.1, false, 0.1, 0.8, 0.9),
+        (0.1, true, 1e-8, 0.9, 0.999),
+        (0.2, true, 0.05, 0.7, 0.95),
+    ] {
+        let lr = 1e-2f32;
+        let mut w = w0.clone();
+        let mut m = vec![0.0f32; n];
+        let mut v = vec![0.0f32; n];
+        let mut ew: Vec<f64> = w0.iter().map(|&x| x as f64).collect();
+        let mut em = vec![0.0f64; n];
+        let mut ev = vec![0.0f64; n];
+        for (t, g) in grads.iter().enumerate() {
+            let t = t as u64 + 1;
+            adam_update(lr, b1, b2, eps, wd, decoupled, t, &mut w, g, &mut m, &mut v);
+            let (lr, b1, b2, eps, wd) = (lr as f64, b1 as f64, b2 as f64, eps as f64, wd as f64);
+            for i in 0..n {
+                let mut gi = g[i] as f64;
+                if decoupled {
+                    ew[i] -= lr * wd * ew[i];
+                } else {
+                    gi += wd * ew[i];
+                }
+                em[i] = b1 * em[i] + (1.0 - b1) * gi;
+                ev[i] = b2 * ev[i] + (1.0 - b2) * gi * gi;
+                let mh = em[i] / (1.0 - b1.powi(t as i32));
+                let vh = ev[i] / (1.0 - b2.powi(t as i32));
+                ew[i] -= lr * mh / (vh.sqrt() + eps);
+            }
+        }
+        let what = format!("adam wd={wd} decoupled={decoupled} eps={eps}");
+        assert_close(&what, &w, &ew, 1e-5, 1e-6);
+        assert_close(&format!("{what} m"), &m, &em, 1e-5, 1e-7);
+        assert_close(&format!("{what} v"), &v, &ev, 1e-4, 1e-9);
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Determinism: same inputs -> bit-identical outputs, also across thread counts.
+// ------------------------------------------------------------------------------------------
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Runs a batch of big kernels and returns all their outputs' bits.
+fn big_run() -> Vec<u32> {
+    let mut r = rng(30);
+    let mut out = Vec::new();
+    let c = ConvCase::same(4, 16, 16, 8, 16, 3, 1); // 1024 rows: 4 chunks
+    let x = randv(&mut r, c.xlen());
+    let w = randv(&mut r, c.wlen());
+    let dy = randv(&mut r, c.ylen());
+    let b = randv(&mut r, c.co);
+    out.extend(bits(&conv_run(&c, &x, &w, Some(&b))));
+    let mut dx = vec![0.0; c.xlen()];
+    conv2d_bwd_data(&c.geom(), &c.dims(), &dy, &w, &mut dx);
+    out.extend(bits(&dx));
+    let mut dw = vec![0.0; c.wlen()];
+    let mut cols = vec![0.0; c.ws()];
+    conv2d_bwd_weight(&c.geom(), &c.dims(), &x, &dy, &mut dw, &mut cols);
+    out.extend(bits(&dw));
+    let mut db = vec![0.0; c.co];
+    bias_grad(&dy, &mut db);
+    out.extend(bits(&db));
+    let big = randv(&mut r, 1 << 20);
+    let big2 = randv(&mut r, 1 << 20);
+    out.push(mse_loss(&big, &big2).to_bits());
+    let (n, k) = (4096, 100);
+    let labels: Vec<i32> = (0..n).map(|i| (i % k) as i32).collect();
+    out.push(
+        cross_entropy_loss(&big[..n * k], &labels, k)
+            .unwrap()
+            .to_bits(),
+    );
+    let mut g = vec![0.0; 64 * 8];
+    global_avgpool_fwd(64, 32 * 32, 8, &big[..64 * 1024 * 8], &mut g);
+    out.extend(bits(&g));
+    let mut dn = vec![0.0; 300 * 70];
+    dense_bwd_weight(1000, 300, 70, &big[..300_000], &big2[..70_000], &mut dn);
+    out.extend(bits(&dn));
+    out
+}
+
+#[test]
+fn kernels_are_deterministic_across_runs_and_thread_counts() {
+    let a = big_run();
+    let b = big_run();
+    assert!(a == b, "two runs differ");
+    for threads in [1, 3] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let c = pool.install(big_run);
+        assert!(a == c, "{threads} threads differ");
+    }
+}
+
+/// Rough single-kernel timings: `cargo test -p dmc-runtime --test kernels -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn bench_kernels() {
+    use std::time::Instant;
+    let time = |what: &str, flops: f64, f: &mut dyn FnMut()| {
+        f();
+        let reps = 5;
+        let t = Instant::now();
+        for _ in 0..reps {
+            f();
+        }
+        let s = t.elapsed().as_secs_f64() / reps as f64;
+        eprintln!(
+            "{what:<40} {:>9.3} ms  {:>7.2} GFLOP/s",
+            s * 1e3,
+            flops / s / 1e9
+        );
+    };
+    let mut r = rng(40);
+    let c = ConvCase::same(32, 32, 32, 32, 32, 3, 1);
+    let (g, d) = (c.geom(), c.dims());
+    let x = randv(&mut r, c.xlen());
+    let w = randv(&mut r, c.wlen());
+    let dy = randv(&mut r, c.ylen());
+    let mut y = vec![0.0; c.ylen()];
+    let mut dx = vec![0.0; c.xlen()];
+    let mut dw = vec![0.0; c.wlen()];
+    let mut cols = vec![0.0; c.ws()];
+    let fl = 2.0 * (c.n * c.ho * c.wo * c.co * 9 * c.ci) as f64;
+    time("conv fwd 32x32x32x32 3x3 -> 32", fl, &mut || {
+        conv2d_fwd(&g, &d, &x, &w, None, &mut y, &mut cols)
+    });
+    time("conv bwd data", fl, &mut || {
+        conv2d_bwd_data(&g, &d, &dy, &w, &mut dx)
+    });
+    time("conv bwd weight", fl, &mut || {
+        conv2d_bwd_weight(&g, &d, &x, &dy, &mut dw, &mut cols)
+    });
+    let (n, k, m) = (256, 1024, 1024);
+    let a = randv(&mut r, n * k);
+    let wd = randv(&mut r, k * m);
+    let mut yd = vec![0.0; n * m];
+    time("dense 256x1024x1024", 2.0 * (n * k * m) as f64, &mut || {
+        dense_fwd(n, k, m, &a, &wd, None, &mut yd)
+    });
+    let big = randv(&mut r, 1 << 22);
+    let mut out = vec![0.0; 1 << 22];
+    time("relu 4M", 0.0, &mut || {
+        unary_fwd(UnaryKind::Relu, &big, &mut out)
+    });
+    time("gelu 4M", 0.0, &mut || {
+        unary_fwd(UnaryKind::Gelu, &big, &mut out)
+    });
+    time("mse 4M", 0.0, &mut || {
+        mse_loss(&big, &out);
+    });
+}
+
+#[test]
+#[ignore]
+fn bench_conv_parts() {
+    use std::time::Instant;
+    let mut r = rng(41);
+    for co in [1usize, 32] {
+        let c = ConvCase::same(32, 32, 32, 32, co, 3, 1);
+        let (g, d) = (c.geom(), c.dims());
+        let x = randv(&mut r, c.xlen());
+        let w = randv(&mut r, c.wlen());
+        let dy = randv(&mut r, c.ylen());
+        let mut y = vec![0.0; c.ylen()];
+        let mut dw = vec![0.0; c.wlen()];
+        let mut cols = vec![0.0; c.ws()];
+        for _ in 0..2 {
+            let t = Instant::now();
+            conv2d_fwd(&g, &d, &x, &w, None, &mut y, &mut cols);
+            let a = t.elapsed();
+            let t = Instant::now();
+            conv2d_bwd_weight(&g, &d, &x, &dy, &mut dw, &mut cols);
+            eprintln!("co={co}: fwd {a:?} bwd_w {:?}", t.elapsed());
+        }
+    }
+}
+
+/// Prints a checksum of `big_run()`: compare across `MATMUL_NUM_THREADS` / `RAYON_NUM_THREADS`
+/// settings (read once per process) with `-- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn print_determinism_checksum() {
+    let h = big_run().iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    });
+    eprintln!("checksum {h:016x}");
+}
+
+/// NaN must not be swallowed by relu, max-pool or dropout (poison mode relies on it).
+#[test]
+fn nan_propagates() {
+    let nan = f32::NAN;
+    let mut y = [0.0; 3];
+    unary_fwd(UnaryKind::Relu, &[nan, -1.0, 2.0], &mut y);
+    assert!(y[0].is_nan() && y[1] == 0.0 && y[2] == 2.0);
+    let mut dx = [0.0; 2];
+    unary_bwd(UnaryKind::Relu, &[-1.0, 1.0], &[nan, nan], &mut dx);
+    assert!(dx[0].is_nan() && dx[1].is_nan());
+    let p = PoolCase {
+        n: 1,
+        h: 2,
+        w: 2,
+        c: 1,
+        size: 2,
+        s: 2,
+    };
+    for pos in 0..4 {
+        let mut x = [1.0, 2.0, 3.0, 4.0];
+        x[pos] = nan;
+        let (mut y, mut a) = ([0.0], [0u8]);
+        maxpool_fwd(&p.geom(), &p.dims(), &x, &mut y, &mut a);
+        assert!(y[0].is_nan() && a[0] as usize == pos, "{pos}");
+    }
+    let x = vec![nan; 64];
+    let mut y = vec![0.0; 64];
+    dropout(0.5, DropoutRng::new(0, 1, 2), &x, &mut y);
+    assert!(y.iter().all(|v| v.is_nan()));
+}
+
+/// Random geometries: sizes 1..=13 (odd and even), kernel 1/2/3, stride 1..=3, independent
+/// top/bottom/left/right padding (asymmetric both ways, including none), forward vs the
+/// reference and both VJPs vs finite differences.
+#[test]
+fn conv2d_random_geometries() {
+    let mut r = rng(50);
+    let mut done = 0;
+    while done < 40 {
+        let k = [1usize, 2, 3][r.random_range(0..3)];
+        let s = r.random_range(1..=3usize);
+        let (h, w) = (r.random_range(1..=13usize), r.random_range(1..=13usize));
+        let (pt, pb, pl, pr) = (
+            r.random_range(0..k),
+            r.random_range(0..k),
+            r.random_range(0..k),
+            r.random_range(0..k),
+        );
+        if h + pt + pb < k || w + pl + pr < k {
+            continue;
+        }
+        let ho = (h + pt + pb - k) / s + 1;
+        let wo = (w + pl + pr - k) / s + 1;
+        let c = ConvCase {
+            n: r.random_range(1..=3),
+            h,
+            w,
+            ci: r.random_range(1..=4),
+            co: r.random_range(1..=5),
+            k,
+            s,
+            pt,
+            pl,
+            ho,
+            wo,
+        };
+        let x = randv(&mut r, c.xlen());
+        let wt = randv(&mut r, c.wlen());
+        let b = randv(&mut r, c.co);
+        let what = format!("{c:?}");
+        assert_close(
+            &what,
+            &conv_run(&c, &x, &wt, Some(&b)),
+            &conv_ref(&c, &x, &wt, Some(&b)),
+            1e-5,
+            1e-5,
+        );
+        let rr = randv(&mut r, c.ylen());
+        let mut dx = vec![f32::NAN; c.xlen()];
+        conv2d_bwd_data(&c.geom(), &c.dims(), &rr, &wt, &mut dx);
+        fd_check(&format!("dx {what}"), &x, &dx, 30, |x| {
+            dot(&conv_run(&c, x, &wt, None), &rr)
+        });
+        let mut dw = vec![f32::NAN; c.wlen()];
+        let mut cols = vec![f32::NAN; c.ws()];
+        conv2d_bwd_weight(&c.geom(), &c.dims(), &x, &rr, &mut dw, &mut cols);
+        fd_check(&format!("dw {what}"), &wt, &dw, 30, |w| {
+            dot(&conv_run(&c, &x, w, None), &rr)
+        });
+        done += 1;
+    }
+}
+
+/// Random pooling geometries (odd sizes, overlapping and gapped windows), forward vs the
+/// references and VJPs vs finite differences.
+#[test]
+fn pools_random_geometries() {
+    let mut r = rng(51);
+    for _ in 0..30 {
+        let size = r.random_range(1..=3usize);
+        let p = PoolCase {
+            n: r.random_range(1..=2),
+            h: r.random_range(size..=9),
+            w: r.random_range(size..=9),
+            c: r.random_range(1..=3),
+            size,
+            s: r.random_range(1..=3),
+        };
+        let (g, d) = (p.geom(), p.dims());
+        let mut x: Vec<f32> = (0..p.xlen()).map(|i| i as f32 * 0.05 - 1.0).collect();
+        for i in (1..x.len()).rev() {
+            let j = r.random_range(0..=i);
+            x.swap(i, j);
+        }
+        let (wy, wa) = maxpool_ref(&p, &x);
+        let mut y = vec![f32::NAN; p.ylen()];
+        let mut a = vec![255u8; p.ylen()];
+        maxpool_fwd(&g, &d, &x, &mut y, &mut a);
+        assert_close(&format!("maxpool {p:?}"), &y, &wy, 0.0, 0.0);
+        assert_eq!(a, wa);
+        let rr = randv(&mut r, p.ylen());
+        let mut dx = vec![f32::NAN; p.xlen()];
+        maxpool_bwd(&g, &d, &rr, &a, &mut dx);
+        fd_check(&format!("maxpool bwd {p:?}"), &x, &dx, 100, |x| {
+            let (mut y, mut a) = (vec![0.0; p.ylen()], vec![0u8; p.ylen()]);
+            maxpool_fwd(&g, &d, x, &mut y, &mut a);
+            dot(&y, &rr)
+        });
+        let mut y = vec![f32::NAN; p.ylen()];
+        avgpool_fwd(&g, &d, &x, &mut y);
+        assert_close(
+            &format!("avgpool {p:?}"),
+            &y,
+            &avgpool_ref(&p, &x),
+            1e-5,
+            1e-6,
+        );
+        avgpool_bwd(&g, &d, &rr, &mut dx);
+        fd_check(&format!("avgpool bwd {p:?}"), &x, &dx, 100, |x| {
+            let mut y = vec![0.0; p.ylen()];
+            avgpool_fwd(&g, &d, x, &mut y);
+            dot(&y, &rr)
+        });
+    }
+}
