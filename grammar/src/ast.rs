@@ -125,5 +125,8 @@ pub enum ExprKind {
     /// `input |> stage`; `stage` is a `Name`, `Call` or `Repeat`.
     Pipe(Box<Expr>, Box<Expr>),
     /// `repeat N { stage |> stage ... }` (only valid as a pipeline stage).
-    Repeat { count: Box<Expr>, body: Vec<Expr> },
+    Repeat {
+        count: Box<Expr>,
+        body: Vec<Expr>,
+    },
 }

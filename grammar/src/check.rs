@@ -17,7 +17,17 @@ const MAX_DIM: i64 = 1 << 31;
 
 /// The built-in layer operations (not losses or optimizers).
 pub const OPS: &[&str] = &[
-    "conv2d", "maxpool", "avgpool", "global_avgpool", "dense", "flatten", "relu", "tanh", "sigmoid", "gelu", "add",
+    "conv2d",
+    "maxpool",
+    "avgpool",
+    "global_avgpool",
+    "dense",
+    "flatten",
+    "relu",
+    "tanh",
+    "sigmoid",
+    "gelu",
+    "add",
     "dropout",
 ];
 const LOSSES: &[&str] = &["mse", "cross_entropy"];
@@ -65,12 +75,24 @@ struct Scope {
 impl Scope {
     fn define(&mut self, name: &Ident, val: Val, what: &'static str) -> Result<(), Error> {
         if let Some(prev) = self.vars.get(&name.name) {
-            return Err(Error::new(Kind::Name, name.span, format!("`{}` is already defined", name.name))
-                .label("defined again here")
-                .note(prev.span, "first defined here")
-                .help("every value has one definition; choose a new name (e.g. `h2`)"));
+            return Err(Error::new(
+                Kind::Name,
+                name.span,
+                format!("`{}` is already defined", name.name),
+            )
+            .label("defined again here")
+            .note(prev.span, "first defined here")
+            .help("every value has one definition; choose a new name (e.g. `h2`)"));
         }
-        self.vars.insert(name.name.clone(), Binding { val, span: name.span, used: false, what });
+        self.vars.insert(
+            name.name.clone(),
+            Binding {
+                val,
+                span: name.span,
+                used: false,
+                what,
+            },
+        );
         self.order.push(name.name.clone());
         Ok(())
     }
@@ -110,9 +132,12 @@ pub fn check(prog: &Program, src: &str) -> Result<Model, Error> {
         counters: HashMap::new(),
         node_names: HashMap::new(),
         blocks: HashMap::new(),
-        frames: vec![Frame { prefix: String::new(), repeat: vec![] }],
+        frames: vec![Frame {
+            prefix: String::new(),
+            repeat: vec![],
+        }],
         steps: 0,
-        eof: Span::new(prog.len, prog.len),
+        eof: last_char(src),
     };
     c.collect_blocks(prog)?;
     let mut scope = Scope::default();
@@ -121,7 +146,10 @@ pub fn check(prog: &Program, src: &str) -> Result<Model, Error> {
     let mut train: Option<&TrainSection> = None;
     for item in &prog.items {
         if let Item::Let(l) = item {
-            scope.later.entry(l.name.name.clone()).or_insert(l.name.span);
+            scope
+                .later
+                .entry(l.name.name.clone())
+                .or_insert(l.name.span);
         }
     }
     for item in &prog.items {
@@ -148,44 +176,65 @@ pub fn check(prog: &Program, src: &str) -> Result<Model, Error> {
             Item::Block(_) => {}
             Item::Loss(l) => {
                 if let Some(prev) = loss {
-                    return Err(err(Kind::Training, l.span, "the program has more than one `loss`")
-                        .label("second loss")
-                        .note(prev.span, "first loss here")
-                        .help("a model is trained on one loss; remove one of them"));
+                    return Err(err(
+                        Kind::Training,
+                        l.span,
+                        "the program has more than one `loss`",
+                    )
+                    .label("second loss")
+                    .note(prev.span, "first loss here")
+                    .help("a model is trained on one loss; remove one of them"));
                 }
                 loss = Some(l);
             }
             Item::Train(t) => {
                 if let Some(prev) = train {
-                    return Err(err(Kind::Training, t.span, "the program has more than one `train` section")
-                        .label("second section")
-                        .note(prev.span, "first section here")
-                        .help("merge the settings into one `train { ... }`"));
+                    return Err(err(
+                        Kind::Training,
+                        t.span,
+                        "the program has more than one `train` section",
+                    )
+                    .label("second section")
+                    .note(prev.span, "first section here")
+                    .help("merge the settings into one `train { ... }`"));
                 }
                 train = Some(t);
             }
         }
     }
     if c.inputs.is_empty() {
-        return Err(err(Kind::Name, Span::new(0, 0), "the program declares no input")
-            .label("expected `input name: [dims]`")
-            .help("declare the network's input first, e.g. `input x: [28, 28, 1]`"));
+        return Err(
+            err(Kind::Name, Span::new(0, 0), "the program declares no input")
+                .label("expected `input name: [dims]`")
+                .help("declare the network's input first, e.g. `input x: [28, 28, 1]`"),
+        );
     }
     let Some(loss_stmt) = loss else {
         return Err(err(Kind::Training, c.eof, "the program has no `loss`")
-            .label("expected a `loss` statement")
+            .label("expected a `loss` statement after this")
             .help("add e.g. `loss mse(out, y)` or `loss cross_entropy(logits, label)`"));
     };
     let loss = c.loss(loss_stmt, &mut scope)?;
     let Some(train) = train else {
-        return Err(err(Kind::Training, c.eof, "the program has no `train { ... }` section")
-            .label("expected a `train` section")
-            .help("add e.g. `train { batch: 32, optimizer: sgd(lr: 0.01) }`"));
+        return Err(err(
+            Kind::Training,
+            c.eof,
+            "the program has no `train { ... }` section",
+        )
+        .label("expected a `train` section after this")
+        .help("add e.g. `train { batch: 32, optimizer: sgd(lr: 0.01) }`"));
     };
     let train = c.train(train)?;
     c.check_unused(&scope, "")?;
     c.check_dead(loss.pred)?;
-    Ok(Model { inputs: c.inputs, targets: c.targets, nodes: c.nodes, output: loss.pred, loss, train })
+    Ok(Model {
+        inputs: c.inputs,
+        targets: c.targets,
+        nodes: c.nodes,
+        output: loss.pred,
+        loss,
+        train,
+    })
 }
 
 /// Edit distance for "did you mean" suggestions.
@@ -195,7 +244,9 @@ fn distance(a: &str, b: &str) -> usize {
     for (i, ca) in a.chars().enumerate() {
         let mut cur = vec![i + 1];
         for (j, cb) in b.iter().enumerate() {
-            let v = (prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+            let v = (prev[j] + usize::from(ca != *cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
             cur.push(v);
         }
         prev = cur;
@@ -230,7 +281,13 @@ fn op_type_name(layer: &Layer) -> &'static str {
 }
 
 fn fmt_shape(s: &[usize]) -> String {
-    format!("[{}]", s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "))
+    format!(
+        "[{}]",
+        s.iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
 }
 
 /// Parameters of a layer signature: (name, has default).
@@ -270,45 +327,85 @@ impl Bound {
         self.vals.get(k)
     }
     fn int(&self, k: &str, default: i64, min: i64) -> Result<i64, Error> {
-        let Some((v, span)) = self.get(k) else { return Ok(default) };
+        let Some((v, span)) = self.get(k) else {
+            return Ok(default);
+        };
         let i = match v {
             Val::Int(i) => *i,
             Val::Float(f) if f.fract() == 0.0 && f.abs() < 1e15 => *f as i64,
             other => {
-                return Err(err(Kind::Argument, *span, format!("`{k}` must be a whole number, found {}", describe(other)))
-                    .label("expected an integer"))
+                return Err(err(
+                    Kind::Argument,
+                    *span,
+                    format!("`{k}` must be a whole number, found {}", describe(other)),
+                )
+                .label("expected an integer"))
             }
         };
         if i < min {
-            let what = if min == 1 { "positive (at least 1)" } else { "at least 0" };
-            return Err(err(Kind::Argument, *span, format!("`{k}` must be {what}, found {i}")).label("out of range"));
+            let what = if min == 1 {
+                "positive (at least 1)"
+            } else {
+                "at least 0"
+            };
+            return Err(err(
+                Kind::Argument,
+                *span,
+                format!("`{k}` must be {what}, found {i}"),
+            )
+            .label("out of range"));
         }
         if i > MAX_DIM {
-            return Err(err(Kind::Argument, *span, format!("`{k}` = {i} is too large")).label("too large"));
+            return Err(
+                err(Kind::Argument, *span, format!("`{k}` = {i} is too large")).label("too large"),
+            );
         }
         Ok(i)
     }
     fn float(&self, k: &str, default: f64) -> Result<f64, Error> {
-        let Some((v, span)) = self.get(k) else { return Ok(default) };
+        let Some((v, span)) = self.get(k) else {
+            return Ok(default);
+        };
         match v {
             Val::Int(i) => Ok(*i as f64),
             Val::Float(f) => Ok(*f),
-            other => Err(err(Kind::Argument, *span, format!("`{k}` must be a number, found {}", describe(other)))
-                .label("expected a number")),
+            other => Err(err(
+                Kind::Argument,
+                *span,
+                format!("`{k}` must be a number, found {}", describe(other)),
+            )
+            .label("expected a number")),
         }
     }
     fn boolean(&self, k: &str, default: bool) -> Result<bool, Error> {
-        let Some((v, span)) = self.get(k) else { return Ok(default) };
+        let Some((v, span)) = self.get(k) else {
+            return Ok(default);
+        };
         match v {
             Val::Sym(s) if s == "true" => Ok(true),
             Val::Sym(s) if s == "false" => Ok(false),
-            other => Err(err(Kind::Argument, *span, format!("`{k}` must be `true` or `false`, found {}", describe(other)))
-                .label("expected `true` or `false`")),
+            other => Err(err(
+                Kind::Argument,
+                *span,
+                format!("`{k}` must be `true` or `false`, found {}", describe(other)),
+            )
+            .label("expected `true` or `false`")),
         }
     }
-    fn choice(&self, k: &str, options: &[&'static str], default: &'static str) -> Result<&'static str, Error> {
-        let Some((v, span)) = self.get(k) else { return Ok(default) };
-        let list = options.iter().map(|o| format!("`{o}`")).collect::<Vec<_>>().join(", ");
+    fn choice(
+        &self,
+        k: &str,
+        options: &[&'static str],
+        default: &'static str,
+    ) -> Result<&'static str, Error> {
+        let Some((v, span)) = self.get(k) else {
+            return Ok(default);
+        };
+        let list = options
+            .iter()
+            .map(|o| format!("`{o}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
         match v {
             Val::Sym(s) => {
                 if let Some(o) = options.iter().find(|o| *o == s) {
@@ -321,8 +418,12 @@ impl Bound {
                 }
                 Err(e)
             }
-            other => Err(err(Kind::Argument, *span, format!("`{k}` must be one of {list}, found {}", describe(other)))
-                .label("expected a name")),
+            other => Err(err(
+                Kind::Argument,
+                *span,
+                format!("`{k}` must be one of {list}, found {}", describe(other)),
+            )
+            .label("expected a name")),
         }
     }
 }
@@ -336,9 +437,13 @@ impl<'a> Checker<'a> {
     fn step(&mut self, span: Span) -> Result<(), Error> {
         self.steps += 1;
         if self.steps > MAX_STEPS || self.nodes.len() > MAX_NODES {
-            return Err(err(Kind::Argument, span, format!("the expanded network is too large (more than {MAX_NODES} layers)"))
-                .label("expanding this exceeds the limit")
-                .help("reduce the `repeat` counts or the block nesting"));
+            return Err(err(
+                Kind::Argument,
+                span,
+                format!("the expanded network is too large (more than {MAX_NODES} layers)"),
+            )
+            .label("expanding this exceeds the limit")
+            .help("reduce the `repeat` counts or the block nesting"));
         }
         Ok(())
     }
@@ -350,21 +455,33 @@ impl<'a> Checker<'a> {
                 || LOSSES.contains(&b.name.name.as_str())
                 || OPTIMIZERS.contains(&b.name.name.as_str())
             {
-                return Err(err(Kind::Name, b.name.span, format!("`{}` is a built-in name", b.name.name))
-                    .label("cannot be redefined")
-                    .help("choose another name for the block"));
+                return Err(err(
+                    Kind::Name,
+                    b.name.span,
+                    format!("`{}` is a built-in name", b.name.name),
+                )
+                .label("cannot be redefined")
+                .help("choose another name for the block"));
             }
             if let Some(prev) = self.blocks.get(&b.name.name) {
-                return Err(err(Kind::Name, b.name.span, format!("block `{}` is defined twice", b.name.name))
-                    .label("second definition")
-                    .note(prev.name.span, "first definition"));
+                return Err(err(
+                    Kind::Name,
+                    b.name.span,
+                    format!("block `{}` is defined twice", b.name.name),
+                )
+                .label("second definition")
+                .note(prev.name.span, "first definition"));
             }
             let mut seen: HashMap<&str, Span> = HashMap::new();
             for p in &b.params {
                 if let Some(prev) = seen.insert(&p.name.name, p.name.span) {
-                    return Err(err(Kind::Name, p.name.span, format!("parameter `{}` appears twice", p.name.name))
-                        .label("duplicate parameter")
-                        .note(prev, "first here"));
+                    return Err(err(
+                        Kind::Name,
+                        p.name.span,
+                        format!("parameter `{}` appears twice", p.name.name),
+                    )
+                    .label("duplicate parameter")
+                    .note(prev, "first here"));
                 }
             }
             self.blocks.insert(b.name.name.clone(), b);
@@ -380,11 +497,18 @@ impl<'a> Checker<'a> {
         Ok(())
     }
 
-    fn find_cycle(&self, name: &str, stack: &mut Vec<(String, Span)>, done: &mut HashSet<String>) -> Result<(), Error> {
+    fn find_cycle(
+        &self,
+        name: &str,
+        stack: &mut Vec<(String, Span)>,
+        done: &mut HashSet<String>,
+    ) -> Result<(), Error> {
         if done.contains(name) {
             return Ok(());
         }
-        let Some(b) = self.blocks.get(name) else { return Ok(()) };
+        let Some(b) = self.blocks.get(name) else {
+            return Ok(());
+        };
         let mut calls = vec![];
         for l in &b.body {
             calls_in(&l.value, &mut calls);
@@ -399,7 +523,7 @@ impl<'a> Checker<'a> {
             if !self.blocks.contains_key(&callee) {
                 continue;
             }
-            let on_stack = stack.iter().position(|(n, _)| *n == callee) ;
+            let on_stack = stack.iter().position(|(n, _)| *n == callee);
             if callee == name || on_stack.is_some() {
                 let mut path: Vec<String> = match on_stack {
                     Some(i) => stack[i..].iter().map(|(n, _)| n.clone()).collect(),
@@ -427,15 +551,23 @@ impl<'a> Checker<'a> {
 
     fn no_block_clash(&self, name: &Ident) -> Result<(), Error> {
         if let Some(b) = self.blocks.get(&name.name) {
-            return Err(err(Kind::Name, name.span, format!("`{}` is already the name of a block", name.name))
-                .label("value named like a block")
-                .note(b.name.span, "block defined here")
-                .help("values and blocks share one namespace; rename one of them"));
+            return Err(err(
+                Kind::Name,
+                name.span,
+                format!("`{}` is already the name of a block", name.name),
+            )
+            .label("value named like a block")
+            .note(b.name.span, "block defined here")
+            .help("values and blocks share one namespace; rename one of them"));
         }
         if OPS.contains(&name.name.as_str()) || LOSSES.contains(&name.name.as_str()) {
-            return Err(err(Kind::Name, name.span, format!("`{}` is a built-in operation", name.name))
-                .label("cannot be used as a value name")
-                .help("choose another name"));
+            return Err(err(
+                Kind::Name,
+                name.span,
+                format!("`{}` is a built-in operation", name.name),
+            )
+            .label("cannot be used as a value name")
+            .help("choose another name"));
         }
         Ok(())
     }
@@ -449,7 +581,10 @@ impl<'a> Checker<'a> {
                     .help("shapes are per sample and do not include the batch size (set it in `train { batch: ... }`)"));
             }
             if *v > MAX_DIM {
-                return Err(err(Kind::Shape, *span, format!("dimension {v} is too large")).label("too large"));
+                return Err(
+                    err(Kind::Shape, *span, format!("dimension {v} is too large"))
+                        .label("too large"),
+                );
             }
             shape.push(*v as usize);
         }
@@ -461,20 +596,36 @@ impl<'a> Checker<'a> {
                 .help("write e.g. `input x: [784]`"));
         }
         if dtype == DType::F32 && shape.is_empty() {
-            return Err(err(Kind::Shape, d.ty.span, format!("`{}` needs at least one dimension", d.name.name))
-                .label("empty shape")
-                .help("a single number per sample is `[1]`"));
+            return Err(err(
+                Kind::Shape,
+                d.ty.span,
+                format!("`{}` needs at least one dimension", d.name.name),
+            )
+            .label("empty shape")
+            .help("a single number per sample is `[1]`"));
         }
-        Ok(TensorDecl { name: d.name.name.clone(), shape, dtype, span: d.span })
+        Ok(TensorDecl {
+            name: d.name.name.clone(),
+            shape,
+            dtype,
+            span: d.span,
+        })
     }
 
     fn elems(&self, shape: &[usize], span: Span) -> Result<usize, Error> {
         let mut n: usize = 1;
         for d in shape {
-            n = n.checked_mul(*d).filter(|n| *n <= MAX_ELEMS).ok_or_else(|| {
-                err(Kind::Shape, span, format!("tensor of shape {} is too large", fmt_shape(shape)))
+            n = n
+                .checked_mul(*d)
+                .filter(|n| *n <= MAX_ELEMS)
+                .ok_or_else(|| {
+                    err(
+                        Kind::Shape,
+                        span,
+                        format!("tensor of shape {} is too large", fmt_shape(shape)),
+                    )
                     .label("more than 2^40 elements")
-            })?;
+                })?;
         }
         Ok(n)
     }
@@ -491,8 +642,10 @@ impl<'a> Checker<'a> {
     fn storable(&self, v: Val, e: &Expr) -> Result<Val, Error> {
         match v {
             Val::Sym(s) => Err(self.unknown_name(&s, e.span, None)),
-            Val::Tuple(_) => Err(err(Kind::Argument, e.span, "a tuple cannot be given a name")
-                .label("tuples are only used as arguments (e.g. `betas: (0.9, 0.999)`)")),
+            Val::Tuple(_) => Err(
+                err(Kind::Argument, e.span, "a tuple cannot be given a name")
+                    .label("tuples are only used as arguments (e.g. `betas: (0.9, 0.999)`)"),
+            ),
             v => Ok(v),
         }
     }
@@ -507,7 +660,10 @@ impl<'a> Checker<'a> {
         if let Some(s) = scope {
             if let Some(later) = s.later.get(name) {
                 if later.start > span.start {
-                    return e.help(format!("`{name}` is defined later, at {}; define values before using them", self.at(*later)));
+                    return e.help(format!(
+                        "`{name}` is defined later, at {}; define values before using them",
+                        self.at(*later)
+                    ));
                 }
             }
             if let Some(b) = &s.in_block {
@@ -522,19 +678,36 @@ impl<'a> Checker<'a> {
         e
     }
 
-    fn expect_tensor(&self, v: &Val, span: Span, what: &str, scope: &Scope) -> Result<ValueRef, Error> {
+    fn expect_tensor(
+        &self,
+        v: &Val,
+        span: Span,
+        what: &str,
+        scope: &Scope,
+    ) -> Result<ValueRef, Error> {
         match v {
             Val::Tensor(r) => {
                 if let ValueRef::Target(i) = r {
-                    return Err(err(Kind::Name, span, format!("target `{}` cannot be fed to a layer", self.targets[*i].name))
-                        .label("a target")
-                        .help("targets are only used in the `loss`"));
+                    return Err(err(
+                        Kind::Name,
+                        span,
+                        format!(
+                            "target `{}` cannot be fed to a layer",
+                            self.targets[*i].name
+                        ),
+                    )
+                    .label("a target")
+                    .help("targets are only used in the `loss`"));
                 }
                 Ok(*r)
             }
             Val::Sym(s) => Err(self.unknown_name(s, span, Some(scope))),
-            other => Err(err(Kind::Argument, span, format!("{what} must be a tensor value, found {}", describe(other)))
-                .label("not a tensor")),
+            other => Err(err(
+                Kind::Argument,
+                span,
+                format!("{what} must be a tensor value, found {}", describe(other)),
+            )
+            .label("not a tensor")),
         }
     }
 
@@ -569,9 +742,15 @@ impl<'a> Checker<'a> {
                 let r = self.expect_tensor(&v, input.span, "the input of a pipeline", scope)?;
                 self.stage(stage, r, scope)
             }
-            ExprKind::Call { func, args, label } => self.call(func, args, label.as_ref(), None, e.span, scope),
-            ExprKind::Repeat { .. } => Err(err(Kind::Syntax, e.span, "`repeat` can only be used as a pipeline stage")
-                .label("not after `|>`")),
+            ExprKind::Call { func, args, label } => {
+                self.call(func, args, label.as_ref(), None, e.span, scope)
+            }
+            ExprKind::Repeat { .. } => Err(err(
+                Kind::Syntax,
+                e.span,
+                "`repeat` can only be used as a pipeline stage",
+            )
+            .label("not after `|>`")),
         }
     }
 
@@ -580,11 +759,18 @@ impl<'a> Checker<'a> {
         match &st.kind {
             ExprKind::Name(n) => {
                 if scope.vars.contains_key(n) {
-                    return Err(err(Kind::Name, st.span, format!("`{n}` is a value, not an operation"))
-                        .label("cannot be applied with `|>`")
-                        .help("stages after `|>` must be operations or blocks, e.g. `|> relu`"));
+                    return Err(err(
+                        Kind::Name,
+                        st.span,
+                        format!("`{n}` is a value, not an operation"),
+                    )
+                    .label("cannot be applied with `|>`")
+                    .help("stages after `|>` must be operations or blocks, e.g. `|> relu`"));
                 }
-                let func = Ident { name: n.clone(), span: st.span };
+                let func = Ident {
+                    name: n.clone(),
+                    span: st.span,
+                };
                 self.call(&func, &[], None, Some(input), st.span, scope)
             }
             ExprKind::Call { func, args, label } => {
@@ -595,12 +781,23 @@ impl<'a> Checker<'a> {
                 let n = match cv {
                     Val::Int(n) if n >= 1 => n as usize,
                     Val::Int(n) => {
-                        return Err(err(Kind::Argument, count.span, format!("repeat count must be at least 1, found {n}"))
-                            .label("out of range"))
+                        return Err(err(
+                            Kind::Argument,
+                            count.span,
+                            format!("repeat count must be at least 1, found {n}"),
+                        )
+                        .label("out of range"))
                     }
                     other => {
-                        return Err(err(Kind::Argument, count.span, format!("repeat count must be a whole number, found {}", describe(&other)))
-                            .label("expected an integer"))
+                        return Err(err(
+                            Kind::Argument,
+                            count.span,
+                            format!(
+                                "repeat count must be a whole number, found {}",
+                                describe(&other)
+                            ),
+                        )
+                        .label("expected an integer"))
                     }
                 };
                 let mut cur = input;
@@ -621,13 +818,19 @@ impl<'a> Checker<'a> {
                 }
                 Ok(Val::Tensor(cur))
             }
-            _ => Err(err(Kind::Syntax, st.span, "expected an operation after `|>`").label("not an operation")),
+            _ => Err(
+                err(Kind::Syntax, st.span, "expected an operation after `|>`")
+                    .label("not an operation"),
+            ),
         }
     }
 
     fn frame(&mut self) -> &mut Frame {
         if self.frames.is_empty() {
-            self.frames.push(Frame { prefix: String::new(), repeat: vec![] });
+            self.frames.push(Frame {
+                prefix: String::new(),
+                repeat: vec![],
+            });
         }
         let n = self.frames.len() - 1;
         &mut self.frames[n]
@@ -667,10 +870,21 @@ impl<'a> Checker<'a> {
                 .help("layer names become parameter names in weight files and must be unique; rename one (`as other_name`)"));
         }
         self.node_names.insert(name.clone(), name_span);
-        self.nodes.push(Node { name, layer, inputs, shape, params, span });
+        self.nodes.push(Node {
+            name,
+            layer,
+            inputs,
+            shape,
+            params,
+            span,
+        });
         if self.nodes.len() > MAX_NODES {
-            return Err(err(Kind::Argument, span, format!("the expanded network is too large (more than {MAX_NODES} layers)"))
-                .label("expanding this exceeds the limit"));
+            return Err(err(
+                Kind::Argument,
+                span,
+                format!("the expanded network is too large (more than {MAX_NODES} layers)"),
+            )
+            .label("expanding this exceeds the limit"));
         }
         Ok(ValueRef::Node(self.nodes.len() - 1))
     }
@@ -682,17 +896,33 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn add(&mut self, a: ValueRef, sa: Span, b: ValueRef, sb: Span, span: Span, label: Option<&Ident>) -> Result<Val, Error> {
+    fn add(
+        &mut self,
+        a: ValueRef,
+        sa: Span,
+        b: ValueRef,
+        sb: Span,
+        span: Span,
+        label: Option<&Ident>,
+    ) -> Result<Val, Error> {
         let (ta, tb) = (self.shape_of(a).clone(), self.shape_of(b).clone());
         if ta != tb {
-            return Err(err(Kind::Shape, span, format!("cannot add values of shapes {} and {}", fmt_shape(&ta), fmt_shape(&tb)))
-                .label("shapes differ")
+            let _ = span;
+            return Err(err(Kind::Shape, sb, format!("cannot add values of shapes {} and {}", fmt_shape(&ta), fmt_shape(&tb)))
+                .label(format!("this is {}", fmt_shape(&tb)))
                 .note(sa, format!("this is {}", fmt_shape(&ta)))
-                .note(sb, format!("this is {}", fmt_shape(&tb)))
                 .help("`+` adds elementwise and needs equal shapes; for a residual connection, give the branch as many channels as its input (e.g. with a 1x1 `conv2d`)"));
         }
         let (name, ns) = self.layer_name("add", label);
-        let r = self.push_node(name, ns.unwrap_or(span), Layer::Add, vec![a, b], ta, vec![], span)?;
+        let r = self.push_node(
+            name,
+            ns.unwrap_or(span),
+            Layer::Add,
+            vec![a, b],
+            ta,
+            vec![],
+            span,
+        )?;
         Ok(Val::Tensor(r))
     }
 
@@ -710,25 +940,46 @@ impl<'a> Checker<'a> {
             return self.expand_block(b, func, args, label, piped, span, scope);
         }
         if scope.vars.contains_key(name) {
-            return Err(err(Kind::Name, func.span, format!("`{name}` is a value, not an operation"))
-                .label("cannot be called"));
+            return Err(err(
+                Kind::Name,
+                func.span,
+                format!("`{name}` is a value, not an operation"),
+            )
+            .label("cannot be called"));
         }
         if LOSSES.contains(&name) {
-            return Err(err(Kind::Name, func.span, format!("`{name}` is a loss, not a layer"))
-                .label("used as a layer")
-                .help(format!("losses go in a `loss` statement: `loss {name}(prediction, target)`")));
+            return Err(err(
+                Kind::Name,
+                func.span,
+                format!("`{name}` is a loss, not a layer"),
+            )
+            .label("used as a layer")
+            .help(format!(
+                "losses go in a `loss` statement: `loss {name}(prediction, target)`"
+            )));
         }
         if OPTIMIZERS.contains(&name) {
-            return Err(err(Kind::Name, func.span, format!("`{name}` is an optimizer, not a layer"))
-                .label("used as a layer")
-                .help(format!("optimizers go in the train section: `train {{ optimizer: {name}(...) }}`")));
+            return Err(err(
+                Kind::Name,
+                func.span,
+                format!("`{name}` is an optimizer, not a layer"),
+            )
+            .label("used as a layer")
+            .help(format!(
+                "optimizers go in the train section: `train {{ optimizer: {name}(...) }}`"
+            )));
         }
         if name == "add" {
             return self.add_call(func, args, label, piped, span, scope);
         }
         let Some(sig) = sig(name) else {
-            let mut e = err(Kind::Name, func.span, format!("unknown operation `{name}`")).label("not an operation or block");
-            let cands: Vec<&str> = OPS.iter().copied().chain(self.blocks.keys().map(|s| s.as_str())).collect();
+            let mut e = err(Kind::Name, func.span, format!("unknown operation `{name}`"))
+                .label("not an operation or block");
+            let cands: Vec<&str> = OPS
+                .iter()
+                .copied()
+                .chain(self.blocks.keys().map(|s| s.as_str()))
+                .collect();
             e = match suggest(name, cands.iter().copied()) {
                 Some(s) => e.help(format!("did you mean `{s}`?")),
                 None => e.help(format!("the operations are: {}", OPS.join(", "))),
@@ -744,9 +995,13 @@ impl<'a> Checker<'a> {
                 Some(n) => kw.push((n, v, a.value.span)),
                 None => {
                     if !kw.is_empty() {
-                        return Err(err(Kind::Argument, a.span, "positional argument after a keyword argument")
-                            .label("positional")
-                            .help("put positional arguments first"));
+                        return Err(err(
+                            Kind::Argument,
+                            a.span,
+                            "positional argument after a keyword argument",
+                        )
+                        .label("positional")
+                        .help("put positional arguments first"));
                     }
                     positional.push((v, a.value.span));
                 }
@@ -755,9 +1010,15 @@ impl<'a> Checker<'a> {
         let input = match piped {
             Some(r) => {
                 if let Some((Val::Tensor(_), s)) = positional.first() {
-                    return Err(err(Kind::Argument, *s, format!("`{name}` gets its input from `|>` and cannot take another"))
-                        .label("second input")
-                        .help(format!("remove this argument, or write `{name}(...)` without the pipe")));
+                    return Err(err(
+                        Kind::Argument,
+                        *s,
+                        format!("`{name}` gets its input from `|>` and cannot take another"),
+                    )
+                    .label("second input")
+                    .help(format!(
+                        "remove this argument, or write `{name}(...)` without the pipe"
+                    )));
                 }
                 r
             }
@@ -767,7 +1028,11 @@ impl<'a> Checker<'a> {
                     self.expect_tensor(&v, s, &format!("the input of `{name}`"), scope)?
                 }
                 _ => {
-                    let shown = if args.is_empty() { String::new() } else { "...".to_string() };
+                    let shown = if args.is_empty() {
+                        String::new()
+                    } else {
+                        "...".to_string()
+                    };
                     return Err(err(Kind::Argument, span, format!("`{name}` has no input value"))
                         .label("input missing")
                         .help(format!("pipe a value into it (`x |> {name}({shown})`) or pass it first (`{name}(x{})`)", if shown.is_empty() { "" } else { ", ..." })));
@@ -799,7 +1064,9 @@ impl<'a> Checker<'a> {
                 };
                 let mut e = err(Kind::Argument, s, msg).label("unexpected argument");
                 if let Val::Tensor(_) = v {
-                    e = e.help(format!("`{op}` takes one input value; to combine two values use `a + b`"));
+                    e = e.help(format!(
+                        "`{op}` takes one input value; to combine two values use `a + b`"
+                    ));
                 }
                 return Err(e);
             }
@@ -807,7 +1074,12 @@ impl<'a> Checker<'a> {
         }
         for (n, v, s) in kw {
             let Some((pname, _)) = sig.params.iter().find(|(p, _)| *p == n.name) else {
-                let mut e = err(Kind::Argument, n.span, format!("`{op}` has no argument `{}`", n.name)).label("unknown argument");
+                let mut e = err(
+                    Kind::Argument,
+                    n.span,
+                    format!("`{op}` has no argument `{}`", n.name),
+                )
+                .label("unknown argument");
                 let list: Vec<&str> = sig.params.iter().map(|(p, _)| *p).collect();
                 e = match suggest(&n.name, list.iter().copied()) {
                     Some(sg) => e.help(format!("did you mean `{sg}`?")),
@@ -817,43 +1089,82 @@ impl<'a> Checker<'a> {
                 return Err(e);
             };
             if let Some((_, prev)) = vals.get(pname) {
-                return Err(err(Kind::Argument, n.span, format!("argument `{pname}` is given twice"))
-                    .label("given again here")
-                    .note(*prev, "first given here"));
+                return Err(err(
+                    Kind::Argument,
+                    n.span,
+                    format!("argument `{pname}` is given twice"),
+                )
+                .label("given again here")
+                .note(*prev, "first given here"));
             }
             vals.insert(pname, (v, s));
         }
         for (p, has_default) in sig.params {
             if !has_default && !vals.contains_key(p) {
-                let req: Vec<&str> = sig.params.iter().filter(|(_, d)| !d).map(|(n, _)| *n).collect();
-                return Err(err(Kind::Argument, span, format!("`{op}` is missing its `{p}` argument"))
-                    .label(format!("`{p}` not given"))
-                    .note(func.span, format!("`{op}` needs: {}", req.join(", ")))
-                    .help(example(op)));
+                let req: Vec<&str> = sig
+                    .params
+                    .iter()
+                    .filter(|(_, d)| !d)
+                    .map(|(n, _)| *n)
+                    .collect();
+                return Err(err(
+                    Kind::Argument,
+                    span,
+                    format!("`{op}` is missing its `{p}` argument"),
+                )
+                .label(format!("`{p}` not given"))
+                .note(func.span, format!("`{op}` needs: {}", req.join(", ")))
+                .help(example(op)));
             }
         }
         Ok(Bound { vals, call: span })
     }
 
-    fn conv_like_input(&self, op: &str, input: ValueRef, span: Span) -> Result<(usize, usize, usize), Error> {
+    fn conv_like_input(
+        &self,
+        op: &str,
+        input: ValueRef,
+        span: Span,
+    ) -> Result<(usize, usize, usize), Error> {
         let s = self.shape_of(input).clone();
         if s.len() != 3 {
-            let mut e = err(Kind::Shape, span, format!("`{op}` expects an image [height, width, channels], got {}", fmt_shape(&s)))
-                .label(format!("input is {}", fmt_shape(&s)));
+            let mut e = err(
+                Kind::Shape,
+                span,
+                format!(
+                    "`{op}` expects an image [height, width, channels], got {}",
+                    fmt_shape(&s)
+                ),
+            )
+            .label(format!("input is {}", fmt_shape(&s)));
             if s.len() == 2 {
                 e = e.help("declare images with a channel dimension, e.g. `input x: [28, 28, 1]`");
             } else if s.len() == 1 {
-                e = e.help(format!("`{op}` works on images; the input has already been flattened"));
+                e = e.help(format!(
+                    "`{op}` works on images; the input has already been flattened"
+                ));
             }
             return Err(e);
         }
         Ok((s[0], s[1], s[2]))
     }
 
-    fn apply_op(&mut self, op: &'static str, b: &Bound, input: ValueRef, label: Option<&Ident>, span: Span) -> Result<Val, Error> {
+    fn apply_op(
+        &mut self,
+        op: &'static str,
+        b: &Bound,
+        input: ValueRef,
+        label: Option<&Ident>,
+        span: Span,
+    ) -> Result<Val, Error> {
         let ispan = b.call;
         let in_shape = self.shape_of(input).clone();
-        let (layer, shape, params, act): (Layer, Shape, Vec<(String, Shape, usize, usize, bool)>, Option<Activation>) = match op {
+        let (layer, shape, params, act): (
+            Layer,
+            Shape,
+            Vec<(String, Shape, usize, usize, bool)>,
+            Option<Activation>,
+        ) = match op {
             "conv2d" => {
                 let filters = b.int("filters", 0, 1)? as usize;
                 let kernel = b.int("kernel", 0, 1)? as usize;
@@ -879,11 +1190,28 @@ impl<'a> Checker<'a> {
                 };
                 let fan_in = kernel * kernel * c;
                 let fan_out = kernel * kernel * filters;
-                let mut ps = vec![("weight".to_string(), vec![kernel, kernel, c, filters], fan_in, fan_out, false)];
+                let mut ps = vec![(
+                    "weight".to_string(),
+                    vec![kernel, kernel, c, filters],
+                    fan_in,
+                    fan_out,
+                    false,
+                )];
                 if bias {
                     ps.push(("bias".to_string(), vec![filters], fan_in, fan_out, true));
                 }
-                (Layer::Conv2d { filters, kernel, stride, padding, bias }, vec![oh, ow, filters], ps, act)
+                (
+                    Layer::Conv2d {
+                        filters,
+                        kernel,
+                        stride,
+                        padding,
+                        bias,
+                    },
+                    vec![oh, ow, filters],
+                    ps,
+                    act,
+                )
             }
             "maxpool" | "avgpool" => {
                 let size = b.int("size", 0, 1)? as usize;
@@ -896,7 +1224,11 @@ impl<'a> Checker<'a> {
                         .help("pooling uses 'valid' windows; use a smaller size or remove a pooling layer earlier in the network"));
                 }
                 let shape = vec![(h - size) / stride + 1, (w - size) / stride + 1, c];
-                let layer = if op == "maxpool" { Layer::MaxPool { size, stride } } else { Layer::AvgPool { size, stride } };
+                let layer = if op == "maxpool" {
+                    Layer::MaxPool { size, stride }
+                } else {
+                    Layer::AvgPool { size, stride }
+                };
                 (layer, shape, vec![], None)
             }
             "global_avgpool" => {
@@ -908,9 +1240,16 @@ impl<'a> Checker<'a> {
                 let bias = b.boolean("bias", true)?;
                 let act = activation(b)?;
                 if in_shape.len() != 1 {
-                    return Err(err(Kind::Shape, ispan, format!("`dense` expects a flat input [features], got {}", fmt_shape(&in_shape)))
-                        .label(format!("input is {}", fmt_shape(&in_shape)))
-                        .help("add `|> flatten` (or `|> global_avgpool`) before it"));
+                    return Err(err(
+                        Kind::Shape,
+                        ispan,
+                        format!(
+                            "`dense` expects a flat input [features], got {}",
+                            fmt_shape(&in_shape)
+                        ),
+                    )
+                    .label(format!("input is {}", fmt_shape(&in_shape)))
+                    .help("add `|> flatten` (or `|> global_avgpool`) before it"));
                 }
                 let fin = in_shape[0];
                 let mut ps = vec![("weight".to_string(), vec![fin, units], fin, units, false)];
@@ -931,25 +1270,55 @@ impl<'a> Checker<'a> {
                 let p = b.float("p", 0.0)?;
                 if !(0.0..1.0).contains(&p) {
                     let ps = b.get("p").map_or(span, |x| x.1);
-                    return Err(err(Kind::Argument, ps, format!("dropout probability must be in [0, 1), found {p}"))
-                        .label("out of range")
-                        .help("`p` is the probability of dropping a unit, e.g. `dropout(0.5)`"));
+                    return Err(err(
+                        Kind::Argument,
+                        ps,
+                        format!("dropout probability must be in [0, 1), found {p}"),
+                    )
+                    .label("out of range")
+                    .help("`p` is the probability of dropping a unit, e.g. `dropout(0.5)`"));
                 }
                 (Layer::Dropout { p: p as f32 }, in_shape, vec![], None)
             }
-            _ => return Err(err(Kind::Name, span, format!("unknown operation `{op}`")).label("unknown")),
+            _ => {
+                return Err(
+                    err(Kind::Name, span, format!("unknown operation `{op}`")).label("unknown")
+                )
+            }
         };
         let kind = op_type_name(&layer);
         let (name, ns) = self.layer_name(kind, label);
         let mut specs = vec![];
         for (pn, shape, fan_in, fan_out, is_bias) in params {
             self.elems(&shape, span)?;
-            specs.push(ParamSpec { name: format!("{name}.{pn}"), shape, fan_in, fan_out, is_bias });
+            specs.push(ParamSpec {
+                name: format!("{name}.{pn}"),
+                shape,
+                fan_in,
+                fan_out,
+                is_bias,
+            });
         }
-        let r = self.push_node(name.clone(), ns.unwrap_or(span), layer, vec![input], shape.clone(), specs, span)?;
+        let r = self.push_node(
+            name.clone(),
+            ns.unwrap_or(span),
+            layer,
+            vec![input],
+            shape.clone(),
+            specs,
+            span,
+        )?;
         if let Some(a) = act {
             let an = format!("{name}_{}", act_name(a));
-            let r2 = self.push_node(an, ns.unwrap_or(span), Layer::Act(a), vec![r], shape, vec![], span)?;
+            let r2 = self.push_node(
+                an,
+                ns.unwrap_or(span),
+                Layer::Act(a),
+                vec![r],
+                shape,
+                vec![],
+                span,
+            )?;
             return Ok(Val::Tensor(r2));
         }
         Ok(Val::Tensor(r))
@@ -970,18 +1339,26 @@ impl<'a> Checker<'a> {
         }
         for a in args {
             if let Some(n) = &a.name {
-                return Err(err(Kind::Argument, n.span, format!("`add` has no argument `{}`", n.name))
-                    .label("unknown argument")
-                    .help("write `add(a, b)` or `a + b`"));
+                return Err(err(
+                    Kind::Argument,
+                    n.span,
+                    format!("`add` has no argument `{}`", n.name),
+                )
+                .label("unknown argument")
+                .help("write `add(a, b)` or `a + b`"));
             }
             let v = self.eval(&a.value, scope)?;
             let r = self.expect_tensor(&v, a.value.span, "an argument of `add`", scope)?;
             vals.push((r, a.value.span));
         }
         if vals.len() != 2 {
-            return Err(err(Kind::Argument, span, format!("`add` takes exactly 2 values, got {}", vals.len()))
-                .label("wrong number of values")
-                .help("write `add(a, b)`, `a |> add(b)` or `a + b`"));
+            return Err(err(
+                Kind::Argument,
+                span,
+                format!("`add` takes exactly 2 values, got {}", vals.len()),
+            )
+            .label("wrong number of values")
+            .help("write `add(a, b)`, `a |> add(b)` or `a + b`"));
         }
         self.add(vals[0].0, vals[0].1, vals[1].0, vals[1].1, span, label)
     }
@@ -1002,10 +1379,16 @@ impl<'a> Checker<'a> {
         let mut next = 0;
         if let Some(p) = piped {
             if b.params.is_empty() {
-                return Err(err(Kind::Argument, span, format!("block `{bname}` has no parameter to receive the piped value"))
-                    .label("piped into here")
-                    .note(b.name.span, "block defined here")
-                    .help(format!("give it an input parameter: `block {bname}(x, ...)`")));
+                return Err(err(
+                    Kind::Argument,
+                    span,
+                    format!("block `{bname}` has no parameter to receive the piped value"),
+                )
+                .label("piped into here")
+                .note(b.name.span, "block defined here")
+                .help(format!(
+                    "give it an input parameter: `block {bname}(x, ...)`"
+                )));
             }
             vals[0] = Some((Val::Tensor(p), func.span));
             next = 1;
@@ -1016,14 +1399,30 @@ impl<'a> Checker<'a> {
             match &a.name {
                 None => {
                     if seen_kw {
-                        return Err(err(Kind::Argument, a.span, "positional argument after a keyword argument")
-                            .label("positional")
-                            .help("put positional arguments first"));
+                        return Err(err(
+                            Kind::Argument,
+                            a.span,
+                            "positional argument after a keyword argument",
+                        )
+                        .label("positional")
+                        .help("put positional arguments first"));
                     }
                     if next >= b.params.len() {
-                        return Err(err(Kind::Argument, a.value.span, format!("too many arguments for block `{bname}`: it takes {}{}", b.params.len(), if piped.is_some() { " (including the piped value)" } else { "" }))
-                            .label("unexpected argument")
-                            .note(b.name.span, "block defined here"));
+                        return Err(err(
+                            Kind::Argument,
+                            a.value.span,
+                            format!(
+                                "too many arguments for block `{bname}`: it takes {}{}",
+                                b.params.len(),
+                                if piped.is_some() {
+                                    " (including the piped value)"
+                                } else {
+                                    ""
+                                }
+                            ),
+                        )
+                        .label("unexpected argument")
+                        .note(b.name.span, "block defined here"));
                     }
                     vals[next] = Some((v, a.value.span));
                     next += 1;
@@ -1031,16 +1430,25 @@ impl<'a> Checker<'a> {
                 Some(n) => {
                     seen_kw = true;
                     let Some(i) = b.params.iter().position(|p| p.name.name == n.name) else {
-                        let list: Vec<&str> = b.params.iter().map(|p| p.name.name.as_str()).collect();
-                        return Err(err(Kind::Argument, n.span, format!("block `{bname}` has no parameter `{}`", n.name))
-                            .label("unknown argument")
-                            .note(b.name.span, "block defined here")
-                            .help(format!("its parameters are: {}", list.join(", "))));
+                        let list: Vec<&str> =
+                            b.params.iter().map(|p| p.name.name.as_str()).collect();
+                        return Err(err(
+                            Kind::Argument,
+                            n.span,
+                            format!("block `{bname}` has no parameter `{}`", n.name),
+                        )
+                        .label("unknown argument")
+                        .note(b.name.span, "block defined here")
+                        .help(format!("its parameters are: {}", list.join(", "))));
                     };
                     if let Some((_, prev)) = &vals[i] {
-                        return Err(err(Kind::Argument, n.span, format!("parameter `{}` is given twice", n.name))
-                            .label("given again here")
-                            .note(*prev, "first given here"));
+                        return Err(err(
+                            Kind::Argument,
+                            n.span,
+                            format!("parameter `{}` is given twice", n.name),
+                        )
+                        .label("given again here")
+                        .note(*prev, "first given here"));
                     }
                     vals[i] = Some((v, a.value.span));
                 }
@@ -1051,15 +1459,32 @@ impl<'a> Checker<'a> {
             Some(l) => self.qualify(&l.name),
             None => self.auto_name(bname),
         };
-        let mut inner = Scope { in_block: Some(bname.clone()), ..Scope::default() };
+        let mut inner = Scope {
+            in_block: Some(bname.clone()),
+            ..Scope::default()
+        };
         for l in &b.body {
-            inner.later.entry(l.name.name.clone()).or_insert(l.name.span);
+            inner
+                .later
+                .entry(l.name.name.clone())
+                .or_insert(l.name.span);
         }
         for (i, p) in b.params.iter().enumerate() {
             let v = match vals[i].take() {
                 Some((v, s)) => {
                     if let Val::Sym(name) = &v {
-                        if !matches!(name.as_str(), "true" | "false" | "same" | "valid" | "none" | "relu" | "tanh" | "sigmoid" | "gelu") {
+                        if !matches!(
+                            name.as_str(),
+                            "true"
+                                | "false"
+                                | "same"
+                                | "valid"
+                                | "none"
+                                | "relu"
+                                | "tanh"
+                                | "sigmoid"
+                                | "gelu"
+                        ) {
                             return Err(self.unknown_name(name, s, Some(scope)));
                         }
                     }
@@ -1068,24 +1493,33 @@ impl<'a> Checker<'a> {
                 None => match &p.default {
                     Some(d) => self.eval(d, &mut inner)?,
                     None => {
-                        return Err(err(Kind::Argument, span, format!("block `{bname}` is missing its `{}` argument", p.name.name))
-                            .label(format!("`{}` not given", p.name.name))
-                            .note(p.name.span, "parameter declared here"))
+                        return Err(err(
+                            Kind::Argument,
+                            span,
+                            format!("block `{bname}` is missing its `{}` argument", p.name.name),
+                        )
+                        .label(format!("`{}` not given", p.name.name))
+                        .note(p.name.span, "parameter declared here"))
                     }
                 },
             };
             inner.define(&p.name, v, "parameter")?;
         }
-        self.frames.push(Frame { prefix: format!("{inst}."), repeat: vec![] });
+        self.frames.push(Frame {
+            prefix: format!("{inst}."),
+            repeat: vec![],
+        });
         let res = self.block_body(b, &mut inner);
         self.frames.pop();
         let v = res?;
         if let Some(l) = label {
             // The instance name must be unique too (its layers are prefixed by it).
             if let Some(prev) = self.node_names.get(&inst) {
-                return Err(err(Kind::Name, l.span, format!("duplicate layer name `{inst}`"))
-                    .label("name already taken")
-                    .note(*prev, "first use"));
+                return Err(
+                    err(Kind::Name, l.span, format!("duplicate layer name `{inst}`"))
+                        .label("name already taken")
+                        .note(*prev, "first use"),
+                );
             }
             self.node_names.insert(inst, l.span);
         }
@@ -1095,10 +1529,17 @@ impl<'a> Checker<'a> {
     fn block_body(&mut self, b: &'a BlockDef, inner: &mut Scope) -> Result<Val, Error> {
         for l in &b.body {
             if let Some(p) = b.params.iter().find(|p| p.name.name == l.name.name) {
-                return Err(err(Kind::Name, l.name.span, format!("`{}` is already a parameter of block `{}`", l.name.name, b.name.name))
-                    .label("defined again here")
-                    .note(p.name.span, "parameter declared here")
-                    .help("choose a new name (e.g. `h`)"));
+                return Err(err(
+                    Kind::Name,
+                    l.name.span,
+                    format!(
+                        "`{}` is already a parameter of block `{}`",
+                        l.name.name, b.name.name
+                    ),
+                )
+                .label("defined again here")
+                .note(p.name.span, "parameter declared here")
+                .help("choose a new name (e.g. `h`)"));
             }
             self.no_block_clash(&l.name)?;
             let v = self.eval(&l.value, inner)?;
@@ -1110,8 +1551,15 @@ impl<'a> Checker<'a> {
             Val::Tensor(r) => Val::Tensor(r),
             Val::Sym(s) => return Err(self.unknown_name(&s, b.ret.span, Some(inner))),
             other => {
-                return Err(err(Kind::Argument, b.ret.span, format!("a block must return a tensor value, found {}", describe(&other)))
-                    .label("not a tensor"))
+                return Err(err(
+                    Kind::Argument,
+                    b.ret.span,
+                    format!(
+                        "a block must return a tensor value, found {}",
+                        describe(&other)
+                    ),
+                )
+                .label("not a tensor"))
             }
         };
         self.check_unused(inner, &format!(" in block `{}`", b.name.name))?;
@@ -1125,12 +1573,23 @@ impl<'a> Checker<'a> {
                 continue;
             }
             let (msg, help) = match b.what {
-                "input" => (format!("input `{n}` is never used"), "feed it to the network, or remove it".to_string()),
-                "target" => (format!("target `{n}` is never used"), "use it in the `loss`, or remove it".to_string()),
+                "input" => (
+                    format!("input `{n}` is never used"),
+                    "feed it to the network, or remove it".to_string(),
+                ),
+                "target" => (
+                    format!("target `{n}` is never used"),
+                    "use it in the `loss`, or remove it".to_string(),
+                ),
                 "parameter" => continue,
-                _ => (format!("`{n}` is never used{where_}"), "every value must contribute to the loss; use it or remove it".to_string()),
+                _ => (
+                    format!("`{n}` is never used{where_}"),
+                    "every value must contribute to the loss; use it or remove it".to_string(),
+                ),
             };
-            return Err(err(Kind::Name, b.span, msg).label("defined here but never used").help(help));
+            return Err(err(Kind::Name, b.span, msg)
+                .label("defined here but never used")
+                .help(help));
         }
         Ok(())
     }
@@ -1153,9 +1612,13 @@ impl<'a> Checker<'a> {
         }
         if let Some(i) = live.iter().position(|l| !l) {
             let n = &self.nodes[i];
-            return Err(err(Kind::Name, n.span, format!("layer `{}` does not contribute to the loss", n.name))
-                .label("its output is never used")
-                .help("remove it, or use its result"));
+            return Err(err(
+                Kind::Name,
+                n.span,
+                format!("layer `{}` does not contribute to the loss", n.name),
+            )
+            .label("its output is never used")
+            .help("remove it, or use its result"));
         }
         Ok(())
     }
@@ -1165,7 +1628,12 @@ impl<'a> Checker<'a> {
             "mse" => LossKind::Mse,
             "cross_entropy" => LossKind::CrossEntropy,
             other => {
-                let mut e = err(Kind::Training, l.func.span, format!("unknown loss `{other}`")).label("not a loss");
+                let mut e = err(
+                    Kind::Training,
+                    l.func.span,
+                    format!("unknown loss `{other}`"),
+                )
+                .label("not a loss");
                 e = match suggest(other, LOSSES.iter().copied()) {
                     Some(s) => e.help(format!("did you mean `{s}`? the losses are `mse` and `cross_entropy`")),
                     None => e.help("the losses are `mse(prediction, target)` and `cross_entropy(logits, labels)`"),
@@ -1176,29 +1644,50 @@ impl<'a> Checker<'a> {
         let fname = &l.func.name;
         if let Some(a) = l.args.iter().find(|a| a.name.is_some()) {
             let n = a.name.as_ref().map(|n| n.name.clone()).unwrap_or_default();
-            return Err(err(Kind::Argument, a.span, format!("`{fname}` has no argument `{n}`"))
-                .label("unknown argument")
-                .help(format!("write `loss {fname}(prediction, target)`")));
+            return Err(err(
+                Kind::Argument,
+                a.span,
+                format!("`{fname}` has no argument `{n}`"),
+            )
+            .label("unknown argument")
+            .help(format!("write `loss {fname}(prediction, target)`")));
         }
         if l.args.len() != 2 {
-            return Err(err(Kind::Argument, l.span, format!("`{fname}` takes 2 arguments (prediction, target), got {}", l.args.len()))
-                .label("wrong number of arguments")
-                .help(format!("write `loss {fname}(prediction, target)`")));
+            return Err(err(
+                Kind::Argument,
+                l.span,
+                format!(
+                    "`{fname}` takes 2 arguments (prediction, target), got {}",
+                    l.args.len()
+                ),
+            )
+            .label("wrong number of arguments")
+            .help(format!("write `loss {fname}(prediction, target)`")));
         }
         let pv = self.eval(&l.args[0].value, scope)?;
         let pspan = l.args[0].value.span;
         let pred = match pv {
             Val::Tensor(ValueRef::Target(_)) => {
-                return Err(err(Kind::Training, pspan, "the prediction of the loss is a target")
-                    .label("this is a target")
-                    .help(format!("write `loss {fname}(prediction, target)` with the prediction first")))
+                return Err(err(
+                    Kind::Training,
+                    pspan,
+                    "the prediction of the loss is a target",
+                )
+                .label("this is a target")
+                .help(format!(
+                    "write `loss {fname}(prediction, target)` with the prediction first"
+                )))
             }
             v => self.expect_tensor(&v, pspan, "the prediction", scope)?,
         };
         if !matches!(pred, ValueRef::Node(_)) {
-            return Err(err(Kind::Training, pspan, "the loss' prediction must be computed by layers")
-                .label("this is an input")
-                .help("apply at least one layer, e.g. `out = x |> dense(1)`"));
+            return Err(err(
+                Kind::Training,
+                pspan,
+                "the loss' prediction must be computed by layers",
+            )
+            .label("this is an input")
+            .help("apply at least one layer, e.g. `out = x |> dense(1)`"));
         }
         let tspan = l.args[1].value.span;
         let tv = self.eval(&l.args[1].value, scope)?;
@@ -1206,13 +1695,19 @@ impl<'a> Checker<'a> {
             Val::Tensor(r @ ValueRef::Target(_)) => r,
             Val::Sym(s) => return Err(self.unknown_name(&s, tspan, Some(scope))),
             _ => {
-                return Err(err(Kind::Training, tspan, format!("the second argument of `{fname}` must be a declared `target`"))
-                    .label("not a target")
-                    .help("declare it, e.g. `target y: [1]`, and pass its name"))
+                return Err(err(
+                    Kind::Training,
+                    tspan,
+                    format!("the second argument of `{fname}` must be a declared `target`"),
+                )
+                .label("not a target")
+                .help("declare it, e.g. `target y: [1]`, and pass its name"))
             }
         };
         let ps = self.shape_of(pred).clone();
-        let ValueRef::Target(ti) = target else { return Err(err(Kind::Training, tspan, "not a target")) };
+        let ValueRef::Target(ti) = target else {
+            return Err(err(Kind::Training, tspan, "not a target"));
+        };
         let t = self.targets[ti].clone();
         match kind {
             LossKind::Mse => {
@@ -1223,9 +1718,8 @@ impl<'a> Checker<'a> {
                         .help("use `cross_entropy` for class labels, or declare the target with a shape like `[1]`"));
                 }
                 if ps != t.shape {
-                    return Err(err(Kind::Shape, l.span, format!("`mse` compares a prediction of shape {} with a target of shape {}", fmt_shape(&ps), fmt_shape(&t.shape)))
-                        .label("shapes differ")
-                        .note(pspan, format!("prediction is {}", fmt_shape(&ps)))
+                    return Err(err(Kind::Shape, pspan, format!("`mse` compares a prediction of shape {} with a target of shape {}", fmt_shape(&ps), fmt_shape(&t.shape)))
+                        .label(format!("prediction is {}", fmt_shape(&ps)))
                         .note(t.span, format!("target is {}", fmt_shape(&t.shape)))
                         .help("make the last layer produce the target's shape (e.g. `dense(1)` for `[1]`)"));
                 }
@@ -1238,9 +1732,17 @@ impl<'a> Checker<'a> {
                         .help(format!("declare it as `target {}: int`", t.name)));
                 }
                 if !(t.shape.is_empty() || t.shape == [1]) {
-                    return Err(err(Kind::Shape, t.span, format!("class labels must be one integer per sample, but `{}` is {}", t.name, fmt_shape(&t.shape)))
-                        .label("wrong label shape")
-                        .help(format!("declare it as `target {}: int`", t.name)));
+                    return Err(err(
+                        Kind::Shape,
+                        t.span,
+                        format!(
+                            "class labels must be one integer per sample, but `{}` is {}",
+                            t.name,
+                            fmt_shape(&t.shape)
+                        ),
+                    )
+                    .label("wrong label shape")
+                    .help(format!("declare it as `target {}: int`", t.name)));
                 }
                 if ps.len() != 1 {
                     return Err(err(Kind::Shape, pspan, format!("`cross_entropy` expects logits of shape [classes], got {}", fmt_shape(&ps)))
@@ -1248,13 +1750,22 @@ impl<'a> Checker<'a> {
                         .help("end the network with `|> flatten |> dense(classes)` or `|> global_avgpool |> dense(classes)`"));
                 }
                 if ps[0] < 2 {
-                    return Err(err(Kind::Shape, pspan, "`cross_entropy` needs at least 2 classes, the prediction has 1")
-                        .label("one logit")
-                        .help("use `mse` (or a `sigmoid` output) for a single output"));
+                    return Err(err(
+                        Kind::Shape,
+                        pspan,
+                        "`cross_entropy` needs at least 2 classes, the prediction has 1",
+                    )
+                    .label("one logit")
+                    .help("use `mse` (or a `sigmoid` output) for a single output"));
                 }
             }
         }
-        Ok(Loss { kind, pred, target, span: l.span })
+        Ok(Loss {
+            kind,
+            pred,
+            target,
+            span: l.span,
+        })
     }
 
     fn const_eval(&self, e: &Expr) -> Result<Val, Error> {
@@ -1269,7 +1780,8 @@ impl<'a> Checker<'a> {
                 }
                 Ok(Val::Tuple(out))
             }
-            _ => Err(err(Kind::Training, e.span, "expected a constant here").label("not a number or name")),
+            _ => Err(err(Kind::Training, e.span, "expected a constant here")
+                .label("not a number or name")),
         }
     }
 
@@ -1278,31 +1790,56 @@ impl<'a> Checker<'a> {
         let mut seen: HashMap<&str, &Field> = HashMap::new();
         for f in &t.fields {
             let Some(key) = FIELDS.iter().find(|k| **k == f.name.name) else {
-                let mut e = err(Kind::Training, f.name.span, format!("unknown train setting `{}`", f.name.name)).label("unknown setting");
+                let mut e = err(
+                    Kind::Training,
+                    f.name.span,
+                    format!("unknown train setting `{}`", f.name.name),
+                )
+                .label("unknown setting");
                 e = match suggest(&f.name.name, FIELDS.iter().copied()) {
-                    Some(s) => e.help(format!("did you mean `{s}`? the settings are: batch, optimizer, epochs, seed")),
+                    Some(s) => e.help(format!(
+                        "did you mean `{s}`? the settings are: batch, optimizer, epochs, seed"
+                    )),
                     None => e.help("the settings are: batch, optimizer, epochs, seed"),
                 };
                 return Err(e);
             };
             if let Some(prev) = seen.get(key) {
-                return Err(err(Kind::Training, f.name.span, format!("`{key}` is set twice"))
-                    .label("set again here")
-                    .note(prev.name.span, "first set here"));
+                return Err(
+                    err(Kind::Training, f.name.span, format!("`{key}` is set twice"))
+                        .label("set again here")
+                        .note(prev.name.span, "first set here"),
+                );
             }
             seen.insert(key, f);
         }
         let missing = |k: &str, ex: &str| {
-            err(Kind::Training, t.span, format!("the train section has no `{k}`"))
-                .label(format!("`{k}` missing"))
-                .help(format!("add `{k}: {ex}`"))
+            err(
+                Kind::Training,
+                t.span,
+                format!("the train section has no `{k}`"),
+            )
+            .label(format!("`{k}` missing"))
+            .help(format!("add `{k}: {ex}`"))
         };
         let int_field = |k: &str, min: i64| -> Result<Option<i64>, Error> {
-            let Some(f) = seen.get(k) else { return Ok(None) };
+            let Some(f) = seen.get(k) else {
+                return Ok(None);
+            };
             match self.const_eval(&f.value)? {
                 Val::Int(i) if i >= min => Ok(Some(i)),
-                Val::Int(i) => Err(err(Kind::Training, f.value.span, format!("`{k}` must be at least {min}, found {i}")).label("out of range")),
-                other => Err(err(Kind::Training, f.value.span, format!("`{k}` must be a whole number, found {}", describe(&other))).label("expected an integer")),
+                Val::Int(i) => Err(err(
+                    Kind::Training,
+                    f.value.span,
+                    format!("`{k}` must be at least {min}, found {i}"),
+                )
+                .label("out of range")),
+                other => Err(err(
+                    Kind::Training,
+                    f.value.span,
+                    format!("`{k}` must be a whole number, found {}", describe(&other)),
+                )
+                .label("expected an integer")),
             }
         };
         let batch = int_field("batch", 1)?.ok_or_else(|| missing("batch", "32"))?;
@@ -1312,33 +1849,77 @@ impl<'a> Checker<'a> {
         }
         let epochs = int_field("epochs", 1)?.map(|e| e as usize);
         let seed = int_field("seed", 0)?.map(|s| s as u64);
-        let Some(of) = seen.get("optimizer") else { return Err(missing("optimizer", "sgd(lr: 0.01)")) };
+        let Some(of) = seen.get("optimizer") else {
+            return Err(missing("optimizer", "sgd(lr: 0.01)"));
+        };
         let optimizer = self.optimizer(&of.value)?;
-        Ok(TrainConfig { batch: batch as usize, optimizer, epochs, seed })
+        Ok(TrainConfig {
+            batch: batch as usize,
+            optimizer,
+            epochs,
+            seed,
+        })
     }
 
     fn optimizer(&self, e: &Expr) -> Result<Optimizer, Error> {
         let (func, args): (Ident, &[Arg]) = match &e.kind {
-            ExprKind::Name(n) => (Ident { name: n.clone(), span: e.span }, &[]),
-            ExprKind::Call { func, args, label: None } => (func.clone(), args.as_slice()),
+            ExprKind::Name(n) => (
+                Ident {
+                    name: n.clone(),
+                    span: e.span,
+                },
+                &[],
+            ),
+            ExprKind::Call {
+                func,
+                args,
+                label: None,
+            } => (func.clone(), args.as_slice()),
             _ => {
-                return Err(err(Kind::Training, e.span, "expected an optimizer such as `sgd(lr: 0.01)` or `adam(lr: 0.001)`")
-                    .label("not an optimizer"))
+                return Err(err(
+                    Kind::Training,
+                    e.span,
+                    "expected an optimizer such as `sgd(lr: 0.01)` or `adam(lr: 0.001)`",
+                )
+                .label("not an optimizer"))
             }
         };
         let params: &'static [(&'static str, bool)] = match func.name.as_str() {
-            "sgd" => &[("lr", true), ("momentum", true), ("weight_decay", true), ("nesterov", true)],
-            "adam" | "adamw" => &[("lr", true), ("betas", true), ("beta1", true), ("beta2", true), ("eps", true), ("weight_decay", true)],
+            "sgd" => &[
+                ("lr", true),
+                ("momentum", true),
+                ("weight_decay", true),
+                ("nesterov", true),
+            ],
+            "adam" | "adamw" => &[
+                ("lr", true),
+                ("betas", true),
+                ("beta1", true),
+                ("beta2", true),
+                ("eps", true),
+                ("weight_decay", true),
+            ],
             other => {
-                let mut er = err(Kind::Training, func.span, format!("unknown optimizer `{other}`")).label("not an optimizer");
+                let mut er = err(
+                    Kind::Training,
+                    func.span,
+                    format!("unknown optimizer `{other}`"),
+                )
+                .label("not an optimizer");
                 er = match suggest(other, OPTIMIZERS.iter().copied()) {
-                    Some(s) => er.help(format!("did you mean `{s}`? the optimizers are sgd, adam and adamw")),
+                    Some(s) => er.help(format!(
+                        "did you mean `{s}`? the optimizers are sgd, adam and adamw"
+                    )),
                     None => er.help("the optimizers are sgd, adam and adamw"),
                 };
                 return Err(er);
             }
         };
-        let op: &'static str = OPTIMIZERS.iter().copied().find(|o| *o == func.name).unwrap_or("sgd");
+        let op: &'static str = OPTIMIZERS
+            .iter()
+            .copied()
+            .find(|o| *o == func.name)
+            .unwrap_or("sgd");
         let sig = Sig { op, params };
         let mut positional = vec![];
         let mut kw = vec![];
@@ -1348,12 +1929,21 @@ impl<'a> Checker<'a> {
                 Some(n) => kw.push((n, v, a.value.span)),
                 None => {
                     if !kw.is_empty() {
-                        return Err(err(Kind::Argument, a.span, "positional argument after a keyword argument").label("positional"));
+                        return Err(err(
+                            Kind::Argument,
+                            a.span,
+                            "positional argument after a keyword argument",
+                        )
+                        .label("positional"));
                     }
                     if !positional.is_empty() {
-                        return Err(err(Kind::Argument, a.value.span, format!("`{op}` takes only the learning rate positionally"))
-                            .label("unexpected argument")
-                            .help("name the other settings, e.g. `momentum: 0.9`"));
+                        return Err(err(
+                            Kind::Argument,
+                            a.value.span,
+                            format!("`{op}` takes only the learning rate positionally"),
+                        )
+                        .label("unexpected argument")
+                        .help("name the other settings, e.g. `momentum: 0.9`"));
                     }
                     positional.push((v, a.value.span));
                 }
@@ -1366,9 +1956,18 @@ impl<'a> Checker<'a> {
                 return Ok(());
             }
             let s = b.get(k).map_or(e.span, |x| x.1);
-            let lo_s = if incl_lo { "[" } else { "(" };
-            let hi_s = if hi.is_infinite() { "inf".to_string() } else { format!("{hi}") };
-            Err(err(Kind::Training, s, format!("`{k}` must be in {lo_s}{lo}, {hi_s}), found {v}")).label("out of range"))
+            let what = match (hi.is_infinite(), incl_lo) {
+                (true, false) => "positive".to_string(),
+                (true, true) => "zero or positive".to_string(),
+                (false, true) => format!("in [{lo}, {hi})"),
+                (false, false) => format!("in ({lo}, {hi})"),
+            };
+            Err(err(
+                Kind::Training,
+                s,
+                format!("`{k}` must be {what}, found {v}"),
+            )
+            .label("out of range"))
         };
         let lr_default = if op == "sgd" { 0.01 } else { 0.001 };
         let lr = b.float("lr", lr_default)?;
@@ -1381,23 +1980,42 @@ impl<'a> Checker<'a> {
             let nesterov = b.boolean("nesterov", false)?;
             if nesterov && momentum == 0.0 {
                 let s = b.get("nesterov").map_or(e.span, |x| x.1);
-                return Err(err(Kind::Training, s, "Nesterov momentum needs a non-zero `momentum`")
-                    .label("nesterov without momentum")
-                    .help("add e.g. `momentum: 0.9`"));
+                return Err(err(
+                    Kind::Training,
+                    s,
+                    "Nesterov momentum needs a non-zero `momentum`",
+                )
+                .label("nesterov without momentum")
+                .help("add e.g. `momentum: 0.9`"));
             }
-            return Ok(Optimizer::Sgd { lr: lr as f32, momentum: momentum as f32, weight_decay: weight_decay as f32, nesterov });
+            return Ok(Optimizer::Sgd {
+                lr: lr as f32,
+                momentum: momentum as f32,
+                weight_decay: weight_decay as f32,
+                nesterov,
+            });
         }
         let (mut beta1, mut beta2) = (0.9, 0.999);
         if let Some((v, s)) = b.get("betas") {
             if b.get("beta1").is_some() || b.get("beta2").is_some() {
-                return Err(err(Kind::Training, *s, "give either `betas` or `beta1`/`beta2`, not both").label("conflicting settings"));
+                return Err(err(
+                    Kind::Training,
+                    *s,
+                    "give either `betas` or `beta1`/`beta2`, not both",
+                )
+                .label("conflicting settings"));
             }
             match v {
                 Val::Tuple(items) if items.len() == 2 => {
                     let num = |(v, s): &(Val, Span)| match v {
                         Val::Int(i) => Ok(*i as f64),
                         Val::Float(f) => Ok(*f),
-                        other => Err(err(Kind::Training, *s, format!("expected a number, found {}", describe(other))).label("not a number")),
+                        other => Err(err(
+                            Kind::Training,
+                            *s,
+                            format!("expected a number, found {}", describe(other)),
+                        )
+                        .label("not a number")),
                     };
                     beta1 = num(&items[0])?;
                     beta2 = num(&items[1])?;
@@ -1411,7 +2029,12 @@ impl<'a> Checker<'a> {
             let s = *s;
             for bv in [beta1, beta2] {
                 if !(0.0..1.0).contains(&bv) {
-                    return Err(err(Kind::Training, s, format!("betas must be in [0, 1), found {bv}")).label("out of range"));
+                    return Err(err(
+                        Kind::Training,
+                        s,
+                        format!("betas must be in [0, 1), found {bv}"),
+                    )
+                    .label("out of range"));
                 }
             }
         } else {
@@ -1437,13 +2060,19 @@ impl<'a> Checker<'a> {
 }
 
 fn activation(b: &Bound) -> Result<Option<Activation>, Error> {
-    Ok(match b.choice("activation", &["none", "relu", "tanh", "sigmoid", "gelu"], "none")? {
-        "relu" => Some(Activation::Relu),
-        "tanh" => Some(Activation::Tanh),
-        "sigmoid" => Some(Activation::Sigmoid),
-        "gelu" => Some(Activation::Gelu),
-        _ => None,
-    })
+    Ok(
+        match b.choice(
+            "activation",
+            &["none", "relu", "tanh", "sigmoid", "gelu"],
+            "none",
+        )? {
+            "relu" => Some(Activation::Relu),
+            "tanh" => Some(Activation::Tanh),
+            "sigmoid" => Some(Activation::Sigmoid),
+            "gelu" => Some(Activation::Gelu),
+            _ => None,
+        },
+    )
 }
 
 fn act_name(a: Activation) -> &'static str {
@@ -1489,5 +2118,14 @@ fn calls_in(e: &Expr, out: &mut Vec<(String, Span)>) {
             body.iter().for_each(|i| calls_in(i, out));
         }
         ExprKind::Int(_) | ExprKind::Float(_) => {}
+    }
+}
+
+/// Span of the last non-blank character of the source (where "missing ..." errors point).
+fn last_char(src: &str) -> Span {
+    let trimmed = src.trim_end();
+    match trimmed.char_indices().last() {
+        Some((i, c)) => Span::new(i, i + c.len_utf8()),
+        None => Span::new(0, 0),
     }
 }

@@ -101,7 +101,11 @@ impl Diagnostic {
             col,
             label: err.label,
             help: err.help,
-            notes: err.notes.into_iter().map(|(s, t)| (clamp(s, src), t)).collect(),
+            notes: err
+                .notes
+                .into_iter()
+                .map(|(s, t)| (clamp(s, src), t))
+                .collect(),
             src_code: NamedSource::new(file, src.to_string()),
         }
     }
@@ -117,13 +121,19 @@ impl miette::Diagnostic for Diagnostic {
         Some(Box::new(self.kind.code()))
     }
     fn help<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
-        self.help.as_ref().map(|h| Box::new(h) as Box<dyn fmt::Display>)
+        self.help
+            .as_ref()
+            .map(|h| Box::new(h) as Box<dyn fmt::Display>)
     }
     fn source_code(&self) -> Option<&dyn SourceCode> {
         Some(&self.src_code)
     }
     fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
-        let label = if self.label.is_empty() { None } else { Some(self.label.clone()) };
+        let label = if self.label.is_empty() {
+            None
+        } else {
+            Some(self.label.clone())
+        };
         let primary = LabeledSpan::new_primary_with_span(label, (self.span.start, self.span.len()));
         let notes = self
             .notes

@@ -31,7 +31,11 @@ pub fn compile_file(path: &std::path::Path) -> Result<Model, Diagnostic> {
     match std::fs::read_to_string(path) {
         Ok(src) => compile_source(&src, &file),
         Err(e) => Err(Diagnostic::from_error(
-            diag::Error::new(Kind::Syntax, model::Span::default(), format!("cannot read `{file}`: {e}")),
+            diag::Error::new(
+                Kind::Syntax,
+                model::Span::default(),
+                format!("cannot read `{file}`: {e}"),
+            ),
             "",
             &file,
         )),

@@ -39,7 +39,9 @@ fn describe(t: &Tok) -> String {
     }
 }
 
-const KEYWORDS: &[&str] = &["input", "target", "block", "return", "loss", "train", "repeat", "as"];
+const KEYWORDS: &[&str] = &[
+    "input", "target", "block", "return", "loss", "train", "repeat", "as",
+];
 
 fn is_keyword(s: &str) -> bool {
     KEYWORDS.contains(&s)
@@ -97,7 +99,9 @@ fn trivia(i: &str) -> IResult<&str, ()> {
 }
 
 fn intern_punct(p: &str) -> &'static str {
-    const ALL: &[&str] = &["|>", "(", ")", "[", "]", "{", "}", ",", ":", "=", "+", "-", ";"];
+    const ALL: &[&str] = &[
+        "|>", "(", ")", "[", "]", "{", "}", ",", ":", "=", "+", "-", ";",
+    ];
     ALL.iter().copied().find(|q| *q == p).unwrap_or("?")
 }
 
@@ -112,7 +116,10 @@ pub fn lex(src: &str) -> Result<Vec<Token>, Error> {
         }
         let start = len - rest.len();
         if rest.is_empty() {
-            toks.push(Token { tok: Tok::Eof, span: Span::new(len, len) });
+            toks.push(Token {
+                tok: Tok::Eof,
+                span: Span::new(len, len),
+            });
             return Ok(toks);
         }
         let (r, tok) = if let Ok((r, s)) = ident(rest) {
@@ -124,16 +131,24 @@ pub fn lex(src: &str) -> Result<Vec<Token>, Error> {
                 match s.parse::<f64>() {
                     Ok(f) if f.is_finite() => Tok::Float(f),
                     _ => {
-                        return Err(Error::new(Kind::Syntax, span, format!("number `{s}` is out of range"))
-                            .label("too large"))
+                        return Err(Error::new(
+                            Kind::Syntax,
+                            span,
+                            format!("number `{s}` is out of range"),
+                        )
+                        .label("too large"))
                     }
                 }
             } else {
                 match s.parse::<i64>() {
                     Ok(v) => Tok::Int(v),
                     Err(_) => {
-                        return Err(Error::new(Kind::Syntax, span, format!("number `{s}` is too large"))
-                            .label("does not fit in 64 bits"))
+                        return Err(Error::new(
+                            Kind::Syntax,
+                            span,
+                            format!("number `{s}` is too large"),
+                        )
+                        .label("does not fit in 64 bits"))
                     }
                 }
             };
@@ -143,19 +158,30 @@ pub fn lex(src: &str) -> Result<Vec<Token>, Error> {
         } else {
             let c = rest.chars().next().unwrap_or(' ');
             let span = Span::new(start, start + c.len_utf8());
-            let mut e = Error::new(Kind::Syntax, span, format!("unexpected character `{}`", c.escape_debug()))
-                .label("not part of the language");
+            let mut e = Error::new(
+                Kind::Syntax,
+                span,
+                format!("unexpected character `{}`", c.escape_debug()),
+            )
+            .label("not part of the language");
             e = match c {
                 '|' => e.help("the pipeline operator is `|>`"),
                 '.' => e.help("numbers start with a digit: write `0.5`, not `.5`"),
-                '"' | '\'' => e.help("there are no strings: write options as names, e.g. `padding: valid`"),
-                '*' | '/' => e.help("only `+` (elementwise add) is an operator; use layers for the rest"),
+                '"' | '\'' => {
+                    e.help("there are no strings: write options as names, e.g. `padding: valid`")
+                }
+                '*' | '/' => {
+                    e.help("only `+` (elementwise add) is an operator; use layers for the rest")
+                }
                 _ => e,
             };
             return Err(e);
         };
         let end = len - r.len();
-        toks.push(Token { tok, span: Span::new(start, end) });
+        toks.push(Token {
+            tok,
+            span: Span::new(start, end),
+        });
         rest = r;
     }
 }
@@ -163,7 +189,12 @@ pub fn lex(src: &str) -> Result<Vec<Token>, Error> {
 /// Parses a whole program.
 pub fn parse(src: &str) -> Result<Program, Error> {
     let toks = lex(src)?;
-    let mut p = P { src, toks, pos: 0, depth: 0 };
+    let mut p = P {
+        src,
+        toks,
+        pos: 0,
+        depth: 0,
+    };
     p.program()
 }
 
@@ -217,17 +248,42 @@ impl<'s> P<'s> {
         let (l, c) = line_col(self.src, span.start);
         format!("{l}:{c}")
     }
+    /// Whether the next token starts on a later line than the previous one ends (or is the end of
+    /// file): errors are then shown after the previous token, where the missing text belongs.
+    fn after_prev(&self) -> Option<Span> {
+        if self.pos == 0 {
+            return None;
+        }
+        let prev = self.toks[self.pos - 1].span;
+        let next = self.peek();
+        let gap = &self.src[prev.end.min(self.src.len())
+            ..next
+                .span
+                .start
+                .min(self.src.len())
+                .max(prev.end.min(self.src.len()))];
+        if next.tok == Tok::Eof || gap.contains('\n') {
+            Some(prev)
+        } else {
+            None
+        }
+    }
     fn unexpected(&self, expected: &str) -> Error {
         let t = self.peek();
         let found = describe(&t.tok);
-        Error::new(Kind::Syntax, t.span, format!("expected {expected}, found {found}"))
-            .label(format!("expected {expected}"))
-    }
-    fn expect_punct(&mut self, p: &str, expected: &str) -> R<Span> {
-        if self.is_punct(p) {
-            Ok(self.bump().span)
-        } else {
-            Err(self.unexpected(expected))
+        match self.after_prev() {
+            Some(prev) => Error::new(
+                Kind::Syntax,
+                prev,
+                format!("expected {expected}, found {found}"),
+            )
+            .label(format!("expected {expected} after this")),
+            None => Error::new(
+                Kind::Syntax,
+                t.span,
+                format!("expected {expected}, found {found}"),
+            )
+            .label(format!("expected {expected}")),
         }
     }
     /// Expects the closing delimiter of a group opened at `open`.
@@ -238,22 +294,32 @@ impl<'s> P<'s> {
         let t = self.peek().clone();
         let at = self.at(open);
         let mut e = if t.tok == Tok::Eof {
-            Error::new(Kind::Syntax, t.span, format!("unterminated {what}: expected `{close}` to close the {what} started at {at}"))
-                .label(format!("expected `{close}`"))
+            Error::new(
+                Kind::Syntax,
+                t.span,
+                format!(
+                    "unterminated {what}: expected `{close}` to close the {what} started at {at}"
+                ),
+            )
         } else {
             Error::new(
                 Kind::Syntax,
                 t.span,
-                format!("expected `{close}` to close the {what} started at {at}, found {}", describe(&t.tok)),
+                format!(
+                    "expected `{close}` to close the {what} started at {at}, found {}",
+                    describe(&t.tok)
+                ),
             )
-            .label(format!("expected `{close}` or `,`"))
         };
-        if t.tok != Tok::Eof {
-            e.label = if matches!(what, "call" | "parenthesis" | "shape" | "parameter list") {
-                format!("expected `,` or `{close}`")
-            } else {
-                format!("expected `{close}`")
-            };
+        let list = matches!(what, "call" | "parenthesis" | "shape" | "parameter list");
+        e.label = if list {
+            format!("expected `,` or `{close}`")
+        } else {
+            format!("expected `{close}`")
+        };
+        if let Some(prev) = self.after_prev() {
+            e.span = prev;
+            e.label = format!("expected `{close}` after this");
         }
         e = e.note(open, format!("{what} started here"));
         Err(e)
@@ -262,13 +328,20 @@ impl<'s> P<'s> {
         match self.peek().tok.clone() {
             Tok::Ident(s) if !is_keyword(&s) => {
                 let t = self.bump();
-                Ok(Ident { name: s, span: t.span })
+                Ok(Ident {
+                    name: s,
+                    span: t.span,
+                })
             }
             Tok::Ident(s) => {
                 let t = self.peek().clone();
-                Err(Error::new(Kind::Syntax, t.span, format!("expected {what}, found keyword `{s}`"))
-                    .label("this is a reserved word")
-                    .help(format!("`{s}` is reserved; choose another name")))
+                Err(Error::new(
+                    Kind::Syntax,
+                    t.span,
+                    format!("expected {what}, found keyword `{s}`"),
+                )
+                .label("this is a reserved word")
+                .help(format!("`{s}` is reserved; choose another name")))
             }
             _ => Err(self.unexpected(what)),
         }
@@ -277,7 +350,9 @@ impl<'s> P<'s> {
         self.depth += 1;
         if self.depth > MAX_DEPTH {
             let t = self.peek().span;
-            return Err(Error::new(Kind::Syntax, t, "expression nested too deeply").label("too deep"));
+            return Err(
+                Error::new(Kind::Syntax, t, "expression nested too deeply").label("too deep")
+            );
         }
         Ok(())
     }
@@ -291,16 +366,32 @@ impl<'s> P<'s> {
             }
             items.push(self.item()?);
         }
-        Ok(Program { items, len: self.src.len() })
+        Ok(Program {
+            items,
+            len: self.src.len(),
+        })
     }
 
     fn item(&mut self) -> R<Item> {
         let t = self.peek().clone();
         match &t.tok {
+            Tok::Ident(k) if is_keyword(k) && self.peek_at(1).tok == Tok::Punct("=") => {
+                Err(Error::new(
+                    Kind::Syntax,
+                    t.span,
+                    format!("`{k}` is a reserved word and cannot name a value"),
+                )
+                .label("reserved word")
+                .help(format!("choose another name, e.g. `{k}_value = ...`")))
+            }
             Tok::Ident(k) if k == "input" || k == "target" => {
                 self.bump();
                 let d = self.decl(t.span)?;
-                Ok(if k == "input" { Item::Input(d) } else { Item::Target(d) })
+                Ok(if k == "input" {
+                    Item::Input(d)
+                } else {
+                    Item::Target(d)
+                })
             }
             Tok::Ident(k) if k == "block" => self.block(),
             Tok::Ident(k) if k == "loss" => {
@@ -311,15 +402,25 @@ impl<'s> P<'s> {
                 }
                 let open = self.bump().span;
                 let args = self.args(open)?;
-                Ok(Item::Loss(LossStmt { func, args, span: Span::new(t.span.start, self.prev_end()) }))
+                Ok(Item::Loss(LossStmt {
+                    func,
+                    args,
+                    span: Span::new(t.span.start, self.prev_end()),
+                }))
             }
             Tok::Ident(k) if k == "train" => self.train(),
-            Tok::Ident(k) if k == "return" => Err(Error::new(Kind::Syntax, t.span, "`return` outside of a block")
-                .label("only blocks return a value")
-                .help("the model's output is the prediction given to `loss`")),
+            Tok::Ident(k) if k == "return" => {
+                Err(
+                    Error::new(Kind::Syntax, t.span, "`return` outside of a block")
+                        .label("only blocks return a value")
+                        .help("the model's output is the prediction given to `loss`"),
+                )
+            }
             Tok::Ident(k) if !is_keyword(k) => Ok(Item::Let(self.let_stmt()?)),
             _ => {
-                let mut e = self.unexpected("a statement (`input`, `target`, `name = ...`, `block`, `loss` or `train`)");
+                let mut e = self.unexpected(
+                    "a statement (`input`, `target`, `name = ...`, `block`, `loss` or `train`)",
+                );
                 e.label = "expected a statement".into();
                 if matches!(t.tok, Tok::Punct("|>")) {
                     e = e.help("a pipeline continues a value: write `name = value |> ...`");
@@ -332,22 +433,36 @@ impl<'s> P<'s> {
     fn let_stmt(&mut self) -> R<Let> {
         let name = self.ident("a name")?;
         if !self.is_punct("=") {
-            let mut e = self.unexpected(&format!("`=` after `{}`", name.name));
+            let mut e = self.unexpected("`=`");
             if self.is_punct("(") || self.is_punct("|>") {
-                e = e.help(format!("a statement must name its value: write `out = {} ...`", name.name));
+                e = e.help(format!(
+                    "a statement must name its value, e.g. `out = {}(...)`",
+                    name.name
+                ));
             } else if self.is_punct(":") {
-                e = e.help(format!("to declare an input write `input {}: [...]`", name.name));
+                e = e.help(format!(
+                    "to declare an input write `input {}: [...]`",
+                    name.name
+                ));
             }
             return Err(e);
         }
         self.bump();
         let value = self.expr()?;
-        Ok(Let { span: Span::new(name.span.start, value.span.end), name, value })
+        Ok(Let {
+            span: Span::new(name.span.start, value.span.end),
+            name,
+            value,
+        })
     }
 
     fn decl(&mut self, kw: Span) -> R<Decl> {
         let name = self.ident("a name")?;
-        self.expect_punct(":", &format!("`:` and a shape after `{}` (e.g. `{}: [16, 16, 1]`)", name.name, name.name))?;
+        if !self.eat_punct(":") {
+            return Err(self
+                .unexpected("`:` and a shape")
+                .help(format!("declare it like `{}: [16, 16, 1]`", name.name)));
+        }
         let tstart = self.peek().span.start;
         let mut int = false;
         if self.is_kw("int") {
@@ -369,13 +484,24 @@ impl<'s> P<'s> {
                     Tok::Int(v) => {
                         self.bump();
                         let start = if neg { t.span.start - 1 } else { t.span.start };
-                        dims.push((if neg { -v } else { v }, Span::new(start.min(t.span.start), t.span.end)));
+                        dims.push((
+                            if neg { -v } else { v },
+                            Span::new(start.min(t.span.start), t.span.end),
+                        ));
                     }
                     Tok::Float(_) => {
-                        return Err(Error::new(Kind::Syntax, t.span, "dimensions must be whole numbers")
-                            .label("not an integer"))
+                        return Err(Error::new(
+                            Kind::Syntax,
+                            t.span,
+                            "dimensions must be whole numbers",
+                        )
+                        .label("not an integer"))
                     }
-                    _ if t.tok == Tok::Eof => return self.expect_close("]", open, "shape").map(|_| unreachable_decl()),
+                    _ if t.tok == Tok::Eof => {
+                        return self
+                            .expect_close("]", open, "shape")
+                            .map(|_| unreachable_decl())
+                    }
                     _ => return Err(self.unexpected("a dimension (a whole number)")),
                 }
                 if !self.eat_punct(",") {
@@ -389,14 +515,19 @@ impl<'s> P<'s> {
             return Err(e);
         }
         let span = Span::new(tstart, self.prev_end());
-        Ok(Decl { span: Span::new(kw.start, span.end), name, ty: TypeExpr { int, dims, span } })
+        Ok(Decl {
+            span: Span::new(kw.start, span.end),
+            name,
+            ty: TypeExpr { int, dims, span },
+        })
     }
 
     fn block(&mut self) -> R<Item> {
         let kw = self.bump().span;
         let name = self.ident("the block's name")?;
         if !self.is_punct("(") {
-            let mut e = self.unexpected(&format!("`(` and the parameters of block `{}`", name.name));
+            let mut e =
+                self.unexpected(&format!("`(` and the parameters of block `{}`", name.name));
             e = e.help(format!("write `block {}(x, ...) {{ ... return ... }}`; the first parameter receives the piped value", name.name));
             return Err(e);
         }
@@ -407,8 +538,15 @@ impl<'s> P<'s> {
                 break;
             }
             let pname = self.ident("a parameter name")?;
-            let default = if self.eat_punct(":") || self.eat_punct("=") { Some(self.expr()?) } else { None };
-            params.push(Param { name: pname, default });
+            let default = if self.eat_punct(":") || self.eat_punct("=") {
+                Some(self.expr()?)
+            } else {
+                None
+            };
+            params.push(Param {
+                name: pname,
+                default,
+            });
             if !self.eat_punct(",") {
                 break;
             }
@@ -431,11 +569,17 @@ impl<'s> P<'s> {
             if self.is_punct("}") || self.peek().tok == Tok::Eof {
                 let t = self.peek().clone();
                 if t.tok == Tok::Eof {
-                    return self.expect_close("}", bopen, "block").map(|_| unreachable_item());
+                    return self
+                        .expect_close("}", bopen, "block")
+                        .map(|_| unreachable_item());
                 }
-                return Err(Error::new(Kind::Syntax, t.span, format!("block `{}` does not return a value", name.name))
-                    .label("expected `return ...` before the end of the block")
-                    .help("end the block with `return <value>`"));
+                return Err(Error::new(
+                    Kind::Syntax,
+                    t.span,
+                    format!("block `{}` does not return a value", name.name),
+                )
+                .label("expected `return ...` before the end of the block")
+                .help("end the block with `return <value>`"));
             }
             match &self.peek().tok {
                 Tok::Ident(k) if !is_keyword(k) => body.push(self.let_stmt()?),
@@ -449,14 +593,30 @@ impl<'s> P<'s> {
         if !self.is_punct("}") {
             let t = self.peek().clone();
             if t.tok == Tok::Eof {
-                return self.expect_close("}", bopen, "block").map(|_| unreachable_item());
+                return self
+                    .expect_close("}", bopen, "block")
+                    .map(|_| unreachable_item());
             }
-            return Err(Error::new(Kind::Syntax, t.span, format!("expected `}}` after the `return` of block `{}`, found {}", name.name, describe(&t.tok)))
-                .label("`return` must be the block's last statement")
-                .note(bopen, "block started here"));
+            return Err(Error::new(
+                Kind::Syntax,
+                t.span,
+                format!(
+                    "expected `}}` after the `return` of block `{}`, found {}",
+                    name.name,
+                    describe(&t.tok)
+                ),
+            )
+            .label("`return` must be the block's last statement")
+            .note(bopen, "block started here"));
         }
         let close = self.bump().span;
-        Ok(Item::Block(BlockDef { name, params, body, ret, span: Span::new(kw.start, close.end) }))
+        Ok(Item::Block(BlockDef {
+            name,
+            params,
+            body,
+            ret,
+            span: Span::new(kw.start, close.end),
+        }))
     }
 
     fn train(&mut self) -> R<Item> {
@@ -492,7 +652,10 @@ impl<'s> P<'s> {
             }
         }
         let close = self.expect_close("}", open, "section")?;
-        Ok(Item::Train(TrainSection { fields, span: Span::new(kw.start, close.end) }))
+        Ok(Item::Train(TrainSection {
+            fields,
+            span: Span::new(kw.start, close.end),
+        }))
     }
 
     /// expr := sum ( `|>` stage )*
@@ -503,7 +666,10 @@ impl<'s> P<'s> {
             self.bump();
             let stage = self.stage()?;
             let span = Span::new(e.span.start, stage.span.end);
-            e = Expr { kind: ExprKind::Pipe(Box::new(e), Box::new(stage)), span };
+            e = Expr {
+                kind: ExprKind::Pipe(Box::new(e), Box::new(stage)),
+                span,
+            };
         }
         self.depth -= 1;
         Ok(e)
@@ -516,7 +682,10 @@ impl<'s> P<'s> {
             self.bump();
             let r = self.postfix()?;
             let span = Span::new(e.span.start, r.span.end);
-            e = Expr { kind: ExprKind::Add(Box::new(e), Box::new(r)), span };
+            e = Expr {
+                kind: ExprKind::Add(Box::new(e), Box::new(r)),
+                span,
+            };
         }
         Ok(e)
     }
@@ -556,7 +725,9 @@ impl<'s> P<'s> {
         self.eat_punct("|>");
         loop {
             if self.peek().tok == Tok::Eof {
-                return self.expect_close("}", open, "repeat body").map(|_| unreachable_expr());
+                return self
+                    .expect_close("}", open, "repeat body")
+                    .map(|_| unreachable_expr());
             }
             body.push(self.stage()?);
             if !self.eat_punct("|>") {
@@ -565,7 +736,13 @@ impl<'s> P<'s> {
         }
         let close = self.expect_close("}", open, "repeat body")?;
         self.depth -= 1;
-        Ok(Expr { kind: ExprKind::Repeat { count: Box::new(count), body }, span: Span::new(kw.start, close.end) })
+        Ok(Expr {
+            kind: ExprKind::Repeat {
+                count: Box::new(count),
+                body,
+            },
+            span: Span::new(kw.start, close.end),
+        })
     }
 
     /// postfix := primary [ `(` args `)` ] [ `as` name ]
@@ -575,16 +752,35 @@ impl<'s> P<'s> {
             let as_span = self.bump().span;
             let label = self.ident("a layer name after `as`")?;
             return match e.kind {
-                ExprKind::Call { func, args, label: None } => Ok(Expr {
-                    kind: ExprKind::Call { func, args, label: Some(label.clone()) },
+                ExprKind::Call {
+                    func,
+                    args,
+                    label: None,
+                } => Ok(Expr {
+                    kind: ExprKind::Call {
+                        func,
+                        args,
+                        label: Some(label.clone()),
+                    },
                     span: Span::new(e.span.start, label.span.end),
                 }),
                 ExprKind::Name(n) => Ok(Expr {
-                    kind: ExprKind::Call { func: Ident { name: n, span: e.span }, args: vec![], label: Some(label.clone()) },
+                    kind: ExprKind::Call {
+                        func: Ident {
+                            name: n,
+                            span: e.span,
+                        },
+                        args: vec![],
+                        label: Some(label.clone()),
+                    },
                     span: Span::new(e.span.start, label.span.end),
                 }),
-                _ => Err(Error::new(Kind::Syntax, as_span, "only a layer or block call can be named with `as`")
-                    .label("nothing to name here")),
+                _ => Err(Error::new(
+                    Kind::Syntax,
+                    as_span,
+                    "only a layer or block call can be named with `as`",
+                )
+                .label("nothing to name here")),
             };
         }
         Ok(e)
@@ -595,11 +791,17 @@ impl<'s> P<'s> {
         match t.tok {
             Tok::Int(v) => {
                 self.bump();
-                Ok(Expr { kind: ExprKind::Int(v), span: t.span })
+                Ok(Expr {
+                    kind: ExprKind::Int(v),
+                    span: t.span,
+                })
             }
             Tok::Float(v) => {
                 self.bump();
-                Ok(Expr { kind: ExprKind::Float(v), span: t.span })
+                Ok(Expr {
+                    kind: ExprKind::Float(v),
+                    span: t.span,
+                })
             }
             Tok::Punct("-") => {
                 self.bump();
@@ -608,11 +810,17 @@ impl<'s> P<'s> {
                 match n.tok {
                     Tok::Int(v) => {
                         self.bump();
-                        Ok(Expr { kind: ExprKind::Int(-v), span })
+                        Ok(Expr {
+                            kind: ExprKind::Int(-v),
+                            span,
+                        })
                     }
                     Tok::Float(v) => {
                         self.bump();
-                        Ok(Expr { kind: ExprKind::Float(-v), span })
+                        Ok(Expr {
+                            kind: ExprKind::Float(-v),
+                            span,
+                        })
                     }
                     _ => Err(self.unexpected("a number after `-`")),
                 }
@@ -631,27 +839,48 @@ impl<'s> P<'s> {
                     }
                     let close = self.expect_close(")", t.span, "parenthesis")?;
                     self.depth -= 1;
-                    return Ok(Expr { kind: ExprKind::Tuple(items), span: Span::new(t.span.start, close.end) });
+                    return Ok(Expr {
+                        kind: ExprKind::Tuple(items),
+                        span: Span::new(t.span.start, close.end),
+                    });
                 }
                 let close = self.expect_close(")", t.span, "parenthesis")?;
                 self.depth -= 1;
-                Ok(Expr { kind: first.kind, span: Span::new(t.span.start, close.end) })
+                Ok(Expr {
+                    kind: first.kind,
+                    span: Span::new(t.span.start, close.end),
+                })
             }
-            Tok::Ident(ref s) if s == "repeat" => {
-                Err(Error::new(Kind::Syntax, t.span, "`repeat` can only be used as a pipeline stage")
-                    .label("not after `|>`")
-                    .help("write `x |> repeat 3 { ... }`"))
-            }
+            Tok::Ident(ref s) if s == "repeat" => Err(Error::new(
+                Kind::Syntax,
+                t.span,
+                "`repeat` can only be used as a pipeline stage",
+            )
+            .label("not after `|>`")
+            .help("write `x |> repeat 3 { ... }`")),
             Tok::Ident(ref s) if !is_keyword(s) => {
                 self.bump();
-                let func = Ident { name: s.clone(), span: t.span };
+                let func = Ident {
+                    name: s.clone(),
+                    span: t.span,
+                };
                 if self.is_punct("(") {
                     let open = self.bump().span;
                     let args = self.args(open)?;
                     let span = Span::new(t.span.start, self.prev_end());
-                    return Ok(Expr { kind: ExprKind::Call { func, args, label: None }, span });
+                    return Ok(Expr {
+                        kind: ExprKind::Call {
+                            func,
+                            args,
+                            label: None,
+                        },
+                        span,
+                    });
                 }
-                Ok(Expr { kind: ExprKind::Name(s.clone()), span: t.span })
+                Ok(Expr {
+                    kind: ExprKind::Name(s.clone()),
+                    span: t.span,
+                })
             }
             _ => {
                 let mut e = self.unexpected("a value");
@@ -680,7 +909,11 @@ impl<'s> P<'s> {
                 None
             };
             let value = self.expr()?;
-            args.push(Arg { name, span: Span::new(start, value.span.end), value });
+            args.push(Arg {
+                name,
+                span: Span::new(start, value.span.end),
+                value,
+            });
             if !self.eat_punct(",") {
                 break;
             }
@@ -695,14 +928,27 @@ impl<'s> P<'s> {
 // reached because `expect_close` returns `Err` whenever the closer is missing (at EOF it always is).
 fn unreachable_decl() -> Decl {
     Decl {
-        name: Ident { name: String::new(), span: Span::default() },
-        ty: TypeExpr { int: false, dims: vec![], span: Span::default() },
+        name: Ident {
+            name: String::new(),
+            span: Span::default(),
+        },
+        ty: TypeExpr {
+            int: false,
+            dims: vec![],
+            span: Span::default(),
+        },
         span: Span::default(),
     }
 }
 fn unreachable_item() -> Item {
-    Item::Train(TrainSection { fields: vec![], span: Span::default() })
+    Item::Train(TrainSection {
+        fields: vec![],
+        span: Span::default(),
+    })
 }
 fn unreachable_expr() -> Expr {
-    Expr { kind: ExprKind::Tuple(vec![]), span: Span::default() }
+    Expr {
+        kind: ExprKind::Tuple(vec![]),
+        span: Span::default(),
+    }
 }

@@ -85,9 +85,18 @@ fn value_name(m: &Model, v: ValueRef) -> String {
 pub fn summary_rows(model: &Model) -> (Vec<Row>, Totals) {
     let batch = model.train.batch;
     let mut rows = vec![];
-    let mut totals = Totals { params: 0, param_bytes: 0, activation_bytes: 0, input_bytes: 0 };
+    let mut totals = Totals {
+        params: 0,
+        param_bytes: 0,
+        activation_bytes: 0,
+        input_bytes: 0,
+    };
     for n in &model.nodes {
-        let params: usize = n.params.iter().map(|p| p.shape.iter().product::<usize>()).sum();
+        let params: usize = n
+            .params
+            .iter()
+            .map(|p| p.shape.iter().product::<usize>())
+            .sum();
         let elems: usize = n.shape.iter().product::<usize>();
         let mut shape = vec![batch];
         shape.extend(&n.shape);
@@ -112,15 +121,33 @@ pub fn summary_rows(model: &Model) -> (Vec<Row>, Totals) {
 }
 
 fn shape_text(s: &[usize]) -> String {
-    format!("({})", s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "))
+    format!(
+        "({})",
+        s.iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
 }
 
 fn optimizer_text(o: &Optimizer) -> String {
     match *o {
-        Optimizer::Sgd { lr, momentum, weight_decay, nesterov } => {
+        Optimizer::Sgd {
+            lr,
+            momentum,
+            weight_decay,
+            nesterov,
+        } => {
             format!("sgd(lr: {lr}, momentum: {momentum}, weight_decay: {weight_decay}, nesterov: {nesterov})")
         }
-        Optimizer::Adam { lr, beta1, beta2, eps, weight_decay, decoupled } => format!(
+        Optimizer::Adam {
+            lr,
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+            decoupled,
+        } => format!(
             "{}(lr: {lr}, betas: ({beta1}, {beta2}), eps: {eps:e}, weight_decay: {weight_decay})",
             if decoupled { "adamw" } else { "adam" }
         ),
@@ -132,13 +159,23 @@ fn loss_text(m: &Model) -> String {
         LossKind::Mse => "mse",
         LossKind::CrossEntropy => "cross_entropy",
     };
-    format!("{k}({}, {})", value_name(m, m.loss.pred), value_name(m, m.loss.target))
+    format!(
+        "{k}({}, {})",
+        value_name(m, m.loss.pred),
+        value_name(m, m.loss.target)
+    )
 }
 
 /// The summary as a text table (like Keras' `model.summary()`), with fp32 byte counts.
 pub fn summary_text(model: &Model) -> String {
     let (rows, t) = summary_rows(model);
-    let headers = ["Layer (type)", "Output shape", "Param #", "Output bytes", "Param bytes"];
+    let headers = [
+        "Layer (type)",
+        "Output shape",
+        "Param #",
+        "Output bytes",
+        "Param bytes",
+    ];
     let cells: Vec<[String; 5]> = rows
         .iter()
         .map(|r| {
@@ -180,9 +217,19 @@ pub fn summary_text(model: &Model) -> String {
     let ins: Vec<String> = model
         .inputs
         .iter()
-        .map(|i| format!("{}: {}", i.name, shape_text(&[vec![model.train.batch], i.shape.clone()].concat())))
+        .map(|i| {
+            format!(
+                "{}: {}",
+                i.name,
+                shape_text(&[vec![model.train.batch], i.shape.clone()].concat())
+            )
+        })
         .collect();
-    out.push_str(&format!("Inputs: {}   (batch {})\n", ins.join(", "), model.train.batch));
+    out.push_str(&format!(
+        "Inputs: {}   (batch {})\n",
+        ins.join(", "),
+        model.train.batch
+    ));
     out.push_str(&line('_'));
     out.push('\n');
     out.push_str(&fmt_row(&headers.map(String::from)));
@@ -197,14 +244,20 @@ pub fn summary_text(model: &Model) -> String {
     out.push('\n');
     out.push_str(&format!("Layers:             {}\n", rows.len()));
     out.push_str(&format!("Total params:       {}\n", thousands(t.params)));
-    out.push_str(&format!("Param bytes (fp32): {}\n", bytes_text(t.param_bytes)));
+    out.push_str(&format!(
+        "Param bytes (fp32): {}\n",
+        bytes_text(t.param_bytes)
+    ));
     out.push_str(&format!(
         "Activation bytes:   {}  (one forward pass at batch {}, sum of all layer outputs)\n",
         bytes_text(t.activation_bytes),
         model.train.batch
     ));
     out.push_str(&format!("Loss:               {}\n", loss_text(model)));
-    out.push_str(&format!("Optimizer:          {}\n", optimizer_text(&model.train.optimizer)));
+    out.push_str(&format!(
+        "Optimizer:          {}\n",
+        optimizer_text(&model.train.optimizer)
+    ));
     out
 }
 

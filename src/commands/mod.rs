@@ -9,7 +9,11 @@ use clap::{Parser, Subcommand};
 use std::path::Path;
 
 #[derive(Debug, Parser)]
-#[command(name = "dmc", version, about = "A compiler for neural-network training")]
+#[command(
+    name = "dmc",
+    version,
+    about = "A compiler for neural-network training"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -34,5 +38,8 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
 pub fn load_model(path: &Path) -> Result<dmc_grammar::Model, CliError> {
     let src = std::fs::read_to_string(path)
         .map_err(|e| CliError::Message(format!("cannot read `{}`: {e}", path.display())))?;
-    Ok(dmc_grammar::compile_source(&src, &path.display().to_string())?)
+    Ok(dmc_grammar::compile_source(
+        &src,
+        &path.display().to_string(),
+    )?)
 }

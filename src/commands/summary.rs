@@ -16,7 +16,8 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let model = super::load_model(&args.file)?;
     if args.json {
         let v = dmc_grammar::summary_json(&model);
-        let text = serde_json::to_string_pretty(&v).map_err(|e| CliError::Message(e.to_string()))?;
+        let text =
+            serde_json::to_string_pretty(&v).map_err(|e| CliError::Message(e.to_string()))?;
         println!("{text}");
     } else {
         print!("{}", dmc_grammar::summary_text(&model));
