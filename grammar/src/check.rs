@@ -48,7 +48,7 @@ fn describe(v: &Val) -> String {
     match v {
         Val::Tensor(_) => "a tensor value".into(),
         Val::Int(i) => format!("the integer {i}"),
-        Val::Float(f) => format!("the number {f}"),
+        Val::Float(f) => format!("the number {f:?}"),
         Val::Sym(s) => format!("`{s}`"),
         Val::Tuple(_) => "a tuple".into(),
     }
@@ -1273,7 +1273,7 @@ impl<'a> Checker<'a> {
                     return Err(err(
                         Kind::Argument,
                         ps,
-                        format!("dropout probability must be in [0, 1), found {p}"),
+                        format!("dropout probability must be in [0, 1), found {p:?}"),
                     )
                     .label("out of range")
                     .help("`p` is the probability of dropping a unit, e.g. `dropout(0.5)`"));
@@ -1965,7 +1965,7 @@ impl<'a> Checker<'a> {
             Err(err(
                 Kind::Training,
                 s,
-                format!("`{k}` must be {what}, found {v}"),
+                format!("`{k}` must be {what}, found {v:?}"),
             )
             .label("out of range"))
         };
@@ -2032,7 +2032,7 @@ impl<'a> Checker<'a> {
                     return Err(err(
                         Kind::Training,
                         s,
-                        format!("betas must be in [0, 1), found {bv}"),
+                        format!("betas must be in [0, 1), found {bv:?}"),
                     )
                     .label("out of range"));
                 }

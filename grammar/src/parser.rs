@@ -33,7 +33,7 @@ fn describe(t: &Tok) -> String {
         Tok::Ident(s) if is_keyword(s) => format!("keyword `{s}`"),
         Tok::Ident(s) => format!("`{s}`"),
         Tok::Int(i) => format!("number `{i}`"),
-        Tok::Float(f) => format!("number `{f}`"),
+        Tok::Float(f) => format!("number `{f:?}`"),
         Tok::Punct(p) => format!("`{p}`"),
         Tok::Eof => "end of file".to_string(),
     }
@@ -386,7 +386,7 @@ impl<'s> P<'s> {
             }
             Tok::Ident(k) if k == "input" || k == "target" => {
                 self.bump();
-                let d = self.decl(t.span)?;
+                let d = self.decl(t.span, k == "input")?;
                 Ok(if k == "input" {
                     Item::Input(d)
                 } else {
@@ -418,10 +418,18 @@ impl<'s> P<'s> {
             }
             Tok::Ident(k) if !is_keyword(k) => Ok(Item::Let(self.let_stmt()?)),
             _ => {
-                let mut e = self.unexpected(
-                    "a statement (`input`, `target`, `name = ...`, `block`, `loss` or `train`)",
-                );
-                e.label = "expected a statement".into();
+                let mut e = Error::new(
+                    Kind::Syntax,
+                    t.span,
+                    format!(
+                        "expected a statement (`input`, `target`, `name = ...`, `block`, `loss` or `train`), found {}",
+                        describe(&t.tok)
+                    ),
+                )
+                .label("expected a statement");
+                if matches!(&t.tok, Tok::Ident(k) if k == "repeat") {
+                    e = e.help("`repeat` is a pipeline stage: did you forget `|>` before it?");
+                }
                 if matches!(t.tok, Tok::Punct("|>")) {
                     e = e.help("a pipeline continues a value: write `name = value |> ...`");
                 }
@@ -456,12 +464,14 @@ impl<'s> P<'s> {
         })
     }
 
-    fn decl(&mut self, kw: Span) -> R<Decl> {
+    fn decl(&mut self, kw: Span, kw_input: bool) -> R<Decl> {
         let name = self.ident("a name")?;
         if !self.eat_punct(":") {
-            return Err(self
-                .unexpected("`:` and a shape")
-                .help(format!("declare it like `{}: [16, 16, 1]`", name.name)));
+            return Err(self.unexpected("`:` and a shape").help(format!(
+                "declare it like `{} {}: [16, 16, 1]`",
+                if kw_input { "input" } else { "target" },
+                name.name
+            )));
         }
         let tstart = self.peek().span.start;
         let mut int = false;

@@ -1,0 +1,292 @@
+//! Robustness: 140,000 random and mutated programs through parse + check + render.
+//! Nothing may panic or hang, and every error span lies within the input on char boundaries.
+
+use dmc_grammar::{compile_source, render_plain};
+use proptest::prelude::*;
+
+const EXAMPLES: [&str; 4] = [
+    include_str!("../../examples/seed.dm"),
+    include_str!("../../examples/mlp.dm"),
+    include_str!("../../examples/resnet_small.dm"),
+    include_str!("../../examples/deep_convnet.dm"),
+];
+
+/// Tokens the mutations insert and the random programs are made of.
+const TOKENS: &[&str] = &[
+    "input",
+    "target",
+    "block",
+    "return",
+    "loss",
+    "train",
+    "repeat",
+    "as",
+    "int",
+    "x",
+    "y",
+    "out",
+    "h",
+    "label",
+    "c",
+    "conv2d",
+    "maxpool",
+    "avgpool",
+    "global_avgpool",
+    "dense",
+    "flatten",
+    "relu",
+    "tanh",
+    "sigmoid",
+    "gelu",
+    "add",
+    "dropout",
+    "mse",
+    "cross_entropy",
+    "sgd",
+    "adam",
+    "adamw",
+    "batch",
+    "optimizer",
+    "epochs",
+    "seed",
+    "lr",
+    "momentum",
+    "betas",
+    "padding",
+    "same",
+    "valid",
+    "activation",
+    "stride",
+    "bias",
+    "true",
+    "false",
+    "|>",
+    "+",
+    "(",
+    ")",
+    "[",
+    "]",
+    "{",
+    "}",
+    ",",
+    ":",
+    "=",
+    "-",
+    ";",
+    "\n",
+    " ",
+    "#",
+    "0",
+    "1",
+    "2",
+    "3",
+    "16",
+    "1024",
+    "0.5",
+    "1e-3",
+    "-1",
+    "99999999999",
+    "1e400",
+    "é",
+    "€",
+    "🦀",
+    "|",
+    ".",
+    "\"",
+];
+
+fn check(src: &str) -> Result<(), TestCaseError> {
+    match compile_source(src, "fuzz.dm") {
+        Ok(m) => {
+            prop_assert!(!m.nodes.is_empty());
+            prop_assert!(m.train.batch >= 1);
+        }
+        Err(d) => {
+            prop_assert!(d.span.start <= d.span.end, "span {:?}", d.span);
+            prop_assert!(
+                d.span.end <= src.len(),
+                "span {:?} len {}",
+                d.span,
+                src.len()
+            );
+            prop_assert!(src.is_char_boundary(d.span.start) && src.is_char_boundary(d.span.end));
+            for (s, _) in &d.notes {
+                prop_assert!(s.start <= s.end && s.end <= src.len());
+            }
+            prop_assert!(d.line >= 1 && d.col >= 1);
+            let text = render_plain(&d);
+            let words = |t: &str| {
+                t.chars()
+                    .filter(|c| !c.is_whitespace() && *c != '│')
+                    .collect::<String>()
+            };
+            prop_assert!(words(&text).contains(&words(&d.message)), "{}", text);
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone)]
+enum Mutation {
+    DeleteChars(usize, usize),
+    InsertToken(usize, usize),
+    SwapChars(usize, usize),
+    SwapTokens(usize, usize),
+    Truncate(usize),
+    Duplicate(usize, usize),
+    ReplaceNumber(usize, usize),
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        (any::<usize>(), 1usize..8).prop_map(|(a, n)| Mutation::DeleteChars(a, n)),
+        (any::<usize>(), any::<usize>()).prop_map(|(a, t)| Mutation::InsertToken(a, t)),
+        (any::<usize>(), any::<usize>()).prop_map(|(a, b)| Mutation::SwapChars(a, b)),
+        (any::<usize>(), any::<usize>()).prop_map(|(a, b)| Mutation::SwapTokens(a, b)),
+        any::<usize>().prop_map(Mutation::Truncate),
+        (any::<usize>(), 1usize..40).prop_map(|(a, n)| Mutation::Duplicate(a, n)),
+        (any::<usize>(), any::<usize>()).prop_map(|(a, t)| Mutation::ReplaceNumber(a, t)),
+    ]
+}
+
+/// Splits into word-ish pieces (keeping separators) for token-level mutations.
+fn pieces(s: &str) -> Vec<String> {
+    let mut out: Vec<String> = vec![];
+    let mut cur = String::new();
+    for c in s.chars() {
+        if c.is_alphanumeric() || c == '_' || c == '.' {
+            cur.push(c);
+        } else {
+            if !cur.is_empty() {
+                out.push(std::mem::take(&mut cur));
+            }
+            out.push(c.to_string());
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+fn apply(src: &str, m: &Mutation) -> String {
+    let mut chars: Vec<char> = src.chars().collect();
+    let n = chars.len().max(1);
+    match *m {
+        Mutation::DeleteChars(a, k) => {
+            let a = a % n;
+            let b = (a + k).min(chars.len());
+            if a < b {
+                chars.drain(a..b);
+            }
+        }
+        Mutation::InsertToken(a, t) => {
+            let a = a % (chars.len() + 1);
+            let tok = TOKENS[t % TOKENS.len()];
+            for (i, c) in tok.chars().enumerate() {
+                chars.insert(a + i, c);
+            }
+        }
+        Mutation::SwapChars(a, b) => {
+            if !chars.is_empty() {
+                let l = chars.len();
+                chars.swap(a % l, b % l);
+            }
+        }
+        Mutation::SwapTokens(a, b) => {
+            let mut p = pieces(src);
+            if !p.is_empty() {
+                let l = p.len();
+                p.swap(a % l, b % l);
+            }
+            return p.concat();
+        }
+        Mutation::Truncate(a) => chars.truncate(a % n),
+        Mutation::Duplicate(a, k) => {
+            let a = a % n;
+            let b = (a + k).min(chars.len());
+            if a < b {
+                let seg: Vec<char> = chars[a..b].to_vec();
+                for (i, c) in seg.into_iter().enumerate() {
+                    chars.insert(b + i, c);
+                }
+            }
+        }
+        Mutation::ReplaceNumber(a, t) => {
+            let mut p = pieces(src);
+            let nums: Vec<usize> = (0..p.len())
+                .filter(|i| p[*i].starts_with(|c: char| c.is_ascii_digit()))
+                .collect();
+            if !nums.is_empty() {
+                let i = nums[a % nums.len()];
+                p[i] = [
+                    "0",
+                    "-3",
+                    "1",
+                    "2",
+                    "7",
+                    "33",
+                    "100000",
+                    "4294967296",
+                    "1.5",
+                    "0.0",
+                ][t % 10]
+                    .to_string();
+            }
+            return p.concat();
+        }
+    }
+    chars.into_iter().collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 80_000, failure_persistence: None, ..ProptestConfig::default() })]
+    #[test]
+    fn mutated_examples(ex in 0usize..4, muts in prop::collection::vec(mutation(), 1..5)) {
+        let mut src = EXAMPLES[ex].to_string();
+        for m in &muts {
+            src = apply(&src, m);
+        }
+        check(&src)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40_000, failure_persistence: None, ..ProptestConfig::default() })]
+    #[test]
+    fn token_soup(toks in prop::collection::vec(0usize..TOKENS.len(), 0..60)) {
+        let src: Vec<&str> = toks.iter().map(|t| TOKENS[*t]).collect();
+        check(&src.join(" "))?;
+        check(&src.concat())?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 20_000, failure_persistence: None, ..ProptestConfig::default() })]
+    #[test]
+    fn arbitrary_text(s in "\\PC{0,80}") {
+        check(&s)?;
+    }
+}
+
+#[test]
+fn deep_nesting_and_huge_repeat_do_not_hang() {
+    let deep = format!(
+        "input x: [4]\nout = {}x{}\n",
+        "relu(".repeat(5000),
+        ")".repeat(5000)
+    );
+    assert!(compile_source(&deep, "deep.dm").is_err());
+    let parens = format!(
+        "input x: [4]\nout = {}x{}\n",
+        "(".repeat(100_000),
+        ")".repeat(100_000)
+    );
+    assert!(compile_source(&parens, "p.dm").is_err());
+    let big = "input x: [4]\ntarget y: [4]\nout = x |> repeat 1000000000 { repeat 1000000000 { relu } }\nloss mse(out, y)\ntrain { batch: 1, optimizer: sgd }";
+    assert!(compile_source(big, "big.dm").is_err());
+    let exp = "input x: [4]\ntarget y: [4]\nblock a(x) { return x |> relu |> relu }\nblock b(x) { return x |> a |> a }\nblock c(x) { return x |> b |> b }\nblock d(x) { return x |> c |> c }\nout = x |> repeat 100000 { d }\nloss mse(out, y)\ntrain { batch: 1, optimizer: sgd }";
+    assert!(compile_source(exp, "exp.dm").is_err());
+    let huge = "input x: [2147483648, 2147483648, 2147483648]\ntarget y: [1]\nout = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain { batch: 1, optimizer: sgd }";
+    assert!(compile_source(huge, "huge.dm").is_err());
+}
