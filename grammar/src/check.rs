@@ -290,6 +290,9 @@ fn fmt_shape(s: &[usize]) -> String {
     )
 }
 
+/// A parameter before it is named: (suffix, shape, fan_in, fan_out, is_bias).
+type ParamDraft = (String, Shape, usize, usize, bool);
+
 /// Parameters of a layer signature: (name, has default).
 struct Sig {
     op: &'static str,
@@ -852,6 +855,7 @@ impl<'a> Checker<'a> {
         format!("{kind}_{c}")
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn push_node(
         &mut self,
         name: String,
@@ -1159,133 +1163,129 @@ impl<'a> Checker<'a> {
     ) -> Result<Val, Error> {
         let ispan = b.call;
         let in_shape = self.shape_of(input).clone();
-        let (layer, shape, params, act): (
-            Layer,
-            Shape,
-            Vec<(String, Shape, usize, usize, bool)>,
-            Option<Activation>,
-        ) = match op {
-            "conv2d" => {
-                let filters = b.int("filters", 0, 1)? as usize;
-                let kernel = b.int("kernel", 0, 1)? as usize;
-                let stride = b.int("stride", 1, 1)? as usize;
-                let padding = match b.choice("padding", &["same", "valid"], "same")? {
-                    "valid" => Padding::Valid,
-                    _ => Padding::Same,
-                };
-                let bias = b.boolean("bias", true)?;
-                let act = activation(b)?;
-                let (h, w, c) = self.conv_like_input(op, input, ispan)?;
-                let (oh, ow) = match padding {
-                    Padding::Same => (h.div_ceil(stride), w.div_ceil(stride)),
-                    Padding::Valid => {
-                        if kernel > h || kernel > w {
-                            let ks = b.get("kernel").map_or(span, |x| x.1);
-                            return Err(err(Kind::Shape, ks, format!("kernel {kernel}x{kernel} is larger than its {h}x{w} input (padding: valid)"))
+        let (layer, shape, params, act): (Layer, Shape, Vec<ParamDraft>, Option<Activation>) =
+            match op {
+                "conv2d" => {
+                    let filters = b.int("filters", 0, 1)? as usize;
+                    let kernel = b.int("kernel", 0, 1)? as usize;
+                    let stride = b.int("stride", 1, 1)? as usize;
+                    let padding = match b.choice("padding", &["same", "valid"], "same")? {
+                        "valid" => Padding::Valid,
+                        _ => Padding::Same,
+                    };
+                    let bias = b.boolean("bias", true)?;
+                    let act = activation(b)?;
+                    let (h, w, c) = self.conv_like_input(op, input, ispan)?;
+                    let (oh, ow) = match padding {
+                        Padding::Same => (h.div_ceil(stride), w.div_ceil(stride)),
+                        Padding::Valid => {
+                            if kernel > h || kernel > w {
+                                let ks = b.get("kernel").map_or(span, |x| x.1);
+                                return Err(err(Kind::Shape, ks, format!("kernel {kernel}x{kernel} is larger than its {h}x{w} input (padding: valid)"))
                                 .label("kernel too large")
                                 .help("use a smaller kernel, or `padding: same`"));
+                            }
+                            ((h - kernel) / stride + 1, (w - kernel) / stride + 1)
                         }
-                        ((h - kernel) / stride + 1, (w - kernel) / stride + 1)
+                    };
+                    let fan_in = kernel * kernel * c;
+                    let fan_out = kernel * kernel * filters;
+                    let mut ps = vec![(
+                        "weight".to_string(),
+                        vec![kernel, kernel, c, filters],
+                        fan_in,
+                        fan_out,
+                        false,
+                    )];
+                    if bias {
+                        ps.push(("bias".to_string(), vec![filters], fan_in, fan_out, true));
                     }
-                };
-                let fan_in = kernel * kernel * c;
-                let fan_out = kernel * kernel * filters;
-                let mut ps = vec![(
-                    "weight".to_string(),
-                    vec![kernel, kernel, c, filters],
-                    fan_in,
-                    fan_out,
-                    false,
-                )];
-                if bias {
-                    ps.push(("bias".to_string(), vec![filters], fan_in, fan_out, true));
+                    (
+                        Layer::Conv2d {
+                            filters,
+                            kernel,
+                            stride,
+                            padding,
+                            bias,
+                        },
+                        vec![oh, ow, filters],
+                        ps,
+                        act,
+                    )
                 }
-                (
-                    Layer::Conv2d {
-                        filters,
-                        kernel,
-                        stride,
-                        padding,
-                        bias,
-                    },
-                    vec![oh, ow, filters],
-                    ps,
-                    act,
-                )
-            }
-            "maxpool" | "avgpool" => {
-                let size = b.int("size", 0, 1)? as usize;
-                let stride = b.int("stride", size as i64, 1)? as usize;
-                let (h, w, c) = self.conv_like_input(op, input, ispan)?;
-                if size > h || size > w {
-                    let ss = b.get("size").map_or(span, |x| x.1);
-                    return Err(err(Kind::Shape, ss, format!("pool window {size}x{size} is larger than its {h}x{w} input"))
+                "maxpool" | "avgpool" => {
+                    let size = b.int("size", 0, 1)? as usize;
+                    let stride = b.int("stride", size as i64, 1)? as usize;
+                    let (h, w, c) = self.conv_like_input(op, input, ispan)?;
+                    if size > h || size > w {
+                        let ss = b.get("size").map_or(span, |x| x.1);
+                        return Err(err(Kind::Shape, ss, format!("pool window {size}x{size} is larger than its {h}x{w} input"))
                         .label("window too large")
                         .help("pooling uses 'valid' windows; use a smaller size or remove a pooling layer earlier in the network"));
+                    }
+                    let shape = vec![(h - size) / stride + 1, (w - size) / stride + 1, c];
+                    let layer = if op == "maxpool" {
+                        Layer::MaxPool { size, stride }
+                    } else {
+                        Layer::AvgPool { size, stride }
+                    };
+                    (layer, shape, vec![], None)
                 }
-                let shape = vec![(h - size) / stride + 1, (w - size) / stride + 1, c];
-                let layer = if op == "maxpool" {
-                    Layer::MaxPool { size, stride }
-                } else {
-                    Layer::AvgPool { size, stride }
-                };
-                (layer, shape, vec![], None)
-            }
-            "global_avgpool" => {
-                let (_, _, c) = self.conv_like_input(op, input, ispan)?;
-                (Layer::GlobalAvgPool, vec![c], vec![], None)
-            }
-            "dense" => {
-                let units = b.int("units", 0, 1)? as usize;
-                let bias = b.boolean("bias", true)?;
-                let act = activation(b)?;
-                if in_shape.len() != 1 {
-                    return Err(err(
-                        Kind::Shape,
-                        ispan,
-                        format!(
-                            "`dense` expects a flat input [features], got {}",
-                            fmt_shape(&in_shape)
-                        ),
+                "global_avgpool" => {
+                    let (_, _, c) = self.conv_like_input(op, input, ispan)?;
+                    (Layer::GlobalAvgPool, vec![c], vec![], None)
+                }
+                "dense" => {
+                    let units = b.int("units", 0, 1)? as usize;
+                    let bias = b.boolean("bias", true)?;
+                    let act = activation(b)?;
+                    if in_shape.len() != 1 {
+                        return Err(err(
+                            Kind::Shape,
+                            ispan,
+                            format!(
+                                "`dense` expects a flat input [features], got {}",
+                                fmt_shape(&in_shape)
+                            ),
+                        )
+                        .label(format!("input is {}", fmt_shape(&in_shape)))
+                        .help("add `|> flatten` (or `|> global_avgpool`) before it"));
+                    }
+                    let fin = in_shape[0];
+                    let mut ps = vec![("weight".to_string(), vec![fin, units], fin, units, false)];
+                    if bias {
+                        ps.push(("bias".to_string(), vec![units], fin, units, true));
+                    }
+                    (Layer::Dense { units, bias }, vec![units], ps, act)
+                }
+                "flatten" => {
+                    let n = self.elems(&in_shape, span)?;
+                    (Layer::Flatten, vec![n], vec![], None)
+                }
+                "relu" => (Layer::Act(Activation::Relu), in_shape, vec![], None),
+                "tanh" => (Layer::Act(Activation::Tanh), in_shape, vec![], None),
+                "sigmoid" => (Layer::Act(Activation::Sigmoid), in_shape, vec![], None),
+                "gelu" => (Layer::Act(Activation::Gelu), in_shape, vec![], None),
+                "dropout" => {
+                    let p = b.float("p", 0.0)?;
+                    if !(0.0..1.0).contains(&p) {
+                        let ps = b.get("p").map_or(span, |x| x.1);
+                        return Err(err(
+                            Kind::Argument,
+                            ps,
+                            format!("dropout probability must be in [0, 1), found {p:?}"),
+                        )
+                        .label("out of range")
+                        .help("`p` is the probability of dropping a unit, e.g. `dropout(0.5)`"));
+                    }
+                    (Layer::Dropout { p: p as f32 }, in_shape, vec![], None)
+                }
+                _ => {
+                    return Err(
+                        err(Kind::Name, span, format!("unknown operation `{op}`")).label("unknown")
                     )
-                    .label(format!("input is {}", fmt_shape(&in_shape)))
-                    .help("add `|> flatten` (or `|> global_avgpool`) before it"));
                 }
-                let fin = in_shape[0];
-                let mut ps = vec![("weight".to_string(), vec![fin, units], fin, units, false)];
-                if bias {
-                    ps.push(("bias".to_string(), vec![units], fin, units, true));
-                }
-                (Layer::Dense { units, bias }, vec![units], ps, act)
-            }
-            "flatten" => {
-                let n = self.elems(&in_shape, span)?;
-                (Layer::Flatten, vec![n], vec![], None)
-            }
-            "relu" => (Layer::Act(Activation::Relu), in_shape, vec![], None),
-            "tanh" => (Layer::Act(Activation::Tanh), in_shape, vec![], None),
-            "sigmoid" => (Layer::Act(Activation::Sigmoid), in_shape, vec![], None),
-            "gelu" => (Layer::Act(Activation::Gelu), in_shape, vec![], None),
-            "dropout" => {
-                let p = b.float("p", 0.0)?;
-                if !(0.0..1.0).contains(&p) {
-                    let ps = b.get("p").map_or(span, |x| x.1);
-                    return Err(err(
-                        Kind::Argument,
-                        ps,
-                        format!("dropout probability must be in [0, 1), found {p:?}"),
-                    )
-                    .label("out of range")
-                    .help("`p` is the probability of dropping a unit, e.g. `dropout(0.5)`"));
-                }
-                (Layer::Dropout { p: p as f32 }, in_shape, vec![], None)
-            }
-            _ => {
-                return Err(
-                    err(Kind::Name, span, format!("unknown operation `{op}`")).label("unknown")
-                )
-            }
-        };
+            };
         let kind = op_type_name(&layer);
         let (name, ns) = self.layer_name(kind, label);
         let mut specs = vec![];

@@ -11,7 +11,9 @@ pub fn thousands(n: usize) -> String {
     let s = n.to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        #[allow(clippy::manual_is_multiple_of)] // `is_multiple_of` needs Rust 1.87; MSRV is 1.80
+        let group_start = i > 0 && (s.len() - i) % 3 == 0;
+        if group_start {
             out.push(',');
         }
         out.push(c);
