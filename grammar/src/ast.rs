@@ -120,10 +120,10 @@ pub enum ExprKind {
     },
     /// `(a, b, ...)`
     Tuple(Vec<Expr>),
-    /// `a + b`
-    Add(Box<Expr>, Box<Expr>),
-    /// `input |> stage`; `stage` is a `Name`, `Call` or `Repeat`.
-    Pipe(Box<Expr>, Box<Expr>),
+    /// `a + b + ...` (at least two terms; summed left to right).
+    Add(Vec<Expr>),
+    /// `input |> stage |> stage ...`; each stage is a `Name`, `Call` or `Repeat`.
+    Pipe(Box<Expr>, Vec<Expr>),
     /// `repeat N { stage |> stage ... }` (only valid as a pipeline stage).
     Repeat {
         count: Box<Expr>,

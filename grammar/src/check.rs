@@ -12,6 +12,8 @@ const MAX_ELEMS: usize = 1 << 40;
 const MAX_NODES: usize = 100_000;
 /// Largest number of expansion steps (stages applied, blocks entered).
 const MAX_STEPS: usize = 1_000_000;
+/// Deepest nesting of block uses.
+const MAX_BLOCK_DEPTH: usize = 64;
 /// Largest dimension of a declared shape.
 const MAX_DIM: i64 = 1 << 31;
 
@@ -227,6 +229,15 @@ pub fn check(prog: &Program, src: &str) -> Result<Model, Error> {
     let train = c.train(train)?;
     c.check_unused(&scope, "")?;
     c.check_dead(loss.pred)?;
+    if c.nodes.iter().all(|n| n.params.is_empty()) {
+        return Err(err(
+            Kind::Training,
+            loss.span,
+            "the model has no trainable parameters",
+        )
+        .label("nothing to train for this loss")
+        .help("add a layer with weights, e.g. `dense(...)` or `conv2d(...)`"));
+    }
     Ok(Model {
         inputs: c.inputs,
         targets: c.targets,
@@ -509,6 +520,16 @@ impl<'a> Checker<'a> {
         if done.contains(name) {
             return Ok(());
         }
+        if stack.len() > MAX_BLOCK_DEPTH {
+            let span = stack.last().map_or(Span::default(), |s| s.1);
+            return Err(err(
+                Kind::Name,
+                span,
+                format!("blocks are nested too deeply (more than {MAX_BLOCK_DEPTH} levels)"),
+            )
+            .label("too deep")
+            .help("flatten the block structure"));
+        }
         let Some(b) = self.blocks.get(name) else {
             return Ok(());
         };
@@ -733,17 +754,33 @@ impl<'a> Checker<'a> {
                 }
                 Ok(Val::Tuple(out))
             }
-            ExprKind::Add(a, b) => {
-                let va = self.eval(a, scope)?;
-                let ra = self.expect_tensor(&va, a.span, "the left side of `+`", scope)?;
-                let vb = self.eval(b, scope)?;
-                let rb = self.expect_tensor(&vb, b.span, "the right side of `+`", scope)?;
-                self.add(ra, a.span, rb, b.span, e.span, None)
+            ExprKind::Add(terms) => {
+                let Some(first) = terms.first() else {
+                    return Err(err(Kind::Syntax, e.span, "empty sum").label("nothing to add"));
+                };
+                let v = self.eval(first, scope)?;
+                let mut acc = self.expect_tensor(&v, first.span, "the left side of `+`", scope)?;
+                for (i, t) in terms.iter().enumerate().skip(1) {
+                    let vb = self.eval(t, scope)?;
+                    let rb = self.expect_tensor(&vb, t.span, "the right side of `+`", scope)?;
+                    let left = Span::new(first.span.start, terms[i - 1].span.end);
+                    let span = Span::new(first.span.start, t.span.end);
+                    acc = match self.add(acc, left, rb, t.span, span, None)? {
+                        Val::Tensor(r) => r,
+                        _ => return Err(err(Kind::Shape, span, "cannot add these values")),
+                    };
+                }
+                Ok(Val::Tensor(acc))
             }
-            ExprKind::Pipe(input, stage) => {
+            ExprKind::Pipe(input, stages) => {
                 let v = self.eval(input, scope)?;
-                let r = self.expect_tensor(&v, input.span, "the input of a pipeline", scope)?;
-                self.stage(stage, r, scope)
+                let mut r = self.expect_tensor(&v, input.span, "the input of a pipeline", scope)?;
+                let mut out = Val::Tensor(r);
+                for st in stages {
+                    out = self.stage(st, r, scope)?;
+                    r = self.expect_tensor(&out, st.span, "a stage's result", scope)?;
+                }
+                Ok(out)
             }
             ExprKind::Call { func, args, label } => {
                 self.call(func, args, label.as_ref(), None, e.span, scope)
@@ -1375,6 +1412,14 @@ impl<'a> Checker<'a> {
         scope: &mut Scope,
     ) -> Result<Val, Error> {
         let bname = &b.name.name;
+        if self.frames.len() > MAX_BLOCK_DEPTH {
+            return Err(err(
+                Kind::Name,
+                span,
+                format!("blocks are nested too deeply (more than {MAX_BLOCK_DEPTH} levels)"),
+            )
+            .label("too deep"));
+        }
         let mut vals: Vec<Option<(Val, Span)>> = vec![None; b.params.len()];
         let mut next = 0;
         if let Some(p) = piped {
@@ -2109,9 +2154,10 @@ fn calls_in(e: &Expr, out: &mut Vec<(String, Span)>) {
         }
         ExprKind::Name(n) => out.push((n.clone(), e.span)),
         ExprKind::Tuple(items) => items.iter().for_each(|i| calls_in(i, out)),
-        ExprKind::Add(a, b) | ExprKind::Pipe(a, b) => {
+        ExprKind::Add(terms) => terms.iter().for_each(|i| calls_in(i, out)),
+        ExprKind::Pipe(a, stages) => {
             calls_in(a, out);
-            calls_in(b, out);
+            stages.iter().for_each(|i| calls_in(i, out));
         }
         ExprKind::Repeat { count, body } => {
             calls_in(count, out);

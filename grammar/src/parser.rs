@@ -671,33 +671,38 @@ impl<'s> P<'s> {
     /// expr := sum ( `|>` stage )*
     fn expr(&mut self) -> R<Expr> {
         self.enter()?;
-        let mut e = self.sum()?;
+        let first = self.sum()?;
+        let mut stages = vec![];
         while self.is_punct("|>") {
             self.bump();
-            let stage = self.stage()?;
-            let span = Span::new(e.span.start, stage.span.end);
-            e = Expr {
-                kind: ExprKind::Pipe(Box::new(e), Box::new(stage)),
-                span,
-            };
+            stages.push(self.stage()?);
         }
         self.depth -= 1;
-        Ok(e)
+        match stages.last() {
+            None => Ok(first),
+            Some(last) => Ok(Expr {
+                span: Span::new(first.span.start, last.span.end),
+                kind: ExprKind::Pipe(Box::new(first), stages),
+            }),
+        }
     }
 
     /// sum := postfix ( `+` postfix )*
     fn sum(&mut self) -> R<Expr> {
-        let mut e = self.postfix()?;
+        let first = self.postfix()?;
+        if !self.is_punct("+") {
+            return Ok(first);
+        }
+        let mut terms = vec![first];
         while self.is_punct("+") {
             self.bump();
-            let r = self.postfix()?;
-            let span = Span::new(e.span.start, r.span.end);
-            e = Expr {
-                kind: ExprKind::Add(Box::new(e), Box::new(r)),
-                span,
-            };
+            terms.push(self.postfix()?);
         }
-        Ok(e)
+        let span = Span::new(terms[0].span.start, terms[terms.len() - 1].span.end);
+        Ok(Expr {
+            kind: ExprKind::Add(terms),
+            span,
+        })
     }
 
     /// A pipeline stage: `op`, `op(args)`, `op(args) as name`, `block(args)` or `repeat N { stages }`.

@@ -270,6 +270,34 @@ proptest! {
 }
 
 #[test]
+fn long_chains_and_deep_blocks_do_not_overflow() {
+    let stages = "|> relu ".repeat(50_000);
+    let src = format!("input x: [4]\ntarget y: [4]\nout = x {stages} |> dense(4)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd }}");
+    let m = compile_source(&src, "long.dm").expect("a long pipeline is fine");
+    assert_eq!(m.nodes.len(), 50_001);
+    let sum = vec!["x"; 20_000].join(" + ");
+    let src = format!("input x: [4]\ntarget y: [4]\nout = {sum} |> dense(4)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd }}");
+    assert_eq!(
+        compile_source(&src, "sum.dm").map(|m| m.nodes.len()).ok(),
+        Some(20_000)
+    );
+    // Nesting just under the parser's limit must not overflow the checker's stack either.
+    let nested = format!("input x: [4]\ntarget y: [4]\nout = {}x{} |> dense(4)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd }}", "relu(".repeat(60), ")".repeat(60));
+    assert!(compile_source(&nested, "nested.dm").is_ok());
+    let nested = format!("input x: [4]\ntarget y: [4]\nout = {}x{}\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd }}", "relu(".repeat(199), ")".repeat(199));
+    let _ = compile_source(&nested, "nested.dm");
+    // A chain of 500 blocks each using the next.
+    let mut blocks = String::new();
+    for i in 0..500 {
+        blocks.push_str(&format!("block b{i}(x) {{ return x |> b{} }}\n", i + 1));
+    }
+    blocks.push_str("block b500(x) { return x |> relu }\n");
+    let src = format!("input x: [4]\ntarget y: [4]\n{blocks}out = x |> b0\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd }}");
+    let e = compile_source(&src, "chain.dm").expect_err("too deep");
+    assert!(e.message.contains("nested too deeply"), "{}", e.message);
+}
+
+#[test]
 fn deep_nesting_and_huge_repeat_do_not_hang() {
     let deep = format!(
         "input x: [4]\nout = {}x{}\n",
