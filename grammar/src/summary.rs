@@ -190,30 +190,51 @@ pub fn summary_text(model: &Model) -> String {
             ]
         })
         .collect();
-    let mut w = headers.map(|h| h.len());
-    for c in &cells {
-        for (i, s) in c.iter().enumerate() {
+    // Models that are not a simple chain get a "Connected to" column (as Keras' functional models).
+    let chain = model.nodes.iter().enumerate().all(|(i, n)| {
+        let prev = if i == 0 {
+            ValueRef::Input(0)
+        } else {
+            ValueRef::Node(i - 1)
+        };
+        n.inputs == [prev]
+    });
+    let ncols = if chain { 5 } else { 6 };
+    let mut table: Vec<Vec<String>> = vec![];
+    let mut head: Vec<String> = headers.iter().map(|h| h.to_string()).collect();
+    if !chain {
+        head.push("Connected to".to_string());
+    }
+    table.push(head);
+    for (c, r) in cells.iter().zip(&rows) {
+        let mut row = c.to_vec();
+        if !chain {
+            row.push(r.inputs.join(", "));
+        }
+        table.push(row);
+    }
+    let mut w = vec![0usize; ncols];
+    for row in &table {
+        for (i, s) in row.iter().enumerate() {
             w[i] = w[i].max(s.chars().count());
         }
     }
-    let total_w: usize = w.iter().sum::<usize>() + 2 * 4;
+    let total_w: usize = w.iter().sum::<usize>() + 2 * (ncols - 1);
     let line = |ch: char| ch.to_string().repeat(total_w);
-    let fmt_row = |c: &[String; 5]| {
-        format!(
-            "{:<w0$}  {:<w1$}  {:>w2$}  {:>w3$}  {:>w4$}",
-            c[0],
-            c[1],
-            c[2],
-            c[3],
-            c[4],
-            w0 = w[0],
-            w1 = w[1],
-            w2 = w[2],
-            w3 = w[3],
-            w4 = w[4]
-        )
-        .trim_end()
-        .to_string()
+    let fmt_row = |c: &Vec<String>| {
+        let mut t = String::new();
+        for (i, cell) in c.iter().enumerate() {
+            if i > 0 {
+                t.push_str("  ");
+            }
+            // Names, shapes and connections are left-aligned; numbers right-aligned.
+            if matches!(i, 0 | 1 | 5) {
+                t.push_str(&format!("{cell:<width$}", width = w[i]));
+            } else {
+                t.push_str(&format!("{cell:>width$}", width = w[i]));
+            }
+        }
+        t.trim_end().to_string()
     };
     let mut out = String::new();
     let ins: Vec<String> = model
@@ -234,12 +255,12 @@ pub fn summary_text(model: &Model) -> String {
     ));
     out.push_str(&line('_'));
     out.push('\n');
-    out.push_str(&fmt_row(&headers.map(String::from)));
+    out.push_str(&fmt_row(&table[0]));
     out.push('\n');
     out.push_str(&line('='));
     out.push('\n');
-    for c in &cells {
-        out.push_str(&fmt_row(c));
+    for row in &table[1..] {
+        out.push_str(&fmt_row(row));
         out.push('\n');
     }
     out.push_str(&line('='));
