@@ -291,6 +291,10 @@ impl<'s> P<'s> {
         if self.is_punct(close) {
             return Ok(self.bump().span);
         }
+        Err(self.close_error(close, open, what))
+    }
+    /// The error for a missing closing delimiter of a group opened at `open`.
+    fn close_error(&self, close: &str, open: Span, what: &str) -> Error {
         let t = self.peek().clone();
         let at = self.at(open);
         let mut e = if t.tok == Tok::Eof {
@@ -321,8 +325,7 @@ impl<'s> P<'s> {
             e.span = prev;
             e.label = format!("expected `{close}` after this");
         }
-        e = e.note(open, format!("{what} started here"));
-        Err(e)
+        e.note(open, format!("{what} started here"))
     }
     fn ident(&mut self, what: &str) -> R<Ident> {
         match self.peek().tok.clone() {
@@ -488,12 +491,13 @@ impl<'s> P<'s> {
                 if self.is_punct("]") {
                     break;
                 }
-                let neg = self.eat_punct("-");
+                let minus = self.is_punct("-").then(|| self.bump().span);
+                let neg = minus.is_some();
                 let t = self.peek().clone();
                 match t.tok {
                     Tok::Int(v) => {
                         self.bump();
-                        let start = if neg { t.span.start - 1 } else { t.span.start };
+                        let start = minus.map_or(t.span.start, |m| m.start);
                         dims.push((
                             if neg { -v } else { v },
                             Span::new(start.min(t.span.start), t.span.end),
@@ -507,11 +511,7 @@ impl<'s> P<'s> {
                         )
                         .label("not an integer"))
                     }
-                    _ if t.tok == Tok::Eof => {
-                        return self
-                            .expect_close("]", open, "shape")
-                            .map(|_| unreachable_decl())
-                    }
+                    _ if t.tok == Tok::Eof => return Err(self.close_error("]", open, "shape")),
                     _ => return Err(self.unexpected("a dimension (a whole number)")),
                 }
                 if !self.eat_punct(",") {
@@ -579,9 +579,7 @@ impl<'s> P<'s> {
             if self.is_punct("}") || self.peek().tok == Tok::Eof {
                 let t = self.peek().clone();
                 if t.tok == Tok::Eof {
-                    return self
-                        .expect_close("}", bopen, "block")
-                        .map(|_| unreachable_item());
+                    return Err(self.close_error("}", bopen, "block"));
                 }
                 return Err(Error::new(
                     Kind::Syntax,
@@ -603,9 +601,7 @@ impl<'s> P<'s> {
         if !self.is_punct("}") {
             let t = self.peek().clone();
             if t.tok == Tok::Eof {
-                return self
-                    .expect_close("}", bopen, "block")
-                    .map(|_| unreachable_item());
+                return Err(self.close_error("}", bopen, "block"));
             }
             return Err(Error::new(
                 Kind::Syntax,
@@ -740,9 +736,7 @@ impl<'s> P<'s> {
         self.eat_punct("|>");
         loop {
             if self.peek().tok == Tok::Eof {
-                return self
-                    .expect_close("}", open, "repeat body")
-                    .map(|_| unreachable_expr());
+                return Err(self.close_error("}", open, "repeat body"));
             }
             body.push(self.stage()?);
             if !self.eat_punct("|>") {
@@ -936,34 +930,5 @@ impl<'s> P<'s> {
         self.expect_close(")", open, "call")?;
         self.depth -= 1;
         Ok(args)
-    }
-}
-
-// These helpers exist only to give `expect_close(...)?`-style early returns a type; they are never
-// reached because `expect_close` returns `Err` whenever the closer is missing (at EOF it always is).
-fn unreachable_decl() -> Decl {
-    Decl {
-        name: Ident {
-            name: String::new(),
-            span: Span::default(),
-        },
-        ty: TypeExpr {
-            int: false,
-            dims: vec![],
-            span: Span::default(),
-        },
-        span: Span::default(),
-    }
-}
-fn unreachable_item() -> Item {
-    Item::Train(TrainSection {
-        fields: vec![],
-        span: Span::default(),
-    })
-}
-fn unreachable_expr() -> Expr {
-    Expr {
-        kind: ExprKind::Tuple(vec![]),
-        span: Span::default(),
     }
 }
