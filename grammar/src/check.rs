@@ -1225,6 +1225,8 @@ impl<'a> Checker<'a> {
                             ((h - kernel) / stride + 1, (w - kernel) / stride + 1)
                         }
                     };
+                    // Checked first: the weight's element count bounds every product below.
+                    self.elems(&[kernel, kernel, c, filters], span)?;
                     let fan_in = kernel * kernel * c;
                     let fan_out = kernel * kernel * filters;
                     let mut ps = vec![(

@@ -117,7 +117,13 @@ pub fn summary_rows(model: &Model) -> (Vec<Row>, Totals) {
         rows.push(row);
     }
     for i in &model.inputs {
-        totals.input_bytes += i.shape.iter().product::<usize>() * batch * F32;
+        let bytes = i
+            .shape
+            .iter()
+            .product::<usize>()
+            .saturating_mul(batch)
+            .saturating_mul(F32);
+        totals.input_bytes = totals.input_bytes.saturating_add(bytes);
     }
     (rows, totals)
 }

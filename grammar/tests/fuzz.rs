@@ -100,6 +100,8 @@ fn check(src: &str) -> Result<(), TestCaseError> {
         Ok(m) => {
             prop_assert!(!m.nodes.is_empty());
             prop_assert!(m.train.batch >= 1);
+            prop_assert!(dmc_grammar::summary_text(&m).contains("Total params"));
+            prop_assert!(dmc_grammar::summary_json(&m)["layers"].is_array());
         }
         Err(d) => {
             prop_assert!(d.span.start <= d.span.end, "span {:?}", d.span);
@@ -315,6 +317,10 @@ fn deep_nesting_and_huge_repeat_do_not_hang() {
     assert!(compile_source(big, "big.dm").is_err());
     let exp = "input x: [4]\ntarget y: [4]\nblock a(x) { return x |> relu |> relu }\nblock b(x) { return x |> a |> a }\nblock c(x) { return x |> b |> b }\nblock d(x) { return x |> c |> c }\nout = x |> repeat 100000 { d }\nloss mse(out, y)\ntrain { batch: 1, optimizer: sgd }";
     assert!(compile_source(exp, "exp.dm").is_err());
+    let big_batch = "input x: [1099511627776]\ntarget y: [1]\nout = x |> dense(1)\nloss mse(out, y)\ntrain { batch: 2147483647, optimizer: sgd }";
+    if let Ok(m) = compile_source(big_batch, "batch.dm") {
+        assert!(dmc_grammar::summary_text(&m).contains("Total params"));
+    }
     let huge = "input x: [2147483648, 2147483648, 2147483648]\ntarget y: [1]\nout = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain { batch: 1, optimizer: sgd }";
     assert!(compile_source(huge, "huge.dm").is_err());
 }
