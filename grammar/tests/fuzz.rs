@@ -1,4 +1,4 @@
-//! Robustness: 140,000 random and mutated programs through parse + check + render.
+//! Robustness: 160,000 random and mutated programs through parse + check + render.
 //! Nothing may panic or hang, and every error span lies within the input on char boundaries.
 
 use dmc_grammar::{compile_source, render_plain};
@@ -323,4 +323,77 @@ fn deep_nesting_and_huge_repeat_do_not_hang() {
     }
     let huge = "input x: [2147483648, 2147483648, 2147483648]\ntarget y: [1]\nout = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain { batch: 1, optimizer: sgd }";
     assert!(compile_source(huge, "huge.dm").is_err());
+}
+
+/// Numbers that stress the checker's arithmetic.
+const NUMS: &[&str] = &[
+    "0",
+    "1",
+    "2",
+    "3",
+    "4",
+    "7",
+    "16",
+    "-1",
+    "0.5",
+    "1.0",
+    "1e-3",
+    "65536",
+    "2147483647",
+    "2147483648",
+    "4294967296",
+    "9223372036854775807",
+    "1e300",
+];
+
+fn stage_text(op: usize, a: usize, b: usize, kw: usize) -> String {
+    let n = |i: usize| NUMS[i % NUMS.len()];
+    let kwarg = [
+        "".to_string(),
+        format!(", stride: {}", n(kw)),
+        ", padding: valid".to_string(),
+        ", activation: relu".to_string(),
+        ", bias: false".to_string(),
+        format!(", p: {}", n(kw)),
+    ][kw % 6]
+        .clone();
+    match op % 14 {
+        0 => format!("conv2d({}, {}{kwarg})", n(a), n(b)),
+        1 => format!("maxpool({}{kwarg})", n(a)),
+        2 => format!("avgpool({}, stride: {})", n(a), n(b)),
+        3 => "global_avgpool".into(),
+        4 => format!("dense({}{kwarg})", n(a)),
+        5 => "flatten".into(),
+        6 => "relu".into(),
+        7 => format!("dropout({})", n(a)),
+        8 => format!("repeat {} {{ dense({}) }}", n(a), n(b)),
+        9 => format!("repeat {} {{ conv2d({}, 3) |> relu }}", n(a), n(b)),
+        10 => "blk".into(),
+        11 => format!("blk(c: {})", n(a)),
+        12 => "add(x)".into(),
+        _ => "tanh".into(),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 20_000, failure_persistence: None, ..ProptestConfig::default() })]
+    #[test]
+    fn structured_programs(
+        dims in prop::collection::vec(0usize..NUMS.len(), 1..4),
+        stages in prop::collection::vec((0usize..14, 0usize..40, 0usize..40, 0usize..12), 0..8),
+        ce in any::<bool>(),
+        batch in 0usize..NUMS.len(),
+    ) {
+        let dims: Vec<&str> = dims.iter().map(|d| NUMS[*d]).collect();
+        let st: Vec<String> = stages.iter().map(|(o, a, b, k)| stage_text(*o, *a, *b, *k)).collect();
+        let target = if ce { "int" } else { "[1]" };
+        let loss = if ce { "cross_entropy" } else { "mse" };
+        let src = format!(
+            "input x: [{}]\ntarget y: {target}\nblock blk(x, c: 2) {{\n  h = x |> dense(c)\n  return h\n}}\nout = x |> {} |> flatten |> dense(1)\nloss {loss}(out, y)\ntrain {{ batch: {}, optimizer: sgd }}\n",
+            dims.join(", "),
+            if st.is_empty() { "relu".to_string() } else { st.join(" |> ") },
+            NUMS[batch],
+        );
+        check(&src)?;
+    }
 }
