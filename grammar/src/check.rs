@@ -265,7 +265,39 @@ fn distance(a: &str, b: &str) -> usize {
     prev[b.len()]
 }
 
+/// Keras / PyTorch spellings of the built-in names (compared in lower case, without `_`).
+const ALIASES: &[(&str, &str)] = &[
+    ("convolution2d", "conv2d"),
+    ("maxpooling2d", "maxpool"),
+    ("maxpool2d", "maxpool"),
+    ("averagepooling2d", "avgpool"),
+    ("avgpool2d", "avgpool"),
+    ("globalaveragepooling2d", "global_avgpool"),
+    ("adaptiveavgpool2d", "global_avgpool"),
+    ("linear", "dense"),
+    ("fullyconnected", "dense"),
+    ("fc", "dense"),
+    ("reshape", "flatten"),
+    ("meansquarederror", "mse"),
+    ("mseloss", "mse"),
+    ("crossentropyloss", "cross_entropy"),
+    ("sparsecategoricalcrossentropy", "cross_entropy"),
+    ("categoricalcrossentropy", "cross_entropy"),
+    ("crossentropy", "cross_entropy"),
+    ("nllloss", "cross_entropy"),
+];
+
 fn suggest<'x>(name: &str, cands: impl IntoIterator<Item = &'x str>) -> Option<String> {
+    let cands: Vec<&str> = cands.into_iter().collect();
+    let key: String = name.to_lowercase().chars().filter(|c| *c != '_').collect();
+    if let Some((_, target)) = ALIASES.iter().find(|(a, _)| *a == key) {
+        if cands.contains(target) {
+            return Some(target.to_string());
+        }
+    }
+    if let Some(c) = cands.iter().find(|c| c.replace('_', "") == key) {
+        return Some(c.to_string());
+    }
     let best = cands
         .into_iter()
         .map(|c| (distance(name, c), c))
@@ -348,12 +380,16 @@ impl Bound {
             Val::Int(i) => *i,
             Val::Float(f) if f.fract() == 0.0 && f.abs() < 1e15 => *f as i64,
             other => {
-                return Err(err(
+                let mut e = err(
                     Kind::Argument,
                     *span,
                     format!("`{k}` must be a whole number, found {}", describe(other)),
                 )
-                .label("expected an integer"))
+                .label("expected an integer");
+                if matches!(other, Val::Tuple(_)) && matches!(k, "kernel" | "size" | "stride") {
+                    e = e.help(format!("kernels, windows and strides are square: write one number, e.g. `{k}: 3` for 3x3"));
+                }
+                return Err(e);
             }
         };
         if i < min {

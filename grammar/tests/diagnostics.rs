@@ -78,6 +78,8 @@ fn cases() -> Vec<(&'static str, String)> {
         ("negative_lr", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd(lr: -0.1) }}\n")),
         ("two_losses", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd }}\n")),
         ("huge_kernel", wrap("out = x |> conv2d(2000000000, 2000000000) |> flatten |> dense(1)")),
+        ("keras_spelling", wrap("out = x |> Conv2D(8, 3) |> flatten |> dense(1)")),
+        ("tuple_kernel", wrap("out = x |> conv2d(8, (3, 3)) |> flatten |> dense(1)")),
         ("no_parameters", wrap("out = x |> global_avgpool")),
         ("target_fed_to_layer", wrap("out = y |> dense(1)\nunused = x |> relu")),
     ]
