@@ -1594,7 +1594,20 @@ impl<'a> Checker<'a> {
         });
         let res = self.block_body(b, &mut inner);
         self.frames.pop();
-        let v = res?;
+        // An error inside the block's body: also show which use of the block it came from
+        // (shapes and arguments differ between uses).
+        let v = res.map_err(|mut e| {
+            let inside = e.span.start >= b.span.start && e.span.end <= b.span.end;
+            let uses = e
+                .notes
+                .iter()
+                .filter(|(_, t)| t.starts_with("in this use of block"))
+                .count();
+            if inside && uses < 4 {
+                e = e.note(span, format!("in this use of block `{bname}`"));
+            }
+            e
+        })?;
         if let Some(l) = label {
             // The instance name must be unique too (its layers are prefixed by it).
             if let Some(prev) = self.node_names.get(&inst) {
