@@ -76,20 +76,37 @@ pub enum Activation {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Layer {
     /// weight `[k, k, c_in, filters]` (HWIO, as Keras/TF), bias `[filters]`.
-    Conv2d { filters: usize, kernel: usize, stride: usize, padding: Padding, bias: bool },
-    MaxPool { size: usize, stride: usize },
-    AvgPool { size: usize, stride: usize },
+    Conv2d {
+        filters: usize,
+        kernel: usize,
+        stride: usize,
+        padding: Padding,
+        bias: bool,
+    },
+    MaxPool {
+        size: usize,
+        stride: usize,
+    },
+    AvgPool {
+        size: usize,
+        stride: usize,
+    },
     /// `[h, w, c] -> [c]`
     GlobalAvgPool,
     /// weight `[in, units]`, bias `[units]`; input must be flat `[in]`.
-    Dense { units: usize, bias: bool },
+    Dense {
+        units: usize,
+        bias: bool,
+    },
     /// `[..] -> [prod(..)]`
     Flatten,
     Act(Activation),
     /// Elementwise sum of two values of the same shape.
     Add,
     /// Inverted dropout with drop probability `p` in [0, 1).
-    Dropout { p: f32 },
+    Dropout {
+        p: f32,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -139,10 +156,22 @@ pub struct Loss {
 pub enum Optimizer {
     /// v = momentum*v + g + wd*w ; w -= lr * (nesterov ? g + wd*w + momentum*v : v)
     /// (PyTorch's formulation; momentum 0 is plain SGD and keeps no state).
-    Sgd { lr: f32, momentum: f32, weight_decay: f32, nesterov: bool },
+    Sgd {
+        lr: f32,
+        momentum: f32,
+        weight_decay: f32,
+        nesterov: bool,
+    },
     /// Adam with bias correction. `decoupled` = AdamW (weight decay applied to the weights directly,
     /// w -= lr*wd*w), otherwise L2 added to the gradient (as torch.optim.Adam).
-    Adam { lr: f32, beta1: f32, beta2: f32, eps: f32, weight_decay: f32, decoupled: bool },
+    Adam {
+        lr: f32,
+        beta1: f32,
+        beta2: f32,
+        eps: f32,
+        weight_decay: f32,
+        decoupled: bool,
+    },
 }
 
 impl Optimizer {
@@ -195,6 +224,8 @@ impl Model {
         self.nodes.iter().flat_map(|n| n.params.iter())
     }
     pub fn param_count(&self) -> usize {
-        self.params().map(|p| p.shape.iter().product::<usize>()).sum()
+        self.params()
+            .map(|p| p.shape.iter().product::<usize>())
+            .sum()
     }
 }

@@ -1,0 +1,934 @@
+//! Lexer (nom 8) and recursive-descent parser of the `.dm` language.
+//!
+//! The lexer uses nom combinators over `&str` and records byte spans as
+//! `original_len - rest_len`. The parser works on the token list and produces precise,
+//! user-facing errors ("expected `)` to close the call started at 3:14").
+
+use crate::ast::*;
+use crate::diag::{line_col, Error, Kind};
+use nom::branch::alt;
+use nom::bytes::complete::{tag, take_while, take_while1};
+use nom::character::complete::{char as ch, digit0, digit1, one_of};
+use nom::combinator::{opt, recognize};
+use nom::{IResult, Parser};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Tok {
+    Ident(String),
+    Int(i64),
+    Float(f64),
+    /// Punctuation: `(` `)` `[` `]` `{` `}` `,` `:` `=` `+` `-` `;` `|>`
+    Punct(&'static str),
+    Eof,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Token {
+    pub tok: Tok,
+    pub span: Span,
+}
+
+fn describe(t: &Tok) -> String {
+    match t {
+        Tok::Ident(s) if is_keyword(s) => format!("keyword `{s}`"),
+        Tok::Ident(s) => format!("`{s}`"),
+        Tok::Int(i) => format!("number `{i}`"),
+        Tok::Float(f) => format!("number `{f:?}`"),
+        Tok::Punct(p) => format!("`{p}`"),
+        Tok::Eof => "end of file".to_string(),
+    }
+}
+
+const KEYWORDS: &[&str] = &[
+    "input", "target", "block", "return", "loss", "train", "repeat", "as",
+];
+
+fn is_keyword(s: &str) -> bool {
+    KEYWORDS.contains(&s)
+}
+
+fn ident(i: &str) -> IResult<&str, &str> {
+    recognize((
+        take_while1(|c: char| c.is_ascii_alphabetic() || c == '_'),
+        take_while(|c: char| c.is_ascii_alphanumeric() || c == '_'),
+    ))
+    .parse(i)
+}
+
+fn number(i: &str) -> IResult<&str, &str> {
+    recognize((
+        digit1,
+        opt((ch('.'), digit0)),
+        opt((one_of("eE"), opt(one_of("+-")), digit1)),
+    ))
+    .parse(i)
+}
+
+fn punct(i: &str) -> IResult<&str, &str> {
+    alt((
+        tag("|>"),
+        tag("("),
+        tag(")"),
+        tag("["),
+        tag("]"),
+        tag("{"),
+        tag("}"),
+        tag(","),
+        tag(":"),
+        tag("="),
+        tag("+"),
+        tag("-"),
+        tag(";"),
+    ))
+    .parse(i)
+}
+
+/// Whitespace and `#` comments.
+fn trivia(i: &str) -> IResult<&str, ()> {
+    let mut rest = i;
+    loop {
+        let (r, _) = take_while(|c: char| c.is_whitespace()).parse(rest)?;
+        rest = r;
+        if rest.starts_with('#') {
+            let (r, _) = take_while(|c: char| c != '\n').parse(rest)?;
+            rest = r;
+        } else {
+            return Ok((rest, ()));
+        }
+    }
+}
+
+fn intern_punct(p: &str) -> &'static str {
+    const ALL: &[&str] = &[
+        "|>", "(", ")", "[", "]", "{", "}", ",", ":", "=", "+", "-", ";",
+    ];
+    ALL.iter().copied().find(|q| *q == p).unwrap_or("?")
+}
+
+/// Splits a source into tokens (ending with `Eof`).
+pub fn lex(src: &str) -> Result<Vec<Token>, Error> {
+    let len = src.len();
+    let mut rest = src;
+    let mut toks = Vec::new();
+    loop {
+        if let Ok((r, ())) = trivia(rest) {
+            rest = r;
+        }
+        let start = len - rest.len();
+        if rest.is_empty() {
+            toks.push(Token {
+                tok: Tok::Eof,
+                span: Span::new(len, len),
+            });
+            return Ok(toks);
+        }
+        let (r, tok) = if let Ok((r, s)) = ident(rest) {
+            (r, Tok::Ident(s.to_string()))
+        } else if let Ok((r, s)) = number(rest) {
+            let span = Span::new(start, len - r.len());
+            let is_float = s.contains(['.', 'e', 'E']);
+            let tok = if is_float {
+                match s.parse::<f64>() {
+                    Ok(f) if f.is_finite() => Tok::Float(f),
+                    _ => {
+                        return Err(Error::new(
+                            Kind::Syntax,
+                            span,
+                            format!("number `{s}` is out of range"),
+                        )
+                        .label("too large"))
+                    }
+                }
+            } else {
+                match s.parse::<i64>() {
+                    Ok(v) => Tok::Int(v),
+                    Err(_) => {
+                        return Err(Error::new(
+                            Kind::Syntax,
+                            span,
+                            format!("number `{s}` is too large"),
+                        )
+                        .label("does not fit in 64 bits"))
+                    }
+                }
+            };
+            (r, tok)
+        } else if let Ok((r, s)) = punct(rest) {
+            (r, Tok::Punct(intern_punct(s)))
+        } else {
+            let c = rest.chars().next().unwrap_or(' ');
+            let span = Span::new(start, start + c.len_utf8());
+            let mut e = Error::new(
+                Kind::Syntax,
+                span,
+                format!("unexpected character `{}`", c.escape_debug()),
+            )
+            .label("not part of the language");
+            e = match c {
+                '|' => e.help("the pipeline operator is `|>`"),
+                '.' => e.help("numbers start with a digit: write `0.5`, not `.5`"),
+                '"' | '\'' => {
+                    e.help("there are no strings: write options as names, e.g. `padding: valid`")
+                }
+                '*' | '/' => {
+                    e.help("only `+` (elementwise add) is an operator; use layers for the rest")
+                }
+                _ => e,
+            };
+            return Err(e);
+        };
+        let end = len - r.len();
+        toks.push(Token {
+            tok,
+            span: Span::new(start, end),
+        });
+        rest = r;
+    }
+}
+
+/// Parses a whole program.
+pub fn parse(src: &str) -> Result<Program, Error> {
+    let toks = lex(src)?;
+    let mut p = P {
+        src,
+        toks,
+        pos: 0,
+        depth: 0,
+    };
+    p.program()
+}
+
+const MAX_DEPTH: usize = 200;
+
+struct P<'s> {
+    src: &'s str,
+    toks: Vec<Token>,
+    pos: usize,
+    depth: usize,
+}
+
+type R<T> = Result<T, Error>;
+
+impl<'s> P<'s> {
+    fn peek(&self) -> &Token {
+        &self.toks[self.pos.min(self.toks.len() - 1)]
+    }
+    fn peek_at(&self, k: usize) -> &Token {
+        &self.toks[(self.pos + k).min(self.toks.len() - 1)]
+    }
+    fn bump(&mut self) -> Token {
+        let t = self.peek().clone();
+        if self.pos < self.toks.len() - 1 {
+            self.pos += 1;
+        }
+        t
+    }
+    fn prev_end(&self) -> usize {
+        if self.pos == 0 {
+            0
+        } else {
+            self.toks[self.pos - 1].span.end
+        }
+    }
+    fn is_punct(&self, p: &str) -> bool {
+        matches!(&self.peek().tok, Tok::Punct(q) if *q == p)
+    }
+    fn is_kw(&self, k: &str) -> bool {
+        matches!(&self.peek().tok, Tok::Ident(s) if s == k)
+    }
+    fn eat_punct(&mut self, p: &str) -> bool {
+        if self.is_punct(p) {
+            self.bump();
+            true
+        } else {
+            false
+        }
+    }
+    fn at(&self, span: Span) -> String {
+        let (l, c) = line_col(self.src, span.start);
+        format!("{l}:{c}")
+    }
+    /// Whether the next token starts on a later line than the previous one ends (or is the end of
+    /// file): errors are then shown after the previous token, where the missing text belongs.
+    fn after_prev(&self) -> Option<Span> {
+        if self.pos == 0 {
+            return None;
+        }
+        let prev = self.toks[self.pos - 1].span;
+        let next = self.peek();
+        let gap = &self.src[prev.end.min(self.src.len())
+            ..next
+                .span
+                .start
+                .min(self.src.len())
+                .max(prev.end.min(self.src.len()))];
+        if next.tok == Tok::Eof || gap.contains('\n') {
+            Some(prev)
+        } else {
+            None
+        }
+    }
+    fn unexpected(&self, expected: &str) -> Error {
+        let t = self.peek();
+        let found = describe(&t.tok);
+        match self.after_prev() {
+            Some(prev) => Error::new(
+                Kind::Syntax,
+                prev,
+                format!("expected {expected}, found {found}"),
+            )
+            .label(format!("expected {expected} after this")),
+            None => Error::new(
+                Kind::Syntax,
+                t.span,
+                format!("expected {expected}, found {found}"),
+            )
+            .label(format!("expected {expected}")),
+        }
+    }
+    /// Expects the closing delimiter of a group opened at `open`.
+    fn expect_close(&mut self, close: &str, open: Span, what: &str) -> R<Span> {
+        if self.is_punct(close) {
+            return Ok(self.bump().span);
+        }
+        Err(self.close_error(close, open, what))
+    }
+    /// The error for a missing closing delimiter of a group opened at `open`.
+    fn close_error(&self, close: &str, open: Span, what: &str) -> Error {
+        let t = self.peek().clone();
+        let at = self.at(open);
+        let mut e = if t.tok == Tok::Eof {
+            Error::new(
+                Kind::Syntax,
+                t.span,
+                format!(
+                    "unterminated {what}: expected `{close}` to close the {what} started at {at}"
+                ),
+            )
+        } else {
+            Error::new(
+                Kind::Syntax,
+                t.span,
+                format!(
+                    "expected `{close}` to close the {what} started at {at}, found {}",
+                    describe(&t.tok)
+                ),
+            )
+        };
+        let list = matches!(what, "call" | "parenthesis" | "shape" | "parameter list");
+        e.label = if list {
+            format!("expected `,` or `{close}`")
+        } else {
+            format!("expected `{close}`")
+        };
+        if let Some(prev) = self.after_prev() {
+            e.span = prev;
+            e.label = format!("expected `{close}` after this");
+        }
+        e.note(open, format!("{what} started here"))
+    }
+    fn ident(&mut self, what: &str) -> R<Ident> {
+        match self.peek().tok.clone() {
+            Tok::Ident(s) if !is_keyword(&s) => {
+                let t = self.bump();
+                Ok(Ident {
+                    name: s,
+                    span: t.span,
+                })
+            }
+            Tok::Ident(s) => {
+                let t = self.peek().clone();
+                Err(Error::new(
+                    Kind::Syntax,
+                    t.span,
+                    format!("expected {what}, found keyword `{s}`"),
+                )
+                .label("this is a reserved word")
+                .help(format!("`{s}` is reserved; choose another name")))
+            }
+            _ => Err(self.unexpected(what)),
+        }
+    }
+    fn enter(&mut self) -> R<()> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            let t = self.peek().span;
+            return Err(
+                Error::new(Kind::Syntax, t, "expression nested too deeply").label("too deep")
+            );
+        }
+        Ok(())
+    }
+
+    fn program(&mut self) -> R<Program> {
+        let mut items = Vec::new();
+        loop {
+            while self.eat_punct(";") {}
+            if self.peek().tok == Tok::Eof {
+                break;
+            }
+            items.push(self.item()?);
+        }
+        Ok(Program {
+            items,
+            len: self.src.len(),
+        })
+    }
+
+    fn item(&mut self) -> R<Item> {
+        let t = self.peek().clone();
+        match &t.tok {
+            Tok::Ident(k) if is_keyword(k) && self.peek_at(1).tok == Tok::Punct("=") => {
+                Err(Error::new(
+                    Kind::Syntax,
+                    t.span,
+                    format!("`{k}` is a reserved word and cannot name a value"),
+                )
+                .label("reserved word")
+                .help(format!("choose another name, e.g. `{k}_value = ...`")))
+            }
+            Tok::Ident(k) if k == "input" || k == "target" => {
+                self.bump();
+                let d = self.decl(t.span, k == "input")?;
+                Ok(if k == "input" {
+                    Item::Input(d)
+                } else {
+                    Item::Target(d)
+                })
+            }
+            Tok::Ident(k) if k == "block" => self.block(),
+            Tok::Ident(k) if k == "loss" => {
+                self.bump();
+                let func = self.ident("a loss function such as `mse` or `cross_entropy`")?;
+                if !self.is_punct("(") {
+                    return Err(self.unexpected("`(` after the loss function"));
+                }
+                let open = self.bump().span;
+                let args = self.args(open)?;
+                Ok(Item::Loss(LossStmt {
+                    func,
+                    args,
+                    span: Span::new(t.span.start, self.prev_end()),
+                }))
+            }
+            Tok::Ident(k) if k == "train" => self.train(),
+            Tok::Ident(k) if k == "return" => {
+                Err(
+                    Error::new(Kind::Syntax, t.span, "`return` outside of a block")
+                        .label("only blocks return a value")
+                        .help("the model's output is the prediction given to `loss`"),
+                )
+            }
+            Tok::Ident(k) if !is_keyword(k) => Ok(Item::Let(self.let_stmt()?)),
+            _ => {
+                let mut e = Error::new(
+                    Kind::Syntax,
+                    t.span,
+                    format!(
+                        "expected a statement (`input`, `target`, `name = ...`, `block`, `loss` or `train`), found {}",
+                        describe(&t.tok)
+                    ),
+                )
+                .label("expected a statement");
+                if matches!(&t.tok, Tok::Ident(k) if k == "repeat") {
+                    e = e.help("`repeat` is a pipeline stage: did you forget `|>` before it?");
+                }
+                if matches!(t.tok, Tok::Punct("|>")) {
+                    e = e.help("a pipeline continues a value: write `name = value |> ...`");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn let_stmt(&mut self) -> R<Let> {
+        let name = self.ident("a name")?;
+        if !self.is_punct("=") {
+            let mut e = self.unexpected("`=`");
+            if self.is_punct("(") || self.is_punct("|>") {
+                e = e.help(format!(
+                    "a statement must name its value, e.g. `out = {}(...)`",
+                    name.name
+                ));
+            } else if self.is_punct(":") {
+                e = e.help(format!(
+                    "to declare an input write `input {}: [...]`",
+                    name.name
+                ));
+            }
+            return Err(e);
+        }
+        self.bump();
+        let value = self.expr()?;
+        Ok(Let {
+            span: Span::new(name.span.start, value.span.end),
+            name,
+            value,
+        })
+    }
+
+    fn decl(&mut self, kw: Span, kw_input: bool) -> R<Decl> {
+        let name = self.ident("a name")?;
+        if !self.eat_punct(":") {
+            return Err(self.unexpected("`:` and a shape").help(format!(
+                "declare it like `{} {}: [16, 16, 1]`",
+                if kw_input { "input" } else { "target" },
+                name.name
+            )));
+        }
+        let tstart = self.peek().span.start;
+        let mut int = false;
+        if self.is_kw("int") {
+            self.bump();
+            int = true;
+        } else if self.is_kw("float") {
+            self.bump();
+        }
+        let mut dims = Vec::new();
+        if self.is_punct("[") {
+            let open = self.bump().span;
+            loop {
+                if self.is_punct("]") {
+                    break;
+                }
+                let minus = self.is_punct("-").then(|| self.bump().span);
+                let neg = minus.is_some();
+                let t = self.peek().clone();
+                match t.tok {
+                    Tok::Int(v) => {
+                        self.bump();
+                        let start = minus.map_or(t.span.start, |m| m.start);
+                        dims.push((
+                            if neg { -v } else { v },
+                            Span::new(start.min(t.span.start), t.span.end),
+                        ));
+                    }
+                    Tok::Float(_) => {
+                        return Err(Error::new(
+                            Kind::Syntax,
+                            t.span,
+                            "dimensions must be whole numbers",
+                        )
+                        .label("not an integer"))
+                    }
+                    _ if t.tok == Tok::Eof => return Err(self.close_error("]", open, "shape")),
+                    _ => return Err(self.unexpected("a dimension (a whole number)")),
+                }
+                if !self.eat_punct(",") {
+                    break;
+                }
+            }
+            self.expect_close("]", open, "shape")?;
+        } else if !int {
+            let mut e = self.unexpected("a shape such as `[16, 16, 1]`, or `int` for class labels");
+            e.label = "expected a shape".into();
+            return Err(e);
+        }
+        let span = Span::new(tstart, self.prev_end());
+        Ok(Decl {
+            span: Span::new(kw.start, span.end),
+            name,
+            ty: TypeExpr { int, dims, span },
+        })
+    }
+
+    fn block(&mut self) -> R<Item> {
+        let kw = self.bump().span;
+        let name = self.ident("the block's name")?;
+        if !self.is_punct("(") {
+            let mut e =
+                self.unexpected(&format!("`(` and the parameters of block `{}`", name.name));
+            e = e.help(format!("write `block {}(x, ...) {{ ... return ... }}`; the first parameter receives the piped value", name.name));
+            return Err(e);
+        }
+        let open = self.bump().span;
+        let mut params = Vec::new();
+        loop {
+            if self.is_punct(")") {
+                break;
+            }
+            let pname = self.ident("a parameter name")?;
+            let default = if self.eat_punct(":") || self.eat_punct("=") {
+                Some(self.expr()?)
+            } else {
+                None
+            };
+            params.push(Param {
+                name: pname,
+                default,
+            });
+            if !self.eat_punct(",") {
+                break;
+            }
+        }
+        self.expect_close(")", open, "parameter list")?;
+        if !self.is_punct("{") {
+            return Err(self.unexpected("`{` to start the block's body"));
+        }
+        let bopen = self.bump().span;
+        let mut body = Vec::new();
+        let ret;
+        loop {
+            while self.eat_punct(";") {}
+            if self.is_kw("return") {
+                self.bump();
+                ret = self.expr()?;
+                while self.eat_punct(";") {}
+                break;
+            }
+            if self.is_punct("}") || self.peek().tok == Tok::Eof {
+                let t = self.peek().clone();
+                if t.tok == Tok::Eof {
+                    return Err(self.close_error("}", bopen, "block"));
+                }
+                return Err(Error::new(
+                    Kind::Syntax,
+                    t.span,
+                    format!("block `{}` does not return a value", name.name),
+                )
+                .label("expected `return ...` before the end of the block")
+                .help("end the block with `return <value>`"));
+            }
+            match &self.peek().tok {
+                Tok::Ident(k) if !is_keyword(k) => body.push(self.let_stmt()?),
+                _ => {
+                    let mut e = self.unexpected("`name = ...` or `return ...` in the block");
+                    e.label = "expected a statement".into();
+                    return Err(e);
+                }
+            }
+        }
+        if !self.is_punct("}") {
+            let t = self.peek().clone();
+            if t.tok == Tok::Eof {
+                return Err(self.close_error("}", bopen, "block"));
+            }
+            return Err(Error::new(
+                Kind::Syntax,
+                t.span,
+                format!(
+                    "expected `}}` after the `return` of block `{}`, found {}",
+                    name.name,
+                    describe(&t.tok)
+                ),
+            )
+            .label("`return` must be the block's last statement")
+            .note(bopen, "block started here"));
+        }
+        let close = self.bump().span;
+        Ok(Item::Block(BlockDef {
+            name,
+            params,
+            body,
+            ret,
+            span: Span::new(kw.start, close.end),
+        }))
+    }
+
+    fn train(&mut self) -> R<Item> {
+        let kw = self.bump().span;
+        if !self.is_punct("{") {
+            let mut e = self.unexpected("`{` after `train`");
+            e = e.help("write `train { batch: 32, optimizer: sgd(lr: 0.01) }`");
+            return Err(e);
+        }
+        let open = self.bump().span;
+        let mut fields = Vec::new();
+        loop {
+            while self.eat_punct(",") || self.eat_punct(";") {}
+            if self.is_punct("}") || self.peek().tok == Tok::Eof {
+                break;
+            }
+            let name = self.ident("a setting name such as `batch` or `optimizer`")?;
+            if !(self.eat_punct(":") || self.eat_punct("=")) {
+                let mut e = self.unexpected(&format!("`:` after `{}`", name.name));
+                e = e.help(format!("write `{}: <value>`", name.name));
+                return Err(e);
+            }
+            let value = self.expr()?;
+            fields.push(Field { name, value });
+            if !(self.is_punct(",") || self.is_punct(";") || self.is_punct("}")) {
+                if let Tok::Ident(_) = self.peek().tok {
+                    // newline-separated fields
+                    continue;
+                }
+                if self.peek().tok != Tok::Eof {
+                    return Err(self.unexpected("`,` or `}` after the setting"));
+                }
+            }
+        }
+        let close = self.expect_close("}", open, "section")?;
+        Ok(Item::Train(TrainSection {
+            fields,
+            span: Span::new(kw.start, close.end),
+        }))
+    }
+
+    /// expr := sum ( `|>` stage )*
+    fn expr(&mut self) -> R<Expr> {
+        self.enter()?;
+        let first = self.sum()?;
+        let mut stages = vec![];
+        while self.is_punct("|>") {
+            self.bump();
+            stages.push(self.stage()?);
+        }
+        self.depth -= 1;
+        match stages.last() {
+            None => Ok(first),
+            Some(last) => Ok(Expr {
+                span: Span::new(first.span.start, last.span.end),
+                kind: ExprKind::Pipe(Box::new(first), stages),
+            }),
+        }
+    }
+
+    /// sum := postfix ( `+` postfix )*
+    fn sum(&mut self) -> R<Expr> {
+        let first = self.postfix()?;
+        if !self.is_punct("+") {
+            return Ok(first);
+        }
+        let mut terms = vec![first];
+        while self.is_punct("+") {
+            self.bump();
+            terms.push(self.postfix()?);
+        }
+        let span = Span::new(terms[0].span.start, terms[terms.len() - 1].span.end);
+        Ok(Expr {
+            kind: ExprKind::Add(terms),
+            span,
+        })
+    }
+
+    /// A pipeline stage: `op`, `op(args)`, `op(args) as name`, `block(args)` or `repeat N { stages }`.
+    fn stage(&mut self) -> R<Expr> {
+        if self.is_kw("repeat") {
+            return self.repeat();
+        }
+        match self.peek().tok.clone() {
+            Tok::Ident(s) if !is_keyword(&s) => self.postfix(),
+            _ => {
+                let mut e = self.unexpected("an operation after `|>`");
+                e.label = "expected an operation such as `conv2d(64, 3)` or `flatten`".into();
+                Err(e)
+            }
+        }
+    }
+
+    fn repeat(&mut self) -> R<Expr> {
+        let kw = self.bump().span;
+        self.enter()?;
+        let count = self.postfix()?;
+        if !self.is_punct("{") {
+            let mut e = self.unexpected("`{` to start the repeated stages");
+            e = e.help("write `repeat 3 { conv2d(64, 3) |> relu }`");
+            return Err(e);
+        }
+        let open = self.bump().span;
+        let mut body = Vec::new();
+        if self.is_punct("}") {
+            let t = self.peek().span;
+            return Err(Error::new(Kind::Syntax, t, "empty `repeat` body")
+                .label("expected at least one stage")
+                .help("write the stages to repeat, e.g. `repeat 3 { conv2d(64, 3) }`"));
+        }
+        self.eat_punct("|>");
+        loop {
+            if self.peek().tok == Tok::Eof {
+                return Err(self.close_error("}", open, "repeat body"));
+            }
+            body.push(self.stage()?);
+            if !self.eat_punct("|>") {
+                break;
+            }
+        }
+        let close = self.expect_close("}", open, "repeat body")?;
+        self.depth -= 1;
+        Ok(Expr {
+            kind: ExprKind::Repeat {
+                count: Box::new(count),
+                body,
+            },
+            span: Span::new(kw.start, close.end),
+        })
+    }
+
+    /// postfix := primary [ `(` args `)` ] [ `as` name ]
+    fn postfix(&mut self) -> R<Expr> {
+        let e = self.primary()?;
+        if self.is_kw("as") {
+            let as_span = self.bump().span;
+            let label = self.ident("a layer name after `as`")?;
+            return match e.kind {
+                ExprKind::Call {
+                    func,
+                    args,
+                    label: None,
+                } => Ok(Expr {
+                    kind: ExprKind::Call {
+                        func,
+                        args,
+                        label: Some(label.clone()),
+                    },
+                    span: Span::new(e.span.start, label.span.end),
+                }),
+                ExprKind::Name(n) => Ok(Expr {
+                    kind: ExprKind::Call {
+                        func: Ident {
+                            name: n,
+                            span: e.span,
+                        },
+                        args: vec![],
+                        label: Some(label.clone()),
+                    },
+                    span: Span::new(e.span.start, label.span.end),
+                }),
+                _ => Err(Error::new(
+                    Kind::Syntax,
+                    as_span,
+                    "only a layer or block call can be named with `as`",
+                )
+                .label("nothing to name here")),
+            };
+        }
+        Ok(e)
+    }
+
+    fn primary(&mut self) -> R<Expr> {
+        let t = self.peek().clone();
+        match t.tok {
+            Tok::Int(v) => {
+                self.bump();
+                Ok(Expr {
+                    kind: ExprKind::Int(v),
+                    span: t.span,
+                })
+            }
+            Tok::Float(v) => {
+                self.bump();
+                Ok(Expr {
+                    kind: ExprKind::Float(v),
+                    span: t.span,
+                })
+            }
+            Tok::Punct("-") => {
+                self.bump();
+                let n = self.peek().clone();
+                let span = Span::new(t.span.start, n.span.end);
+                match n.tok {
+                    Tok::Int(v) => {
+                        self.bump();
+                        Ok(Expr {
+                            kind: ExprKind::Int(-v),
+                            span,
+                        })
+                    }
+                    Tok::Float(v) => {
+                        self.bump();
+                        Ok(Expr {
+                            kind: ExprKind::Float(-v),
+                            span,
+                        })
+                    }
+                    _ => Err(self.unexpected("a number after `-`")),
+                }
+            }
+            Tok::Punct("(") => {
+                self.bump();
+                self.enter()?;
+                let first = self.expr()?;
+                if self.is_punct(",") {
+                    let mut items = vec![first];
+                    while self.eat_punct(",") {
+                        if self.is_punct(")") {
+                            break;
+                        }
+                        items.push(self.expr()?);
+                    }
+                    let close = self.expect_close(")", t.span, "parenthesis")?;
+                    self.depth -= 1;
+                    return Ok(Expr {
+                        kind: ExprKind::Tuple(items),
+                        span: Span::new(t.span.start, close.end),
+                    });
+                }
+                let close = self.expect_close(")", t.span, "parenthesis")?;
+                self.depth -= 1;
+                Ok(Expr {
+                    kind: first.kind,
+                    span: Span::new(t.span.start, close.end),
+                })
+            }
+            Tok::Ident(ref s) if s == "repeat" => Err(Error::new(
+                Kind::Syntax,
+                t.span,
+                "`repeat` can only be used as a pipeline stage",
+            )
+            .label("not after `|>`")
+            .help("write `x |> repeat 3 { ... }`")),
+            Tok::Ident(ref s) if !is_keyword(s) => {
+                self.bump();
+                let func = Ident {
+                    name: s.clone(),
+                    span: t.span,
+                };
+                if self.is_punct("(") {
+                    let open = self.bump().span;
+                    let args = self.args(open)?;
+                    let span = Span::new(t.span.start, self.prev_end());
+                    return Ok(Expr {
+                        kind: ExprKind::Call {
+                            func,
+                            args,
+                            label: None,
+                        },
+                        span,
+                    });
+                }
+                Ok(Expr {
+                    kind: ExprKind::Name(s.clone()),
+                    span: t.span,
+                })
+            }
+            _ => {
+                let mut e = self.unexpected("a value");
+                e.label = "expected a name, a number or a call".into();
+                Err(e)
+            }
+        }
+    }
+
+    /// Arguments after `(` up to and including the closing `)`.
+    fn args(&mut self, open: Span) -> R<Vec<Arg>> {
+        self.enter()?;
+        let mut args = Vec::new();
+        loop {
+            if self.is_punct(")") || self.peek().tok == Tok::Eof {
+                break;
+            }
+            let start = self.peek().span.start;
+            let is_kw = matches!(&self.peek().tok, Tok::Ident(s) if !is_keyword(s))
+                && matches!(self.peek_at(1).tok, Tok::Punct(":") | Tok::Punct("="));
+            let name = if is_kw {
+                let n = self.ident("an argument name")?;
+                self.bump();
+                Some(n)
+            } else {
+                None
+            };
+            let value = self.expr()?;
+            args.push(Arg {
+                name,
+                span: Span::new(start, value.span.end),
+                value,
+            });
+            if !self.eat_punct(",") {
+                break;
+            }
+        }
+        self.expect_close(")", open, "call")?;
+        self.depth -= 1;
+        Ok(args)
+    }
+}

@@ -1,0 +1,320 @@
+//! `dmc summary`: a Keras-like table of layers, output shapes, parameter counts and fp32 bytes.
+
+use crate::model::*;
+use serde_json::json;
+
+/// Bytes per element (fp32).
+const F32: usize = 4;
+
+/// `1234567` -> `1,234,567`.
+pub fn thousands(n: usize) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        #[allow(clippy::manual_is_multiple_of)] // `is_multiple_of` needs Rust 1.87; MSRV is 1.80
+        let group_start = i > 0 && (s.len() - i) % 3 == 0;
+        if group_start {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `826152612` -> `826,152,612 bytes (787.9 MiB)`.
+pub fn bytes_text(n: usize) -> String {
+    let (v, unit) = if n >= 1 << 30 {
+        (n as f64 / (1u64 << 30) as f64, "GiB")
+    } else if n >= 1 << 20 {
+        (n as f64 / (1u64 << 20) as f64, "MiB")
+    } else {
+        (n as f64 / 1024.0, "KiB")
+    };
+    format!("{} bytes ({v:.1} {unit})", thousands(n))
+}
+
+/// Keras-style type name of a layer.
+pub fn layer_type(layer: &Layer) -> &'static str {
+    match layer {
+        Layer::Conv2d { .. } => "Conv2D",
+        Layer::MaxPool { .. } => "MaxPool",
+        Layer::AvgPool { .. } => "AvgPool",
+        Layer::GlobalAvgPool => "GlobalAvgPool",
+        Layer::Dense { .. } => "Dense",
+        Layer::Flatten => "Flatten",
+        Layer::Act(Activation::Relu) => "ReLU",
+        Layer::Act(Activation::Tanh) => "Tanh",
+        Layer::Act(Activation::Sigmoid) => "Sigmoid",
+        Layer::Act(Activation::Gelu) => "GELU",
+        Layer::Add => "Add",
+        Layer::Dropout { .. } => "Dropout",
+    }
+}
+
+/// One row of the summary.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub name: String,
+    pub kind: &'static str,
+    /// Output shape including the batch dimension.
+    pub shape: Vec<usize>,
+    pub params: usize,
+    pub output_bytes: usize,
+    pub param_bytes: usize,
+    /// Names of the values it reads (inputs or layers).
+    pub inputs: Vec<String>,
+}
+
+/// Totals of the summary.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Totals {
+    pub params: usize,
+    pub param_bytes: usize,
+    /// Sum of all layer outputs of one forward pass at the model's batch size.
+    pub activation_bytes: usize,
+    pub input_bytes: usize,
+}
+
+fn value_name(m: &Model, v: ValueRef) -> String {
+    match v {
+        ValueRef::Input(i) => m.inputs[i].name.clone(),
+        ValueRef::Target(i) => m.targets[i].name.clone(),
+        ValueRef::Node(i) => m.nodes[i].name.clone(),
+    }
+}
+
+/// Rows and totals of a model's summary.
+pub fn summary_rows(model: &Model) -> (Vec<Row>, Totals) {
+    let batch = model.train.batch;
+    let mut rows = vec![];
+    let mut totals = Totals {
+        params: 0,
+        param_bytes: 0,
+        activation_bytes: 0,
+        input_bytes: 0,
+    };
+    for n in &model.nodes {
+        let params: usize = n
+            .params
+            .iter()
+            .map(|p| p.shape.iter().product::<usize>())
+            .sum();
+        let elems: usize = n.shape.iter().product::<usize>();
+        let mut shape = vec![batch];
+        shape.extend(&n.shape);
+        let row = Row {
+            name: n.name.clone(),
+            kind: layer_type(&n.layer),
+            shape,
+            params,
+            output_bytes: elems.saturating_mul(batch).saturating_mul(F32),
+            param_bytes: params.saturating_mul(F32),
+            inputs: n.inputs.iter().map(|v| value_name(model, *v)).collect(),
+        };
+        totals.params = totals.params.saturating_add(row.params);
+        totals.param_bytes = totals.param_bytes.saturating_add(row.param_bytes);
+        totals.activation_bytes = totals.activation_bytes.saturating_add(row.output_bytes);
+        rows.push(row);
+    }
+    for i in &model.inputs {
+        let bytes = i
+            .shape
+            .iter()
+            .product::<usize>()
+            .saturating_mul(batch)
+            .saturating_mul(F32);
+        totals.input_bytes = totals.input_bytes.saturating_add(bytes);
+    }
+    (rows, totals)
+}
+
+fn shape_text(s: &[usize]) -> String {
+    format!(
+        "({})",
+        s.iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+fn optimizer_text(o: &Optimizer) -> String {
+    match *o {
+        Optimizer::Sgd {
+            lr,
+            momentum,
+            weight_decay,
+            nesterov,
+        } => {
+            format!("sgd(lr: {lr}, momentum: {momentum}, weight_decay: {weight_decay}, nesterov: {nesterov})")
+        }
+        Optimizer::Adam {
+            lr,
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+            decoupled,
+        } => format!(
+            "{}(lr: {lr}, betas: ({beta1}, {beta2}), eps: {eps:e}, weight_decay: {weight_decay})",
+            if decoupled { "adamw" } else { "adam" }
+        ),
+    }
+}
+
+fn loss_text(m: &Model) -> String {
+    let k = match m.loss.kind {
+        LossKind::Mse => "mse",
+        LossKind::CrossEntropy => "cross_entropy",
+    };
+    format!(
+        "{k}({}, {})",
+        value_name(m, m.loss.pred),
+        value_name(m, m.loss.target)
+    )
+}
+
+/// The summary as a text table (like Keras' `model.summary()`), with fp32 byte counts.
+pub fn summary_text(model: &Model) -> String {
+    let (rows, t) = summary_rows(model);
+    let headers = [
+        "Layer (type)",
+        "Output shape",
+        "Param #",
+        "Output bytes",
+        "Param bytes",
+    ];
+    let cells: Vec<[String; 5]> = rows
+        .iter()
+        .map(|r| {
+            [
+                format!("{} ({})", r.name, r.kind),
+                shape_text(&r.shape),
+                thousands(r.params),
+                thousands(r.output_bytes),
+                thousands(r.param_bytes),
+            ]
+        })
+        .collect();
+    // Models that are not a simple chain get a "Connected to" column (as Keras' functional models).
+    let chain = model.nodes.iter().enumerate().all(|(i, n)| {
+        let prev = if i == 0 {
+            ValueRef::Input(0)
+        } else {
+            ValueRef::Node(i - 1)
+        };
+        n.inputs == [prev]
+    });
+    let ncols = if chain { 5 } else { 6 };
+    let mut table: Vec<Vec<String>> = vec![];
+    let mut head: Vec<String> = headers.iter().map(|h| h.to_string()).collect();
+    if !chain {
+        head.push("Connected to".to_string());
+    }
+    table.push(head);
+    for (c, r) in cells.iter().zip(&rows) {
+        let mut row = c.to_vec();
+        if !chain {
+            row.push(r.inputs.join(", "));
+        }
+        table.push(row);
+    }
+    let mut w = vec![0usize; ncols];
+    for row in &table {
+        for (i, s) in row.iter().enumerate() {
+            w[i] = w[i].max(s.chars().count());
+        }
+    }
+    let total_w: usize = w.iter().sum::<usize>() + 2 * (ncols - 1);
+    let line = |ch: char| ch.to_string().repeat(total_w);
+    let fmt_row = |c: &Vec<String>| {
+        let mut t = String::new();
+        for (i, cell) in c.iter().enumerate() {
+            if i > 0 {
+                t.push_str("  ");
+            }
+            // Names, shapes and connections are left-aligned; numbers right-aligned.
+            if matches!(i, 0 | 1 | 5) {
+                t.push_str(&format!("{cell:<width$}", width = w[i]));
+            } else {
+                t.push_str(&format!("{cell:>width$}", width = w[i]));
+            }
+        }
+        t.trim_end().to_string()
+    };
+    let mut out = String::new();
+    let ins: Vec<String> = model
+        .inputs
+        .iter()
+        .map(|i| {
+            format!(
+                "{}: {}",
+                i.name,
+                shape_text(&[vec![model.train.batch], i.shape.clone()].concat())
+            )
+        })
+        .collect();
+    out.push_str(&format!(
+        "Inputs: {}   (batch {})\n",
+        ins.join(", "),
+        model.train.batch
+    ));
+    out.push_str(&line('_'));
+    out.push('\n');
+    out.push_str(&fmt_row(&table[0]));
+    out.push('\n');
+    out.push_str(&line('='));
+    out.push('\n');
+    for row in &table[1..] {
+        out.push_str(&fmt_row(row));
+        out.push('\n');
+    }
+    out.push_str(&line('='));
+    out.push('\n');
+    out.push_str(&format!("Layers:             {}\n", rows.len()));
+    out.push_str(&format!("Total params:       {}\n", thousands(t.params)));
+    out.push_str(&format!(
+        "Param bytes (fp32): {}\n",
+        bytes_text(t.param_bytes)
+    ));
+    out.push_str(&format!(
+        "Activation bytes:   {}  (one forward pass at batch {}, sum of all layer outputs)\n",
+        bytes_text(t.activation_bytes),
+        model.train.batch
+    ));
+    out.push_str(&format!("Loss:               {}\n", loss_text(model)));
+    out.push_str(&format!(
+        "Optimizer:          {}\n",
+        optimizer_text(&model.train.optimizer)
+    ));
+    out
+}
+
+/// The summary as JSON (same content as [`summary_text`]).
+pub fn summary_json(model: &Model) -> serde_json::Value {
+    let (rows, t) = summary_rows(model);
+    let layers: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|r| {
+            json!({
+                "name": r.name,
+                "type": r.kind,
+                "output_shape": r.shape,
+                "params": r.params,
+                "output_bytes": r.output_bytes,
+                "param_bytes": r.param_bytes,
+                "inputs": r.inputs,
+            })
+        })
+        .collect();
+    json!({
+        "batch": model.train.batch,
+        "inputs": model.inputs.iter().map(|i| json!({"name": i.name, "shape": i.shape})).collect::<Vec<_>>(),
+        "layers": layers,
+        "total_params": t.params,
+        "param_bytes": t.param_bytes,
+        "activation_bytes": t.activation_bytes,
+        "loss": loss_text(model),
+        "optimizer": optimizer_text(&model.train.optimizer),
+    })
+}

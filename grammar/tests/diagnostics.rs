@@ -1,0 +1,110 @@
+//! The catalogue of malformed programs: each one's rendered diagnostic is pinned by a snapshot.
+
+use dmc_grammar::{compile_source, render_plain};
+
+const HEAD: &str = "input x: [16, 16, 1]\ntarget y: [1]\n";
+const TAIL: &str = "loss mse(out, y)\ntrain { batch: 1, optimizer: sgd(lr: 0.01) }\n";
+
+/// Programs with the common header and footer around a body.
+fn wrap(body: &str) -> String {
+    format!("{HEAD}{body}\n{TAIL}")
+}
+
+fn cases() -> Vec<(&'static str, String)> {
+    vec![
+        // --- syntax ---
+        ("unclosed_call", wrap("out = x |> conv2d(8, 3 |> flatten |> dense(1)")),
+        ("unclosed_call_eof", "input x: [4]\ntarget y: [1]\nout = x |> dense(1".to_string()),
+        ("unterminated_block", "input x: [4]\nblock b(x) {\n  h = x |> dense(4)\n  return h\n".to_string()),
+        ("unterminated_train", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd(lr: 0.01)\n")),
+        ("bad_character", wrap("out = x |> flatten | dense(1)")),
+        ("missing_equals", wrap("out x |> flatten |> dense(1)")),
+        ("call_without_assignment", wrap("dense(x, 1)")),
+        ("stage_not_an_operation", wrap("out = x |> 3")),
+        ("missing_shape", "input x\ntarget y: [1]\n".to_string()),
+        ("float_dimension", "input x: [16.5, 4]\n".to_string()),
+        ("return_outside_block", wrap("return x")),
+        ("block_without_return", wrap("block b(x) {\n  h = x |> relu\n}\nout = x |> flatten |> dense(1)")),
+        ("empty_repeat", wrap("out = x |> repeat 3 { } |> flatten |> dense(1)")),
+        ("keyword_as_name", wrap("loss = x |> flatten |> dense(1)")),
+        ("number_too_large", wrap("out = x |> conv2d(99999999999999999999, 3)")),
+        // --- names ---
+        ("unknown_op", wrap("out = x |> conv2(8, 3) |> flatten |> dense(1)")),
+        ("unknown_name", wrap("out = h |> flatten |> dense(1)")),
+        ("name_defined_later", wrap("out = h |> dense(1)\nh = x |> flatten")),
+        ("duplicate_value", wrap("h = x |> flatten\nh = x |> flatten\nout = h |> dense(1)")),
+        ("duplicate_layer_name", wrap("out = x |> conv2d(8, 3) as c |> conv2d(8, 3) as c |> flatten |> dense(1)")),
+        ("block_recursion", wrap("block a(x) { return x |> b }\nblock b(x) { return x |> a |> relu }\nout = x |> a |> flatten |> dense(1)")),
+        ("block_self_recursion", wrap("block a(x) { return x |> relu |> a }\nout = x |> a |> flatten |> dense(1)")),
+        ("block_sees_no_globals", format!("{HEAD}block b(x) {{ return x + z }}\nz = x |> relu\nout = x |> b |> flatten |> dense(1)\n{TAIL}")),
+        ("unused_value", wrap("h = x |> relu\nout = x |> flatten |> dense(1)")),
+        ("value_as_stage", wrap("h = x |> relu\nout = x |> h |> flatten |> dense(1)")),
+        ("loss_as_layer", wrap("out = x |> flatten |> mse")),
+        // --- arguments ---
+        ("missing_argument", wrap("out = x |> conv2d(8) |> flatten |> dense(1)")),
+        ("too_many_arguments", wrap("out = x |> maxpool(2, 2, 2) |> flatten |> dense(1)")),
+        ("unknown_kwarg", wrap("out = x |> conv2d(8, 3, strides: 2) |> flatten |> dense(1)")),
+        ("wrong_arg_type", wrap("out = x |> conv2d(8.5, 3) |> flatten |> dense(1)")),
+        ("zero_filters", wrap("out = x |> conv2d(0, 3) |> flatten |> dense(1)")),
+        ("negative_units", wrap("out = x |> flatten |> dense(-4)")),
+        ("bad_padding", wrap("out = x |> conv2d(8, 3, padding: sme) |> flatten |> dense(1)")),
+        ("bad_activation", wrap("out = x |> flatten |> dense(1, activation: softmax)")),
+        ("dropout_out_of_range", wrap("out = x |> flatten |> dropout(1.0) |> dense(1)")),
+        ("no_input_for_layer", wrap("out = dense(1)")),
+        ("zero_dimension", "input x: [16, 0, 1]\n".to_string()),
+        ("repeat_zero", wrap("out = x |> repeat 0 { relu } |> flatten |> dense(1)")),
+        // --- shapes ---
+        ("add_shape_mismatch", wrap("a = x |> conv2d(8, 3)\nb = x |> conv2d(16, 3)\nout = a + b |> flatten |> dense(1)")),
+        ("dense_unflattened", wrap("out = x |> conv2d(8, 3) |> dense(1)")),
+        ("pool_larger_than_input", wrap("out = x |> maxpool(4) |> maxpool(4) |> maxpool(2) |> flatten |> dense(1)")),
+        ("kernel_larger_than_input_valid", wrap("out = x |> conv2d(8, 32, padding: valid) |> flatten |> dense(1)")),
+        ("conv_on_flat", wrap("out = x |> flatten |> conv2d(8, 3) |> dense(1)")),
+        ("mse_shape_mismatch", wrap("out = x |> flatten |> dense(2)")),
+        ("residual_channels_mismatch", wrap("block res(x, c) {\n  y = x |> conv2d(c, 3)\n  return relu(x + y)\n}\nout = x |> res(8) |> flatten |> dense(1)")),
+        // --- loss and train ---
+        ("missing_loss", format!("{HEAD}out = x |> flatten |> dense(1)\ntrain {{ batch: 1, optimizer: sgd(lr: 0.01) }}\n")),
+        ("missing_train", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\n")),
+        ("unknown_loss", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mae(out, y)\ntrain {{ batch: 1, optimizer: sgd }}\n")),
+        ("cross_entropy_float_labels", format!("{HEAD}out = x |> flatten |> dense(10)\nloss cross_entropy(out, y)\ntrain {{ batch: 1, optimizer: sgd }}\n")),
+        ("cross_entropy_unflat_logits", "input x: [8, 8, 1]\ntarget label: int\nout = x |> conv2d(10, 3)\nloss cross_entropy(out, label)\ntrain { batch: 1, optimizer: sgd }\n".to_string()),
+        ("mse_int_target", "input x: [8]\ntarget label: int\nout = x |> dense(1)\nloss mse(out, label)\ntrain { batch: 1, optimizer: sgd }\n".to_string()),
+        ("batch_zero", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 0, optimizer: sgd }}\n")),
+        ("missing_batch", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ optimizer: sgd }}\n")),
+        ("duplicate_train_field", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, batch: 2, optimizer: sgd }}\n")),
+        ("unknown_train_field", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimiser: sgd }}\n")),
+        ("unknown_optimizer", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: rmsprop(lr: 0.01) }}\n")),
+        ("bad_optimizer_kwarg", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: adam(learning_rate: 0.01) }}\n")),
+        ("nesterov_without_momentum", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd(lr: 0.1, nesterov: true) }}\n")),
+        ("negative_lr", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd(lr: -0.1) }}\n")),
+        ("two_losses", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd }}\n")),
+        ("huge_kernel", wrap("out = x |> conv2d(2000000000, 2000000000) |> flatten |> dense(1)")),
+        ("keras_spelling", wrap("out = x |> Conv2D(8, 3) |> flatten |> dense(1)")),
+        ("tuple_kernel", wrap("out = x |> conv2d(8, (3, 3)) |> flatten |> dense(1)")),
+        ("no_parameters", wrap("out = x |> global_avgpool")),
+        ("target_fed_to_layer", wrap("out = y |> dense(1)\nunused = x |> relu")),
+    ]
+}
+
+#[test]
+fn catalogue() {
+    let cases = cases();
+    assert!(cases.len() >= 30);
+    let mut names = std::collections::HashSet::new();
+    for (name, src) in cases {
+        assert!(names.insert(name), "duplicate case {name}");
+        let diag = match compile_source(&src, "bad.dm") {
+            Ok(_) => panic!("case {name} compiled but should fail:\n{src}"),
+            Err(d) => d,
+        };
+        assert!(
+            diag.span.start <= diag.span.end && diag.span.end <= src.len(),
+            "{name}: span out of range"
+        );
+        let text = render_plain(&diag);
+        assert!(
+            text.contains(&format!("bad.dm:{}:{}", diag.line, diag.col)),
+            "{name}: no file:line:col in\n{text}"
+        );
+        insta::assert_snapshot!(name, format!("{src}\n----\n{text}"));
+    }
+}

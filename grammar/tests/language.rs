@@ -1,0 +1,305 @@
+//! Positive tests: the examples check, and language features produce the expected Model.
+
+use dmc_grammar::model::*;
+use dmc_grammar::{compile_source, render_plain, summary_json, summary_text};
+
+fn ok(src: &str) -> Model {
+    match compile_source(src, "test.dm") {
+        Ok(m) => m,
+        Err(d) => panic!("expected success:\n{}", render_plain(&d)),
+    }
+}
+
+fn example(name: &str) -> String {
+    let path = format!("{}/../examples/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn names(m: &Model) -> Vec<&str> {
+    m.nodes.iter().map(|n| n.name.as_str()).collect()
+}
+
+#[test]
+fn seed_matches_the_question() {
+    let m = ok(&example("seed.dm"));
+    // The question's Keras summary: parameter counts per layer (pools/flatten have none).
+    let mut expected: Vec<(&str, Vec<usize>, usize)> = vec![
+        ("conv2d_1", vec![16, 16, 256], 2560),
+        ("maxpool_1", vec![8, 8, 256], 0),
+        ("conv2d_2", vec![8, 8, 512], 1180160),
+        ("maxpool_2", vec![4, 4, 512], 0),
+        ("conv2d_3", vec![4, 4, 1024], 4719616),
+    ];
+    let later: Vec<String> = (4..=24).map(|i| format!("conv2d_{i}")).collect();
+    for n in &later {
+        expected.push((n.as_str(), vec![4, 4, 1024], 9438208));
+    }
+    expected.extend([
+        ("maxpool_3", vec![2, 2, 1024], 0),
+        ("conv2d_25", vec![2, 2, 256], 2359552),
+        ("conv2d_26", vec![2, 2, 32], 73760),
+        ("maxpool_4", vec![1, 1, 32], 0),
+        ("flatten_1", vec![32], 0),
+        ("dense_1", vec![4], 132),
+        ("dense_2", vec![1], 5),
+    ]);
+    assert_eq!(m.nodes.len(), expected.len());
+    for (node, (name, shape, params)) in m.nodes.iter().zip(&expected) {
+        assert_eq!(node.name, *name);
+        assert_eq!(&node.shape, shape, "{name}");
+        let count: usize = node
+            .params
+            .iter()
+            .map(|p| p.shape.iter().product::<usize>())
+            .sum();
+        assert_eq!(count, *params, "{name}");
+    }
+    assert_eq!(m.param_count(), 206_538_153);
+    assert_eq!(m.param_count() * 4, 826_152_612);
+    assert_eq!(m.train.batch, 1);
+    assert_eq!(
+        m.train.optimizer,
+        Optimizer::Sgd {
+            lr: 0.01,
+            momentum: 0.0,
+            weight_decay: 0.0,
+            nesterov: false
+        }
+    );
+    assert_eq!(m.loss.kind, LossKind::Mse);
+    assert_eq!(m.output, ValueRef::Node(m.nodes.len() - 1));
+    // Parameter specs of the first conv: HWIO weight, bias, fans.
+    let c1 = &m.nodes[0];
+    assert_eq!(c1.params[0].name, "conv2d_1.weight");
+    assert_eq!(c1.params[0].shape, vec![3, 3, 1, 256]);
+    assert_eq!((c1.params[0].fan_in, c1.params[0].fan_out), (9, 9 * 256));
+    assert_eq!(c1.params[1].name, "conv2d_1.bias");
+    assert!(c1.params[1].is_bias);
+    assert_eq!(m.nodes[31].params[0].shape, vec![32, 4]);
+
+    let text = summary_text(&m);
+    assert!(text.contains("206,538,153"));
+    assert!(text.contains("826,152,612 bytes (787.9 MiB)"));
+    assert!(text.contains("conv2d_1 (Conv2D)"));
+    assert!(text.contains("(1, 16, 16, 256)"));
+    for p in [
+        "2,560",
+        "1,180,160",
+        "4,719,616",
+        "9,438,208",
+        "2,359,552",
+        "73,760",
+        "132",
+    ] {
+        assert!(text.contains(p), "{p}");
+    }
+    insta::assert_snapshot!("seed_summary", text);
+    let j = summary_json(&m);
+    assert_eq!(j["total_params"], 206_538_153);
+    assert_eq!(j["param_bytes"], 826_152_612);
+    assert_eq!(j["layers"].as_array().map(|a| a.len()), Some(33));
+    assert_eq!(
+        j["layers"][0]["output_shape"],
+        serde_json::json!([1, 16, 16, 256])
+    );
+}
+
+#[test]
+fn all_examples_check() {
+    for name in ["seed.dm", "mlp.dm", "resnet_small.dm", "deep_convnet.dm"] {
+        let m = ok(&example(name));
+        assert!(!m.nodes.is_empty(), "{name}");
+    }
+}
+
+#[test]
+fn mlp_example() {
+    let m = ok(&example("mlp.dm"));
+    assert_eq!(
+        names(&m),
+        [
+            "hidden1",
+            "hidden1_relu",
+            "hidden2",
+            "hidden2_relu",
+            "classifier"
+        ]
+    );
+    assert_eq!(m.nodes[0].params[0].name, "hidden1.weight");
+    assert_eq!(m.nodes[0].params[0].shape, vec![784, 256]);
+    assert_eq!(m.targets[0].dtype, DType::I32);
+    assert_eq!(m.targets[0].shape, Vec::<usize>::new());
+    assert_eq!(m.loss.kind, LossKind::CrossEntropy);
+    assert_eq!(m.train.epochs, Some(10));
+    assert_eq!(m.train.seed, Some(1));
+    assert_eq!(
+        m.train.optimizer,
+        Optimizer::Sgd {
+            lr: 0.05,
+            momentum: 0.9,
+            weight_decay: 0.0,
+            nesterov: false
+        }
+    );
+}
+
+#[test]
+fn resnet_uses_blocks_three_times() {
+    let m = ok(&example("resnet_small.dm"));
+    let adds: Vec<&Node> = m.nodes.iter().filter(|n| n.layer == Layer::Add).collect();
+    assert_eq!(adds.len(), 3);
+    assert_eq!(m.train.batch, 8);
+    assert_eq!(m.nodes.last().map(|n| n.shape.clone()), Some(vec![10]));
+    // The skip connection adds the block's input.
+    assert_eq!(adds[0].inputs[0], ValueRef::Node(1));
+}
+
+#[test]
+fn deep_convnet_repeat() {
+    let m = ok(&example("deep_convnet.dm"));
+    let convs = m
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.layer, Layer::Conv2d { .. }))
+        .count();
+    assert_eq!(convs, 17);
+    assert_eq!(m.train.batch, 32);
+    assert_eq!(
+        m.param_count(),
+        64 * 27 + 64 + 16 * (64 * 64 * 9 + 64) + 64 * 10 + 10
+    );
+}
+
+const HEAD: &str = "input x: [8, 8, 3]\ntarget y: [1]\n";
+const TAIL: &str = "loss mse(out, y)\ntrain { batch: 2, optimizer: sgd }\n";
+
+#[test]
+fn nested_calls_and_kwargs_defaults() {
+    let m = ok(&format!(
+        "{HEAD}out = dense(flatten(relu(conv2d(x, 4, 3, stride: 2))), 1)\n{TAIL}"
+    ));
+    assert_eq!(names(&m), ["conv2d_1", "relu_1", "flatten_1", "dense_1"]);
+    assert_eq!(
+        m.nodes[0].layer,
+        Layer::Conv2d {
+            filters: 4,
+            kernel: 3,
+            stride: 2,
+            padding: Padding::Same,
+            bias: true
+        }
+    );
+    assert_eq!(m.nodes[0].shape, vec![4, 4, 4]);
+    assert_eq!(m.nodes[2].shape, vec![64]);
+}
+
+#[test]
+fn valid_padding_and_pools() {
+    let m = ok(&format!(
+        "{HEAD}out = x |> conv2d(4, 3, padding: valid, bias: false) |> avgpool(2, stride: 1) |> maxpool(3) |> flatten |> dense(1)\n{TAIL}"
+    ));
+    assert_eq!(m.nodes[0].shape, vec![6, 6, 4]);
+    assert_eq!(m.nodes[0].params.len(), 1);
+    assert_eq!(m.nodes[1].shape, vec![5, 5, 4]);
+    assert_eq!(m.nodes[2].shape, vec![1, 1, 4]);
+}
+
+#[test]
+fn blocks_with_params_names_and_defaults() {
+    let src = format!(
+        "{HEAD}block unit(x, c, act: relu) {{\n  y = x |> conv2d(c, 3, activation: act) as conv\n  return y\n}}\n\
+         out = x |> unit(4) as first |> unit(4, act: tanh) |> flatten |> dense(1)\n{TAIL}"
+    );
+    let m = ok(&src);
+    assert_eq!(
+        names(&m),
+        [
+            "first.conv",
+            "first.conv_relu",
+            "unit_1.conv",
+            "unit_1.conv_tanh",
+            "flatten_1",
+            "dense_1"
+        ]
+    );
+    assert_eq!(m.nodes[2].params[0].name, "unit_1.conv.weight");
+}
+
+#[test]
+fn residual_add_and_add_call() {
+    let m = ok(&format!("{HEAD}a = x |> conv2d(3, 1)\nb = add(a, x) + x\nout = b |> global_avgpool |> dense(1)\n{TAIL}"));
+    assert_eq!(
+        names(&m),
+        ["conv2d_1", "add_1", "add_2", "global_avgpool_1", "dense_1"]
+    );
+    assert_eq!(m.nodes[3].shape, vec![3]);
+}
+
+#[test]
+fn repeat_with_named_layers_and_dropout() {
+    let m = ok(&format!("{HEAD}out = x |> flatten |> repeat 2 {{ dense(8) as fc |> dropout(0.25) }} |> dense(1)\n{TAIL}"));
+    assert_eq!(
+        names(&m),
+        [
+            "flatten_1",
+            "fc_1",
+            "dropout_1",
+            "fc_2",
+            "dropout_2",
+            "dense_1"
+        ]
+    );
+    assert_eq!(m.nodes[2].layer, Layer::Dropout { p: 0.25 });
+}
+
+#[test]
+fn optimizers_and_train_settings() {
+    let body = "input x: [4]\ntarget y: [1]\nout = x |> dense(1)\nloss mse(out, y)\n";
+    let m = ok(&format!(
+        "{body}train {{ batch: 4, optimizer: adam(betas: (0.8, 0.99)), epochs: 3, seed: 7 }}"
+    ));
+    assert_eq!(
+        m.train.optimizer,
+        Optimizer::Adam {
+            lr: 0.001,
+            beta1: 0.8,
+            beta2: 0.99,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            decoupled: false
+        }
+    );
+    assert_eq!((m.train.epochs, m.train.seed), (Some(3), Some(7)));
+    let m = ok(&format!(
+        "{body}train {{\n batch = 4\n optimizer = adamw(lr = 3e-4, beta2 = 0.95)\n}}"
+    ));
+    assert_eq!(
+        m.train.optimizer,
+        Optimizer::Adam {
+            lr: 3e-4,
+            beta1: 0.9,
+            beta2: 0.95,
+            eps: 1e-8,
+            weight_decay: 0.01,
+            decoupled: true
+        }
+    );
+    let m = ok(&format!("{body}train {{ batch: 4, optimizer: sgd(0.1, momentum: 0.9, nesterov: true, weight_decay: 1e-4) }}"));
+    assert_eq!(
+        m.train.optimizer,
+        Optimizer::Sgd {
+            lr: 0.1,
+            momentum: 0.9,
+            weight_decay: 1e-4,
+            nesterov: true
+        }
+    );
+}
+
+#[test]
+fn int_labels_with_shape_one_and_number_values() {
+    let m = ok("input x: [4]\ntarget t: int[1]\nwidth = 16\nout = x |> dense(width, activation: gelu) |> dense(3)\nloss cross_entropy(out, t)\ntrain { batch: 1, optimizer: sgd }");
+    assert_eq!(m.targets[0].shape, vec![1]);
+    assert_eq!(m.nodes[1].layer, Layer::Act(Activation::Gelu));
+    assert_eq!(m.nodes[1].name, "dense_1_gelu");
+}

@@ -1,0 +1,22 @@
+//! `dmc check FILE`
+
+use crate::report::CliError;
+use dmc_grammar::summary::thousands;
+use std::path::PathBuf;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The .dm program.
+    pub file: PathBuf,
+}
+
+pub fn run(args: Args) -> Result<(), CliError> {
+    let model = super::load_model(&args.file)?;
+    println!(
+        "{}: ok ({} layers, {} parameters)",
+        args.file.display(),
+        model.nodes.len(),
+        thousands(model.param_count())
+    );
+    Ok(())
+}

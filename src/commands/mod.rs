@@ -1,0 +1,45 @@
+//! The subcommands. To add one: create `src/commands/<name>.rs` with an `Args` struct
+//! (clap derive) and a `run(args) -> Result<(), CliError>`, then add a variant to [`Command`].
+
+mod check;
+mod summary;
+
+use crate::report::CliError;
+use clap::{Parser, Subcommand};
+use std::path::Path;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "dmc",
+    version,
+    about = "A compiler for neural-network training"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Parse and check a .dm program.
+    Check(check::Args),
+    /// Print a table of the model's layers, shapes, parameters and bytes.
+    Summary(summary::Args),
+}
+
+pub fn run(cli: Cli) -> Result<(), CliError> {
+    match cli.command {
+        Command::Check(a) => check::run(a),
+        Command::Summary(a) => summary::run(a),
+    }
+}
+
+/// Reads and checks a `.dm` file (shared by all commands that take a program).
+pub fn load_model(path: &Path) -> Result<dmc_grammar::Model, CliError> {
+    let src = std::fs::read_to_string(path)
+        .map_err(|e| CliError::Message(format!("cannot read `{}`: {e}", path.display())))?;
+    Ok(dmc_grammar::compile_source(
+        &src,
+        &path.display().to_string(),
+    )?)
+}

@@ -1,0 +1,77 @@
+//! CLI-level tests of `dmc check` and `dmc summary`.
+
+use std::process::Command;
+
+fn dmc(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_dmc"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run dmc");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn check_examples() {
+    let (code, out, err) = dmc(&["check", "examples/seed.dm"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        "examples/seed.dm: ok (33 layers, 206,538,153 parameters)\n"
+    );
+    for ex in ["mlp.dm", "resnet_small.dm", "deep_convnet.dm"] {
+        let (code, out, err) = dmc(&["check", &format!("examples/{ex}")]);
+        assert_eq!(code, 0, "{ex}: {err}");
+        assert!(out.contains(": ok ("), "{out}");
+    }
+}
+
+#[test]
+fn summary_of_seed() {
+    let (code, out, err) = dmc(&["summary", "examples/seed.dm"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("Total params:       206,538,153"));
+    assert!(out.contains("826,152,612 bytes (787.9 MiB)"));
+    insta::assert_snapshot!("cli_seed_summary", out);
+}
+
+#[test]
+fn summary_json() {
+    let (code, out, err) = dmc(&["summary", "examples/seed.dm", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("valid JSON");
+    assert_eq!(v["total_params"], 206_538_153);
+    assert_eq!(v["param_bytes"], 826_152_612);
+    assert_eq!(v["batch"], 1);
+    assert_eq!(v["layers"][32]["name"], "dense_2");
+}
+
+#[test]
+fn errors_exit_1_with_a_rendered_diagnostic() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("bad.dm");
+    std::fs::write(&path, "input x: [16, 16, 1]\ntarget y: [1]\nout = x |> conv2d(8, 3) |> dense(1)\nloss mse(out, y)\ntrain { batch: 1, optimizer: sgd }\n")
+        .expect("write");
+    let p = path.display().to_string();
+    let (code, out, err) = dmc(&["check", &p]);
+    assert_eq!(code, 1);
+    assert!(out.is_empty());
+    assert!(
+        err.contains("`dense` expects a flat input [features], got [16, 16, 8]"),
+        "{err}"
+    );
+    assert!(err.contains(&format!("{p}:3:28")), "{err}");
+    assert!(err.contains("add `|> flatten`"), "{err}");
+    assert!(!err.contains("panicked"));
+
+    let (code, _, err) = dmc(&["summary", "does/not/exist.dm"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with("error: cannot read `does/not/exist.dm`"),
+        "{err}"
+    );
+}
