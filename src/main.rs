@@ -1,6 +1,11 @@
 //! `dmc`: the command-line driver. Each subcommand lives in `src/commands/<name>.rs`.
 mod commands;
 mod report;
+mod size;
+
+/// Counts every heap allocation, so `dmc run` can report the measured peak next to the planned arena.
+#[global_allocator]
+static ALLOC: dmc_runtime::alloc::CountingAlloc = dmc_runtime::alloc::CountingAlloc;
 
 use clap::Parser;
 
@@ -9,6 +14,6 @@ fn main() {
     let cli = commands::Cli::parse();
     if let Err(e) = commands::run(cli) {
         report::print_error(&e);
-        std::process::exit(1);
+        std::process::exit(e.exit_code());
     }
 }

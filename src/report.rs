@@ -12,6 +12,34 @@ pub enum CliError {
     /// Anything else (I/O, bad flags), as a plain message.
     #[error("{0}")]
     Message(String),
+    /// The program cannot be compiled (e.g. the memory cap cannot be met).
+    #[error(transparent)]
+    Compile(#[from] dmc_compiler::CompileError),
+    /// The backend failed.
+    #[error(transparent)]
+    Runtime(#[from] dmc_runtime::RuntimeError),
+    /// Reading or writing data/weights failed.
+    #[error(transparent)]
+    Io(#[from] dmc_runtime::io::IoError),
+    /// A bad combination of flags or data.
+    #[error("{0}")]
+    Usage(String),
+    /// Training stopped (NaN/Inf loss).
+    #[error("{0}")]
+    Training(String),
+    /// Stopped by Ctrl-C (after saving).
+    #[error("interrupted")]
+    Interrupted,
+}
+
+impl CliError {
+    /// The process exit code: 130 after Ctrl-C, 1 otherwise.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::Interrupted => 130,
+            _ => 1,
+        }
+    }
 }
 
 impl From<Diagnostic> for CliError {
@@ -48,6 +76,6 @@ pub fn print_error(e: &CliError) {
                 eprintln!();
             }
         }
-        CliError::Message(m) => eprintln!("error: {m}"),
+        other => eprintln!("error: {other}"),
     }
 }

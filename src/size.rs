@@ -14,7 +14,9 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     let unit = unit.trim();
     let help = "write a number with an optional unit, e.g. 900MB, 1GiB, 1.5G or 834413138";
     if num.is_empty() {
-        return Err(format!("`{s}` is not a size: it does not start with a number; {help}"));
+        return Err(format!(
+            "`{s}` is not a size: it does not start with a number; {help}"
+        ));
     }
     let value: f64 = num
         .parse()
@@ -37,7 +39,9 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     };
     let bytes = value * mult;
     if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 {
-        return Err(format!("`{s}` is not a usable size: it must be at least 1 byte; {help}"));
+        return Err(format!(
+            "`{s}` is not a usable size: it must be at least 1 byte; {help}"
+        ));
     }
     Ok(bytes.round() as u64)
 }

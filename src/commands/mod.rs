@@ -2,7 +2,9 @@
 //! (clap derive) and a `run(args) -> Result<(), CliError>`, then add a variant to [`Command`].
 
 mod check;
+mod compile;
 mod summary;
+mod train;
 
 use crate::report::CliError;
 use clap::{Parser, Subcommand};
@@ -25,12 +27,24 @@ pub enum Command {
     Check(check::Args),
     /// Print a table of the model's layers, shapes, parameters and bytes.
     Summary(summary::Args),
+    /// Compile the training step to an execution plan (plan.json) in a directory.
+    Compile(compile::Args),
+    /// Train: compile the step, plan its memory, run it on the data (or a synthetic set).
+    Run(train::RunArgs),
+    /// Evaluate saved weights on a data set: loss and (for classification) accuracy.
+    Eval(train::EvalArgs),
+    /// Write the network's outputs for the given inputs to a .safetensors or .npy file.
+    Predict(train::PredictArgs),
 }
 
 pub fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Check(a) => check::run(a),
         Command::Summary(a) => summary::run(a),
+        Command::Compile(a) => compile::run(a),
+        Command::Run(a) => train::run(&a),
+        Command::Eval(a) => train::eval(&a),
+        Command::Predict(a) => train::predict(&a),
     }
 }
 

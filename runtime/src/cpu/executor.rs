@@ -67,6 +67,7 @@ pub struct CpuBackend {
     plan: Plan,
     arena: Arena,
     poison: bool,
+    halt_on_nonfinite_loss: bool,
     /// Per step: the buffers to fill with NaN after it in poison mode.
     poison_after: Vec<Vec<BufferId>>,
     params: HashMap<String, usize>,
@@ -104,6 +105,7 @@ impl CpuBackend {
             plan,
             arena,
             poison: false,
+            halt_on_nonfinite_loss: false,
             poison_after,
             params,
             opt_state,
@@ -327,6 +329,12 @@ impl CpuBackend {
         self.f32_slice(self.plan.loss, 1)[0]
     }
 
+    /// When on, `run` stops right after the loss kernel if the loss is NaN or infinite, before any
+    /// backward or update step, so the parameters keep their last good values.
+    pub fn set_halt_on_nonfinite_loss(&mut self, on: bool) {
+        self.halt_on_nonfinite_loss = on;
+    }
+
     /// Executes every step of the plan in order and returns the loss (NaN/Inf is returned as is).
     /// `step_counter` is the 1-based training step: Adam's `t` and part of the dropout key, with
     /// `seed`.
@@ -355,6 +363,14 @@ impl CpuBackend {
                 label_value: e.label,
                 classes: e.classes,
             })?;
+            // The loss is computed before any backward or update step: stop there when it is not
+            // finite, so the weights stay the last good ones.
+            if self.halt_on_nonfinite_loss
+                && step.args.contains(&self.plan.loss)
+                && !self.loss().is_finite()
+            {
+                return Ok(self.loss());
+            }
             if self.poison {
                 for &id in &self.poison_after[si] {
                     let b = &self.plan.buffers[id];

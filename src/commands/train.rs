@@ -14,7 +14,7 @@ use dmc_runtime::io::{self, Dataset, Task, TensorRole, TensorSpec};
 use dmc_runtime::{CpuBackend, InputData};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::error::CliError;
+use crate::report::CliError;
 use crate::size::{human, parse_size};
 
 /// Where to run.
@@ -106,8 +106,8 @@ pub struct PredictArgs {
 const DEFAULT_SEED: u64 = 0;
 
 /// Loads and checks a program.
-pub fn load_model(file: &Path) -> Result<(Model, String), CliError> {
-    crate::load_program(file)
+pub fn load_model(file: &Path) -> Result<Model, CliError> {
+    super::load_model(file)
 }
 
 fn seed_of(common: &CommonArgs, model: &Model) -> u64 {
@@ -183,7 +183,10 @@ fn load_data(
         Some(d) => {
             let ds = Dataset::load(Path::new(d), &specs)?;
             if !ds.ignored().is_empty() && !quiet {
-                eprintln!("note: ignoring tensors not used by the program: {}", ds.ignored().join(", "));
+                eprintln!(
+                    "note: ignoring tensors not used by the program: {}",
+                    ds.ignored().join(", ")
+                );
             }
             ds
         }
@@ -205,7 +208,10 @@ fn load_data(
     };
     if with_targets {
         if let Some(classes) = classes_of(model) {
-            for t in specs.iter().filter(|s| s.role == TensorRole::Target && s.dtype == DType::I32) {
+            for t in specs
+                .iter()
+                .filter(|s| s.role == TensorRole::Target && s.dtype == DType::I32)
+            {
                 ds.check_classes(&t.name, classes)?;
             }
         }
@@ -223,13 +229,38 @@ struct Feeder {
 impl Feeder {
     fn new(plan: &Plan, with_targets: bool) -> Feeder {
         let mut specs = Vec::new();
-        let bindings = plan.inputs.iter().chain(if with_targets { &plan.targets[..] } else { &[] });
+        let bindings = plan
+            .inputs
+            .iter()
+            .chain(if with_targets { &plan.targets[..] } else { &[] });
         for b in bindings {
             specs.push((b.name.clone(), b.dtype, b.shape.iter().product()));
         }
-        let f32_buf = specs.iter().map(|(_, d, n)| if *d == DType::F32 { vec![0.0; *n] } else { vec![] }).collect();
-        let i32_buf = specs.iter().map(|(_, d, n)| if *d == DType::I32 { vec![0; *n] } else { vec![] }).collect();
-        Feeder { f32_buf, i32_buf, specs }
+        let f32_buf = specs
+            .iter()
+            .map(|(_, d, n)| {
+                if *d == DType::F32 {
+                    vec![0.0; *n]
+                } else {
+                    vec![]
+                }
+            })
+            .collect();
+        let i32_buf = specs
+            .iter()
+            .map(|(_, d, n)| {
+                if *d == DType::I32 {
+                    vec![0; *n]
+                } else {
+                    vec![]
+                }
+            })
+            .collect();
+        Feeder {
+            f32_buf,
+            i32_buf,
+            specs,
+        }
     }
 
     fn feed(&mut self, be: &mut CpuBackend, ds: &Dataset, idx: &[usize]) -> Result<(), CliError> {
@@ -250,7 +281,9 @@ impl Feeder {
 }
 
 fn param_list(be: &CpuBackend) -> Vec<(String, Vec<usize>)> {
-    be.params().map(|(n, s, _)| (n.to_string(), s.to_vec())).collect()
+    be.params()
+        .map(|(n, s, _)| (n.to_string(), s.to_vec()))
+        .collect()
 }
 
 /// Initialise parameters: seeded He/Glorot, or from `--init`.
@@ -269,8 +302,10 @@ fn init_params(be: &mut CpuBackend, init: Option<&Path>, seed: u64) -> Result<()
 }
 
 fn save(be: &CpuBackend, path: &Path) -> Result<(), CliError> {
-    let tensors: Vec<(String, Vec<usize>, &[f32])> =
-        be.params().map(|(n, s, d)| (n.to_string(), s.to_vec(), d)).collect();
+    let tensors: Vec<(String, Vec<usize>, &[f32])> = be
+        .params()
+        .map(|(n, s, d)| (n.to_string(), s.to_vec(), d))
+        .collect();
     io::save_weights(path, &tensors)?;
     Ok(())
 }
@@ -287,7 +322,12 @@ pub struct Metrics {
     pub samples: usize,
 }
 
-fn evaluate(be: &mut CpuBackend, model: &Model, ds: &Dataset, batch: usize) -> Result<Metrics, CliError> {
+fn evaluate(
+    be: &mut CpuBackend,
+    model: &Model,
+    ds: &Dataset,
+    batch: usize,
+) -> Result<Metrics, CliError> {
     let plan = be.plan().clone();
     let mut feeder = Feeder::new(&plan, true);
     let epoch = ds.in_order_padded(batch)?;
@@ -305,7 +345,11 @@ fn evaluate(be: &mut CpuBackend, model: &Model, ds: &Dataset, batch: usize) -> R
                 LossKind::Mse => {
                     let t = ds.tensor_f32(target).unwrap_or(&[]);
                     let tr = &t[sample * per..(sample + 1) * per];
-                    let se: f64 = row.iter().zip(tr).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
+                    let se: f64 = row
+                        .iter()
+                        .zip(tr)
+                        .map(|(a, b)| ((a - b) as f64).powi(2))
+                        .sum();
                     loss_sum += se / per as f64;
                 }
                 LossKind::CrossEntropy => {
@@ -316,7 +360,13 @@ fn evaluate(be: &mut CpuBackend, model: &Model, ds: &Dataset, batch: usize) -> R
                     let arg = row
                         .iter()
                         .enumerate()
-                        .fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &v)| if v > bv { (i, v) } else { (bi, bv) })
+                        .fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &v)| {
+                            if v > bv {
+                                (i, v)
+                            } else {
+                                (bi, bv)
+                            }
+                        })
                         .0;
                     correct += usize::from(arg == label);
                 }
@@ -324,13 +374,23 @@ fn evaluate(be: &mut CpuBackend, model: &Model, ds: &Dataset, batch: usize) -> R
             n += 1;
         }
     }
-    let accuracy = (model.loss.kind == LossKind::CrossEntropy).then(|| correct as f64 / n.max(1) as f64);
-    Ok(Metrics { loss: loss_sum / n.max(1) as f64, accuracy, samples: n })
+    let accuracy =
+        (model.loss.kind == LossKind::CrossEntropy).then(|| correct as f64 / n.max(1) as f64);
+    Ok(Metrics {
+        loss: loss_sum / n.max(1) as f64,
+        accuracy,
+        samples: n,
+    })
 }
 
 fn fmt_metrics(m: &Metrics) -> String {
     match m.accuracy {
-        Some(a) => format!("loss {:.6}, accuracy {:.2}% ({} samples)", m.loss, a * 100.0, m.samples),
+        Some(a) => format!(
+            "loss {:.6}, accuracy {:.2}% ({} samples)",
+            m.loss,
+            a * 100.0,
+            m.samples
+        ),
         None => format!("loss {:.6} ({} samples)", m.loss, m.samples),
     }
 }
@@ -339,7 +399,7 @@ fn fmt_metrics(m: &Metrics) -> String {
 pub fn run(args: &RunArgs) -> Result<(), CliError> {
     let c = &args.common;
     resolve_device(c.device, c.quiet)?;
-    let (model, _) = load_model(&c.file)?;
+    let model = load_model(&c.file)?;
     let seed = seed_of(c, &model);
     if let Some(p) = &args.save {
         io::check_writable(p)?;
@@ -347,7 +407,15 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     let plan = compile(&model, c, Mode::Train, args.lr)?;
     let batch = plan.batch;
 
-    let data = load_data(&plan, &model, c.data.as_deref(), args.synthetic_samples, seed, c.quiet, true)?;
+    let data = load_data(
+        &plan,
+        &model,
+        c.data.as_deref(),
+        args.synthetic_samples,
+        seed,
+        c.quiet,
+        true,
+    )?;
     let (train, val) = match (&args.val, args.val_split) {
         (Some(v), _) => {
             let val = load_data(&plan, &model, Some(v), 0, seed, c.quiet, true)?;
@@ -372,8 +440,11 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
         (None, None) => (per_epoch, 1),
     };
 
+    let before_arena = dmc_runtime::alloc::current();
     let mut be = CpuBackend::new(plan.clone())?;
+    let arena_measured = dmc_runtime::alloc::current().saturating_sub(before_arena);
     be.set_poison(c.poison);
+    be.set_halt_on_nonfinite_loss(true);
     init_params(&mut be, c.init.as_deref(), seed)?;
     let mut val_be = match &val {
         Some(_) => Some(CpuBackend::new(compile(&model, c, Mode::Eval, None)?)?),
@@ -399,10 +470,16 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
             human(plan.arena_bytes)
         );
     }
-    let pb = if c.quiet { ProgressBar::hidden() } else { ProgressBar::new(total_steps as u64) };
+    let pb = if c.quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(total_steps as u64)
+    };
     pb.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} steps  {msg}  [{elapsed_precise} < {eta}]")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ProgressStyle::with_template(
+            "{bar:30} {pos}/{len} steps  {msg}  [{elapsed_precise} < {eta}]",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
 
     let mut feeder = Feeder::new(&plan, true);
@@ -442,11 +519,17 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
                 vb.set_param(name, data)?;
             }
             let m = evaluate(vb, &model, v, batch)?;
-            pb.println(format!("epoch {}: validation {}", epoch + 1, fmt_metrics(&m)));
+            pb.println(format!(
+                "epoch {}: validation {}",
+                epoch + 1,
+                fmt_metrics(&m)
+            ));
         }
     }
     pb.finish_and_clear();
-    let measured = dmc_runtime::alloc::peak().saturating_sub(base);
+    // The arena was allocated once, before the steps; everything else the steps allocated is on top.
+    let extra = dmc_runtime::alloc::peak().saturating_sub(base);
+    let measured = arena_measured as u64 + extra as u64;
 
     if let Some(at) = nan_at {
         let mut msg = format!(
@@ -471,12 +554,14 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     }
     let per_step = step_time.as_secs_f64() / step.max(1) as f64;
     println!(
-        "{} steps, final loss {last_loss:.6}, {:.1} ms/step, arena {} (planned {} B; measured peak of step allocations {} B){}",
+        "{} steps, final loss {last_loss:.6}, {:.1} ms/step; memory: planned arena {} ({} B), measured peak {} B (arena {} B + {} B other allocations during steps){}",
         step,
         per_step * 1e3,
         human(plan.arena_bytes),
         plan.arena_bytes,
         measured,
+        arena_measured,
+        extra,
         match &args.save {
             Some(p) => format!(", weights saved to {}", p.display()),
             None => String::new(),
@@ -492,7 +577,7 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
 pub fn eval(args: &EvalArgs) -> Result<(), CliError> {
     let c = &args.common;
     resolve_device(c.device, c.quiet)?;
-    let (model, _) = load_model(&c.file)?;
+    let model = load_model(&c.file)?;
     if c.init.is_none() && !c.quiet {
         eprintln!("warning: no --init given: evaluating freshly initialised weights");
     }
@@ -511,7 +596,7 @@ pub fn eval(args: &EvalArgs) -> Result<(), CliError> {
 pub fn predict(args: &PredictArgs) -> Result<(), CliError> {
     let c = &args.common;
     resolve_device(c.device, c.quiet)?;
-    let (model, _) = load_model(&c.file)?;
+    let model = load_model(&c.file)?;
     io::check_writable(&args.output)?;
     if c.init.is_none() && !c.quiet {
         eprintln!("warning: no --init given: predicting with freshly initialised weights");
@@ -534,6 +619,11 @@ pub fn predict(args: &PredictArgs) -> Result<(), CliError> {
     let mut shape = vec![ds.len()];
     shape.extend_from_slice(&plan.output.shape[1..]);
     io::write_tensor(&args.output, &plan.output.name, &shape, &out)?;
-    println!("wrote {} predictions of shape {:?} to {}", ds.len(), &shape[1..], args.output.display());
+    println!(
+        "wrote {} predictions of shape {:?} to {}",
+        ds.len(),
+        &shape[1..],
+        args.output.display()
+    );
     Ok(())
 }

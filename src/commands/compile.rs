@@ -1,0 +1,108 @@
+//! `dmc compile FILE -o DIR`: writes the execution plan (`plan.json`) of the training step.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use dmc_compiler::plan::Mode;
+use dmc_compiler::CompileOptions;
+
+use crate::report::CliError;
+use crate::size::{human, parse_size};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModeArg {
+    /// Forward, loss, backward, optimizer update.
+    Train,
+    /// Forward and loss.
+    Eval,
+    /// Forward to the output.
+    Predict,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The .dm program.
+    pub file: PathBuf,
+    /// Output directory (created if missing).
+    #[arg(long, short, value_name = "DIR", default_value = "dmc-out")]
+    pub out: PathBuf,
+    /// Batch size (overrides the program's).
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// Memory cap for the planned arena, e.g. `900MB`, `1GiB`, `1.5G` or bytes.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub vram_cap: Option<u64>,
+    /// Which step to compile.
+    #[arg(long, value_enum, default_value_t = ModeArg::Train)]
+    pub mode: ModeArg,
+    /// Also print the IR after the pass pipeline.
+    #[arg(long)]
+    pub dump_ir: bool,
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file in the same directory, then a rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("out");
+    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+    let fail = |e: std::io::Error| {
+        let _ = fs::remove_file(&tmp);
+        CliError::Message(format!(
+            "cannot write `{}`: {e}; check that the directory is writable",
+            path.display()
+        ))
+    };
+    let mut f = fs::File::create(&tmp).map_err(fail)?;
+    f.write_all(bytes).map_err(fail)?;
+    f.sync_all().map_err(fail)?;
+    fs::rename(&tmp, path).map_err(fail)?;
+    Ok(())
+}
+
+pub fn run(args: Args) -> Result<(), CliError> {
+    let model = super::load_model(&args.file)?;
+    let mode = match args.mode {
+        ModeArg::Train => Mode::Train,
+        ModeArg::Eval => Mode::Eval,
+        ModeArg::Predict => Mode::Predict,
+    };
+    let opts = CompileOptions {
+        mode,
+        batch: args.batch,
+        cap: args.vram_cap,
+        verify: true,
+        ..CompileOptions::default()
+    };
+    if args.dump_ir {
+        print!(
+            "{}",
+            dmc_compiler::graph_dump(&dmc_compiler::compile_graph(&model, &opts)?)
+        );
+    }
+    let plan = dmc_compiler::compile(&model, &opts)?;
+    fs::create_dir_all(&args.out).map_err(|e| {
+        CliError::Message(format!(
+            "cannot create the output directory `{}`: {e}",
+            args.out.display()
+        ))
+    })?;
+    let json = serde_json::to_vec_pretty(&plan)
+        .map_err(|e| CliError::Message(format!("cannot serialise the plan: {e}")))?;
+    let path = args.out.join("plan.json");
+    write_atomic(&path, &json)?;
+    println!(
+        "{}: {} kernels, {} steps, {} buffers, arena {} ({} bytes) -> {}",
+        args.file.display(),
+        plan.kernels.len(),
+        plan.steps.len(),
+        plan.buffers.len(),
+        human(plan.arena_bytes),
+        plan.arena_bytes,
+        path.display()
+    );
+    Ok(())
+}
