@@ -10,7 +10,7 @@ logits = image
 loss cross_entropy(logits, label)
 train {
   batch: 64
-  optimizer: sgd(lr: 0.05, momentum: 0.9)
+  optimizer: sgd(lr: 0.01, momentum: 0.9)
   epochs: 10
   seed: 1
 }

@@ -135,7 +135,7 @@ fn mlp_example() {
     assert_eq!(
         m.train.optimizer,
         Optimizer::Sgd {
-            lr: 0.05,
+            lr: 0.01,
             momentum: 0.9,
             weight_decay: 0.0,
             nesterov: false

@@ -519,11 +519,12 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
                 vb.set_param(name, data)?;
             }
             let m = evaluate(vb, &model, v, batch)?;
-            pb.println(format!(
-                "epoch {}: validation {}",
-                epoch + 1,
-                fmt_metrics(&m)
-            ));
+            let line = format!("epoch {}: validation {}", epoch + 1, fmt_metrics(&m));
+            if pb.is_hidden() {
+                eprintln!("{line}");
+            } else {
+                pb.println(line);
+            }
         }
     }
     pb.finish_and_clear();

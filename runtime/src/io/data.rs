@@ -592,6 +592,39 @@ impl Dataset {
             };
             targets.insert(t, col);
         }
+        // Make classes separable: pull every input halfway towards a seeded per-class centre
+        // (inputs stay in [0, 1)). The teacher alone gives labels that a small net learns slowly.
+        if let Task::Classification { classes } = task {
+            let first_labels = specs
+                .iter()
+                .enumerate()
+                .find_map(|(t, s)| match targets.get(&t) {
+                    Some(Column::I32(l)) if s.sample_len() == 1 => Some(l.clone()),
+                    _ => None,
+                });
+            if let Some(labels) = first_labels {
+                let mut cr = rng(seed, 0x5eed_c1a5);
+                for (i, v) in inputs.iter_mut() {
+                    let l = specs[*i].sample_len();
+                    // Images ([h, w, c]) get one colour per class (a centre per channel, the same at
+                    // every pixel), so that nets with global pooling can see it too.
+                    let shape = &specs[*i].per_sample_shape;
+                    let period = if shape.len() == 3 {
+                        shape[2].max(1)
+                    } else {
+                        l.max(1)
+                    };
+                    let centres: Vec<f32> =
+                        (0..classes * period).map(|_| cr.random::<f32>()).collect();
+                    for (n, &label) in labels.iter().enumerate() {
+                        let c = &centres[label as usize * period..(label as usize + 1) * period];
+                        for (k, x) in v[n * l..(n + 1) * l].iter_mut().enumerate() {
+                            *x = 0.5 * *x + 0.5 * c[k % period];
+                        }
+                    }
+                }
+            }
+        }
         let mut inputs = inputs.into_iter();
         for (i, s) in specs.iter().enumerate() {
             if s.role == TensorRole::Input {

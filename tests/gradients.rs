@@ -1,0 +1,178 @@
+//! Whole-network gradients, end to end (parser -> compiler -> plan -> CPU backend), against central
+//! finite differences of the loss.
+//!
+//! The gradient is read off the training step itself: with plain SGD at lr = 1 (no momentum, no
+//! weight decay) the update is `w1 = w0 - g`, so `g = w0 - w1`. The loss for the finite differences
+//! comes from the same program compiled with lr = 0 (the update is then `w - 0*g = w`), run with the
+//! same step counter and seed so that dropout draws the same mask.
+//!
+//! Tolerance: the loss is accumulated in f32 (relative precision ~6e-8), so with h = 3e-3 the
+//! rounding error of a central difference is about 6e-8 * |L| / h ~ 2e-5 * |L|; the truncation error
+//! is O(h^2 f''') ~ 1e-5 for these smooth-ish nets. We accept |fd - g| <= 2e-3 + 3e-2 |g|, and
+//! indices whose perturbation crosses a kink (ReLU at 0, a max-pool tie) are avoided by a fixed seed
+//! (the test is deterministic: it either always passes or always fails).
+
+use dmc_compiler::plan::Mode;
+use dmc_compiler::{compile, CompileOptions};
+use dmc_grammar::model::Model;
+use dmc_runtime::{CpuBackend, InputData};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+fn model(src: &str) -> Model {
+    dmc_grammar::compile_source(src, "test.dm")
+        .unwrap_or_else(|d| panic!("{}", dmc_grammar::render_plain(&d)))
+}
+
+fn backend(m: &Model, lr: f32) -> CpuBackend {
+    let opts = CompileOptions {
+        mode: Mode::Train,
+        lr: Some(lr),
+        verify: true,
+        ..CompileOptions::default()
+    };
+    let plan = compile(m, &opts).expect("compile");
+    let mut be = CpuBackend::new(plan).expect("backend");
+    be.init_params(7);
+    be
+}
+
+/// Feeds random inputs (and labels in 0..classes for i32 targets) into both backends.
+fn feed(bes: &mut [&mut CpuBackend], classes: usize) {
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    let plan = bes[0].plan().clone();
+    for b in plan.inputs.iter().chain(&plan.targets) {
+        let n: usize = b.shape.iter().product();
+        match b.dtype {
+            dmc_compiler::op::DType::I32 => {
+                let v: Vec<i32> = (0..n)
+                    .map(|_| rng.random_range(0..classes as i32))
+                    .collect();
+                for be in bes.iter_mut() {
+                    be.set_input(&b.name, InputData::I32(&v)).expect("set");
+                }
+            }
+            _ => {
+                let v: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
+                for be in bes.iter_mut() {
+                    be.set_input(&b.name, InputData::F32(&v)).expect("set");
+                }
+            }
+        }
+    }
+}
+
+fn check_gradients(src: &str, classes: usize) {
+    let m = model(src);
+    let mut step = backend(&m, 1.0);
+    let mut probe = backend(&m, 0.0);
+    feed(&mut [&mut step, &mut probe], classes);
+    let before: Vec<(String, Vec<f32>)> = step
+        .params()
+        .map(|(n, _, d)| (n.to_string(), d.to_vec()))
+        .collect();
+    let seed = 11;
+    step.run(1, seed).expect("run");
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let h = 3e-3f32;
+    let mut checked = 0;
+    let mut significant = 0;
+    for (name, w0) in &before {
+        let w1 = step.param(name).expect("param").to_vec();
+        let picks: Vec<usize> = if w0.len() <= 6 {
+            (0..w0.len()).collect()
+        } else {
+            (0..6).map(|_| rng.random_range(0..w0.len())).collect()
+        };
+        for i in picks {
+            let g = w0[i] as f64 - w1[i] as f64;
+            let mut w = w0.clone();
+            w[i] = w0[i] + h;
+            probe.set_param(name, &w).expect("set");
+            let lp = probe.run(1, seed).expect("run") as f64;
+            w[i] = w0[i] - h;
+            probe.set_param(name, &w).expect("set");
+            let lm = probe.run(1, seed).expect("run") as f64;
+            probe.set_param(name, w0).expect("reset");
+            // The perturbation actually applied (f32 rounding of w0 +- h).
+            let dh = (w0[i] + h) as f64 - (w0[i] - h) as f64;
+            let fd = (lp - lm) / dh;
+            assert!(
+                (fd - g).abs() <= 2e-3 + 3e-2 * g.abs(),
+                "{name}[{i}]: finite difference {fd:.6e} vs backprop {g:.6e}"
+            );
+            checked += 1;
+            significant += usize::from(g.abs() > 1e-3);
+        }
+    }
+    assert!(checked >= 10, "only {checked} gradient entries checked");
+    assert!(
+        significant * 2 >= checked,
+        "most gradients are ~0: the check would be vacuous ({significant}/{checked})"
+    );
+}
+
+#[test]
+fn mse_net_with_convs_pools_residual_and_every_activation() {
+    check_gradients(
+        "input x: [9, 9, 2]
+         target y: [3]
+         h = x |> conv2d(4, 3, stride: 2, padding: valid, activation: tanh)
+         r = h |> conv2d(4, 3, activation: sigmoid)
+         s = h + r |> gelu
+         out = s |> maxpool(2) |> conv2d(5, 1, activation: relu) |> avgpool(2) |> flatten |> dense(3)
+         loss mse(out, y)
+         train { batch: 2, optimizer: sgd(lr: 1) }",
+        0,
+    );
+}
+
+#[test]
+fn cross_entropy_net_with_dropout_and_global_pool() {
+    check_gradients(
+        "input x: [7, 7, 3]
+         target label: int
+         logits = x |> conv2d(6, 3, activation: relu) |> dropout(0.3) |> maxpool(2)
+                    |> global_avgpool |> dense(5, activation: tanh) |> dense(4)
+         loss cross_entropy(logits, label)
+         train { batch: 3, optimizer: sgd(lr: 1) }",
+        4,
+    );
+}
+
+#[test]
+fn the_gradient_test_can_fail() {
+    // A wrong "gradient" (the update of a different learning rate) must be caught by the same check.
+    let m = model(
+        "input x: [4]
+         target y: [2]
+         out = x |> dense(2)
+         loss mse(out, y)
+         train { batch: 2, optimizer: sgd(lr: 1) }",
+    );
+    let mut step = backend(&m, 0.5); // half the gradient
+    let mut probe = backend(&m, 0.0);
+    feed(&mut [&mut step, &mut probe], 0);
+    let w0 = step.param("dense_1.weight").expect("w").to_vec();
+    step.run(1, 0).expect("run");
+    let w1 = step.param("dense_1.weight").expect("w").to_vec();
+    let h = 3e-3f32;
+    let mut worst = 0f64;
+    for i in 0..w0.len() {
+        let g = w0[i] as f64 - w1[i] as f64;
+        let mut w = w0.clone();
+        w[i] += h;
+        probe.set_param("dense_1.weight", &w).expect("set");
+        let lp = probe.run(1, 0).expect("run") as f64;
+        w[i] = w0[i] - h;
+        probe.set_param("dense_1.weight", &w).expect("set");
+        let lm = probe.run(1, 0).expect("run") as f64;
+        probe.set_param("dense_1.weight", &w0).expect("reset");
+        let fd = (lp - lm) / (2.0 * h as f64);
+        worst = worst.max((fd - g).abs() - (2e-3 + 3e-2 * g.abs()));
+    }
+    assert!(
+        worst > 0.0,
+        "a halved gradient passed the finite-difference check"
+    );
+}
