@@ -1,0 +1,343 @@
+//! `dmc run` / `eval` / `predict` end to end: learning, determinism, resuming, and bad inputs.
+
+use std::path::Path;
+use std::process::Command;
+
+fn dmc(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_dmc"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run dmc");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The `final loss X` of a `dmc run` summary line.
+fn final_loss(out: &str) -> f64 {
+    let i = out
+        .find("final loss ")
+        .unwrap_or_else(|| panic!("no final loss in {out:?}"));
+    out[i + 11..]
+        .split(',')
+        .next()
+        .and_then(|s| s.trim().parse().ok())
+        .expect("a number")
+}
+
+/// The last `validation loss X, accuracy Y%` line of a run.
+fn last_validation(err: &str) -> (f64, f64) {
+    let line = err
+        .lines()
+        .rev()
+        .find(|l| l.contains("validation loss"))
+        .expect("a validation line");
+    let loss = line
+        .split("loss ")
+        .nth(1)
+        .and_then(|s| s.split(',').next())
+        .and_then(|s| s.parse().ok())
+        .expect("loss");
+    let acc = line
+        .split("accuracy ")
+        .nth(1)
+        .and_then(|s| s.split('%').next())
+        .and_then(|s| s.parse().ok())
+        .expect("acc");
+    (loss, acc)
+}
+
+fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir().expect("tempdir")
+}
+
+fn p(path: &Path) -> String {
+    path.display().to_string()
+}
+
+#[test]
+fn mlp_learns_the_synthetic_task() {
+    // Chance level is ln(10) = 2.30 and 10% accuracy.
+    let (code, out, err) = dmc(&[
+        "run",
+        "examples/mlp.dm",
+        "--epochs",
+        "3",
+        "--val-split",
+        "0.2",
+        "-q",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (loss, acc) = last_validation(&err);
+    assert!(
+        loss < 0.1,
+        "validation loss {loss} after 3 epochs\n{err}{out}"
+    );
+    assert!(acc > 95.0, "validation accuracy {acc}%\n{err}");
+}
+
+#[test]
+fn resnet_small_learns_the_synthetic_task() {
+    let (code, out, err) = dmc(&[
+        "run",
+        "examples/resnet_small.dm",
+        "--epochs",
+        "3",
+        "--val-split",
+        "0.2",
+        "-q",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (loss, acc) = last_validation(&err);
+    assert!(
+        loss < 0.6,
+        "validation loss {loss} after 3 epochs\n{err}{out}"
+    );
+    assert!(acc > 75.0, "validation accuracy {acc}%\n{err}");
+}
+
+#[test]
+fn same_seed_gives_bit_identical_weights_and_init_resumes() {
+    let d = tmp();
+    let (a, b) = (
+        d.path().join("a.safetensors"),
+        d.path().join("b.safetensors"),
+    );
+    for w in [&a, &b] {
+        let (code, _, err) = dmc(&[
+            "run",
+            "examples/resnet_small.dm",
+            "--steps",
+            "120",
+            "--seed",
+            "5",
+            "--save",
+            &p(w),
+            "-q",
+        ]);
+        assert_eq!(code, 0, "{err}");
+    }
+    let (wa, wb) = (std::fs::read(&a).expect("a"), std::fs::read(&b).expect("b"));
+    assert_eq!(wa, wb, "two runs with the same seed differ");
+    let c = d.path().join("c.safetensors");
+    let (code, _, err) = dmc(&[
+        "run",
+        "examples/resnet_small.dm",
+        "--steps",
+        "120",
+        "--seed",
+        "6",
+        "--save",
+        &p(&c),
+        "-q",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_ne!(
+        wa,
+        std::fs::read(&c).expect("c"),
+        "another seed gives the same weights"
+    );
+
+    // Resuming: one step from the trained weights has a far lower loss than one from scratch.
+    let (_, fresh, _) = dmc(&[
+        "run",
+        "examples/resnet_small.dm",
+        "--steps",
+        "1",
+        "--seed",
+        "5",
+        "-q",
+    ]);
+    let (code, resumed, err) = dmc(&[
+        "run",
+        "examples/resnet_small.dm",
+        "--steps",
+        "1",
+        "--seed",
+        "5",
+        "--init",
+        &p(&a),
+        "-q",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        final_loss(&resumed) < 0.8 * final_loss(&fresh),
+        "resumed {resumed} vs fresh {fresh}"
+    );
+}
+
+#[test]
+fn eval_and_predict_use_saved_weights() {
+    let d = tmp();
+    let w = d.path().join("w.safetensors");
+    let (code, _, err) = dmc(&[
+        "run",
+        "examples/mlp.dm",
+        "--epochs",
+        "2",
+        "--save",
+        &p(&w),
+        "-q",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = dmc(&["eval", "examples/mlp.dm", "--init", &p(&w), "-q"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("accuracy"), "{out}");
+    let acc: f64 = out
+        .split("accuracy ")
+        .nth(1)
+        .and_then(|s| s.split('%').next())
+        .and_then(|s| s.parse().ok())
+        .expect("acc");
+    assert!(acc > 90.0, "{out}");
+    let pred = d.path().join("pred.npy");
+    let (code, out, err) = dmc(&[
+        "predict",
+        "examples/mlp.dm",
+        "--init",
+        &p(&w),
+        "-o",
+        &p(&pred),
+        "-q",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("wrote 64 predictions of shape [10]"), "{out}");
+    let arr = dmc_runtime::io::read_npy(&pred).expect("npy");
+    assert_eq!(arr.shape, vec![64, 10]);
+}
+
+#[test]
+fn data_files_with_wrong_names_or_shapes_are_clear_errors() {
+    let d = tmp();
+    let x = d.path().join("x.npy");
+    let y = d.path().join("label.npy");
+    dmc_runtime::io::write_npy_f32(&x, &[32, 783], &vec![0.5; 32 * 783]).expect("x");
+    dmc_runtime::io::write_npy_i32(&y, &[32], &[1; 32]).expect("y");
+    let spec = format!("image={},label={}", p(&x), p(&y));
+    let (code, _, err) = dmc(&[
+        "run",
+        "examples/mlp.dm",
+        "--data",
+        &spec,
+        "--steps",
+        "1",
+        "-q",
+    ]);
+    assert_eq!(code, 1);
+    assert!(err.contains("784") && err.contains("783"), "{err}");
+    let spec = format!("pixels={},label={}", p(&x), p(&y));
+    let (code, _, err) = dmc(&[
+        "run",
+        "examples/mlp.dm",
+        "--data",
+        &spec,
+        "--steps",
+        "1",
+        "-q",
+    ]);
+    assert_eq!(code, 1);
+    assert!(err.contains("image"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn corrupt_init_and_unwritable_save_fail_before_training() {
+    let d = tmp();
+    let w = d.path().join("w.safetensors");
+    let (code, _, err) = dmc(&[
+        "run",
+        "examples/mlp.dm",
+        "--steps",
+        "2",
+        "--save",
+        &p(&w),
+        "-q",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let bytes = std::fs::read(&w).expect("w");
+    let cut = d.path().join("cut.safetensors");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).expect("cut");
+    let (code, out, err) = dmc(&[
+        "run",
+        "examples/mlp.dm",
+        "--steps",
+        "2",
+        "--init",
+        &p(&cut),
+        "-q",
+    ]);
+    assert_eq!(code, 1);
+    assert!(err.contains("cut.safetensors"), "{err}");
+    assert!(out.is_empty(), "trained anyway: {out}");
+
+    // Weights of another program: shape mismatch names the parameter.
+    let (code, _, err) = dmc(&[
+        "run",
+        "examples/resnet_small.dm",
+        "--steps",
+        "1",
+        "--init",
+        &p(&w),
+        "-q",
+    ]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("stem.weight") || err.contains("missing"),
+        "{err}"
+    );
+
+    // A save path whose parent is a regular file: refused before any step.
+    let bad = w.join("x.safetensors");
+    let (code, out, err) = dmc(&["run", "examples/mlp.dm", "--steps", "2", "--save", &p(&bad)]);
+    assert_eq!(code, 1);
+    assert!(
+        out.is_empty() && !err.contains("training examples"),
+        "{err}"
+    );
+}
+
+#[test]
+fn nan_loss_stops_with_a_clear_message_and_keeps_the_last_good_weights() {
+    let d = tmp();
+    let src = d.path().join("lin.dm");
+    std::fs::write(
+        &src,
+        "input x: [8]\ntarget y: [1]\nout = x |> dense(16) |> dense(1)\nloss mse(out, y)\ntrain { batch: 16, optimizer: sgd(lr: 1e6) }\n",
+    )
+    .expect("write");
+    let save = d.path().join("lin.safetensors");
+    let (code, _, err) = dmc(&["run", &p(&src), "--steps", "50", "--save", &p(&save), "-q"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("NaN or infinite") && err.contains("--lr"),
+        "{err}"
+    );
+    if save.exists() {
+        let t = dmc_runtime::io::load_weights(
+            &save,
+            &[
+                ("dense_1.weight".into(), vec![8, 16]),
+                ("dense_1.bias".into(), vec![16]),
+                ("dense_2.weight".into(), vec![16, 1]),
+                ("dense_2.bias".into(), vec![1]),
+            ],
+        )
+        .expect("saved weights are loadable (hence finite)");
+        assert_eq!(t.len(), 4);
+    } else {
+        assert!(err.contains("NOT overwritten"), "{err}");
+    }
+}
+
+#[test]
+fn cuda_device_is_a_clear_error_and_auto_falls_back() {
+    let (code, _, err) = dmc(&["run", "examples/mlp.dm", "--steps", "1", "--device", "cuda"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("--device cpu"), "{err}");
+    let (code, _, err) = dmc(&["run", "examples/mlp.dm", "--steps", "1", "--device", "auto"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("device: cpu"), "{err}");
+}
