@@ -397,6 +397,18 @@ fn fmt_metrics(m: &Metrics) -> String {
 
 /// `dmc run`.
 pub fn run(args: &RunArgs) -> Result<(), CliError> {
+    // Ctrl-C from here on stops after the current step and saves (with --save).
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        // A second Ctrl-C while saving kills the process the usual way.
+        let _ = ctrlc::set_handler(move || {
+            if stop.swap(true, Ordering::SeqCst) {
+                std::process::exit(130);
+            }
+        });
+    }
+
     let c = &args.common;
     resolve_device(c.device, c.quiet)?;
     let model = load_model(&c.file)?;
@@ -450,17 +462,6 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
         Some(_) => Some(CpuBackend::new(compile(&model, c, Mode::Eval, None)?)?),
         None => None,
     };
-
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = stop.clone();
-        // A second Ctrl-C while saving kills the process the usual way.
-        let _ = ctrlc::set_handler(move || {
-            if stop.swap(true, Ordering::SeqCst) {
-                std::process::exit(130);
-            }
-        });
-    }
 
     if !c.quiet {
         eprintln!(
