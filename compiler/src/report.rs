@@ -727,9 +727,9 @@ pub fn render_text(r: &MemoryReport, cap: Option<u64>) -> String {
     s.push('\n');
 
     let _ = writeln!(s, "Timeline: live bytes per step, by category");
-    let mut t = Table::new(">><>>>>>>>><");
+    let mut t = Table::new(">><>>>>>>><<");
     t.row([
-        "step", "total", "", "phase", "params", "opt", "inputs", "act", "grad", "ws", "", "label",
+        "step", "total", "", "phase", "params", "opt", "inputs", "act", "grad", "ws", "label", "",
     ]);
     for pt in &r.timeline {
         let b = &pt.by_category;
@@ -744,12 +744,12 @@ pub fn render_text(r: &MemoryReport, cap: Option<u64>) -> String {
             human(b.activations),
             human(b.gradients),
             human(b.workspace),
+            pt.label.clone(),
             if pt.step == p.step && r.steps > 0 {
                 "<- peak".to_string()
             } else {
                 String::new()
             },
-            pt.label.clone(),
         ]);
     }
     t.render(&mut s);
@@ -815,6 +815,10 @@ pub fn render_svg(r: &MemoryReport, cap: Option<u64>) -> Result<String, RenderEr
             .configure_mesh()
             .x_desc("step")
             .y_desc("live MiB")
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .label_style(("sans-serif", 13))
+            .axis_desc_style(("sans-serif", 15))
             .light_line_style(RGBColor(235, 235, 235))
             .draw()
             .map_err(|e| err(&e))?;
@@ -873,6 +877,7 @@ pub fn render_svg(r: &MemoryReport, cap: Option<u64>) -> Result<String, RenderEr
         chart
             .configure_series_labels()
             .position(SeriesLabelPosition::UpperRight)
+            .label_font(("sans-serif", 13))
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .draw()
