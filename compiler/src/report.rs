@@ -418,12 +418,15 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
 /// `826152612` -> `826,152,612`.
 pub fn thousands(n: u64) -> String {
     let s = n.to_string();
+    let head = match s.len() % 3 {
+        0 => 3.min(s.len()),
+        r => r,
+    };
     let mut out = String::with_capacity(s.len() + s.len() / 3);
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
+    out.push_str(&s[..head]);
+    for chunk in s.as_bytes()[head..].chunks(3) {
+        out.push(',');
+        out.extend(chunk.iter().map(|&b| b as char));
     }
     out
 }
