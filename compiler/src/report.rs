@@ -779,22 +779,30 @@ const COLORS: [(u8, u8, u8); 6] = [
     (188, 189, 34),  // workspace: olive
 ];
 
-/// A chart of live bytes over the step (x: step index, y: MiB), stacked by category, with the
+/// A chart of live bytes over the step (x: step index, y: MiB; KiB or bytes for small programs), stacked by category, with the
 /// arena size and, when given, the cap as horizontal lines; legend and axis labels. Pure SVG:
 /// text is emitted as `<text>` elements, no fonts are read.
 pub fn render_svg(r: &MemoryReport, cap: Option<u64>) -> Result<String, RenderError> {
     use plotters::prelude::*;
 
-    const MIB: f64 = 1024.0 * 1024.0;
     let err = |e: &dyn std::fmt::Display| RenderError(e.to_string());
     let xmax = r.timeline.len().max(1) as f64;
-    let top = r
+    let max_bytes = r
         .lower_bound_bytes
         .max(r.arena_bytes)
         .max(cap.unwrap_or(0))
-        .max(1) as f64
-        / MIB
-        * 1.08;
+        .max(1);
+    // MiB, or a smaller unit for small programs so that the axis stays readable.
+    let (unit, unit_name) = if max_bytes >= 1 << 20 {
+        ((1u64 << 20) as f64, "MiB")
+    } else if max_bytes >= 1 << 10 {
+        (1024.0, "KiB")
+    } else {
+        (1.0, "bytes")
+    };
+    let y = |bytes: u64| bytes as f64 / unit;
+    // Headroom above the highest line for the legend in the upper right corner.
+    let top = y(max_bytes) * 1.45;
 
     let mut out = String::new();
     {
@@ -817,7 +825,7 @@ pub fn render_svg(r: &MemoryReport, cap: Option<u64>) -> Result<String, RenderEr
         chart
             .configure_mesh()
             .x_desc("step")
-            .y_desc("live MiB")
+            .y_desc(format!("live {unit_name}"))
             .x_label_formatter(&|x| format!("{x:.0}"))
             .y_label_formatter(&|y| format!("{y:.0}"))
             .label_style(("sans-serif", 13))
@@ -834,7 +842,7 @@ pub fn render_svg(r: &MemoryReport, cap: Option<u64>) -> Result<String, RenderEr
                     .iter()
                     .map(|(k, _)| p.by_category.get(*k))
                     .sum::<u64>() as f64
-                    / MIB
+                    / unit
             };
             let pts: Vec<(f64, f64)> = r
                 .timeline
@@ -856,7 +864,7 @@ pub fn render_svg(r: &MemoryReport, cap: Option<u64>) -> Result<String, RenderEr
         let arena = RGBColor(0, 0, 0);
         chart
             .draw_series(LineSeries::new(
-                hline(r.arena_bytes as f64 / MIB),
+                hline(y(r.arena_bytes)),
                 arena.stroke_width(2),
             ))
             .map_err(|e| err(&e))?
@@ -867,10 +875,7 @@ pub fn render_svg(r: &MemoryReport, cap: Option<u64>) -> Result<String, RenderEr
         if let Some(cap) = cap {
             let red = RGBColor(214, 39, 40);
             chart
-                .draw_series(LineSeries::new(
-                    hline(cap as f64 / MIB),
-                    red.stroke_width(2),
-                ))
+                .draw_series(LineSeries::new(hline(y(cap)), red.stroke_width(2)))
                 .map_err(|e| err(&e))?
                 .label(format!("cap {}", human(cap)))
                 .legend(move |(x, y)| {
