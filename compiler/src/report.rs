@@ -145,6 +145,16 @@ pub struct TimelinePoint {
     pub total: u64,
 }
 
+/// A buffer at exactly the bytes of another while both are live: a view of the other's value.
+/// Its bytes are counted once, under the other buffer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Alias {
+    pub buffer: BufferId,
+    pub name: String,
+    pub of: BufferId,
+    pub of_name: String,
+}
+
 /// The memory report of one plan; see the module docs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MemoryReport {
@@ -166,24 +176,66 @@ pub struct MemoryReport {
     /// Layers in the order their first buffer is written.
     pub layers: Vec<LayerRow>,
     pub timeline: Vec<TimelinePoint>,
+    /// Buffers counted under another one (views); empty when every buffer has its own bytes.
+    #[serde(default)]
+    pub aliases: Vec<Alias>,
 }
 
 /// Computes the memory report of `plan`.
 pub fn memory_report(plan: &Plan) -> MemoryReport {
     let nsteps = plan.steps.len();
-    let live_at =
-        |b: &crate::plan::Buffer, t: usize| b.persistent || (b.live.0 <= t && t <= b.live.1);
-
-    // Timeline by difference arrays: persistent buffers everywhere, others over their live range.
     let npoints = nsteps.max(1);
+
+    // The step range over which each buffer's bytes are occupied (persistent: all steps). A
+    // buffer at exactly the bytes of an earlier one while both are live is a view of that one's
+    // value (e.g. a `Reshape` output given its own entry): its bytes are counted once, with the
+    // earlier buffer's kind, over the union of both ranges.
+    let full = |b: &crate::plan::Buffer| {
+        if b.persistent {
+            (0, usize::MAX)
+        } else {
+            b.live
+        }
+    };
+    let mut occupied: Vec<Option<(usize, usize)>> =
+        plan.buffers.iter().map(|b| Some(full(b))).collect();
+    let mut root_of: Vec<BufferId> = (0..plan.buffers.len()).collect();
+    let mut aliases: Vec<Alias> = vec![];
+    let mut at_bytes: BTreeMap<(u64, u64), Vec<usize>> = BTreeMap::new();
+    for (i, b) in plan.buffers.iter().enumerate() {
+        if b.bytes == 0 {
+            continue;
+        }
+        let (lo, hi) = full(b);
+        let same = at_bytes.entry((b.offset, b.bytes)).or_default();
+        let root = same
+            .iter()
+            .copied()
+            .find(|&k| matches!(occupied[k], Some((l, h)) if l <= hi && lo <= h));
+        match root {
+            Some(k) => {
+                if let Some((l, h)) = occupied[k] {
+                    occupied[k] = Some((l.min(lo), h.max(hi)));
+                }
+                occupied[i] = None;
+                root_of[i] = k;
+                aliases.push(Alias {
+                    buffer: i,
+                    name: b.name.clone(),
+                    of: k,
+                    of_name: plan.buffers[k].name.clone(),
+                });
+            }
+            None => same.push(i),
+        }
+    }
+    let live_at = |i: usize, t: usize| matches!(occupied[i], Some((l, h)) if l <= t && t <= h);
+
+    // Timeline by difference arrays over the occupied ranges.
     let mut delta: Vec<[i128; 6]> = vec![[0; 6]; npoints + 1];
     let idx = |k: BufferKind| CATEGORIES.iter().position(|(c, _)| *c == k).unwrap_or(0);
-    for b in &plan.buffers {
-        let (lo, hi) = if b.persistent {
-            (0, npoints - 1)
-        } else {
-            (b.live.0, b.live.1)
-        };
+    for (b, occ) in plan.buffers.iter().zip(&occupied) {
+        let Some((lo, hi)) = *occ else { continue };
         if lo > hi || lo >= npoints {
             continue;
         }
@@ -215,8 +267,10 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
     // The peak: the first step with the most live bytes.
     let (peak_t, peak_by) = if nsteps == 0 {
         let mut by = ByCategory::default();
-        for b in plan.buffers.iter().filter(|b| b.persistent) {
-            by.add(b.kind, b.bytes);
+        for (i, b) in plan.buffers.iter().enumerate() {
+            if b.persistent && occupied[i].is_some() {
+                by.add(b.kind, b.bytes);
+            }
         }
         (0, by)
     } else {
@@ -240,10 +294,10 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
             continue;
         }
         for &a in &step.args {
-            if let Some(b) = plan.buffers.get(a) {
-                if b.kind == BufferKind::Activation && !b.persistent && b.live.0 < s {
-                    saved.insert(a);
-                }
+            let Some(&a) = root_of.get(a) else { continue };
+            let b = &plan.buffers[a];
+            if b.kind == BufferKind::Activation && !b.persistent && b.live.0 < s {
+                saved.insert(a);
             }
         }
     }
@@ -259,13 +313,15 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
     let mut live: Vec<LiveBuffer> = plan
         .buffers
         .iter()
-        .filter(|b| {
+        .enumerate()
+        .filter(|(i, b)| {
             if nsteps == 0 {
-                b.persistent
+                b.persistent && occupied[*i].is_some()
             } else {
-                live_at(b, peak_t)
+                live_at(*i, peak_t)
             }
         })
+        .map(|(_, b)| b)
         .map(|b| LiveBuffer {
             id: b.id,
             name: b.name.clone(),
@@ -412,6 +468,7 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
         conventional,
         layers,
         timeline,
+        aliases,
     }
 }
 
@@ -701,6 +758,25 @@ pub fn render_text(r: &MemoryReport, cap: Option<u64>) -> String {
     }
     t.render(&mut s);
     s.push('\n');
+
+    if !r.aliases.is_empty() {
+        let _ = writeln!(
+            s,
+            "Views ({}, counted under the buffer whose bytes they share)",
+            r.aliases.len()
+        );
+        let mut t = Table::new("<<<");
+        t.row(["view", "", "of"]);
+        for a in &r.aliases {
+            t.row([
+                format!("#{} {}", a.buffer, a.name),
+                "->".to_string(),
+                format!("#{} {}", a.of, a.of_name),
+            ]);
+        }
+        t.render(&mut s);
+        s.push('\n');
+    }
 
     let _ = writeln!(s, "Layers ({}, in order of first use)", r.layers.len());
     let mut t = Table::new("<>>>>>><");

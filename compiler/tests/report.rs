@@ -218,3 +218,67 @@ fn svg_of_small_fixtures() {
         }
     }
 }
+
+#[test]
+fn views_are_counted_once_and_reuse_is_not_a_view() {
+    let mut p = plan_of(&dmc_compiler::testutil::convnet(adam(1e-3)), Mode::Train);
+    let before = memory_report(&p);
+    let last = p.steps.len() - 1;
+    // An activation that dies before the end.
+    let a = p
+        .buffers
+        .iter()
+        .find(|b| b.kind == BufferKind::Activation && b.live.1 + 3 <= last && b.bytes > 0)
+        .unwrap()
+        .clone();
+    // A view of it (same bytes, overlapping and outliving it) ...
+    let mut view = a.clone();
+    view.id = p.buffers.len();
+    view.name = format!("{} (view)", a.name);
+    view.live = (a.live.1, a.live.1 + 2);
+    p.buffers.push(view.clone());
+    let r = memory_report(&p);
+    assert_eq!(r.aliases.len(), 1);
+    assert_eq!((r.aliases[0].buffer, r.aliases[0].of), (view.id, a.id));
+    for t in 0..p.steps.len() {
+        let extra = if t > a.live.1 && t <= a.live.1 + 2 {
+            a.bytes
+        } else {
+            0
+        };
+        assert_eq!(r.timeline[t].total, before.timeline[t].total + extra, "{t}");
+    }
+    assert!(r.lower_bound_bytes <= r.arena_bytes);
+    assert!(r.peak.live.iter().all(|b| b.id != view.id));
+    assert!(render_text(&r, None).contains("(view)"));
+    // ... while a later buffer reusing the same bytes after it died is counted on its own.
+    let mut reuse = a.clone();
+    reuse.name = "reuse".into();
+    reuse.live = (a.live.1 + 3, a.live.1 + 3);
+    p.buffers.pop();
+    reuse.id = p.buffers.len();
+    p.buffers.push(reuse);
+    let r = memory_report(&p);
+    assert!(r.aliases.is_empty());
+    let t = a.live.1 + 3;
+    assert_eq!(r.timeline[t].total, before.timeline[t].total + a.bytes);
+}
+
+#[test]
+fn a_plan_without_steps() {
+    let mut p = plan_of(&dmc_compiler::testutil::mlp(adam(1e-3)), Mode::Train);
+    p.steps.clear();
+    let r = memory_report(&p);
+    let persistent: u64 = p
+        .buffers
+        .iter()
+        .filter(|b| b.persistent)
+        .map(|b| b.bytes)
+        .sum();
+    assert_eq!(r.lower_bound_bytes, persistent);
+    assert_eq!(r.peak.live.iter().map(|b| b.bytes).sum::<u64>(), persistent);
+    assert!(r.timeline.is_empty());
+    assert_eq!(r.backward_starts, None);
+    assert!(render_text(&r, Some(1)).contains("(no steps)"));
+    parse_svg(&render_svg(&r, Some(1)).unwrap());
+}
