@@ -111,24 +111,12 @@ pub enum Op {
     /// w, g, (v if momentum != 0) -> w', (v')  with w' aliasing w and v' aliasing v.
     /// PyTorch semantics: g' = g + wd*w; v = momentum*v + g'; step = nesterov ? g' + momentum*v : v;
     /// w -= lr*step. Momentum 0: w -= lr*g'.
-    SgdUpdate {
-        lr: f32,
-        momentum: f32,
-        weight_decay: f32,
-        nesterov: bool,
-    },
+    SgdUpdate { lr: f32, momentum: f32, weight_decay: f32, nesterov: bool },
     /// w, g, m, v -> w', m', v' (aliasing). t = the runtime's 1-based step counter.
     /// decoupled (AdamW): w -= lr*wd*w first; else g += wd*w.
     /// m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; mh = m/(1-b1^t); vh = v/(1-b2^t);
     /// w -= lr * mh / (sqrt(vh) + eps)
-    AdamUpdate {
-        lr: f32,
-        beta1: f32,
-        beta2: f32,
-        eps: f32,
-        weight_decay: f32,
-        decoupled: bool,
-    },
+    AdamUpdate { lr: f32, beta1: f32, beta2: f32, eps: f32, weight_decay: f32, decoupled: bool },
 }
 
 /// How a kernel uses one of its arguments.
@@ -157,20 +145,13 @@ pub struct Signature {
 }
 
 fn p(name: &str, role: Role, dtype: DType) -> SigParam {
-    SigParam {
-        name: name.to_string(),
-        role,
-        dtype,
-    }
+    SigParam { name: name.to_string(), role, dtype }
 }
 
 impl Op {
     /// Leaves have no kernel: their buffers are filled by the runtime.
     pub fn is_leaf(&self) -> bool {
-        matches!(
-            self,
-            Op::Input { .. } | Op::Param { .. } | Op::OptState { .. }
-        )
+        matches!(self, Op::Input { .. } | Op::Param { .. } | Op::OptState { .. })
     }
 
     /// Outputs that must be written into the buffer of an input (`(output, input)` pairs):
@@ -220,17 +201,9 @@ impl Op {
                 vec![p("x", In, F32), p("y", Out, F32)]
             }
             Op::Add => vec![p("a", In, F32), p("b", In, F32), p("y", Out, F32)],
-            Op::MseLoss => vec![
-                p("pred", In, F32),
-                p("target", In, F32),
-                p("loss", Out, F32),
-            ],
+            Op::MseLoss => vec![p("pred", In, F32), p("target", In, F32), p("loss", Out, F32)],
             Op::CrossEntropyLoss => {
-                vec![
-                    p("logits", In, F32),
-                    p("labels", In, I32),
-                    p("loss", Out, F32),
-                ]
+                vec![p("logits", In, F32), p("labels", In, I32), p("loss", Out, F32)]
             }
             Op::Conv2dBwdData { .. } => vec![p("dy", In, F32), p("w", In, F32), p("dx", Out, F32)],
             Op::Conv2dBwdWeight { .. } => vec![
@@ -250,17 +223,9 @@ impl Op {
                 let saved = if *k == UnaryKind::Gelu { "x" } else { "y" };
                 vec![p(saved, In, F32), p("dy", In, F32), p("dx", Out, F32)]
             }
-            Op::MseLossBwd => vec![
-                p("pred", In, F32),
-                p("target", In, F32),
-                p("dpred", Out, F32),
-            ],
+            Op::MseLossBwd => vec![p("pred", In, F32), p("target", In, F32), p("dpred", Out, F32)],
             Op::CrossEntropyLossBwd => {
-                vec![
-                    p("logits", In, F32),
-                    p("labels", In, I32),
-                    p("dlogits", Out, F32),
-                ]
+                vec![p("logits", In, F32), p("labels", In, I32), p("dlogits", Out, F32)]
             }
             Op::SgdUpdate { momentum, .. } => {
                 let mut v = vec![p("w", InOut, F32), p("g", In, F32)];

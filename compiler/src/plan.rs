@@ -59,14 +59,9 @@ pub const ALIGN: u64 = 64;
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum Init {
     /// He (Kaiming) uniform: U(-sqrt(6/fan_in), sqrt(6/fan_in)); used for weights followed by ReLU.
-    HeUniform {
-        fan_in: usize,
-    },
+    HeUniform { fan_in: usize },
     /// Glorot (Xavier) uniform, Keras' default: U(-sqrt(6/(fan_in+fan_out)), ..).
-    GlorotUniform {
-        fan_in: usize,
-        fan_out: usize,
-    },
+    GlorotUniform { fan_in: usize, fan_out: usize },
     Zeros,
 }
 
