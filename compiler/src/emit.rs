@@ -196,6 +196,7 @@ pub fn emit(
             kernel,
             args,
             label,
+            phase: node.phase.into(),
         });
     }
 
@@ -269,6 +270,7 @@ pub fn emit(
             offset: placement.offsets[id],
             live: r.live,
             persistent: b.persistent,
+            layer: crate::plan::layer_of(&b.name).to_string(),
         })
         .collect();
 

@@ -17,6 +17,7 @@ pub mod passes;
 pub mod placement;
 pub mod plan;
 pub mod planner;
+pub mod report;
 pub mod schedule;
 #[doc(hidden)]
 pub mod testutil;
