@@ -86,6 +86,11 @@ pub struct RunArgs {
     /// Samples in the synthetic data set used without --data.
     #[arg(long, default_value_t = 1024)]
     pub synthetic_samples: usize,
+    /// Write one line per training step to FILE: `step loss ms` (step from 1, the step's loss as
+    /// the shortest round-trip decimal, the step's wall time in milliseconds). For benchmarks and
+    /// parity checks (bench/).
+    #[arg(long, value_name = "FILE")]
+    pub loss_log: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -483,6 +488,12 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
         .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
 
+    let mut loss_log = match &args.loss_log {
+        Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p).map_err(|e| {
+            CliError::Usage(format!("--loss-log {}: {e}", p.display()))
+        })?)),
+        None => None,
+    };
     let mut feeder = Feeder::new(&plan, true);
     dmc_runtime::alloc::reset_peak();
     let base = dmc_runtime::alloc::current();
@@ -504,8 +515,13 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
             feeder.feed(&mut be, &train, idx)?;
             let t0 = Instant::now();
             let loss = be.run(step as u64 + 1, seed)?;
-            step_time += t0.elapsed();
+            let dt = t0.elapsed();
+            step_time += dt;
             step += 1;
+            if let Some(w) = loss_log.as_mut() {
+                use std::io::Write;
+                let _ = writeln!(w, "{step} {loss} {:.3}", dt.as_secs_f64() * 1e3);
+            }
             if !loss.is_finite() {
                 nan_at = Some(step);
                 break 'outer;
@@ -529,6 +545,10 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
         }
     }
     pb.finish_and_clear();
+    if let Some(mut w) = loss_log.take() {
+        use std::io::Write;
+        w.flush().map_err(|e| CliError::Usage(format!("--loss-log: {e}")))?;
+    }
     // The arena was allocated once, before the steps; everything else the steps allocated is on top.
     let extra = dmc_runtime::alloc::peak().saturating_sub(base);
     let measured = arena_measured as u64 + extra as u64;
