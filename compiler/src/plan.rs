@@ -46,9 +46,14 @@ pub const ALIGN: u64 = 64;
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum Init {
     /// He (Kaiming) uniform: U(-sqrt(6/fan_in), sqrt(6/fan_in)); used for weights followed by ReLU.
-    HeUniform { fan_in: usize },
+    HeUniform {
+        fan_in: usize,
+    },
     /// Glorot (Xavier) uniform, Keras' default: U(-sqrt(6/(fan_in+fan_out)), ..).
-    GlorotUniform { fan_in: usize, fan_out: usize },
+    GlorotUniform {
+        fan_in: usize,
+        fan_out: usize,
+    },
     Zeros,
 }
 
@@ -123,6 +128,14 @@ pub struct Plan {
     /// The network's output (the loss' prediction), for `predict`.
     pub output: IoBinding,
     pub optimizer: Optimizer,
+    /// The liveness lower bound: max over steps of the (aligned) bytes live at that step; no
+    /// placement of these buffers can use a smaller arena.
+    #[serde(default)]
+    pub lower_bound_bytes: u64,
+    /// How the offsets were found: `trivial` or the winning best-fit strategy
+    /// (see `placement::VARIANTS`).
+    #[serde(default)]
+    pub placement_strategy: String,
 }
 
 pub const FORMAT_VERSION: u32 = 1;

@@ -18,7 +18,7 @@ use crate::op::Op;
 
 /// Values that share a buffer with `v` without an in-place write in between: `v` and every
 /// `Reshape` view of it, up and down.
-fn view_closure(g: &Graph, v: Value) -> BTreeSet<Value> {
+pub fn view_closure(g: &Graph, v: Value) -> BTreeSet<Value> {
     let mut seen = BTreeSet::new();
     let mut stack = vec![v];
     while let Some(w) = stack.pop() {
