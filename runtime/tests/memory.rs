@@ -110,7 +110,10 @@ fn max_rel(a: &Trained, b: &Trained) -> f64 {
     let mut worst = 0f64;
     for ((na, va), (nb, vb)) in a.0.iter().zip(&b.0) {
         assert_eq!(na, nb);
-        let scale = vb.iter().fold(0f64, |m, x| m.max(x.abs() as f64)).max(1e-30);
+        let scale = vb
+            .iter()
+            .fold(0f64, |m, x| m.max(x.abs() as f64))
+            .max(1e-30);
         let d = va
             .iter()
             .zip(vb)
@@ -234,17 +237,25 @@ fn fused_matches_unfused_after_five_steps() {
 
 fn layer() -> impl Strategy<Value = RandLayer> {
     prop_oneof![
-        (1usize..5, 1usize..4, 1usize..3, any::<bool>(), any::<bool>()).prop_map(
-            |(filters, k, stride, same, bias)| RandLayer::Conv {
+        (
+            1usize..5,
+            1usize..4,
+            1usize..3,
+            any::<bool>(),
+            any::<bool>()
+        )
+            .prop_map(|(filters, k, stride, same, bias)| RandLayer::Conv {
                 filters,
                 k,
                 stride,
                 same,
                 bias
-            }
-        ),
-        (any::<bool>(), 1usize..3, 1usize..3)
-            .prop_map(|(max, size, stride)| RandLayer::Pool { max, size, stride }),
+            }),
+        (any::<bool>(), 1usize..3, 1usize..3).prop_map(|(max, size, stride)| RandLayer::Pool {
+            max,
+            size,
+            stride
+        }),
         (0u8..4).prop_map(RandLayer::Act),
         Just(RandLayer::Dropout),
         Just(RandLayer::Residual),

@@ -315,7 +315,10 @@ pub fn conv2d_bwd_weight_chunked(
     d.check(g, x.len(), k * co, dy.len());
     assert!(cols.len() >= cr * k, "conv: workspace too small");
     assert!(chunk >= 1, "conv: chunk 0");
-    assert!(gw.len() >= k * chunk.min(co), "conv: gradient workspace too small");
+    assert!(
+        gw.len() >= k * chunk.min(co),
+        "conv: gradient workspace too small"
+    );
     let mut c0 = 0;
     while c0 < co {
         let nc = chunk.min(co - c0);

@@ -87,7 +87,10 @@ pub fn dense_bwd_weight_chunked(
     assert_eq!(x.len(), n * k, "dense_bwd_weight: x size");
     assert_eq!(dy.len(), n * m, "dense_bwd_weight: dy size");
     assert!(chunk >= 1, "dense_bwd_weight: chunk 0");
-    assert!(gw.len() >= k * chunk.min(m), "dense_bwd_weight: workspace too small");
+    assert!(
+        gw.len() >= k * chunk.min(m),
+        "dense_bwd_weight: workspace too small"
+    );
     let mut c0 = 0;
     while c0 < m {
         let nc = chunk.min(m - c0);

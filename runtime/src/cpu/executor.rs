@@ -442,6 +442,20 @@ impl<'p> Args<'p> {
     }
 }
 
+/// The optimizer-state arguments `first..first+n` (n <= 2) as mutable slices, without allocating
+/// (the unused entries are empty).
+///
+/// # Safety
+/// As [`Args::f32_mut`] for each of those arguments (validated `InOut` slots, pairwise disjoint).
+unsafe fn state_slices<'a>(a: &Args, first: usize, n: usize) -> [&'a mut [f32]; 2] {
+    let mut out: [&'a mut [f32]; 2] = [&mut [], &mut []];
+    for (i, o) in out.iter_mut().enumerate().take(n) {
+        // SAFETY: per this function's contract.
+        *o = unsafe { a.f32_mut(first + i) };
+    }
+    out
+}
+
 /// Runs one step.
 ///
 /// # Safety
@@ -610,7 +624,7 @@ unsafe fn exec(a: &Args, ctx: &Ctx) -> Result<(), BadLabel> {
                 let d = ConvDims::from_shapes(a.shape(0), a.shape(1));
                 let ns = rule.state_names().len();
                 let w = a.f32_mut(2);
-                let mut states: Vec<&mut [f32]> = (0..ns).map(|i| a.f32_mut(3 + i)).collect();
+                let mut states = state_slices(a, 3, ns);
                 let co = d.co;
                 conv2d_bwd_weight_chunked(
                     geom,
@@ -621,7 +635,7 @@ unsafe fn exec(a: &Args, ctx: &Ctx) -> Result<(), BadLabel> {
                     a.f32_mut(3 + ns),
                     a.f32_mut(4 + ns),
                     |c0, nc, gw| {
-                        update_block(rule, ctx.step_counter, w, co, c0, nc, gw, &mut states)
+                        update_block(rule, ctx.step_counter, w, co, c0, nc, gw, &mut states[..ns])
                     },
                 );
             }
@@ -631,7 +645,7 @@ unsafe fn exec(a: &Args, ctx: &Ctx) -> Result<(), BadLabel> {
                 let n = numel(a.shape(0)) / k.max(1);
                 let ns = rule.state_names().len();
                 let w = a.f32_mut(2);
-                let mut states: Vec<&mut [f32]> = (0..ns).map(|i| a.f32_mut(3 + i)).collect();
+                let mut states = state_slices(a, 3, ns);
                 dense_bwd_weight_chunked(
                     n,
                     k,
@@ -641,7 +655,7 @@ unsafe fn exec(a: &Args, ctx: &Ctx) -> Result<(), BadLabel> {
                     *chunk,
                     a.f32_mut(3 + ns),
                     |c0, nc, gw| {
-                        update_block(rule, ctx.step_counter, w, m, c0, nc, gw, &mut states)
+                        update_block(rule, ctx.step_counter, w, m, c0, nc, gw, &mut states[..ns])
                     },
                 );
             }
@@ -651,8 +665,8 @@ unsafe fn exec(a: &Args, ctx: &Ctx) -> Result<(), BadLabel> {
                 bias_grad(a.f32(0), db);
                 let b = a.f32_mut(1);
                 let c = b.len();
-                let mut states: Vec<&mut [f32]> = (0..ns).map(|i| a.f32_mut(2 + i)).collect();
-                update_block(rule, ctx.step_counter, b, c, 0, c, db, &mut states);
+                let mut states = state_slices(a, 2, ns);
+                update_block(rule, ctx.step_counter, b, c, 0, c, db, &mut states[..ns]);
             }
         }
     }
@@ -1092,7 +1106,11 @@ fn check_shapes(op: &Op, s: &[Vec<usize>]) -> Result<(), String> {
 fn workspaces(op: &Op, s: &[Vec<usize>], first: usize) -> Result<(), String> {
     let need = op.workspace_elems(&s[..first]);
     if s.len() != first + need.len() {
-        return Err(format!("{} workspaces, expected {}", s.len() - first, need.len()));
+        return Err(format!(
+            "{} workspaces, expected {}",
+            s.len() - first,
+            need.len()
+        ));
     }
     for (i, n) in need.iter().enumerate() {
         if numel(&s[first + i]) < *n {

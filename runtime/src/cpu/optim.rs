@@ -187,15 +187,32 @@ pub fn update_block(
     assert_eq!(w.len(), k * ld, "update_block: w size");
     assert!(c0 + nc <= ld, "update_block: columns out of range");
     assert!(g.len() >= k * nc, "update_block: gradient block size");
-    assert_eq!(states.len(), rule.state_names().len(), "update_block: state count");
+    assert_eq!(
+        states.len(),
+        rule.state_names().len(),
+        "update_block: state count"
+    );
     for s in states.iter() {
         assert_eq!(s.len(), w.len(), "update_block: state size");
     }
     let g = &g[..k * nc];
     let cols = c0..c0 + nc;
     match (rule, states) {
-        (UpdateRule::Sgd { lr, momentum, weight_decay, nesterov }, []) => {
-            let sgd = Sgd { lr: *lr, momentum: *momentum, weight_decay: *weight_decay, nesterov: *nesterov };
+        (
+            UpdateRule::Sgd {
+                lr,
+                momentum,
+                weight_decay,
+                nesterov,
+            },
+            [],
+        ) => {
+            let sgd = Sgd {
+                lr: *lr,
+                momentum: *momentum,
+                weight_decay: *weight_decay,
+                nesterov: *nesterov,
+            };
             w.par_chunks_mut(ld)
                 .zip(g.par_chunks(nc))
                 .with_min_len(ROWS_PER_TASK)
@@ -205,8 +222,21 @@ pub fn update_block(
                     }
                 });
         }
-        (UpdateRule::Sgd { lr, momentum, weight_decay, nesterov }, [v]) => {
-            let sgd = Sgd { lr: *lr, momentum: *momentum, weight_decay: *weight_decay, nesterov: *nesterov };
+        (
+            UpdateRule::Sgd {
+                lr,
+                momentum,
+                weight_decay,
+                nesterov,
+            },
+            [v],
+        ) => {
+            let sgd = Sgd {
+                lr: *lr,
+                momentum: *momentum,
+                weight_decay: *weight_decay,
+                nesterov: *nesterov,
+            };
             w.par_chunks_mut(ld)
                 .zip(g.par_chunks(nc))
                 .zip(v.par_chunks_mut(ld))
@@ -218,7 +248,17 @@ pub fn update_block(
                     }
                 });
         }
-        (UpdateRule::Adam { lr, beta1, beta2, eps, weight_decay, decoupled }, [m, v]) => {
+        (
+            UpdateRule::Adam {
+                lr,
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+                decoupled,
+            },
+            [m, v],
+        ) => {
             let adam = Adam::new(*lr, *beta1, *beta2, *eps, *weight_decay, *decoupled, t);
             w.par_chunks_mut(ld)
                 .zip(g.par_chunks(nc))
@@ -226,9 +266,7 @@ pub fn update_block(
                 .with_min_len(ROWS_PER_TASK)
                 .for_each(|((wr, gr), (mr, vr))| {
                     let (mr, vr) = (&mut mr[cols.clone()], &mut vr[cols.clone()]);
-                    for (((w, &g), m), v) in
-                        wr[cols.clone()].iter_mut().zip(gr).zip(mr).zip(vr)
-                    {
+                    for (((w, &g), m), v) in wr[cols.clone()].iter_mut().zip(gr).zip(mr).zip(vr) {
                         adam.step(w, g, m, v);
                     }
                 });
