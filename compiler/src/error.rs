@@ -84,7 +84,7 @@ pub fn fmt_thousands(n: u64) -> String {
     let d = n.to_string();
     let mut out = String::new();
     for (i, c) in d.chars().enumerate() {
-        if i > 0 && (d.len() - i) % 3 == 0 {
+        if i > 0 && matches!((d.len() - i) % 3, 0) {
             out.push(',');
         }
         out.push(c);

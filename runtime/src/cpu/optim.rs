@@ -170,6 +170,7 @@ const ROWS_PER_TASK: usize = 64;
 /// The update `rule` applied to columns `c0..c0+nc` of the row-major `[K, ld]` weight `w` and of
 /// its state tensors (same layout; as many as `rule.state_names()`), with the gradient of that
 /// block in `g` (`[K, nc]`, row-major). `t` is Adam's 1-based step counter.
+#[allow(clippy::too_many_arguments)]
 pub fn update_block(
     rule: &UpdateRule,
     t: u64,
