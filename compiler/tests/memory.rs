@@ -194,3 +194,89 @@ fn trivial_planner_is_still_selectable() {
     assert!(b.arena_bytes < t.arena_bytes);
     assert_eq!(t.lower_bound_bytes, b.lower_bound_bytes);
 }
+
+#[test]
+fn seed_never_holds_a_whole_layer_gradient() {
+    let p = compile_ok(&seed(), CompileOptions::default());
+    let largest_ws = p
+        .buffers
+        .iter()
+        .filter(|b| b.kind == BufferKind::Workspace)
+        .map(|b| b.bytes)
+        .max()
+        .unwrap();
+    let largest_grad = 9 * 1024 * 1024 * 4; // a 3x3 1024->1024 conv
+    println!("seed: largest workspace {largest_ws} bytes (largest layer gradient {largest_grad})");
+    assert!(largest_ws * 8 <= largest_grad);
+    assert!(p
+        .buffers
+        .iter()
+        .filter(|b| b.kind == BufferKind::Gradient)
+        .all(|b| b.bytes < largest_grad / 8));
+    let chunks: Vec<usize> = p
+        .kernels
+        .iter()
+        .filter_map(|k| match k.op {
+            Op::Conv2dBwdWeightUpdate { chunk, .. } => Some(chunk),
+            _ => None,
+        })
+        .collect();
+    assert!(chunks.iter().all(|c| *c < 1024), "{chunks:?}");
+}
+
+#[test]
+fn rewrites_on_the_residual_fixture() {
+    let g = dmc_compiler::compile_graph(
+        &residual(sgd(0.1)),
+        &CompileOptions {
+            verify: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let count = |pred: &dyn Fn(&Op) -> bool| {
+        g.nodes()
+            .into_iter()
+            .filter(|n| pred(&g.node(*n).op))
+            .count()
+    };
+    // The two forward relus, both relu backward ops, the forward residual add and the
+    // accumulation of the two gradients of the value used twice are all in place.
+    assert_eq!(count(&|o| matches!(o, Op::UnaryInPlace(_))), 2);
+    assert_eq!(count(&|o| matches!(o, Op::UnaryBwdInPlace(_))), 2);
+    assert_eq!(count(&|o| matches!(o, Op::AddInPlace)), 2);
+    assert_eq!(
+        count(&|o| matches!(o, Op::Add | Op::Unary(_) | Op::UnaryBwd(_))),
+        0
+    );
+    // Every update fused: 2 convs + 1 dense, each with a bias.
+    assert_eq!(count(&|o| matches!(o, Op::Conv2dBwdWeightUpdate { .. })), 2);
+    assert_eq!(count(&|o| matches!(o, Op::DenseBwdWeightUpdate { .. })), 1);
+    assert_eq!(count(&|o| matches!(o, Op::BiasGradUpdate { .. })), 3);
+    assert_eq!(
+        count(&|o| matches!(
+            o,
+            Op::SgdUpdate { .. } | Op::Conv2dBwdWeight { .. } | Op::DenseBwdWeight | Op::BiasGrad
+        )),
+        0
+    );
+    // In-place kernels bind one buffer for the written input: no `Out` parameter.
+    for op in [
+        Op::UnaryInPlace(dmc_compiler::op::UnaryKind::Relu),
+        Op::AddInPlace,
+        Op::UnaryBwdInPlace(dmc_compiler::op::UnaryKind::Relu),
+    ] {
+        let sig = op.signature();
+        assert!(sig
+            .params
+            .iter()
+            .all(|p| p.role != dmc_compiler::op::Role::Out));
+        assert_eq!(
+            sig.params
+                .iter()
+                .filter(|p| p.role == dmc_compiler::op::Role::InOut)
+                .count(),
+            1
+        );
+    }
+}
