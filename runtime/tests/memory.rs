@@ -293,3 +293,18 @@ proptest! {
         prop_assert!(r <= 1e-6, "relative difference {}", r);
     }
 }
+
+#[test]
+fn an_in_place_argument_overlapping_another_is_rejected() {
+    let mut p = compile(&residual(sgd(0.1)), &planned(true)).unwrap();
+    let (si, _) = p
+        .steps
+        .iter()
+        .enumerate()
+        .find(|(_, s)| matches!(p.kernels[s.kernel].op, Op::AddInPlace))
+        .unwrap();
+    // b := a: the kernel would read the buffer it writes through another argument.
+    p.steps[si].args[1] = p.steps[si].args[0];
+    let err = CpuBackend::new(p).err().expect("must be rejected");
+    assert!(err.to_string().contains("overlaps"), "{err}");
+}
