@@ -1,7 +1,8 @@
 //! dmc compiler: lowers a checked model to the IR, differentiates it, runs the pass pipeline and
 //! emits the execution plan.
 //!
-//! `model -> lower -> PIPELINE (autodiff, optimizer, DCE, ...) -> schedule -> emit (place) -> Plan`,
+//! `model -> lower -> PIPELINE (autodiff, optimizer, fusion, DCE, in place) -> schedule ->
+//! chunk selection (cap) -> emit (place) -> Plan`,
 //! with the IR verifier between passes and the independent plan checker at the end when
 //! `CompileOptions::verify` is set.
 
@@ -31,9 +32,10 @@ pub use error::{CompileError, ShapeError};
 pub use ir::Graph;
 pub use plan::{Mode, Plan};
 pub use planner::PlannerKind;
-
-use plan::BufferKind;
 pub use verify::VerifyError;
+
+use petgraph::stable_graph::NodeIndex;
+use plan::BufferKind;
 
 /// How to compile.
 #[derive(Debug, Clone, PartialEq)]
@@ -188,7 +190,7 @@ fn persistent_bytes(g: &Graph) -> u64 {
 }
 
 /// Bytes of the gradient workspace (`gw`) of a chunked fused op, if `n` is one.
-fn chunk_grad_bytes(g: &Graph, n: petgraph::stable_graph::NodeIndex) -> Option<u64> {
+fn chunk_grad_bytes(g: &Graph, n: NodeIndex) -> Option<u64> {
     let rows = match &g.node(n).op {
         op::Op::Conv2dBwdWeightUpdate { chunk, .. }
         | op::Op::DenseBwdWeightUpdate { chunk, .. } => {
@@ -202,7 +204,7 @@ fn chunk_grad_bytes(g: &Graph, n: petgraph::stable_graph::NodeIndex) -> Option<u
 }
 
 /// Halves (rounding up) the chunk of a fused op; false if `n` is not one or its chunk is 1.
-fn halve_chunk(g: &mut Graph, n: petgraph::stable_graph::NodeIndex) -> bool {
+fn halve_chunk(g: &mut Graph, n: NodeIndex) -> bool {
     match g.g.node_weight_mut(n).map(|node| &mut node.op) {
         Some(op::Op::Conv2dBwdWeightUpdate { chunk, .. })
         | Some(op::Op::DenseBwdWeightUpdate { chunk, .. })
@@ -218,7 +220,7 @@ fn halve_chunk(g: &mut Graph, n: petgraph::stable_graph::NodeIndex) -> bool {
 /// Halves the chunks of the fused ops whose gradient workspace is more than half the largest
 /// one (among those that can still shrink). False when none can.
 fn shrink_dominant(g: &mut Graph) -> bool {
-    let can: Vec<(petgraph::stable_graph::NodeIndex, u64)> = g
+    let can: Vec<(NodeIndex, u64)> = g
         .nodes()
         .into_iter()
         .filter_map(|n| {

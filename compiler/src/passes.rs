@@ -6,6 +6,8 @@
 use std::collections::BTreeSet;
 
 use petgraph::stable_graph::NodeIndex;
+use petgraph::visit::EdgeRef;
+use petgraph::Direction;
 
 use crate::autodiff::autodiff;
 use crate::error::CompileError;
@@ -174,10 +176,9 @@ pub fn fuse_weight_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError
         let name = g.node(u).name.clone();
         let f = g.add_node(op, &new_ins, name, Phase::Update, None)?;
         // Readers of the update's outputs (none today) read the fused op's, same order.
-        let outs: Vec<(Value, Vec<(petgraph::stable_graph::NodeIndex, usize)>)> =
-            (0..g.node(u).outputs.len())
-                .map(|o| ((u, o), g.consumers((u, o))))
-                .collect();
+        let outs: Vec<(Value, Vec<(NodeIndex, usize)>)> = (0..g.node(u).outputs.len())
+            .map(|o| ((u, o), g.consumers((u, o))))
+            .collect();
         for ((_, o), cs) in outs {
             for (c, slot) in cs {
                 g.g.add_edge(
@@ -201,7 +202,7 @@ pub fn fuse_weight_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError
 /// Whether node `n` may overwrite its input value `v` in place: `v`'s buffer is made by a kernel
 /// (not a leaf), neither `v` nor any view of it is the loss or the output, nothing but `n` reads
 /// `v` or a view of it, and no other input of `n` lives in the same buffer.
-fn dies_here(g: &Graph, n: petgraph::stable_graph::NodeIndex, v: Value) -> bool {
+fn dies_here(g: &Graph, n: NodeIndex, v: Value) -> bool {
     let root = g.buffer_root(v);
     if g.node(root.0).op.is_leaf() {
         return false;
@@ -252,8 +253,8 @@ pub fn inplace_elementwise(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileErro
         };
         if slot == 1 && matches!(op, Op::Add) {
             let edges: Vec<_> =
-                g.g.edges_directed(n, petgraph::Direction::Incoming)
-                    .map(|e| petgraph::visit::EdgeRef::id(&e))
+                g.g.edges_directed(n, Direction::Incoming)
+                    .map(|e| e.id())
                     .collect();
             for e in edges {
                 if let Some(w) = g.g.edge_weight_mut(e) {
