@@ -1,7 +1,8 @@
 //! dmc compiler: lowers a checked model to the IR, differentiates it, runs the pass pipeline and
 //! emits the execution plan.
 //!
-//! `model -> lower -> PIPELINE (autodiff, optimizer, DCE, ...) -> schedule -> emit (place) -> Plan`,
+//! `model -> lower -> PIPELINE (autodiff, optimizer, fusion, DCE, in place) -> schedule ->
+//! chunk selection (cap) -> emit (place) -> Plan`,
 //! with the IR verifier between passes and the independent plan checker at the end when
 //! `CompileOptions::verify` is set.
 
@@ -31,7 +32,11 @@ pub use check::{check_plan, PlanCheckError};
 pub use error::{CompileError, ShapeError};
 pub use ir::Graph;
 pub use plan::{Mode, Plan};
+pub use planner::PlannerKind;
 pub use verify::VerifyError;
+
+use petgraph::stable_graph::NodeIndex;
+use plan::BufferKind;
 
 /// How to compile.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,10 +46,17 @@ pub struct CompileOptions {
     pub batch: Option<usize>,
     /// Overrides the optimizer's learning rate.
     pub lr: Option<f32>,
-    /// Maximum arena size in bytes.
+    /// Maximum arena size in bytes: the fused weight-gradient chunks shrink until the plan fits,
+    /// else `compile` fails with [`CompileError::CapExceeded`].
     pub cap: Option<u64>,
     /// Verify the IR before/after every pass and check the emitted plan.
     pub verify: bool,
+    /// Placement strategy (best-fit by default; `Trivial` for comparisons).
+    pub planner: PlannerKind,
+    /// Fuse each weight gradient with its optimizer update (`--no-fuse` clears it).
+    pub fuse: bool,
+    /// Rewrite elementwise ops in place where their input dies.
+    pub inplace: bool,
 }
 
 impl Default for CompileOptions {
@@ -55,6 +67,9 @@ impl Default for CompileOptions {
             lr: None,
             cap: None,
             verify: cfg!(debug_assertions),
+            planner: PlannerKind::BestFit,
+            fuse: true,
+            inplace: true,
         }
     }
 }
@@ -72,6 +87,8 @@ pub fn context(model: &Model, opts: &CompileOptions) -> passes::Ctx {
         optimizer,
         batch: opts.batch.unwrap_or(model.train.batch),
         verify: opts.verify,
+        fuse: opts.fuse,
+        inplace: opts.inplace,
     }
 }
 
@@ -84,16 +101,148 @@ pub fn compile_graph(model: &Model, opts: &CompileOptions) -> Result<Graph, Comp
 }
 
 /// Compiles `model` to an execution plan.
+///
+/// Chunks of the fused weight-gradient ops: without a cap, each op's gradient workspace is halved
+/// until it is at most [`default_chunk_bytes`] of the persistent state (or one column); with a
+/// cap, every op starts from its whole layer and the chunks of the ops with the largest
+/// workspaces are halved until the (best-fit) plan fits or no chunk can shrink. If the plan does
+/// not fit then, the error gives the smallest cap that works (the plan with one-column chunks).
 pub fn compile(model: &Model, opts: &CompileOptions) -> Result<Plan, CompileError> {
     let ctx = context(model, opts);
     let mut g = lower::lower(model, ctx.batch)?;
     passes::run_pipeline(&mut g, &ctx)?;
     let order = schedule::schedule(&g)?;
-    let plan = emit::emit(&g, &order, &ctx, opts.cap)?;
+    match opts.cap {
+        None => {
+            let budget = default_chunk_bytes(persistent_bytes(&g));
+            for n in g.nodes() {
+                while chunk_grad_bytes(&g, n).is_some_and(|b| b > budget) && halve_chunk(&mut g, n)
+                {
+                }
+            }
+        }
+        Some(cap) => loop {
+            let p = emit::emit(&g, &order, &ctx, PlannerKind::BestFit)?;
+            if p.arena_bytes <= cap || !shrink_dominant(&mut g) {
+                break;
+            }
+        },
+    }
+    if opts.verify {
+        verify::verify(&g, "chunk selection")?;
+    }
+    let plan = emit::emit(&g, &order, &ctx, opts.planner)?;
+    if let Some(cap) = opts.cap {
+        if plan.arena_bytes > cap {
+            // The smallest plan: every chunk one column.
+            for n in g.nodes() {
+                while halve_chunk(&mut g, n) {}
+            }
+            let small = emit::emit(&g, &order, &ctx, opts.planner)?;
+            let sum = |k: BufferKind| -> u64 {
+                small
+                    .buffers
+                    .iter()
+                    .filter(|b| b.kind == k && b.persistent)
+                    .map(|b| planner::align_up(b.bytes))
+                    .sum()
+            };
+            let (params, opt_state) = (sum(BufferKind::Parameter), sum(BufferKind::OptimizerState));
+            if small.arena_bytes <= cap {
+                if opts.verify {
+                    check_plan(&small)?;
+                }
+                return Ok(small);
+            }
+            let needed = small.arena_bytes;
+            return Err(CompileError::CapExceeded {
+                needed,
+                cap,
+                params,
+                opt_state,
+                working_set: needed.saturating_sub(params + opt_state),
+            });
+        }
+    }
     if opts.verify {
         check_plan(&plan)?;
     }
     Ok(plan)
+}
+
+/// The largest gradient workspace a fused op gets without a cap: 1/256 of the persistent bytes
+/// (parameters and optimizer state), at least 256 KiB.
+pub fn default_chunk_bytes(persistent: u64) -> u64 {
+    (persistent / 256).max(256 << 10)
+}
+
+/// Bytes of the parameters and optimizer state of `g`.
+fn persistent_bytes(g: &Graph) -> u64 {
+    g.nodes()
+        .into_iter()
+        .filter(|n| {
+            matches!(
+                g.node(*n).op,
+                op::Op::Param { .. } | op::Op::OptState { .. }
+            )
+        })
+        .map(|n| g.ty((n, 0)).bytes())
+        .sum()
+}
+
+/// Bytes of the gradient workspace (`gw`) of a chunked fused op, if `n` is one.
+fn chunk_grad_bytes(g: &Graph, n: NodeIndex) -> Option<u64> {
+    let rows = match &g.node(n).op {
+        op::Op::Conv2dBwdWeightUpdate { chunk, .. }
+        | op::Op::DenseBwdWeightUpdate { chunk, .. } => {
+            let w = g.input(n, 2)?;
+            let s = &g.ty(w).shape;
+            (s.iter().product::<usize>() / s.last().copied().unwrap_or(1).max(1)) * chunk
+        }
+        _ => return None,
+    };
+    Some(rows as u64 * 4)
+}
+
+/// Halves (rounding up) the chunk of a fused op; false if `n` is not one or its chunk is 1.
+fn halve_chunk(g: &mut Graph, n: NodeIndex) -> bool {
+    match g.g.node_weight_mut(n).map(|node| &mut node.op) {
+        Some(op::Op::Conv2dBwdWeightUpdate { chunk, .. })
+        | Some(op::Op::DenseBwdWeightUpdate { chunk, .. })
+            if *chunk > 1 =>
+        {
+            *chunk = chunk.div_ceil(2);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Halves the chunks of the fused ops whose gradient workspace is more than half the largest
+/// one (among those that can still shrink). False when none can.
+fn shrink_dominant(g: &mut Graph) -> bool {
+    let can: Vec<(NodeIndex, u64)> = g
+        .nodes()
+        .into_iter()
+        .filter_map(|n| {
+            let b = chunk_grad_bytes(g, n)?;
+            let c = match &g.node(n).op {
+                op::Op::Conv2dBwdWeightUpdate { chunk, .. }
+                | op::Op::DenseBwdWeightUpdate { chunk, .. } => *chunk,
+                _ => 1,
+            };
+            (c > 1).then_some((n, b))
+        })
+        .collect();
+    let Some(max) = can.iter().map(|(_, b)| *b).max() else {
+        return false;
+    };
+    for (n, b) in can {
+        if b * 2 > max {
+            halve_chunk(g, n);
+        }
+    }
+    true
 }
 
 /// A human-readable listing of the graph in topological order, one node per line:

@@ -168,6 +168,14 @@ pub struct Plan {
     /// The network's output (the loss' prediction), for `predict`.
     pub output: IoBinding,
     pub optimizer: Optimizer,
+    /// The liveness lower bound: max over steps of the (aligned) bytes live at that step; no
+    /// placement of these buffers can use a smaller arena.
+    #[serde(default)]
+    pub lower_bound_bytes: u64,
+    /// How the offsets were found: `trivial` or the winning best-fit strategy
+    /// (see `placement::VARIANTS`).
+    #[serde(default)]
+    pub placement_strategy: String,
 }
 
 pub const FORMAT_VERSION: u32 = 1;

@@ -290,7 +290,8 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
         .position(|s| s.phase == StepPhase::Backward);
     let mut saved: BTreeSet<BufferId> = BTreeSet::new();
     for (s, step) in plan.steps.iter().enumerate() {
-        if step.phase != StepPhase::Backward {
+        // Fused weight-gradient + update kernels (phase Update) read forward values too.
+        if !matches!(step.phase, StepPhase::Backward | StepPhase::Update) {
             continue;
         }
         for &a in &step.args {

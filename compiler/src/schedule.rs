@@ -1,7 +1,8 @@
 //! Scheduling: a topological order of the kernel nodes (leaves and `Reshape` views excluded).
 //!
 //! (a) In-place hazards are explicit constraints ([`hazard_order`]): when a node overwrites an
-//! input in place (an `InOut` argument: the optimizer updates), every OTHER reader of that value
+//! input in place (an `InOut` argument: the optimizer updates, the fused weight-gradient +
+//! update ops, in-place elementwise ops), every OTHER reader of that value
 //! (through views too) must run before it — e.g. a dense layer's `dx = dy w^T` before `w` is
 //! updated. (b) Memory: a greedy list scheduler; among the ready kernels it runs the one that frees
 //! the most bytes net of what it allocates when that is non-negative (an update right after its
@@ -18,7 +19,7 @@ use crate::op::Op;
 
 /// Values that share a buffer with `v` without an in-place write in between: `v` and every
 /// `Reshape` view of it, up and down.
-fn view_closure(g: &Graph, v: Value) -> BTreeSet<Value> {
+pub fn view_closure(g: &Graph, v: Value) -> BTreeSet<Value> {
     let mut seen = BTreeSet::new();
     let mut stack = vec![v];
     while let Some(w) = stack.pop() {

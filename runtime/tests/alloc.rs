@@ -116,6 +116,8 @@ fn counts_current_and_peak() {
             weight_decay: 0.0,
             nesterov: false,
         },
+        lower_bound_bytes: 0,
+        placement_strategy: "trivial".into(),
     };
     let arena = plan.arena_bytes as usize;
     let before = alloc::current();

@@ -162,6 +162,8 @@ impl Pb {
                 dtype: DType::F32,
             },
             optimizer,
+            lower_bound_bytes: 0,
+            placement_strategy: "trivial".into(),
         }
     }
 }

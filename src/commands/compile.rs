@@ -33,6 +33,10 @@ pub struct Args {
     /// Memory cap for the planned arena, e.g. `900MB`, `1GiB`, `1.5G` or bytes.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub vram_cap: Option<u64>,
+    /// Keep whole per-layer weight gradients (no optimizer update fused into the backward), for
+    /// comparison with the default fused, chunked update.
+    #[arg(long)]
+    pub no_fuse: bool,
     /// Which step to compile.
     #[arg(long, value_enum, default_value_t = ModeArg::Train)]
     pub mode: ModeArg,
@@ -74,6 +78,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         mode,
         batch: args.batch,
         cap: args.vram_cap,
+        fuse: !args.no_fuse,
         verify: true,
         ..CompileOptions::default()
     };

@@ -19,6 +19,10 @@ pub struct Args {
     /// Memory cap for the planned arena, e.g. `900MB`, `1GiB`, `1.5G` or bytes.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub vram_cap: Option<u64>,
+    /// Keep whole per-layer weight gradients (no optimizer update fused into the backward), for
+    /// comparison with the default fused, chunked update.
+    #[arg(long)]
+    pub no_fuse: bool,
     /// Batch size (overrides the program's).
     #[arg(long)]
     pub batch: Option<usize>,
@@ -36,6 +40,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         mode: Mode::Train,
         batch: args.batch,
         cap: args.vram_cap,
+        fuse: !args.no_fuse,
         verify: true,
         ..CompileOptions::default()
     };

@@ -40,6 +40,10 @@ pub struct CommonArgs {
     /// Memory cap for the planned arena, e.g. `900MB`, `1GiB`, `1.5G` or bytes.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub vram_cap: Option<u64>,
+    /// Keep whole per-layer weight gradients (no optimizer update fused into the backward), for
+    /// comparison with the default fused, chunked update.
+    #[arg(long)]
+    pub no_fuse: bool,
     /// Weights to start from (.safetensors; names as `conv3.weight`).
     #[arg(long, value_name = "FILE")]
     pub init: Option<PathBuf>,
@@ -148,6 +152,7 @@ fn compile(
         batch: common.batch,
         lr,
         cap: common.vram_cap,
+        fuse: !common.no_fuse,
         verify: common.verify || cfg!(debug_assertions),
         ..CompileOptions::default()
     };
@@ -589,6 +594,25 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
             None => String::new(),
         }
     );
+    if !c.quiet {
+        let r = dmc_compiler::report::memory_report(&plan);
+        let p = &r.peak.by_category;
+        eprintln!(
+            "memory at the peak (step {} `{}`): parameters {} + optimizer state {} + inputs {} + activations {} + gradients {} + workspace {} = {} (arena {}, {:.2}% above the lower bound); a conventional framework step would hold about {} (`dmc plan` explains)",
+            r.peak.step,
+            r.peak.label,
+            human(p.parameters),
+            human(p.optimizer_state),
+            human(p.inputs),
+            human(p.activations),
+            human(p.gradients),
+            human(p.workspace),
+            human(r.lower_bound_bytes),
+            human(r.arena_bytes),
+            r.fragmentation * 100.0,
+            human(r.conventional.total),
+        );
+    }
     if interrupted {
         return Err(CliError::Interrupted);
     }
