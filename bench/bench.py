@@ -287,8 +287,8 @@ def worker(a):
                 opts[p].step()
                 opts[p].zero_grad(set_to_none=True)
 
-            for p in m.parameters():
-                p.register_post_accumulate_grad_hook(hook)
+            # (the handles let the warm-up instance be freed: a hook held by C++ is invisible to gc)
+            m.hook_handles = [p.register_post_accumulate_grad_hook(hook) for p in m.parameters()]
 
             def step():
                 loss = lossfn(m(x), t)
@@ -315,6 +315,8 @@ def worker(a):
     m, opts, step = build()
     for _ in range(1):
         step().item()
+    for h in getattr(m, "hook_handles", []):
+        h.remove()
     del m, opts, step
     gc.collect()
     malloc_trim()
@@ -324,8 +326,12 @@ def worker(a):
         torch.cuda.reset_peak_memory_stats()
 
     rss0 = proc_status("VmRSS")
-    hwm_ok = reset_hwm()
     m, opts, step = build()
+    # The peak is taken over the steps only: building the model (PyTorch's own init, then the copy of
+    # dmc's weights) briefly holds two copies of the parameters, which is not part of a training step.
+    gc.collect()
+    malloc_trim()
+    hwm_ok = reset_hwm()
     peak = proc_status("VmHWM")
     losses, times, step_incr = [], [], []
     for i in range(a.steps):
