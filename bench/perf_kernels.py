@@ -4,7 +4,7 @@ every sample to the innermost dmc kernel function on its stack (`dmc_runtime::cp
 found inside the closure types of rayon jobs), and to what the sample was doing at the leaf: the GEMM
 micro-kernel, GEMM packing, scheduling / spinning (sched_yield, futex, context switches), page faults, other.
 Samples on matrixmultiply's own worker threads carry no dmc frame: they are counted as "sgemm (worker thread)".
-Usage: perf script -F comm,tid,ip,sym | python3 bench/profile.py   (bench/profile.sh does it all)
+Usage: perf script -F comm,tid,ip,sym | python3 bench/perf_kernels.py   (bench/profile.sh does it all)
 """
 import collections
 import re
