@@ -45,10 +45,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # section), and which PyTorch configurations to run. `steps` >= 5 for the parity check; the big nets get
 # fewer (deep_convnet is ~6 s/step in dmc on 2 cores).
 EXAMPLES = {
-    "mlp": dict(file="examples/mlp.dm", steps=30, modes=["plain", "fused"],
+    "mlp": dict(file="examples/mlp.dm", steps=200, modes=["plain", "fused"],
                 # train { batch: 64, optimizer: sgd(lr: 0.01, momentum: 0.9) }
                 opt=("sgd", dict(lr=0.01, momentum=0.9))),
-    "resnet_small": dict(file="examples/resnet_small.dm", steps=30, modes=["plain", "fused"],
+    "resnet_small": dict(file="examples/resnet_small.dm", steps=200, modes=["plain", "fused"],
                          # train { batch: 8, optimizer: adam(lr: 1e-3) }
                          opt=("adam", dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8))),
     "seed": dict(file="examples/seed.dm", steps=8, modes=["plain", "fused"],
@@ -458,6 +458,7 @@ def main():
     if not os.path.exists(a.dmc):
         raise SystemExit(f"{a.dmc} not found: run `cargo build --release` first")
     results = []
+    load_start = open("/proc/loadavg").read().split()[:3]
     for ex in [e for e in a.only.split(",") if e]:
         cfg = EXAMPLES[ex]
         steps = a.steps or cfg["steps"]
@@ -484,7 +485,9 @@ def main():
             json.dump(row, f, indent=1)
 
     machine = dict(nproc=os.cpu_count(), cpu=cpu_model(), torch=torch.__version__,
-                   python=platform.python_version(), threads=a.threads, device=a.device)
+                   python=platform.python_version(), threads=a.threads, device=a.device,
+                   loadavg_start=" ".join(load_start), loadavg_end=" ".join(open("/proc/loadavg").read().split()[:3]),
+                   date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
     if a.device == "cuda":
         machine["gpu"] = torch.cuda.get_device_name(0)
     md = render(results, machine, a)
@@ -508,7 +511,8 @@ def render(results, machine, a):
     L.append(f"Machine: {machine['nproc']} cores, {machine['cpu']}"
              + (f", GPU {machine['gpu']}" if "gpu" in machine else "")
              + f"; torch {machine['torch']} ({machine['threads']} threads), Python {machine['python']}; "
-             f"dmc at {os.path.relpath(a.dmc, ROOT)} (`git describe`: {git_describe()}).")
+             f"dmc at {os.path.relpath(a.dmc, ROOT)} (`git describe`: {git_describe()}); {machine['date']}; "
+             f"load average (1/5/15 min) {machine['loadavg_start']} at the start, {machine['loadavg_end']} at the end.")
     L.append("")
     L.append(f"Command: `bench/run.sh --device {dev}"
              + (f" --only {a.only}" if a.only != ",".join(EXAMPLES) else "") + "`")
