@@ -494,9 +494,9 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     );
 
     let mut loss_log = match &args.loss_log {
-        Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p).map_err(|e| {
-            CliError::Usage(format!("--loss-log {}: {e}", p.display()))
-        })?)),
+        Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p).map_err(
+            |e| CliError::Usage(format!("--loss-log {}: {e}", p.display())),
+        )?)),
         None => None,
     };
     let mut feeder = Feeder::new(&plan, true);
@@ -552,7 +552,8 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     pb.finish_and_clear();
     if let Some(mut w) = loss_log.take() {
         use std::io::Write;
-        w.flush().map_err(|e| CliError::Usage(format!("--loss-log: {e}")))?;
+        w.flush()
+            .map_err(|e| CliError::Usage(format!("--loss-log: {e}")))?;
     }
     // The arena was allocated once, before the steps; everything else the steps allocated is on top.
     let extra = dmc_runtime::alloc::peak().saturating_sub(base);
