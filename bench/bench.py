@@ -252,6 +252,10 @@ def worker(a):
     torch.manual_seed(0)
     dev = torch.device(a.device)
     cuda = dev.type == "cuda"
+    if cuda:
+        # Full fp32, like dmc: cuDNN convolutions default to TF32 on Ampere+, which breaks a 1e-4 parity.
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
     ex = a.example
     cfg = EXAMPLES[ex]
     data = load_file(os.path.join(a.workdir, "data.safetensors"))
@@ -515,6 +519,7 @@ def render(results, machine, a):
              f"load average (1/5/15 min) {machine['loadavg_start']} at the start, {machine['loadavg_end']} at the end.")
     L.append("")
     L.append(f"Command: `bench/run.sh --device {dev}"
+             + (f" --dmc-device {a.dmc_device}" if getattr(a, "dmc_device", None) else "")
              + (f" --only {a.only}" if a.only != ",".join(EXAMPLES) else "") + "`")
     L.append("")
     # Memory table
