@@ -520,7 +520,8 @@ def render(results, machine, a):
     L.append("")
     L.append(f"Command: `bench/run.sh --device {dev}"
              + (f" --dmc-device {a.dmc_device}" if getattr(a, "dmc_device", None) else "")
-             + (f" --only {a.only}" if a.only != ",".join(EXAMPLES) else "") + "`")
+             + (f" --only {a.only}" if a.only != ",".join(EXAMPLES) else "")
+             + (f" --steps {a.steps}" if getattr(a, "steps", None) else "") + "`")
     L.append("")
     # Memory table
     if dev == "cpu":
