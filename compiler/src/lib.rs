@@ -8,6 +8,7 @@
 
 pub mod autodiff;
 pub mod check;
+pub mod cost;
 pub mod emit;
 pub mod error;
 pub mod ir;
@@ -18,6 +19,7 @@ pub mod passes;
 pub mod placement;
 pub mod plan;
 pub mod planner;
+pub mod remat;
 pub mod report;
 pub mod schedule;
 #[doc(hidden)]
@@ -33,6 +35,7 @@ pub use error::{CompileError, ShapeError};
 pub use ir::Graph;
 pub use plan::{Mode, Plan};
 pub use planner::PlannerKind;
+pub use remat::{RematMode, Strategy as RematStrategy};
 pub use verify::VerifyError;
 
 use petgraph::stable_graph::NodeIndex;
@@ -57,6 +60,8 @@ pub struct CompileOptions {
     pub fuse: bool,
     /// Rewrite elementwise ops in place where their input dies.
     pub inplace: bool,
+    /// Whether to recompute forward values to fit the cap (`--remat off|auto`).
+    pub remat: RematMode,
 }
 
 impl Default for CompileOptions {
@@ -70,6 +75,7 @@ impl Default for CompileOptions {
             planner: PlannerKind::BestFit,
             fuse: true,
             inplace: true,
+            remat: RematMode::Auto,
         }
     }
 }
@@ -89,6 +95,7 @@ pub fn context(model: &Model, opts: &CompileOptions) -> passes::Ctx {
         verify: opts.verify,
         fuse: opts.fuse,
         inplace: opts.inplace,
+        remat: remat::Strategy::KeepAll,
     }
 }
 
@@ -107,8 +114,152 @@ pub fn compile_graph(model: &Model, opts: &CompileOptions) -> Result<Graph, Comp
 /// cap, every op starts from its whole layer and the chunks of the ops with the largest
 /// workspaces are halved until the (best-fit) plan fits or no chunk can shrink. If the plan does
 /// not fit then, the error gives the smallest cap that works (the plan with one-column chunks).
+///
+/// With `opts.remat == Auto`, a training step that does not fit the cap is rematerialized (see
+/// [`compile_explained`]).
 pub fn compile(model: &Model, opts: &CompileOptions) -> Result<Plan, CompileError> {
+    compile_explained(model, opts).map(|(p, _)| p)
+}
+
+/// What rematerialization did to fit the cap.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RematInfo {
+    /// The smallest arena without recomputation (what did not fit).
+    pub no_remat_arena: u64,
+    /// Stages of the forward chain the strategy works on.
+    pub stages: usize,
+    /// The strategy that won, e.g. `optimal (DP budget 212/512)` or `sqrt(n)`.
+    pub strategy: String,
+    /// Plans tried (each one a full schedule and placement).
+    pub probes: usize,
+}
+
+/// FLOPs of the recomputed steps of `plan` (labels marked `(recompute k)`).
+pub fn recompute_flops(plan: &Plan) -> u64 {
+    (0..plan.steps.len())
+        .filter(|s| cost::is_recompute(&plan.steps[*s].label))
+        .map(|s| cost::step_flops(plan, s))
+        .sum()
+}
+
+/// [`compile`], and what rematerialization did, if it was needed.
+///
+/// Search: plans without recomputation first (`CapExceeded` -> remat). Then the optimal DP
+/// strategy at a memory budget (in [`remat::BUCKETS`] buckets) is planned for real (schedule +
+/// placement), binary-searching the largest budget whose arena fits the cap; the sqrt(n)
+/// strategy is planned too, and the plan with the least recompute FLOPs that fits wins. If even
+/// the smallest-memory strategy (with one-column gradient chunks) does not fit, the error names
+/// its arena as the smallest cap that works.
+pub fn compile_explained(
+    model: &Model,
+    opts: &CompileOptions,
+) -> Result<(Plan, Option<RematInfo>), CompileError> {
     let ctx = context(model, opts);
+    let err = match compile_with(model, opts, &ctx) {
+        Err(e @ CompileError::CapExceeded { .. }) => e,
+        r => return r.map(|p| (p, None)),
+    };
+    let (Some(cap), RematMode::Auto, Mode::Train) = (opts.cap, opts.remat, ctx.mode) else {
+        return Err(err);
+    };
+    let CompileError::CapExceeded { needed: no_remat, .. } = err else {
+        return Err(err);
+    };
+    let free = CompileOptions {
+        cap: None,
+        verify: false,
+        planner: PlannerKind::BestFit,
+        ..opts.clone()
+    };
+    let mut probes = 0usize;
+    let mut probe = |strategy: remat::Strategy| -> Result<Option<u64>, CompileError> {
+        probes += 1;
+        let c = passes::Ctx {
+            remat: strategy,
+            verify: false,
+            ..ctx.clone()
+        };
+        let p = compile_with(model, &free, &c)?;
+        Ok((p.arena_bytes <= cap).then(|| recompute_flops(&p)))
+    };
+    // (recompute FLOPs, strategy) of every plan that fits.
+    let mut fits: Vec<(u64, remat::Strategy)> = vec![];
+    let (mut lo, mut hi) = (0u64, remat::BUCKETS);
+    match probe(remat::Strategy::Budget(0))? {
+        Some(f) => fits.push((f, remat::Strategy::Budget(0))),
+        None => hi = 0,
+    }
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        match probe(remat::Strategy::Budget(mid))? {
+            Some(f) => {
+                fits.push((f, remat::Strategy::Budget(mid)));
+                lo = mid;
+            }
+            None => hi = mid - 1,
+        }
+    }
+    if let Some(f) = probe(remat::Strategy::SqrtN)? {
+        fits.push((f, remat::Strategy::SqrtN));
+    }
+    let best = fits
+        .iter()
+        .min_by_key(|(f, s)| (*f, matches!(s, remat::Strategy::SqrtN)))
+        .map(|(_, s)| *s)
+        .unwrap_or(remat::Strategy::Budget(0));
+    let c = passes::Ctx {
+        remat: best,
+        ..ctx.clone()
+    };
+    let stages = {
+        let mut g = lower::lower(model, ctx.batch)?;
+        passes::run_passes(&mut g, &c, &passes::PIPELINE[..passes::PIPELINE.len() - 2])?;
+        remat::chain(&g).map(|(s, _)| s.len()).unwrap_or(0)
+    };
+    let plan = match compile_with(model, opts, &c) {
+        Ok(p) => p,
+        Err(CompileError::CapExceeded {
+            needed,
+            cap,
+            params,
+            opt_state,
+            working_set,
+        }) => {
+            return Err(CompileError::CapExceeded {
+                needed: needed.min(no_remat),
+                cap,
+                params,
+                opt_state,
+                working_set: working_set.min(no_remat.saturating_sub(params + opt_state)),
+            })
+        }
+        Err(e) => return Err(e),
+    };
+    let strategy = match best {
+        remat::Strategy::SqrtN => "sqrt(n) segments".to_string(),
+        remat::Strategy::Budget(b) => {
+            format!("optimal (DP memory budget {b}/{} buckets)", remat::BUCKETS)
+        }
+        remat::Strategy::KeepAll => "none".to_string(),
+    };
+    Ok((
+        plan,
+        Some(RematInfo {
+            no_remat_arena: no_remat,
+            stages,
+            strategy,
+            probes,
+        }),
+    ))
+}
+
+/// [`compile`] with a given pass context (no rematerialization search).
+pub fn compile_with(
+    model: &Model,
+    opts: &CompileOptions,
+    ctx: &passes::Ctx,
+) -> Result<Plan, CompileError> {
+    let ctx = ctx.clone();
     let mut g = lower::lower(model, ctx.batch)?;
     passes::run_pipeline(&mut g, &ctx)?;
     let order = schedule::schedule(&g)?;
