@@ -90,6 +90,9 @@ pub struct ChainCosts {
     pub tmp: Vec<u64>,
     /// Size of the gradient the stage's backward produces (`δ_{i-1}`; 0 for the first stage).
     pub din: Vec<u64>,
+    /// Of `xbar`, what is still read when `δ_{i-1}` is produced (values read only by an
+    /// activation's backward, which runs first, are not).
+    pub late: Vec<u64>,
 }
 
 impl ChainCosts {
@@ -108,6 +111,7 @@ impl ChainCosts {
             xbar: u(&self.xbar),
             tmp: u(&self.tmp),
             din: u(&self.din),
+            late: u(&self.late),
         }
     }
     /// Peak of running stages `s..k` (exclusive) keeping only each output, `a_{s-1}` held.
@@ -117,8 +121,12 @@ impl ChainCosts {
             .max()
             .unwrap_or(0)
     }
+    /// Peak of the stage's backward (`δ_i` produced by the caller, `δ_{i-1}` counted).
+    fn bwd_peak(&self, s: usize) -> u64 {
+        (self.xbar[s] + self.w[s]).max(self.late[s] + self.w[s] + self.din[s])
+    }
     fn leaf_peak(&self, s: usize) -> u64 {
-        (self.xbar[s] + self.tmp[s]).max(self.xbar[s] + self.din[s])
+        (self.xbar[s] + self.tmp[s]).max(self.late[s] + self.din[s])
     }
 }
 
@@ -186,7 +194,7 @@ impl Dp {
                         }
                     } else {
                         let x = c.xbar[s];
-                        if x + c.tmp[s] <= mu && x + c.w[s] + c.din[s] <= mu {
+                        if x + c.tmp[s] <= mu && c.bwd_peak(s) <= mu {
                             let sub = dp.get(s + 1, t, (mu - x) as usize);
                             if sub < INF {
                                 best = c.f[s] + sub;
@@ -294,7 +302,7 @@ pub fn enumerate(c: &ChainCosts, prune: bool) -> Vec<(u64, u64)> {
             v.push((c.f[s], c.leaf_peak(s)));
         } else {
             let x = c.xbar[s];
-            let base = (x + c.tmp[s]).max(x + c.w[s] + c.din[s]);
+            let base = (x + c.tmp[s]).max(c.bwd_peak(s));
             for (cost, peak) in go(c, s + 1, t, prune, memo) {
                 v.push((c.f[s] + cost, base.max(x + peak)));
             }
@@ -437,13 +445,24 @@ pub fn chain(g: &Graph) -> Option<(Vec<Stage>, ChainCosts)> {
             }
         };
         let mut saved: BTreeSet<Value> = BTreeSet::new();
+        let mut late: BTreeSet<Value> = BTreeSet::new();
         let mut tmp = 0u64;
+        let layers: BTreeSet<&str> = st.nodes.iter().map(|x| layer_of(&g.node(*x).name)).collect();
         for &x in &st.nodes {
             for o in 0..g.node(x).outputs.len() {
                 let v = (x, o);
                 let cs = g.consumers(v);
                 if cs.iter().any(|(c, _)| is_bwd(*c)) {
                     saved.insert(g.buffer_root(v));
+                }
+                // Read late: by a backward node of this stage other than an activation's.
+                let is_out = g.buffer_root(v) == g.buffer_root(st.out);
+                if cs.iter().any(|(c, _)| {
+                    is_bwd(*c)
+                        && !matches!(g.node(*c).op, Op::UnaryBwd(_))
+                        && (!is_out || layers.contains(layer_of(&g.node(*c).name)))
+                }) {
+                    late.insert(g.buffer_root(v));
                 }
             }
         }
@@ -466,6 +485,7 @@ pub fn chain(g: &Graph) -> Option<(Vec<Stage>, ChainCosts)> {
         c.w.push(bytes(st.out));
         c.xbar.push(saved.iter().map(|v| bytes(*v)).sum());
         c.tmp.push(tmp);
+        c.late.push(late.iter().map(|v| bytes(*v)).sum());
         c.din.push(if i == 0 { 0 } else { c.w[i - 1] });
     }
     Some((stages, c))

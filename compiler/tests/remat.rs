@@ -39,12 +39,11 @@ fn random_chain(r: &mut Rng, l: usize) -> ChainCosts {
         c.xbar.push(c.w[i] + r.below(6));
         c.tmp.push(r.below(4));
         c.din.push(if i == 0 { 0 } else { c.w[i - 1] });
+        c.late.push(r.below(c.xbar[i] + 1));
     }
     c
 }
 
-/// The peak of a strategy, simulated step by step from its action sequence (independent of the
-/// DP's recurrences): live = held stage outputs + saved sets + gradients in flight.
 #[test]
 fn dp_equals_exhaustive_search_on_random_chains() {
     let mut r = Rng(0x9e3779b97f4a7c15);
@@ -124,7 +123,9 @@ fn deep_convnet_fits_a_third_of_its_arena() {
         100.0 * min as f64 / peak as f64
     );
     assert!(min * 100 <= peak * 35, "min cap {min} of {peak}");
-    for (pct, max_recompute) in [(50u64, 20.0f64), (35, 45.0)] {
+    // At 50% the optimum of the strategy family is 23.0% (BENCHMARKS.md, Rematerialization:
+    // the chain is homogeneous, 9 activation-sized buffers fit, 11 of 17 convs are recomputed).
+    for (pct, max_recompute) in [(50u64, 23.5f64), (35, 45.0)] {
         let cap = peak * pct / 100;
         let (p, info) = compile_explained(&m, &opts(Some(cap), RematMode::Auto)).unwrap();
         check_plan(&p).unwrap();
@@ -164,3 +165,4 @@ fn every_example_rematerializes_and_checks() {
         }
     }
 }
+
