@@ -166,3 +166,75 @@ fn every_example_rematerializes_and_checks() {
     }
 }
 
+
+#[test]
+fn sweep_is_never_worse_than_sqrt_n_or_checkpoint_all() {
+    for (ex, points) in [("deep_convnet.dm", 10), ("resnet_small.dm", 8)] {
+        let m = example(ex);
+        let sw = dmc_compiler::sweep(&m, &opts(None, RematMode::Auto), points).unwrap();
+        assert_eq!(sw.points.len(), points);
+        assert!(sw.min_arena <= sw.sqrt_arena && sw.sqrt_arena <= sw.no_remat_arena);
+        for p in &sw.points {
+            assert!(p.arena <= p.cap, "{ex}: {p:?}");
+            if let Some(s) = p.sqrt_pct {
+                assert!(p.recompute_pct <= s + 1e-9, "{ex}: {p:?}");
+            }
+            if let Some(k) = p.keep_all_pct {
+                assert!(p.recompute_pct <= k + 1e-9, "{ex}: {p:?}");
+            }
+        }
+        // Monotone: more memory never costs more recomputation.
+        for w in sw.points.windows(2) {
+            assert!(w[1].recompute_pct <= w[0].recompute_pct + 1e-9, "{ex}: {w:?}");
+        }
+        let svg = dmc_compiler::report::render_sweep_svg(&sw).unwrap();
+        assert!(svg.starts_with("<svg") || svg.contains("<svg"));
+        let text = dmc_compiler::report::render_sweep_text(&sw);
+        assert!(text.contains("checkpoint-all"));
+    }
+}
+
+#[test]
+fn max_batch_is_the_largest_that_fits() {
+    let m = example("resnet_small.dm");
+    let cap = compile(&m, &opts(None, RematMode::Off)).unwrap().arena_bytes;
+    let (b, arena) = dmc_compiler::max_batch(&m, &opts(Some(cap), RematMode::Auto), 4096)
+        .unwrap()
+        .unwrap();
+    assert!(arena <= cap && b >= 8, "{b} {arena}");
+    let next = CompileOptions {
+        batch: Some(b + 1),
+        ..opts(Some(cap), RematMode::Auto)
+    };
+    assert!(matches!(
+        compile(&m, &next),
+        Err(CompileError::CapExceeded { .. })
+    ));
+    // Without remat the batch is smaller or equal.
+    let (b_off, _) = dmc_compiler::max_batch(&m, &opts(Some(cap), RematMode::Off), 4096)
+        .unwrap()
+        .unwrap();
+    assert!(b_off <= b && b_off >= 8);
+}
+
+#[test]
+fn remat_report_explains_the_choice() {
+    let m = example("resnet_small.dm");
+    let full = compile(&m, &opts(None, RematMode::Off)).unwrap();
+    let cap = full.arena_bytes * 85 / 100;
+    let (p, info) = compile_explained(&m, &opts(Some(cap), RematMode::Auto)).unwrap();
+    let info = info.unwrap();
+    let mut r = dmc_compiler::report::memory_report(&p);
+    assert!(r.recompute_flops > 0 && !r.recomputed.is_empty());
+    r.remat = Some(dmc_compiler::report::RematSummary {
+        no_remat_arena: info.no_remat_arena,
+        saved_bytes: info.no_remat_arena - p.arena_bytes,
+        stages: info.stages,
+        strategy: info.strategy,
+    });
+    let text = dmc_compiler::report::render_text(&r, Some(cap));
+    assert!(text.contains("Rematerialization") && text.contains("memory saved"), "{text}");
+    let back: dmc_compiler::report::MemoryReport =
+        serde_json::from_str(&dmc_compiler::report::render_json(&r)).unwrap();
+    assert_eq!(back, r);
+}
