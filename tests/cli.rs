@@ -164,7 +164,10 @@ fn plan_explains_remat_sweeps_and_finds_the_largest_batch() {
         &svg.display().to_string(),
     ]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("sqrt(n)") && out.contains("checkpoint-all"), "{out}");
+    assert!(
+        out.contains("sqrt(n)") && out.contains("checkpoint-all"),
+        "{out}"
+    );
     let text = std::fs::read_to_string(&svg).expect("svg written");
     let doc = roxmltree::Document::parse(&text).expect("well-formed XML");
     assert_eq!(doc.root_element().tag_name().name(), "svg");

@@ -63,9 +63,7 @@ pub fn flops(op: &Op, ins: &[Vec<usize>], outs: &[Vec<usize>]) -> u64 {
         Op::BiasGradUpdate { .. } => i(0) + 4 * i(1),
         Op::MaxPool { .. } | Op::AvgPool { .. } | Op::GlobalAvgPool => i(0),
         Op::MaxPoolBwd { .. } | Op::AvgPoolBwd { .. } | Op::GlobalAvgPoolBwd => o(0),
-        Op::Unary(_) | Op::UnaryInPlace(_) | Op::Dropout { .. } | Op::DropoutInPlace { .. } => {
-            i(0)
-        }
+        Op::Unary(_) | Op::UnaryInPlace(_) | Op::Dropout { .. } | Op::DropoutInPlace { .. } => i(0),
         Op::Add | Op::AddInPlace => i(0),
         Op::UnaryBwd(_) | Op::UnaryBwdInPlace(_) => 2 * i(0),
         Op::DropoutBwd { .. } | Op::DropoutBwdInPlace { .. } => i(0),
@@ -78,11 +76,7 @@ pub fn flops(op: &Op, ins: &[Vec<usize>], outs: &[Vec<usize>]) -> u64 {
 
 /// FLOPs of node `n` of `g` (0 for leaves and views).
 pub fn node_flops(g: &Graph, n: NodeIndex) -> u64 {
-    let ins: Vec<Vec<usize>> = g
-        .inputs(n)
-        .iter()
-        .map(|v| g.ty(*v).shape.clone())
-        .collect();
+    let ins: Vec<Vec<usize>> = g.inputs(n).iter().map(|v| g.ty(*v).shape.clone()).collect();
     let outs: Vec<Vec<usize>> = g.node(n).outputs.iter().map(|t| t.shape.clone()).collect();
     flops(&g.node(n).op, &ins, &outs)
 }

@@ -162,7 +162,10 @@ pub fn compile_explained(
     let (Some(cap), RematMode::Auto, Mode::Train) = (opts.cap, opts.remat, ctx.mode) else {
         return Err(err);
     };
-    let CompileError::CapExceeded { needed: no_remat, .. } = err else {
+    let CompileError::CapExceeded {
+        needed: no_remat, ..
+    } = err
+    else {
         return Err(err);
     };
     let free = CompileOptions {
@@ -494,7 +497,8 @@ pub fn sweep(model: &Model, opts: &CompileOptions, points: usize) -> Result<Swee
     let mut out = vec![];
     let n = points.max(2);
     for i in 0..n {
-        let cap = min_arena + (full.arena_bytes - min_arena.min(full.arena_bytes)) * i as u64 / (n as u64 - 1);
+        let cap = min_arena
+            + (full.arena_bytes - min_arena.min(full.arena_bytes)) * i as u64 / (n as u64 - 1);
         let p = compile(
             model,
             &CompileOptions {

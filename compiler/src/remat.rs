@@ -264,17 +264,26 @@ impl Dp {
         match self.choice[self.idx(s, t, m)] {
             Choice::None => {}
             Choice::Leaf => {
-                out.push(Action::Fwd { stage: s, save: true });
+                out.push(Action::Fwd {
+                    stage: s,
+                    save: true,
+                });
                 out.push(Action::Bwd(s));
             }
             Choice::All => {
-                out.push(Action::Fwd { stage: s, save: true });
+                out.push(Action::Fwd {
+                    stage: s,
+                    save: true,
+                });
                 self.walk(s + 1, t, m - self.c.xbar[s] as usize, out);
                 out.push(Action::Bwd(s));
             }
             Choice::Ckpt(k) => {
                 for i in s..k {
-                    out.push(Action::Fwd { stage: i, save: false });
+                    out.push(Action::Fwd {
+                        stage: i,
+                        save: false,
+                    });
                 }
                 let rest = m - self.c.w[k - 1] as usize;
                 self.walk(k, t, rest, out);
@@ -344,13 +353,22 @@ pub fn sqrt_actions(l: usize) -> Vec<Action> {
     let k = ((l as f64).sqrt().ceil() as usize).max(1);
     fn go(s: usize, l: usize, k: usize, out: &mut Vec<Action>) {
         if l - s <= k {
-            out.extend((s..l).map(|i| Action::Fwd { stage: i, save: true }));
+            out.extend((s..l).map(|i| Action::Fwd {
+                stage: i,
+                save: true,
+            }));
             out.extend((s..l).rev().map(Action::Bwd));
             return;
         }
-        out.extend((s..s + k).map(|i| Action::Fwd { stage: i, save: false }));
+        out.extend((s..s + k).map(|i| Action::Fwd {
+            stage: i,
+            save: false,
+        }));
         go(s + k, l, k, out);
-        out.extend((s..s + k).map(|i| Action::Fwd { stage: i, save: true }));
+        out.extend((s..s + k).map(|i| Action::Fwd {
+            stage: i,
+            save: true,
+        }));
         out.extend((s..s + k).rev().map(Action::Bwd));
     }
     let mut out = vec![];
@@ -447,7 +465,11 @@ pub fn chain(g: &Graph) -> Option<(Vec<Stage>, ChainCosts)> {
         let mut saved: BTreeSet<Value> = BTreeSet::new();
         let mut late: BTreeSet<Value> = BTreeSet::new();
         let mut tmp = 0u64;
-        let layers: BTreeSet<&str> = st.nodes.iter().map(|x| layer_of(&g.node(*x).name)).collect();
+        let layers: BTreeSet<&str> = st
+            .nodes
+            .iter()
+            .map(|x| layer_of(&g.node(*x).name))
+            .collect();
         for &x in &st.nodes {
             for o in 0..g.node(x).outputs.len() {
                 let v = (x, o);
@@ -574,9 +596,9 @@ pub fn rewrite(g: &mut Graph, stages: &[Stage], acts: &[Action]) -> Result<(), C
     for a in acts {
         match *a {
             Action::Fwd { stage, .. } => {
-                let st = stages.get(stage).ok_or_else(|| {
-                    CompileError::Internal(format!("remat: no stage {stage}"))
-                })?;
+                let st = stages
+                    .get(stage)
+                    .ok_or_else(|| CompileError::Internal(format!("remat: no stage {stage}")))?;
                 runs[stage] += 1;
                 if runs[stage] == 1 {
                     current[stage].clear();
@@ -616,14 +638,15 @@ pub fn rewrite(g: &mut Graph, stages: &[Stage], acts: &[Action]) -> Result<(), C
             }
             Action::Bwd(i) => {
                 for &x in members.get(i).into_iter().flatten() {
-                    let edges: Vec<_> = g
-                        .g
-                        .edges_directed(x, Direction::Incoming)
-                        .map(|e| (e.id(), e.source(), *e.weight()))
-                        .collect();
+                    let edges: Vec<_> =
+                        g.g.edges_directed(x, Direction::Incoming)
+                            .map(|e| (e.id(), e.source(), *e.weight()))
+                            .collect();
                     for (id, src, w) in edges {
                         let v = (src, w.src_output);
-                        let Some(j) = stage_of.get(&src) else { continue };
+                        let Some(j) = stage_of.get(&src) else {
+                            continue;
+                        };
                         let Some(&nv) = current[*j].get(&v) else {
                             continue;
                         };
@@ -638,7 +661,8 @@ pub fn rewrite(g: &mut Graph, stages: &[Stage], acts: &[Action]) -> Result<(), C
                         );
                     }
                 }
-                let mine: BTreeSet<NodeIndex> = members.get(i).into_iter().flatten().copied().collect();
+                let mine: BTreeSet<NodeIndex> =
+                    members.get(i).into_iter().flatten().copied().collect();
                 if !mine.is_empty() {
                     gate = mine;
                 }

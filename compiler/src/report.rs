@@ -510,7 +510,12 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
         }
         let f = crate::cost::step_flops(plan, t);
         recompute_flops += f;
-        let name = st.label.split(" (recompute ").next().unwrap_or("").to_string();
+        let name = st
+            .label
+            .split(" (recompute ")
+            .next()
+            .unwrap_or("")
+            .to_string();
         match recomputed.iter_mut().find(|r| r.name == name) {
             Some(r) => {
                 r.times += 1;
@@ -1143,7 +1148,15 @@ pub fn render_sweep_text(sw: &crate::Sweep) -> String {
         thousands(sw.step_flops)
     );
     let mut t = Table::new(">>>>>>>");
-    t.row(["cap", "", "% of no-remat", "dmc arena", "dmc", "sqrt(n)", "checkpoint-all"]);
+    t.row([
+        "cap",
+        "",
+        "% of no-remat",
+        "dmc arena",
+        "dmc",
+        "sqrt(n)",
+        "checkpoint-all",
+    ]);
     let opt = |p: Option<f64>| p.map(|v| format!("{v:.1}%")).unwrap_or_else(|| "-".into());
     for p in &sw.points {
         t.row([
@@ -1211,7 +1224,9 @@ pub fn render_sweep_svg(sw: &crate::Sweep) -> Result<String, RenderError> {
             .draw_series(LineSeries::new(pts.clone(), blue.stroke_width(2)))
             .map_err(|e| err(&e))?
             .label("dmc (optimal)")
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 12, y)], blue.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 12, y)], blue.stroke_width(2))
+            });
         chart
             .draw_series(pts.iter().map(|p| Circle::new(*p, 3, blue.filled())))
             .map_err(|e| err(&e))?;

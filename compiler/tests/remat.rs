@@ -2,10 +2,8 @@
 //! family), never worse than checkpoint-all and sqrt(n), and fits `deep_convnet` into a third of
 //! its arena at a bounded recompute cost; every rematerialized plan passes the plan checker.
 
-use dmc_compiler::remat::{
-    actions_cost, enumerate, sqrt_actions, Action, ChainCosts, Dp,
-};
 use dmc_compiler::plan::Mode;
+use dmc_compiler::remat::{actions_cost, enumerate, sqrt_actions, Action, ChainCosts, Dp};
 use dmc_compiler::{
     check_plan, compile, compile_explained, recompute_flops, CompileError, CompileOptions,
     RematMode,
@@ -131,7 +129,10 @@ fn deep_convnet_fits_a_third_of_its_arena() {
         check_plan(&p).unwrap();
         assert!(p.arena_bytes <= cap);
         let r = 100.0 * recompute_flops(&p) as f64 / step as f64;
-        eprintln!("cap {pct}%: arena {}, recompute {r:.1}% {info:?}", p.arena_bytes);
+        eprintln!(
+            "cap {pct}%: arena {}, recompute {r:.1}% {info:?}",
+            p.arena_bytes
+        );
         assert!(r <= max_recompute, "{pct}%: {r}");
         assert!(info.is_some());
         // Off: refused.
@@ -166,7 +167,6 @@ fn every_example_rematerializes_and_checks() {
     }
 }
 
-
 #[test]
 fn sweep_is_never_worse_than_sqrt_n_or_checkpoint_all() {
     for (ex, points) in [("deep_convnet.dm", 10), ("resnet_small.dm", 8)] {
@@ -185,7 +185,10 @@ fn sweep_is_never_worse_than_sqrt_n_or_checkpoint_all() {
         }
         // Monotone: more memory never costs more recomputation.
         for w in sw.points.windows(2) {
-            assert!(w[1].recompute_pct <= w[0].recompute_pct + 1e-9, "{ex}: {w:?}");
+            assert!(
+                w[1].recompute_pct <= w[0].recompute_pct + 1e-9,
+                "{ex}: {w:?}"
+            );
         }
         let svg = dmc_compiler::report::render_sweep_svg(&sw).unwrap();
         assert!(svg.starts_with("<svg") || svg.contains("<svg"));
@@ -197,7 +200,9 @@ fn sweep_is_never_worse_than_sqrt_n_or_checkpoint_all() {
 #[test]
 fn max_batch_is_the_largest_that_fits() {
     let m = example("resnet_small.dm");
-    let cap = compile(&m, &opts(None, RematMode::Off)).unwrap().arena_bytes;
+    let cap = compile(&m, &opts(None, RematMode::Off))
+        .unwrap()
+        .arena_bytes;
     let (b, arena) = dmc_compiler::max_batch(&m, &opts(Some(cap), RematMode::Auto), 4096)
         .unwrap()
         .unwrap();
@@ -233,7 +238,10 @@ fn remat_report_explains_the_choice() {
         strategy: info.strategy,
     });
     let text = dmc_compiler::report::render_text(&r, Some(cap));
-    assert!(text.contains("Rematerialization") && text.contains("memory saved"), "{text}");
+    assert!(
+        text.contains("Rematerialization") && text.contains("memory saved"),
+        "{text}"
+    );
     let back: dmc_compiler::report::MemoryReport =
         serde_json::from_str(&dmc_compiler::report::render_json(&r)).unwrap();
     assert_eq!(back.remat, r.remat);

@@ -76,7 +76,11 @@ pub fn run(args: Args) -> Result<(), CliError> {
                 args.file.display(),
                 human(cap),
                 human(arena),
-                if args.remat == RematArg::Off { "off" } else { "auto" }
+                if args.remat == RematArg::Off {
+                    "off"
+                } else {
+                    "auto"
+                }
             ),
             None => {
                 return Err(CliError::Message(format!(
