@@ -1,8 +1,8 @@
 //! dmc compiler: lowers a checked model to the IR, differentiates it, runs the pass pipeline and
 //! emits the execution plan.
 //!
-//! `model -> lower -> PIPELINE (autodiff, optimizer, fusion, DCE, in place) -> schedule ->
-//! chunk selection (cap) -> emit (place) -> Plan`,
+//! `model -> lower -> PIPELINE (autodiff, optimizer, fusion, DCE, rematerialization, in place) ->
+//! schedule -> chunk selection + remat search (cap) -> emit (place) -> Plan`,
 //! with the IR verifier between passes and the independent plan checker at the end when
 //! `CompileOptions::verify` is set.
 
