@@ -417,7 +417,14 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
         all_buffers.add(b.kind, b.bytes);
     }
     let has_backward = backward_starts.is_some();
-    let saved_bytes: u64 = saved.iter().map(|&i| plan.buffers[i].bytes).sum();
+    // A recomputed value counts once, as the forward value it is a copy of.
+    let mut saved_values: BTreeMap<&str, u64> = BTreeMap::new();
+    for &i in &saved {
+        let b = &plan.buffers[i];
+        let name = b.name.split(" (recompute ").next().unwrap_or(&b.name);
+        saved_values.insert(name, b.bytes);
+    }
+    let saved_bytes: u64 = saved_values.values().sum();
     let largest_workspace = plan
         .buffers
         .iter()
