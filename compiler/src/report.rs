@@ -1108,34 +1108,6 @@ pub fn render_svg(r: &MemoryReport, cap: Option<u64>) -> Result<String, RenderEr
     Ok(out)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn units() {
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(999), "999");
-        assert_eq!(thousands(1000), "1,000");
-        assert_eq!(thousands(826_152_612), "826,152,612");
-        assert_eq!(human(612), "612 B");
-        assert_eq!(human(1536), "1.5 KiB");
-        assert_eq!(human(826_152_612), "787.9 MiB");
-    }
-
-    #[test]
-    fn layer_names() {
-        assert_eq!(layer_of("conv2d_3"), "conv2d_3");
-        assert_eq!(layer_of("conv2d_3.weight"), "conv2d_3");
-        assert_eq!(layer_of("grad conv2d_3.weight"), "conv2d_3");
-        assert_eq!(layer_of("grad conv2d_3 (sum)"), "conv2d_3");
-        assert_eq!(layer_of("conv2d_3 workspace"), "conv2d_3");
-        assert_eq!(layer_of("conv2d_3.weight update"), "conv2d_3");
-        assert_eq!(layer_of("max_pooling2d_1.argmax"), "max_pooling2d_1");
-        assert_eq!(layer_of("x"), "x");
-    }
-}
-
 /// The sweep as text: one row per cap, dmc's recompute against sqrt(n) and checkpoint-all.
 pub fn render_sweep_text(sw: &crate::Sweep) -> String {
     let mut s = String::new();
@@ -1269,4 +1241,32 @@ pub fn render_sweep_svg(sw: &crate::Sweep) -> Result<String, RenderError> {
         root.present().map_err(|e| err(&e))?;
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(826_152_612), "826,152,612");
+        assert_eq!(human(612), "612 B");
+        assert_eq!(human(1536), "1.5 KiB");
+        assert_eq!(human(826_152_612), "787.9 MiB");
+    }
+
+    #[test]
+    fn layer_names() {
+        assert_eq!(layer_of("conv2d_3"), "conv2d_3");
+        assert_eq!(layer_of("conv2d_3.weight"), "conv2d_3");
+        assert_eq!(layer_of("grad conv2d_3.weight"), "conv2d_3");
+        assert_eq!(layer_of("grad conv2d_3 (sum)"), "conv2d_3");
+        assert_eq!(layer_of("conv2d_3 workspace"), "conv2d_3");
+        assert_eq!(layer_of("conv2d_3.weight update"), "conv2d_3");
+        assert_eq!(layer_of("max_pooling2d_1.argmax"), "max_pooling2d_1");
+        assert_eq!(layer_of("x"), "x");
+    }
 }
