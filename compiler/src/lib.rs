@@ -132,6 +132,8 @@ pub struct RematInfo {
     pub strategy: String,
     /// Plans tried (each one a full schedule and placement).
     pub probes: usize,
+    /// The strategy's checkpoints and sequence ([`remat::describe`]).
+    pub sequence: String,
 }
 
 /// FLOPs of the recomputed steps of `plan` (labels marked `(recompute k)`).
@@ -214,10 +216,19 @@ pub fn compile_explained(
         remat: best,
         ..ctx.clone()
     };
-    let stages = {
+    let (stages, sequence) = {
         let mut g = lower::lower(model, ctx.batch)?;
         passes::run_passes(&mut g, &c, &passes::PIPELINE[..passes::PIPELINE.len() - 2])?;
-        remat::chain(&g).map(|(s, _)| s.len()).unwrap_or(0)
+        match remat::chain(&g) {
+            Some((st, costs)) => {
+                let names: Vec<String> = st.iter().map(|s| g.node(s.out.0).name.clone()).collect();
+                let seq = remat::plan_actions(&costs, best)
+                    .map(|a| remat::describe(&a, &names))
+                    .unwrap_or_default();
+                (st.len(), seq)
+            }
+            None => (0, String::new()),
+        }
     };
     let plan = match compile_with(model, opts, &c) {
         Ok(p) => p,
@@ -252,6 +263,7 @@ pub fn compile_explained(
             stages,
             strategy,
             probes,
+            sequence,
         }),
     ))
 }

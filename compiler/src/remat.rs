@@ -671,3 +671,72 @@ pub fn rewrite(g: &mut Graph, stages: &[Stage], acts: &[Action]) -> Result<(), C
     }
     Ok(())
 }
+
+/// A compact description of a strategy: the stage outputs held as checkpoints, and the sequence
+/// (`f a-b`: forward of stages a..b keeping only outputs, `F a-b`: forward keeping what the
+/// backward reads, `B b-a`: backward), with `names[i]` naming stage `i`.
+pub fn describe(acts: &[Action], names: &[String]) -> String {
+    let name = |i: usize| names.get(i).cloned().unwrap_or_else(|| i.to_string());
+    // Checkpoints: an execution of stage i-1 read by a later execution of stage i that does not
+    // directly follow it, and the last of a run of forwards that keep nothing.
+    let mut kept: Vec<usize> = vec![];
+    let mut last: HashMap<usize, usize> = HashMap::new();
+    for (p, a) in acts.iter().enumerate() {
+        if let Action::Fwd { stage, .. } = *a {
+            if stage > 0 {
+                if let Some(&q) = last.get(&(stage - 1)) {
+                    if q + 1 != p && !kept.contains(&q) {
+                        kept.push(q);
+                    }
+                }
+            }
+            last.insert(stage, p);
+        }
+        // The last output of a run of forwards that keep nothing is the checkpoint of its branch.
+        let next_keeps_nothing = matches!(acts.get(p + 1), Some(Action::Fwd { save: false, .. }));
+        if matches!(a, Action::Fwd { save: false, .. }) && !next_keeps_nothing && !kept.contains(&p)
+        {
+            kept.push(p);
+        }
+    }
+    kept.sort();
+    let ck: Vec<String> = kept
+        .iter()
+        .filter_map(|q| match acts[*q] {
+            Action::Fwd { stage, .. } => Some(name(stage)),
+            Action::Bwd(_) => None,
+        })
+        .collect();
+    let mut groups: Vec<(char, usize, usize)> = vec![];
+    for a in acts {
+        let (k, i) = match *a {
+            Action::Fwd { stage, save: false } => ('f', stage),
+            Action::Fwd { stage, save: true } => ('F', stage),
+            Action::Bwd(i) => ('B', i),
+        };
+        match groups.last_mut() {
+            Some((gk, _, e)) if *gk == k && k != 'B' && *e + 1 == i => *e = i,
+            Some((gk, _, e)) if *gk == k && k == 'B' && i + 1 == *e => *e = i,
+            _ => groups.push((k, i, i)),
+        }
+    }
+    let seq: Vec<String> = groups
+        .iter()
+        .map(|(k, a, b)| {
+            if a == b {
+                format!("{k} {a}")
+            } else {
+                format!("{k} {a}-{b}")
+            }
+        })
+        .collect();
+    format!(
+        "checkpoints {}; sequence {}",
+        if ck.is_empty() {
+            "none".to_string()
+        } else {
+            ck.join(", ")
+        },
+        seq.join(" | ")
+    )
+}

@@ -215,6 +215,9 @@ pub struct RematSummary {
     pub stages: usize,
     /// The winning strategy, in words.
     pub strategy: String,
+    /// Its checkpoints and sequence of stage forwards / backwards.
+    #[serde(default)]
+    pub sequence: String,
 }
 
 /// Recomputation FLOPs of the report's plan relative to the step without them, in percent.
@@ -878,6 +881,13 @@ pub fn render_text(r: &MemoryReport, cap: Option<u64>) -> String {
                 m.strategy,
                 m.stages
             );
+            if !m.sequence.is_empty() {
+                let _ = writeln!(s, "  {}", m.sequence);
+                let _ = writeln!(
+                    s,
+                    "  (f: forward keeping only stage outputs, F: forward keeping what the backward reads, B: backward; stages numbered from the input)"
+                );
+            }
             let _ = writeln!(
                 s,
                 "  memory saved: {} ({})",

@@ -236,6 +236,7 @@ fn remat_report_explains_the_choice() {
         saved_bytes: info.no_remat_arena - p.arena_bytes,
         stages: info.stages,
         strategy: info.strategy,
+        sequence: info.sequence,
     });
     let text = dmc_compiler::report::render_text(&r, Some(cap));
     assert!(

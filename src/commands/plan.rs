@@ -127,6 +127,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         saved_bytes: i.no_remat_arena.saturating_sub(plan.arena_bytes),
         stages: i.stages,
         strategy: i.strategy,
+        sequence: i.sequence,
     });
     if args.json {
         println!("{}", render_json(&report));
