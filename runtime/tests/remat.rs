@@ -112,3 +112,13 @@ fn small_deep_convnet_trains_bit_identically_under_remat() {
     let n = check_bit_identical("deep_convnet 16x16 b2", &model(&src), 2);
     assert!(n >= 3, "{n} plans recompute");
 }
+
+#[test]
+fn small_fixtures_train_bit_identically_under_remat_with_sgd_and_adam() {
+    use dmc_compiler::testutil::{adam, sgd_momentum, small_fixtures};
+    for opt in [sgd_momentum(0.1, 0.9), adam(1e-2)] {
+        for (name, m) in small_fixtures(opt) {
+            check_bit_identical(name, &m, 2);
+        }
+    }
+}
