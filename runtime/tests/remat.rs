@@ -53,10 +53,16 @@ fn example(name: &str) -> String {
     std::fs::read_to_string(format!("{}/../examples/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
 }
 
+thread_local! {
+    /// Fuse weight gradients with their updates (the default); cleared by the `--no-fuse` test.
+    static FUSE: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+}
+
 fn opts(cap: Option<u64>, remat: RematMode) -> CompileOptions {
     CompileOptions {
         cap,
         remat,
+        fuse: FUSE.with(|f| f.get()),
         verify: true,
         ..Default::default()
     }
@@ -121,4 +127,19 @@ fn small_fixtures_train_bit_identically_under_remat_with_sgd_and_adam() {
             check_bit_identical(name, &m, 2);
         }
     }
+}
+
+#[test]
+fn unfused_updates_train_bit_identically_under_remat() {
+    FUSE.with(|f| f.set(false));
+    let n = check_bit_identical(
+        "resnet_small --no-fuse",
+        &model(&example("resnet_small.dm")),
+        2,
+    );
+    assert!(n >= 1, "{n} plans recompute");
+    let src = example("deep_convnet.dm")
+        .replace("[64, 64, 3]", "[8, 8, 3]")
+        .replace("batch: 32", "batch: 2");
+    check_bit_identical("deep_convnet 8x8 b2 --no-fuse", &model(&src), 2);
 }
