@@ -128,3 +128,57 @@ fn plan_timeline_is_svg() {
     assert_eq!(doc.root_element().tag_name().name(), "svg");
     assert!(text.contains("cap"), "the cap line is drawn");
 }
+
+#[test]
+fn plan_explains_remat_sweeps_and_finds_the_largest_batch() {
+    // resnet_small's arena without recomputation is 1.4 MB: 1.25 MB needs remat.
+    let (code, out, err) = dmc(&["plan", "examples/resnet_small.dm", "--vram-cap", "1.25MB"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("Rematerialization"), "{out}");
+    assert!(out.contains("memory saved"), "{out}");
+    assert!(out.contains("of the step's"), "{out}");
+    let (code, _, err) = dmc(&[
+        "plan",
+        "examples/resnet_small.dm",
+        "--vram-cap",
+        "1.25MB",
+        "--remat",
+        "off",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("the smallest cap that works"), "{err}");
+    // Below what remat reaches: refused, naming that smallest cap.
+    let (code, _, err) = dmc(&["plan", "examples/resnet_small.dm", "--vram-cap", "500KB"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("the smallest cap that works"), "{err}");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svg = dir.path().join("sweep.svg");
+    let (code, out, err) = dmc(&[
+        "plan",
+        "examples/resnet_small.dm",
+        "--sweep",
+        "--points",
+        "5",
+        "--svg",
+        &svg.display().to_string(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("sqrt(n)") && out.contains("checkpoint-all"),
+        "{out}"
+    );
+    let text = std::fs::read_to_string(&svg).expect("svg written");
+    let doc = roxmltree::Document::parse(&text).expect("well-formed XML");
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+
+    let (code, out, err) = dmc(&[
+        "plan",
+        "examples/resnet_small.dm",
+        "--vram-cap",
+        "2MB",
+        "--max-batch",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("the largest batch that fits"), "{out}");
+}

@@ -29,7 +29,8 @@ pub enum CompileError {
     /// The scheduler could not order the kernels (cycle through an in-place hazard).
     #[error("schedule: {0}")]
     Schedule(String),
-    /// Even the smallest achievable arena (smallest fused-gradient chunks) exceeds the cap.
+    /// Even the smallest achievable arena (smallest fused-gradient chunks and, with `--remat auto`,
+    /// the smallest-memory recomputation strategy) exceeds the cap; `needed` is that arena.
     /// `needed` = `params + opt_state + working_set`, exact bytes (aligned buffers).
     #[error(
         "parameters {} + optimizer state {} + smallest working set {} = {} > cap {}; \

@@ -116,6 +116,9 @@ pub struct Graph {
     pub output: Value,
     /// Gradient of each parameter leaf (filled by autodiff).
     pub grads: BTreeMap<NodeIndex, Value>,
+    /// Scheduling hints (set by rematerialization): a node runs only after all these nodes ran,
+    /// so that a recomputation happens right before the backward that needs it.
+    pub not_before: BTreeMap<NodeIndex, BTreeSet<NodeIndex>>,
 }
 
 impl Graph {
@@ -130,6 +133,7 @@ impl Graph {
             loss: None,
             output: (NodeIndex::new(0), 0),
             grads: BTreeMap::new(),
+            not_before: BTreeMap::new(),
         }
     }
 

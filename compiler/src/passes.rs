@@ -30,6 +30,8 @@ pub struct Ctx {
     pub fuse: bool,
     /// Rewrite elementwise ops to write into an input that dies there (`inplace_elementwise`).
     pub inplace: bool,
+    /// What the `rematerialize` pass does (chosen by `compile` to fit the cap).
+    pub remat: crate::remat::Strategy,
 }
 
 pub type Pass = fn(&mut Graph, &Ctx) -> Result<bool, CompileError>;
@@ -50,6 +52,10 @@ pub const PIPELINE: &[(&str, Pass)] = &[
     // Removes whatever earlier passes orphaned (unused forward values, targets in predict), so
     // that the consumer counts the in-place pass relies on are final.
     ("dead_code_elimination", dead_code_elimination),
+    // Train: on the final forward/backward structure (after fusion: fused updates read forward
+    // inputs, which it may rewire to recomputed copies), before in place, so that the in-place
+    // rule sees the recomputed copies' consumers; nothing after it merges nodes.
+    ("rematerialize", crate::remat::rematerialize),
     // Last: decides in place on the final graph by the rule "the input's only consumer is this
     // op" (schedule-independent); nothing after it adds a reader.
     ("inplace_elementwise", inplace_elementwise),

@@ -179,6 +179,55 @@ pub struct MemoryReport {
     /// Buffers counted under another one (views); empty when every buffer has its own bytes.
     #[serde(default)]
     pub aliases: Vec<Alias>,
+    /// FLOPs of the whole step by the cost model ([`crate::cost`]), recomputation included.
+    #[serde(default)]
+    pub step_flops: u64,
+    /// FLOPs of the recomputed forward steps (rematerialization).
+    #[serde(default)]
+    pub recompute_flops: u64,
+    /// The recomputed forward values, in order of first recomputation.
+    #[serde(default)]
+    pub recomputed: Vec<Recomputed>,
+    /// Why and how rematerialization was applied (filled by the caller that compiled the plan).
+    #[serde(default)]
+    pub remat: Option<RematSummary>,
+}
+
+/// One forward node that is recomputed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recomputed {
+    /// The forward node, e.g. `conv2d_3`.
+    pub name: String,
+    /// How many extra times it runs.
+    pub times: usize,
+    /// FLOPs of those extra runs.
+    pub flops: u64,
+}
+
+/// What rematerialization bought.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RematSummary {
+    /// The smallest arena without recomputation.
+    pub no_remat_arena: u64,
+    /// `no_remat_arena - arena_bytes`.
+    pub saved_bytes: u64,
+    /// Stages of the forward chain.
+    pub stages: usize,
+    /// The winning strategy, in words.
+    pub strategy: String,
+    /// Its checkpoints and sequence of stage forwards / backwards.
+    #[serde(default)]
+    pub sequence: String,
+}
+
+/// Recomputation FLOPs of the report's plan relative to the step without them, in percent.
+pub fn recompute_pct(r: &MemoryReport) -> f64 {
+    let base = r.step_flops.saturating_sub(r.recompute_flops);
+    if base == 0 {
+        0.0
+    } else {
+        100.0 * r.recompute_flops as f64 / base as f64
+    }
 }
 
 /// Computes the memory report of `plan`.
@@ -371,7 +420,14 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
         all_buffers.add(b.kind, b.bytes);
     }
     let has_backward = backward_starts.is_some();
-    let saved_bytes: u64 = saved.iter().map(|&i| plan.buffers[i].bytes).sum();
+    // A recomputed value counts once, as the forward value it is a copy of.
+    let mut saved_values: BTreeMap<&str, u64> = BTreeMap::new();
+    for &i in &saved {
+        let b = &plan.buffers[i];
+        let name = b.name.split(" (recompute ").next().unwrap_or(&b.name);
+        saved_values.insert(name, b.bytes);
+    }
+    let saved_bytes: u64 = saved_values.values().sum();
     let largest_workspace = plan
         .buffers
         .iter()
@@ -455,6 +511,33 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
     } else {
         plan.arena_bytes as f64 / lower_bound_bytes as f64 - 1.0
     };
+    let step_flops: u64 = (0..nsteps).map(|t| crate::cost::step_flops(plan, t)).sum();
+    let mut recomputed: Vec<Recomputed> = vec![];
+    let mut recompute_flops = 0u64;
+    for (t, st) in plan.steps.iter().enumerate() {
+        if !crate::cost::is_recompute(&st.label) {
+            continue;
+        }
+        let f = crate::cost::step_flops(plan, t);
+        recompute_flops += f;
+        let name = st
+            .label
+            .split(" (recompute ")
+            .next()
+            .unwrap_or("")
+            .to_string();
+        match recomputed.iter_mut().find(|r| r.name == name) {
+            Some(r) => {
+                r.times += 1;
+                r.flops += f;
+            }
+            None => recomputed.push(Recomputed {
+                name,
+                times: 1,
+                flops: f,
+            }),
+        }
+    }
     MemoryReport {
         mode: plan.mode,
         batch: plan.batch,
@@ -470,6 +553,10 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
         layers,
         timeline,
         aliases,
+        step_flops,
+        recompute_flops,
+        recomputed,
+        remat: None,
     }
 }
 
@@ -779,6 +866,65 @@ pub fn render_text(r: &MemoryReport, cap: Option<u64>) -> String {
         s.push('\n');
     }
 
+    if r.recompute_flops > 0 || r.remat.is_some() {
+        let _ = writeln!(s, "Rematerialization");
+        if let Some(m) = &r.remat {
+            let _ = writeln!(
+                s,
+                "  without recomputation the arena is {} ({}){}; strategy: {} over a chain of {} stages",
+                thousands(m.no_remat_arena),
+                human(m.no_remat_arena),
+                match cap {
+                    Some(c) => format!(", over the cap of {}", human(c)),
+                    None => String::new(),
+                },
+                m.strategy,
+                m.stages
+            );
+            if !m.sequence.is_empty() {
+                let _ = writeln!(s, "  {}", m.sequence);
+                let _ = writeln!(
+                    s,
+                    "  (f: forward keeping only stage outputs, F: forward keeping what the backward reads, B: backward; stages numbered from the input)"
+                );
+            }
+            let _ = writeln!(
+                s,
+                "  memory saved: {} ({})",
+                thousands(m.saved_bytes),
+                human(m.saved_bytes)
+            );
+        }
+        let _ = writeln!(
+            s,
+            "  recompute: {} FLOPs = {:.1}% of the step's {} FLOPs (cost model: 2 per multiply-add)",
+            thousands(r.recompute_flops),
+            recompute_pct(r),
+            thousands(r.step_flops.saturating_sub(r.recompute_flops))
+        );
+        let _ = writeln!(
+            s,
+            "  recomputed ({} nodes; their saved values are dropped after the forward and rebuilt before their backward):",
+            r.recomputed.len()
+        );
+        let mut t = Table::new("<>>>");
+        t.row(["  node", "extra runs", "FLOPs", "share"]);
+        for x in &r.recomputed {
+            t.row([
+                format!("  {}", x.name),
+                x.times.to_string(),
+                thousands(x.flops),
+                format!(
+                    "{:.1}%",
+                    100.0 * x.flops as f64
+                        / r.step_flops.saturating_sub(r.recompute_flops).max(1) as f64
+                ),
+            ]);
+        }
+        t.render(&mut s);
+        s.push('\n');
+    }
+
     let _ = writeln!(s, "Layers ({}, in order of first use)", r.layers.len());
     let mut t = Table::new("<>>>>>><");
     t.row([
@@ -959,6 +1105,141 @@ pub fn render_svg(r: &MemoryReport, cap: Option<u64>) -> Result<String, RenderEr
                     PathElement::new(vec![(x, y), (x + 12, y)], red.stroke_width(2))
                 });
         }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .label_font(("sans-serif", 13))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| err(&e))?;
+        root.present().map_err(|e| err(&e))?;
+    }
+    Ok(out)
+}
+
+/// The sweep as text: one row per cap, dmc's recompute against sqrt(n) and checkpoint-all.
+pub fn render_sweep_text(sw: &crate::Sweep) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "Memory / recompute trade-off: no-remat arena {} ({}), smallest arena with remat {} ({:.1}%), sqrt(n) {} ({:.1}% recompute)",
+        thousands(sw.no_remat_arena),
+        human(sw.no_remat_arena),
+        human(sw.min_arena),
+        100.0 * sw.min_arena as f64 / sw.no_remat_arena.max(1) as f64,
+        human(sw.sqrt_arena),
+        sw.sqrt_pct
+    );
+    let _ = writeln!(
+        s,
+        "recompute = added FLOPs in % of the step's {} FLOPs (same cost model for all three)",
+        thousands(sw.step_flops)
+    );
+    let mut t = Table::new(">>>>>>>");
+    t.row([
+        "cap",
+        "",
+        "% of no-remat",
+        "dmc arena",
+        "dmc",
+        "sqrt(n)",
+        "checkpoint-all",
+    ]);
+    let opt = |p: Option<f64>| p.map(|v| format!("{v:.1}%")).unwrap_or_else(|| "-".into());
+    for p in &sw.points {
+        t.row([
+            thousands(p.cap),
+            human(p.cap),
+            format!(
+                "{:.1}%",
+                100.0 * p.cap as f64 / sw.no_remat_arena.max(1) as f64
+            ),
+            human(p.arena),
+            format!("{:.1}%", p.recompute_pct),
+            opt(p.sqrt_pct),
+            opt(p.keep_all_pct),
+        ]);
+    }
+    t.render(&mut s);
+    s
+}
+
+/// The sweep as an SVG chart: recompute % over the cap (MiB), dmc's curve with sqrt(n) and
+/// checkpoint-all (each from the cap where it fits).
+pub fn render_sweep_svg(sw: &crate::Sweep) -> Result<String, RenderError> {
+    use plotters::prelude::*;
+    let err = |e: &dyn std::fmt::Display| RenderError(e.to_string());
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    let xmin = mib(sw.min_arena) * 0.95;
+    let xmax = mib(sw.no_remat_arena.max(sw.sqrt_arena)) * 1.05;
+    let ymax = sw
+        .points
+        .iter()
+        .map(|p| p.recompute_pct)
+        .fold(sw.sqrt_pct, f64::max)
+        .max(1.0)
+        * 1.3;
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, (900, 520)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| err(&e))?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                "dmc: recompute FLOPs (% of the step) vs. memory cap",
+                ("sans-serif", 20),
+            )
+            .margin(16)
+            .x_label_area_size(44)
+            .y_label_area_size(60)
+            .build_cartesian_2d(xmin..xmax, 0f64..ymax)
+            .map_err(|e| err(&e))?;
+        chart
+            .configure_mesh()
+            .x_desc("cap (MiB)")
+            .y_desc("recompute (% of step FLOPs)")
+            .label_style(("sans-serif", 13))
+            .axis_desc_style(("sans-serif", 15))
+            .light_line_style(RGBColor(235, 235, 235))
+            .draw()
+            .map_err(|e| err(&e))?;
+        let blue = RGBColor(31, 119, 180);
+        let pts: Vec<(f64, f64)> = sw
+            .points
+            .iter()
+            .map(|p| (mib(p.cap), p.recompute_pct))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(pts.clone(), blue.stroke_width(2)))
+            .map_err(|e| err(&e))?
+            .label("dmc (optimal)")
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 12, y)], blue.stroke_width(2))
+            });
+        chart
+            .draw_series(pts.iter().map(|p| Circle::new(*p, 3, blue.filled())))
+            .map_err(|e| err(&e))?;
+        let orange = RGBColor(255, 127, 14);
+        chart
+            .draw_series(LineSeries::new(
+                vec![(mib(sw.sqrt_arena), sw.sqrt_pct), (xmax, sw.sqrt_pct)],
+                orange.stroke_width(2),
+            ))
+            .map_err(|e| err(&e))?
+            .label("sqrt(n) checkpointing")
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 12, y)], orange.stroke_width(2))
+            });
+        let green = RGBColor(44, 160, 44);
+        chart
+            .draw_series(std::iter::once(Circle::new(
+                (mib(sw.no_remat_arena), 0.0),
+                6,
+                green.filled(),
+            )))
+            .map_err(|e| err(&e))?
+            .label("checkpoint-all (no remat)")
+            .legend(move |(x, y)| Circle::new((x + 6, y), 4, green.filled()));
         chart
             .configure_series_labels()
             .position(SeriesLabelPosition::UpperRight)

@@ -7,7 +7,9 @@
 //! updated. (b) Memory: a greedy list scheduler; among the ready kernels it runs the one that frees
 //! the most bytes net of what it allocates when that is non-negative (an update right after its
 //! gradient is complete, so gradients die early), and otherwise the oldest node (forward in
-//! program order, backward in creation order, i.e. reverse program order).
+//! program order, backward in creation order, i.e. reverse program order). (c) Rematerialization
+//! hints ([`Graph::not_before`]) are extra constraints: a recomputed node waits for the backward
+//! step the strategy puts before it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -139,6 +141,17 @@ pub fn schedule(g: &Graph) -> Result<Vec<NodeIndex>, CompileError> {
     for (r, u) in hazards {
         if g.is_kernel(r) && g.is_kernel(u) {
             preds.entry(u).or_default().insert(r);
+        }
+    }
+    // Rematerialization hints: a recomputation waits for the backward step before it.
+    for (n, after) in &g.not_before {
+        if !g.g.contains_node(*n) || !g.is_kernel(*n) {
+            continue;
+        }
+        for a in after {
+            if g.g.contains_node(*a) && g.is_kernel(*a) {
+                preds.entry(*n).or_default().insert(*a);
+            }
         }
     }
     let mut succs: BTreeMap<NodeIndex, Vec<NodeIndex>> = BTreeMap::new();

@@ -44,6 +44,9 @@ pub struct CommonArgs {
     /// comparison with the default fused, chunked update.
     #[arg(long)]
     pub no_fuse: bool,
+    /// Recompute forward values in the backward to fit `--vram-cap` (auto: only when needed).
+    #[arg(long, value_enum, default_value_t = super::compile::RematArg::Auto)]
+    pub remat: super::compile::RematArg,
     /// Weights to start from (.safetensors; names as `conv3.weight`).
     #[arg(long, value_name = "FILE")]
     pub init: Option<PathBuf>,
@@ -153,6 +156,7 @@ fn compile(
         lr,
         cap: common.vram_cap,
         fuse: !common.no_fuse,
+        remat: common.remat.into(),
         verify: common.verify || cfg!(debug_assertions),
         ..CompileOptions::default()
     };
