@@ -54,7 +54,9 @@ EXAMPLES = {
     "seed": dict(file="examples/seed.dm", steps=8, modes=["plain", "fused"],
                  # train { batch: 1, optimizer: sgd(lr: 0.01) }
                  opt=("sgd", dict(lr=0.01))),
-    "deep_convnet": dict(file="examples/deep_convnet.dm", steps=5, modes=["plain", "fused", "ckpt"],
+    # dmc_cap: also run dmc under this --vram-cap (rematerialization, issue 5), the counterpart of PyTorch's
+    # checkpointing; 306MB is half of deep_convnet's no-remat arena.
+    "deep_convnet": dict(file="examples/deep_convnet.dm", steps=5, modes=["plain", "fused", "ckpt"], dmc_cap="306MB",
                          # train { batch: 32, optimizer: sgd(lr: 0.01, momentum: 0.9, weight_decay: 5e-4) }
                          opt=("sgd", dict(lr=0.01, momentum=0.9, weight_decay=5e-4))),
 }
@@ -483,10 +485,18 @@ def main():
         d = run_dmc(a.dmc, file, wd, steps, a.dmc_device or a.device, [])
         print(f"[{ex}]   {d['line']}", file=sys.stderr, flush=True)
         row = dict(example=ex, file=file, batch=batch, steps=steps, dmc=d, torch={})
+        if cfg.get("dmc_cap"):
+            print(f"[{ex}] dmc --vram-cap {cfg['dmc_cap']}: {steps} steps ...", file=sys.stderr, flush=True)
+            dc = run_dmc(a.dmc, file, wd, steps, a.dmc_device or a.device, ["--vram-cap", cfg["dmc_cap"]])
+            dc["cap"] = cfg["dmc_cap"]
+            print(f"[{ex}]   {dc['line']}", file=sys.stderr, flush=True)
+            row["dmc_cap"] = dc
         for mode in cfg["modes"]:
             print(f"[{ex}] PyTorch ({mode}) ...", file=sys.stderr, flush=True)
             r = run_worker(ex, mode, wd, steps, a.device, a.threads, profile=not a.no_profile)
             r["parity"] = max_rel_diff(d["losses"], r["losses"], PARITY_STEPS)
+            if "dmc_cap" in row:
+                r["parity_cap"] = max_rel_diff(row["dmc_cap"]["losses"], r["losses"], PARITY_STEPS)
             print(f"[{ex}]   median {median_warm(r['times_ms']):.1f} ms/step, RSS peak increase "
                   f"{mb(r['rss_peak_increase'])}, loss parity {r['parity']:.2e}", file=sys.stderr, flush=True)
             row["torch"][mode] = r
@@ -507,7 +517,8 @@ def main():
     with open(os.path.join(a.workdir, f"results-{a.device}.json"), "w") as f:
         json.dump(dict(machine=machine, results=results), f, indent=1)
     print(md)
-    bad = [(r["example"], m) for r in results for m, t in r["torch"].items() if not t["parity"] <= PARITY_RTOL]
+    bad = [(r["example"], m) for r in results for m, t in r["torch"].items()
+           if not (t["parity"] <= PARITY_RTOL and t.get("parity_cap", 0.0) <= PARITY_RTOL)]
     if bad:
         print(f"PARITY FAILED (> {PARITY_RTOL} relative over the first {PARITY_STEPS} losses): {bad}",
               file=sys.stderr)
@@ -533,11 +544,12 @@ def render(results, machine, a):
     if dev == "cpu":
         L.append("| example | batch | params (4 B each) | dmc planned arena | dmc measured peak | PyTorch peak RSS increase | "
                  "PyTorch allocator peak (profiler) | PyTorch + optimizer in backward (RSS / profiler) | "
-                 "PyTorch + checkpointing (RSS / profiler) |")
+                 "PyTorch + checkpointing (RSS / profiler) | dmc + remat under a cap (planned / measured) |")
     else:
         L.append("| example | batch | params (4 B each) | dmc planned arena | dmc measured peak | PyTorch max allocated / reserved | "
-                 "+ optimizer in backward (allocated / reserved) | + checkpointing (allocated / reserved) |")
-    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|" if dev == "cpu" else "|---|---:|---:|---:|---:|---:|---:|---:|")
+                 "+ optimizer in backward (allocated / reserved) | + checkpointing (allocated / reserved) | "
+                 "dmc + remat under a cap (planned / measured) |")
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" if dev == "cpu" else "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         t = r["torch"]
         pl = t["plain"]
@@ -559,19 +571,21 @@ def render(results, machine, a):
 
         head = (f"| {r['example']} | {r['batch']} | {pl['params']:,} ({mb(pl['param_bytes'])}) | "
                 f"{mb(r['dmc']['arena'])} | {mb(r['dmc']['peak'])} | ")
+        capcol = (f"`--vram-cap {r['dmc_cap']['cap']}`: {mb(r['dmc_cap']['arena'])} / {mb(r['dmc_cap']['peak'])}"
+                  if "dmc_cap" in r else "—")
         if dev == "cpu":
             L.append(head + f"{mb(pl['rss_peak_increase'])} | "
                      + (mb(pl["profiler_total"]) if "profiler_total" in pl else "—")
-                     + f" | {cpu_pair('fused')} | {cpu_pair('ckpt')} |")
+                     + f" | {cpu_pair('fused')} | {cpu_pair('ckpt')} | {capcol} |")
         else:
-            L.append(head + f"{cuda_pair('plain')} | {cuda_pair('fused')} | {cuda_pair('ckpt')} |")
+            L.append(head + f"{cuda_pair('plain')} | {cuda_pair('fused')} | {cuda_pair('ckpt')} | {capcol} |")
     L.append("")
     # Time + parity table
     L.append("| example | steps | dmc ms/step (median) | PyTorch ms/step (median) | dmc / PyTorch | "
              "fastest step: dmc / PyTorch | "
-             "PyTorch + opt. in backward ms/step | PyTorch + checkpointing ms/step | "
+             "PyTorch + opt. in backward ms/step | PyTorch + checkpointing ms/step | dmc + remat under a cap ms/step | "
              f"loss parity (max rel. diff, first {PARITY_STEPS} steps) | dmc losses (steps 1-{PARITY_STEPS}) |")
-    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
     for r in results:
         t = r["torch"]
         dm = median_warm(r["dmc"]["times_ms"])
@@ -579,12 +593,17 @@ def render(results, machine, a):
         opt = lambda m: f"{median_warm(t[m]['times_ms']):,.1f}" if m in t else "—"  # noqa: E731
         par = ", ".join(f"{m} {t[m]['parity']:.1e}" for m in t)
         ok = all(t[m]["parity"] <= PARITY_RTOL for m in t)
+        if "dmc_cap" in r:
+            pc = max(t[m].get("parity_cap", float("nan")) for m in t)
+            par += f"; dmc under the cap vs PyTorch {pc:.1e}"
+            ok = ok and pc <= PARITY_RTOL
+        capt = f"{median_warm(r['dmc_cap']['times_ms']):,.1f}" if "dmc_cap" in r else "—"
         losses = " ".join(f"{v:.6g}" for v in r["dmc"]["losses"][:PARITY_STEPS])
         dmin = min(r["dmc"]["times_ms"][1:] or r["dmc"]["times_ms"])
         tmin = min(t["plain"]["times_ms"][1:] or t["plain"]["times_ms"])
         L.append(f"| {r['example']} | {r['steps']} | {dm:,.1f} | {tp:,.1f} | **{dm / tp:.2f}x** | "
                  f"{dmin:,.1f} / {tmin:,.1f} = {dmin / tmin:.2f}x | {opt('fused')} | "
-                 f"{opt('ckpt')} | {'ok' if ok else 'FAIL'}: {par} | {losses} |")
+                 f"{opt('ckpt')} | {capt} | {'ok' if ok else 'FAIL'}: {par} | {losses} |")
     L.append("")
     return "\n".join(L)
 
