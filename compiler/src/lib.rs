@@ -7,6 +7,7 @@
 
 pub mod autodiff;
 pub mod check;
+pub mod codegen;
 pub mod emit;
 pub mod error;
 pub mod ir;
