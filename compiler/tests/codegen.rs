@@ -58,7 +58,12 @@ fn every_example_kernel_renders_and_params_follow_the_signature() {
                 let pk = &plan.kernels[k.id];
                 assert_eq!(k.params, kernel_params(&pk.signature), "{}", k.name);
                 let decls: Vec<&str> = k.params.iter().map(|p| p.decl.as_str()).collect();
-                assert!(k.source.contains(&format!("{}({})", k.entry, decls.join(", "))), "{}", k.name);
+                assert!(
+                    k.source
+                        .contains(&format!("{}({})", k.entry, decls.join(", "))),
+                    "{}",
+                    k.name
+                );
                 for (i, p) in pk.signature.params.iter().enumerate() {
                     assert_eq!(k.params[i].source, ArgSource::Buffer(i));
                     assert_eq!(k.params[i].name, p.name);

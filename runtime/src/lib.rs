@@ -8,3 +8,4 @@ pub mod io;
 
 pub use cpu::{CpuBackend, InputData};
 pub use error::RuntimeError;
+pub mod cuda;

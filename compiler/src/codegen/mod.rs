@@ -20,17 +20,50 @@ use crate::plan::{Kernel, Mode, Plan};
 /// The templates, embedded (name, text). `prelude.cuh.tera` and `gemm.cuh.tera` are included by
 /// the others.
 pub const TEMPLATES: &[(&str, &str)] = &[
-    ("prelude.cuh.tera", include_str!("../../../templates/prelude.cuh.tera")),
-    ("gemm.cuh.tera", include_str!("../../../templates/gemm.cuh.tera")),
-    ("elementwise.cu.tera", include_str!("../../../templates/elementwise.cu.tera")),
-    ("optim.cu.tera", include_str!("../../../templates/optim.cu.tera")),
-    ("conv2d_fwd.cu.tera", include_str!("../../../templates/conv2d_fwd.cu.tera")),
-    ("conv2d_bwd_data.cu.tera", include_str!("../../../templates/conv2d_bwd_data.cu.tera")),
-    ("conv2d_bwd_weight.cu.tera", include_str!("../../../templates/conv2d_bwd_weight.cu.tera")),
-    ("matmul.cu.tera", include_str!("../../../templates/matmul.cu.tera")),
-    ("pool.cu.tera", include_str!("../../../templates/pool.cu.tera")),
-    ("loss.cu.tera", include_str!("../../../templates/loss.cu.tera")),
-    ("bias_grad.cu.tera", include_str!("../../../templates/bias_grad.cu.tera")),
+    (
+        "prelude.cuh.tera",
+        include_str!("../../../templates/prelude.cuh.tera"),
+    ),
+    (
+        "gemm.cuh.tera",
+        include_str!("../../../templates/gemm.cuh.tera"),
+    ),
+    (
+        "elementwise.cu.tera",
+        include_str!("../../../templates/elementwise.cu.tera"),
+    ),
+    (
+        "optim.cu.tera",
+        include_str!("../../../templates/optim.cu.tera"),
+    ),
+    (
+        "conv2d_fwd.cu.tera",
+        include_str!("../../../templates/conv2d_fwd.cu.tera"),
+    ),
+    (
+        "conv2d_bwd_data.cu.tera",
+        include_str!("../../../templates/conv2d_bwd_data.cu.tera"),
+    ),
+    (
+        "conv2d_bwd_weight.cu.tera",
+        include_str!("../../../templates/conv2d_bwd_weight.cu.tera"),
+    ),
+    (
+        "matmul.cu.tera",
+        include_str!("../../../templates/matmul.cu.tera"),
+    ),
+    (
+        "pool.cu.tera",
+        include_str!("../../../templates/pool.cu.tera"),
+    ),
+    (
+        "loss.cu.tera",
+        include_str!("../../../templates/loss.cu.tera"),
+    ),
+    (
+        "bias_grad.cu.tera",
+        include_str!("../../../templates/bias_grad.cu.tera"),
+    ),
 ];
 
 /// Threads per block of the one-thread-per-element kernels.
@@ -161,7 +194,12 @@ pub fn f32_lit(v: f32) -> String {
     if v.is_nan() {
         "__int_as_float(0x7fc00000)".into()
     } else if v.is_infinite() {
-        if v > 0.0 { "INFINITY" } else { "(-INFINITY)" }.into()
+        if v > 0.0 {
+            "__int_as_float(0x7f800000)"
+        } else {
+            "(-__int_as_float(0x7f800000))"
+        }
+        .into()
     } else {
         let s = format!("{v:?}");
         if s.contains(['.', 'e', 'E']) {
@@ -218,6 +256,10 @@ fn gemm(
     ctx.insert("tm", &t.tm);
     ctx.insert("tn", &t.tn);
     ctx.insert("a_k_fastest", &a_k_fastest);
+    // 32-bit index decomposition when every GEMM index fits (cheaper div/mod, no spills)
+    let small = [gm, gn, gk].iter().all(|&v| v < (1usize << 31));
+    ctx.insert("idx", if small { "unsigned" } else { "u64" });
+    ctx.insert("sidx", if small { "int" } else { "i64" });
     ctx.insert("b_k_fastest", &b_k_fastest);
     let gy = gn.div_ceil(t.bn as usize).max(1);
     if gy > 65535 {
@@ -253,7 +295,14 @@ fn conv_ctx(kind: &str, g: &ConvGeom, x: &[usize], y: &[usize], bias: bool) -> C
     ctx
 }
 
-fn pool(kind: &str, g: &PoolGeom, x: &[usize], y: &[usize], threads_over: usize, name: &str) -> Result<Spec, CodegenError> {
+fn pool(
+    kind: &str,
+    g: &PoolGeom,
+    x: &[usize],
+    y: &[usize],
+    threads_over: usize,
+    name: &str,
+) -> Result<Spec, CodegenError> {
     let mut s = elementwise("pool.cu.tera", kind, threads_over, name)?;
     s.ctx.insert("nb", &x[0]);
     s.ctx.insert("h", &x[1]);
@@ -282,10 +331,12 @@ fn spec(k: &Kernel, mode: Mode) -> Result<Option<Spec>, CodegenError> {
     let name = k.name.as_str();
     let kind = k.op.kind_name();
     let shape = |i: usize| -> Result<&[usize], CodegenError> {
-        s.get(i).map(|v| v.as_slice()).ok_or_else(|| CodegenError::Shape {
-            kernel: name.into(),
-            message: format!("missing the shape of argument {i}"),
-        })
+        s.get(i)
+            .map(|v| v.as_slice())
+            .ok_or_else(|| CodegenError::Shape {
+                kernel: name.into(),
+                message: format!("missing the shape of argument {i}"),
+            })
     };
     let spec = match &k.op {
         Op::Input { .. } | Op::Param { .. } | Op::OptState { .. } | Op::Reshape => return Ok(None),
@@ -295,7 +346,13 @@ fn spec(k: &Kernel, mode: Mode) -> Result<Option<Spec>, CodegenError> {
             rank(y, 4, name, "y")?;
             let ctx = conv_ctx(kind, geom, x, y, *bias);
             let gk = geom.kh * geom.kw * x[3];
-            gemm("conv2d_fwd.cu.tera", ctx, (y[0] * y[1] * y[2], y[3], gk), (true, false), name)?
+            gemm(
+                "conv2d_fwd.cu.tera",
+                ctx,
+                (y[0] * y[1] * y[2], y[3], gk),
+                (true, false),
+                name,
+            )?
         }
         Op::Conv2dBwdData { geom } => {
             let (dy, dx) = (shape(0)?, shape(2)?);
@@ -303,7 +360,13 @@ fn spec(k: &Kernel, mode: Mode) -> Result<Option<Spec>, CodegenError> {
             rank(dx, 4, name, "dx")?;
             let ctx = conv_ctx(kind, geom, dx, dy, false);
             let gk = geom.kh * geom.kw * dy[3];
-            gemm("conv2d_bwd_data.cu.tera", ctx, (dx[0] * dx[1] * dx[2], dx[3], gk), (true, true), name)?
+            gemm(
+                "conv2d_bwd_data.cu.tera",
+                ctx,
+                (dx[0] * dx[1] * dx[2], dx[3], gk),
+                (true, true),
+                name,
+            )?
         }
         Op::Conv2dBwdWeight { geom } => {
             let (x, dy) = (shape(0)?, shape(1)?);
@@ -311,7 +374,13 @@ fn spec(k: &Kernel, mode: Mode) -> Result<Option<Spec>, CodegenError> {
             rank(dy, 4, name, "dy")?;
             let ctx = conv_ctx(kind, geom, x, dy, false);
             let gm = geom.kh * geom.kw * x[3];
-            gemm("conv2d_bwd_weight.cu.tera", ctx, (gm, dy[3], dy[0] * dy[1] * dy[2]), (false, false), name)?
+            gemm(
+                "conv2d_bwd_weight.cu.tera",
+                ctx,
+                (gm, dy[3], dy[0] * dy[1] * dy[2]),
+                (false, false),
+                name,
+            )?
         }
         Op::Dense { .. } | Op::DenseBwdData | Op::DenseBwdWeight => {
             let (w, xi) = match &k.op {
@@ -330,10 +399,24 @@ fn spec(k: &Kernel, mode: Mode) -> Result<Option<Spec>, CodegenError> {
             match &k.op {
                 Op::Dense { bias } => {
                     ctx.insert("bias", bias);
-                    gemm("matmul.cu.tera", ctx, (rows, mout, kin), (true, false), name)?
+                    gemm(
+                        "matmul.cu.tera",
+                        ctx,
+                        (rows, mout, kin),
+                        (true, false),
+                        name,
+                    )?
                 }
-                Op::DenseBwdData => gemm("matmul.cu.tera", ctx, (rows, kin, mout), (true, true), name)?,
-                _ => gemm("matmul.cu.tera", ctx, (kin, mout, rows), (false, false), name)?,
+                Op::DenseBwdData => {
+                    gemm("matmul.cu.tera", ctx, (rows, kin, mout), (true, true), name)?
+                }
+                _ => gemm(
+                    "matmul.cu.tera",
+                    ctx,
+                    (kin, mout, rows),
+                    (false, false),
+                    name,
+                )?,
             }
         }
         Op::MaxPool { geom } | Op::AvgPool { geom } => {
@@ -343,7 +426,14 @@ fn spec(k: &Kernel, mode: Mode) -> Result<Option<Spec>, CodegenError> {
             pool(kind, geom, x, y, numel(y), name)?
         }
         Op::MaxPoolBwd { geom } | Op::AvgPoolBwd { geom } => {
-            let (dy, dx) = (shape(0)?, shape(if matches!(k.op, Op::MaxPoolBwd { .. }) { 2 } else { 1 })?);
+            let (dy, dx) = (
+                shape(0)?,
+                shape(if matches!(k.op, Op::MaxPoolBwd { .. }) {
+                    2
+                } else {
+                    1
+                })?,
+            );
             rank(dy, 4, name, "dy")?;
             rank(dx, 4, name, "dx")?;
             pool(kind, geom, dx, dy, numel(dx), name)?
@@ -368,7 +458,11 @@ fn spec(k: &Kernel, mode: Mode) -> Result<Option<Spec>, CodegenError> {
         }
         Op::Dropout { p, salt } | Op::DropoutBwd { p, salt } => {
             let mut sp = elementwise("elementwise.cu.tera", kind, numel(shape(1)?), name)?;
-            let (inp, out) = if matches!(k.op, Op::Dropout { .. }) { ("x", "y") } else { ("dy", "dx") };
+            let (inp, out) = if matches!(k.op, Op::Dropout { .. }) {
+                ("x", "y")
+            } else {
+                ("dy", "dx")
+            };
             sp.ctx.insert("inp", inp);
             sp.ctx.insert("out", out);
             sp.ctx.insert("p", &f32_lit(*p));
@@ -381,7 +475,12 @@ fn spec(k: &Kernel, mode: Mode) -> Result<Option<Spec>, CodegenError> {
             ctx.insert("kind", kind);
             ctx.insert("n", &numel(shape(0)?));
             ctx.insert("threads", &REDUCE_THREADS);
-            Spec { template: "loss.cu.tera", ctx, grid: [1, 1, 1], block: [REDUCE_THREADS, 1, 1] }
+            Spec {
+                template: "loss.cu.tera",
+                ctx,
+                grid: [1, 1, 1],
+                block: [REDUCE_THREADS, 1, 1],
+            }
         }
         Op::CrossEntropyLoss | Op::CrossEntropyLossBwd => {
             let l = shape(0)?;
@@ -390,7 +489,12 @@ fn spec(k: &Kernel, mode: Mode) -> Result<Option<Spec>, CodegenError> {
                 let mut ctx = Context::new();
                 ctx.insert("kind", kind);
                 ctx.insert("threads", &REDUCE_THREADS);
-                Spec { template: "loss.cu.tera", ctx, grid: [1, 1, 1], block: [REDUCE_THREADS, 1, 1] }
+                Spec {
+                    template: "loss.cu.tera",
+                    ctx,
+                    grid: [1, 1, 1],
+                    block: [REDUCE_THREADS, 1, 1],
+                }
             } else {
                 elementwise("loss.cu.tera", kind, l[0], name)?
             };
@@ -406,7 +510,12 @@ fn spec(k: &Kernel, mode: Mode) -> Result<Option<Spec>, CodegenError> {
             sp.ctx.insert("rows", &(numel(dy) / c.max(1)));
             sp
         }
-        Op::SgdUpdate { lr, momentum, weight_decay, nesterov } => {
+        Op::SgdUpdate {
+            lr,
+            momentum,
+            weight_decay,
+            nesterov,
+        } => {
             let mut sp = elementwise("optim.cu.tera", kind, numel(shape(0)?), name)?;
             sp.ctx.insert("lr", &f32_lit(*lr));
             sp.ctx.insert("momentum", &(*momentum != 0.0));
@@ -415,7 +524,14 @@ fn spec(k: &Kernel, mode: Mode) -> Result<Option<Spec>, CodegenError> {
             sp.ctx.insert("nesterov", nesterov);
             sp
         }
-        Op::AdamUpdate { lr, beta1, beta2, eps, weight_decay, decoupled } => {
+        Op::AdamUpdate {
+            lr,
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+            decoupled,
+        } => {
             let mut sp = elementwise("optim.cu.tera", kind, numel(shape(0)?), name)?;
             sp.ctx.insert("lr", &f32_lit(*lr));
             sp.ctx.insert("beta1", &f32_lit(*beta1));
@@ -453,7 +569,11 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 /// The C identifier of a kernel's entry point.
 pub fn entry_name(k: &Kernel) -> String {
     let mut s = String::from("dmc_");
-    s.extend(k.name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }));
+    s.extend(
+        k.name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }),
+    );
     s
 }
 
@@ -464,7 +584,13 @@ pub fn render_kernel(k: &Kernel, mode: Mode) -> Result<Option<CudaKernel>, Codeg
 }
 
 fn render_with(t: &Tera, k: &Kernel, mode: Mode) -> Result<Option<CudaKernel>, CodegenError> {
-    let Some(Spec { template, mut ctx, grid, block }) = spec(k, mode)? else {
+    let Some(Spec {
+        template,
+        mut ctx,
+        grid,
+        block,
+    }) = spec(k, mode)?
+    else {
         return Ok(None);
     };
     let params = kernel_params(&k.op.signature());
@@ -473,11 +599,13 @@ fn render_with(t: &Tera, k: &Kernel, mode: Mode) -> Result<Option<CudaKernel>, C
     ctx.insert("name", &k.name);
     ctx.insert("entry", &entry);
     ctx.insert("params", &decls.join(", "));
-    let source = t.render(template, &ctx).map_err(|e| CodegenError::Template {
-        template: template.into(),
-        kernel: k.name.clone(),
-        message: error_chain(&e),
-    })?;
+    let source = t
+        .render(template, &ctx)
+        .map_err(|e| CodegenError::Template {
+            template: template.into(),
+            kernel: k.name.clone(),
+            message: error_chain(&e),
+        })?;
     Ok(Some(CudaKernel {
         id: k.id,
         name: k.name.clone(),
