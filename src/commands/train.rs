@@ -114,18 +114,25 @@ fn seed_of(common: &CommonArgs, model: &Model) -> u64 {
     common.seed.or(model.train.seed).unwrap_or(DEFAULT_SEED)
 }
 
-/// Resolves `--device`: only the CPU backend exists in this build.
+/// Resolves `--device`. `run`/`eval`/`predict` drive the CPU backend; the CUDA backend
+/// (`dmc_runtime::cuda`) is checked by `dmc gpu-selftest`, so a GPU is detected and reported here.
 fn resolve_device(d: Device, quiet: bool) -> Result<(), CliError> {
     match d {
         Device::Cpu => Ok(()),
-        Device::Cuda => Err(CliError::Usage(
-            "--device cuda: this build of dmc has no CUDA backend yet (it is planned); \
-             run on the CPU with --device cpu (or --device auto)"
-                .into(),
-        )),
+        Device::Cuda => Err(CliError::Usage(match dmc_runtime::cuda::probe() {
+            Err(e) => format!("--device cuda: {e}; run on the CPU with --device cpu (or --device auto)"),
+            Ok(gpu) => format!(
+                "--device cuda: found {gpu}, but `dmc run/eval/predict` drive only the CPU backend in \
+                 this build (the CUDA backend is exercised by scripts/gpu-check.sh); use --device cpu"
+            ),
+        })),
         Device::Auto => {
             if !quiet {
-                eprintln!("device: cpu (this build of dmc has no CUDA backend yet)");
+                let why = match dmc_runtime::cuda::probe() {
+                    Err(e) => e.to_string(),
+                    Ok(gpu) => format!("{gpu} found, but training drives the CPU backend in this build"),
+                };
+                eprintln!("device: cpu ({why})");
             }
             Ok(())
         }

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
+    result as cu, CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg,
 };
 use dmc_compiler::codegen::{render_plan, ArgSource, CodegenError, CudaKernel};
 use dmc_compiler::op::DType;
@@ -37,9 +37,7 @@ pub enum CudaError {
     Nvrtc(String),
     #[error("NVRTC could not compile kernel `{kernel}`:\n{log}")]
     Compile { kernel: String, log: String },
-    #[error(
-        "the CUDA driver (libcuda.so.1) was not found: install the NVIDIA driver, or run with --device cpu"
-    )]
+    #[error("the CUDA driver (libcuda.so.1) was not found (install the NVIDIA driver)")]
     NoDriver,
     #[error("no usable CUDA GPU: {0}")]
     NoDevice(String),
@@ -161,11 +159,78 @@ pub unsafe fn launch(
     Ok(())
 }
 
+/// One plain `cuMemAlloc` allocation (no stream-ordered pool), freed on drop. Copies are
+/// synchronous and bounds-checked.
+pub struct DeviceBuffer {
+    ctx: Arc<CudaContext>,
+    pub ptr: u64,
+    pub bytes: usize,
+}
+
+impl DeviceBuffer {
+    pub fn new(d: &Device, bytes: usize) -> Result<Self, CudaError> {
+        d.ctx.bind_to_thread().map_err(drv("bind context"))?;
+        // SAFETY: the context is current on this thread; the size is non-zero.
+        let ptr = unsafe { cu::malloc_sync(bytes.max(1)) }.map_err(|e| CudaError::Driver {
+            what: format!("cuMemAlloc of {bytes} bytes"),
+            message: e.to_string(),
+        })?;
+        let b = DeviceBuffer {
+            ctx: d.ctx.clone(),
+            ptr,
+            bytes,
+        };
+        // SAFETY: `ptr` addresses `bytes` bytes just allocated.
+        unsafe { cu::memset_d8_sync(ptr, 0, bytes) }.map_err(drv("cuMemsetD8"))?;
+        Ok(b)
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<(), CudaError> {
+        if offset.checked_add(len).map_or(true, |e| e > self.bytes) {
+            return Err(CudaError::Driver {
+                what: "copy".into(),
+                message: format!(
+                    "[{offset}, +{len}) is outside the {}-byte buffer",
+                    self.bytes
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Copies `src` to `offset` (synchronous).
+    pub fn upload(&self, offset: usize, src: &[u8]) -> Result<(), CudaError> {
+        self.check(offset, src.len())?;
+        self.ctx.bind_to_thread().map_err(drv("bind context"))?;
+        // SAFETY: the range lies inside the allocation (checked); `src` is a valid host slice.
+        unsafe { cu::memcpy_htod_sync(self.ptr + offset as u64, src) }.map_err(drv("cuMemcpyHtoD"))
+    }
+
+    /// Copies `dst.len()` bytes from `offset` (synchronous; waits for prior work on the context).
+    pub fn download(&self, offset: usize, dst: &mut [u8]) -> Result<(), CudaError> {
+        self.check(offset, dst.len())?;
+        self.ctx.bind_to_thread().map_err(drv("bind context"))?;
+        self.ctx.synchronize().map_err(drv("synchronize"))?;
+        // SAFETY: the range lies inside the allocation (checked); `dst` is a valid host slice.
+        unsafe { cu::memcpy_dtoh_sync(dst, self.ptr + offset as u64) }.map_err(drv("cuMemcpyDtoH"))
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            let _ = self.ctx.synchronize();
+            // SAFETY: allocated by `cuMemAlloc` in `new`, freed once; no kernel uses it any more.
+            let _ = unsafe { cu::free_sync(self.ptr) };
+        }
+    }
+}
+
 /// The CUDA backend for one plan (mirrors [`CpuBackend`](crate::CpuBackend)'s API).
 pub struct CudaBackend {
     plan: Plan,
     dev: Device,
-    arena: CudaSlice<u8>,
+    arena: DeviceBuffer,
     base: u64,
     kernels: Vec<Option<usize>>,
     rendered: Vec<CudaKernel>,
@@ -203,19 +268,10 @@ impl CudaBackend {
         }
         dev.stream.synchronize().map_err(drv("synchronize"))?;
         let (free0, _) = mem_info(&dev)?;
-        let bytes = (plan.arena_bytes as usize).max(1);
-        let arena = dev.stream.alloc_zeros::<u8>(bytes).map_err(|e| {
-            RuntimeError::Cuda(CudaError::Driver {
-                what: format!("cuMemAlloc of the {bytes}-byte arena"),
-                message: e.to_string(),
-            })
-        })?;
-        dev.stream.synchronize().map_err(drv("synchronize"))?;
+        let arena = DeviceBuffer::new(&dev, plan.arena_bytes as usize)?;
+        dev.ctx.synchronize().map_err(drv("synchronize"))?;
         let (free1, _) = mem_info(&dev)?;
-        let base = {
-            let (p, _sync) = arena.device_ptr(&dev.stream);
-            p
-        };
+        let base = arena.ptr;
         let params = plan
             .params
             .iter()
@@ -246,24 +302,15 @@ impl CudaBackend {
     }
 
     fn upload(&mut self, offset: u64, bytes: &[u8]) -> Result<(), RuntimeError> {
-        let o = offset as usize;
-        let mut view = self.arena.slice_mut(o..o + bytes.len());
-        self.dev
-            .stream
-            .memcpy_htod(bytes, &mut view)
-            .map_err(drv("cuMemcpyHtoD"))?;
-        Ok(())
+        // the stream's earlier launches may still read this memory
+        self.dev.stream.synchronize().map_err(drv("synchronize"))?;
+        Ok(self.arena.upload(offset as usize, bytes)?)
     }
 
     fn download(&self, offset: u64, len: usize) -> Result<Vec<u8>, RuntimeError> {
-        let o = offset as usize;
-        let mut out = vec![0u8; len];
-        let view = self.arena.slice(o..o + len);
-        self.dev
-            .stream
-            .memcpy_dtoh(&view, &mut out)
-            .map_err(drv("cuMemcpyDtoH"))?;
         self.dev.stream.synchronize().map_err(drv("synchronize"))?;
+        let mut out = vec![0u8; len];
+        self.arena.download(offset as usize, &mut out)?;
         Ok(out)
     }
 

@@ -161,10 +161,7 @@ pub fn check_kernel(
         offs.push(total);
         total += a.len().div_ceil(ALIGN as usize) * ALIGN as usize;
     }
-    let mut buf = dev
-        .stream
-        .alloc_zeros::<u8>(total.max(1))
-        .map_err(drv("cuMemAlloc"))?;
+    let buf = super::DeviceBuffer::new(dev, total.max(1))?;
     let mut host = vec![0u8; total.max(1)];
     for (i, (a, p)) in args.iter().zip(&sig.params).enumerate() {
         let dst = &mut host[offs[i]..offs[i] + a.len()];
@@ -174,21 +171,13 @@ pub fn check_kernel(
             dst.copy_from_slice(a);
         }
     }
-    dev.stream
-        .memcpy_htod(&host, &mut buf)
-        .map_err(drv("cuMemcpyHtoD"))?;
-    let base = {
-        use cudarc::driver::DevicePtr;
-        let (p, _sync) = buf.device_ptr(&dev.stream);
-        p
-    };
+    buf.upload(0, &host)?;
+    let base = buf.ptr;
     let ptrs: Vec<u64> = offs.iter().map(|&o| base + o as u64).collect();
     // SAFETY: every argument has its own disjoint, aligned slot of the size its shape needs.
     unsafe { launch(dev, &f, &ck, &ptrs, run_seed, step) }?;
-    dev.stream
-        .memcpy_dtoh(&buf, &mut host)
-        .map_err(drv("cuMemcpyDtoH"))?;
     dev.stream.synchronize().map_err(drv("synchronize"))?;
+    buf.download(0, &mut host)?;
     let mut worst = 0f64;
     for (i, p) in sig.params.iter().enumerate() {
         if matches!(p.role, Role::Out | Role::InOut) {
