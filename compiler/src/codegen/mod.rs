@@ -82,6 +82,9 @@ pub struct GemmTile {
     pub tn: u32,
 }
 
+/// k-tiles per partial sum of a long GEMM reduction (see `gemm.cuh.tera`).
+pub const CHUNK_TILES: usize = 32;
+
 /// The tile every GEMM-shaped kernel uses (256 threads, 4x4 outputs each).
 pub const DEFAULT_TILE: GemmTile = GemmTile {
     bm: 64,
@@ -256,6 +259,13 @@ fn gemm(
     ctx.insert("tm", &t.tm);
     ctx.insert("tn", &t.tn);
     ctx.insert("a_k_fastest", &a_k_fastest);
+    // long reductions: two-level fp32 summation (chunks of CHUNK_TILES k-tiles)
+    let chunk = if gk > CHUNK_TILES * t.bk as usize * 8 {
+        CHUNK_TILES
+    } else {
+        0
+    };
+    ctx.insert("chunk_tiles", &chunk);
     // 32-bit index decomposition when every GEMM index fits (cheaper div/mod, no spills)
     let small = [gm, gn, gk].iter().all(|&v| v < (1usize << 31));
     ctx.insert("idx", if small { "unsigned" } else { "u64" });
