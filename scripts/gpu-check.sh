@@ -47,5 +47,10 @@ export DMC_CACHE_DIR=${DMC_CACHE_DIR:-$(mktemp -d)}
 
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 
+# The CLI on the GPU: `dmc run --device auto` must pick CUDA and land on the CPU's loss.
+echo "gpu-check: dmc run examples/resnet_small.dm --steps 30 on cuda (auto) and on cpu:"
+"$BIN" run examples/resnet_small.dm --steps 30 --device auto 2>&1 | grep -E "^device|steps, final loss" || echo "gpu-check: FAIL dmc run --device auto"
+"$BIN" run examples/resnet_small.dm --steps 30 --device cpu 2>&1 | grep -E "^device|steps, final loss" || true
+
 # the plans: seed.dm 1.6 GiB, deep_convnet.dm 2.2 GiB; both must fit under the cap.
 exec timeout 470 "$BIN" gpu-selftest --examples examples --steps 20 --vram-cap 3GiB "$@"
