@@ -86,6 +86,27 @@ fn no_transposed_weight_copy_in_backward_data() {
 }
 
 #[test]
+fn the_zoo_covers_every_kernel_op_and_renders() {
+    use dmc_compiler::codegen::{render_kernel, zoo::zoo};
+    let kinds: std::collections::BTreeSet<&str> = zoo().iter().map(|k| k.op.kind_name()).collect();
+    assert_eq!(kinds.len(), 30, "{kinds:?}"); // every Op variant but the 3 leaves and Reshape
+    let mut s = String::new();
+    for k in zoo() {
+        let c = render_kernel(&k, Mode::Train)
+            .unwrap()
+            .expect("has a kernel");
+        assert_eq!(c.params, kernel_params(&k.signature));
+        s.push_str(&format!(
+            "// ===== {} ({}) grid {:?} block {:?}\n",
+            c.name, c.template, c.grid, c.block
+        ));
+        let cut = c.source.find(PRELUDE_END).unwrap() + PRELUDE_END.len();
+        s.push_str(&c.source[cut..]);
+    }
+    insta::assert_snapshot!("cuda_zoo", s);
+}
+
+#[test]
 fn snapshots() {
     for ex in EXAMPLES {
         let plan = plan_of(ex, Mode::Train);

@@ -63,5 +63,27 @@ fn every_example_kernel_compiles_for_sm80_and_sm90_without_warnings_or_spills() 
             }
         }
     }
-    assert!(n > 100, "{n} kernels");
+    // and one kernel of every op variant, in both modes (dropout differs)
+    let zoo = dmc_compiler::codegen::zoo::zoo();
+    for mode in [Mode::Train, Mode::Eval] {
+        for arch in ["sm_80", "sm_90"] {
+            for r in selftest::compile_kernels(&zoo, mode, arch).expect("compiles") {
+                assert!(
+                    r.warnings.is_empty(),
+                    "zoo {arch} {}: {:?}",
+                    r.kernel,
+                    r.warnings
+                );
+                let s = r.resources;
+                assert_eq!(
+                    s.spill_stores + s.spill_loads,
+                    0,
+                    "zoo {arch} {}: spills",
+                    r.kernel
+                );
+                n += 1;
+            }
+        }
+    }
+    assert!(n > 200, "{n} kernels");
 }

@@ -190,6 +190,49 @@ pub fn selftest(a: &SelftestArgs) -> Result<(), CliError> {
             ]);
         }
     }
+    // one kernel of every op variant (the examples do not use them all)
+    {
+        let zoo = dmc_compiler::codegen::zoo::zoo();
+        let reports = selftest::compile_kernels(&zoo, Mode::Train, &arch).map_err(cuda_err)?;
+        let spills: u32 = reports
+            .iter()
+            .map(|r| r.resources.spill_stores + r.resources.spill_loads)
+            .sum();
+        let warns: usize = reports.iter().map(|r| r.warnings.len()).sum();
+        let mut ok = spills == 0 && warns == 0;
+        let mut result = format!(
+            "{} compiled for {arch}: {spills} B spills, {warns} warnings",
+            reports.len()
+        );
+        if let Some(d) = &dev {
+            let mut worst = 0f64;
+            let mut bad = 0;
+            for k in &zoo {
+                let Some(c) = selftest::check_kernel(d, k, Mode::Train, 11, a.tol)? else {
+                    continue;
+                };
+                if !c.ok {
+                    bad += 1;
+                    eprintln!(
+                        "FAIL zoo: {} ({}): rel err {:.2e}",
+                        c.kernel, c.kind, c.rel_err
+                    );
+                }
+                if c.rel_err.is_nan() || c.rel_err > worst {
+                    worst = c.rel_err;
+                }
+            }
+            ok &= bad == 0;
+            result.push_str(&format!("; vs CPU: max rel err {worst:.2e}, {bad} failed"));
+        }
+        failed += usize::from(!ok);
+        rows.push([
+            "(every op)".into(),
+            "Train kernels".into(),
+            result,
+            if ok { "ok" } else { "FAIL" }.into(),
+        ]);
+    }
     for name in TRAINED {
         let Some((_, path)) = exs.iter().find(|(n, _)| n == name) else {
             continue;

@@ -9,6 +9,8 @@
 //! * [`render_kernel`] matches every [`Op`] exhaustively: a new op does not compile until it has a
 //!   template and an arm here (adding one = one template file + one arm in `spec`).
 
+pub mod zoo;
+
 use std::fmt::Write as _;
 
 use serde::Serialize;
@@ -321,6 +323,8 @@ fn pool(
     s.ctx.insert("ho", &y[1]);
     s.ctx.insert("wo", &y[2]);
     s.ctx.insert("size", &g.size);
+    let big = [numel(x), numel(y)].iter().any(|&v| v >= (1usize << 31));
+    s.ctx.insert("idx", if big { "u64" } else { "unsigned" });
     s.ctx.insert("stride", &g.stride);
     Ok(s)
 }

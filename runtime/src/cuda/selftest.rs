@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use dmc_compiler::codegen::{render_kernel, render_plan, CudaKernel};
+use dmc_compiler::codegen::{render_kernel, CudaKernel};
 use dmc_compiler::op::{DType, Op, Role};
 use dmc_compiler::plan::{Kernel, Mode, Plan, ALIGN};
 use rand::{Rng, SeedableRng};
@@ -28,16 +28,28 @@ pub struct CompileReport {
 
 /// Renders and compiles (to CUBIN for `arch`) every kernel of `plan`.
 pub fn compile_plan(plan: &Plan, arch: &str) -> Result<Vec<CompileReport>, CudaError> {
+    compile_kernels(&plan.kernels, plan.mode, arch)
+}
+
+/// Renders and compiles (to CUBIN for `arch`) every kernel that has one.
+pub fn compile_kernels(
+    kernels: &[Kernel],
+    mode: Mode,
+    arch: &str,
+) -> Result<Vec<CompileReport>, CudaError> {
     let nv = nvrtc::nvrtc()?;
     let mut out = Vec::new();
-    for k in render_plan(plan)? {
-        let c = nv.compile(&k.name, &k.source, arch, Output::Cubin)?;
+    for k in kernels {
+        let Some(c) = render_kernel(k, mode)? else {
+            continue;
+        };
+        let r = nv.compile(&c.name, &c.source, arch, Output::Cubin)?;
         out.push(CompileReport {
-            kernel: k.name.clone(),
-            kind: plan.kernels[k.id].op.kind_name(),
-            resources: parse_resources(&c.log),
-            warnings: warnings(&c.log),
-            from_cache: c.from_cache,
+            kernel: c.name.clone(),
+            kind: k.op.kind_name(),
+            resources: parse_resources(&r.log),
+            warnings: warnings(&r.log),
+            from_cache: r.from_cache,
         });
     }
     Ok(out)
