@@ -16,6 +16,7 @@ pub enum BackendKind {
 }
 
 /// The CPU or the CUDA backend for one plan.
+#[allow(clippy::large_enum_variant)] // one per process
 pub enum Backend {
     Cpu(CpuBackend),
     Cuda(Box<CudaBackend>),

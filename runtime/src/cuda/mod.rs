@@ -186,7 +186,7 @@ impl DeviceBuffer {
     }
 
     fn check(&self, offset: usize, len: usize) -> Result<(), CudaError> {
-        if offset.checked_add(len).map_or(true, |e| e > self.bytes) {
+        if !matches!(offset.checked_add(len), Some(e) if e <= self.bytes) {
             return Err(CudaError::Driver {
                 what: "copy".into(),
                 message: format!(
@@ -225,6 +225,9 @@ impl Drop for DeviceBuffer {
         }
     }
 }
+
+/// (name, shape, values) of a parameter copied back from the device.
+pub type NamedTensor = (String, Vec<usize>, Vec<f32>);
 
 /// The CUDA backend for one plan (mirrors [`CpuBackend`](crate::CpuBackend)'s API).
 pub struct CudaBackend {
@@ -355,7 +358,7 @@ impl CudaBackend {
     }
 
     /// Every parameter, copied back: (name, shape, values).
-    pub fn params(&self) -> Result<Vec<(String, Vec<usize>, Vec<f32>)>, RuntimeError> {
+    pub fn params(&self) -> Result<Vec<NamedTensor>, RuntimeError> {
         self.plan
             .params
             .iter()
