@@ -10,6 +10,13 @@ static ALLOC: dmc_runtime::alloc::CountingAlloc = dmc_runtime::alloc::CountingAl
 use clap::Parser;
 
 fn main() {
+    // Behave like a Unix tool when the reader of stdout goes away (`dmc plan x.dm | head`): end
+    // quietly instead of panicking on a broken pipe.
+    #[cfg(unix)]
+    // SAFETY: restoring the default disposition of SIGPIPE at startup, before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     report::install();
     let cli = commands::Cli::parse();
     if let Err(e) = commands::run(cli) {

@@ -28,7 +28,7 @@ pub enum CliError {
     #[error("{0}")]
     Training(String),
     /// Stopped by Ctrl-C (after saving).
-    #[error("interrupted")]
+    #[error("interrupted by Ctrl-C: stopped after the current step (weights were saved if --save was given)")]
     Interrupted,
 }
 

@@ -75,3 +75,110 @@ fn errors_exit_1_with_a_rendered_diagnostic() {
         "{err}"
     );
 }
+
+#[test]
+fn plan_of_seed_is_pinned_and_within_one_percent_of_the_parameters() {
+    let (code, out, err) = dmc(&["plan", "examples/seed.dm"]);
+    assert_eq!(code, 0, "{err}");
+    insta::assert_snapshot!("cli_seed_plan", out);
+    let arena: u64 = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("arena size"))
+        .and_then(|l| l.split_whitespace().nth(2))
+        .map(|s| s.replace(',', ""))
+        .and_then(|s| s.parse().ok())
+        .expect("arena size line");
+    assert!(
+        arena <= 834_413_138,
+        "arena {arena} > 1.01 x parameter bytes"
+    );
+    assert!(out.contains("conventional"), "{out}");
+}
+
+#[test]
+fn cap_below_the_parameters_is_refused_with_the_smallest_cap() {
+    let (code, out, err) = dmc(&["compile", "examples/seed.dm", "--vram-cap", "800MB"]);
+    assert_eq!(code, 1);
+    assert!(out.is_empty());
+    assert!(
+        err.contains("parameters 787.9 MiB + optimizer state 0 B"),
+        "{err}"
+    );
+    assert!(err.contains("the smallest cap that works"), "{err}");
+    let (code, _, err) = dmc(&["compile", "examples/seed.dm", "--vram-cap", "12 parsecs"]);
+    assert_eq!(code, 2, "clap usage error expected: {err}");
+    assert!(err.contains("unknown unit"), "{err}");
+}
+
+#[test]
+fn plan_timeline_is_svg() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svg = dir.path().join("t.svg");
+    let (code, _, err) = dmc(&[
+        "plan",
+        "examples/resnet_small.dm",
+        "--vram-cap",
+        "64MiB",
+        "--timeline",
+        &svg.display().to_string(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let text = std::fs::read_to_string(&svg).expect("svg written");
+    let doc = roxmltree::Document::parse(&text).expect("well-formed XML");
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    assert!(text.contains("cap"), "the cap line is drawn");
+}
+
+#[test]
+fn plan_explains_remat_sweeps_and_finds_the_largest_batch() {
+    // resnet_small's arena without recomputation is 1.4 MB: 1.25 MB needs remat.
+    let (code, out, err) = dmc(&["plan", "examples/resnet_small.dm", "--vram-cap", "1.25MB"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("Rematerialization"), "{out}");
+    assert!(out.contains("memory saved"), "{out}");
+    assert!(out.contains("of the step's"), "{out}");
+    let (code, _, err) = dmc(&[
+        "plan",
+        "examples/resnet_small.dm",
+        "--vram-cap",
+        "1.25MB",
+        "--remat",
+        "off",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("the smallest cap that works"), "{err}");
+    // Below what remat reaches: refused, naming that smallest cap.
+    let (code, _, err) = dmc(&["plan", "examples/resnet_small.dm", "--vram-cap", "500KB"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("the smallest cap that works"), "{err}");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svg = dir.path().join("sweep.svg");
+    let (code, out, err) = dmc(&[
+        "plan",
+        "examples/resnet_small.dm",
+        "--sweep",
+        "--points",
+        "5",
+        "--svg",
+        &svg.display().to_string(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("sqrt(n)") && out.contains("checkpoint-all"),
+        "{out}"
+    );
+    let text = std::fs::read_to_string(&svg).expect("svg written");
+    let doc = roxmltree::Document::parse(&text).expect("well-formed XML");
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+
+    let (code, out, err) = dmc(&[
+        "plan",
+        "examples/resnet_small.dm",
+        "--vram-cap",
+        "2MB",
+        "--max-batch",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("the largest batch that fits"), "{out}");
+}

@@ -89,9 +89,13 @@ fn check_gradients(src: &str, classes: usize) {
             let mut w = w0.clone();
             w[i] = w0[i] + h;
             probe.set_param(name, &w).expect("set");
+            // Inputs share arena bytes with later buffers (they die after their last read), so
+            // they are fed before every run, as the CLI does.
+            feed(&mut [&mut probe], classes);
             let lp = probe.run(1, seed).expect("run") as f64;
             w[i] = w0[i] - h;
             probe.set_param(name, &w).expect("set");
+            feed(&mut [&mut probe], classes);
             let lm = probe.run(1, seed).expect("run") as f64;
             probe.set_param(name, w0).expect("reset");
             // The perturbation actually applied (f32 rounding of w0 +- h).
@@ -163,9 +167,11 @@ fn the_gradient_test_can_fail() {
         let mut w = w0.clone();
         w[i] += h;
         probe.set_param("dense_1.weight", &w).expect("set");
+        feed(&mut [&mut probe], 0);
         let lp = probe.run(1, 0).expect("run") as f64;
         w[i] = w0[i] - h;
         probe.set_param("dense_1.weight", &w).expect("set");
+        feed(&mut [&mut probe], 0);
         let lm = probe.run(1, 0).expect("run") as f64;
         probe.set_param("dense_1.weight", &w0).expect("reset");
         let fd = (lp - lm) / (2.0 * h as f64);

@@ -219,7 +219,15 @@ pub fn vjp(
         | Op::MseLossBwd
         | Op::CrossEntropyLossBwd
         | Op::SgdUpdate { .. }
-        | Op::AdamUpdate { .. } => {
+        | Op::AdamUpdate { .. }
+        | Op::UnaryInPlace(_)
+        | Op::AddInPlace
+        | Op::DropoutInPlace { .. }
+        | Op::UnaryBwdInPlace(_)
+        | Op::DropoutBwdInPlace { .. }
+        | Op::Conv2dBwdWeightUpdate { .. }
+        | Op::DenseBwdWeightUpdate { .. }
+        | Op::BiasGradUpdate { .. } => {
             return Err(CompileError::Internal(format!(
                 "cannot differentiate `{}` ({}): not a forward op",
                 node.name,

@@ -1,7 +1,8 @@
 //! An INDEPENDENT plan checker. It re-derives every safety property of a [`Plan`] from the plan
 //! alone (no IR, no planner code): buffers inside the arena and aligned, no two simultaneously
 //! live buffers overlapping, every step's arguments matching its kernel, every read preceded by a
-//! write, and no read of a buffer after a step overwrote it in place.
+//! write, and no read of a persistent buffer after a step overwrote it in place (an in-place
+//! write of a transient buffer makes the step's output, which later steps read).
 
 use thiserror::Error;
 
@@ -334,7 +335,13 @@ pub fn check_plan(plan: &Plan) -> Result<(), PlanCheckError> {
                     written[bid] = true;
                 }
                 Role::InOut => {
-                    in_place_at[bid] = Some(s);
+                    // A persistent buffer (parameter, optimizer state) overwritten in place holds
+                    // next step's value: nothing may read it after. A transient one overwritten
+                    // in place (an elementwise op whose input died there) holds the op's output,
+                    // which later steps read.
+                    if b.persistent {
+                        in_place_at[bid] = Some(s);
+                    }
                     written[bid] = true;
                 }
                 Role::In | Role::Workspace => {}

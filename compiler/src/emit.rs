@@ -4,7 +4,9 @@
 //! their input's buffer ([`Graph::buffer_root`]). Buffer kinds come from the producing op/phase,
 //! live ranges from the schedule (first write .. last read; persistent for parameters and
 //! optimizer state; inputs from step 0; the loss and the output until the last step), plus one
-//! workspace buffer per convolution step. Offsets come from [`place`]. Identical kernels
+//! workspace buffer per `Workspace` parameter of a step's signature (sized by
+//! [`Op::workspace_elems`]). Offsets come from [`place`] with the chosen planner; the cap is
+//! enforced by the caller (`compile`). Identical kernels
 //! (same op, same argument shapes) are deduplicated.
 
 use std::collections::HashMap;
@@ -13,13 +15,13 @@ use petgraph::stable_graph::NodeIndex;
 
 use crate::error::CompileError;
 use crate::ir::{Graph, Phase, Value};
-use crate::op::{conv_workspace_elems, DType, Op};
+use crate::op::{DType, Op, Role};
 use crate::passes::Ctx;
 use crate::plan::{
     Buffer, BufferId, BufferKind, Init, IoBinding, Kernel, Mode, ParamBinding, Plan, Step,
     FORMAT_VERSION,
 };
-use crate::planner::{place, BufferReq};
+use crate::planner::{place, BufferReq, PlannerKind};
 
 struct Buf {
     name: String,
@@ -52,30 +54,12 @@ fn kind_of(g: &Graph, root: Value) -> BufferKind {
     }
 }
 
-/// Workspace elements of a step, if its kernel has a workspace.
-fn workspace_elems(g: &Graph, n: NodeIndex) -> Option<usize> {
-    let ins = g.inputs(n);
-    match &g.node(n).op {
-        Op::Conv2d { geom, .. } => Some(conv_workspace_elems(
-            geom,
-            &g.ty(ins[0]).shape,
-            &g.node(n).outputs[0].shape,
-        )),
-        Op::Conv2dBwdWeight { geom } => Some(conv_workspace_elems(
-            geom,
-            &g.ty(ins[0]).shape,
-            &g.ty(ins[1]).shape,
-        )),
-        _ => None,
-    }
-}
-
 /// Builds the plan for `g` executed in `order` (kernel nodes only, see [`crate::schedule`]).
 pub fn emit(
     g: &Graph,
     order: &[NodeIndex],
     ctx: &Ctx,
-    cap: Option<u64>,
+    planner: PlannerKind,
 ) -> Result<Plan, CompileError> {
     let mut bufs: Vec<Buf> = vec![];
     let mut of: HashMap<Value, BufferId> = HashMap::new();
@@ -145,9 +129,16 @@ pub fn emit(
             args.push(id);
             shapes.push(t.shape.clone());
         }
-        if let Some(elems) = workspace_elems(g, n) {
+        let ws_names: Vec<String> = op
+            .signature()
+            .params
+            .iter()
+            .filter(|p| p.role == Role::Workspace)
+            .map(|p| p.name.clone())
+            .collect();
+        for (elems, pname) in op.workspace_elems(&shapes).into_iter().zip(ws_names) {
             bufs.push(Buf {
-                name: format!("{} workspace", node.name),
+                name: format!("{} workspace {pname}", node.name),
                 bytes: (elems * DType::F32.size()) as u64,
                 dtype: DType::F32,
                 kind: BufferKind::Workspace,
@@ -196,6 +187,7 @@ pub fn emit(
             kernel,
             args,
             label,
+            phase: node.phase.into(),
         });
     }
 
@@ -255,7 +247,7 @@ pub fn emit(
             }
         })
         .collect();
-    let placement = place(&reqs, cap)?;
+    let placement = place(&reqs, planner);
     let buffers: Vec<Buffer> = bufs
         .iter()
         .zip(&reqs)
@@ -269,6 +261,7 @@ pub fn emit(
             offset: placement.offsets[id],
             live: r.live,
             persistent: b.persistent,
+            layer: crate::plan::layer_of(&b.name).to_string(),
         })
         .collect();
 
@@ -337,5 +330,7 @@ pub fn emit(
         loss: loss_buf,
         output,
         optimizer: ctx.optimizer,
+        lower_bound_bytes: placement.lower_bound,
+        placement_strategy: placement.strategy.to_string(),
     })
 }

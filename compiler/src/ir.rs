@@ -116,6 +116,9 @@ pub struct Graph {
     pub output: Value,
     /// Gradient of each parameter leaf (filled by autodiff).
     pub grads: BTreeMap<NodeIndex, Value>,
+    /// Scheduling hints (set by rematerialization): a node runs only after all these nodes ran,
+    /// so that a recomputation happens right before the backward that needs it.
+    pub not_before: BTreeMap<NodeIndex, BTreeSet<NodeIndex>>,
 }
 
 impl Graph {
@@ -130,6 +133,7 @@ impl Graph {
             loss: None,
             output: (NodeIndex::new(0), 0),
             grads: BTreeMap::new(),
+            not_before: BTreeMap::new(),
         }
     }
 
@@ -616,6 +620,57 @@ pub fn infer_outputs(
         Op::MseLossBwd => {
             same(&inputs[0], &inputs[1], "pred, target")?;
             vec![inputs[0].clone()]
+        }
+        Op::UnaryInPlace(_) | Op::DropoutInPlace { .. } | Op::DropoutBwdInPlace { .. } => {
+            vec![inputs[0].clone()]
+        }
+        Op::AddInPlace | Op::UnaryBwdInPlace(_) => {
+            same(&inputs[0], &inputs[1], "inputs")?;
+            vec![inputs[0].clone()]
+        }
+        Op::Conv2dBwdWeightUpdate { geom, chunk, .. } => {
+            let (x, dy, w) = (&inputs[0], &inputs[1], &inputs[2]);
+            rank(x, 4, "x")?;
+            rank(dy, 4, "dy")?;
+            let ok = x.shape[0] == dy.shape[0]
+                && conv_extent_ok(x.shape[1], geom.kh, geom.stride, geom.pad_top, dy.shape[1])
+                && conv_extent_ok(x.shape[2], geom.kw, geom.stride, geom.pad_left, dy.shape[2])
+                && w.shape == [geom.kh, geom.kw, x.shape[3], dy.shape[3]];
+            if !ok {
+                return err(format!("x {x}, dy {dy}, w {w} inconsistent with {geom:?}"));
+            }
+            if *chunk == 0 || *chunk > dy.shape[3] {
+                return err(format!("chunk {chunk} outside 1..={}", dy.shape[3]));
+            }
+            for (i, t) in inputs.iter().enumerate().skip(3) {
+                same(w, t, &format!("w, state {i}"))?;
+            }
+            inputs[2..].to_vec()
+        }
+        Op::DenseBwdWeightUpdate { chunk, .. } => {
+            let (x, dy, w) = (&inputs[0], &inputs[1], &inputs[2]);
+            rank(x, 2, "x")?;
+            rank(dy, 2, "dy")?;
+            if x.shape[0] != dy.shape[0] || w.shape != [x.shape[1], dy.shape[1]] {
+                return err(format!("x {x}, dy {dy}, w {w} inconsistent"));
+            }
+            if *chunk == 0 || *chunk > dy.shape[1] {
+                return err(format!("chunk {chunk} outside 1..={}", dy.shape[1]));
+            }
+            for (i, t) in inputs.iter().enumerate().skip(3) {
+                same(w, t, &format!("w, state {i}"))?;
+            }
+            inputs[2..].to_vec()
+        }
+        Op::BiasGradUpdate { .. } => {
+            let (dy, b) = (&inputs[0], &inputs[1]);
+            if dy.shape.last().map(|c| vec![*c]) != Some(b.shape.clone()) {
+                return err(format!("dy {dy} and bias {b} inconsistent"));
+            }
+            for (i, t) in inputs.iter().enumerate().skip(2) {
+                same(b, t, &format!("b, state {i}"))?;
+            }
+            inputs[1..].to_vec()
         }
         Op::SgdUpdate { .. } | Op::AdamUpdate { .. } => {
             for (i, t) in inputs.iter().enumerate().skip(1) {

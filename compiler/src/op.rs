@@ -129,6 +129,100 @@ pub enum Op {
         weight_decay: f32,
         decoupled: bool,
     },
+
+    // ---- in place (made by the `inplace_elementwise` pass: the written input dies there) ----
+    /// x -> x = f(x) (x is `InOut`: one buffer).
+    UnaryInPlace(UnaryKind),
+    /// a, b -> a = a + b (a is `InOut`). Also the in-place gradient accumulation.
+    AddInPlace,
+    /// x -> x = x * keep / (1-p), the mask of `Dropout`.
+    DropoutInPlace { p: f32, salt: u64 },
+    /// saved, dy -> dy = f'(saved) * dy (dy is `InOut`); `saved` as for `UnaryBwd`.
+    UnaryBwdInPlace(UnaryKind),
+    /// dy -> dy = dy * keep / (1-p).
+    DropoutBwdInPlace { p: f32, salt: u64 },
+
+    // ---- weight gradient fused with the optimizer update (the `fuse_weight_update` pass) ----
+    /// x[N,H,W,Ci], dy[N,Ho,Wo,Co], w[kh,kw,Ci,Co] (InOut), state.. (InOut) -> w', state'..
+    /// For each block of `chunk` output channels (columns of the [K, Co] weight matrix,
+    /// K = kh*kw*Ci): the gradient of that block into the workspace `gw` [K x chunk], then the
+    /// update `rule` on that block of w and its state. Workspaces: `gw` (K*chunk), `cols` (as for
+    /// `Conv2d`). No whole-layer gradient is ever held.
+    Conv2dBwdWeightUpdate {
+        geom: ConvGeom,
+        rule: UpdateRule,
+        chunk: usize,
+    },
+    /// x[N,K], dy[N,M], w[K,M] (InOut), state.. (InOut) -> w', state'..; gradient in blocks of
+    /// `chunk` columns into the workspace `gw` [K x chunk], each block updated at once.
+    DenseBwdWeightUpdate { rule: UpdateRule, chunk: usize },
+    /// dy[.., C], b[C] (InOut), state.. (InOut) -> b', state'..; db (workspace [C]) = sum dy, then
+    /// the update.
+    BiasGradUpdate { rule: UpdateRule },
+}
+
+/// An optimizer update rule, as carried by the fused weight-gradient + update ops (same
+/// semantics and state slots as `SgdUpdate` / `AdamUpdate`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum UpdateRule {
+    Sgd {
+        lr: f32,
+        momentum: f32,
+        weight_decay: f32,
+        nesterov: bool,
+    },
+    Adam {
+        lr: f32,
+        beta1: f32,
+        beta2: f32,
+        eps: f32,
+        weight_decay: f32,
+        decoupled: bool,
+    },
+}
+
+impl UpdateRule {
+    /// The rule of an unfused update op (`None` for any other op).
+    pub fn of(op: &Op) -> Option<UpdateRule> {
+        match *op {
+            Op::SgdUpdate {
+                lr,
+                momentum,
+                weight_decay,
+                nesterov,
+            } => Some(UpdateRule::Sgd {
+                lr,
+                momentum,
+                weight_decay,
+                nesterov,
+            }),
+            Op::AdamUpdate {
+                lr,
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+                decoupled,
+            } => Some(UpdateRule::Adam {
+                lr,
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+                decoupled,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Names of the optimizer-state slots the rule reads and overwrites (after the weight).
+    pub fn state_names(&self) -> &'static [&'static str] {
+        match self {
+            UpdateRule::Sgd { momentum, .. } if *momentum != 0.0 => &["v"],
+            UpdateRule::Sgd { .. } => &[],
+            UpdateRule::Adam { .. } => &["m", "v"],
+        }
+    }
 }
 
 /// How a kernel uses one of its arguments.
@@ -186,6 +280,17 @@ impl Op {
                 }
             }
             Op::AdamUpdate { .. } => vec![(0, 0), (1, 2), (2, 3)],
+            Op::UnaryInPlace(_)
+            | Op::AddInPlace
+            | Op::DropoutInPlace { .. }
+            | Op::DropoutBwdInPlace { .. } => vec![(0, 0)],
+            Op::UnaryBwdInPlace(_) => vec![(0, 1)],
+            Op::Conv2dBwdWeightUpdate { rule, .. } | Op::DenseBwdWeightUpdate { rule, .. } => {
+                (0..=rule.state_names().len()).map(|o| (o, o + 2)).collect()
+            }
+            Op::BiasGradUpdate { rule } => {
+                (0..=rule.state_names().len()).map(|o| (o, o + 1)).collect()
+            }
             _ => vec![],
         }
     }
@@ -275,6 +380,28 @@ impl Op {
                 p("m", InOut, F32),
                 p("v", InOut, F32),
             ],
+            Op::UnaryInPlace(_) | Op::DropoutInPlace { .. } => vec![p("x", InOut, F32)],
+            Op::AddInPlace => vec![p("a", InOut, F32), p("b", In, F32)],
+            Op::UnaryBwdInPlace(k) => {
+                let saved = if *k == UnaryKind::Gelu { "x" } else { "y" };
+                vec![p(saved, In, F32), p("dy", InOut, F32)]
+            }
+            Op::DropoutBwdInPlace { .. } => vec![p("dy", InOut, F32)],
+            Op::Conv2dBwdWeightUpdate { rule, .. } | Op::DenseBwdWeightUpdate { rule, .. } => {
+                let mut v = vec![p("x", In, F32), p("dy", In, F32), p("w", InOut, F32)];
+                v.extend(rule.state_names().iter().map(|s| p(s, InOut, F32)));
+                v.push(p("gw", Workspace, F32));
+                if matches!(self, Op::Conv2dBwdWeightUpdate { .. }) {
+                    v.push(p("cols", Workspace, F32));
+                }
+                v
+            }
+            Op::BiasGradUpdate { rule } => {
+                let mut v = vec![p("dy", In, F32), p("b", InOut, F32)];
+                v.extend(rule.state_names().iter().map(|s| p(s, InOut, F32)));
+                v.push(p("db", Workspace, F32));
+                v
+            }
         };
         Signature { params }
     }
@@ -302,6 +429,56 @@ impl Op {
                 .iter()
                 .filter(|s| matches!(s.role, Role::Out | Role::InOut))
                 .count(),
+        }
+    }
+
+    /// Whether the op overwrites a parameter with its update (a root of the training step).
+    pub fn is_update(&self) -> bool {
+        matches!(
+            self,
+            Op::SgdUpdate { .. }
+                | Op::AdamUpdate { .. }
+                | Op::Conv2dBwdWeightUpdate { .. }
+                | Op::DenseBwdWeightUpdate { .. }
+                | Op::BiasGradUpdate { .. }
+        )
+    }
+
+    /// Elements (f32) of each `Workspace` parameter of the signature, in order, given the full
+    /// shapes of the other signature parameters (signature order, workspaces left out). Shared by
+    /// the planner (workspace buffer sizes) and the backends (checking them).
+    pub fn workspace_elems(&self, s: &[Vec<usize>]) -> Vec<usize> {
+        let k_of =
+            |geom: &ConvGeom, x: &[usize]| geom.kh * geom.kw * x.get(3).copied().unwrap_or(0);
+        match self {
+            Op::Conv2d { geom, bias } => {
+                let yi = if *bias { 3 } else { 2 };
+                match (s.first(), s.get(yi)) {
+                    (Some(x), Some(y)) if x.len() == 4 && y.len() == 4 => {
+                        vec![conv_workspace_elems(geom, x, y)]
+                    }
+                    _ => vec![0],
+                }
+            }
+            Op::Conv2dBwdWeight { geom } => match (s.first(), s.get(1)) {
+                (Some(x), Some(dy)) if x.len() == 4 && dy.len() == 4 => {
+                    vec![conv_workspace_elems(geom, x, dy)]
+                }
+                _ => vec![0],
+            },
+            Op::Conv2dBwdWeightUpdate { geom, chunk, .. } => match (s.first(), s.get(1)) {
+                (Some(x), Some(dy)) if x.len() == 4 && dy.len() == 4 => {
+                    vec![k_of(geom, x) * chunk, conv_workspace_elems(geom, x, dy)]
+                }
+                _ => vec![0, 0],
+            },
+            Op::DenseBwdWeightUpdate { chunk, .. } => {
+                vec![s.get(2).and_then(|w| w.first()).copied().unwrap_or(0) * chunk]
+            }
+            Op::BiasGradUpdate { .. } => {
+                vec![s.get(1).map(|b| b.iter().product()).unwrap_or(0)]
+            }
+            _ => vec![],
         }
     }
 
@@ -342,6 +519,20 @@ impl Op {
             Op::CrossEntropyLossBwd => "cross_entropy_loss_bwd",
             Op::SgdUpdate { .. } => "sgd_update",
             Op::AdamUpdate { .. } => "adam_update",
+            Op::UnaryInPlace(UnaryKind::Relu) => "relu_inplace",
+            Op::UnaryInPlace(UnaryKind::Tanh) => "tanh_inplace",
+            Op::UnaryInPlace(UnaryKind::Sigmoid) => "sigmoid_inplace",
+            Op::UnaryInPlace(UnaryKind::Gelu) => "gelu_inplace",
+            Op::AddInPlace => "add_inplace",
+            Op::DropoutInPlace { .. } => "dropout_inplace",
+            Op::UnaryBwdInPlace(UnaryKind::Relu) => "relu_bwd_inplace",
+            Op::UnaryBwdInPlace(UnaryKind::Tanh) => "tanh_bwd_inplace",
+            Op::UnaryBwdInPlace(UnaryKind::Sigmoid) => "sigmoid_bwd_inplace",
+            Op::UnaryBwdInPlace(UnaryKind::Gelu) => "gelu_bwd_inplace",
+            Op::DropoutBwdInPlace { .. } => "dropout_bwd_inplace",
+            Op::Conv2dBwdWeightUpdate { .. } => "conv2d_bwd_weight_update",
+            Op::DenseBwdWeightUpdate { .. } => "dense_bwd_weight_update",
+            Op::BiasGradUpdate { .. } => "bias_grad_update",
         }
     }
 }

@@ -6,13 +6,16 @@
 use std::collections::BTreeSet;
 
 use petgraph::stable_graph::NodeIndex;
+use petgraph::visit::EdgeRef;
+use petgraph::Direction;
 
 use crate::autodiff::autodiff;
 use crate::error::CompileError;
-use crate::ir::Graph;
-use crate::op::{Op, Optimizer};
+use crate::ir::{Graph, Phase, Value};
+use crate::op::{Op, Optimizer, UpdateRule};
 use crate::optimizer::optimizer_update;
 use crate::plan::Mode;
+use crate::schedule::view_closure;
 use crate::verify::verify;
 
 /// What the passes may depend on.
@@ -23,12 +26,17 @@ pub struct Ctx {
     pub batch: usize,
     /// Run the IR verifier before and after every pass.
     pub verify: bool,
+    /// Fuse each weight gradient with its optimizer update (`fuse_weight_update`).
+    pub fuse: bool,
+    /// Rewrite elementwise ops to write into an input that dies there (`inplace_elementwise`).
+    pub inplace: bool,
+    /// What the `rematerialize` pass does (chosen by `compile` to fit the cap).
+    pub remat: crate::remat::Strategy,
 }
 
 pub type Pass = fn(&mut Graph, &Ctx) -> Result<bool, CompileError>;
 
-/// The pipeline, in order. Add passes here (in-place rewriting, fused weight-grad + update and
-/// rematerialisation go between `optimizer_update` and `dead_code_elimination`).
+/// The pipeline, in order.
 pub const PIPELINE: &[(&str, Pass)] = &[
     // Predict: first, so that nothing is ever built on top of the loss or the targets.
     ("drop_loss", drop_loss),
@@ -38,8 +46,19 @@ pub const PIPELINE: &[(&str, Pass)] = &[
     ("autodiff", autodiff),
     // Train: consumes the gradients recorded by autodiff; its updates are the roots of the step.
     ("optimizer_update", optimizer_update),
-    // Last: removes whatever earlier passes orphaned (unused forward values, targets in predict).
+    // Train: needs each (weight-gradient -> update) pair, so after the optimizer pass; the fused
+    // op replaces both, so no whole-layer gradient survives into scheduling.
+    ("fuse_weight_update", fuse_weight_update),
+    // Removes whatever earlier passes orphaned (unused forward values, targets in predict), so
+    // that the consumer counts the in-place pass relies on are final.
     ("dead_code_elimination", dead_code_elimination),
+    // Train: on the final forward/backward structure (after fusion: fused updates read forward
+    // inputs, which it may rewire to recomputed copies), before in place, so that the in-place
+    // rule sees the recomputed copies' consumers; nothing after it merges nodes.
+    ("rematerialize", crate::remat::rematerialize),
+    // Last: decides in place on the final graph by the rule "the input's only consumer is this
+    // op" (schedule-independent); nothing after it adds a reader.
+    ("inplace_elementwise", inplace_elementwise),
 ];
 
 /// Runs [`PIPELINE`] on `g`, verifying before and after each pass when `ctx.verify` is set.
@@ -99,10 +118,7 @@ pub fn dead_code_elimination(g: &mut Graph, _ctx: &Ctx) -> Result<bool, CompileE
     let mut live: BTreeSet<NodeIndex> = BTreeSet::new();
     let mut stack: Vec<NodeIndex> = vec![g.output.0];
     stack.extend(g.loss.map(|l| l.0));
-    stack.extend(
-        g.g.node_indices()
-            .filter(|n| matches!(g.node(*n).op, Op::SgdUpdate { .. } | Op::AdamUpdate { .. })),
-    );
+    stack.extend(g.g.node_indices().filter(|n| g.node(*n).op.is_update()));
     stack.extend(g.params.iter().map(|(p, _)| *p));
     stack.extend(g.opt_state.iter().map(|(s, _, _)| *s));
     stack.extend(g.inputs.iter().copied());
@@ -118,4 +134,144 @@ pub fn dead_code_elimination(g: &mut Graph, _ctx: &Ctx) -> Result<bool, CompileE
     g.targets.retain(|t| live.contains(t));
     g.grads.retain(|_, d| live.contains(&d.0));
     Ok(!dead.is_empty())
+}
+
+/// Pass (train, `ctx.fuse`): every optimizer update whose gradient comes from a
+/// `Conv2dBwdWeight`, `DenseBwdWeight` or `BiasGrad` read by nothing else becomes one fused op
+/// (`Conv2dBwdWeightUpdate`, `DenseBwdWeightUpdate`, `BiasGradUpdate`) reading the gradient's
+/// inputs, the parameter and its state. The chunk starts at the whole layer; `compile` shrinks it.
+pub fn fuse_weight_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> {
+    if ctx.mode != Mode::Train || !ctx.fuse {
+        return Ok(false);
+    }
+    let mut changed = false;
+    for u in g.nodes() {
+        let Some(rule) = UpdateRule::of(&g.node(u).op) else {
+            continue;
+        };
+        let ins = g.inputs(u);
+        let Some(&grad) = ins.get(1) else { continue };
+        if g.consumers(grad) != vec![(u, 1)] || grad.1 != 0 {
+            continue;
+        }
+        let gins = g.inputs(grad.0);
+        let state: Vec<Value> = ins[2..].to_vec();
+        let (op, mut new_ins) = match &g.node(grad.0).op {
+            Op::Conv2dBwdWeight { geom } => {
+                let co = g.ty(ins[0]).shape[3];
+                (
+                    Op::Conv2dBwdWeightUpdate {
+                        geom: *geom,
+                        rule,
+                        chunk: co,
+                    },
+                    vec![gins[0], gins[1], ins[0]],
+                )
+            }
+            Op::DenseBwdWeight => {
+                let m = g.ty(ins[0]).shape[1];
+                (
+                    Op::DenseBwdWeightUpdate { rule, chunk: m },
+                    vec![gins[0], gins[1], ins[0]],
+                )
+            }
+            Op::BiasGrad => (Op::BiasGradUpdate { rule }, vec![gins[0], ins[0]]),
+            _ => continue,
+        };
+        new_ins.extend(state);
+        let name = g.node(u).name.clone();
+        let f = g.add_node(op, &new_ins, name, Phase::Update, None)?;
+        // Readers of the update's outputs (none today) read the fused op's, same order.
+        let outs: Vec<(Value, Vec<(NodeIndex, usize)>)> = (0..g.node(u).outputs.len())
+            .map(|o| ((u, o), g.consumers((u, o))))
+            .collect();
+        for ((_, o), cs) in outs {
+            for (c, slot) in cs {
+                g.g.add_edge(
+                    f,
+                    c,
+                    crate::ir::Edge {
+                        src_output: o,
+                        dst_input: slot,
+                    },
+                );
+            }
+        }
+        g.g.remove_node(u);
+        g.g.remove_node(grad.0);
+        g.grads.retain(|_, d| *d != grad);
+        changed = true;
+    }
+    Ok(changed)
+}
+
+/// Whether node `n` may overwrite its input value `v` in place: `v`'s buffer is made by a kernel
+/// (not a leaf), neither `v` nor any view of it is the loss or the output, nothing but `n` reads
+/// `v` or a view of it, and no other input of `n` lives in the same buffer.
+fn dies_here(g: &Graph, n: NodeIndex, v: Value) -> bool {
+    let root = g.buffer_root(v);
+    if g.node(root.0).op.is_leaf() {
+        return false;
+    }
+    for w in view_closure(g, v) {
+        if w == g.output || Some(w) == g.loss {
+            return false;
+        }
+        if g.consumers(w)
+            .iter()
+            .any(|(c, _)| *c != n && !matches!(g.node(*c).op, Op::Reshape))
+        {
+            return false;
+        }
+    }
+    let same_buffer = g
+        .inputs(n)
+        .iter()
+        .filter(|u| g.buffer_root(**u) == root)
+        .count();
+    same_buffer == 1
+}
+
+/// Pass (`ctx.inplace`): elementwise ops (activations, add, dropout, their backward ops, gradient
+/// accumulation) write into an input that dies there: `Unary`/`Dropout`/`DropoutBwd` into x/dy,
+/// `UnaryBwd` into dy, `Add` into whichever operand dies (swapped into slot 0; a + b == b + a
+/// exactly). The written input becomes `InOut` in the kernel signature: one buffer.
+pub fn inplace_elementwise(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> {
+    if !ctx.inplace {
+        return Ok(false);
+    }
+    let mut changed = false;
+    for n in g.nodes() {
+        let op = g.node(n).op.clone();
+        let (new, slots): (Op, &[usize]) = match op {
+            Op::Unary(k) => (Op::UnaryInPlace(k), &[0]),
+            Op::Dropout { p, salt } => (Op::DropoutInPlace { p, salt }, &[0]),
+            Op::DropoutBwd { p, salt } => (Op::DropoutBwdInPlace { p, salt }, &[0]),
+            Op::UnaryBwd(k) => (Op::UnaryBwdInPlace(k), &[1]),
+            Op::Add => (Op::AddInPlace, &[0, 1]),
+            _ => continue,
+        };
+        let Some(&slot) = slots
+            .iter()
+            .find(|&&i| g.input(n, i).is_some_and(|v| dies_here(g, n, v)))
+        else {
+            continue;
+        };
+        if slot == 1 && matches!(op, Op::Add) {
+            let edges: Vec<_> =
+                g.g.edges_directed(n, Direction::Incoming)
+                    .map(|e| e.id())
+                    .collect();
+            for e in edges {
+                if let Some(w) = g.g.edge_weight_mut(e) {
+                    w.dst_input = 1 - w.dst_input;
+                }
+            }
+        }
+        if let Some(node) = g.g.node_weight_mut(n) {
+            node.op = new;
+            changed = true;
+        }
+    }
+    Ok(changed)
 }

@@ -37,6 +37,19 @@ pub struct Buffer {
     /// step: `(0, steps.len()-1)` and beyond, across steps.
     pub live: (usize, usize),
     pub persistent: bool,
+    /// The model layer the buffer belongs to: the layer part of its IR node's name ([`layer_of`]),
+    /// e.g. `conv2d_3` for `conv2d_3`, `conv2d_3.weight`, `grad conv2d_3.weight`,
+    /// `conv2d_3 workspace`; an input's own name. Empty in plans written before it existed.
+    #[serde(default)]
+    pub layer: String,
+}
+
+/// The layer part of an IR node or buffer name: without a leading `grad `, up to the first space
+/// or `.` (`grad conv2d_3.weight (sum)` -> `conv2d_3`).
+pub fn layer_of(name: &str) -> &str {
+    let s = name.strip_prefix("grad ").unwrap_or(name);
+    let end = s.find([' ', '.']).unwrap_or(s.len());
+    &s[..end]
 }
 
 /// Alignment of every buffer offset in the arena, in bytes.
@@ -96,6 +109,33 @@ pub struct Step {
     pub args: Vec<BufferId>,
     /// What this step is for, e.g. `conv3 forward`, `conv3.weight update`.
     pub label: String,
+    /// The part of the training step it belongs to (its IR node's phase). `Forward` in plans
+    /// written before it existed.
+    #[serde(default)]
+    pub phase: StepPhase,
+}
+
+/// Which part of the training step a [`Step`] belongs to.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize,
+)]
+pub enum StepPhase {
+    #[default]
+    Forward,
+    Loss,
+    Backward,
+    Update,
+}
+
+impl From<crate::ir::Phase> for StepPhase {
+    fn from(p: crate::ir::Phase) -> Self {
+        match p {
+            crate::ir::Phase::Forward => StepPhase::Forward,
+            crate::ir::Phase::Loss => StepPhase::Loss,
+            crate::ir::Phase::Backward => StepPhase::Backward,
+            crate::ir::Phase::Update => StepPhase::Update,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -128,6 +168,14 @@ pub struct Plan {
     /// The network's output (the loss' prediction), for `predict`.
     pub output: IoBinding,
     pub optimizer: Optimizer,
+    /// The liveness lower bound: max over steps of the (aligned) bytes live at that step; no
+    /// placement of these buffers can use a smaller arena.
+    #[serde(default)]
+    pub lower_bound_bytes: u64,
+    /// How the offsets were found: `trivial` or the winning best-fit strategy
+    /// (see `placement::VARIANTS`).
+    #[serde(default)]
+    pub placement_strategy: String,
 }
 
 pub const FORMAT_VERSION: u32 = 1;

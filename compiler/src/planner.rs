@@ -1,10 +1,26 @@
-//! Memory placement: ONE pure function, [`place`], from buffer requirements to arena offsets.
+//! Memory placement: ONE pure function, [`place`], from buffer requirements to arena offsets,
+//! with a selectable strategy ([`PlannerKind`]):
 //!
-//! The strategy today is the trivial one — every buffer its own aligned range, no reuse. The next
-//! issue replaces the strategy (interval packing by live range), not the interface.
+//! * `BestFit` (the default): [`crate::placement::place`], best-fit interval packing by live
+//!   range under several orderings (persistent buffers contiguous at the bottom);
+//! * `Trivial`: every buffer its own aligned range, no reuse. Kept so that tests can show the
+//!   planner changes memory, never results.
+//!
+//! Both report the liveness lower bound. The cap is enforced by `compile`, which needs the
+//! smallest achievable arena for its error message.
 
-use crate::error::CompileError;
+use crate::placement::{self, Interval};
 use crate::plan::{BufferKind, ALIGN};
+
+/// Which placement strategy to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PlannerKind {
+    /// Best-fit packing by live range (several orderings, the best kept).
+    #[default]
+    BestFit,
+    /// One range per buffer, no reuse.
+    Trivial,
+}
 
 /// What the placer needs to know about one buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,6 +39,10 @@ pub struct BufferReq {
 pub struct Placement {
     pub offsets: Vec<u64>,
     pub arena_bytes: u64,
+    /// Max over steps of the aligned bytes live at that step.
+    pub lower_bound: u64,
+    /// `trivial`, or the winning best-fit variant.
+    pub strategy: &'static str,
 }
 
 /// Rounds `x` up to a multiple of [`ALIGN`].
@@ -30,60 +50,57 @@ pub fn align_up(x: u64) -> u64 {
     x.div_ceil(ALIGN) * ALIGN
 }
 
-/// Places every buffer; errors with [`CompileError::CapExceeded`] (and a per-kind breakdown) when
-/// the arena would exceed `cap`.
-pub fn place(reqs: &[BufferReq], cap: Option<u64>) -> Result<Placement, CompileError> {
-    let mut offsets = Vec::with_capacity(reqs.len());
-    let mut end = 0u64;
-    for r in reqs {
-        offsets.push(end);
-        end = align_up(end + r.bytes.max(1));
-    }
-    if let Some(cap) = cap {
-        if end > cap {
-            let kinds = [
-                BufferKind::Parameter,
-                BufferKind::OptimizerState,
-                BufferKind::Input,
-                BufferKind::Activation,
-                BufferKind::Gradient,
-                BufferKind::Workspace,
-            ];
-            let breakdown = kinds
-                .iter()
-                .map(|k| {
-                    (
-                        *k,
-                        reqs.iter()
-                            .filter(|r| r.kind == *k)
-                            .map(|r| align_up(r.bytes.max(1)))
-                            .sum(),
-                    )
-                })
-                .filter(|(_, b)| *b > 0)
-                .collect();
-            return Err(CompileError::CapExceeded {
-                needed: end,
-                cap,
-                breakdown,
-            });
+fn intervals(reqs: &[BufferReq]) -> Vec<Interval> {
+    reqs.iter()
+        .map(|r| Interval {
+            bytes: r.bytes,
+            start: r.live.0,
+            end: r.live.1,
+            persistent: r.persistent,
+        })
+        .collect()
+}
+
+/// Places every buffer with the given strategy.
+pub fn place(reqs: &[BufferReq], kind: PlannerKind) -> Placement {
+    let ivs = intervals(reqs);
+    match kind {
+        PlannerKind::BestFit => match placement::place(&ivs, ALIGN, None) {
+            Ok(p) => Placement {
+                offsets: p.offsets,
+                arena_bytes: p.arena_bytes,
+                lower_bound: p.lower_bound,
+                strategy: p.strategy,
+            },
+            // Without a cap `placement::place` cannot fail; fall back to the trivial layout.
+            Err(_) => place(reqs, PlannerKind::Trivial),
+        },
+        PlannerKind::Trivial => {
+            let mut offsets = Vec::with_capacity(reqs.len());
+            let mut end = 0u64;
+            for r in reqs {
+                offsets.push(end);
+                end = align_up(end + r.bytes.max(1));
+            }
+            Placement {
+                offsets,
+                arena_bytes: end,
+                lower_bound: placement::lower_bound(&ivs, ALIGN),
+                strategy: "trivial",
+            }
         }
     }
-    Ok(Placement {
-        offsets,
-        arena_bytes: end,
-    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn req(bytes: u64, kind: BufferKind) -> BufferReq {
+    fn req(bytes: u64, live: (usize, usize), kind: BufferKind) -> BufferReq {
         BufferReq {
             bytes,
-            live: (0, 0),
-            persistent: false,
+            live,
+            persistent: kind == BufferKind::Parameter,
             kind,
         }
     }
@@ -91,35 +108,26 @@ mod tests {
     #[test]
     fn trivial_placement_is_aligned_and_disjoint() {
         let reqs = [
-            req(4, BufferKind::Parameter),
-            req(100, BufferKind::Activation),
-            req(64, BufferKind::Gradient),
+            req(4, (0, 0), BufferKind::Parameter),
+            req(100, (0, 0), BufferKind::Activation),
+            req(64, (1, 1), BufferKind::Gradient),
         ];
-        let p = place(&reqs, None).unwrap();
+        let p = place(&reqs, PlannerKind::Trivial);
         assert_eq!(p.offsets, vec![0, 64, 192]);
         assert_eq!(p.arena_bytes, 256);
-        assert!(place(&reqs, Some(256)).is_ok());
+        assert_eq!(p.lower_bound, 64 + 128);
     }
 
     #[test]
-    fn cap_exceeded_is_structured() {
+    fn best_fit_reuses_dead_buffers() {
         let reqs = [
-            req(4, BufferKind::Parameter),
-            req(100, BufferKind::Activation),
+            req(4, (0, 0), BufferKind::Parameter),
+            req(100, (0, 0), BufferKind::Activation),
+            req(64, (1, 1), BufferKind::Gradient),
         ];
-        match place(&reqs, Some(100)) {
-            Err(CompileError::CapExceeded {
-                needed,
-                cap,
-                breakdown,
-            }) => {
-                assert_eq!((needed, cap), (192, 100));
-                assert_eq!(
-                    breakdown,
-                    vec![(BufferKind::Parameter, 64), (BufferKind::Activation, 128)]
-                );
-            }
-            other => panic!("{other:?}"),
-        }
+        let p = place(&reqs, PlannerKind::BestFit);
+        assert_eq!(p.arena_bytes, 64 + 128);
+        assert_eq!(p.arena_bytes, p.lower_bound);
+        assert_ne!(p.strategy, "trivial");
     }
 }

@@ -1,12 +1,15 @@
 //! Scheduling: a topological order of the kernel nodes (leaves and `Reshape` views excluded).
 //!
 //! (a) In-place hazards are explicit constraints ([`hazard_order`]): when a node overwrites an
-//! input in place (an `InOut` argument: the optimizer updates), every OTHER reader of that value
+//! input in place (an `InOut` argument: the optimizer updates, the fused weight-gradient +
+//! update ops, in-place elementwise ops), every OTHER reader of that value
 //! (through views too) must run before it — e.g. a dense layer's `dx = dy w^T` before `w` is
 //! updated. (b) Memory: a greedy list scheduler; among the ready kernels it runs the one that frees
 //! the most bytes net of what it allocates when that is non-negative (an update right after its
 //! gradient is complete, so gradients die early), and otherwise the oldest node (forward in
-//! program order, backward in creation order, i.e. reverse program order).
+//! program order, backward in creation order, i.e. reverse program order). (c) Rematerialization
+//! hints ([`Graph::not_before`]) are extra constraints: a recomputed node waits for the backward
+//! step the strategy puts before it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -18,7 +21,7 @@ use crate::op::Op;
 
 /// Values that share a buffer with `v` without an in-place write in between: `v` and every
 /// `Reshape` view of it, up and down.
-fn view_closure(g: &Graph, v: Value) -> BTreeSet<Value> {
+pub fn view_closure(g: &Graph, v: Value) -> BTreeSet<Value> {
     let mut seen = BTreeSet::new();
     let mut stack = vec![v];
     while let Some(w) = stack.pop() {
@@ -138,6 +141,17 @@ pub fn schedule(g: &Graph) -> Result<Vec<NodeIndex>, CompileError> {
     for (r, u) in hazards {
         if g.is_kernel(r) && g.is_kernel(u) {
             preds.entry(u).or_default().insert(r);
+        }
+    }
+    // Rematerialization hints: a recomputation waits for the backward step before it.
+    for (n, after) in &g.not_before {
+        if !g.g.contains_node(*n) || !g.is_kernel(*n) {
+            continue;
+        }
+        for a in after {
+            if g.g.contains_node(*a) && g.is_kernel(*a) {
+                preds.entry(*n).or_default().insert(*a);
+            }
         }
     }
     let mut succs: BTreeMap<NodeIndex, Vec<NodeIndex>> = BTreeMap::new();

@@ -307,3 +307,127 @@ pub fn small_fixtures(opt: Optimizer) -> Vec<(&'static str, Model)> {
         ("residual", residual(opt)),
     ]
 }
+
+pub use dmc_grammar::model::Model as TestModel;
+
+/// One layer of a random network ([`random_net`]); property tests draw these.
+#[derive(Debug, Clone)]
+pub enum RandLayer {
+    Conv {
+        filters: usize,
+        k: usize,
+        stride: usize,
+        same: bool,
+        bias: bool,
+    },
+    Pool {
+        max: bool,
+        size: usize,
+        stride: usize,
+    },
+    Act(u8),
+    Dropout,
+    /// `h + conv3x3(h)` (a value used twice: its gradients are summed).
+    Residual,
+    /// `f(h) + g(h)` with two activations (two elementwise readers of one value).
+    Branch(u8, u8),
+}
+
+/// The activation numbered `i` (mod 4).
+pub fn act_of(i: u8) -> Activation {
+    [
+        Activation::Relu,
+        Activation::Tanh,
+        Activation::Sigmoid,
+        Activation::Gelu,
+    ][i as usize % 4]
+}
+
+/// A random network: input `[hw, hw, 2]`, the `layers` (skipping those that do not fit), flatten,
+/// the dense layers `(units, bias, activation < 4)`, and a cross-entropy (`ce`) or MSE loss.
+/// `opt`: 0 SGD, 1 SGD momentum, 2 Nesterov, 3 Adam, 4 AdamW (with weight decay).
+pub fn random_net(
+    hw: usize,
+    layers: &[RandLayer],
+    dense: &[(usize, bool, u8)],
+    batch: usize,
+    ce: bool,
+    opt: u8,
+) -> Model {
+    let optimizer = match opt % 5 {
+        0 => sgd(0.1),
+        1 => sgd_momentum(0.1, 0.9),
+        2 => Optimizer::Sgd {
+            lr: 0.05,
+            momentum: 0.9,
+            weight_decay: 1e-3,
+            nesterov: true,
+        },
+        3 => adam(1e-3),
+        _ => Optimizer::Adam {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-7,
+            weight_decay: 1e-2,
+            decoupled: true,
+        },
+    };
+    let mut b = ModelBuilder::new();
+    let x = b.input("x", &[hw, hw, 2]);
+    let mut h = x;
+    for l in layers {
+        let s = b.shape(h);
+        h = match *l {
+            RandLayer::Conv {
+                filters,
+                k,
+                stride,
+                same,
+                bias,
+            } => {
+                if !same && s[0] < k {
+                    continue;
+                }
+                let pad = if same { Padding::Same } else { Padding::Valid };
+                b.conv(h, filters, k, stride, pad, bias)
+            }
+            RandLayer::Pool { max, size, stride } => {
+                if s[0] < size {
+                    continue;
+                }
+                if max {
+                    b.maxpool(h, size, stride)
+                } else {
+                    b.avgpool(h, size, stride)
+                }
+            }
+            RandLayer::Act(a) => b.act(h, act_of(a)),
+            RandLayer::Dropout => b.dropout(h, 0.3),
+            RandLayer::Residual => {
+                let c = b.conv(h, s[2], 3, 1, Padding::Same, true);
+                b.add(h, c)
+            }
+            RandLayer::Branch(f, g) => {
+                let l = b.act(h, act_of(f));
+                let r = b.act(h, act_of(g));
+                b.add(l, r)
+            }
+        };
+    }
+    h = b.flatten(h);
+    for (units, bias, a) in dense {
+        h = b.dense(h, *units, *bias);
+        if *a < 4 {
+            h = b.act(h, act_of(*a));
+        }
+    }
+    let classes = b.shape(h)[0];
+    if ce {
+        let y = b.target("y", &[], DType::I32);
+        b.build(h, LossKind::CrossEntropy, y, batch, optimizer)
+    } else {
+        let y = b.target("y", &[classes], DType::F32);
+        b.build(h, LossKind::Mse, y, batch, optimizer)
+    }
+}

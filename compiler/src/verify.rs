@@ -197,5 +197,19 @@ pub fn verify(g: &Graph, pass: &str) -> Result<(), VerifyError> {
             ));
         }
     }
+    // Scheduling hints (rematerialization) name existing nodes, never the node itself.
+    for (n, after) in &g.not_before {
+        if !g.g.contains_node(*n) {
+            continue;
+        }
+        if let Some(a) = after.iter().find(|a| !g.g.contains_node(**a) || **a == *n) {
+            return Err(at(
+                g,
+                pass,
+                *n,
+                format!("scheduling hint on a missing node or itself ({a:?})"),
+            ));
+        }
+    }
     Ok(())
 }

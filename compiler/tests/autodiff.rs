@@ -16,6 +16,9 @@ fn train(m: &dmc_grammar::model::Model) -> Graph {
         &CompileOptions {
             mode: Mode::Train,
             verify: true,
+            // the autodiff output as built: no fusion, no in-place rewriting
+            fuse: false,
+            inplace: false,
             ..Default::default()
         },
     )
@@ -178,6 +181,7 @@ fn dead_branches_are_pruned() {
         &m,
         &CompileOptions {
             verify: true,
+            fuse: false,
             ..Default::default()
         },
     )

@@ -5,12 +5,17 @@ use dmc_compiler::plan::{Mode, Plan};
 use dmc_compiler::testutil::*;
 use dmc_compiler::{check_plan, compile, CompileOptions, PlanCheckError as E};
 
+/// The plain plan (trivial placement, no fusion, no in-place rewriting): the corruptions below
+/// index its steps and buffers.
 fn plan() -> Plan {
     compile(
         &mlp(adam(1e-3)),
         &CompileOptions {
             mode: Mode::Train,
             verify: true,
+            planner: dmc_compiler::PlannerKind::Trivial,
+            fuse: false,
+            inplace: false,
             ..Default::default()
         },
     )

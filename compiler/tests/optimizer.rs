@@ -1,7 +1,7 @@
 //! The optimizer pass: state leaves and update nodes per optimizer.
 
 use dmc_compiler::ir::Graph;
-use dmc_compiler::op::{Op, Role};
+use dmc_compiler::op::{Op, Role, UpdateRule};
 use dmc_compiler::plan::{BufferKind, Init, Mode};
 use dmc_compiler::testutil::*;
 use dmc_compiler::{compile, compile_graph, CompileOptions};
@@ -12,6 +12,8 @@ fn train(m: &dmc_grammar::model::Model) -> Graph {
         &CompileOptions {
             mode: Mode::Train,
             verify: true,
+            // the optimizer pass' own output (fusion is tested in `memory.rs`)
+            fuse: false,
             ..Default::default()
         },
     )
@@ -101,7 +103,33 @@ fn lr_override_reaches_the_update_kernels() {
     };
     let plan = compile(&mlp(sgd(0.1)), &opts).unwrap();
     assert_eq!(plan.optimizer.lr(), 0.5);
-    assert!(plan
+    // Fused by default: the rule of every fused update carries the new lr.
+    let lrs: Vec<f32> = plan
+        .kernels
+        .iter()
+        .filter_map(|k| match &k.op {
+            Op::SgdUpdate { lr, .. } => Some(*lr),
+            Op::Conv2dBwdWeightUpdate { rule, .. }
+            | Op::DenseBwdWeightUpdate { rule, .. }
+            | Op::BiasGradUpdate { rule } => match rule {
+                UpdateRule::Sgd { lr, .. } | UpdateRule::Adam { lr, .. } => Some(*lr),
+            },
+            _ => None,
+        })
+        .collect();
+    assert!(
+        !lrs.is_empty() && lrs.iter().all(|lr| *lr == 0.5),
+        "{lrs:?}"
+    );
+    let unfused = compile(
+        &mlp(sgd(0.1)),
+        &CompileOptions {
+            fuse: false,
+            ..opts
+        },
+    )
+    .unwrap();
+    assert!(unfused
         .kernels
         .iter()
         .any(|k| matches!(k.op, Op::SgdUpdate { lr, .. } if lr == 0.5)));

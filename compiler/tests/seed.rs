@@ -7,12 +7,14 @@ use dmc_compiler::plan::{BufferKind, Mode, Plan};
 use dmc_compiler::testutil::seed;
 use dmc_compiler::{check_plan, compile, CompileError, CompileOptions};
 
+/// The unfused plan: one `SgdUpdate` per parameter, the weight gradients as their own kernels.
 fn plan(mode: Mode) -> Plan {
     compile(
         &seed(),
         &CompileOptions {
             mode,
             verify: true,
+            fuse: false,
             ..Default::default()
         },
     )
@@ -87,7 +89,7 @@ fn seed_eval_and_predict_plans() {
 
 #[test]
 fn seed_over_a_cap_is_a_structured_error() {
-    let cap = 1 << 30;
+    let cap = 1 << 29;
     match compile(
         &seed(),
         &CompileOptions {
@@ -96,20 +98,24 @@ fn seed_over_a_cap_is_a_structured_error() {
             ..Default::default()
         },
     ) {
-        Err(CompileError::CapExceeded {
-            needed,
-            cap: c,
-            breakdown,
-        }) => {
+        Err(e @ CompileError::CapExceeded { .. }) => {
+            let CompileError::CapExceeded {
+                needed,
+                cap: c,
+                params,
+                opt_state,
+                working_set,
+            } = e.clone()
+            else {
+                unreachable!()
+            };
             assert_eq!(c, cap);
             assert!(needed > cap);
-            let params = breakdown
-                .iter()
-                .find(|(k, _)| *k == BufferKind::Parameter)
-                .unwrap()
-                .1;
             assert!(params >= 826_152_612);
-            assert_eq!(breakdown.iter().map(|(_, b)| b).sum::<u64>(), needed);
+            assert_eq!(opt_state, 0);
+            assert_eq!(params + opt_state + working_set, needed);
+            let _ = BufferKind::Parameter;
+            println!("{e}");
         }
         other => panic!("expected CapExceeded, got {other:?}"),
     }

@@ -35,6 +35,7 @@ fn counts_current_and_peak() {
         offset,
         live,
         persistent: false,
+        layer: String::new(),
     };
     let sh = vec![n];
     let plan = Plan {
@@ -55,6 +56,7 @@ fn counts_current_and_peak() {
                 offset: 12 * n as u64,
                 live: (1, 1),
                 persistent: false,
+                layer: String::new(),
             },
         ],
         kernels: vec![
@@ -78,11 +80,13 @@ fn counts_current_and_peak() {
                 kernel: 0,
                 args: vec![0, 1, 2],
                 label: "add".into(),
+                phase: StepPhase::Forward,
             },
             Step {
                 kernel: 1,
                 args: vec![2, 1, 3],
                 label: "loss".into(),
+                phase: StepPhase::Loss,
             },
         ],
         inputs: vec![IoBinding {
@@ -112,6 +116,8 @@ fn counts_current_and_peak() {
             weight_decay: 0.0,
             nesterov: false,
         },
+        lower_bound_bytes: 0,
+        placement_strategy: "trivial".into(),
     };
     let arena = plan.arena_bytes as usize;
     let before = alloc::current();

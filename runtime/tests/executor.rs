@@ -42,6 +42,7 @@ impl Pb {
             offset: self.off,
             live: (0, 0),
             persistent,
+            layer: String::new(),
         });
         self.off += bytes.div_ceil(64) * 64;
         id
@@ -111,6 +112,7 @@ impl Pb {
             kernel,
             args: args.to_vec(),
             label: label.into(),
+            phase: Default::default(),
         });
     }
     fn finish(
@@ -160,6 +162,8 @@ impl Pb {
                 dtype: DType::F32,
             },
             optimizer,
+            lower_bound_bytes: 0,
+            placement_strategy: "trivial".into(),
         }
     }
 }

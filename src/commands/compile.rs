@@ -20,6 +20,25 @@ pub enum ModeArg {
     Predict,
 }
 
+/// `--remat`: whether to recompute forward values to fit `--vram-cap`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum RematArg {
+    /// Never recompute; refuse a cap that only recomputation could meet.
+    Off,
+    /// Recompute only when the plan does not fit the cap otherwise, as little as possible.
+    #[default]
+    Auto,
+}
+
+impl From<RematArg> for dmc_compiler::RematMode {
+    fn from(r: RematArg) -> Self {
+        match r {
+            RematArg::Off => dmc_compiler::RematMode::Off,
+            RematArg::Auto => dmc_compiler::RematMode::Auto,
+        }
+    }
+}
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The .dm program.
@@ -33,6 +52,13 @@ pub struct Args {
     /// Memory cap for the planned arena, e.g. `900MB`, `1GiB`, `1.5G` or bytes.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub vram_cap: Option<u64>,
+    /// Keep whole per-layer weight gradients (no optimizer update fused into the backward), for
+    /// comparison with the default fused, chunked update.
+    #[arg(long)]
+    pub no_fuse: bool,
+    /// Recompute forward values in the backward to fit `--vram-cap` (auto: only when needed).
+    #[arg(long, value_enum, default_value_t = RematArg::Auto)]
+    pub remat: RematArg,
     /// Which step to compile.
     #[arg(long, value_enum, default_value_t = ModeArg::Train)]
     pub mode: ModeArg,
@@ -78,6 +104,8 @@ pub fn run(args: Args) -> Result<(), CliError> {
         mode,
         batch: args.batch,
         cap: args.vram_cap,
+        fuse: !args.no_fuse,
+        remat: args.remat.into(),
         verify: true,
         ..CompileOptions::default()
     };

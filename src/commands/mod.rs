@@ -4,6 +4,7 @@
 mod check;
 mod compile;
 mod cuda;
+mod plan;
 mod summary;
 mod train;
 
@@ -30,6 +31,8 @@ pub enum Command {
     Summary(summary::Args),
     /// Compile the training step to an execution plan (plan.json) in a directory.
     Compile(compile::Args),
+    /// Explain the planned memory of the training step (peak, categories, per layer, timeline).
+    Plan(plan::Args),
     /// Train: compile the step, plan its memory, run it on the data (or a synthetic set).
     Run(train::RunArgs),
     /// Evaluate saved weights on a data set: loss and (for classification) accuracy.
@@ -46,6 +49,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Check(a) => check::run(a),
         Command::Summary(a) => summary::run(a),
         Command::Compile(a) => compile::run(a),
+        Command::Plan(a) => plan::run(a),
         Command::Run(a) => train::run(&a),
         Command::Eval(a) => train::eval(&a),
         Command::Predict(a) => train::predict(&a),

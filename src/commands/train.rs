@@ -40,6 +40,13 @@ pub struct CommonArgs {
     /// Memory cap for the planned arena, e.g. `900MB`, `1GiB`, `1.5G` or bytes.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub vram_cap: Option<u64>,
+    /// Keep whole per-layer weight gradients (no optimizer update fused into the backward), for
+    /// comparison with the default fused, chunked update.
+    #[arg(long)]
+    pub no_fuse: bool,
+    /// Recompute forward values in the backward to fit `--vram-cap` (auto: only when needed).
+    #[arg(long, value_enum, default_value_t = super::compile::RematArg::Auto)]
+    pub remat: super::compile::RematArg,
     /// Weights to start from (.safetensors; names as `conv3.weight`).
     #[arg(long, value_name = "FILE")]
     pub init: Option<PathBuf>,
@@ -149,6 +156,8 @@ fn compile(
         batch: common.batch,
         lr,
         cap: common.vram_cap,
+        fuse: !common.no_fuse,
+        remat: common.remat.into(),
         verify: common.verify || cfg!(debug_assertions),
         ..CompileOptions::default()
     };
@@ -406,6 +415,18 @@ fn fmt_metrics(m: &Metrics) -> String {
 
 /// `dmc run`.
 pub fn run(args: &RunArgs) -> Result<(), CliError> {
+    // Ctrl-C from here on stops after the current step and saves (with --save).
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        // A second Ctrl-C while saving kills the process the usual way.
+        let _ = ctrlc::set_handler(move || {
+            if stop.swap(true, Ordering::SeqCst) {
+                std::process::exit(130);
+            }
+        });
+    }
+
     let c = &args.common;
     let kind = resolve_device(c.device, c.quiet)?;
     let model = load_model(&c.file)?;
@@ -462,17 +483,6 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
         Some(_) => Some(Backend::new(kind, compile(&model, c, Mode::Eval, None)?)?),
         None => None,
     };
-
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = stop.clone();
-        // A second Ctrl-C while saving kills the process the usual way.
-        let _ = ctrlc::set_handler(move || {
-            if stop.swap(true, Ordering::SeqCst) {
-                std::process::exit(130);
-            }
-        });
-    }
 
     if !c.quiet {
         eprintln!(
@@ -580,6 +590,25 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
             None => String::new(),
         }
     );
+    if !c.quiet {
+        let r = dmc_compiler::report::memory_report(&plan);
+        let p = &r.peak.by_category;
+        eprintln!(
+            "memory at the peak (step {} `{}`): parameters {} + optimizer state {} + inputs {} + activations {} + gradients {} + workspace {} = {} (arena {}, {:.2}% above the lower bound); a conventional framework step would hold about {} (`dmc plan` explains)",
+            r.peak.step,
+            r.peak.label,
+            human(p.parameters),
+            human(p.optimizer_state),
+            human(p.inputs),
+            human(p.activations),
+            human(p.gradients),
+            human(p.workspace),
+            human(r.lower_bound_bytes),
+            human(r.arena_bytes),
+            r.fragmentation * 100.0,
+            human(r.conventional.total),
+        );
+    }
     if interrupted {
         return Err(CliError::Interrupted);
     }

@@ -294,3 +294,59 @@ pub fn conv2d_bwd_weight(
         r0 += nr;
     }
 }
+
+/// The weight gradient of [`conv2d_bwd_weight`] by blocks of `chunk` output channels (columns of
+/// the `[K, Co]` weight matrix): for each block `c0..c0+nc`, `gw[K, nc]` (the first `K*nc`
+/// floats of the workspace) receives that block of the gradient (im2col chunks in `cols`, as
+/// [`conv2d_bwd_weight`]) and `apply(c0, nc, gw)` consumes it (the optimizer update of those
+/// columns). Never holds more than one block; im2col is redone per block.
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_bwd_weight_chunked(
+    g: &ConvGeom,
+    d: &ConvDims,
+    x: &[f32],
+    dy: &[f32],
+    chunk: usize,
+    gw: &mut [f32],
+    cols: &mut [f32],
+    mut apply: impl FnMut(usize, usize, &[f32]),
+) {
+    let (k, co, rows, cr) = (d.k(g), d.co, d.rows(), d.chunk_rows());
+    d.check(g, x.len(), k * co, dy.len());
+    assert!(cols.len() >= cr * k, "conv: workspace too small");
+    assert!(chunk >= 1, "conv: chunk 0");
+    assert!(
+        gw.len() >= k * chunk.min(co),
+        "conv: gradient workspace too small"
+    );
+    let mut c0 = 0;
+    while c0 < co {
+        let nc = chunk.min(co - c0);
+        let block = &mut gw[..k * nc];
+        block.fill(0.0);
+        let mut r0 = 0;
+        while r0 < rows {
+            let nr = cr.min(rows - r0);
+            im2col(g, d, x, r0, nr, cols);
+            let dyv = View {
+                data: &dy[r0 * co + c0..],
+                rows: nr,
+                cols: nc,
+                rs: co,
+                cs: 1,
+            };
+            sgemm(
+                1.0,
+                View::rm_t(&cols[..nr * k], nr, k),
+                dyv,
+                1.0,
+                block,
+                nc,
+                1,
+            );
+            r0 += nr;
+        }
+        apply(c0, nc, block);
+        c0 += nc;
+    }
+}

@@ -68,3 +68,42 @@ pub fn bias_grad(dy: &[f32], db: &mut [f32]) {
         }
     });
 }
+
+/// The weight gradient `x[N,K]^T dy[N,M]` by blocks of `chunk` columns: for each block
+/// `c0..c0+nc`, `gw[K, nc]` (the first `K*nc` floats of the workspace) receives that block of
+/// the gradient and `apply(c0, nc, gw)` consumes it (the optimizer update of those columns).
+/// Never holds more than one block.
+#[allow(clippy::too_many_arguments)]
+pub fn dense_bwd_weight_chunked(
+    n: usize,
+    k: usize,
+    m: usize,
+    x: &[f32],
+    dy: &[f32],
+    chunk: usize,
+    gw: &mut [f32],
+    mut apply: impl FnMut(usize, usize, &[f32]),
+) {
+    assert_eq!(x.len(), n * k, "dense_bwd_weight: x size");
+    assert_eq!(dy.len(), n * m, "dense_bwd_weight: dy size");
+    assert!(chunk >= 1, "dense_bwd_weight: chunk 0");
+    assert!(
+        gw.len() >= k * chunk.min(m),
+        "dense_bwd_weight: workspace too small"
+    );
+    let mut c0 = 0;
+    while c0 < m {
+        let nc = chunk.min(m - c0);
+        let block = &mut gw[..k * nc];
+        let dyv = View {
+            data: &dy[c0..],
+            rows: n,
+            cols: nc,
+            rs: m,
+            cs: 1,
+        };
+        sgemm(1.0, View::rm_t(x, n, k), dyv, 0.0, block, nc, 1);
+        apply(c0, nc, block);
+        c0 += nc;
+    }
+}

@@ -50,34 +50,64 @@ fn sigmoid(x: f32) -> f32 {
     }
 }
 
+/// f(x) for one element (NaN propagates through relu, as in PyTorch, so poisoned values stay
+/// visible).
+#[inline]
+fn unary_elem(kind: UnaryKind, x: f32) -> f32 {
+    match kind {
+        UnaryKind::Relu => {
+            if x < 0.0 {
+                0.0
+            } else {
+                x
+            }
+        }
+        UnaryKind::Tanh => x.tanh(),
+        UnaryKind::Sigmoid => sigmoid(x),
+        UnaryKind::Gelu => {
+            let xd = x as f64;
+            (xd * phi_cdf(xd)) as f32
+        }
+    }
+}
+
+/// f'(.) * g for one element, `s` being y for relu/tanh/sigmoid and x for gelu.
+#[inline]
+fn unary_bwd_elem(kind: UnaryKind, s: f32, g: f32) -> f32 {
+    match kind {
+        // 0 * g rather than 0: a NaN gradient stays NaN
+        UnaryKind::Relu => {
+            if s > 0.0 {
+                g
+            } else {
+                0.0 * g
+            }
+        }
+        UnaryKind::Tanh => g * (1.0 - s * s),
+        UnaryKind::Sigmoid => g * (s * (1.0 - s)),
+        UnaryKind::Gelu => {
+            let xd = s as f64;
+            let der = phi_cdf(xd) + xd * FRAC_1_SQRT_2PI * (-0.5 * xd * xd).exp();
+            (g as f64 * der) as f32
+        }
+    }
+}
+
 /// y = f(x).
 pub fn unary_fwd(kind: UnaryKind, x: &[f32], y: &mut [f32]) {
     assert_eq!(x.len(), y.len(), "unary: size");
     for_chunks(y, |o, yc| {
-        let xc = &x[o..o + yc.len()];
-        match kind {
-            UnaryKind::Relu => {
-                for (y, &x) in yc.iter_mut().zip(xc) {
-                    // NaN propagates (as in PyTorch), so poisoned values stay visible
-                    *y = if x < 0.0 { 0.0 } else { x };
-                }
-            }
-            UnaryKind::Tanh => {
-                for (y, &x) in yc.iter_mut().zip(xc) {
-                    *y = x.tanh();
-                }
-            }
-            UnaryKind::Sigmoid => {
-                for (y, &x) in yc.iter_mut().zip(xc) {
-                    *y = sigmoid(x);
-                }
-            }
-            UnaryKind::Gelu => {
-                for (y, &x) in yc.iter_mut().zip(xc) {
-                    let xd = x as f64;
-                    *y = (xd * phi_cdf(xd)) as f32;
-                }
-            }
+        for (y, &x) in yc.iter_mut().zip(&x[o..]) {
+            *y = unary_elem(kind, x);
+        }
+    });
+}
+
+/// x = f(x), in place (same values as [`unary_fwd`]).
+pub fn unary_fwd_inplace(kind: UnaryKind, x: &mut [f32]) {
+    for_chunks(x, |_, xc| {
+        for x in xc.iter_mut() {
+            *x = unary_elem(kind, *x);
         }
     });
 }
@@ -87,19 +117,17 @@ pub fn unary_bwd(kind: UnaryKind, saved: &[f32], dy: &[f32], dx: &mut [f32]) {
     assert_eq!(saved.len(), dx.len(), "unary_bwd: size");
     assert_eq!(dy.len(), dx.len(), "unary_bwd: size");
     for_chunks(dx, |o, dxc| {
-        let s = &saved[o..o + dxc.len()];
-        let g = &dy[o..o + dxc.len()];
-        let it = dxc.iter_mut().zip(s.iter().zip(g));
-        match kind {
-            // 0 * g rather than 0: a NaN gradient stays NaN
-            UnaryKind::Relu => it.for_each(|(d, (&y, &g))| *d = if y > 0.0 { g } else { 0.0 * g }),
-            UnaryKind::Tanh => it.for_each(|(d, (&y, &g))| *d = g * (1.0 - y * y)),
-            UnaryKind::Sigmoid => it.for_each(|(d, (&y, &g))| *d = g * (y * (1.0 - y))),
-            UnaryKind::Gelu => it.for_each(|(d, (&x, &g))| {
-                let xd = x as f64;
-                let der = phi_cdf(xd) + xd * FRAC_1_SQRT_2PI * (-0.5 * xd * xd).exp();
-                *d = (g as f64 * der) as f32;
-            }),
+        let it = dxc.iter_mut().zip(saved[o..].iter().zip(&dy[o..]));
+        it.for_each(|(d, (&s, &g))| *d = unary_bwd_elem(kind, s, g));
+    });
+}
+
+/// dy = f'(.) * dy, in place (same values as [`unary_bwd`]).
+pub fn unary_bwd_inplace(kind: UnaryKind, saved: &[f32], dy: &mut [f32]) {
+    assert_eq!(saved.len(), dy.len(), "unary_bwd: size");
+    for_chunks(dy, |o, dc| {
+        for (d, &s) in dc.iter_mut().zip(&saved[o..]) {
+            *d = unary_bwd_elem(kind, s, *d);
         }
     });
 }
@@ -111,6 +139,16 @@ pub fn add(a: &[f32], b: &[f32], y: &mut [f32]) {
     for_chunks(y, |o, yc| {
         for ((y, &a), &b) in yc.iter_mut().zip(&a[o..]).zip(&b[o..]) {
             *y = a + b;
+        }
+    });
+}
+
+/// a = a + b, in place (same values as [`add`]).
+pub fn add_inplace(a: &mut [f32], b: &[f32]) {
+    assert_eq!(a.len(), b.len(), "add: size");
+    for_chunks(a, |o, ac| {
+        for (a, &b) in ac.iter_mut().zip(&b[o..]) {
+            *a += b;
         }
     });
 }
@@ -162,20 +200,34 @@ impl DropoutRng {
     }
 }
 
+/// The dropout multiplier of element `index`: `1/(1-p)` if kept, else 0 (p >= 1 drops
+/// everything).
+#[inline]
+fn dropout_scale(p: f32, rng: &DropoutRng, index: u64) -> f32 {
+    if p < 1.0 && rng.keep(index, p) {
+        1.0 / (1.0 - p)
+    } else {
+        0.0
+    }
+}
+
 /// `y = x * keep / (1-p)` (forward) or `dx = dy * keep / (1-p)` (backward: same call, same mask).
 /// p >= 1 drops everything (y = 0); p <= 0 is the identity.
 pub fn dropout(p: f32, rng: DropoutRng, x: &[f32], y: &mut [f32]) {
     assert_eq!(x.len(), y.len(), "dropout: size");
-    let scale = if p < 1.0 { 1.0 / (1.0 - p) } else { 0.0 };
     for_chunks(y, |o, yc| {
         for (i, (y, &x)) in yc.iter_mut().zip(&x[o..]).enumerate() {
             // x * 0 rather than 0 for dropped elements: NaN stays NaN (poison mode)
-            let m = if p < 1.0 && rng.keep((o + i) as u64, p) {
-                scale
-            } else {
-                0.0
-            };
-            *y = x * m;
+            *y = x * dropout_scale(p, &rng, (o + i) as u64);
+        }
+    });
+}
+
+/// [`dropout`] in place: `x = x * keep / (1-p)` (same values).
+pub fn dropout_inplace(p: f32, rng: DropoutRng, x: &mut [f32]) {
+    for_chunks(x, |o, xc| {
+        for (i, x) in xc.iter_mut().enumerate() {
+            *x *= dropout_scale(p, &rng, (o + i) as u64);
         }
     });
 }

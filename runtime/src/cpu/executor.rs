@@ -6,16 +6,23 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::collections::HashMap;
 use std::ptr::NonNull;
 
-use dmc_compiler::op::{conv_workspace_elems, DType, Op, Role};
+use dmc_compiler::op::{DType, Op, Role};
 use dmc_compiler::plan::{Buffer, BufferId, BufferKind, Init, Kernel, Mode, Plan, Step, ALIGN};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::conv::{conv2d_bwd_data, conv2d_bwd_weight, conv2d_fwd, ConvDims};
-use super::dense::{bias_grad, dense_bwd_data, dense_bwd_weight, dense_fwd};
-use super::elementwise::{add, dropout, mix64, unary_bwd, unary_fwd, DropoutRng};
+use super::conv::{
+    conv2d_bwd_data, conv2d_bwd_weight, conv2d_bwd_weight_chunked, conv2d_fwd, ConvDims,
+};
+use super::dense::{
+    bias_grad, dense_bwd_data, dense_bwd_weight, dense_bwd_weight_chunked, dense_fwd,
+};
+use super::elementwise::{
+    add, add_inplace, dropout, dropout_inplace, mix64, unary_bwd, unary_bwd_inplace, unary_fwd,
+    unary_fwd_inplace, DropoutRng,
+};
 use super::loss::{cross_entropy_loss, cross_entropy_loss_bwd, mse_loss, mse_loss_bwd, BadLabel};
-use super::optim::{adam_update, sgd_update};
+use super::optim::{adam_update, sgd_update, update_block};
 use super::pool::{
     avgpool_bwd, avgpool_fwd, global_avgpool_bwd, global_avgpool_fwd, maxpool_bwd, maxpool_fwd,
     PoolDims,
@@ -457,6 +464,20 @@ impl<'p> Args<'p> {
     }
 }
 
+/// The optimizer-state arguments `first..first+n` (n <= 2) as mutable slices, without allocating
+/// (the unused entries are empty).
+///
+/// # Safety
+/// As [`Args::f32_mut`] for each of those arguments (validated `InOut` slots, pairwise disjoint).
+unsafe fn state_slices<'a>(a: &Args, first: usize, n: usize) -> [&'a mut [f32]; 2] {
+    let mut out: [&'a mut [f32]; 2] = [&mut [], &mut []];
+    for (i, o) in out.iter_mut().enumerate().take(n) {
+        // SAFETY: per this function's contract.
+        *o = unsafe { a.f32_mut(first + i) };
+    }
+    out
+}
+
 /// Runs one step.
 ///
 /// # Safety
@@ -612,6 +633,63 @@ unsafe fn exec(a: &Args, ctx: &Ctx) -> Result<(), BadLabel> {
                 a.f32_mut(2),
                 a.f32_mut(3),
             ),
+            Op::UnaryInPlace(kind) => unary_fwd_inplace(*kind, a.f32_mut(0)),
+            Op::AddInPlace => add_inplace(a.f32_mut(0), a.f32(1)),
+            Op::DropoutInPlace { p, salt } | Op::DropoutBwdInPlace { p, salt } => {
+                if ctx.mode != Mode::Eval {
+                    let rng = DropoutRng::new(ctx.seed, ctx.step_counter, *salt);
+                    dropout_inplace(*p, rng, a.f32_mut(0));
+                }
+            }
+            Op::UnaryBwdInPlace(kind) => unary_bwd_inplace(*kind, a.f32(0), a.f32_mut(1)),
+            Op::Conv2dBwdWeightUpdate { geom, rule, chunk } => {
+                let d = ConvDims::from_shapes(a.shape(0), a.shape(1));
+                let ns = rule.state_names().len();
+                let w = a.f32_mut(2);
+                let mut states = state_slices(a, 3, ns);
+                let co = d.co;
+                conv2d_bwd_weight_chunked(
+                    geom,
+                    &d,
+                    a.f32(0),
+                    a.f32(1),
+                    *chunk,
+                    a.f32_mut(3 + ns),
+                    a.f32_mut(4 + ns),
+                    |c0, nc, gw| {
+                        update_block(rule, ctx.step_counter, w, co, c0, nc, gw, &mut states[..ns])
+                    },
+                );
+            }
+            Op::DenseBwdWeightUpdate { rule, chunk } => {
+                let ws = a.shape(2);
+                let (k, m) = (ws[0], ws[1]);
+                let n = numel(a.shape(0)) / k.max(1);
+                let ns = rule.state_names().len();
+                let w = a.f32_mut(2);
+                let mut states = state_slices(a, 3, ns);
+                dense_bwd_weight_chunked(
+                    n,
+                    k,
+                    m,
+                    a.f32(0),
+                    a.f32(1),
+                    *chunk,
+                    a.f32_mut(3 + ns),
+                    |c0, nc, gw| {
+                        update_block(rule, ctx.step_counter, w, m, c0, nc, gw, &mut states[..ns])
+                    },
+                );
+            }
+            Op::BiasGradUpdate { rule } => {
+                let ns = rule.state_names().len();
+                let db = a.f32_mut(2 + ns);
+                bias_grad(a.f32(0), db);
+                let b = a.f32_mut(1);
+                let c = b.len();
+                let mut states = state_slices(a, 2, ns);
+                update_block(rule, ctx.step_counter, b, c, 0, c, db, &mut states[..ns]);
+            }
         }
     }
     Ok(())
@@ -1004,20 +1082,12 @@ fn check_shapes(op: &Op, s: &[Vec<usize>]) -> Result<(), String> {
             if *bias && s[2] != [s[1][3]] {
                 return Err(format!("bias {:?}", s[2]));
             }
-            let need = conv_workspace_elems(geom, &s[0], &s[yi]);
-            if numel(&s[yi + 1]) < need {
-                return Err(format!("workspace {:?} < {need} elements", s[yi + 1]));
-            }
-            Ok(())
+            workspaces(op, s, yi + 1)
         }
         Op::Conv2dBwdData { geom } => conv(geom, &s[2], &s[1], &s[0]),
         Op::Conv2dBwdWeight { geom } => {
             conv(geom, &s[0], &s[2], &s[1])?;
-            let need = conv_workspace_elems(geom, &s[0], &s[1]);
-            if numel(&s[3]) < need {
-                return Err(format!("workspace {:?} < {need} elements", s[3]));
-            }
-            Ok(())
+            workspaces(op, s, 3)
         }
         Op::Dense { bias } => {
             let yi = if *bias { 3 } else { 2 };
@@ -1091,5 +1161,65 @@ fn check_shapes(op: &Op, s: &[Vec<usize>]) -> Result<(), String> {
             let idx: Vec<usize> = (0..s.len()).collect();
             same_numel(s, &idx)
         }
+        Op::UnaryInPlace(_) | Op::DropoutInPlace { .. } | Op::DropoutBwdInPlace { .. } => Ok(()),
+        Op::AddInPlace | Op::UnaryBwdInPlace(_) => same_numel(s, &[0, 1]),
+        Op::Conv2dBwdWeightUpdate { geom, rule, chunk } => {
+            let ns = rule.state_names().len();
+            conv(geom, &s[0], &s[2], &s[1])?;
+            if *chunk == 0 || *chunk > s[1][3] {
+                return Err(format!("chunk {chunk}"));
+            }
+            for i in 0..ns {
+                if s[3 + i] != s[2] {
+                    return Err(format!("state {:?} differs from w {:?}", s[3 + i], s[2]));
+                }
+            }
+            workspaces(op, s, 3 + ns)
+        }
+        Op::DenseBwdWeightUpdate { rule, chunk } => {
+            let ns = rule.state_names().len();
+            dense(&s[0], &s[2], &s[1])?;
+            if *chunk == 0 || *chunk > s[2][1] {
+                return Err(format!("chunk {chunk}"));
+            }
+            for i in 0..ns {
+                if s[3 + i] != s[2] {
+                    return Err(format!("state {:?} differs from w {:?}", s[3 + i], s[2]));
+                }
+            }
+            workspaces(op, s, 3 + ns)
+        }
+        Op::BiasGradUpdate { rule } => {
+            let ns = rule.state_names().len();
+            rank(&s[1], 1, "b")?;
+            if s[0].last() != Some(&s[1][0]) {
+                return Err(format!("dy {:?}, b {:?}", s[0], s[1]));
+            }
+            for i in 0..ns {
+                if s[2 + i] != s[1] {
+                    return Err(format!("state {:?} differs from b {:?}", s[2 + i], s[1]));
+                }
+            }
+            workspaces(op, s, 2 + ns)
+        }
     }
+}
+
+/// The workspace arguments (from index `first` on) hold at least what the op needs
+/// ([`Op::workspace_elems`] of the arguments before them).
+fn workspaces(op: &Op, s: &[Vec<usize>], first: usize) -> Result<(), String> {
+    let need = op.workspace_elems(&s[..first]);
+    if s.len() != first + need.len() {
+        return Err(format!(
+            "{} workspaces, expected {}",
+            s.len() - first,
+            need.len()
+        ));
+    }
+    for (i, n) in need.iter().enumerate() {
+        if numel(&s[first + i]) < *n {
+            return Err(format!("workspace {:?} < {n} elements", s[first + i]));
+        }
+    }
+    Ok(())
 }

@@ -1,0 +1,146 @@
+//! `dmc plan FILE`: compile the training step and explain its memory: the peak by category, the moment
+//! of the peak, the arena against its lower bound, a conventional framework's step for comparison, per
+//! layer what is kept for backward, and (with `--timeline`) an SVG of live bytes over the step.
+//! Under a `--vram-cap` the plan needs rematerialization for, it explains the choice (what is
+//! recomputed, at what cost, what it saves). `--sweep` prints (and with `--svg` draws) the
+//! memory / recompute trade-off; `--max-batch` finds the largest batch that fits the cap.
+
+use std::path::PathBuf;
+
+use dmc_compiler::plan::Mode;
+use dmc_compiler::report::{
+    memory_report, render_json, render_svg, render_sweep_svg, render_sweep_text, render_text,
+    RematSummary,
+};
+use dmc_compiler::CompileOptions;
+
+use super::compile::{write_atomic, RematArg};
+use crate::report::CliError;
+use crate::size::{human, parse_size};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The .dm program.
+    pub file: PathBuf,
+    /// Memory cap for the planned arena, e.g. `900MB`, `1GiB`, `1.5G` or bytes.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub vram_cap: Option<u64>,
+    /// Keep whole per-layer weight gradients (no optimizer update fused into the backward), for
+    /// comparison with the default fused, chunked update.
+    #[arg(long)]
+    pub no_fuse: bool,
+    /// Recompute forward values in the backward to fit `--vram-cap` (auto: only when needed).
+    #[arg(long, value_enum, default_value_t = RematArg::Auto)]
+    pub remat: RematArg,
+    /// Batch size (overrides the program's).
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// The report as JSON (for tools).
+    #[arg(long)]
+    pub json: bool,
+    /// Draw live bytes over the step, stacked by category, with the cap, to this SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    pub timeline: Option<PathBuf>,
+    /// Print the memory / recompute trade-off from the smallest feasible cap to the arena without
+    /// recomputation, against sqrt(n) and checkpoint-all checkpointing.
+    #[arg(long)]
+    pub sweep: bool,
+    /// With `--sweep`: draw the trade-off curve to this SVG file.
+    #[arg(long, value_name = "FILE.svg", requires = "sweep")]
+    pub svg: Option<PathBuf>,
+    /// Points of the sweep.
+    #[arg(long, default_value_t = 12, requires = "sweep")]
+    pub points: usize,
+    /// The largest batch whose training step fits `--vram-cap`.
+    #[arg(long, requires = "vram_cap")]
+    pub max_batch: bool,
+}
+
+pub fn run(args: Args) -> Result<(), CliError> {
+    let model = super::load_model(&args.file)?;
+    let opts = CompileOptions {
+        mode: Mode::Train,
+        batch: args.batch,
+        cap: args.vram_cap,
+        fuse: !args.no_fuse,
+        remat: args.remat.into(),
+        verify: true,
+        ..CompileOptions::default()
+    };
+    if args.max_batch {
+        let cap = args.vram_cap.unwrap_or(u64::MAX);
+        let found = dmc_compiler::max_batch(&model, &opts, 1 << 20)?;
+        match found {
+            Some((b, arena)) => println!(
+                "{}: the largest batch that fits {} is {b} (arena {}, remat {})",
+                args.file.display(),
+                human(cap),
+                human(arena),
+                if args.remat == RematArg::Off {
+                    "off"
+                } else {
+                    "auto"
+                }
+            ),
+            None => {
+                return Err(CliError::Message(format!(
+                    "{}: not even batch 1 fits {}",
+                    args.file.display(),
+                    human(cap)
+                )))
+            }
+        }
+        return Ok(());
+    }
+    if args.sweep {
+        let sw = dmc_compiler::sweep(
+            &model,
+            &CompileOptions {
+                verify: false,
+                ..opts.clone()
+            },
+            args.points,
+        )?;
+        if args.json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&sw)
+                    .map_err(|e| CliError::Message(format!("cannot serialise the sweep: {e}")))?
+            );
+        } else {
+            print!("{}", render_sweep_text(&sw));
+        }
+        if let Some(path) = &args.svg {
+            let svg = render_sweep_svg(&sw)
+                .map_err(|e| CliError::Message(format!("cannot draw the sweep: {e}")))?;
+            write_atomic(path, svg.as_bytes())?;
+            if !args.json {
+                println!("trade-off curve written to {}", path.display());
+            }
+        }
+        return Ok(());
+    }
+    let (plan, info) = dmc_compiler::compile_explained(&model, &opts)?;
+    let mut report = memory_report(&plan);
+    report.remat = info.map(|i| RematSummary {
+        no_remat_arena: i.no_remat_arena,
+        saved_bytes: i.no_remat_arena.saturating_sub(plan.arena_bytes),
+        stages: i.stages,
+        strategy: i.strategy,
+        sequence: i.sequence,
+    });
+    if args.json {
+        println!("{}", render_json(&report));
+    } else {
+        print!("{}", render_text(&report, args.vram_cap));
+    }
+    if let Some(path) = &args.timeline {
+        let svg = render_svg(&report, args.vram_cap)
+            .map_err(|e| CliError::Message(format!("cannot draw the timeline: {e}")))?;
+        write_atomic(path, svg.as_bytes())?;
+        if !args.json {
+            println!("timeline written to {}", path.display());
+        }
+    }
+    Ok(())
+}
