@@ -16,11 +16,11 @@ use std::fmt::Write as _;
 use serde::Serialize;
 use tera::{Context, Tera};
 
-use crate::op::{ConvGeom, DType, Op, PoolGeom, Role, Signature};
+use crate::op::{ConvGeom, DType, Op, PoolGeom, Role, Signature, UpdateRule};
 use crate::plan::{Kernel, Mode, Plan};
 
-/// The templates, embedded (name, text). `prelude.cuh.tera` and `gemm.cuh.tera` are included by
-/// the others.
+/// The templates, embedded (name, text). `prelude.cuh.tera`, `gemm.cuh.tera` and
+/// `update.cuh.tera` (the per-element optimizer update) are included by the others.
 pub const TEMPLATES: &[(&str, &str)] = &[
     (
         "prelude.cuh.tera",
@@ -33,6 +33,10 @@ pub const TEMPLATES: &[(&str, &str)] = &[
     (
         "elementwise.cu.tera",
         include_str!("../../../templates/elementwise.cu.tera"),
+    ),
+    (
+        "update.cuh.tera",
+        include_str!("../../../templates/update.cuh.tera"),
     ),
     (
         "optim.cu.tera",
@@ -236,6 +240,7 @@ fn elementwise(
     ctx.insert("kind", kind);
     ctx.insert("n", &n);
     ctx.insert("threads", &ELEM_THREADS);
+    ctx.insert("fused_update", &false);
     Ok(Spec {
         template,
         ctx,
@@ -273,6 +278,8 @@ fn gemm(
     ctx.insert("idx", if small { "unsigned" } else { "u64" });
     ctx.insert("sidx", if small { "int" } else { "i64" });
     ctx.insert("b_k_fastest", &b_k_fastest);
+    // a fused weight-gradient + update kernel sets this (and the `update.cuh.tera` entries)
+    ctx.insert("fused_update", &false);
     let gy = gn.div_ceil(t.bn as usize).max(1);
     if gy > 65535 {
         return Err(CodegenError::Grid {
@@ -329,6 +336,57 @@ fn pool(
     Ok(s)
 }
 
+/// The context of `update.cuh.tera` for `rule`, updating the buffer `target` (`w` or `b`) and the
+/// state slots named by [`UpdateRule::state_names`], and `fused_update` (a gradient kernel that
+/// applies the update itself instead of storing the gradient).
+fn rule_ctx(ctx: &mut Context, rule: &UpdateRule, target: &str, fused: bool) {
+    ctx.insert("target", target);
+    ctx.insert("states", rule.state_names());
+    ctx.insert("fused_update", &fused);
+    match *rule {
+        UpdateRule::Sgd {
+            lr,
+            momentum,
+            weight_decay,
+            nesterov,
+        } => {
+            ctx.insert("rule", "sgd");
+            ctx.insert("lr", &f32_lit(lr));
+            ctx.insert("momentum", &(momentum != 0.0));
+            ctx.insert("momentum_value", &f32_lit(momentum));
+            ctx.insert("weight_decay", &f32_lit(weight_decay));
+            ctx.insert("nesterov", &nesterov);
+        }
+        UpdateRule::Adam {
+            lr,
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+            decoupled,
+        } => {
+            ctx.insert("rule", "adam");
+            ctx.insert("lr", &f32_lit(lr));
+            ctx.insert("beta1", &f32_lit(beta1));
+            ctx.insert("beta2", &f32_lit(beta2));
+            ctx.insert("eps", &f32_lit(eps));
+            ctx.insert("weight_decay", &f32_lit(weight_decay));
+            ctx.insert("decoupled", &decoupled);
+        }
+    }
+}
+
+/// Index and name of the first `InOut` slot of `op`'s signature (the buffer an in-place op writes).
+fn inout_slot(op: &Op) -> (usize, String) {
+    op.signature()
+        .params
+        .into_iter()
+        .enumerate()
+        .find(|(_, p)| p.role == Role::InOut)
+        .map(|(i, p)| (i, p.name))
+        .unwrap_or_default()
+}
+
 fn rank(s: &[usize], r: usize, kernel: &str, what: &str) -> Result<(), CodegenError> {
     if s.len() != r {
         return Err(CodegenError::Shape {
@@ -382,21 +440,30 @@ fn spec(k: &Kernel, mode: Mode) -> Result<Option<Spec>, CodegenError> {
                 name,
             )?
         }
-        Op::Conv2dBwdWeight { geom } => {
+        Op::Conv2dBwdWeight { geom } | Op::Conv2dBwdWeightUpdate { geom, .. } => {
+            // x, dy, then dw (or the updated w): the same GEMM; the fused kernel applies the
+            // update where the unfused one stores the gradient (its workspaces stay unused)
             let (x, dy) = (shape(0)?, shape(1)?);
             rank(x, 4, name, "x")?;
             rank(dy, 4, name, "dy")?;
             let ctx = conv_ctx(kind, geom, x, dy, false);
             let gm = geom.kh * geom.kw * x[3];
-            gemm(
+            let mut sp = gemm(
                 "conv2d_bwd_weight.cu.tera",
                 ctx,
                 (gm, dy[3], dy[0] * dy[1] * dy[2]),
                 (false, false),
                 name,
-            )?
+            )?;
+            if let Op::Conv2dBwdWeightUpdate { rule, .. } = &k.op {
+                rule_ctx(&mut sp.ctx, rule, "w", true);
+            }
+            sp
         }
-        Op::Dense { .. } | Op::DenseBwdData | Op::DenseBwdWeight => {
+        Op::Dense { .. }
+        | Op::DenseBwdData
+        | Op::DenseBwdWeight
+        | Op::DenseBwdWeightUpdate { .. } => {
             let (w, xi) = match &k.op {
                 Op::Dense { .. } => (shape(1)?, 0),
                 Op::DenseBwdData => (shape(1)?, 2),
@@ -424,13 +491,20 @@ fn spec(k: &Kernel, mode: Mode) -> Result<Option<Spec>, CodegenError> {
                 Op::DenseBwdData => {
                     gemm("matmul.cu.tera", ctx, (rows, kin, mout), (true, true), name)?
                 }
-                _ => gemm(
-                    "matmul.cu.tera",
-                    ctx,
-                    (kin, mout, rows),
-                    (false, false),
-                    name,
-                )?,
+                _ => {
+                    // dense_bwd_weight, or fused with the update (the workspace stays unused)
+                    let mut sp = gemm(
+                        "matmul.cu.tera",
+                        ctx,
+                        (kin, mout, rows),
+                        (false, false),
+                        name,
+                    )?;
+                    if let Op::DenseBwdWeightUpdate { rule, .. } = &k.op {
+                        rule_ctx(&mut sp.ctx, rule, "w", true);
+                    }
+                    sp
+                }
             }
         }
         Op::MaxPool { geom } | Op::AvgPool { geom } => {
@@ -468,15 +542,35 @@ fn spec(k: &Kernel, mode: Mode) -> Result<Option<Spec>, CodegenError> {
         }
         Op::Unary(_) | Op::UnaryBwd(_) | Op::Add | Op::MseLossBwd => {
             let out = k.arg_shapes.len() - 1;
-            elementwise("elementwise.cu.tera", kind, numel(shape(out)?), name)?
-        }
-        Op::Dropout { p, salt } | Op::DropoutBwd { p, salt } => {
-            let mut sp = elementwise("elementwise.cu.tera", kind, numel(shape(1)?), name)?;
-            let (inp, out) = if matches!(k.op, Op::Dropout { .. }) {
-                ("x", "y")
-            } else {
-                ("dy", "dx")
+            let mut sp = elementwise("elementwise.cu.tera", kind, numel(shape(out)?), name)?;
+            let (inp, out) = match &k.op {
+                Op::UnaryBwd(_) => ("dy", "dx"),
+                _ => ("x", "y"),
             };
+            sp.ctx.insert("inp", inp);
+            sp.ctx.insert("out", out);
+            sp
+        }
+        // in place: the out-of-place formulas with the written input as the output
+        Op::UnaryInPlace(_) | Op::UnaryBwdInPlace(_) | Op::AddInPlace => {
+            let (out, io) = inout_slot(&k.op);
+            let mut sp = elementwise("elementwise.cu.tera", kind, numel(shape(out)?), name)?;
+            sp.ctx.insert("inp", &io);
+            sp.ctx.insert("out", &io);
+            sp
+        }
+        Op::Dropout { p, salt }
+        | Op::DropoutBwd { p, salt }
+        | Op::DropoutInPlace { p, salt }
+        | Op::DropoutBwdInPlace { p, salt } => {
+            let (inp, out) = match &k.op {
+                Op::Dropout { .. } => ("x", "y"),
+                Op::DropoutBwd { .. } => ("dy", "dx"),
+                Op::DropoutInPlace { .. } => ("x", "x"),
+                _ => ("dy", "dy"),
+            };
+            let n = numel(shape(k.arg_shapes.len().saturating_sub(1))?);
+            let mut sp = elementwise("elementwise.cu.tera", kind, n, name)?;
             sp.ctx.insert("inp", inp);
             sp.ctx.insert("out", out);
             sp.ctx.insert("p", &f32_lit(*p));
@@ -516,43 +610,23 @@ fn spec(k: &Kernel, mode: Mode) -> Result<Option<Spec>, CodegenError> {
             sp.ctx.insert("classes", &l[1]);
             sp
         }
-        Op::BiasGrad => {
+        Op::BiasGrad | Op::BiasGradUpdate { .. } => {
+            // dy, then db (or the updated b): the fused kernel applies the update to each column
+            // sum instead of storing it (its workspace `db` stays unused)
             let (dy, db) = (shape(0)?, shape(1)?);
             let c = numel(db);
             let mut sp = elementwise("bias_grad.cu.tera", kind, c, name)?;
             sp.ctx.insert("c", &c);
             sp.ctx.insert("rows", &(numel(dy) / c.max(1)));
+            if let Op::BiasGradUpdate { rule } = &k.op {
+                rule_ctx(&mut sp.ctx, rule, "b", true);
+            }
             sp
         }
-        Op::SgdUpdate {
-            lr,
-            momentum,
-            weight_decay,
-            nesterov,
-        } => {
+        Op::SgdUpdate { .. } | Op::AdamUpdate { .. } => {
             let mut sp = elementwise("optim.cu.tera", kind, numel(shape(0)?), name)?;
-            sp.ctx.insert("lr", &f32_lit(*lr));
-            sp.ctx.insert("momentum", &(*momentum != 0.0));
-            sp.ctx.insert("momentum_value", &f32_lit(*momentum));
-            sp.ctx.insert("weight_decay", &f32_lit(*weight_decay));
-            sp.ctx.insert("nesterov", nesterov);
-            sp
-        }
-        Op::AdamUpdate {
-            lr,
-            beta1,
-            beta2,
-            eps,
-            weight_decay,
-            decoupled,
-        } => {
-            let mut sp = elementwise("optim.cu.tera", kind, numel(shape(0)?), name)?;
-            sp.ctx.insert("lr", &f32_lit(*lr));
-            sp.ctx.insert("beta1", &f32_lit(*beta1));
-            sp.ctx.insert("beta2", &f32_lit(*beta2));
-            sp.ctx.insert("eps", &f32_lit(*eps));
-            sp.ctx.insert("weight_decay", &f32_lit(*weight_decay));
-            sp.ctx.insert("decoupled", decoupled);
+            let rule = UpdateRule::of(&k.op).expect("an update op");
+            rule_ctx(&mut sp.ctx, &rule, "w", false);
             sp
         }
     };

@@ -1,7 +1,7 @@
 //! One small kernel of every op variant (and both flavours of the flags that change the generated
 //! code), for tests that must cover every template arm, not only what the examples happen to use.
 
-use crate::op::{conv_workspace_elems, ConvGeom, Op, PoolGeom, UnaryKind};
+use crate::op::{conv_workspace_elems, ConvGeom, Op, PoolGeom, UnaryKind, UpdateRule};
 use crate::plan::Kernel;
 
 fn k(id: usize, op: Op, arg_shapes: Vec<Vec<usize>>) -> Kernel {
@@ -159,6 +159,97 @@ pub fn zoo() -> Vec<Kernel> {
         ops.push((Op::Unary(kind), vec![e.clone(), e.clone()]));
         ops.push((Op::UnaryBwd(kind), vec![e.clone(), e.clone(), e.clone()]));
     }
+    // in place
+    for kind in [
+        UnaryKind::Relu,
+        UnaryKind::Tanh,
+        UnaryKind::Sigmoid,
+        UnaryKind::Gelu,
+    ] {
+        ops.push((Op::UnaryInPlace(kind), vec![e.clone()]));
+        ops.push((Op::UnaryBwdInPlace(kind), vec![e.clone(), e.clone()]));
+    }
+    ops.push((Op::AddInPlace, vec![vec![1000], vec![1000]]));
+    ops.push((Op::DropoutInPlace { p: 0.3, salt: 7 }, vec![vec![1000]]));
+    ops.push((Op::DropoutBwdInPlace { p: 0.3, salt: 7 }, vec![vec![1000]]));
+    // weight gradient fused with the update: every rule flavour (SGD plain / momentum / nesterov,
+    // Adam / AdamW), and a long reduction (the two-level summation)
+    let sgd = |momentum: f32, nesterov: bool| UpdateRule::Sgd {
+        lr: 0.01,
+        momentum,
+        weight_decay: 1e-4,
+        nesterov,
+    };
+    let adam = |decoupled: bool| UpdateRule::Adam {
+        lr: 1e-3,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+        weight_decay: 0.01,
+        decoupled,
+    };
+    // the signature's shapes: inputs, then as many state slots as the rule has (shaped as the
+    // updated tensor), then the workspaces per `Op::workspace_elems`
+    let fused = |op: Op, ins: Vec<Vec<usize>>, upd: Vec<usize>| {
+        let ns = match &op {
+            Op::Conv2dBwdWeightUpdate { rule, .. }
+            | Op::DenseBwdWeightUpdate { rule, .. }
+            | Op::BiasGradUpdate { rule } => rule.state_names().len(),
+            _ => unreachable!("a fused update op"),
+        };
+        let mut s = ins;
+        s.push(upd.clone());
+        s.extend(std::iter::repeat_n(upd, ns));
+        let ws = op.workspace_elems(&s);
+        s.extend(ws.into_iter().map(|n| vec![n]));
+        (op, s)
+    };
+    ops.push(fused(
+        Op::Conv2dBwdWeightUpdate {
+            geom: g2,
+            rule: sgd(0.9, true),
+            chunk: 2,
+        },
+        vec![x2.clone(), y2.clone()],
+        w2.clone(),
+    ));
+    ops.push(fused(
+        Op::Conv2dBwdWeightUpdate {
+            geom: g1,
+            rule: adam(false),
+            chunk: 3,
+        },
+        vec![x1.clone(), y1.clone()],
+        w1.clone(),
+    ));
+    ops.push(fused(
+        Op::DenseBwdWeightUpdate {
+            rule: sgd(0.0, false),
+            chunk: 2,
+        },
+        vec![vec![4, 6], vec![4, 3]],
+        vec![6, 3],
+    ));
+    ops.push(fused(
+        Op::DenseBwdWeightUpdate {
+            rule: adam(true),
+            chunk: 3,
+        },
+        vec![vec![5000, 3], vec![5000, 2]],
+        vec![3, 2],
+    ));
+    ops.push(fused(
+        Op::BiasGradUpdate {
+            rule: sgd(0.9, false),
+        },
+        vec![vec![2, 3, 4, 5]],
+        vec![5],
+    ));
+    ops.push(fused(
+        Op::BiasGradUpdate { rule: adam(false) },
+        vec![vec![2, 3, 4, 5]],
+        vec![5],
+    ));
     ops.into_iter()
         .enumerate()
         .map(|(i, (op, s))| k(i, op, s))

@@ -734,6 +734,7 @@ pub fn run_single_kernel(
             offset: off,
             live: (0, 0),
             persistent: false,
+            layer: String::new(),
         });
         off += (need as u64).div_ceil(ALIGN) * ALIGN;
     }
@@ -747,6 +748,7 @@ pub fn run_single_kernel(
         kernel: 0,
         args: (0..buffers.len()).collect(),
         label: kernel.name.clone(),
+        phase: Default::default(),
     };
     let a = Args {
         base,

@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use dmc_compiler::codegen::{render_kernel, CudaKernel};
-use dmc_compiler::op::{DType, Op, Role};
+use dmc_compiler::op::{DType, Op, Role, UpdateRule};
 use dmc_compiler::plan::{Kernel, Mode, Plan, ALIGN};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -68,6 +68,21 @@ pub struct KernelCheck {
 
 fn random_args(k: &Kernel, rng: &mut ChaCha8Rng) -> Vec<Vec<u8>> {
     let sig = k.op.signature();
+    let adam = matches!(
+        k.op,
+        Op::AdamUpdate { .. }
+            | Op::Conv2dBwdWeightUpdate {
+                rule: UpdateRule::Adam { .. },
+                ..
+            }
+            | Op::DenseBwdWeightUpdate {
+                rule: UpdateRule::Adam { .. },
+                ..
+            }
+            | Op::BiasGradUpdate {
+                rule: UpdateRule::Adam { .. }
+            }
+    );
     sig.params
         .iter()
         .enumerate()
@@ -75,8 +90,8 @@ fn random_args(k: &Kernel, rng: &mut ChaCha8Rng) -> Vec<Vec<u8>> {
             let n: usize = k.arg_shapes[i].iter().product();
             match p.dtype {
                 DType::F32 => {
-                    // Adam's second moment must be >= 0
-                    let nonneg = matches!(k.op, Op::AdamUpdate { .. }) && i == 3;
+                    // Adam's second moment (the state slot `v`) must be >= 0
+                    let nonneg = adam && p.name == "v";
                     (0..n)
                         .flat_map(|_| {
                             let v: f32 = if nonneg {
