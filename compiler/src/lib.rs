@@ -8,6 +8,7 @@
 
 pub mod autodiff;
 pub mod check;
+pub mod codegen;
 pub mod cost;
 pub mod emit;
 pub mod error;

@@ -34,4 +34,6 @@ pub enum RuntimeError {
         label_value: i32,
         classes: usize,
     },
+    #[error(transparent)]
+    Cuda(#[from] crate::cuda::CudaError),
 }

@@ -8,3 +8,6 @@ pub mod io;
 
 pub use cpu::{CpuBackend, InputData};
 pub use error::RuntimeError;
+pub mod backend;
+pub mod cuda;
+pub use backend::{Backend, BackendKind};

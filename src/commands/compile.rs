@@ -65,6 +65,10 @@ pub struct Args {
     /// Also print the IR after the pass pipeline.
     #[arg(long)]
     pub dump_ir: bool,
+    /// Compile the generated CUDA kernels with NVRTC for this GPU architecture (e.g. sm_80, sm_90)
+    /// and print each kernel's registers, shared memory and spills. Needs NVRTC, not a GPU.
+    #[arg(long, value_name = "ARCH")]
+    pub arch: Option<String>,
 }
 
 /// Writes `bytes` to `path` atomically: a temporary file in the same directory, then a rename.
@@ -122,6 +126,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         .map_err(|e| CliError::Message(format!("cannot serialise the plan: {e}")))?;
     let path = args.out.join("plan.json");
     write_atomic(&path, &json)?;
+    super::cuda::write_kernels(&plan, &args.out, args.arch.as_deref())?;
     println!(
         "{}: {} kernels, {} steps, {} buffers, arena {} ({} bytes) -> {}",
         args.file.display(),

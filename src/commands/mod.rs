@@ -3,6 +3,7 @@
 
 mod check;
 mod compile;
+mod cuda;
 mod plan;
 mod summary;
 mod train;
@@ -38,6 +39,9 @@ pub enum Command {
     Eval(train::EvalArgs),
     /// Write the network's outputs for the given inputs to a .safetensors or .npy file.
     Predict(train::PredictArgs),
+    /// Check the CUDA backend against the CPU backend on a GPU (see scripts/gpu-check.sh).
+    #[command(hide = true)]
+    GpuSelftest(cuda::SelftestArgs),
 }
 
 pub fn run(cli: Cli) -> Result<(), CliError> {
@@ -49,6 +53,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Run(a) => train::run(&a),
         Command::Eval(a) => train::eval(&a),
         Command::Predict(a) => train::predict(&a),
+        Command::GpuSelftest(a) => cuda::selftest(&a),
     }
 }
 

@@ -11,7 +11,7 @@ use dmc_compiler::plan::{Mode, Plan};
 use dmc_compiler::CompileOptions;
 use dmc_grammar::model::{LossKind, Model};
 use dmc_runtime::io::{self, Dataset, Task, TensorRole, TensorSpec};
-use dmc_runtime::{CpuBackend, InputData};
+use dmc_runtime::{Backend, BackendKind, InputData};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::report::CliError;
@@ -126,20 +126,26 @@ fn seed_of(common: &CommonArgs, model: &Model) -> u64 {
     common.seed.or(model.train.seed).unwrap_or(DEFAULT_SEED)
 }
 
-/// Resolves `--device`: only the CPU backend exists in this build.
-fn resolve_device(d: Device, quiet: bool) -> Result<(), CliError> {
+/// Resolves `--device`: `auto` takes CUDA when a driver and a GPU are present, else the CPU (saying
+/// why); `cuda` without a GPU is an error.
+fn resolve_device(d: Device, quiet: bool) -> Result<BackendKind, CliError> {
     match d {
-        Device::Cpu => Ok(()),
-        Device::Cuda => Err(CliError::Usage(
-            "--device cuda: this build of dmc has no CUDA backend yet (it is planned); \
-             run on the CPU with --device cpu (or --device auto)"
-                .into(),
-        )),
+        Device::Cpu => Ok(BackendKind::Cpu),
+        Device::Cuda => match dmc_runtime::cuda::probe() {
+            Ok(_) => Ok(BackendKind::Cuda),
+            Err(e) => Err(CliError::Usage(format!(
+                "--device cuda: {e}; run on the CPU with --device cpu (or --device auto)"
+            ))),
+        },
         Device::Auto => {
+            let (kind, what) = match dmc_runtime::cuda::probe() {
+                Ok(gpu) => (BackendKind::Cuda, format!("cuda ({gpu})")),
+                Err(e) => (BackendKind::Cpu, format!("cpu ({e})")),
+            };
             if !quiet {
-                eprintln!("device: cpu (this build of dmc has no CUDA backend yet)");
+                eprintln!("device: {what}");
             }
-            Ok(())
+            Ok(kind)
         }
     }
 }
@@ -277,7 +283,7 @@ impl Feeder {
         }
     }
 
-    fn feed(&mut self, be: &mut CpuBackend, ds: &Dataset, idx: &[usize]) -> Result<(), CliError> {
+    fn feed(&mut self, be: &mut Backend, ds: &Dataset, idx: &[usize]) -> Result<(), CliError> {
         for (i, (name, dtype, _)) in self.specs.iter().enumerate() {
             match dtype {
                 DType::I32 => {
@@ -294,18 +300,19 @@ impl Feeder {
     }
 }
 
-fn param_list(be: &CpuBackend) -> Vec<(String, Vec<usize>)> {
-    be.params()
-        .map(|(n, s, _)| (n.to_string(), s.to_vec()))
+fn param_list(be: &Backend) -> Vec<(String, Vec<usize>)> {
+    let p = &be.plan().params;
+    p.iter()
+        .map(|p| (p.name.clone(), p.shape.clone()))
         .collect()
 }
 
 /// Initialise parameters: seeded He/Glorot, or from `--init`.
-fn init_params(be: &mut CpuBackend, init: Option<&Path>, seed: u64) -> Result<(), CliError> {
+fn init_params(be: &mut Backend, init: Option<&Path>, seed: u64) -> Result<(), CliError> {
     match init {
-        None => be.init_params(seed),
+        None => be.init_params(seed)?,
         Some(p) => {
-            be.init_params(seed);
+            be.init_params(seed)?;
             let expected = param_list(be);
             for (name, data) in io::load_weights(p, &expected)? {
                 be.set_param(&name, &data)?;
@@ -315,17 +322,19 @@ fn init_params(be: &mut CpuBackend, init: Option<&Path>, seed: u64) -> Result<()
     Ok(())
 }
 
-fn save(be: &CpuBackend, path: &Path) -> Result<(), CliError> {
-    let tensors: Vec<(String, Vec<usize>, &[f32])> = be
-        .params()
-        .map(|(n, s, d)| (n.to_string(), s.to_vec(), d))
+fn save(be: &Backend, path: &Path) -> Result<(), CliError> {
+    let params = be.params()?;
+    let tensors: Vec<(String, Vec<usize>, &[f32])> = params
+        .iter()
+        .map(|(n, s, d)| (n.clone(), s.clone(), d.as_ref()))
         .collect();
     io::save_weights(path, &tensors)?;
     Ok(())
 }
 
-fn all_params_finite(be: &CpuBackend) -> bool {
-    be.params().all(|(_, _, d)| d.iter().all(|v| v.is_finite()))
+fn all_params_finite(be: &Backend) -> bool {
+    be.params()
+        .is_ok_and(|p| p.iter().all(|(_, _, d)| d.iter().all(|v| v.is_finite())))
 }
 
 /// Metrics over a data set: mean loss and (for classification) accuracy, computed per sample from the
@@ -337,7 +346,7 @@ pub struct Metrics {
 }
 
 fn evaluate(
-    be: &mut CpuBackend,
+    be: &mut Backend,
     model: &Model,
     ds: &Dataset,
     batch: usize,
@@ -352,7 +361,7 @@ fn evaluate(
         let idx = epoch.batch(b);
         feeder.feed(be, ds, idx)?;
         be.run(1, 0)?;
-        let out = be.output();
+        let out = be.output()?;
         for (j, &sample) in idx.iter().enumerate().take(epoch.valid(b)) {
             let row = &out[j * per..(j + 1) * per];
             match model.loss.kind {
@@ -424,7 +433,7 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     }
 
     let c = &args.common;
-    resolve_device(c.device, c.quiet)?;
+    let kind = resolve_device(c.device, c.quiet)?;
     let model = load_model(&c.file)?;
     let seed = seed_of(c, &model);
     if let Some(p) = &args.save {
@@ -467,13 +476,16 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     };
 
     let before_arena = dmc_runtime::alloc::current();
-    let mut be = CpuBackend::new(plan.clone())?;
-    let arena_measured = dmc_runtime::alloc::current().saturating_sub(before_arena);
+    let mut be = Backend::new(kind, plan.clone())?;
+    let arena_measured = match be.device_arena_bytes() {
+        Some(b) => b as usize, // device memory (cuMemGetInfo)
+        None => dmc_runtime::alloc::current().saturating_sub(before_arena),
+    };
     be.set_poison(c.poison);
     be.set_halt_on_nonfinite_loss(true);
     init_params(&mut be, c.init.as_deref(), seed)?;
     let mut val_be = match &val {
-        Some(_) => Some(CpuBackend::new(compile(&model, c, Mode::Eval, None)?)?),
+        Some(_) => Some(Backend::new(kind, compile(&model, c, Mode::Eval, None)?)?),
         None => None,
     };
 
@@ -541,8 +553,8 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
             pb.inc(1);
         }
         if let (Some(vb), Some(v)) = (val_be.as_mut(), val.as_ref()) {
-            for (name, _, data) in be.params() {
-                vb.set_param(name, data)?;
+            for (name, _, data) in be.params()? {
+                vb.set_param(&name, &data)?;
             }
             let m = evaluate(vb, &model, v, batch)?;
             let line = format!("epoch {}: validation {}", epoch + 1, fmt_metrics(&m));
@@ -627,7 +639,7 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
 /// `dmc eval`.
 pub fn eval(args: &EvalArgs) -> Result<(), CliError> {
     let c = &args.common;
-    resolve_device(c.device, c.quiet)?;
+    let kind = resolve_device(c.device, c.quiet)?;
     let model = load_model(&c.file)?;
     if c.init.is_none() && !c.quiet {
         eprintln!("warning: no --init given: evaluating freshly initialised weights");
@@ -636,7 +648,7 @@ pub fn eval(args: &EvalArgs) -> Result<(), CliError> {
     let plan = compile(&model, c, Mode::Eval, None)?;
     let batch = plan.batch;
     let ds = load_data(&plan, &model, c.data.as_deref(), 1024, seed, c.quiet, true)?;
-    let mut be = CpuBackend::new(plan)?;
+    let mut be = Backend::new(kind, plan)?;
     init_params(&mut be, c.init.as_deref(), seed)?;
     let m = evaluate(&mut be, &model, &ds, batch)?;
     println!("{}", fmt_metrics(&m));
@@ -646,7 +658,7 @@ pub fn eval(args: &EvalArgs) -> Result<(), CliError> {
 /// `dmc predict`.
 pub fn predict(args: &PredictArgs) -> Result<(), CliError> {
     let c = &args.common;
-    resolve_device(c.device, c.quiet)?;
+    let kind = resolve_device(c.device, c.quiet)?;
     let model = load_model(&c.file)?;
     io::check_writable(&args.output)?;
     if c.init.is_none() && !c.quiet {
@@ -656,7 +668,7 @@ pub fn predict(args: &PredictArgs) -> Result<(), CliError> {
     let plan = compile(&model, c, Mode::Predict, None)?;
     let batch = plan.batch;
     let ds = load_data(&plan, &model, c.data.as_deref(), 64, seed, c.quiet, false)?;
-    let mut be = CpuBackend::new(plan.clone())?;
+    let mut be = Backend::new(kind, plan.clone())?;
     init_params(&mut be, c.init.as_deref(), seed)?;
     let mut feeder = Feeder::new(&plan, false);
     let per: usize = plan.output.shape[1..].iter().product::<usize>().max(1);
@@ -665,7 +677,7 @@ pub fn predict(args: &PredictArgs) -> Result<(), CliError> {
     for b in 0..epoch.num_batches() {
         feeder.feed(&mut be, &ds, epoch.batch(b))?;
         be.run(1, seed)?;
-        out.extend_from_slice(&be.output()[..epoch.valid(b) * per]);
+        out.extend_from_slice(&be.output()?[..epoch.valid(b) * per]);
     }
     let mut shape = vec![ds.len()];
     shape.extend_from_slice(&plan.output.shape[1..]);

@@ -176,20 +176,7 @@ impl CpuBackend {
                 (p.buffer, numel(&p.shape), p.init, name_seed(seed, &p.name))
             };
             let bytes = self.bytes_mut(buffer, n * 4);
-            let mut rng = ChaCha8Rng::seed_from_u64(key);
-            let bound = match init {
-                Init::HeUniform { fan_in } => (6.0 / fan_in.max(1) as f64).sqrt(),
-                Init::GlorotUniform { fan_in, fan_out } => {
-                    (6.0 / (fan_in + fan_out).max(1) as f64).sqrt()
-                }
-                Init::Zeros => 0.0,
-            } as f32;
-            for c in bytes.chunks_exact_mut(4) {
-                let v: f32 = if bound > 0.0 {
-                    rng.random_range(-bound..bound)
-                } else {
-                    0.0
-                };
+            for (c, v) in bytes.chunks_exact_mut(4).zip(init_values(init, key)) {
                 c.copy_from_slice(&v.to_ne_bytes());
             }
         }
@@ -392,7 +379,26 @@ impl CpuBackend {
     }
 }
 
-fn name_seed(seed: u64, name: &str) -> u64 {
+/// The initial values of a parameter (an endless stream; take `numel`): `key` is
+/// [`name_seed`]`(seed, name)`. Shared with the CUDA backend, which initialises on the host.
+pub fn init_values(init: Init, key: u64) -> impl Iterator<Item = f32> {
+    let mut rng = ChaCha8Rng::seed_from_u64(key);
+    let bound = match init {
+        Init::HeUniform { fan_in } => (6.0 / fan_in.max(1) as f64).sqrt(),
+        Init::GlorotUniform { fan_in, fan_out } => (6.0 / (fan_in + fan_out).max(1) as f64).sqrt(),
+        Init::Zeros => 0.0,
+    } as f32;
+    std::iter::repeat_with(move || {
+        if bound > 0.0 {
+            rng.random_range(-bound..bound)
+        } else {
+            0.0
+        }
+    })
+}
+
+/// The per-parameter RNG key: `(seed, name)`, so values don't depend on the parameter order.
+pub fn name_seed(seed: u64, name: &str) -> u64 {
     // FNV-1a of the name, mixed with the seed.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in name.bytes() {
@@ -685,6 +691,90 @@ unsafe fn exec(a: &Args, ctx: &Ctx) -> Result<(), BadLabel> {
                 update_block(rule, ctx.step_counter, b, c, 0, c, db, &mut states[..ns]);
             }
         }
+    }
+    Ok(())
+}
+
+/// Runs one kernel on its own argument buffers (`args[i]` = the bytes of signature slot `i`, sized
+/// per `kernel.arg_shapes`), outside any plan: the reference for testing other backends kernel by
+/// kernel. `mode` as the plan's (dropout is the identity in `Eval`).
+pub fn run_single_kernel(
+    kernel: &Kernel,
+    mode: Mode,
+    step_counter: u64,
+    seed: u64,
+    args: &mut [Vec<u8>],
+) -> Result<(), RuntimeError> {
+    let sig = kernel.op.signature();
+    if args.len() != sig.params.len() || kernel.arg_shapes.len() != sig.params.len() {
+        return Err(bad(format!(
+            "kernel `{}`: wrong number of arguments",
+            kernel.name
+        )));
+    }
+    check_shapes(&kernel.op, &kernel.arg_shapes)
+        .map_err(|e| bad(format!("kernel `{}`: {e}", kernel.name)))?;
+    let mut buffers = Vec::new();
+    let mut off = 0u64;
+    for (i, (p, a)) in sig.params.iter().zip(args.iter()).enumerate() {
+        let need = numel(&kernel.arg_shapes[i]) * p.dtype.size();
+        if a.len() != need {
+            return Err(bad(format!(
+                "kernel `{}`: argument {i} has {} bytes, needs {need}",
+                kernel.name,
+                a.len()
+            )));
+        }
+        buffers.push(Buffer {
+            id: i,
+            name: p.name.clone(),
+            bytes: need as u64,
+            dtype: p.dtype,
+            kind: BufferKind::Activation,
+            offset: off,
+            live: (0, 0),
+            persistent: false,
+            layer: String::new(),
+        });
+        off += (need as u64).div_ceil(ALIGN) * ALIGN;
+    }
+    let arena = Arena::new(off)?;
+    let base = arena.ptr.as_ptr();
+    for (b, a) in buffers.iter().zip(args.iter()) {
+        // SAFETY: each buffer lies inside the fresh arena, disjoint from the others.
+        unsafe { std::ptr::copy_nonoverlapping(a.as_ptr(), base.add(b.offset as usize), a.len()) };
+    }
+    let step = Step {
+        kernel: 0,
+        args: (0..buffers.len()).collect(),
+        label: kernel.name.clone(),
+        phase: Default::default(),
+    };
+    let a = Args {
+        base,
+        buffers: &buffers,
+        kernel,
+        step: &step,
+    };
+    let ctx = Ctx {
+        step_counter,
+        seed,
+        mode,
+    };
+    // SAFETY: shapes checked above; every argument has its own disjoint, aligned, large-enough
+    // buffer in an arena only this function accesses.
+    unsafe { exec(&a, &ctx) }.map_err(|e| RuntimeError::BadLabel {
+        step: 0,
+        label: kernel.name.clone(),
+        row: e.row,
+        label_value: e.label,
+        classes: e.classes,
+    })?;
+    for (b, a) in buffers.iter().zip(args.iter_mut()) {
+        // SAFETY: as above; the kernel has finished.
+        unsafe {
+            std::ptr::copy_nonoverlapping(base.add(b.offset as usize), a.as_mut_ptr(), a.len())
+        };
     }
     Ok(())
 }

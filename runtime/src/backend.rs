@@ -1,0 +1,117 @@
+//! One type over the backends, so the CLI drives the CPU or the CUDA backend with the same calls.
+
+use std::borrow::Cow;
+
+use dmc_compiler::plan::Plan;
+
+use crate::cpu::{CpuBackend, InputData};
+use crate::cuda::CudaBackend;
+use crate::error::RuntimeError;
+
+/// Which backend to build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    Cpu,
+    Cuda,
+}
+
+/// The CPU or the CUDA backend for one plan.
+#[allow(clippy::large_enum_variant)] // one per process
+pub enum Backend {
+    Cpu(CpuBackend),
+    Cuda(Box<CudaBackend>),
+}
+
+impl Backend {
+    pub fn new(kind: BackendKind, plan: Plan) -> Result<Self, RuntimeError> {
+        Ok(match kind {
+            BackendKind::Cpu => Backend::Cpu(CpuBackend::new(plan)?),
+            BackendKind::Cuda => Backend::Cuda(Box::new(CudaBackend::new(plan)?)),
+        })
+    }
+
+    pub fn plan(&self) -> &Plan {
+        match self {
+            Backend::Cpu(b) => b.plan(),
+            Backend::Cuda(b) => b.plan(),
+        }
+    }
+
+    /// Device memory taken by the arena (`cuMemGetInfo` before/after), for the CUDA backend.
+    pub fn device_arena_bytes(&self) -> Option<u64> {
+        match self {
+            Backend::Cpu(_) => None,
+            Backend::Cuda(b) => Some(b.measured_arena_bytes),
+        }
+    }
+
+    /// Poison mode (CPU only; the CUDA backend ignores it).
+    pub fn set_poison(&mut self, on: bool) {
+        if let Backend::Cpu(b) = self {
+            b.set_poison(on)
+        }
+    }
+
+    /// Stop before the backward on a non-finite loss (CPU only: the CUDA backend runs the whole
+    /// step; the CLI still stops training on a non-finite loss).
+    pub fn set_halt_on_nonfinite_loss(&mut self, on: bool) {
+        if let Backend::Cpu(b) = self {
+            b.set_halt_on_nonfinite_loss(on)
+        }
+    }
+
+    pub fn init_params(&mut self, seed: u64) -> Result<(), RuntimeError> {
+        match self {
+            Backend::Cpu(b) => {
+                b.init_params(seed);
+                Ok(())
+            }
+            Backend::Cuda(b) => b.init_params(seed),
+        }
+    }
+
+    pub fn set_param(&mut self, name: &str, data: &[f32]) -> Result<(), RuntimeError> {
+        match self {
+            Backend::Cpu(b) => b.set_param(name, data),
+            Backend::Cuda(b) => b.set_param(name, data),
+        }
+    }
+
+    /// Every parameter: (name, shape, values), in plan order (copied back from the GPU).
+    #[allow(clippy::type_complexity)]
+    pub fn params(&self) -> Result<Vec<(String, Vec<usize>, Cow<'_, [f32]>)>, RuntimeError> {
+        match self {
+            Backend::Cpu(b) => Ok(b
+                .params()
+                .map(|(n, s, d)| (n.to_string(), s.to_vec(), Cow::Borrowed(d)))
+                .collect()),
+            Backend::Cuda(b) => Ok(b
+                .params()?
+                .into_iter()
+                .map(|(n, s, d)| (n, s, Cow::Owned(d)))
+                .collect()),
+        }
+    }
+
+    pub fn set_input(&mut self, name: &str, data: InputData) -> Result<(), RuntimeError> {
+        match self {
+            Backend::Cpu(b) => b.set_input(name, data),
+            Backend::Cuda(b) => b.set_input(name, data),
+        }
+    }
+
+    pub fn run(&mut self, step_counter: u64, seed: u64) -> Result<f32, RuntimeError> {
+        match self {
+            Backend::Cpu(b) => b.run(step_counter, seed),
+            Backend::Cuda(b) => b.run(step_counter, seed),
+        }
+    }
+
+    /// The network output after the last `run`.
+    pub fn output(&self) -> Result<Cow<'_, [f32]>, RuntimeError> {
+        match self {
+            Backend::Cpu(b) => Ok(Cow::Borrowed(b.output())),
+            Backend::Cuda(b) => Ok(Cow::Owned(b.output()?)),
+        }
+    }
+}

@@ -1,0 +1,459 @@
+//! The CUDA backend: the plan's kernels rendered to CUDA C ([`dmc_compiler::codegen`]), compiled
+//! by NVRTC ([`nvrtc`]) for the device's architecture, run on one device allocation of the planned
+//! arena.
+//!
+//! * The driver (`libcuda.so.1`) is loaded at run time through cudarc's dynamic loading, after
+//!   checking it is present (cudarc panics otherwise): a machine without CUDA gets an error, never
+//!   a panic.
+//! * One `cuMemAlloc` of `arena_bytes`; inputs and parameters are copied into their planned slots;
+//!   every step is one launch on one stream whose arguments are built by iterating the kernel's
+//!   [`kernel_params`](dmc_compiler::codegen::kernel_params) (the same list that rendered the
+//!   kernel's parameter list): `arena base + offset` per signature slot, then `seed`, `step`.
+//!   Nothing is allocated on the device during a step.
+//! * Device memory is measured with `cuMemGetInfo` around the arena allocation.
+
+pub mod nvrtc;
+pub mod selftest;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::driver::{
+    result as cu, CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg,
+};
+use dmc_compiler::codegen::{render_plan, ArgSource, CodegenError, CudaKernel};
+use dmc_compiler::op::DType;
+use dmc_compiler::plan::{Plan, ALIGN};
+
+use crate::cpu::executor::{init_values, name_seed};
+use crate::cpu::InputData;
+use crate::error::RuntimeError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CudaError {
+    #[error("{0}")]
+    NvrtcMissing(String),
+    #[error("NVRTC: {0}")]
+    Nvrtc(String),
+    #[error("NVRTC could not compile kernel `{kernel}`:\n{log}")]
+    Compile { kernel: String, log: String },
+    #[error("the CUDA driver (libcuda.so.1) was not found (install the NVIDIA driver)")]
+    NoDriver,
+    #[error("no usable CUDA GPU: {0}")]
+    NoDevice(String),
+    #[error("CUDA driver call failed ({what}): {message}")]
+    Driver { what: String, message: String },
+    #[error(transparent)]
+    Codegen(#[from] CodegenError),
+}
+
+fn drv(what: &str) -> impl FnOnce(cudarc::driver::DriverError) -> CudaError + '_ {
+    move |e| CudaError::Driver {
+        what: what.into(),
+        message: e.to_string(),
+    }
+}
+
+/// Whether the driver library can be loaded (without cudarc's panic on absence).
+pub fn driver_present() -> bool {
+    // SAFETY: tries `dlopen` of the driver's library names; no other precondition.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+/// A CUDA device ready to run kernels: its context, one stream, its architecture.
+#[derive(Clone)]
+pub struct Device {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub name: String,
+    /// e.g. `sm_90`
+    pub arch: String,
+}
+
+/// Opens GPU 0, or says why it cannot.
+pub fn open_device() -> Result<Device, CudaError> {
+    if !driver_present() {
+        return Err(CudaError::NoDriver);
+    }
+    let n = CudaContext::device_count().map_err(|e| CudaError::NoDevice(e.to_string()))?;
+    if n < 1 {
+        return Err(CudaError::NoDevice("the driver reports no GPU".into()));
+    }
+    let ctx = CudaContext::new(0).map_err(|e| CudaError::NoDevice(e.to_string()))?;
+    let name = ctx.name().map_err(drv("cuDeviceGetName"))?;
+    let (maj, min) = ctx
+        .compute_capability()
+        .map_err(drv("compute capability"))?;
+    let stream = ctx.default_stream();
+    Ok(Device {
+        ctx,
+        stream,
+        name,
+        arch: format!("sm_{maj}{min}"),
+    })
+}
+
+/// A short description of the GPU for `--device auto`, or why there is none.
+pub fn probe() -> Result<String, CudaError> {
+    let d = open_device()?;
+    Ok(format!("{} ({})", d.name, d.arch))
+}
+
+/// Free and total device memory (`cuMemGetInfo`).
+pub fn mem_info(d: &Device) -> Result<(usize, usize), CudaError> {
+    d.ctx.mem_get_info().map_err(drv("cuMemGetInfo"))
+}
+
+/// Compiles `kernels` with NVRTC for the device and loads their entry points.
+pub fn load_kernels(d: &Device, kernels: &[CudaKernel]) -> Result<Vec<CudaFunction>, CudaError> {
+    let nv = nvrtc::nvrtc()?;
+    kernels
+        .iter()
+        .map(|k| {
+            let c = nv.compile(&k.name, &k.source, &d.arch, nvrtc::Output::Cubin)?;
+            let m = d
+                .ctx
+                .load_module(cudarc::nvrtc::Ptx::from_binary(c.image))
+                .map_err(drv("cuModuleLoadData"))?;
+            m.load_function(&k.entry)
+                .map_err(drv("cuModuleGetFunction"))
+        })
+        .collect()
+}
+
+/// Launches `k` with its pointer arguments `ptrs` (one per signature slot, in order).
+///
+/// # Safety
+/// Every pointer must address device memory at least as large as the kernel's argument `i`
+/// (per its shapes) and written arguments must not overlap other arguments.
+pub unsafe fn launch(
+    d: &Device,
+    f: &CudaFunction,
+    k: &CudaKernel,
+    ptrs: &[u64],
+    seed: u64,
+    step: u64,
+) -> Result<(), CudaError> {
+    // The launch arguments, built from the same list that rendered the parameter list.
+    let vals: Vec<u64> = k
+        .params
+        .iter()
+        .map(|p| match p.source {
+            ArgSource::Buffer(i) => ptrs[i],
+            ArgSource::Seed => seed,
+            ArgSource::Step => step,
+        })
+        .collect();
+    let mut b = d.stream.launch_builder(f);
+    for v in &vals {
+        b.arg(v);
+    }
+    let cfg = LaunchConfig {
+        grid_dim: (k.grid[0], k.grid[1], k.grid[2]),
+        block_dim: (k.block[0], k.block[1], k.block[2]),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: per this function's contract; the argument count and types (pointers and u64
+    // scalars, all 8 bytes) match the generated parameter list by construction.
+    unsafe { b.launch(cfg) }.map_err(drv("cuLaunchKernel"))?;
+    Ok(())
+}
+
+/// One plain `cuMemAlloc` allocation (no stream-ordered pool), freed on drop. Copies are
+/// synchronous and bounds-checked.
+pub struct DeviceBuffer {
+    ctx: Arc<CudaContext>,
+    pub ptr: u64,
+    pub bytes: usize,
+}
+
+impl DeviceBuffer {
+    pub fn new(d: &Device, bytes: usize) -> Result<Self, CudaError> {
+        d.ctx.bind_to_thread().map_err(drv("bind context"))?;
+        // SAFETY: the context is current on this thread; the size is non-zero.
+        let ptr = unsafe { cu::malloc_sync(bytes.max(1)) }.map_err(|e| CudaError::Driver {
+            what: format!("cuMemAlloc of {bytes} bytes"),
+            message: e.to_string(),
+        })?;
+        let b = DeviceBuffer {
+            ctx: d.ctx.clone(),
+            ptr,
+            bytes,
+        };
+        // SAFETY: `ptr` addresses `bytes` bytes just allocated.
+        unsafe { cu::memset_d8_sync(ptr, 0, bytes) }.map_err(drv("cuMemsetD8"))?;
+        Ok(b)
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<(), CudaError> {
+        if !matches!(offset.checked_add(len), Some(e) if e <= self.bytes) {
+            return Err(CudaError::Driver {
+                what: "copy".into(),
+                message: format!(
+                    "[{offset}, +{len}) is outside the {}-byte buffer",
+                    self.bytes
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Copies `src` to `offset` (synchronous).
+    pub fn upload(&self, offset: usize, src: &[u8]) -> Result<(), CudaError> {
+        self.check(offset, src.len())?;
+        self.ctx.bind_to_thread().map_err(drv("bind context"))?;
+        // SAFETY: the range lies inside the allocation (checked); `src` is a valid host slice.
+        unsafe { cu::memcpy_htod_sync(self.ptr + offset as u64, src) }.map_err(drv("cuMemcpyHtoD"))
+    }
+
+    /// Copies `dst.len()` bytes from `offset` (synchronous; waits for prior work on the context).
+    pub fn download(&self, offset: usize, dst: &mut [u8]) -> Result<(), CudaError> {
+        self.check(offset, dst.len())?;
+        self.ctx.bind_to_thread().map_err(drv("bind context"))?;
+        self.ctx.synchronize().map_err(drv("synchronize"))?;
+        // SAFETY: the range lies inside the allocation (checked); `dst` is a valid host slice.
+        unsafe { cu::memcpy_dtoh_sync(dst, self.ptr + offset as u64) }.map_err(drv("cuMemcpyDtoH"))
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            let _ = self.ctx.synchronize();
+            // SAFETY: allocated by `cuMemAlloc` in `new`, freed once; no kernel uses it any more.
+            let _ = unsafe { cu::free_sync(self.ptr) };
+        }
+    }
+}
+
+/// (name, shape, values) of a parameter copied back from the device.
+pub type NamedTensor = (String, Vec<usize>, Vec<f32>);
+
+/// The CUDA backend for one plan (mirrors [`CpuBackend`](crate::CpuBackend)'s API).
+pub struct CudaBackend {
+    plan: Plan,
+    dev: Device,
+    arena: DeviceBuffer,
+    base: u64,
+    kernels: Vec<Option<usize>>,
+    rendered: Vec<CudaKernel>,
+    functions: Vec<CudaFunction>,
+    params: HashMap<String, usize>,
+    /// Device memory taken by the arena allocation (free before - free after).
+    pub measured_arena_bytes: u64,
+}
+
+fn numel(s: &[usize]) -> usize {
+    s.iter().product()
+}
+
+impl CudaBackend {
+    /// Opens the GPU, renders and compiles the plan's kernels, allocates the arena (zeroed).
+    pub fn new(plan: Plan) -> Result<Self, RuntimeError> {
+        let dev = open_device()?;
+        Self::with_device(plan, dev)
+    }
+
+    pub fn with_device(plan: Plan, dev: Device) -> Result<Self, RuntimeError> {
+        for b in &plan.buffers {
+            if b.offset % ALIGN != 0 || b.offset + b.bytes > plan.arena_bytes {
+                return Err(RuntimeError::BadPlan(format!(
+                    "buffer `{}` is outside the arena or misaligned",
+                    b.name
+                )));
+            }
+        }
+        let rendered = render_plan(&plan).map_err(CudaError::from)?;
+        let functions = load_kernels(&dev, &rendered)?;
+        let mut kernels = vec![None; plan.kernels.len()];
+        for (i, k) in rendered.iter().enumerate() {
+            kernels[k.id] = Some(i);
+        }
+        dev.stream.synchronize().map_err(drv("synchronize"))?;
+        let (free0, _) = mem_info(&dev)?;
+        let arena = DeviceBuffer::new(&dev, plan.arena_bytes as usize)?;
+        dev.ctx.synchronize().map_err(drv("synchronize"))?;
+        let (free1, _) = mem_info(&dev)?;
+        let base = arena.ptr;
+        let params = plan
+            .params
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.name.clone(), i))
+            .collect();
+        Ok(CudaBackend {
+            plan,
+            dev,
+            arena,
+            base,
+            kernels,
+            rendered,
+            functions,
+            params,
+            measured_arena_bytes: free0.saturating_sub(free1) as u64,
+        })
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
+    pub fn arena_bytes(&self) -> u64 {
+        self.plan.arena_bytes
+    }
+
+    fn upload(&mut self, offset: u64, bytes: &[u8]) -> Result<(), RuntimeError> {
+        // the stream's earlier launches may still read this memory
+        self.dev.stream.synchronize().map_err(drv("synchronize"))?;
+        Ok(self.arena.upload(offset as usize, bytes)?)
+    }
+
+    fn download(&self, offset: u64, len: usize) -> Result<Vec<u8>, RuntimeError> {
+        self.dev.stream.synchronize().map_err(drv("synchronize"))?;
+        let mut out = vec![0u8; len];
+        self.arena.download(offset as usize, &mut out)?;
+        Ok(out)
+    }
+
+    /// Initialises the parameters on the host exactly as the CPU backend does, then copies them;
+    /// zeroes the optimizer state.
+    pub fn init_params(&mut self, seed: u64) -> Result<(), RuntimeError> {
+        for i in 0..self.plan.params.len() {
+            let p = &self.plan.params[i];
+            let vals: Vec<u8> = init_values(p.init, name_seed(seed, &p.name))
+                .take(numel(&p.shape))
+                .flat_map(f32::to_ne_bytes)
+                .collect();
+            let off = self.plan.buffers[p.buffer].offset;
+            self.upload(off, &vals)?;
+        }
+        for i in 0..self.plan.opt_state.len() {
+            let p = &self.plan.opt_state[i];
+            let zeros = vec![0u8; numel(&p.shape) * 4];
+            let off = self.plan.buffers[p.buffer].offset;
+            self.upload(off, &zeros)?;
+        }
+        Ok(())
+    }
+
+    pub fn set_param(&mut self, name: &str, data: &[f32]) -> Result<(), RuntimeError> {
+        let i = *self
+            .params
+            .get(name)
+            .ok_or_else(|| RuntimeError::UnknownParam(name.into()))?;
+        let p = &self.plan.params[i];
+        let n = numel(&p.shape);
+        if data.len() != n {
+            return Err(RuntimeError::SizeMismatch {
+                name: name.into(),
+                expected: n,
+                got: data.len(),
+            });
+        }
+        let off = self.plan.buffers[p.buffer].offset;
+        let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        self.upload(off, &bytes)
+    }
+
+    /// Every parameter, copied back: (name, shape, values).
+    pub fn params(&self) -> Result<Vec<NamedTensor>, RuntimeError> {
+        self.plan
+            .params
+            .iter()
+            .map(|p| {
+                let b = self.download(self.plan.buffers[p.buffer].offset, numel(&p.shape) * 4)?;
+                Ok((p.name.clone(), p.shape.clone(), to_f32(&b)))
+            })
+            .collect()
+    }
+
+    pub fn set_input(&mut self, name: &str, data: InputData) -> Result<(), RuntimeError> {
+        let b = self
+            .plan
+            .inputs
+            .iter()
+            .chain(&self.plan.targets)
+            .find(|b| b.name == name)
+            .ok_or_else(|| RuntimeError::UnknownInput(name.into()))?;
+        let (n, dtype, off) = (numel(&b.shape), b.dtype, self.plan.buffers[b.buffer].offset);
+        let (got, bytes): (DType, Vec<u8>) = match data {
+            InputData::F32(d) => (DType::F32, d.iter().flat_map(|v| v.to_ne_bytes()).collect()),
+            InputData::I32(d) => (DType::I32, d.iter().flat_map(|v| v.to_ne_bytes()).collect()),
+        };
+        if got != dtype {
+            return Err(RuntimeError::DTypeMismatch {
+                name: name.into(),
+                expected: dtype,
+                got,
+            });
+        }
+        if bytes.len() != n * 4 {
+            return Err(RuntimeError::SizeMismatch {
+                name: name.into(),
+                expected: n,
+                got: bytes.len() / 4,
+            });
+        }
+        self.upload(off, &bytes)
+    }
+
+    /// Launches every step in plan order on the stream and returns the loss (synchronises).
+    pub fn run(&mut self, step_counter: u64, seed: u64) -> Result<f32, RuntimeError> {
+        self.enqueue(step_counter, seed)?;
+        self.loss()
+    }
+
+    /// Launches every step without waiting.
+    pub fn enqueue(&mut self, step_counter: u64, seed: u64) -> Result<(), RuntimeError> {
+        let mut ptrs = Vec::with_capacity(8);
+        for step in &self.plan.steps {
+            let Some(ki) = self.kernels.get(step.kernel).copied().flatten() else {
+                continue; // leaves and reshapes: no kernel
+            };
+            ptrs.clear();
+            ptrs.extend(
+                step.args
+                    .iter()
+                    .map(|&id| self.base + self.plan.buffers[id].offset),
+            );
+            // SAFETY: the plan's buffers lie inside the arena (checked in `with_device`) and the
+            // compiler's plan checker guarantees written arguments do not overlap others.
+            unsafe {
+                launch(
+                    &self.dev,
+                    &self.functions[ki],
+                    &self.rendered[ki],
+                    &ptrs,
+                    seed,
+                    step_counter,
+                )
+            }?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the stream.
+    pub fn synchronize(&self) -> Result<(), RuntimeError> {
+        self.dev.stream.synchronize().map_err(drv("synchronize"))?;
+        Ok(())
+    }
+
+    pub fn loss(&self) -> Result<f32, RuntimeError> {
+        let b = self.download(self.plan.buffers[self.plan.loss].offset, 4)?;
+        Ok(to_f32(&b)[0])
+    }
+
+    pub fn output(&self) -> Result<Vec<f32>, RuntimeError> {
+        let o = &self.plan.output;
+        let b = self.download(self.plan.buffers[o.buffer].offset, numel(&o.shape) * 4)?;
+        Ok(to_f32(&b))
+    }
+}
+
+fn to_f32(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}

@@ -1,0 +1,324 @@
+//! The GPU self-test behind `dmc gpu-selftest`: every kernel against the CPU backend on fresh
+//! random inputs, and short training runs with measured device memory. `dry_run` does everything
+//! that needs no GPU (render, NVRTC-compile, plan).
+
+use std::time::Instant;
+
+use dmc_compiler::codegen::{render_kernel, CudaKernel};
+use dmc_compiler::op::{DType, Op, Role, UpdateRule};
+use dmc_compiler::plan::{Kernel, Mode, Plan, ALIGN};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::nvrtc::{self, parse_resources, warnings, Output, Resources};
+use super::{drv, launch, load_kernels, mem_info, CudaBackend, CudaError, Device};
+use crate::cpu::executor::run_single_kernel;
+use crate::cpu::{CpuBackend, InputData};
+use crate::error::RuntimeError;
+
+/// NVRTC's verdict on one kernel.
+#[derive(Debug, Clone)]
+pub struct CompileReport {
+    pub kernel: String,
+    pub kind: &'static str,
+    pub resources: Resources,
+    pub warnings: Vec<String>,
+    pub from_cache: bool,
+}
+
+/// Renders and compiles (to CUBIN for `arch`) every kernel of `plan`.
+pub fn compile_plan(plan: &Plan, arch: &str) -> Result<Vec<CompileReport>, CudaError> {
+    compile_kernels(&plan.kernels, plan.mode, arch)
+}
+
+/// Renders and compiles (to CUBIN for `arch`) every kernel that has one.
+pub fn compile_kernels(
+    kernels: &[Kernel],
+    mode: Mode,
+    arch: &str,
+) -> Result<Vec<CompileReport>, CudaError> {
+    let nv = nvrtc::nvrtc()?;
+    let mut out = Vec::new();
+    for k in kernels {
+        let Some(c) = render_kernel(k, mode)? else {
+            continue;
+        };
+        let r = nv.compile(&c.name, &c.source, arch, Output::Cubin)?;
+        out.push(CompileReport {
+            kernel: c.name.clone(),
+            kind: k.op.kind_name(),
+            resources: parse_resources(&r.log),
+            warnings: warnings(&r.log),
+            from_cache: r.from_cache,
+        });
+    }
+    Ok(out)
+}
+
+/// One kernel compared with the CPU backend.
+#[derive(Debug, Clone)]
+pub struct KernelCheck {
+    pub kernel: String,
+    pub kind: &'static str,
+    /// max |gpu - cpu| / max |cpu| over every written argument (NaN where either is NaN at a
+    /// position where the other is not, e.g. an element the GPU never wrote).
+    pub rel_err: f64,
+    pub ok: bool,
+}
+
+fn random_args(k: &Kernel, rng: &mut ChaCha8Rng) -> Vec<Vec<u8>> {
+    let sig = k.op.signature();
+    let adam = matches!(
+        k.op,
+        Op::AdamUpdate { .. }
+            | Op::Conv2dBwdWeightUpdate {
+                rule: UpdateRule::Adam { .. },
+                ..
+            }
+            | Op::DenseBwdWeightUpdate {
+                rule: UpdateRule::Adam { .. },
+                ..
+            }
+            | Op::BiasGradUpdate {
+                rule: UpdateRule::Adam { .. }
+            }
+    );
+    sig.params
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let n: usize = k.arg_shapes[i].iter().product();
+            match p.dtype {
+                DType::F32 => {
+                    // Adam's second moment (the state slot `v`) must be >= 0
+                    let nonneg = adam && p.name == "v";
+                    (0..n)
+                        .flat_map(|_| {
+                            let v: f32 = if nonneg {
+                                rng.random_range(0.0..1.0)
+                            } else {
+                                rng.random_range(-1.0..1.0)
+                            };
+                            v.to_ne_bytes()
+                        })
+                        .collect()
+                }
+                DType::I32 => {
+                    let classes = k.arg_shapes[0].get(1).copied().unwrap_or(1).max(1) as i32;
+                    (0..n)
+                        .flat_map(|_| rng.random_range(0..classes).to_ne_bytes())
+                        .collect()
+                }
+                DType::U8 => {
+                    let win = match k.op {
+                        Op::MaxPoolBwd { geom } => (geom.size * geom.size).clamp(1, 256),
+                        _ => 256,
+                    };
+                    (0..n).map(|_| rng.random_range(0..win) as u8).collect()
+                }
+            }
+        })
+        .collect()
+}
+
+fn rel_err(gpu: &[u8], cpu: &[u8], dtype: DType) -> f64 {
+    match dtype {
+        DType::U8 | DType::I32 => {
+            if gpu == cpu {
+                0.0
+            } else {
+                f64::INFINITY
+            }
+        }
+        DType::F32 => {
+            let f = |b: &[u8]| -> Vec<f32> {
+                b.chunks_exact(4)
+                    .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect()
+            };
+            let (g, c) = (f(gpu), f(cpu));
+            let scale = c
+                .iter()
+                .filter(|v| v.is_finite())
+                .fold(0f64, |a, &v| a.max(v.abs() as f64))
+                .max(1e-30);
+            let mut worst = 0f64;
+            for (&a, &b) in g.iter().zip(&c) {
+                if a.is_nan() != b.is_nan() {
+                    return f64::NAN;
+                }
+                if a.is_finite() && b.is_finite() {
+                    worst = worst.max((a as f64 - b as f64).abs() / scale);
+                } else if a != b && !(a.is_nan() && b.is_nan()) {
+                    return f64::NAN;
+                }
+            }
+            worst
+        }
+    }
+}
+
+/// Runs `k` on the GPU and on the CPU on the same random inputs (outputs poisoned with NaN on the
+/// GPU first) and compares every written argument.
+pub fn check_kernel(
+    dev: &Device,
+    k: &Kernel,
+    mode: Mode,
+    seed: u64,
+    tol: f64,
+) -> Result<Option<KernelCheck>, RuntimeError> {
+    let Some(ck): Option<CudaKernel> = render_kernel(k, mode).map_err(CudaError::from)? else {
+        return Ok(None);
+    };
+    let f = load_kernels(dev, std::slice::from_ref(&ck))?
+        .pop()
+        .ok_or_else(|| RuntimeError::BadPlan("no function".into()))?;
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ (k.id as u64).wrapping_mul(0x9e37));
+    let args = random_args(k, &mut rng);
+    let sig = k.op.signature();
+    let (step, run_seed) = (3u64, seed);
+
+    let mut cpu = args.clone();
+    run_single_kernel(k, mode, step, run_seed, &mut cpu)?;
+
+    // GPU: one scratch allocation holding every argument at an aligned offset.
+    let mut offs = Vec::new();
+    let mut total = 0usize;
+    for a in &args {
+        offs.push(total);
+        total += a.len().div_ceil(ALIGN as usize) * ALIGN as usize;
+    }
+    let buf = super::DeviceBuffer::new(dev, total.max(1))?;
+    let mut host = vec![0u8; total.max(1)];
+    for (i, (a, p)) in args.iter().zip(&sig.params).enumerate() {
+        let dst = &mut host[offs[i]..offs[i] + a.len()];
+        if p.role == Role::Out || p.role == Role::Workspace {
+            dst.fill(0xFF); // NaN poison: an element the kernel does not write stays NaN
+        } else {
+            dst.copy_from_slice(a);
+        }
+    }
+    buf.upload(0, &host)?;
+    let base = buf.ptr;
+    let ptrs: Vec<u64> = offs.iter().map(|&o| base + o as u64).collect();
+    // SAFETY: every argument has its own disjoint, aligned slot of the size its shape needs.
+    unsafe { launch(dev, &f, &ck, &ptrs, run_seed, step) }?;
+    dev.stream.synchronize().map_err(drv("synchronize"))?;
+    buf.download(0, &mut host)?;
+    let mut worst = 0f64;
+    for (i, p) in sig.params.iter().enumerate() {
+        if matches!(p.role, Role::Out | Role::InOut) {
+            let g = &host[offs[i]..offs[i] + cpu[i].len()];
+            let e = rel_err(g, &cpu[i], p.dtype);
+            if e.is_nan() || e > worst {
+                worst = e;
+                if e.is_nan() {
+                    break;
+                }
+            }
+        }
+    }
+    Ok(Some(KernelCheck {
+        kernel: k.name.clone(),
+        kind: k.op.kind_name(),
+        rel_err: worst,
+        ok: worst <= tol,
+    }))
+}
+
+/// A short training run on the GPU.
+#[derive(Debug, Clone)]
+pub struct TrainCheck {
+    pub planned_arena: u64,
+    pub measured_arena: u64,
+    pub first_loss: f32,
+    pub cpu_first_loss: Option<f32>,
+    pub last_loss: f32,
+    pub ms_per_step: f64,
+    pub steps: usize,
+}
+
+fn random_inputs(plan: &Plan, rng: &mut ChaCha8Rng) -> Vec<(String, Vec<f32>, Vec<i32>)> {
+    let classes = plan.output.shape.last().copied().unwrap_or(1).max(1) as i32;
+    plan.inputs
+        .iter()
+        .chain(&plan.targets)
+        .map(|b| {
+            let n: usize = b.shape.iter().product();
+            match b.dtype {
+                DType::I32 => (
+                    b.name.clone(),
+                    vec![],
+                    (0..n).map(|_| rng.random_range(0..classes)).collect(),
+                ),
+                _ => (
+                    b.name.clone(),
+                    (0..n).map(|_| rng.random_range(-1.0..1.0)).collect(),
+                    vec![],
+                ),
+            }
+        })
+        .collect()
+}
+
+/// Trains `plan` for `steps` steps on random batches; the first step's loss is compared with the
+/// CPU backend's when `with_cpu`.
+pub fn train_check(
+    dev: Device,
+    plan: Plan,
+    steps: usize,
+    seed: u64,
+    with_cpu: bool,
+) -> Result<TrainCheck, RuntimeError> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let batches: Vec<_> = (0..steps.min(4))
+        .map(|_| random_inputs(&plan, &mut rng))
+        .collect();
+    let cpu_first_loss = if with_cpu {
+        let mut cpu = CpuBackend::new(plan.clone())?;
+        cpu.init_params(seed);
+        for (name, f, i) in &batches[0] {
+            let d = if i.is_empty() {
+                InputData::F32(f)
+            } else {
+                InputData::I32(i)
+            };
+            cpu.set_input(name, d)?;
+        }
+        Some(cpu.run(1, seed)?)
+    } else {
+        None
+    };
+    let planned_arena = plan.arena_bytes;
+    let mut be = CudaBackend::with_device(plan, dev)?;
+    be.init_params(seed)?;
+    let (mut first, mut last) = (f32::NAN, f32::NAN);
+    let mut t_after_first = Instant::now();
+    for s in 0..steps {
+        for (name, f, i) in &batches[s % batches.len()] {
+            let d = if i.is_empty() {
+                InputData::F32(f)
+            } else {
+                InputData::I32(i)
+            };
+            be.set_input(name, d)?;
+        }
+        let l = be.run(s as u64 + 1, seed)?;
+        if s == 0 {
+            first = l;
+            t_after_first = Instant::now();
+        }
+        last = l;
+    }
+    let ms = t_after_first.elapsed().as_secs_f64() * 1e3 / (steps.saturating_sub(1).max(1)) as f64;
+    let _ = mem_info(be.device());
+    Ok(TrainCheck {
+        planned_arena,
+        measured_arena: be.measured_arena_bytes,
+        first_loss: first,
+        cpu_first_loss,
+        last_loss: last,
+        ms_per_step: ms,
+        steps,
+    })
+}

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The GPU check, for a machine with one NVIDIA GPU, its driver and NVRTC, but no Rust toolchain and no
+# network. It does not build: the release binary travels with the repository copy at target/release/dmc
+# (build it elsewhere with `cargo build --release`).
+#
+# It runs `dmc gpu-selftest`, which
+#   * renders and NVRTC-compiles every kernel of every example (train and eval plans) for the GPU's
+#     architecture, failing on warnings or register spills;
+#   * runs every kernel on fresh random inputs against the CPU backend (outputs poisoned with NaN first,
+#     so an element the GPU never writes shows), relative error <= 1e-5 (max |gpu-cpu| / max |cpu|);
+#   * trains examples/seed.dm and examples/deep_convnet.dm for 20 steps on the GPU under a memory cap,
+#     compares the device memory taken (cuMemGetInfo) with the planned arena and the first step's loss
+#     with the CPU backend's, and times the step;
+# and prints one summary table. `scripts/gpu-check.sh --dry-run` does everything but launch (no GPU).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BIN=${DMC_BIN:-target/release/dmc}
+if [ ! -x "$BIN" ]; then
+  echo "gpu-check: $BIN not found; build it first with 'cargo build --release' (this script does not build)" >&2
+  exit 1
+fi
+
+# NVRTC: keep $DMC_NVRTC if set, else look where CUDA installs and where pip wheels (e.g. PyTorch's) put it.
+if [ -z "${DMC_NVRTC:-}" ]; then
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu; do
+    for n in libnvrtc.so.13 libnvrtc.so.12 libnvrtc.so; do
+      if [ -e "$d/$n" ]; then DMC_NVRTC="$d/$n"; break 2; fi
+    done
+  done
+fi
+if [ -z "${DMC_NVRTC:-}" ] && command -v python3 >/dev/null 2>&1; then
+  DMC_NVRTC=$(python3 - <<'PY' 2>/dev/null || true
+import glob, site, sys
+roots = site.getsitepackages() + [site.getusersitepackages()]
+for r in roots:
+    for pat in ("nvidia/cu13/lib/libnvrtc.so.13", "nvidia/cuda_nvrtc/lib/libnvrtc.so.1*"):
+        hits = sorted(glob.glob(f"{r}/{pat}"))
+        hits = [h for h in hits if "builtins" not in h and "alt" not in h]
+        if hits:
+            print(hits[0]); sys.exit(0)
+PY
+)
+fi
+if [ -n "${DMC_NVRTC:-}" ]; then export DMC_NVRTC; echo "gpu-check: NVRTC = $DMC_NVRTC"; fi
+export DMC_CACHE_DIR=${DMC_CACHE_DIR:-$(mktemp -d)}
+
+command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+
+# The CLI on the GPU: `dmc run --device auto` must pick CUDA and land on the CPU's loss.
+echo "gpu-check: dmc run examples/resnet_small.dm --steps 30 on cuda (auto) and on cpu:"
+"$BIN" run examples/resnet_small.dm --steps 30 --device auto 2>&1 | grep -E "^device|steps, final loss" || echo "gpu-check: FAIL dmc run --device auto"
+"$BIN" run examples/resnet_small.dm --steps 30 --device cpu 2>&1 | grep -E "^device|steps, final loss" || true
+
+# the plans: seed.dm 1.6 GiB, deep_convnet.dm 2.2 GiB; both must fit under the cap.
+exec timeout 470 "$BIN" gpu-selftest --examples examples --steps 20 --vram-cap 3GiB "$@"
