@@ -233,7 +233,7 @@ pub fn zoo() -> Vec<Kernel> {
     ops.push(fused(
         Op::DenseBwdWeightUpdate {
             rule: adam(true),
-            chunk: 3,
+            chunk: 1,
         },
         vec![vec![5000, 3], vec![5000, 2]],
         vec![3, 2],
