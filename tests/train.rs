@@ -341,3 +341,31 @@ fn cuda_device_is_a_clear_error_and_auto_falls_back() {
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("device: cpu"), "{err}");
 }
+
+#[test]
+fn loss_log_has_one_line_per_step() {
+    let d = tmp();
+    let log = d.path().join("loss.txt");
+    let (code, out, err) = dmc(&[
+        "run",
+        "examples/mlp.dm",
+        "--steps",
+        "7",
+        "--loss-log",
+        &p(&log),
+        "-q",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let text = std::fs::read_to_string(&log).expect("log written");
+    let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(lines.len(), 7, "{text}");
+    let last: f64 = lines[6]
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("loss column");
+    assert!(
+        (last - final_loss(&out)).abs() <= 1e-5 * last.abs().max(1.0),
+        "{text} vs {out}"
+    );
+}
