@@ -2,20 +2,8 @@
 //! NVRTC resource table, and `dmc gpu-selftest --dry-run` (render + NVRTC + plans, no launch) runs
 //! end to end. Needs NVRTC; skipped loudly without it unless `CI` is set.
 
-use std::process::Command;
-
-fn dmc(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_dmc"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("runs dmc");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+mod common;
+use common::dmc;
 
 fn have_nvrtc() -> bool {
     match dmc_runtime::cuda::nvrtc::nvrtc() {

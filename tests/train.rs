@@ -1,20 +1,9 @@
 //! `dmc run` / `eval` / `predict` end to end: learning, determinism, resuming, and bad inputs.
 
 use std::path::Path;
-use std::process::Command;
 
-fn dmc(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_dmc"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("run dmc");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+mod common;
+use common::dmc;
 
 /// The `final loss X` of a `dmc run` summary line.
 fn final_loss(out: &str) -> f64 {
@@ -58,45 +47,30 @@ fn p(path: &Path) -> String {
     path.display().to_string()
 }
 
-#[test]
-fn mlp_learns_the_synthetic_task() {
-    // Chance level is ln(10) = 2.30 and 10% accuracy.
-    let (code, out, err) = dmc(&[
-        "run",
-        "examples/mlp.dm",
-        "--epochs",
-        "3",
-        "--val-split",
-        "0.2",
-        "-q",
-    ]);
+/// Trains `example` for 3 epochs with a 20% validation split and checks the last validation metrics.
+fn learns(example: &str, max_loss: f64, min_accuracy: f64) {
+    let (code, out, err) = dmc(&["run", example, "--epochs", "3", "--val-split", "0.2", "-q"]);
     assert_eq!(code, 0, "{err}");
     let (loss, acc) = last_validation(&err);
     assert!(
-        loss < 0.1,
-        "validation loss {loss} after 3 epochs\n{err}{out}"
+        loss < max_loss,
+        "{example}: validation loss {loss} after 3 epochs\n{err}{out}"
     );
-    assert!(acc > 95.0, "validation accuracy {acc}%\n{err}");
+    assert!(
+        acc > min_accuracy,
+        "{example}: validation accuracy {acc}%\n{err}"
+    );
+}
+
+#[test]
+fn mlp_learns_the_synthetic_task() {
+    // Chance level is ln(10) = 2.30 and 10% accuracy.
+    learns("examples/mlp.dm", 0.1, 95.0);
 }
 
 #[test]
 fn resnet_small_learns_the_synthetic_task() {
-    let (code, out, err) = dmc(&[
-        "run",
-        "examples/resnet_small.dm",
-        "--epochs",
-        "3",
-        "--val-split",
-        "0.2",
-        "-q",
-    ]);
-    assert_eq!(code, 0, "{err}");
-    let (loss, acc) = last_validation(&err);
-    assert!(
-        loss < 0.6,
-        "validation loss {loss} after 3 epochs\n{err}{out}"
-    );
-    assert!(acc > 75.0, "validation accuracy {acc}%\n{err}");
+    learns("examples/resnet_small.dm", 0.6, 75.0);
 }
 
 #[test]
