@@ -11,7 +11,7 @@
 #   * trains examples/seed.dm and examples/deep_convnet.dm for 20 steps on the GPU under a memory cap,
 #     compares the device memory taken (cuMemGetInfo) with the planned arena and the first step's loss
 #     with the CPU backend's, and times the step;
-# and prints one summary table. `scripts/gpu-check.sh --dry-run` does everything but launch (no GPU).
+# and prints one summary table; then, where PyTorch is installed, the dmc vs PyTorch comparison of bench/. `scripts/gpu-check.sh --dry-run` does everything but launch (no GPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,4 +53,16 @@ echo "gpu-check: dmc run examples/resnet_small.dm --steps 30 on cuda (auto) and 
 "$BIN" run examples/resnet_small.dm --steps 30 --device cpu 2>&1 | grep -E "^device|steps, final loss" || true
 
 # the plans: seed.dm 1.6 GiB, deep_convnet.dm 2.2 GiB; both must fit under the cap.
-exec timeout 470 "$BIN" gpu-selftest --examples examples --steps 20 --vram-cap 3GiB "$@"
+rc=0
+timeout 300 "$BIN" gpu-selftest --examples examples --steps 20 --vram-cap 3GiB "$@" || rc=$?
+
+# The same comparison with PyTorch as bench/ makes on the CPU, on this GPU, when PyTorch is installed
+# (skipped in --dry-run and with GPU_CHECK_BENCH=0).
+case " $* " in *" --dry-run "*) GPU_CHECK_BENCH=0 ;; esac
+if [ "${GPU_CHECK_BENCH:-1}" != 0 ] && python3 -c "import torch, safetensors, numpy" 2>/dev/null; then
+  echo "gpu-check: dmc vs PyTorch on the GPU (bench/run.sh --device cuda):"
+  BENCH_NO_BUILD=1 BENCH_PYTHON=python3 DMC_BIN="$BIN" timeout 150 bench/run.sh --device cuda \
+    --only seed,mlp,resnet_small --no-profile --dmc "$BIN" --workdir "${GPU_CHECK_OUT:-$(mktemp -d)}" \
+    2>&1 | sed -n '/^Machine:/,$p' || echo "gpu-check: the PyTorch comparison did not finish"
+fi
+exit $rc
