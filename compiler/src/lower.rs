@@ -53,32 +53,29 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
         ));
     }
     let mut g = Graph::new(batch);
-    let mut inputs = vec![];
-    for d in &model.inputs {
-        let n = g.add_leaf(
-            Op::Input {
-                name: d.name.clone(),
-            },
-            TensorType::new(full(batch, &d.shape), dtype(d.dtype)),
-            d.name.clone(),
-            Phase::Forward,
-        );
-        g.inputs.push(n);
-        inputs.push((n, 0));
-    }
-    let mut targets = vec![];
-    for d in &model.targets {
-        let n = g.add_leaf(
-            Op::Input {
-                name: d.name.clone(),
-            },
-            TensorType::new(full(batch, &d.shape), dtype(d.dtype)),
-            d.name.clone(),
-            Phase::Loss,
-        );
-        g.targets.push(n);
-        targets.push((n, 0));
-    }
+    // Inputs (forward) and targets (read by the loss) are both fed by the runtime: `Op::Input` leaves.
+    let mut leaves =
+        |decls: &[model::TensorDecl], phase: Phase| -> Vec<petgraph::stable_graph::NodeIndex> {
+            decls
+                .iter()
+                .map(|d| {
+                    g.add_leaf(
+                        Op::Input {
+                            name: d.name.clone(),
+                        },
+                        TensorType::new(full(batch, &d.shape), dtype(d.dtype)),
+                        d.name.clone(),
+                        phase,
+                    )
+                })
+                .collect()
+        };
+    let input_nodes = leaves(&model.inputs, Phase::Forward);
+    let target_nodes = leaves(&model.targets, Phase::Loss);
+    let inputs: Vec<Value> = input_nodes.iter().map(|&n| (n, 0)).collect();
+    let targets: Vec<Value> = target_nodes.iter().map(|&n| (n, 0)).collect();
+    g.inputs.extend(input_nodes);
+    g.targets.extend(target_nodes);
     let mut nodes: Vec<Value> = Vec::with_capacity(model.nodes.len());
     let resolve = |nodes: &[Value], r: ValueRef| -> Result<Value, CompileError> {
         let v = match r {
