@@ -7,6 +7,7 @@ use dmc_compiler::plan::Plan;
 use crate::cpu::{CpuBackend, InputData};
 use crate::cuda::CudaBackend;
 use crate::error::RuntimeError;
+use crate::host_arena::HostArena;
 
 /// Which backend to build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

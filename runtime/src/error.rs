@@ -36,4 +36,6 @@ pub enum RuntimeError {
     },
     #[error(transparent)]
     Cuda(#[from] crate::cuda::CudaError),
+    #[error(transparent)]
+    Emu(#[from] crate::emu::EmuError),
 }

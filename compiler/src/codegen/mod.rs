@@ -129,6 +129,8 @@ pub enum ArgSource {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct KernelParam {
     pub name: String,
+    /// The C type, e.g. `const float*` or `const u64`.
+    pub ty: String,
     /// The C declaration, e.g. `const float* __restrict__ x`.
     pub decl: String,
     pub source: ArgSource,
@@ -151,21 +153,20 @@ pub fn kernel_params(sig: &Signature) -> Vec<KernelParam> {
             let cst = if p.role == Role::In { "const " } else { "" };
             KernelParam {
                 name: p.name.clone(),
+                ty: format!("{cst}{ty}*"),
                 decl: format!("{cst}{ty}* __restrict__ {}", p.name),
                 source: ArgSource::Buffer(i),
             }
         })
         .collect();
-    v.push(KernelParam {
-        name: "seed".into(),
-        decl: "const u64 seed".into(),
-        source: ArgSource::Seed,
-    });
-    v.push(KernelParam {
-        name: "step".into(),
-        decl: "const u64 step".into(),
-        source: ArgSource::Step,
-    });
+    for (name, source) in [("seed", ArgSource::Seed), ("step", ArgSource::Step)] {
+        v.push(KernelParam {
+            name: name.into(),
+            ty: "const u64".into(),
+            decl: format!("const u64 {name}"),
+            source,
+        });
+    }
     v
 }
 
@@ -184,6 +185,22 @@ pub struct CudaKernel {
     pub block: [u32; 3],
     /// Launch parameters (see [`kernel_params`]).
     pub params: Vec<KernelParam>,
+}
+
+impl CudaKernel {
+    /// The launch arguments, one 8-byte value per parameter of [`kernel_params`] in order: the
+    /// pointer of signature slot `i` from `ptrs[i]`, then `seed` and `step`. The CUDA backend and
+    /// the host emulator both launch with exactly these values.
+    pub fn launch_values(&self, ptrs: &[u64], seed: u64, step: u64) -> Vec<u64> {
+        self.params
+            .iter()
+            .map(|p| match p.source {
+                ArgSource::Buffer(i) => ptrs[i],
+                ArgSource::Seed => seed,
+                ArgSource::Step => step,
+            })
+            .collect()
+    }
 }
 
 /// The kernel's template and its context, without the common entries.

@@ -37,13 +37,13 @@ pub enum InputData<'a> {
 }
 
 /// The arena: one 64-byte aligned, zero-initialised allocation.
-struct Arena {
-    ptr: NonNull<u8>,
+pub(crate) struct Arena {
+    pub(crate) ptr: NonNull<u8>,
     layout: Layout,
 }
 
 impl Arena {
-    fn new(bytes: u64) -> Result<Self, RuntimeError> {
+    pub(crate) fn new(bytes: u64) -> Result<Self, RuntimeError> {
         let size = usize::try_from(bytes)
             .map_err(|_| RuntimeError::Alloc { bytes })?
             .max(1);
@@ -53,6 +53,20 @@ impl Arena {
         let p = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(p).ok_or(RuntimeError::Alloc { bytes })?;
         Ok(Arena { ptr, layout })
+    }
+}
+
+impl Arena {
+    /// The whole allocation.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        // SAFETY: `ptr` addresses `layout.size()` initialised (zeroed) bytes owned by `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.layout.size()) }
+    }
+
+    /// The whole allocation, writable.
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`; `&mut self` makes the access unique.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.layout.size()) }
     }
 }
 

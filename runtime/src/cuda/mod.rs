@@ -15,19 +15,16 @@
 pub mod nvrtc;
 pub mod selftest;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use cudarc::driver::{
     result as cu, CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg,
 };
-use dmc_compiler::codegen::{render_plan, ArgSource, CodegenError, CudaKernel};
-use dmc_compiler::op::DType;
-use dmc_compiler::plan::{Plan, ALIGN};
+use dmc_compiler::codegen::{render_plan, CodegenError, CudaKernel};
+use dmc_compiler::plan::Plan;
 
-use crate::cpu::executor::{init_values, name_seed};
-use crate::cpu::InputData;
 use crate::error::RuntimeError;
+use crate::host_arena::{check_layout, step_pointers, HostArena};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CudaError {
@@ -135,15 +132,7 @@ pub unsafe fn launch(
     step: u64,
 ) -> Result<(), CudaError> {
     // The launch arguments, built from the same list that rendered the parameter list.
-    let vals: Vec<u64> = k
-        .params
-        .iter()
-        .map(|p| match p.source {
-            ArgSource::Buffer(i) => ptrs[i],
-            ArgSource::Seed => seed,
-            ArgSource::Step => step,
-        })
-        .collect();
+    let vals = k.launch_values(ptrs, seed, step);
     let mut b = d.stream.launch_builder(f);
     for v in &vals {
         b.arg(v);
@@ -226,9 +215,6 @@ impl Drop for DeviceBuffer {
     }
 }
 
-/// (name, shape, values) of a parameter copied back from the device.
-pub type NamedTensor = (String, Vec<usize>, Vec<f32>);
-
 /// The CUDA backend for one plan (mirrors [`CpuBackend`](crate::CpuBackend)'s API).
 pub struct CudaBackend {
     plan: Plan,
@@ -238,13 +224,8 @@ pub struct CudaBackend {
     kernels: Vec<Option<usize>>,
     rendered: Vec<CudaKernel>,
     functions: Vec<CudaFunction>,
-    params: HashMap<String, usize>,
     /// Device memory taken by the arena allocation (free before - free after).
     pub measured_arena_bytes: u64,
-}
-
-fn numel(s: &[usize]) -> usize {
-    s.iter().product()
 }
 
 impl CudaBackend {
@@ -255,14 +236,7 @@ impl CudaBackend {
     }
 
     pub fn with_device(plan: Plan, dev: Device) -> Result<Self, RuntimeError> {
-        for b in &plan.buffers {
-            if b.offset % ALIGN != 0 || b.offset + b.bytes > plan.arena_bytes {
-                return Err(RuntimeError::BadPlan(format!(
-                    "buffer `{}` is outside the arena or misaligned",
-                    b.name
-                )));
-            }
-        }
+        check_layout(&plan)?;
         let rendered = render_plan(&plan).map_err(CudaError::from)?;
         let functions = load_kernels(&dev, &rendered)?;
         let mut kernels = vec![None; plan.kernels.len()];
@@ -275,12 +249,6 @@ impl CudaBackend {
         dev.ctx.synchronize().map_err(drv("synchronize"))?;
         let (free1, _) = mem_info(&dev)?;
         let base = arena.ptr;
-        let params = plan
-            .params
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (p.name.clone(), i))
-            .collect();
         Ok(CudaBackend {
             plan,
             dev,
@@ -289,114 +257,15 @@ impl CudaBackend {
             kernels,
             rendered,
             functions,
-            params,
             measured_arena_bytes: free0.saturating_sub(free1) as u64,
         })
     }
 
-    pub fn plan(&self) -> &Plan {
-        &self.plan
-    }
     pub fn device(&self) -> &Device {
         &self.dev
     }
     pub fn arena_bytes(&self) -> u64 {
         self.plan.arena_bytes
-    }
-
-    fn upload(&mut self, offset: u64, bytes: &[u8]) -> Result<(), RuntimeError> {
-        // the stream's earlier launches may still read this memory
-        self.dev.stream.synchronize().map_err(drv("synchronize"))?;
-        Ok(self.arena.upload(offset as usize, bytes)?)
-    }
-
-    fn download(&self, offset: u64, len: usize) -> Result<Vec<u8>, RuntimeError> {
-        self.dev.stream.synchronize().map_err(drv("synchronize"))?;
-        let mut out = vec![0u8; len];
-        self.arena.download(offset as usize, &mut out)?;
-        Ok(out)
-    }
-
-    /// Initialises the parameters on the host exactly as the CPU backend does, then copies them;
-    /// zeroes the optimizer state.
-    pub fn init_params(&mut self, seed: u64) -> Result<(), RuntimeError> {
-        for i in 0..self.plan.params.len() {
-            let p = &self.plan.params[i];
-            let vals: Vec<u8> = init_values(p.init, name_seed(seed, &p.name))
-                .take(numel(&p.shape))
-                .flat_map(f32::to_ne_bytes)
-                .collect();
-            let off = self.plan.buffers[p.buffer].offset;
-            self.upload(off, &vals)?;
-        }
-        for i in 0..self.plan.opt_state.len() {
-            let p = &self.plan.opt_state[i];
-            let zeros = vec![0u8; numel(&p.shape) * 4];
-            let off = self.plan.buffers[p.buffer].offset;
-            self.upload(off, &zeros)?;
-        }
-        Ok(())
-    }
-
-    pub fn set_param(&mut self, name: &str, data: &[f32]) -> Result<(), RuntimeError> {
-        let i = *self
-            .params
-            .get(name)
-            .ok_or_else(|| RuntimeError::UnknownParam(name.into()))?;
-        let p = &self.plan.params[i];
-        let n = numel(&p.shape);
-        if data.len() != n {
-            return Err(RuntimeError::SizeMismatch {
-                name: name.into(),
-                expected: n,
-                got: data.len(),
-            });
-        }
-        let off = self.plan.buffers[p.buffer].offset;
-        let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_ne_bytes()).collect();
-        self.upload(off, &bytes)
-    }
-
-    /// Every parameter, copied back: (name, shape, values).
-    pub fn params(&self) -> Result<Vec<NamedTensor>, RuntimeError> {
-        self.plan
-            .params
-            .iter()
-            .map(|p| {
-                let b = self.download(self.plan.buffers[p.buffer].offset, numel(&p.shape) * 4)?;
-                Ok((p.name.clone(), p.shape.clone(), to_f32(&b)))
-            })
-            .collect()
-    }
-
-    pub fn set_input(&mut self, name: &str, data: InputData) -> Result<(), RuntimeError> {
-        let b = self
-            .plan
-            .inputs
-            .iter()
-            .chain(&self.plan.targets)
-            .find(|b| b.name == name)
-            .ok_or_else(|| RuntimeError::UnknownInput(name.into()))?;
-        let (n, dtype, off) = (numel(&b.shape), b.dtype, self.plan.buffers[b.buffer].offset);
-        let (got, bytes): (DType, Vec<u8>) = match data {
-            InputData::F32(d) => (DType::F32, d.iter().flat_map(|v| v.to_ne_bytes()).collect()),
-            InputData::I32(d) => (DType::I32, d.iter().flat_map(|v| v.to_ne_bytes()).collect()),
-        };
-        if got != dtype {
-            return Err(RuntimeError::DTypeMismatch {
-                name: name.into(),
-                expected: dtype,
-                got,
-            });
-        }
-        if bytes.len() != n * 4 {
-            return Err(RuntimeError::SizeMismatch {
-                name: name.into(),
-                expected: n,
-                got: bytes.len() / 4,
-            });
-        }
-        self.upload(off, &bytes)
     }
 
     /// Launches every step in plan order on the stream and returns the loss (synchronises).
@@ -412,12 +281,7 @@ impl CudaBackend {
             let Some(ki) = self.kernels.get(step.kernel).copied().flatten() else {
                 continue; // leaves and reshapes: no kernel
             };
-            ptrs.clear();
-            ptrs.extend(
-                step.args
-                    .iter()
-                    .map(|&id| self.base + self.plan.buffers[id].offset),
-            );
+            step_pointers(&self.plan, step, self.base, &mut ptrs);
             // SAFETY: the plan's buffers lie inside the arena (checked in `with_device`) and the
             // compiler's plan checker guarantees written arguments do not overlap others.
             unsafe {
@@ -439,21 +303,23 @@ impl CudaBackend {
         self.dev.stream.synchronize().map_err(drv("synchronize"))?;
         Ok(())
     }
-
-    pub fn loss(&self) -> Result<f32, RuntimeError> {
-        let b = self.download(self.plan.buffers[self.plan.loss].offset, 4)?;
-        Ok(to_f32(&b)[0])
-    }
-
-    pub fn output(&self) -> Result<Vec<f32>, RuntimeError> {
-        let o = &self.plan.output;
-        let b = self.download(self.plan.buffers[o.buffer].offset, numel(&o.shape) * 4)?;
-        Ok(to_f32(&b))
-    }
 }
 
-fn to_f32(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
+impl HostArena for CudaBackend {
+    fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    fn write_bytes(&mut self, offset: u64, bytes: &[u8]) -> Result<(), RuntimeError> {
+        // the stream's earlier launches may still read this memory
+        self.dev.stream.synchronize().map_err(drv("synchronize"))?;
+        Ok(self.arena.upload(offset as usize, bytes)?)
+    }
+
+    fn read_bytes(&self, offset: u64, len: usize) -> Result<Vec<u8>, RuntimeError> {
+        self.dev.stream.synchronize().map_err(drv("synchronize"))?;
+        let mut out = vec![0u8; len];
+        self.arena.download(offset as usize, &mut out)?;
+        Ok(out)
+    }
 }

@@ -5,14 +5,16 @@
 use std::time::Instant;
 
 use dmc_compiler::codegen::{render_kernel, CudaKernel};
-use dmc_compiler::op::{DType, Op, Role, UpdateRule};
+use dmc_compiler::op::{DType, Role};
 use dmc_compiler::plan::{Kernel, Mode, Plan, ALIGN};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::nvrtc::{self, parse_resources, warnings, Output, Resources};
 use super::{drv, launch, load_kernels, mem_info, CudaBackend, CudaError, Device};
+use crate::compare::{random_args, rel_err};
 use crate::cpu::executor::run_single_kernel;
+use crate::host_arena::HostArena;
 use crate::cpu::{CpuBackend, InputData};
 use crate::error::RuntimeError;
 
@@ -64,98 +66,6 @@ pub struct KernelCheck {
     /// position where the other is not, e.g. an element the GPU never wrote).
     pub rel_err: f64,
     pub ok: bool,
-}
-
-fn random_args(k: &Kernel, rng: &mut ChaCha8Rng) -> Vec<Vec<u8>> {
-    let sig = k.op.signature();
-    let adam = matches!(
-        k.op,
-        Op::AdamUpdate { .. }
-            | Op::Conv2dBwdWeightUpdate {
-                rule: UpdateRule::Adam { .. },
-                ..
-            }
-            | Op::DenseBwdWeightUpdate {
-                rule: UpdateRule::Adam { .. },
-                ..
-            }
-            | Op::BiasGradUpdate {
-                rule: UpdateRule::Adam { .. }
-            }
-    );
-    sig.params
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let n: usize = k.arg_shapes[i].iter().product();
-            match p.dtype {
-                DType::F32 => {
-                    // Adam's second moment (the state slot `v`) must be >= 0
-                    let nonneg = adam && p.name == "v";
-                    (0..n)
-                        .flat_map(|_| {
-                            let v: f32 = if nonneg {
-                                rng.random_range(0.0..1.0)
-                            } else {
-                                rng.random_range(-1.0..1.0)
-                            };
-                            v.to_ne_bytes()
-                        })
-                        .collect()
-                }
-                DType::I32 => {
-                    let classes = k.arg_shapes[0].get(1).copied().unwrap_or(1).max(1) as i32;
-                    (0..n)
-                        .flat_map(|_| rng.random_range(0..classes).to_ne_bytes())
-                        .collect()
-                }
-                DType::U8 => {
-                    let win = match k.op {
-                        Op::MaxPoolBwd { geom } => (geom.size * geom.size).clamp(1, 256),
-                        _ => 256,
-                    };
-                    (0..n).map(|_| rng.random_range(0..win) as u8).collect()
-                }
-            }
-        })
-        .collect()
-}
-
-fn rel_err(gpu: &[u8], cpu: &[u8], dtype: DType) -> f64 {
-    match dtype {
-        DType::U8 | DType::I32 => {
-            if gpu == cpu {
-                0.0
-            } else {
-                f64::INFINITY
-            }
-        }
-        DType::F32 => {
-            let f = |b: &[u8]| -> Vec<f32> {
-                b.chunks_exact(4)
-                    .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect()
-            };
-            let (g, c) = (f(gpu), f(cpu));
-            let scale = c
-                .iter()
-                .filter(|v| v.is_finite())
-                .fold(0f64, |a, &v| a.max(v.abs() as f64))
-                .max(1e-30);
-            let mut worst = 0f64;
-            for (&a, &b) in g.iter().zip(&c) {
-                if a.is_nan() != b.is_nan() {
-                    return f64::NAN;
-                }
-                if a.is_finite() && b.is_finite() {
-                    worst = worst.max((a as f64 - b as f64).abs() / scale);
-                } else if a != b && !(a.is_nan() && b.is_nan()) {
-                    return f64::NAN;
-                }
-            }
-            worst
-        }
-    }
 }
 
 /// Runs `k` on the GPU and on the CPU on the same random inputs (outputs poisoned with NaN on the

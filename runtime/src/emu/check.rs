@@ -1,0 +1,382 @@
+//! Every kernel run in the emulator against the CPU backend, where the plan puts it: its arguments
+//! at their planned offsets in an arena poisoned with NaN and framed by red zones, fresh random
+//! inputs, once per [`FiberOrder`].
+//!
+//! A kernel passes when
+//! * every written argument matches the CPU backend's (max relative error <= the tolerance; an
+//!   element the kernel never wrote stays NaN and fails),
+//! * both fiber orders give bit-identical written arguments (else a barrier is missing or threads
+//!   race on a write),
+//! * no byte outside its written arguments changed (inputs, other buffers, the red zones: an
+//!   unguarded partial tile or a wrong index that writes elsewhere), and
+//! * the emulator saw no divergent barrier or stack overflow.
+
+use dmc_compiler::codegen::{render_kernel, render_plan, CudaKernel};
+use dmc_compiler::op::{DType, Role};
+use dmc_compiler::plan::{Kernel, Mode, Plan, ALIGN};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use super::{compile, compile_all, EmuError, EmuKernel, FiberOrder};
+use crate::compare::{random_args, rel_err};
+use crate::cpu::executor::{run_single_kernel, Arena};
+use crate::error::RuntimeError;
+
+/// Bytes of NaN poison before and after the arena (a multiple of the plan alignment).
+pub const REDZONE: usize = 1 << 20;
+/// The step counter the kernels run with (Adam's bias correction and dropout depend on it).
+const STEP: u64 = 3;
+
+/// Where a kernel's arguments live: one offset per signature slot inside an arena.
+#[derive(Debug, Clone)]
+pub struct KernelSite {
+    pub offsets: Vec<u64>,
+    pub arena_bytes: u64,
+}
+
+/// The offsets of the first step that launches plan kernel `kernel_id`.
+pub fn site_in_plan(plan: &Plan, kernel_id: usize) -> Option<KernelSite> {
+    let step = plan.steps.iter().find(|s| s.kernel == kernel_id)?;
+    Some(KernelSite {
+        offsets: step
+            .args
+            .iter()
+            .map(|&b| plan.buffers[b].offset)
+            .collect(),
+        arena_bytes: plan.arena_bytes,
+    })
+}
+
+fn slot_bytes(k: &Kernel) -> Vec<usize> {
+    let sig = k.op.signature();
+    sig.params
+        .iter()
+        .zip(&k.arg_shapes)
+        .map(|(p, s)| s.iter().product::<usize>() * p.dtype.size())
+        .collect()
+}
+
+/// The arguments of a kernel outside any plan, packed one after another at aligned offsets.
+pub fn packed_site(k: &Kernel) -> KernelSite {
+    let mut offsets = Vec::new();
+    let mut total = 0u64;
+    for n in slot_bytes(k) {
+        offsets.push(total);
+        total += (n as u64).div_ceil(ALIGN) * ALIGN;
+    }
+    KernelSite {
+        offsets,
+        arena_bytes: total,
+    }
+}
+
+/// The verdict on one kernel.
+#[derive(Debug, Clone)]
+pub struct EmuCheck {
+    pub kernel: String,
+    pub kind: &'static str,
+    /// Max relative error of the written arguments against the CPU backend (NaN: NaN-ness differs,
+    /// e.g. an element never written).
+    pub rel_err: f64,
+    /// Where the two fiber orders disagree.
+    pub race: Option<String>,
+    /// The first byte written outside the kernel's written arguments.
+    pub stray: Option<String>,
+    /// What the emulator stopped the launch for.
+    pub failure: Option<String>,
+}
+
+impl EmuCheck {
+    pub fn ok(&self, tol: f64) -> bool {
+        self.failure.is_none() && self.race.is_none() && self.stray.is_none() && self.rel_err <= tol
+    }
+
+    /// One line: `ok` or what is wrong.
+    pub fn verdict(&self, tol: f64) -> String {
+        if self.ok(tol) {
+            return format!("ok (max rel err {:.2e})", self.rel_err);
+        }
+        let mut v = Vec::new();
+        if let Some(f) = &self.failure {
+            v.push(format!("emulator: {f}"));
+        }
+        if let Some(r) = &self.race {
+            v.push(format!("race: {r}"));
+        }
+        if let Some(s) = &self.stray {
+            v.push(format!("stray write: {s}"));
+        }
+        if !(self.rel_err <= tol) {
+            v.push(format!(
+                "differs from the CPU backend: max rel err {:.3e} > {tol:.0e}",
+                self.rel_err
+            ));
+        }
+        v.join("; ")
+    }
+}
+
+/// Checks `emu` (the compiled form of plan kernel `k`, possibly edited) at `site` in `arena`
+/// (`site.arena_bytes + 2 * REDZONE` bytes, reused between kernels).
+fn check_in(
+    arena: &mut Arena,
+    k: &Kernel,
+    mode: Mode,
+    emu: &EmuKernel,
+    site: &KernelSite,
+    seed: u64,
+    threads: usize,
+) -> Result<EmuCheck, RuntimeError> {
+    let sig = k.op.signature();
+    let lens = slot_bytes(k);
+    if site.offsets.len() != lens.len() {
+        return Err(RuntimeError::BadPlan(format!(
+            "kernel `{}`: {} offsets for {} arguments",
+            k.name,
+            site.offsets.len(),
+            lens.len()
+        )));
+    }
+    let total = site.arena_bytes as usize + 2 * REDZONE;
+    let bytes = &mut arena.bytes_mut()[..total];
+    // absolute byte ranges of the slots
+    let ranges: Vec<(usize, usize)> = site
+        .offsets
+        .iter()
+        .zip(&lens)
+        .map(|(&o, &n)| (REDZONE + o as usize, REDZONE + o as usize + n))
+        .collect();
+    if ranges.iter().any(|&(_, e)| e > total - REDZONE) {
+        return Err(RuntimeError::BadPlan(format!(
+            "kernel `{}`: an argument lies outside the arena",
+            k.name
+        )));
+    }
+    let written: Vec<bool> = sig
+        .params
+        .iter()
+        .map(|p| matches!(p.role, Role::Out | Role::InOut | Role::Workspace))
+        .collect();
+
+    // Poison, then the inputs; `init` is every slot as the kernel will find it (aliases resolved).
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ (k.id as u64).wrapping_mul(0x9e37));
+    let args = random_args(k, &mut rng);
+    let fill = |bytes: &mut [u8]| {
+        bytes.fill(0xFF);
+        for (i, p) in sig.params.iter().enumerate() {
+            if matches!(p.role, Role::In | Role::InOut) {
+                bytes[ranges[i].0..ranges[i].1].copy_from_slice(&args[i]);
+            }
+        }
+    };
+    fill(bytes);
+    let init: Vec<Vec<u8>> = ranges.iter().map(|&(s, e)| bytes[s..e].to_vec()).collect();
+
+    let mut cpu = init.clone();
+    run_single_kernel(k, mode, STEP, seed, &mut cpu)?;
+
+    let base = bytes.as_mut_ptr() as u64 + REDZONE as u64;
+    let ptrs: Vec<u64> = site.offsets.iter().map(|&o| base + o).collect();
+    let mut check = EmuCheck {
+        kernel: k.name.clone(),
+        kind: k.op.kind_name(),
+        rel_err: 0.0,
+        race: None,
+        stray: None,
+        failure: None,
+    };
+    let mut first: Option<Vec<Vec<u8>>> = None;
+    for order in [FiberOrder::Forward, FiberOrder::Reverse] {
+        if first.is_some() {
+            // restore what the first run changed
+            if check.stray.is_some() {
+                fill(bytes);
+            } else {
+                for (i, &(s, e)) in ranges.iter().enumerate() {
+                    if written[i] {
+                        bytes[s..e].copy_from_slice(&init[i]);
+                    }
+                }
+            }
+        }
+        // SAFETY: every slot lies inside `bytes` (checked above); the plan (or the packed layout)
+        // keeps written slots disjoint from the others; the red zones absorb stray writes.
+        match unsafe { emu.launch(&ptrs, seed, STEP, order, threads) } {
+            Ok(()) => {}
+            Err(EmuError::Kernel { message, .. }) => {
+                check.failure = Some(format!("{message} ({order:?} order)"));
+                return Ok(check);
+            }
+            Err(e) => return Err(e.into()),
+        }
+        if check.stray.is_none() {
+            check.stray = find_stray(bytes, &ranges, &written, &init, &sig, site);
+        }
+        let out: Vec<Vec<u8>> = ranges
+            .iter()
+            .enumerate()
+            .map(|(i, &(s, e))| if written[i] { bytes[s..e].to_vec() } else { Vec::new() })
+            .collect();
+        match &first {
+            None => first = Some(out),
+            Some(f) => check.race = first_difference(f, &out, &sig, k),
+        }
+    }
+    let got = first.unwrap_or_default();
+    for (i, p) in sig.params.iter().enumerate() {
+        if matches!(p.role, Role::Out | Role::InOut) {
+            let e = rel_err(&got[i], &cpu[i], p.dtype);
+            if e.is_nan() || e > check.rel_err {
+                check.rel_err = e;
+                if e.is_nan() {
+                    break;
+                }
+            }
+        }
+    }
+    Ok(check)
+}
+
+/// The first byte outside the written slots that differs from how the kernel found it.
+fn find_stray(
+    bytes: &[u8],
+    ranges: &[(usize, usize)],
+    written: &[bool],
+    init: &[Vec<u8>],
+    sig: &dmc_compiler::op::Signature,
+    site: &KernelSite,
+) -> Option<String> {
+    let mut order: Vec<usize> = (0..ranges.len()).collect();
+    order.sort_by_key(|&i| ranges[i]);
+    let describe = |at: usize| -> String {
+        let arena_end = REDZONE + site.arena_bytes as usize;
+        if at < REDZONE {
+            format!("{} bytes before the arena (red zone)", REDZONE - at)
+        } else if at >= arena_end {
+            format!("{} bytes after the arena's end (red zone)", at - arena_end)
+        } else if let Some(i) = (0..ranges.len()).find(|&i| ranges[i].0 <= at && at < ranges[i].1) {
+            format!(
+                "arena offset {} inside the input `{}`",
+                at - REDZONE,
+                sig.params[i].name
+            )
+        } else {
+            format!("arena offset {} (no argument of this kernel)", at - REDZONE)
+        }
+    };
+    let poison_diff = |s: usize, e: usize| bytes[s..e].iter().position(|&b| b != 0xFF).map(|p| s + p);
+    let mut cursor = 0usize;
+    for &i in &order {
+        let (s, e) = ranges[i];
+        if s > cursor {
+            if let Some(at) = poison_diff(cursor, s) {
+                return Some(describe(at));
+            }
+        }
+        if !written[i] && e > cursor.max(s) {
+            let from = cursor.max(s);
+            if let Some(p) = bytes[from..e]
+                .iter()
+                .zip(&init[i][from - s..])
+                .position(|(a, b)| a != b)
+            {
+                return Some(describe(from + p));
+            }
+        }
+        cursor = cursor.max(e);
+    }
+    poison_diff(cursor, bytes.len()).map(describe)
+}
+
+/// Where two runs' written slots first differ.
+fn first_difference(
+    a: &[Vec<u8>],
+    b: &[Vec<u8>],
+    sig: &dmc_compiler::op::Signature,
+    k: &Kernel,
+) -> Option<String> {
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        if let Some(p) = x.iter().zip(y).position(|(u, v)| u != v) {
+            let sz = sig.params[i].dtype.size();
+            let e = p / sz;
+            let val = |s: &[u8]| match sig.params[i].dtype {
+                DType::F32 => format!("{}", f32::from_ne_bytes(s.try_into().unwrap_or([0; 4]))),
+                DType::I32 => format!("{}", i32::from_ne_bytes(s.try_into().unwrap_or([0; 4]))),
+                DType::U8 => format!("{}", s[0]),
+            };
+            let count = x
+                .chunks(sz)
+                .zip(y.chunks(sz))
+                .filter(|(u, v)| u != v)
+                .count();
+            return Some(format!(
+                "`{}` element {e} of shape {:?} is {} in forward and {} in reverse thread order \
+                 ({count} elements differ): a missing __syncthreads() or threads writing the same place",
+                sig.params[i].name,
+                k.arg_shapes[i],
+                val(&x[e * sz..e * sz + sz]),
+                val(&y[e * sz..e * sz + sz]),
+            ));
+        }
+    }
+    None
+}
+
+/// Checks one kernel (compiled from `ck`, which may be an edited rendering of `k`) at `site`.
+pub fn check_kernel(
+    k: &Kernel,
+    mode: Mode,
+    ck: &CudaKernel,
+    site: &KernelSite,
+    seed: u64,
+    threads: usize,
+) -> Result<EmuCheck, RuntimeError> {
+    let emu = compile(ck)?;
+    let mut arena = Arena::new(site.arena_bytes + 2 * REDZONE as u64)?;
+    check_in(&mut arena, k, mode, &emu, site, seed, threads)
+}
+
+/// Checks kernels outside any plan (the op zoo), each with its arguments packed.
+pub fn check_kernels(
+    kernels: &[Kernel],
+    mode: Mode,
+    seed: u64,
+    threads: usize,
+) -> Result<Vec<EmuCheck>, RuntimeError> {
+    let mut pairs = Vec::new();
+    for k in kernels {
+        if let Some(ck) = render_kernel(k, mode).map_err(EmuError::from)? {
+            pairs.push((k, ck));
+        }
+    }
+    let cks: Vec<CudaKernel> = pairs.iter().map(|(_, c)| c.clone()).collect();
+    let emus = compile_all(&cks)?;
+    pairs
+        .iter()
+        .zip(&emus)
+        .map(|((k, _), emu)| {
+            let site = packed_site(k);
+            let mut arena = Arena::new(site.arena_bytes + 2 * REDZONE as u64)?;
+            check_in(&mut arena, k, mode, emu, &site, seed, threads)
+        })
+        .collect()
+}
+
+/// Checks every kernel of `plan` at its planned offsets (one arena, reused).
+pub fn check_plan(plan: &Plan, seed: u64, threads: usize) -> Result<Vec<EmuCheck>, RuntimeError> {
+    let cks = render_plan(plan).map_err(EmuError::from)?;
+    let emus = compile_all(&cks)?;
+    let mut arena = Arena::new(plan.arena_bytes + 2 * REDZONE as u64)?;
+    let mut out = Vec::new();
+    for emu in &emus {
+        let k = &plan.kernels[emu.kernel.id];
+        let site = site_in_plan(plan, k.id).unwrap_or_else(|| packed_site(k));
+        if site.arena_bytes != plan.arena_bytes {
+            let mut own = Arena::new(site.arena_bytes + 2 * REDZONE as u64)?;
+            out.push(check_in(&mut own, k, plan.mode, emu, &site, seed, threads)?);
+        } else {
+            out.push(check_in(&mut arena, k, plan.mode, emu, &site, seed, threads)?);
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,425 @@
+//! The generated CUDA C, run on the CPU: every kernel is compiled *unchanged* by the host C++
+//! compiler against `templates/host/cuda_host.h` (CUDA's built-ins, `__shared__` per block, a block's
+//! threads as fibers that switch at `__syncthreads()`), loaded with `dlopen` and launched with the
+//! same launch values the CUDA backend passes ([`CudaKernel::launch_values`]).
+//!
+//! * [`compile`] caches the shared objects in `$DMC_CACHE_DIR/emu` (else `~/.cache/dmc/emu`),
+//!   keyed by SHA-256 of (header + kernel source, flags, compiler version); writes are atomic and
+//!   an entry that does not load is rebuilt.
+//! * [`EmuKernel::launch`] runs a grid: blocks spread over OS threads, each block's threads resumed
+//!   in [`FiberOrder::Forward`] or [`FiberOrder::Reverse`] order between barriers, so a missing
+//!   barrier or a write race changes the result between the two orders ([`check`] compares them).
+//! * [`EmuBackend`] executes a whole plan through the emulated kernels on one host arena (poisoned
+//!   with NaN), with the API of the other backends ([`HostArena`]).
+
+pub mod check;
+
+use std::ffi::{c_char, CStr};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use dmc_compiler::codegen::{render_plan, CodegenError, CudaKernel};
+use dmc_compiler::plan::Plan;
+use rayon::prelude::*;
+use sha2::{Digest, Sha256};
+
+use crate::cpu::executor::Arena;
+use crate::error::RuntimeError;
+use crate::host_arena::{check_layout, step_pointers, HostArena};
+
+/// The host header that makes g++ accept the generated CUDA C (embedded at build time).
+pub const HOST_HEADER: &str = include_str!("../../../templates/host/cuda_host.h");
+
+#[derive(Debug, thiserror::Error)]
+pub enum EmuError {
+    #[error(
+        "cannot run the C++ compiler `{cxx}`: {reason} (the CUDA emulator compiles kernels with g++: \
+         install it, e.g. `apt install g++`, or set DMC_CXX to a g++-compatible compiler)"
+    )]
+    NoCompiler { cxx: String, reason: String },
+    #[error("{cxx} could not compile kernel `{kernel}` for the emulator (source: {source_path}):\n{log}")]
+    Compile {
+        cxx: String,
+        kernel: String,
+        source_path: String,
+        log: String,
+    },
+    #[error("cannot load the emulated kernel `{kernel}` from {path}: {message}")]
+    Load {
+        kernel: String,
+        path: String,
+        message: String,
+    },
+    #[error("kernel `{kernel}` failed in the CUDA emulator: {message}")]
+    Kernel { kernel: String, message: String },
+    #[error("emulator cache {path}: {message} (set DMC_CACHE_DIR to a writable directory)")]
+    Cache { path: String, message: String },
+    #[error(transparent)]
+    Codegen(#[from] CodegenError),
+}
+
+/// The C++ compiler: `$DMC_CXX`, else `g++`, with the version line that is part of the cache key.
+struct Cxx {
+    path: String,
+    version: String,
+}
+
+fn cxx() -> Result<&'static Cxx, EmuError> {
+    static CXX: OnceLock<Result<Cxx, (String, String)>> = OnceLock::new();
+    let r = CXX.get_or_init(|| {
+        let path = std::env::var("DMC_CXX").unwrap_or_else(|_| "g++".into());
+        match Command::new(&path).arg("--version").output() {
+            Ok(o) if o.status.success() => Ok(Cxx {
+                version: String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .to_string(),
+                path,
+            }),
+            Ok(o) => Err((path, format!("`--version` exited with {}", o.status))),
+            Err(e) => Err((path, e.to_string())),
+        }
+    });
+    r.as_ref().map_err(|(cxx, reason)| EmuError::NoCompiler {
+        cxx: cxx.clone(),
+        reason: reason.clone(),
+    })
+}
+
+/// The compiler flags: C++17, optimised, warnings are errors, contraction to FMA as NVRTC's
+/// default `--fmad=true`, no errno (CUDA has none); AVX2+FMA where the CPU has them.
+pub fn cxx_flags() -> Vec<&'static str> {
+    let mut f = vec![
+        "-std=c++17",
+        "-O2",
+        "-fPIC",
+        "-shared",
+        "-fvisibility=hidden",
+        "-pthread",
+        "-Wall",
+        "-Werror",
+        "-Wno-unknown-pragmas",
+        "-Wno-sign-compare",
+        "-ffp-contract=fast",
+        "-fno-math-errno",
+    ];
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        f.extend(["-mavx2", "-mfma"]);
+    }
+    f
+}
+
+/// The translation unit g++ compiles: the host header, the kernel exactly as rendered for NVRTC,
+/// then the host entry that unpacks the launch values into the kernel's parameters (one cast per
+/// [`kernel_params`](dmc_compiler::codegen::kernel_params) entry, in order).
+pub fn host_source(k: &CudaKernel) -> String {
+    let args: Vec<String> = k
+        .params
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("({})a[{i}]", p.ty))
+        .collect();
+    format!(
+        "{HOST_HEADER}\n#line 1 \"{name}.cu\"\n{src}\n\
+         // host entry: the launch values, one per kernel parameter\n\
+         static void dmc_emu_body(const uint64_t* a) {{ {entry}({args}); }}\n\
+         DMC_EMU_EXPORT(dmc_emu_body)\n",
+        name = k.name,
+        src = k.source,
+        entry = k.entry,
+        args = args.join(", ")
+    )
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The emulator's cache directory.
+pub fn cache_dir() -> PathBuf {
+    crate::cuda::nvrtc::cache_dir()
+        .unwrap_or_else(|| std::env::temp_dir().join("dmc-cache"))
+        .join("emu")
+}
+
+type LaunchFn = unsafe extern "C" fn(
+    args: *const u64,
+    grid: *const u32,
+    block: *const u32,
+    reverse: i32,
+    threads: i32,
+    err: *mut c_char,
+    errlen: i32,
+) -> i32;
+
+/// The order in which a block's threads are resumed between two barriers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FiberOrder {
+    Forward,
+    Reverse,
+}
+
+/// One kernel compiled for the host and loaded.
+pub struct EmuKernel {
+    pub kernel: CudaKernel,
+    /// The shared object (in the cache).
+    pub path: PathBuf,
+    pub from_cache: bool,
+    launch: LaunchFn,
+    // keeps `launch` valid
+    _lib: libloading::Library,
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(
+        ".{}.tmp.{}.{}",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("entry"),
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+fn load(k: &CudaKernel, so: &Path) -> Result<(libloading::Library, LaunchFn), String> {
+    // SAFETY: the library is one this module compiled from the host header and a generated
+    // kernel; loading it runs no initialisers beyond the C runtime's.
+    let lib = unsafe { libloading::Library::new(so) }.map_err(|e| e.to_string())?;
+    // SAFETY: `dmc_emu_launch` is defined by DMC_EMU_EXPORT with exactly `LaunchFn`'s signature.
+    let f: LaunchFn = unsafe { lib.get::<LaunchFn>(b"dmc_emu_launch\0") }
+        .map(|s| *s)
+        .map_err(|e| format!("{e} (in kernel `{}`)", k.name))?;
+    Ok((lib, f))
+}
+
+/// Compiles `k` for the host (or takes it from the cache) and loads it.
+pub fn compile(k: &CudaKernel) -> Result<EmuKernel, EmuError> {
+    let cxx = cxx()?;
+    let flags = cxx_flags();
+    let src = host_source(k);
+    let mut h = Sha256::new();
+    h.update(b"dmc-emu-1\0");
+    h.update(src.as_bytes());
+    h.update(format!("\0{}\0{}", flags.join(" "), cxx.version).as_bytes());
+    let key = hex(&h.finalize());
+    let dir = cache_dir();
+    let cache_err = |e: std::io::Error| EmuError::Cache {
+        path: dir.display().to_string(),
+        message: e.to_string(),
+    };
+    std::fs::create_dir_all(&dir).map_err(cache_err)?;
+    let so = dir.join(format!("{key}.so"));
+    if so.is_file() {
+        if let Ok((lib, launch)) = load(k, &so) {
+            return Ok(EmuKernel {
+                kernel: k.clone(),
+                path: so,
+                from_cache: true,
+                launch,
+                _lib: lib,
+            });
+        }
+        // a corrupt entry: rebuilt below
+    }
+    let cpp = dir.join(format!("{key}.cpp"));
+    write_atomic(&cpp, src.as_bytes()).map_err(cache_err)?;
+    static N: AtomicU64 = AtomicU64::new(0);
+    let tmp = dir.join(format!(
+        ".{key}.so.tmp.{}.{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let out = Command::new(&cxx.path)
+        .args(&flags)
+        .arg("-o")
+        .arg(&tmp)
+        .arg("-x")
+        .arg("c++")
+        .arg(&cpp)
+        .output()
+        .map_err(|e| EmuError::NoCompiler {
+            cxx: cxx.path.clone(),
+            reason: e.to_string(),
+        })?;
+    if !out.status.success() {
+        let _ = std::fs::remove_file(&tmp);
+        let mut log = String::from_utf8_lossy(&out.stderr).into_owned();
+        if log.len() > 8000 {
+            let mut cut = 8000;
+            while !log.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            log.truncate(cut);
+            log.push_str("\n[...]");
+        }
+        return Err(EmuError::Compile {
+            cxx: cxx.path.clone(),
+            kernel: k.name.clone(),
+            source_path: cpp.display().to_string(),
+            log,
+        });
+    }
+    std::fs::rename(&tmp, &so).map_err(cache_err)?;
+    let (lib, launch) = load(k, &so).map_err(|message| EmuError::Load {
+        kernel: k.name.clone(),
+        path: so.display().to_string(),
+        message,
+    })?;
+    Ok(EmuKernel {
+        kernel: k.clone(),
+        path: so,
+        from_cache: false,
+        launch,
+        _lib: lib,
+    })
+}
+
+/// Compiles every kernel (g++ processes in parallel), in order.
+pub fn compile_all(kernels: &[CudaKernel]) -> Result<Vec<EmuKernel>, EmuError> {
+    kernels.par_iter().map(compile).collect()
+}
+
+/// OS threads for a launch's blocks: the machine's parallelism.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+impl EmuKernel {
+    /// Runs the kernel's grid with its pointer arguments `ptrs` (one per signature slot, in order):
+    /// blocks over `threads` OS threads, each block's threads resumed in `order`. A failure the
+    /// emulator detects (divergent `__syncthreads()`, fiber stack overflow) is
+    /// [`EmuError::Kernel`].
+    ///
+    /// # Safety
+    /// Every pointer must address host memory at least as large as the kernel's argument `i` (per
+    /// its shapes), and written arguments must not overlap other arguments.
+    pub unsafe fn launch(
+        &self,
+        ptrs: &[u64],
+        seed: u64,
+        step: u64,
+        order: FiberOrder,
+        threads: usize,
+    ) -> Result<(), EmuError> {
+        let vals = self.kernel.launch_values(ptrs, seed, step);
+        let mut err = [0u8; 1024];
+        // SAFETY: `vals` holds one value per parameter of the generated entry (built from the same
+        // list); grid and block are 3 elements each; `err` is writable for its length; the memory
+        // behind the pointers is valid per this function's contract.
+        let rc = unsafe {
+            (self.launch)(
+                vals.as_ptr(),
+                self.kernel.grid.as_ptr(),
+                self.kernel.block.as_ptr(),
+                i32::from(order == FiberOrder::Reverse),
+                threads.clamp(1, 256) as i32,
+                err.as_mut_ptr().cast(),
+                err.len() as i32,
+            )
+        };
+        if rc != 0 {
+            let message = CStr::from_bytes_until_nul(&err)
+                .map(|c| c.to_string_lossy().into_owned())
+                .unwrap_or_else(|_| "unknown failure".into());
+            return Err(EmuError::Kernel {
+                kernel: self.kernel.name.clone(),
+                message,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A plan executed through the emulated CUDA kernels on one host arena. The arena starts filled
+/// with NaN, so a kernel that reads a buffer nothing wrote poisons the loss.
+pub struct EmuBackend {
+    plan: Plan,
+    arena: Arena,
+    kernels: Vec<Option<usize>>,
+    compiled: Vec<EmuKernel>,
+    order: FiberOrder,
+    threads: usize,
+}
+
+impl EmuBackend {
+    /// Renders and compiles the plan's kernels and allocates the arena.
+    pub fn new(plan: Plan) -> Result<Self, RuntimeError> {
+        check_layout(&plan)?;
+        let rendered = render_plan(&plan).map_err(EmuError::from)?;
+        let compiled = compile_all(&rendered)?;
+        let mut kernels = vec![None; plan.kernels.len()];
+        for (i, k) in rendered.iter().enumerate() {
+            kernels[k.id] = Some(i);
+        }
+        let mut arena = Arena::new(plan.arena_bytes)?;
+        arena.bytes_mut().fill(0xFF);
+        Ok(EmuBackend {
+            plan,
+            arena,
+            kernels,
+            compiled,
+            order: FiberOrder::Forward,
+            threads: default_threads(),
+        })
+    }
+
+    /// The order of a block's threads between barriers (default forward).
+    pub fn set_fiber_order(&mut self, order: FiberOrder) {
+        self.order = order;
+    }
+
+    /// OS threads per launch (default: the machine's parallelism).
+    pub fn set_threads(&mut self, threads: usize) {
+        self.threads = threads.max(1);
+    }
+
+    /// Runs every step in plan order and returns the loss.
+    pub fn run(&mut self, step_counter: u64, seed: u64) -> Result<f32, RuntimeError> {
+        let base = self.arena.ptr.as_ptr() as u64;
+        let mut ptrs = Vec::with_capacity(8);
+        for step in &self.plan.steps {
+            let Some(ki) = self.kernels.get(step.kernel).copied().flatten() else {
+                continue; // leaves and reshapes: no kernel
+            };
+            step_pointers(&self.plan, step, base, &mut ptrs);
+            // SAFETY: the plan's buffers lie inside the arena (checked in `new`), which `&mut
+            // self` holds exclusively, and the plan checker guarantees written arguments do not
+            // overlap others.
+            unsafe {
+                self.compiled[ki].launch(&ptrs, seed, step_counter, self.order, self.threads)
+            }?;
+        }
+        self.loss()
+    }
+}
+
+impl HostArena for EmuBackend {
+    fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    fn write_bytes(&mut self, offset: u64, bytes: &[u8]) -> Result<(), RuntimeError> {
+        let dst = usize::try_from(offset)
+            .ok()
+            .and_then(|o| self.arena.bytes_mut().get_mut(o..o.checked_add(bytes.len())?))
+            .ok_or_else(|| RuntimeError::BadPlan(format!("write outside the arena at {offset}")))?;
+        dst.copy_from_slice(bytes);
+        Ok(())
+    }
+
+    fn read_bytes(&self, offset: u64, len: usize) -> Result<Vec<u8>, RuntimeError> {
+        usize::try_from(offset)
+            .ok()
+            .and_then(|o| self.arena.bytes().get(o..o.checked_add(len)?))
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| RuntimeError::BadPlan(format!("read outside the arena at {offset}")))
+    }
+}

@@ -1,0 +1,150 @@
+//! Host-side access to an arena the host does not index directly (the CUDA device arena, the
+//! emulator's arena): the one implementation of parameter initialisation, inputs and read-back
+//! shared by [`CudaBackend`](crate::cuda::CudaBackend) and [`EmuBackend`](crate::emu::EmuBackend).
+//! A backend only says how bytes move in and out.
+
+use dmc_compiler::op::DType;
+use dmc_compiler::plan::{Plan, Step, ALIGN};
+
+use crate::cpu::executor::{init_values, name_seed};
+use crate::cpu::InputData;
+use crate::error::RuntimeError;
+
+/// (name, shape, values) of a tensor copied back from an arena.
+pub type NamedTensor = (String, Vec<usize>, Vec<f32>);
+
+fn numel(s: &[usize]) -> usize {
+    s.iter().product()
+}
+
+pub(crate) fn to_f32(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// Every buffer lies inside the arena at an aligned offset (a plan from elsewhere may not).
+pub(crate) fn check_layout(plan: &Plan) -> Result<(), RuntimeError> {
+    for b in &plan.buffers {
+        if b.offset % ALIGN != 0 || b.offset + b.bytes > plan.arena_bytes {
+            return Err(RuntimeError::BadPlan(format!(
+                "buffer `{}` is outside the arena or misaligned",
+                b.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The pointers of one step's arguments: `base + offset` of each argument buffer, in signature order.
+pub(crate) fn step_pointers(plan: &Plan, step: &Step, base: u64, out: &mut Vec<u64>) {
+    out.clear();
+    out.extend(step.args.iter().map(|&id| base + plan.buffers[id].offset));
+}
+
+/// A backend whose arena is reached by copies. The provided methods mirror
+/// [`CpuBackend`](crate::CpuBackend)'s API.
+pub trait HostArena {
+    fn plan(&self) -> &Plan;
+    /// Copies `bytes` to the arena at `offset`.
+    fn write_bytes(&mut self, offset: u64, bytes: &[u8]) -> Result<(), RuntimeError>;
+    /// Copies `len` bytes from the arena at `offset` (after the work launched so far).
+    fn read_bytes(&self, offset: u64, len: usize) -> Result<Vec<u8>, RuntimeError>;
+
+    /// Initialises the parameters exactly as the CPU backend does, then copies them; zeroes the
+    /// optimizer state.
+    fn init_params(&mut self, seed: u64) -> Result<(), RuntimeError> {
+        for i in 0..self.plan().params.len() {
+            let p = &self.plan().params[i];
+            let vals: Vec<u8> = init_values(p.init, name_seed(seed, &p.name))
+                .take(numel(&p.shape))
+                .flat_map(f32::to_ne_bytes)
+                .collect();
+            let off = self.plan().buffers[p.buffer].offset;
+            self.write_bytes(off, &vals)?;
+        }
+        for i in 0..self.plan().opt_state.len() {
+            let p = &self.plan().opt_state[i];
+            let zeros = vec![0u8; numel(&p.shape) * 4];
+            let off = self.plan().buffers[p.buffer].offset;
+            self.write_bytes(off, &zeros)?;
+        }
+        Ok(())
+    }
+
+    fn set_param(&mut self, name: &str, data: &[f32]) -> Result<(), RuntimeError> {
+        let p = self
+            .plan()
+            .params
+            .iter()
+            .find(|p| p.name == name)
+            .ok_or_else(|| RuntimeError::UnknownParam(name.into()))?;
+        let n = numel(&p.shape);
+        if data.len() != n {
+            return Err(RuntimeError::SizeMismatch {
+                name: name.into(),
+                expected: n,
+                got: data.len(),
+            });
+        }
+        let off = self.plan().buffers[p.buffer].offset;
+        let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        self.write_bytes(off, &bytes)
+    }
+
+    /// Every parameter, copied back: (name, shape, values), in plan order.
+    fn params(&self) -> Result<Vec<NamedTensor>, RuntimeError> {
+        self.plan()
+            .params
+            .iter()
+            .map(|p| {
+                let off = self.plan().buffers[p.buffer].offset;
+                let b = self.read_bytes(off, numel(&p.shape) * 4)?;
+                Ok((p.name.clone(), p.shape.clone(), to_f32(&b)))
+            })
+            .collect()
+    }
+
+    fn set_input(&mut self, name: &str, data: InputData) -> Result<(), RuntimeError> {
+        let b = self
+            .plan()
+            .inputs
+            .iter()
+            .chain(&self.plan().targets)
+            .find(|b| b.name == name)
+            .ok_or_else(|| RuntimeError::UnknownInput(name.into()))?;
+        let (n, dtype, off) = (numel(&b.shape), b.dtype, self.plan().buffers[b.buffer].offset);
+        let (got, bytes): (DType, Vec<u8>) = match data {
+            InputData::F32(d) => (DType::F32, d.iter().flat_map(|v| v.to_ne_bytes()).collect()),
+            InputData::I32(d) => (DType::I32, d.iter().flat_map(|v| v.to_ne_bytes()).collect()),
+        };
+        if got != dtype {
+            return Err(RuntimeError::DTypeMismatch {
+                name: name.into(),
+                expected: dtype,
+                got,
+            });
+        }
+        if bytes.len() != n * 4 {
+            return Err(RuntimeError::SizeMismatch {
+                name: name.into(),
+                expected: n,
+                got: bytes.len() / 4,
+            });
+        }
+        self.write_bytes(off, &bytes)
+    }
+
+    /// The loss of the last step.
+    fn loss(&self) -> Result<f32, RuntimeError> {
+        let b = self.read_bytes(self.plan().buffers[self.plan().loss].offset, 4)?;
+        Ok(to_f32(&b)[0])
+    }
+
+    /// The network output of the last step.
+    fn output(&self) -> Result<Vec<f32>, RuntimeError> {
+        let o = &self.plan().output;
+        let b = self.read_bytes(self.plan().buffers[o.buffer].offset, numel(&o.shape) * 4)?;
+        Ok(to_f32(&b))
+    }
+}
