@@ -11,14 +11,18 @@
 //!   not every thread reaches) are caught.
 
 use std::path::Path;
+use std::process::Command;
 
 use dmc_compiler::codegen::{render_kernel, CudaKernel};
 use dmc_compiler::plan::{Mode, Plan};
 use dmc_compiler::{compile, CompileOptions};
-use dmc_runtime::emu::check::{check_kernel, check_kernels, check_plan, site_in_plan, EmuCheck};
+use dmc_runtime::compare::Batch;
+use dmc_runtime::emu::check::{
+    check_kernel, check_kernels, check_plan, packed_site, site_in_plan, EmuCheck,
+};
 use dmc_runtime::emu::{default_threads, EmuBackend};
-use dmc_runtime::{CpuBackend, HostArena, InputData};
-use rand::{Rng, SeedableRng};
+use dmc_runtime::{CpuBackend, HostArena};
+use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 const TOL: f64 = 1e-5;
@@ -121,37 +125,6 @@ fn every_op_zoo_kernel_matches_the_cpu_backend() {
 
 // ---- whole training steps through the emulated kernels -------------------------------------------
 
-fn random_batch(plan: &Plan, rng: &mut ChaCha8Rng) -> Vec<(String, Vec<f32>, Vec<i32>)> {
-    let classes = plan.output.shape.last().copied().unwrap_or(1).max(1) as i32;
-    plan.inputs
-        .iter()
-        .chain(&plan.targets)
-        .map(|b| {
-            let n: usize = b.shape.iter().product();
-            if b.dtype == dmc_compiler::op::DType::I32 {
-                let l = (0..n).map(|_| rng.random_range(0..classes)).collect();
-                (b.name.clone(), vec![], l)
-            } else {
-                let v = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
-                (b.name.clone(), v, vec![])
-            }
-        })
-        .collect()
-}
-
-fn feed(batch: &[(String, Vec<f32>, Vec<i32>)], mut set: impl FnMut(&str, InputData)) {
-    for (name, f, i) in batch {
-        set(
-            name,
-            if i.is_empty() {
-                InputData::F32(f)
-            } else {
-                InputData::I32(i)
-            },
-        );
-    }
-}
-
 /// max |a - b| / max |b| over a tensor.
 fn tensor_rel_err(a: &[f32], b: &[f32]) -> f64 {
     assert_eq!(a.len(), b.len());
@@ -159,7 +132,13 @@ fn tensor_rel_err(a: &[f32], b: &[f32]) -> f64 {
     a.iter()
         .zip(b)
         .map(|(x, y)| (*x as f64 - *y as f64).abs() / scale)
-        .fold(0f64, |m, e| if e.is_nan() || m.is_nan() { f64::NAN } else { m.max(e) })
+        .fold(0f64, |m, e| {
+            if e.is_nan() || m.is_nan() {
+                f64::NAN
+            } else {
+                m.max(e)
+            }
+        })
 }
 
 /// Three training steps on the CPU backend and through the emulated CUDA kernels (an arena
@@ -167,14 +146,16 @@ fn tensor_rel_err(a: &[f32], b: &[f32]) -> f64 {
 fn trains_like_the_cpu_backend(name: &str, plan: Plan) {
     let seed = 5;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let batches: Vec<_> = (0..3).map(|_| random_batch(&plan, &mut rng)).collect();
+    let batches: Vec<_> = (0..3).map(|_| Batch::random(&plan, &mut rng)).collect();
     let mut cpu = CpuBackend::new(plan.clone()).expect("cpu backend");
     let mut emu = EmuBackend::new(plan).expect("emulated backend");
     cpu.init_params(seed);
     emu.init_params(seed).expect("init");
     for (s, batch) in batches.iter().enumerate() {
-        feed(batch, |n, d| cpu.set_input(n, d).expect("cpu input"));
-        feed(batch, |n, d| emu.set_input(n, d).expect("emu input"));
+        batch.feed(|n, d| cpu.set_input(n, d)).expect("cpu input");
+        batch
+            .feed(|n, d| emu.set_input(n, d))
+            .expect("emulator input");
         let lc = cpu.run(s as u64 + 1, seed).expect("cpu step");
         let le = emu.run(s as u64 + 1, seed).expect("emulated step");
         let e = ((lc - le).abs() / lc.abs().max(1e-30)) as f64;
@@ -189,7 +170,10 @@ fn trains_like_the_cpu_backend(name: &str, plan: Plan) {
     for ((cn, _, cv), (en, _, ev)) in cpu.params().zip(&ep) {
         assert_eq!(cn, en);
         let e = tensor_rel_err(ev, cv);
-        assert!(e <= TOL, "{name}: weight `{cn}` after 3 steps: rel err {e:.2e}");
+        assert!(
+            e <= TOL,
+            "{name}: weight `{cn}` after 3 steps: rel err {e:.2e}"
+        );
         n += 1;
     }
     assert!(n > 0, "{name}: no parameters compared");
@@ -207,6 +191,241 @@ fn resnet_small_trains_through_emulated_kernels_like_the_cpu_backend() {
 
 #[test]
 fn small_deep_convnet_trains_through_emulated_kernels_like_the_cpu_backend() {
-    let plan = plan_of_source(SMALL_DEEP_CONVNET, "small_deep_convnet.dm", Mode::Train, None);
+    let plan = plan_of_source(
+        SMALL_DEEP_CONVNET,
+        "small_deep_convnet.dm",
+        Mode::Train,
+        None,
+    );
     trains_like_the_cpu_backend("small deep_convnet", plan);
+}
+
+// ---- deliberately broken kernels are caught -------------------------------------------------------
+
+/// The first forward dense kernel of mlp at batch 5 (a 5 x 256 output: a partial 64-row tile,
+/// 49 k-tiles), its rendering, and the kernel where the plan puts it.
+fn mlp_dense() -> (Plan, usize, CudaKernel) {
+    let plan = plan_of("mlp", Mode::Train, Some(5));
+    let k = plan
+        .kernels
+        .iter()
+        .find(|k| k.op.kind_name() == "dense")
+        .expect("a dense kernel");
+    let ck = render_kernel(k, plan.mode)
+        .expect("render")
+        .expect("has a kernel");
+    (plan.clone(), k.id, ck)
+}
+
+/// Checks `ck` with `from` replaced by `to` in its source (`from` must occur).
+fn check_edited(
+    plan: &Plan,
+    id: usize,
+    ck: &CudaKernel,
+    from: &str,
+    to: &str,
+    nth: usize,
+) -> EmuCheck {
+    let hits: Vec<usize> = ck.source.match_indices(from).map(|(i, _)| i).collect();
+    assert!(
+        hits.len() > nth,
+        "`{from}` occurs {} times in:\n{}",
+        hits.len(),
+        ck.source
+    );
+    let mut edited = ck.clone();
+    let at = hits[nth];
+    edited.source = format!("{}{to}{}", &ck.source[..at], &ck.source[at + from.len()..]);
+    let k = &plan.kernels[id];
+    let site = site_in_plan(plan, id).expect("launched by a step");
+    let c = check_kernel(k, plan.mode, &edited, &site, 7, default_threads()).expect("emulate");
+    eprintln!("{} with `{from}` -> `{to}`: {}", k.name, c.verdict(TOL));
+    c
+}
+
+#[test]
+fn the_unedited_kernel_passes_every_check() {
+    let (plan, id, ck) = mlp_dense();
+    let c = check_edited(
+        &plan,
+        id,
+        &ck,
+        "STORE(m, n, acc[i][j])",
+        "STORE(m, n, acc[i][j])",
+        0,
+    );
+    assert!(c.ok(TOL), "{}", c.verdict(TOL));
+}
+
+#[test]
+fn a_wrong_index_is_caught() {
+    let (plan, id, ck) = mlp_dense();
+    // w read transposed: in bounds, wrong values
+    let c = check_edited(
+        &plan,
+        id,
+        &ck,
+        "w[(k) * MOUT + (n)]",
+        "w[(n) * MOUT + (k)]",
+        0,
+    );
+    assert!(!c.ok(TOL), "a transposed read passed: {c:?}");
+    assert!(c.rel_err > 1e-2, "{c:?}");
+    assert!(c.race.is_none() && c.stray.is_none(), "{c:?}");
+}
+
+#[test]
+fn a_missing_barrier_is_caught_as_a_race() {
+    let (plan, id, ck) = mlp_dense();
+    // the barrier after the multiply: the next tile's loads overwrite what others still read
+    let c = check_edited(&plan, id, &ck, "__syncthreads();", "", 1);
+    assert!(c.race.is_some(), "no race reported: {c:?}");
+    assert!(
+        c.race.as_deref().unwrap_or("").contains("__syncthreads"),
+        "{c:?}"
+    );
+    // the barrier after the loads: threads multiply a tile others have not loaded yet
+    let c = check_edited(&plan, id, &ck, "__syncthreads();", "", 0);
+    assert!(c.race.is_some() && !c.ok(TOL), "{c:?}");
+}
+
+#[test]
+fn an_unguarded_partial_tile_is_caught_as_a_stray_write() {
+    let (plan, id, ck) = mlp_dense();
+    let c = check_edited(
+        &plan,
+        id,
+        &ck,
+        "if (m < GM && n < GN) STORE(m, n, acc[i][j]);",
+        "STORE(m, n, acc[i][j]);",
+        0,
+    );
+    let stray = c.stray.clone().unwrap_or_default();
+    assert!(!stray.is_empty(), "no stray write reported: {c:?}");
+    // a one-thread-per-row kernel without its bounds check writes rows past the end
+    let k = plan
+        .kernels
+        .iter()
+        .find(|k| k.op.kind_name() == "cross_entropy_loss_bwd")
+        .expect("a loss gradient");
+    let ck2 = render_kernel(k, plan.mode)
+        .expect("render")
+        .expect("kernel");
+    let c = check_edited(&plan, k.id, &ck2, "if (i >= ROWS) return;", "", 0);
+    assert!(c.stray.is_some(), "{c:?}");
+    // relu in place past the end leaves NaN as NaN: the gap's other words (-1e30) still change
+    let zoo = dmc_compiler::codegen::zoo::zoo();
+    let k = zoo
+        .iter()
+        .find(|k| k.op.kind_name() == "relu_inplace")
+        .expect("an in-place relu in the zoo");
+    let ck3 = render_kernel(k, Mode::Train)
+        .expect("render")
+        .expect("kernel");
+    let mut edited = ck3.clone();
+    edited.source = ck3.source.replacen("if (i >= NUMEL) return;", "", 1);
+    assert_ne!(edited.source, ck3.source);
+    let site = packed_site(k);
+    let c = check_kernel(k, Mode::Train, &edited, &site, 7, default_threads()).expect("emulate");
+    assert!(c.stray.is_some(), "{c:?}");
+    let c = check_kernel(k, Mode::Train, &ck3, &site, 7, default_threads()).expect("emulate");
+    assert!(c.ok(TOL), "{}", c.verdict(TOL));
+}
+
+#[test]
+fn a_barrier_not_every_thread_reaches_is_caught() {
+    let (plan, id, ck) = mlp_dense();
+    let c = check_edited(
+        &plan,
+        id,
+        &ck,
+        "const int tid = threadIdx.x;",
+        "const int tid = threadIdx.x;\n    if (tid == 5) return;",
+        0,
+    );
+    let f = c.failure.clone().unwrap_or_default();
+    assert!(f.contains("divergent __syncthreads()"), "{c:?}");
+    // a barrier inside a branch only some threads take
+    let c = check_edited(
+        &plan,
+        id,
+        &ck,
+        "__syncthreads();",
+        "if (tid % 2) {\n        __syncthreads();\n    } else {\n        __syncthreads();\n    }",
+        0,
+    );
+    let f = c.failure.clone().unwrap_or_default();
+    assert!(
+        f.contains("divergent __syncthreads()") && f.contains("line"),
+        "{c:?}"
+    );
+}
+
+// ---- the CLI ---------------------------------------------------------------------------------------
+
+fn dmc_with_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_dmc"))
+        .args(args)
+        .envs(env.iter().copied())
+        .current_dir(root())
+        .output()
+        .expect("run dmc");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn final_loss(output: &str) -> String {
+    let i = output
+        .find("final loss ")
+        .unwrap_or_else(|| panic!("no final loss in:\n{output}"));
+    output[i + 11..].split(',').next().unwrap_or("").to_string()
+}
+
+#[test]
+fn run_on_the_cuda_emulator_trains_like_the_cpu() {
+    let args = [
+        "run",
+        "examples/resnet_small.dm",
+        "--steps",
+        "3",
+        "--seed",
+        "3",
+    ];
+    let (rc, out, err) = dmc_with_env(&[&args[..], &["--device", "cpu"]].concat(), &[]);
+    assert_eq!(rc, 0, "{err}");
+    let cpu = out + &err;
+    let (rc, out, err) = dmc_with_env(&[&args[..], &["--device", "cuda-emu"]].concat(), &[]);
+    assert_eq!(rc, 0, "{err}");
+    let emu = out + &err;
+    assert_eq!(
+        final_loss(&emu),
+        final_loss(&cpu),
+        "cpu:\n{cpu}\nemulator:\n{emu}"
+    );
+}
+
+#[test]
+fn a_missing_cxx_compiler_is_a_clear_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cache = dir.path().display().to_string();
+    let (rc, _, err) = dmc_with_env(
+        &[
+            "run",
+            "examples/mlp.dm",
+            "--steps",
+            "1",
+            "--device",
+            "cuda-emu",
+        ],
+        &[("DMC_CXX", "/nonexistent/g++"), ("DMC_CACHE_DIR", &cache)],
+    );
+    assert_ne!(rc, 0);
+    assert!(
+        err.contains("/nonexistent/g++") && err.contains("DMC_CXX"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
 }

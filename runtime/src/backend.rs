@@ -6,6 +6,7 @@ use dmc_compiler::plan::Plan;
 
 use crate::cpu::{CpuBackend, InputData};
 use crate::cuda::CudaBackend;
+use crate::emu::EmuBackend;
 use crate::error::RuntimeError;
 use crate::host_arena::HostArena;
 
@@ -14,13 +15,25 @@ use crate::host_arena::HostArena;
 pub enum BackendKind {
     Cpu,
     Cuda,
+    /// The generated CUDA kernels compiled by the host C++ compiler and run on the CPU.
+    CudaEmu,
 }
 
-/// The CPU or the CUDA backend for one plan.
+/// Parameters copied back from an arena, as the CPU backend's borrowed ones.
+type Params<'a> = Vec<(String, Vec<usize>, Cow<'a, [f32]>)>;
+
+fn owned<'a>(v: Vec<crate::host_arena::NamedTensor>) -> Params<'a> {
+    v.into_iter()
+        .map(|(n, s, d)| (n, s, Cow::Owned(d)))
+        .collect()
+}
+
+/// The CPU, the CUDA or the emulated CUDA backend for one plan.
 #[allow(clippy::large_enum_variant)] // one per process
 pub enum Backend {
     Cpu(CpuBackend),
     Cuda(Box<CudaBackend>),
+    CudaEmu(Box<EmuBackend>),
 }
 
 impl Backend {
@@ -28,6 +41,7 @@ impl Backend {
         Ok(match kind {
             BackendKind::Cpu => Backend::Cpu(CpuBackend::new(plan)?),
             BackendKind::Cuda => Backend::Cuda(Box::new(CudaBackend::new(plan)?)),
+            BackendKind::CudaEmu => Backend::CudaEmu(Box::new(EmuBackend::new(plan)?)),
         })
     }
 
@@ -35,13 +49,14 @@ impl Backend {
         match self {
             Backend::Cpu(b) => b.plan(),
             Backend::Cuda(b) => b.plan(),
+            Backend::CudaEmu(b) => b.plan(),
         }
     }
 
     /// Device memory taken by the arena (`cuMemGetInfo` before/after), for the CUDA backend.
     pub fn device_arena_bytes(&self) -> Option<u64> {
         match self {
-            Backend::Cpu(_) => None,
+            Backend::Cpu(_) | Backend::CudaEmu(_) => None,
             Backend::Cuda(b) => Some(b.measured_arena_bytes),
         }
     }
@@ -68,6 +83,7 @@ impl Backend {
                 Ok(())
             }
             Backend::Cuda(b) => b.init_params(seed),
+            Backend::CudaEmu(b) => b.init_params(seed),
         }
     }
 
@@ -75,22 +91,19 @@ impl Backend {
         match self {
             Backend::Cpu(b) => b.set_param(name, data),
             Backend::Cuda(b) => b.set_param(name, data),
+            Backend::CudaEmu(b) => b.set_param(name, data),
         }
     }
 
     /// Every parameter: (name, shape, values), in plan order (copied back from the GPU).
-    #[allow(clippy::type_complexity)]
-    pub fn params(&self) -> Result<Vec<(String, Vec<usize>, Cow<'_, [f32]>)>, RuntimeError> {
+    pub fn params(&self) -> Result<Params<'_>, RuntimeError> {
         match self {
             Backend::Cpu(b) => Ok(b
                 .params()
                 .map(|(n, s, d)| (n.to_string(), s.to_vec(), Cow::Borrowed(d)))
                 .collect()),
-            Backend::Cuda(b) => Ok(b
-                .params()?
-                .into_iter()
-                .map(|(n, s, d)| (n, s, Cow::Owned(d)))
-                .collect()),
+            Backend::Cuda(b) => Ok(owned(b.params()?)),
+            Backend::CudaEmu(b) => Ok(owned(b.params()?)),
         }
     }
 
@@ -98,6 +111,7 @@ impl Backend {
         match self {
             Backend::Cpu(b) => b.set_input(name, data),
             Backend::Cuda(b) => b.set_input(name, data),
+            Backend::CudaEmu(b) => b.set_input(name, data),
         }
     }
 
@@ -105,6 +119,7 @@ impl Backend {
         match self {
             Backend::Cpu(b) => b.run(step_counter, seed),
             Backend::Cuda(b) => b.run(step_counter, seed),
+            Backend::CudaEmu(b) => b.run(step_counter, seed),
         }
     }
 
@@ -113,6 +128,7 @@ impl Backend {
         match self {
             Backend::Cpu(b) => Ok(Cow::Borrowed(b.output())),
             Backend::Cuda(b) => Ok(Cow::Owned(b.output()?)),
+            Backend::CudaEmu(b) => Ok(Cow::Owned(b.output()?)),
         }
     }
 }

@@ -1,10 +1,13 @@
 //! What every cross-backend kernel check shares: random arguments in each slot's valid domain, and
-//! the comparison of a written argument with the CPU backend's.
+//! the comparison of a written argument with the CPU backend's, random batches for whole steps.
 
 use dmc_compiler::op::{DType, Op, UpdateRule};
-use dmc_compiler::plan::Kernel;
+use dmc_compiler::plan::{Kernel, Plan};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
+
+use crate::cpu::InputData;
+use crate::error::RuntimeError;
 
 /// Random bytes for every signature slot of `k` (sized per its shapes): f32 in [-1, 1) (Adam's
 /// second moment in [0, 1)), labels in 0..classes, argmax indices inside the pool window.
@@ -103,3 +106,49 @@ pub fn rel_err(gpu: &[u8], cpu: &[u8], dtype: DType) -> f64 {
     }
 }
 
+/// One random batch for every input and target of a plan: f32 in [-1, 1), labels in 0..classes
+/// (the output's last dimension).
+pub struct Batch(pub Vec<(String, Vec<f32>, Vec<i32>)>);
+
+impl Batch {
+    pub fn random(plan: &Plan, rng: &mut ChaCha8Rng) -> Self {
+        let classes = plan.output.shape.last().copied().unwrap_or(1).max(1) as i32;
+        Batch(
+            plan.inputs
+                .iter()
+                .chain(&plan.targets)
+                .map(|b| {
+                    let n: usize = b.shape.iter().product();
+                    match b.dtype {
+                        DType::I32 => (
+                            b.name.clone(),
+                            vec![],
+                            (0..n).map(|_| rng.random_range(0..classes)).collect(),
+                        ),
+                        _ => (
+                            b.name.clone(),
+                            (0..n).map(|_| rng.random_range(-1.0..1.0)).collect(),
+                            vec![],
+                        ),
+                    }
+                })
+                .collect(),
+        )
+    }
+
+    /// Hands every tensor to `set` (a backend's `set_input`).
+    pub fn feed(
+        &self,
+        mut set: impl FnMut(&str, InputData) -> Result<(), RuntimeError>,
+    ) -> Result<(), RuntimeError> {
+        for (name, f, i) in &self.0 {
+            let d = if i.is_empty() {
+                InputData::F32(f)
+            } else {
+                InputData::I32(i)
+            };
+            set(name, d)?;
+        }
+        Ok(())
+    }
+}

@@ -113,7 +113,11 @@ pub trait HostArena {
             .chain(&self.plan().targets)
             .find(|b| b.name == name)
             .ok_or_else(|| RuntimeError::UnknownInput(name.into()))?;
-        let (n, dtype, off) = (numel(&b.shape), b.dtype, self.plan().buffers[b.buffer].offset);
+        let (n, dtype, off) = (
+            numel(&b.shape),
+            b.dtype,
+            self.plan().buffers[b.buffer].offset,
+        );
         let (got, bytes): (DType, Vec<u8>) = match data {
             InputData::F32(d) => (DType::F32, d.iter().flat_map(|v| v.to_ne_bytes()).collect()),
             InputData::I32(d) => (DType::I32, d.iter().flat_map(|v| v.to_ne_bytes()).collect()),

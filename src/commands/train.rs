@@ -24,6 +24,9 @@ pub enum Device {
     Auto,
     Cpu,
     Cuda,
+    /// The generated CUDA kernels compiled by g++ and run on the CPU (slow: for checking the
+    /// CUDA code path on a machine without a GPU).
+    CudaEmu,
 }
 
 /// Options shared by `run`, `eval` and `predict`.
@@ -131,6 +134,7 @@ fn seed_of(common: &CommonArgs, model: &Model) -> u64 {
 fn resolve_device(d: Device, quiet: bool) -> Result<BackendKind, CliError> {
     match d {
         Device::Cpu => Ok(BackendKind::Cpu),
+        Device::CudaEmu => Ok(BackendKind::CudaEmu),
         Device::Cuda => match dmc_runtime::cuda::probe() {
             Ok(_) => Ok(BackendKind::Cuda),
             Err(e) => Err(CliError::Usage(format!(

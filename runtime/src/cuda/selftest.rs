@@ -5,18 +5,18 @@
 use std::time::Instant;
 
 use dmc_compiler::codegen::{render_kernel, CudaKernel};
-use dmc_compiler::op::{DType, Role};
+use dmc_compiler::op::Role;
 use dmc_compiler::plan::{Kernel, Mode, Plan, ALIGN};
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use super::nvrtc::{self, parse_resources, warnings, Output, Resources};
 use super::{drv, launch, load_kernels, mem_info, CudaBackend, CudaError, Device};
-use crate::compare::{random_args, rel_err};
+use crate::compare::{random_args, rel_err, Batch};
 use crate::cpu::executor::run_single_kernel;
-use crate::host_arena::HostArena;
-use crate::cpu::{CpuBackend, InputData};
+use crate::cpu::CpuBackend;
 use crate::error::RuntimeError;
+use crate::host_arena::HostArena;
 
 /// NVRTC's verdict on one kernel.
 #[derive(Debug, Clone)]
@@ -148,29 +148,6 @@ pub struct TrainCheck {
     pub steps: usize,
 }
 
-fn random_inputs(plan: &Plan, rng: &mut ChaCha8Rng) -> Vec<(String, Vec<f32>, Vec<i32>)> {
-    let classes = plan.output.shape.last().copied().unwrap_or(1).max(1) as i32;
-    plan.inputs
-        .iter()
-        .chain(&plan.targets)
-        .map(|b| {
-            let n: usize = b.shape.iter().product();
-            match b.dtype {
-                DType::I32 => (
-                    b.name.clone(),
-                    vec![],
-                    (0..n).map(|_| rng.random_range(0..classes)).collect(),
-                ),
-                _ => (
-                    b.name.clone(),
-                    (0..n).map(|_| rng.random_range(-1.0..1.0)).collect(),
-                    vec![],
-                ),
-            }
-        })
-        .collect()
-}
-
 /// Trains `plan` for `steps` steps on random batches; the first step's loss is compared with the
 /// CPU backend's when `with_cpu`.
 pub fn train_check(
@@ -182,19 +159,12 @@ pub fn train_check(
 ) -> Result<TrainCheck, RuntimeError> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let batches: Vec<_> = (0..steps.min(4))
-        .map(|_| random_inputs(&plan, &mut rng))
+        .map(|_| Batch::random(&plan, &mut rng))
         .collect();
     let cpu_first_loss = if with_cpu {
         let mut cpu = CpuBackend::new(plan.clone())?;
         cpu.init_params(seed);
-        for (name, f, i) in &batches[0] {
-            let d = if i.is_empty() {
-                InputData::F32(f)
-            } else {
-                InputData::I32(i)
-            };
-            cpu.set_input(name, d)?;
-        }
+        batches[0].feed(|n, d| cpu.set_input(n, d))?;
         Some(cpu.run(1, seed)?)
     } else {
         None
@@ -205,14 +175,7 @@ pub fn train_check(
     let (mut first, mut last) = (f32::NAN, f32::NAN);
     let mut t_after_first = Instant::now();
     for s in 0..steps {
-        for (name, f, i) in &batches[s % batches.len()] {
-            let d = if i.is_empty() {
-                InputData::F32(f)
-            } else {
-                InputData::I32(i)
-            };
-            be.set_input(name, d)?;
-        }
+        batches[s % batches.len()].feed(|n, d| be.set_input(n, d))?;
         let l = be.run(s as u64 + 1, seed)?;
         if s == 0 {
             first = l;

@@ -22,8 +22,65 @@ use crate::compare::{random_args, rel_err};
 use crate::cpu::executor::{run_single_kernel, Arena};
 use crate::error::RuntimeError;
 
-/// Bytes of NaN poison before and after the arena (a multiple of the plan alignment).
+/// Bytes of poison before and after the arena (a multiple of the plan alignment).
 pub const REDZONE: usize = 1 << 20;
+/// What every byte the kernel must not touch holds (the red zones, other buffers' space): 32-bit
+/// words alternating between NaN and -1e30, so even a formula that leaves NaN unchanged (relu in
+/// place) changes the bytes it strays onto. Output slots hold NaN (all ones) instead, so an
+/// element the kernel never writes stays NaN.
+const GAP: [u8; 8] = {
+    let nan = u32::MAX.to_ne_bytes();
+    let neg = (-1.0e30f32).to_bits().to_ne_bytes();
+    [
+        nan[0], nan[1], nan[2], nan[3], neg[0], neg[1], neg[2], neg[3],
+    ]
+};
+
+/// Fills `bytes[s..e]` with the gap pattern (aligned to the arena: byte `j` holds `GAP[j % 8]`).
+fn fill_gap(bytes: &mut [u8], s: usize, e: usize) {
+    let head = (s.next_multiple_of(8)).min(e);
+    for j in s..head {
+        bytes[j] = GAP[j % 8];
+    }
+    let mut c = bytes[head..e].chunks_exact_mut(8);
+    for w in &mut c {
+        w.copy_from_slice(&GAP);
+    }
+    for (i, b) in c.into_remainder().iter_mut().enumerate() {
+        *b = GAP[i];
+    }
+}
+
+/// The first byte of `bytes[s..e]` that does not hold the gap pattern.
+fn gap_diff(bytes: &[u8], s: usize, e: usize) -> Option<usize> {
+    let head = (s.next_multiple_of(8)).min(e);
+    if let Some(j) = (s..head).find(|&j| bytes[j] != GAP[j % 8]) {
+        return Some(j);
+    }
+    let c = bytes[head..e].chunks_exact(8);
+    let tail = head + c.len() * 8;
+    if let Some(w) = c.clone().position(|w| w != GAP) {
+        let at = head + w * 8;
+        return (at..at + 8).find(|&j| bytes[j] != GAP[j % 8]);
+    }
+    (tail..e).find(|&j| bytes[j] != GAP[j % 8])
+}
+
+/// An arena for checking kernels, with red zones; `clean` when every byte holds the gap pattern.
+pub struct CheckArena {
+    arena: Arena,
+    clean: bool,
+}
+
+impl CheckArena {
+    /// Room for an arena of `arena_bytes` plus the red zones.
+    pub fn new(arena_bytes: u64) -> Result<Self, RuntimeError> {
+        Ok(CheckArena {
+            arena: Arena::new(arena_bytes + 2 * REDZONE as u64)?,
+            clean: false,
+        })
+    }
+}
 /// The step counter the kernels run with (Adam's bias correction and dropout depend on it).
 const STEP: u64 = 3;
 
@@ -38,11 +95,7 @@ pub struct KernelSite {
 pub fn site_in_plan(plan: &Plan, kernel_id: usize) -> Option<KernelSite> {
     let step = plan.steps.iter().find(|s| s.kernel == kernel_id)?;
     Some(KernelSite {
-        offsets: step
-            .args
-            .iter()
-            .map(|&b| plan.buffers[b].offset)
-            .collect(),
+        offsets: step.args.iter().map(|&b| plan.buffers[b].offset).collect(),
         arena_bytes: plan.arena_bytes,
     })
 }
@@ -106,7 +159,7 @@ impl EmuCheck {
         if let Some(s) = &self.stray {
             v.push(format!("stray write: {s}"));
         }
-        if !(self.rel_err <= tol) {
+        if self.rel_err.is_nan() || self.rel_err > tol {
             v.push(format!(
                 "differs from the CPU backend: max rel err {:.3e} > {tol:.0e}",
                 self.rel_err
@@ -119,7 +172,7 @@ impl EmuCheck {
 /// Checks `emu` (the compiled form of plan kernel `k`, possibly edited) at `site` in `arena`
 /// (`site.arena_bytes + 2 * REDZONE` bytes, reused between kernels).
 fn check_in(
-    arena: &mut Arena,
+    arena: &mut CheckArena,
     k: &Kernel,
     mode: Mode,
     emu: &EmuKernel,
@@ -138,7 +191,18 @@ fn check_in(
         )));
     }
     let total = site.arena_bytes as usize + 2 * REDZONE;
-    let bytes = &mut arena.bytes_mut()[..total];
+    if arena.arena.bytes().len() < total {
+        return Err(RuntimeError::BadPlan(format!(
+            "kernel `{}`: the check arena is too small",
+            k.name
+        )));
+    }
+    if !arena.clean {
+        let n = arena.arena.bytes().len();
+        fill_gap(arena.arena.bytes_mut(), 0, n);
+        arena.clean = true;
+    }
+    let bytes = &mut arena.arena.bytes_mut()[..total];
     // absolute byte ranges of the slots
     let ranges: Vec<(usize, usize)> = site
         .offsets
@@ -161,11 +225,13 @@ fn check_in(
     // Poison, then the inputs; `init` is every slot as the kernel will find it (aliases resolved).
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ (k.id as u64).wrapping_mul(0x9e37));
     let args = random_args(k, &mut rng);
+    // the slots: the rest already holds the gap pattern
     let fill = |bytes: &mut [u8]| {
-        bytes.fill(0xFF);
         for (i, p) in sig.params.iter().enumerate() {
-            if matches!(p.role, Role::In | Role::InOut) {
-                bytes[ranges[i].0..ranges[i].1].copy_from_slice(&args[i]);
+            let r = &mut bytes[ranges[i].0..ranges[i].1];
+            match p.role {
+                Role::In | Role::InOut => r.copy_from_slice(&args[i]),
+                Role::Out | Role::Workspace => r.fill(0xFF),
             }
         }
     };
@@ -190,6 +256,7 @@ fn check_in(
         if first.is_some() {
             // restore what the first run changed
             if check.stray.is_some() {
+                fill_gap(bytes, 0, total);
                 fill(bytes);
             } else {
                 for (i, &(s, e)) in ranges.iter().enumerate() {
@@ -201,13 +268,16 @@ fn check_in(
         }
         // SAFETY: every slot lies inside `bytes` (checked above); the plan (or the packed layout)
         // keeps written slots disjoint from the others; the red zones absorb stray writes.
-        match unsafe { emu.launch(&ptrs, seed, STEP, order, threads) } {
-            Ok(()) => {}
-            Err(EmuError::Kernel { message, .. }) => {
-                check.failure = Some(format!("{message} ({order:?} order)"));
-                return Ok(check);
-            }
-            Err(e) => return Err(e.into()),
+        let r = unsafe { emu.launch(&ptrs, seed, STEP, order, threads) };
+        if let Err(e) = r {
+            arena.clean = false;
+            return match e {
+                EmuError::Kernel { message, .. } => {
+                    check.failure = Some(format!("{message} ({order:?} order)"));
+                    Ok(check)
+                }
+                e => Err(e.into()),
+            };
         }
         if check.stray.is_none() {
             check.stray = find_stray(bytes, &ranges, &written, &init, &sig, site);
@@ -215,11 +285,25 @@ fn check_in(
         let out: Vec<Vec<u8>> = ranges
             .iter()
             .enumerate()
-            .map(|(i, &(s, e))| if written[i] { bytes[s..e].to_vec() } else { Vec::new() })
+            .map(|(i, &(s, e))| {
+                if written[i] {
+                    bytes[s..e].to_vec()
+                } else {
+                    Vec::new()
+                }
+            })
             .collect();
         match &first {
             None => first = Some(out),
             Some(f) => check.race = first_difference(f, &out, &sig, k),
+        }
+    }
+    // leave the arena clean for the next kernel
+    if check.stray.is_some() {
+        arena.clean = false;
+    } else {
+        for &(s, e) in &ranges {
+            fill_gap(bytes, s, e);
         }
     }
     let got = first.unwrap_or_default();
@@ -264,7 +348,7 @@ fn find_stray(
             format!("arena offset {} (no argument of this kernel)", at - REDZONE)
         }
     };
-    let poison_diff = |s: usize, e: usize| bytes[s..e].iter().position(|&b| b != 0xFF).map(|p| s + p);
+    let poison_diff = |s: usize, e: usize| gap_diff(bytes, s, e);
     let mut cursor = 0usize;
     for &i in &order {
         let (s, e) = ranges[i];
@@ -332,7 +416,7 @@ pub fn check_kernel(
     threads: usize,
 ) -> Result<EmuCheck, RuntimeError> {
     let emu = compile(ck)?;
-    let mut arena = Arena::new(site.arena_bytes + 2 * REDZONE as u64)?;
+    let mut arena = CheckArena::new(site.arena_bytes)?;
     check_in(&mut arena, k, mode, &emu, site, seed, threads)
 }
 
@@ -356,7 +440,7 @@ pub fn check_kernels(
         .zip(&emus)
         .map(|((k, _), emu)| {
             let site = packed_site(k);
-            let mut arena = Arena::new(site.arena_bytes + 2 * REDZONE as u64)?;
+            let mut arena = CheckArena::new(site.arena_bytes)?;
             check_in(&mut arena, k, mode, emu, &site, seed, threads)
         })
         .collect()
@@ -366,16 +450,18 @@ pub fn check_kernels(
 pub fn check_plan(plan: &Plan, seed: u64, threads: usize) -> Result<Vec<EmuCheck>, RuntimeError> {
     let cks = render_plan(plan).map_err(EmuError::from)?;
     let emus = compile_all(&cks)?;
-    let mut arena = Arena::new(plan.arena_bytes + 2 * REDZONE as u64)?;
+    let mut arena = CheckArena::new(plan.arena_bytes)?;
     let mut out = Vec::new();
     for emu in &emus {
         let k = &plan.kernels[emu.kernel.id];
         let site = site_in_plan(plan, k.id).unwrap_or_else(|| packed_site(k));
         if site.arena_bytes != plan.arena_bytes {
-            let mut own = Arena::new(site.arena_bytes + 2 * REDZONE as u64)?;
+            let mut own = CheckArena::new(site.arena_bytes)?;
             out.push(check_in(&mut own, k, plan.mode, emu, &site, seed, threads)?);
         } else {
-            out.push(check_in(&mut arena, k, plan.mode, emu, &site, seed, threads)?);
+            out.push(check_in(
+                &mut arena, k, plan.mode, emu, &site, seed, threads,
+            )?);
         }
     }
     Ok(out)

@@ -202,6 +202,11 @@ fn load(k: &CudaKernel, so: &Path) -> Result<(libloading::Library, LaunchFn), St
 
 /// Compiles `k` for the host (or takes it from the cache) and loads it.
 pub fn compile(k: &CudaKernel) -> Result<EmuKernel, EmuError> {
+    compile_in(k, &cache_dir())
+}
+
+/// [`compile`] with the cache in `dir`.
+pub fn compile_in(k: &CudaKernel, dir: &Path) -> Result<EmuKernel, EmuError> {
     let cxx = cxx()?;
     let flags = cxx_flags();
     let src = host_source(k);
@@ -210,12 +215,11 @@ pub fn compile(k: &CudaKernel) -> Result<EmuKernel, EmuError> {
     h.update(src.as_bytes());
     h.update(format!("\0{}\0{}", flags.join(" "), cxx.version).as_bytes());
     let key = hex(&h.finalize());
-    let dir = cache_dir();
     let cache_err = |e: std::io::Error| EmuError::Cache {
         path: dir.display().to_string(),
         message: e.to_string(),
     };
-    std::fs::create_dir_all(&dir).map_err(cache_err)?;
+    std::fs::create_dir_all(dir).map_err(cache_err)?;
     let so = dir.join(format!("{key}.so"));
     if so.is_file() {
         if let Ok((lib, launch)) = load(k, &so) {
@@ -409,7 +413,11 @@ impl HostArena for EmuBackend {
     fn write_bytes(&mut self, offset: u64, bytes: &[u8]) -> Result<(), RuntimeError> {
         let dst = usize::try_from(offset)
             .ok()
-            .and_then(|o| self.arena.bytes_mut().get_mut(o..o.checked_add(bytes.len())?))
+            .and_then(|o| {
+                self.arena
+                    .bytes_mut()
+                    .get_mut(o..o.checked_add(bytes.len())?)
+            })
             .ok_or_else(|| RuntimeError::BadPlan(format!("write outside the arena at {offset}")))?;
         dst.copy_from_slice(bytes);
         Ok(())
@@ -421,5 +429,56 @@ impl HostArena for EmuBackend {
             .and_then(|o| self.arena.bytes().get(o..o.checked_add(len)?))
             .map(<[u8]>::to_vec)
             .ok_or_else(|| RuntimeError::BadPlan(format!("read outside the arena at {offset}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dmc_compiler::codegen::{render_kernel, zoo::zoo};
+    use dmc_compiler::plan::Mode;
+
+    fn relu() -> CudaKernel {
+        let k = zoo()
+            .into_iter()
+            .find(|k| k.op.kind_name() == "relu")
+            .expect("a relu in the zoo");
+        render_kernel(&k, Mode::Train)
+            .expect("render")
+            .expect("kernel")
+    }
+
+    #[test]
+    fn the_host_entry_passes_every_kernel_parameter_in_order() {
+        let k = relu();
+        let src = host_source(&k);
+        let n = k.params.len();
+        assert!(
+            src.contains(&format!("{}((const float*)a[0], ", k.entry)),
+            "{src}"
+        );
+        assert!(src.contains(&format!("(const u64)a[{}]);", n - 1)), "{src}");
+        assert!(src.starts_with(HOST_HEADER));
+    }
+
+    #[test]
+    fn a_corrupt_cache_entry_is_rebuilt() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let k = relu();
+        let first = compile_in(&k, dir.path()).expect("compile");
+        assert!(!first.from_cache);
+        let so = first.path.clone();
+        drop(first);
+        assert!(compile_in(&k, dir.path()).expect("again").from_cache);
+        std::fs::write(&so, b"not an ELF file").expect("corrupt");
+        let again = compile_in(&k, dir.path()).expect("rebuilt");
+        assert!(!again.from_cache);
+        let x = [1.0f32, -2.0, 3.0];
+        let mut buf = vec![0f32; 51 * 2];
+        buf[..3].copy_from_slice(&x);
+        let p = buf.as_mut_ptr() as u64;
+        // SAFETY: x and y (51 floats each, the zoo relu's shape) lie inside `buf`, disjoint.
+        unsafe { again.launch(&[p, p + 51 * 4], 0, 1, FiberOrder::Forward, 1) }.expect("launch");
+        assert_eq!(&buf[51..54], &[1.0, 0.0, 3.0]);
     }
 }
