@@ -18,9 +18,9 @@ use dmc_compiler::plan::{Mode, Plan};
 use dmc_compiler::{compile, CompileOptions};
 use dmc_runtime::compare::Batch;
 use dmc_runtime::emu::check::{
-    check_kernel, check_kernels, check_plan, packed_site, site_in_plan, EmuCheck,
+    check_compiled, check_kernel, check_kernels, check_plan, packed_site, site_in_plan, EmuCheck,
 };
-use dmc_runtime::emu::{default_threads, EmuBackend};
+use dmc_runtime::emu::{compile_with, default_threads, EmuBackend, Switch};
 use dmc_runtime::{CpuBackend, HostArena};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -428,4 +428,29 @@ fn a_missing_cxx_compiler_is_a_clear_error() {
         "{err}"
     );
     assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn the_ucontext_fallback_switch_gives_the_same_results() {
+    // the fallback for other architectures, forced here: the GEMM (barriers every k-tile) and a
+    // reduction (a barrier tree) must pass every check with it too
+    let plan = plan_of("mlp", Mode::Train, Some(5));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut n = 0;
+    for k in &plan.kernels {
+        if !matches!(k.op.kind_name(), "dense" | "cross_entropy_loss") {
+            continue;
+        }
+        let ck = render_kernel(k, plan.mode)
+            .expect("render")
+            .expect("kernel");
+        let emu = compile_with(&ck, dir.path(), Switch::Ucontext).expect("compile");
+        let src = std::fs::read_to_string(emu.path.with_extension("cpp")).expect("source");
+        assert!(src.contains("DMC_ASM_SWITCH"));
+        let site = site_in_plan(&plan, k.id).expect("site");
+        let c = check_compiled(k, plan.mode, &emu, &site, 7, default_threads()).expect("emulate");
+        assert!(c.ok(TOL), "{}: {}", k.name, c.verdict(TOL));
+        n += 1;
+    }
+    assert!(n >= 2);
 }

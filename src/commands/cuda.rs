@@ -292,3 +292,100 @@ pub fn selftest(a: &SelftestArgs) -> Result<(), CliError> {
     }
     Ok(())
 }
+
+#[derive(Debug, clap::Args)]
+pub struct EmuCheckArgs {
+    /// The program (.dm file).
+    pub file: PathBuf,
+    /// Which step's kernels.
+    #[arg(long, value_enum, default_value_t = super::compile::ModeArg::Train)]
+    pub mode: super::compile::ModeArg,
+    /// Batch size (overrides the program's).
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// Memory cap for the plan (the kernels run at the offsets of the plan that fits it).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub vram_cap: Option<u64>,
+    /// Relative error allowed against the CPU backend (max |emulated - cpu| / max |cpu| per output).
+    #[arg(long, default_value_t = 1e-5)]
+    pub tol: f64,
+    /// OS threads for a kernel's blocks (default: the machine's cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Seed of the random inputs.
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+}
+
+/// `dmc emu-check net.dm`: every kernel of the plan through the CUDA emulator, one line each.
+pub fn emu_check(a: &EmuCheckArgs) -> Result<(), CliError> {
+    use dmc_runtime::emu::{self, check};
+    let model = super::load_model(&a.file)?;
+    let mode = match a.mode {
+        super::compile::ModeArg::Train => Mode::Train,
+        super::compile::ModeArg::Eval => Mode::Eval,
+        super::compile::ModeArg::Predict => Mode::Predict,
+    };
+    let opts = CompileOptions {
+        mode,
+        batch: a.batch,
+        cap: a.vram_cap,
+        verify: true,
+        ..CompileOptions::default()
+    };
+    let plan = dmc_compiler::compile(&model, &opts)?;
+    let threads = a.threads.unwrap_or_else(emu::default_threads).max(1);
+    let t0 = Instant::now();
+    let checks = check::check_plan(&plan, a.seed, threads)?;
+    let w = checks
+        .iter()
+        .map(|c| c.kernel.len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    let wk = checks
+        .iter()
+        .map(|c| c.kind.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    println!(
+        "{:<w$}  {:<wk$}  {:>9}  result",
+        "kernel", "kind", "emu (ms)"
+    );
+    let mut failed = 0;
+    for c in &checks {
+        let ok = c.ok(a.tol);
+        failed += usize::from(!ok);
+        println!(
+            "{:<w$}  {:<wk$}  {:>9.1}  {}{}",
+            c.kernel,
+            c.kind,
+            c.seconds * 1e3,
+            if ok { "" } else { "FAIL: " },
+            c.verdict(a.tol)
+        );
+    }
+    let worst = checks.iter().map(|c| c.rel_err).fold(0f64, |m, e| {
+        if e.is_nan() || m.is_nan() {
+            f64::NAN
+        } else {
+            m.max(e)
+        }
+    });
+    let launches: f64 = checks.iter().map(|c| c.seconds).sum();
+    println!(
+        "{}: {} kernels of the {mode:?} step emulated in both thread orders on {threads} threads \
+         (launches {launches:.2} s, all {:.1} s), max rel err vs CPU {worst:.2e}, {failed} failed",
+        a.file.display(),
+        checks.len(),
+        t0.elapsed().as_secs_f64()
+    );
+    if failed > 0 {
+        return Err(CliError::Message(format!(
+            "emu-check: {failed} kernel(s) failed; `dmc compile {} -o DIR` writes their CUDA C",
+            a.file.display()
+        )));
+    }
+    Ok(())
+}

@@ -39,6 +39,9 @@ pub enum Command {
     Eval(train::EvalArgs),
     /// Write the network's outputs for the given inputs to a .safetensors or .npy file.
     Predict(train::PredictArgs),
+    /// Check the generated CUDA kernels without a GPU: compile them with g++ against a host CUDA
+    /// header, run them on the CPU and compare with the CPU backend.
+    EmuCheck(cuda::EmuCheckArgs),
     /// Check the CUDA backend against the CPU backend on a GPU (see scripts/gpu-check.sh).
     #[command(hide = true)]
     GpuSelftest(cuda::SelftestArgs),
@@ -54,6 +57,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Eval(a) => train::eval(&a),
         Command::Predict(a) => train::predict(&a),
         Command::GpuSelftest(a) => cuda::selftest(&a),
+        Command::EmuCheck(a) => cuda::emu_check(&a),
     }
 }
 

@@ -23,7 +23,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#if !defined(__x86_64__)
+// The fast switch on x86-64; ucontext elsewhere, or where DMC_EMU_UCONTEXT is defined (for comparison).
+#if defined(__x86_64__) && !defined(DMC_EMU_UCONTEXT)
+#define DMC_ASM_SWITCH 1
+#else
 #include <ucontext.h>
 #endif
 
@@ -101,16 +104,16 @@ struct DmcFiber {
     int done;  // returned from the kernel
     int line;  // source line of the barrier it waits at
     unsigned barriers;
-#if !defined(__x86_64__)
+#if !defined(DMC_ASM_SWITCH)
     ucontext_t uc;
 #endif
 };
 
-static __thread DmcFiber* dmc_cur;            // the running fiber
-static __thread void* dmc_sched_sp;           // the scheduler's saved stack pointer
+static __thread DmcFiber* dmc_cur;  // the running fiber
 static __thread const struct DmcLaunch* dmc_launch;
 
-#if defined(__x86_64__)
+#if defined(DMC_ASM_SWITCH)
+static __thread void* dmc_sched_sp;  // the scheduler's saved stack pointer
 // void dmc_emu_switch(void** save, void* to): saves the callee-saved registers on the current
 // stack, stores the stack pointer in *save, switches to `to` and restores the registers saved there.
 extern "C" void dmc_emu_switch(void** save, void* to);
@@ -165,7 +168,7 @@ static void dmc_fail(const DmcLaunch* L, const char* fmt, ...) {
 }
 
 static void dmc_yield_to_scheduler(DmcFiber* f) {
-#if defined(__x86_64__)
+#if defined(DMC_ASM_SWITCH)
     __asm__ __volatile__("" ::: "memory");
     dmc_emu_switch(&f->sp, dmc_sched_sp);
     __asm__ __volatile__("" ::: "memory");
@@ -196,7 +199,7 @@ static void dmc_fiber_init(DmcFiber* f, char* stack) {
     f->line = 0;
     f->barriers = 0;
     *(uint64_t*)stack = DMC_CANARY;  // the stack grows down towards this word
-#if defined(__x86_64__)
+#if defined(DMC_ASM_SWITCH)
     // As if dmc_emu_switch had been called from dmc_fiber_main's caller: six zeroed registers,
     // then the return address; rsp % 16 == 8 at dmc_fiber_main's entry, as after a call.
     void** sp = (void**)(stack + DMC_STACK_BYTES);
@@ -215,7 +218,7 @@ static void dmc_fiber_init(DmcFiber* f, char* stack) {
 
 static void dmc_resume(DmcFiber* f) {
     dmc_cur = f;
-#if defined(__x86_64__)
+#if defined(DMC_ASM_SWITCH)
     dmc_emu_switch(&dmc_sched_sp, f->sp);
 #else
     swapcontext(&dmc_sched_uc, &f->uc);

@@ -137,6 +137,8 @@ pub struct EmuCheck {
     pub stray: Option<String>,
     /// What the emulator stopped the launch for.
     pub failure: Option<String>,
+    /// Wall time of the emulated launches (both orders), seconds.
+    pub seconds: f64,
 }
 
 impl EmuCheck {
@@ -250,6 +252,7 @@ fn check_in(
         race: None,
         stray: None,
         failure: None,
+        seconds: 0.0,
     };
     let mut first: Option<Vec<Vec<u8>>> = None;
     for order in [FiberOrder::Forward, FiberOrder::Reverse] {
@@ -268,7 +271,9 @@ fn check_in(
         }
         // SAFETY: every slot lies inside `bytes` (checked above); the plan (or the packed layout)
         // keeps written slots disjoint from the others; the red zones absorb stray writes.
+        let t = std::time::Instant::now();
         let r = unsafe { emu.launch(&ptrs, seed, STEP, order, threads) };
+        check.seconds += t.elapsed().as_secs_f64();
         if let Err(e) = r {
             arena.clean = false;
             return match e {
@@ -416,8 +421,20 @@ pub fn check_kernel(
     threads: usize,
 ) -> Result<EmuCheck, RuntimeError> {
     let emu = compile(ck)?;
+    check_compiled(k, mode, &emu, site, seed, threads)
+}
+
+/// Checks an already compiled kernel at `site`.
+pub fn check_compiled(
+    k: &Kernel,
+    mode: Mode,
+    emu: &EmuKernel,
+    site: &KernelSite,
+    seed: u64,
+    threads: usize,
+) -> Result<EmuCheck, RuntimeError> {
     let mut arena = CheckArena::new(site.arena_bytes)?;
-    check_in(&mut arena, k, mode, &emu, site, seed, threads)
+    check_in(&mut arena, k, mode, emu, site, seed, threads)
 }
 
 /// Checks kernels outside any plan (the op zoo), each with its arguments packed.

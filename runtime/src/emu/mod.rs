@@ -89,9 +89,29 @@ fn cxx() -> Result<&'static Cxx, EmuError> {
     })
 }
 
+/// How a block's fibers switch at `__syncthreads()`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Switch {
+    /// A few lines of x86-64 assembly (callee-saved registers + stack pointer); ucontext on other
+    /// architectures.
+    Fast,
+    /// `swapcontext` (a signal-mask system call per switch), for comparison.
+    Ucontext,
+}
+
+impl Switch {
+    /// `DMC_EMU_SWITCH=ucontext` selects [`Switch::Ucontext`]; otherwise [`Switch::Fast`].
+    pub fn from_env() -> Self {
+        match std::env::var("DMC_EMU_SWITCH").as_deref() {
+            Ok("ucontext") => Switch::Ucontext,
+            _ => Switch::Fast,
+        }
+    }
+}
+
 /// The compiler flags: C++17, optimised, warnings are errors, contraction to FMA as NVRTC's
 /// default `--fmad=true`, no errno (CUDA has none); AVX2+FMA where the CPU has them.
-pub fn cxx_flags() -> Vec<&'static str> {
+pub fn cxx_flags(switch: Switch) -> Vec<&'static str> {
     let mut f = vec![
         "-std=c++17",
         "-O2",
@@ -109,6 +129,9 @@ pub fn cxx_flags() -> Vec<&'static str> {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
         f.extend(["-mavx2", "-mfma"]);
+    }
+    if switch == Switch::Ucontext {
+        f.push("-DDMC_EMU_UCONTEXT");
     }
     f
 }
@@ -202,13 +225,13 @@ fn load(k: &CudaKernel, so: &Path) -> Result<(libloading::Library, LaunchFn), St
 
 /// Compiles `k` for the host (or takes it from the cache) and loads it.
 pub fn compile(k: &CudaKernel) -> Result<EmuKernel, EmuError> {
-    compile_in(k, &cache_dir())
+    compile_with(k, &cache_dir(), Switch::from_env())
 }
 
-/// [`compile`] with the cache in `dir`.
-pub fn compile_in(k: &CudaKernel, dir: &Path) -> Result<EmuKernel, EmuError> {
+/// [`compile`] with the cache in `dir` and the given fiber switch.
+pub fn compile_with(k: &CudaKernel, dir: &Path, switch: Switch) -> Result<EmuKernel, EmuError> {
     let cxx = cxx()?;
-    let flags = cxx_flags();
+    let flags = cxx_flags(switch);
     let src = host_source(k);
     let mut h = Sha256::new();
     h.update(b"dmc-emu-1\0");
@@ -288,7 +311,11 @@ pub fn compile_in(k: &CudaKernel, dir: &Path) -> Result<EmuKernel, EmuError> {
 
 /// Compiles every kernel (g++ processes in parallel), in order.
 pub fn compile_all(kernels: &[CudaKernel]) -> Result<Vec<EmuKernel>, EmuError> {
-    kernels.par_iter().map(compile).collect()
+    let (dir, switch) = (cache_dir(), Switch::from_env());
+    kernels
+        .par_iter()
+        .map(|k| compile_with(k, &dir, switch))
+        .collect()
 }
 
 /// OS threads for a launch's blocks: the machine's parallelism.
@@ -465,13 +492,17 @@ mod tests {
     fn a_corrupt_cache_entry_is_rebuilt() {
         let dir = tempfile::tempdir().expect("tempdir");
         let k = relu();
-        let first = compile_in(&k, dir.path()).expect("compile");
+        let first = compile_with(&k, dir.path(), Switch::Fast).expect("compile");
         assert!(!first.from_cache);
         let so = first.path.clone();
         drop(first);
-        assert!(compile_in(&k, dir.path()).expect("again").from_cache);
+        assert!(
+            compile_with(&k, dir.path(), Switch::Fast)
+                .expect("again")
+                .from_cache
+        );
         std::fs::write(&so, b"not an ELF file").expect("corrupt");
-        let again = compile_in(&k, dir.path()).expect("rebuilt");
+        let again = compile_with(&k, dir.path(), Switch::Fast).expect("rebuilt");
         assert!(!again.from_cache);
         let x = [1.0f32, -2.0, 3.0];
         let mut buf = vec![0f32; 51 * 2];
