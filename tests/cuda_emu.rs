@@ -13,7 +13,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use dmc_compiler::codegen::{render_kernel, CudaKernel};
+use dmc_compiler::codegen::{render_kernel, render_plan, CudaKernel};
 use dmc_compiler::plan::{Mode, Plan};
 use dmc_compiler::{compile, CompileOptions};
 use dmc_runtime::compare::Batch;
@@ -453,4 +453,25 @@ fn the_ucontext_fallback_switch_gives_the_same_results() {
         n += 1;
     }
     assert!(n >= 2);
+}
+
+#[test]
+fn emu_check_prints_one_line_per_kernel_and_a_summary() {
+    let (rc, out, err) = dmc_with_env(&["emu-check", "examples/mlp.dm", "--batch", "5"], &[]);
+    assert_eq!(rc, 0, "{out}{err}");
+    let plan = plan_of("mlp", Mode::Train, Some(5));
+    let kernels = render_plan(&plan).expect("render").len();
+    let ok_lines = out
+        .lines()
+        .filter(|l| l.contains(" ok (max rel err"))
+        .count();
+    assert_eq!(ok_lines, kernels, "{out}");
+    assert!(
+        out.contains(&format!("{kernels} kernels of the Train step")),
+        "{out}"
+    );
+    assert!(out.contains("0 failed"), "{out}");
+    let (rc, _, err) = dmc_with_env(&["emu-check", "examples/nope.dm"], &[]);
+    assert_ne!(rc, 0);
+    assert!(err.contains("nope.dm"), "{err}");
 }
