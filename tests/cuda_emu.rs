@@ -13,14 +13,15 @@
 use std::path::Path;
 use std::process::Command;
 
-use dmc_compiler::codegen::{render_kernel, render_plan, CudaKernel};
-use dmc_compiler::plan::{Mode, Plan};
+use dmc_compiler::codegen::{render_kernel, render_plan};
+use dmc_compiler::plan::{Kernel, Mode, Plan};
 use dmc_compiler::{compile, CompileOptions};
 use dmc_runtime::compare::Batch;
 use dmc_runtime::emu::check::{
-    check_compiled, check_kernel, check_kernels, check_plan, packed_site, site_in_plan, EmuCheck,
+    check_compiled, check_kernel, check_kernels, check_plan, packed_site, site_in_plan, CheckRun,
+    EmuCheck, KernelSite,
 };
-use dmc_runtime::emu::{compile_with, default_threads, EmuBackend, Switch};
+use dmc_runtime::emu::{compile_with, EmuBackend, Switch};
 use dmc_runtime::{CpuBackend, HostArena};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -67,7 +68,7 @@ fn assert_all_ok(what: &str, checks: &[EmuCheck]) {
 fn check_example(example: &str, batch: Option<usize>) {
     for mode in [Mode::Train, Mode::Eval] {
         let plan = plan_of(example, mode, batch);
-        let checks = check_plan(&plan, 7, default_threads()).expect("emulate");
+        let checks = check_plan(&plan, CheckRun::default()).expect("emulate");
         assert_all_ok(&format!("{example} {mode:?} batch {batch:?}"), &checks);
     }
 }
@@ -104,7 +105,7 @@ fn every_deep_convnet_kernel_matches_the_cpu_backend() {
     check_example("deep_convnet", None);
     for mode in [Mode::Train, Mode::Eval] {
         let plan = plan_of_source(SMALL_DEEP_CONVNET, "small_deep_convnet.dm", mode, None);
-        let checks = check_plan(&plan, 7, default_threads()).expect("emulate");
+        let checks = check_plan(&plan, CheckRun::default()).expect("emulate");
         assert_all_ok(&format!("small deep_convnet {mode:?}"), &checks);
     }
 }
@@ -118,7 +119,15 @@ fn every_seed_kernel_matches_the_cpu_backend() {
 fn every_op_zoo_kernel_matches_the_cpu_backend() {
     let zoo = dmc_compiler::codegen::zoo::zoo();
     for mode in [Mode::Train, Mode::Eval] {
-        let checks = check_kernels(&zoo, mode, 11, default_threads()).expect("emulate");
+        let checks = check_kernels(
+            &zoo,
+            mode,
+            CheckRun {
+                seed: 11,
+                ..CheckRun::default()
+            },
+        )
+        .expect("emulate");
         assert_all_ok(&format!("op zoo {mode:?}"), &checks);
     }
 }
@@ -202,30 +211,33 @@ fn small_deep_convnet_trains_through_emulated_kernels_like_the_cpu_backend() {
 
 // ---- deliberately broken kernels are caught -------------------------------------------------------
 
-/// The first forward dense kernel of mlp at batch 5 (a 5 x 256 output: a partial 64-row tile,
-/// 49 k-tiles), its rendering, and the kernel where the plan puts it.
-fn mlp_dense() -> (Plan, usize, CudaKernel) {
-    let plan = plan_of("mlp", Mode::Train, Some(5));
+/// mlp's training step at batch 5: its first dense kernel has a 5 x 256 output (a partial 64-row
+/// tile) and 49 k-tiles; its loss gradient has one thread per row (5 of a 256-thread block).
+fn mlp5() -> Plan {
+    plan_of("mlp", Mode::Train, Some(5))
+}
+
+/// Checks the first kernel of `kind` in `kernels` (at `site`, or where `plan` launches it) with
+/// the `nth` occurrence of `from` in its source replaced by `to` (`from` must occur).
+fn check_edited(plan: &Plan, kind: &str, from: &str, to: &str, nth: usize) -> EmuCheck {
     let k = plan
         .kernels
         .iter()
-        .find(|k| k.op.kind_name() == "dense")
-        .expect("a dense kernel");
-    let ck = render_kernel(k, plan.mode)
-        .expect("render")
-        .expect("has a kernel");
-    (plan.clone(), k.id, ck)
+        .find(|k| k.op.kind_name() == kind)
+        .unwrap_or_else(|| panic!("no {kind} kernel"));
+    let site = site_in_plan(plan, k.id).expect("launched by a step");
+    check_edited_at(k, plan.mode, &site, from, to, nth)
 }
 
-/// Checks `ck` with `from` replaced by `to` in its source (`from` must occur).
-fn check_edited(
-    plan: &Plan,
-    id: usize,
-    ck: &CudaKernel,
+fn check_edited_at(
+    k: &Kernel,
+    mode: Mode,
+    site: &KernelSite,
     from: &str,
     to: &str,
     nth: usize,
 ) -> EmuCheck {
+    let ck = render_kernel(k, mode).expect("render").expect("kernel");
     let hits: Vec<usize> = ck.source.match_indices(from).map(|(i, _)| i).collect();
     assert!(
         hits.len() > nth,
@@ -236,35 +248,26 @@ fn check_edited(
     let mut edited = ck.clone();
     let at = hits[nth];
     edited.source = format!("{}{to}{}", &ck.source[..at], &ck.source[at + from.len()..]);
-    let k = &plan.kernels[id];
-    let site = site_in_plan(plan, id).expect("launched by a step");
-    let c = check_kernel(k, plan.mode, &edited, &site, 7, default_threads()).expect("emulate");
+    let c = check_kernel(k, mode, &edited, site, CheckRun::default()).expect("emulate");
     eprintln!("{} with `{from}` -> `{to}`: {}", k.name, c.verdict(TOL));
     c
 }
 
 #[test]
-fn the_unedited_kernel_passes_every_check() {
-    let (plan, id, ck) = mlp_dense();
-    let c = check_edited(
-        &plan,
-        id,
-        &ck,
-        "STORE(m, n, acc[i][j])",
-        "STORE(m, n, acc[i][j])",
-        0,
-    );
-    assert!(c.ok(TOL), "{}", c.verdict(TOL));
+fn the_unedited_kernels_pass_every_check() {
+    let plan = mlp5();
+    for kind in ["dense", "cross_entropy_loss_bwd"] {
+        let c = check_edited(&plan, kind, "{", "{", 0);
+        assert!(c.ok(TOL), "{kind}: {}", c.verdict(TOL));
+    }
 }
 
 #[test]
 fn a_wrong_index_is_caught() {
-    let (plan, id, ck) = mlp_dense();
     // w read transposed: in bounds, wrong values
     let c = check_edited(
-        &plan,
-        id,
-        &ck,
+        &mlp5(),
+        "dense",
         "w[(k) * MOUT + (n)]",
         "w[(n) * MOUT + (k)]",
         0,
@@ -276,42 +279,37 @@ fn a_wrong_index_is_caught() {
 
 #[test]
 fn a_missing_barrier_is_caught_as_a_race() {
-    let (plan, id, ck) = mlp_dense();
+    let plan = mlp5();
     // the barrier after the multiply: the next tile's loads overwrite what others still read
-    let c = check_edited(&plan, id, &ck, "__syncthreads();", "", 1);
-    assert!(c.race.is_some(), "no race reported: {c:?}");
+    let c = check_edited(&plan, "dense", "__syncthreads();", "", 1);
     assert!(
         c.race.as_deref().unwrap_or("").contains("__syncthreads"),
         "{c:?}"
     );
     // the barrier after the loads: threads multiply a tile others have not loaded yet
-    let c = check_edited(&plan, id, &ck, "__syncthreads();", "", 0);
+    let c = check_edited(&plan, "dense", "__syncthreads();", "", 0);
     assert!(c.race.is_some() && !c.ok(TOL), "{c:?}");
 }
 
 #[test]
 fn an_unguarded_partial_tile_is_caught_as_a_stray_write() {
-    let (plan, id, ck) = mlp_dense();
+    let plan = mlp5();
     let c = check_edited(
         &plan,
-        id,
-        &ck,
+        "dense",
         "if (m < GM && n < GN) STORE(m, n, acc[i][j]);",
         "STORE(m, n, acc[i][j]);",
         0,
     );
-    let stray = c.stray.clone().unwrap_or_default();
-    assert!(!stray.is_empty(), "no stray write reported: {c:?}");
+    assert!(c.stray.is_some(), "no stray write reported: {c:?}");
     // a one-thread-per-row kernel without its bounds check writes rows past the end
-    let k = plan
-        .kernels
-        .iter()
-        .find(|k| k.op.kind_name() == "cross_entropy_loss_bwd")
-        .expect("a loss gradient");
-    let ck2 = render_kernel(k, plan.mode)
-        .expect("render")
-        .expect("kernel");
-    let c = check_edited(&plan, k.id, &ck2, "if (i >= ROWS) return;", "", 0);
+    let c = check_edited(
+        &plan,
+        "cross_entropy_loss_bwd",
+        "if (i >= ROWS) return;",
+        "",
+        0,
+    );
     assert!(c.stray.is_some(), "{c:?}");
     // relu in place past the end leaves NaN as NaN: the gap's other words (-1e30) still change
     let zoo = dmc_compiler::codegen::zoo::zoo();
@@ -319,41 +317,30 @@ fn an_unguarded_partial_tile_is_caught_as_a_stray_write() {
         .iter()
         .find(|k| k.op.kind_name() == "relu_inplace")
         .expect("an in-place relu in the zoo");
-    let ck3 = render_kernel(k, Mode::Train)
-        .expect("render")
-        .expect("kernel");
-    let mut edited = ck3.clone();
-    edited.source = ck3.source.replacen("if (i >= NUMEL) return;", "", 1);
-    assert_ne!(edited.source, ck3.source);
     let site = packed_site(k);
-    let c = check_kernel(k, Mode::Train, &edited, &site, 7, default_threads()).expect("emulate");
+    let c = check_edited_at(k, Mode::Train, &site, "if (i >= NUMEL) return;", "", 0);
     assert!(c.stray.is_some(), "{c:?}");
-    let c = check_kernel(k, Mode::Train, &ck3, &site, 7, default_threads()).expect("emulate");
+    let c = check_edited_at(k, Mode::Train, &site, "{", "{", 0);
     assert!(c.ok(TOL), "{}", c.verdict(TOL));
 }
 
 #[test]
 fn a_barrier_not_every_thread_reaches_is_caught() {
-    let (plan, id, ck) = mlp_dense();
+    let plan = mlp5();
+    let tid = "const int tid = threadIdx.x;";
     let c = check_edited(
         &plan,
-        id,
-        &ck,
-        "const int tid = threadIdx.x;",
-        "const int tid = threadIdx.x;\n    if (tid == 5) return;",
+        "dense",
+        tid,
+        &format!("{tid}\n    if (tid == 5) return;"),
         0,
     );
     let f = c.failure.clone().unwrap_or_default();
     assert!(f.contains("divergent __syncthreads()"), "{c:?}");
     // a barrier inside a branch only some threads take
-    let c = check_edited(
-        &plan,
-        id,
-        &ck,
-        "__syncthreads();",
-        "if (tid % 2) {\n        __syncthreads();\n    } else {\n        __syncthreads();\n    }",
-        0,
-    );
+    let branch =
+        "if (tid % 2) {\n        __syncthreads();\n    } else {\n        __syncthreads();\n    }";
+    let c = check_edited(&plan, "dense", "__syncthreads();", branch, 0);
     let f = c.failure.clone().unwrap_or_default();
     assert!(
         f.contains("divergent __syncthreads()") && f.contains("line"),
@@ -448,7 +435,7 @@ fn the_ucontext_fallback_switch_gives_the_same_results() {
         let src = std::fs::read_to_string(emu.path.with_extension("cpp")).expect("source");
         assert!(src.contains("DMC_ASM_SWITCH"));
         let site = site_in_plan(&plan, k.id).expect("site");
-        let c = check_compiled(k, plan.mode, &emu, &site, 7, default_threads()).expect("emulate");
+        let c = check_compiled(k, plan.mode, &emu, &site, CheckRun::default()).expect("emulate");
         assert!(c.ok(TOL), "{}: {}", k.name, c.verdict(TOL));
         n += 1;
     }

@@ -20,6 +20,16 @@ pub enum ModeArg {
     Predict,
 }
 
+impl From<ModeArg> for Mode {
+    fn from(m: ModeArg) -> Mode {
+        match m {
+            ModeArg::Train => Mode::Train,
+            ModeArg::Eval => Mode::Eval,
+            ModeArg::Predict => Mode::Predict,
+        }
+    }
+}
+
 /// `--remat`: whether to recompute forward values to fit `--vram-cap`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum RematArg {
@@ -95,11 +105,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
 
 pub fn run(args: Args) -> Result<(), CliError> {
     let model = super::load_model(&args.file)?;
-    let mode = match args.mode {
-        ModeArg::Train => Mode::Train,
-        ModeArg::Eval => Mode::Eval,
-        ModeArg::Predict => Mode::Predict,
-    };
+    let mode = Mode::from(args.mode);
     let opts = CompileOptions {
         mode,
         batch: args.batch,

@@ -321,11 +321,7 @@ pub struct EmuCheckArgs {
 pub fn emu_check(a: &EmuCheckArgs) -> Result<(), CliError> {
     use dmc_runtime::emu::{self, check};
     let model = super::load_model(&a.file)?;
-    let mode = match a.mode {
-        super::compile::ModeArg::Train => Mode::Train,
-        super::compile::ModeArg::Eval => Mode::Eval,
-        super::compile::ModeArg::Predict => Mode::Predict,
-    };
+    let mode = Mode::from(a.mode);
     let opts = CompileOptions {
         mode,
         batch: a.batch,
@@ -336,19 +332,17 @@ pub fn emu_check(a: &EmuCheckArgs) -> Result<(), CliError> {
     let plan = dmc_compiler::compile(&model, &opts)?;
     let threads = a.threads.unwrap_or_else(emu::default_threads).max(1);
     let t0 = Instant::now();
-    let checks = check::check_plan(&plan, a.seed, threads)?;
-    let w = checks
-        .iter()
-        .map(|c| c.kernel.len())
-        .max()
-        .unwrap_or(6)
-        .max(6);
-    let wk = checks
-        .iter()
-        .map(|c| c.kind.len())
-        .max()
-        .unwrap_or(4)
-        .max(4);
+    let checks = check::check_plan(
+        &plan,
+        check::CheckRun {
+            seed: a.seed,
+            threads,
+        },
+    )?;
+    let width = |f: fn(&check::EmuCheck) -> usize, min: usize| {
+        checks.iter().map(f).max().unwrap_or(min).max(min)
+    };
+    let (w, wk) = (width(|c| c.kernel.len(), 6), width(|c| c.kind.len(), 4));
     println!(
         "{:<w$}  {:<wk$}  {:>9}  result",
         "kernel", "kind", "emu (ms)"

@@ -123,6 +123,22 @@ pub fn packed_site(k: &Kernel) -> KernelSite {
     }
 }
 
+/// How to run a check: the seed of the random inputs and the OS threads of a launch.
+#[derive(Debug, Clone, Copy)]
+pub struct CheckRun {
+    pub seed: u64,
+    pub threads: usize,
+}
+
+impl Default for CheckRun {
+    fn default() -> Self {
+        CheckRun {
+            seed: 7,
+            threads: super::default_threads(),
+        }
+    }
+}
+
 /// The verdict on one kernel.
 #[derive(Debug, Clone)]
 pub struct EmuCheck {
@@ -179,9 +195,9 @@ fn check_in(
     mode: Mode,
     emu: &EmuKernel,
     site: &KernelSite,
-    seed: u64,
-    threads: usize,
+    run: CheckRun,
 ) -> Result<EmuCheck, RuntimeError> {
+    let CheckRun { seed, threads } = run;
     let sig = k.op.signature();
     let lens = slot_bytes(k);
     if site.offsets.len() != lens.len() {
@@ -417,11 +433,10 @@ pub fn check_kernel(
     mode: Mode,
     ck: &CudaKernel,
     site: &KernelSite,
-    seed: u64,
-    threads: usize,
+    run: CheckRun,
 ) -> Result<EmuCheck, RuntimeError> {
     let emu = compile(ck)?;
-    check_compiled(k, mode, &emu, site, seed, threads)
+    check_compiled(k, mode, &emu, site, run)
 }
 
 /// Checks an already compiled kernel at `site`.
@@ -430,19 +445,17 @@ pub fn check_compiled(
     mode: Mode,
     emu: &EmuKernel,
     site: &KernelSite,
-    seed: u64,
-    threads: usize,
+    run: CheckRun,
 ) -> Result<EmuCheck, RuntimeError> {
     let mut arena = CheckArena::new(site.arena_bytes)?;
-    check_in(&mut arena, k, mode, emu, site, seed, threads)
+    check_in(&mut arena, k, mode, emu, site, run)
 }
 
 /// Checks kernels outside any plan (the op zoo), each with its arguments packed.
 pub fn check_kernels(
     kernels: &[Kernel],
     mode: Mode,
-    seed: u64,
-    threads: usize,
+    run: CheckRun,
 ) -> Result<Vec<EmuCheck>, RuntimeError> {
     let mut pairs = Vec::new();
     for k in kernels {
@@ -458,13 +471,13 @@ pub fn check_kernels(
         .map(|((k, _), emu)| {
             let site = packed_site(k);
             let mut arena = CheckArena::new(site.arena_bytes)?;
-            check_in(&mut arena, k, mode, emu, &site, seed, threads)
+            check_in(&mut arena, k, mode, emu, &site, run)
         })
         .collect()
 }
 
 /// Checks every kernel of `plan` at its planned offsets (one arena, reused).
-pub fn check_plan(plan: &Plan, seed: u64, threads: usize) -> Result<Vec<EmuCheck>, RuntimeError> {
+pub fn check_plan(plan: &Plan, run: CheckRun) -> Result<Vec<EmuCheck>, RuntimeError> {
     let cks = render_plan(plan).map_err(EmuError::from)?;
     let emus = compile_all(&cks)?;
     let mut arena = CheckArena::new(plan.arena_bytes)?;
@@ -472,14 +485,14 @@ pub fn check_plan(plan: &Plan, seed: u64, threads: usize) -> Result<Vec<EmuCheck
     for emu in &emus {
         let k = &plan.kernels[emu.kernel.id];
         let site = site_in_plan(plan, k.id).unwrap_or_else(|| packed_site(k));
-        if site.arena_bytes != plan.arena_bytes {
-            let mut own = CheckArena::new(site.arena_bytes)?;
-            out.push(check_in(&mut own, k, plan.mode, emu, &site, seed, threads)?);
+        let mut own;
+        let a = if site.arena_bytes == plan.arena_bytes {
+            &mut arena
         } else {
-            out.push(check_in(
-                &mut arena, k, plan.mode, emu, &site, seed, threads,
-            )?);
-        }
+            own = CheckArena::new(site.arena_bytes)?;
+            &mut own
+        };
+        out.push(check_in(a, k, plan.mode, emu, &site, run)?);
     }
     Ok(out)
 }
