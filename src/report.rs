@@ -14,13 +14,13 @@ pub enum CliError {
     Message(String),
     /// The program cannot be compiled (e.g. the memory cap cannot be met).
     #[error(transparent)]
-    Compile(#[from] dmc_compiler::CompileError),
+    Compile(Box<dmc_compiler::CompileError>),
     /// The backend failed.
     #[error(transparent)]
-    Runtime(#[from] dmc_runtime::RuntimeError),
+    Runtime(Box<dmc_runtime::RuntimeError>),
     /// Reading or writing data/weights failed.
     #[error(transparent)]
-    Io(#[from] dmc_runtime::io::IoError),
+    Io(Box<dmc_runtime::io::IoError>),
     /// A bad combination of flags or data.
     #[error("{0}")]
     Usage(String),
@@ -39,6 +39,25 @@ impl CliError {
             CliError::Interrupted => 130,
             _ => 1,
         }
+    }
+}
+
+// The large errors are boxed, so a `Result<_, CliError>` stays small.
+impl From<dmc_compiler::CompileError> for CliError {
+    fn from(e: dmc_compiler::CompileError) -> Self {
+        CliError::Compile(Box::new(e))
+    }
+}
+
+impl From<dmc_runtime::RuntimeError> for CliError {
+    fn from(e: dmc_runtime::RuntimeError) -> Self {
+        CliError::Runtime(Box::new(e))
+    }
+}
+
+impl From<dmc_runtime::io::IoError> for CliError {
+    fn from(e: dmc_runtime::io::IoError) -> Self {
+        CliError::Io(Box::new(e))
     }
 }
 

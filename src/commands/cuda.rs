@@ -14,7 +14,7 @@ use crate::report::CliError;
 use crate::size::{human, parse_size};
 
 fn cuda_err(e: cuda::CudaError) -> CliError {
-    CliError::Runtime(e.into())
+    CliError::Runtime(Box::new(e.into()))
 }
 
 /// Writes one `<kernel name>.cu` per plan kernel into `dir`; with `arch`, compiles them with NVRTC
