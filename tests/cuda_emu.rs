@@ -22,7 +22,7 @@ use dmc_runtime::emu::check::{
     EmuCheck, KernelSite,
 };
 use dmc_runtime::emu::{compile_with, EmuBackend, Switch};
-use dmc_runtime::{CpuBackend, HostArena};
+use dmc_runtime::{CpuBackend, HostArena, InputData};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -207,6 +207,83 @@ fn small_deep_convnet_trains_through_emulated_kernels_like_the_cpu_backend() {
         None,
     );
     trains_like_the_cpu_backend("small deep_convnet", plan);
+}
+
+#[test]
+fn a_nan_loss_halts_the_emulated_step_before_any_update() {
+    let plan = plan_of("resnet_small", Mode::Train, None);
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    let mut batch = Batch::random(&plan, &mut rng);
+    let mut emu = EmuBackend::new(plan).expect("emulated backend");
+    emu.init_params(1).expect("init");
+    emu.set_halt_on_nonfinite_loss(true);
+    let before = emu.params().expect("params");
+    batch.0[0].1[3] = f32::NAN;
+    batch.feed(|n, d| emu.set_input(n, d)).expect("input");
+    let l = emu.run(1, 1).expect("step");
+    assert!(l.is_nan(), "{l}");
+    assert_eq!(
+        emu.params().expect("params"),
+        before,
+        "an update ran after a NaN loss"
+    );
+    // without the halt the NaN reaches the weights (so the check above can fail)
+    emu.set_halt_on_nonfinite_loss(false);
+    batch.feed(|n, d| emu.set_input(n, d)).expect("input");
+    emu.run(1, 1).expect("step");
+    let after = emu.params().expect("params");
+    assert!(after.iter().any(|(_, _, v)| v.iter().any(|x| x.is_nan())));
+}
+
+#[test]
+fn an_out_of_range_label_is_the_cpu_backends_error() {
+    let plan = plan_of("mlp", Mode::Train, Some(5));
+    let labels = [0, 3, 10, 1, 2];
+    let image = vec![0.5f32; 5 * 784];
+    let mut cpu = CpuBackend::new(plan.clone()).expect("cpu");
+    cpu.init_params(1);
+    cpu.set_input("image", InputData::F32(&image))
+        .expect("image");
+    cpu.set_input("label", InputData::I32(&labels))
+        .expect("labels are read in the step");
+    let want = cpu.run(1, 1).expect_err("bad label").to_string();
+    let mut emu = EmuBackend::new(plan).expect("emulated");
+    let got = emu
+        .set_input("label", InputData::I32(&labels))
+        .expect_err("bad label")
+        .to_string();
+    assert_eq!(got, want);
+    assert!(got.contains("label 10 of row 2"), "{got}");
+}
+
+#[test]
+fn poison_mode_changes_nothing_in_a_correct_plan() {
+    for example in ["mlp", "resnet_small"] {
+        let plan = plan_of(example, Mode::Train, None);
+        let mut rng = ChaCha8Rng::seed_from_u64(2);
+        let batches: Vec<_> = (0..2).map(|_| Batch::random(&plan, &mut rng)).collect();
+        let mut runs = Vec::new();
+        for poison in [false, true] {
+            let mut emu = EmuBackend::new(plan.clone()).expect("emulated");
+            emu.set_poison(poison);
+            emu.init_params(2).expect("init");
+            let mut losses = Vec::new();
+            for (s, b) in batches.iter().enumerate() {
+                b.feed(|n, d| emu.set_input(n, d)).expect("input");
+                losses.push(emu.run(s as u64 + 1, 2).expect("step"));
+            }
+            runs.push((losses, emu.params().expect("params")));
+        }
+        assert!(
+            runs[0].0.iter().all(|l| l.is_finite()),
+            "{example}: {:?}",
+            runs[0].0
+        );
+        assert_eq!(
+            runs[0], runs[1],
+            "{example}: poison mode changed the results"
+        );
+    }
 }
 
 // ---- deliberately broken kernels are caught -------------------------------------------------------

@@ -61,18 +61,22 @@ impl Backend {
         }
     }
 
-    /// Poison mode (CPU only; the CUDA backend ignores it).
+    /// Poison mode: dead buffers are filled with NaN after each step.
     pub fn set_poison(&mut self, on: bool) {
-        if let Backend::Cpu(b) = self {
-            b.set_poison(on)
+        match self {
+            Backend::Cpu(b) => b.set_poison(on),
+            Backend::Cuda(b) => b.set_poison(on),
+            Backend::CudaEmu(b) => b.set_poison(on),
         }
     }
 
-    /// Stop before the backward on a non-finite loss (CPU only: the CUDA backend runs the whole
-    /// step; the CLI still stops training on a non-finite loss).
+    /// Stop right after the loss when it is not finite: no backward or update step runs, so the
+    /// weights stay the last good ones.
     pub fn set_halt_on_nonfinite_loss(&mut self, on: bool) {
-        if let Backend::Cpu(b) = self {
-            b.set_halt_on_nonfinite_loss(on)
+        match self {
+            Backend::Cpu(b) => b.set_halt_on_nonfinite_loss(on),
+            Backend::Cuda(b) => b.set_halt_on_nonfinite_loss(on),
+            Backend::CudaEmu(b) => b.set_halt_on_nonfinite_loss(on),
         }
     }
 

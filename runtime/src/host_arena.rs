@@ -3,10 +3,10 @@
 //! shared by [`CudaBackend`](crate::cuda::CudaBackend) and [`EmuBackend`](crate::emu::EmuBackend).
 //! A backend only says how bytes move in and out.
 
-use dmc_compiler::op::DType;
-use dmc_compiler::plan::{Plan, Step, ALIGN};
+use dmc_compiler::op::{DType, Op};
+use dmc_compiler::plan::{BufferId, Plan, Step};
 
-use crate::cpu::executor::{init_values, name_seed};
+use crate::cpu::executor::{init_values, name_seed, poison_lists};
 use crate::cpu::InputData;
 use crate::error::RuntimeError;
 
@@ -23,23 +23,89 @@ pub(crate) fn to_f32(b: &[u8]) -> Vec<f32> {
         .collect()
 }
 
-/// Every buffer lies inside the arena at an aligned offset (a plan from elsewhere may not).
-pub(crate) fn check_layout(plan: &Plan) -> Result<(), RuntimeError> {
-    for b in &plan.buffers {
-        if b.offset % ALIGN != 0 || b.offset + b.bytes > plan.arena_bytes {
-            return Err(RuntimeError::BadPlan(format!(
-                "buffer `{}` is outside the arena or misaligned",
-                b.name
-            )));
-        }
+/// The byte ranges (offset, bytes) to fill with NaN after each step in poison mode (see
+/// [`CpuBackend::set_poison`](crate::CpuBackend::set_poison)).
+pub(crate) fn poison_ranges(plan: &Plan) -> Vec<Vec<(u64, u64)>> {
+    poison_lists(plan)
+        .into_iter()
+        .map(|ids| {
+            ids.into_iter()
+                .map(|id| (plan.buffers[id].offset, plan.buffers[id].bytes))
+                .collect()
+        })
+        .collect()
+}
+
+/// Labels must index a class of the cross-entropy that reads them: the CPU backend's `BadLabel`
+/// error, raised when the labels are set (a GPU kernel cannot stop a step with a message).
+pub(crate) fn check_labels(
+    plan: &Plan,
+    buffer: BufferId,
+    labels: &[i32],
+) -> Result<(), RuntimeError> {
+    let Some((si, step, k)) = plan.steps.iter().enumerate().find_map(|(si, s)| {
+        let k = &plan.kernels[s.kernel];
+        (matches!(k.op, Op::CrossEntropyLoss | Op::CrossEntropyLossBwd) && s.args.contains(&buffer))
+            .then_some((si, s, k))
+    }) else {
+        return Ok(());
+    };
+    let classes = k.arg_shapes[0].get(1).copied().unwrap_or(0);
+    match labels
+        .iter()
+        .enumerate()
+        .find(|(_, &l)| l < 0 || l as usize >= classes)
+    {
+        Some((row, &l)) => Err(RuntimeError::BadLabel {
+            step: si,
+            label: step.label.clone(),
+            row,
+            label_value: l,
+            classes,
+        }),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// The pointers of one step's arguments: `base + offset` of each argument buffer, in signature order.
 pub(crate) fn step_pointers(plan: &Plan, step: &Step, base: u64, out: &mut Vec<u64>) {
     out.clear();
     out.extend(step.args.iter().map(|&id| base + plan.buffers[id].offset));
+}
+
+/// A backend that launches the plan's steps one by one; [`run_steps`] adds poison mode and the halt
+/// on a non-finite loss on top, as the CPU backend has them.
+pub(crate) trait StepLauncher: HostArena {
+    /// Launches (or queues) plan step `si`; a step without a kernel does nothing.
+    fn launch_step(&mut self, si: usize, step_counter: u64, seed: u64) -> Result<(), RuntimeError>;
+    /// Fills `bytes` bytes at `offset` with 0xFF (NaN), after the work launched so far.
+    fn fill_poison(&mut self, offset: u64, bytes: u64) -> Result<(), RuntimeError>;
+}
+
+/// Runs every step in plan order and returns the loss. `poison`: the ranges to fill with NaN after
+/// each step; `halt`: stop right after the step that computes the loss when it is not finite, so
+/// no backward or update step runs and the weights stay the last good ones.
+pub(crate) fn run_steps<B: StepLauncher>(
+    b: &mut B,
+    poison: Option<&[Vec<(u64, u64)>]>,
+    halt: bool,
+    step_counter: u64,
+    seed: u64,
+) -> Result<f32, RuntimeError> {
+    let loss = b.plan().loss;
+    for si in 0..b.plan().steps.len() {
+        b.launch_step(si, step_counter, seed)?;
+        if halt && b.plan().steps[si].args.contains(&loss) {
+            let l = b.loss()?;
+            if !l.is_finite() {
+                return Ok(l);
+            }
+        }
+        for &(off, n) in poison.and_then(|p| p.get(si)).into_iter().flatten() {
+            b.fill_poison(off, n)?;
+        }
+    }
+    b.loss()
 }
 
 /// A backend whose arena is reached by copies. The provided methods mirror
@@ -113,11 +179,11 @@ pub trait HostArena {
             .chain(&self.plan().targets)
             .find(|b| b.name == name)
             .ok_or_else(|| RuntimeError::UnknownInput(name.into()))?;
-        let (n, dtype, off) = (
-            numel(&b.shape),
-            b.dtype,
-            self.plan().buffers[b.buffer].offset,
-        );
+        let (n, dtype, id) = (numel(&b.shape), b.dtype, b.buffer);
+        let off = self.plan().buffers[id].offset;
+        if let InputData::I32(l) = data {
+            check_labels(self.plan(), id, l)?;
+        }
         let (got, bytes): (DType, Vec<u8>) = match data {
             InputData::F32(d) => (DType::F32, d.iter().flat_map(|v| v.to_ne_bytes()).collect()),
             InputData::I32(d) => (DType::I32, d.iter().flat_map(|v| v.to_ne_bytes()).collect()),

@@ -233,6 +233,31 @@ pub fn selftest(a: &SelftestArgs) -> Result<(), CliError> {
             if ok { "ok" } else { "FAIL" }.into(),
         ]);
     }
+    // the NaN halt and poison mode on the device (mlp: small, classification)
+    if let Some((_, path)) = exs.iter().find(|(n, _)| n == "mlp") {
+        let what = "NaN halt, --poison".to_string();
+        let (result, ok) = match &dev {
+            None => ("dry run: not launched".to_string(), true),
+            Some(d) => {
+                let plan = plan_for(path, Mode::Train, None)?;
+                match selftest::halt_and_poison_check(d.clone(), plan, 3)? {
+                    None => (
+                        "a NaN loss stops the step before any update; poison mode changes nothing"
+                            .to_string(),
+                        true,
+                    ),
+                    Some(e) => (e, false),
+                }
+            }
+        };
+        failed += usize::from(!ok);
+        rows.push([
+            "mlp".into(),
+            what,
+            result,
+            if ok { "ok" } else { "FAIL" }.into(),
+        ]);
+    }
     for name in TRAINED {
         let Some((_, path)) = exs.iter().find(|(n, _)| n == name) else {
             continue;

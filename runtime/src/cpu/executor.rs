@@ -821,7 +821,7 @@ fn view_buffers(plan: &Plan) -> Vec<bool> {
 }
 
 /// Per step, the buffers to poison after it (see [`CpuBackend::set_poison`]).
-fn poison_lists(plan: &Plan) -> Vec<Vec<BufferId>> {
+pub(crate) fn poison_lists(plan: &Plan) -> Vec<Vec<BufferId>> {
     let mut out = vec![Vec::new(); plan.steps.len()];
     let views = view_buffers(plan);
     for b in &plan.buffers {
@@ -847,7 +847,7 @@ fn poison_lists(plan: &Plan) -> Vec<Vec<BufferId>> {
 }
 
 /// Checks everything the executor's `unsafe` relies on, and the shapes every kernel assumes.
-fn validate(plan: &Plan) -> Result<(), RuntimeError> {
+pub(crate) fn validate(plan: &Plan) -> Result<(), RuntimeError> {
     let arena = plan.arena_bytes;
     for (i, b) in plan.buffers.iter().enumerate() {
         if b.id != i {

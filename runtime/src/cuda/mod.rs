@@ -23,8 +23,9 @@ use cudarc::driver::{
 use dmc_compiler::codegen::{render_plan, CodegenError, CudaKernel};
 use dmc_compiler::plan::Plan;
 
+use crate::cpu::executor::validate;
 use crate::error::RuntimeError;
-use crate::host_arena::{check_layout, step_pointers, HostArena};
+use crate::host_arena::{poison_ranges, run_steps, step_pointers, HostArena, StepLauncher};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CudaError {
@@ -224,6 +225,8 @@ pub struct CudaBackend {
     kernels: Vec<Option<usize>>,
     rendered: Vec<CudaKernel>,
     functions: Vec<CudaFunction>,
+    poison: Option<Vec<Vec<(u64, u64)>>>,
+    halt_on_nonfinite_loss: bool,
     /// Device memory taken by the arena allocation (free before - free after).
     pub measured_arena_bytes: u64,
 }
@@ -236,7 +239,7 @@ impl CudaBackend {
     }
 
     pub fn with_device(plan: Plan, dev: Device) -> Result<Self, RuntimeError> {
-        check_layout(&plan)?;
+        validate(&plan)?;
         let rendered = render_plan(&plan).map_err(CudaError::from)?;
         let functions = load_kernels(&dev, &rendered)?;
         let mut kernels = vec![None; plan.kernels.len()];
@@ -257,6 +260,8 @@ impl CudaBackend {
             kernels,
             rendered,
             functions,
+            poison: None,
+            halt_on_nonfinite_loss: false,
             measured_arena_bytes: free0.saturating_sub(free1) as u64,
         })
     }
@@ -268,39 +273,79 @@ impl CudaBackend {
         self.plan.arena_bytes
     }
 
-    /// Launches every step in plan order on the stream and returns the loss (synchronises).
-    pub fn run(&mut self, step_counter: u64, seed: u64) -> Result<f32, RuntimeError> {
-        self.enqueue(step_counter, seed)?;
-        self.loss()
+    /// Poison mode, as the CPU backend's: dead buffers are filled with NaN (`cuMemsetD8Async` on
+    /// the stream) after each step.
+    pub fn set_poison(&mut self, on: bool) {
+        self.poison = on.then(|| poison_ranges(&self.plan));
     }
 
-    /// Launches every step without waiting.
-    pub fn enqueue(&mut self, step_counter: u64, seed: u64) -> Result<(), RuntimeError> {
-        let mut ptrs = Vec::with_capacity(8);
-        for step in &self.plan.steps {
-            let Some(ki) = self.kernels.get(step.kernel).copied().flatten() else {
-                continue; // leaves and reshapes: no kernel
-            };
-            step_pointers(&self.plan, step, self.base, &mut ptrs);
-            // SAFETY: the plan's buffers lie inside the arena (checked in `with_device`) and the
-            // compiler's plan checker guarantees written arguments do not overlap others.
-            unsafe {
-                launch(
-                    &self.dev,
-                    &self.functions[ki],
-                    &self.rendered[ki],
-                    &ptrs,
-                    seed,
-                    step_counter,
-                )
-            }?;
-        }
-        Ok(())
+    /// Stop right after the loss when it is not finite (no backward, no update): the step is
+    /// queued in two parts with one synchronisation between them.
+    pub fn set_halt_on_nonfinite_loss(&mut self, on: bool) {
+        self.halt_on_nonfinite_loss = on;
+    }
+
+    /// Launches every step in plan order on the stream and returns the loss (synchronises).
+    pub fn run(&mut self, step_counter: u64, seed: u64) -> Result<f32, RuntimeError> {
+        let poison = self.poison.take();
+        let r = run_steps(
+            self,
+            poison.as_deref(),
+            self.halt_on_nonfinite_loss,
+            step_counter,
+            seed,
+        );
+        self.poison = poison;
+        r
     }
 
     /// Waits for the stream.
     pub fn synchronize(&self) -> Result<(), RuntimeError> {
         self.dev.stream.synchronize().map_err(drv("synchronize"))?;
+        Ok(())
+    }
+}
+
+impl StepLauncher for CudaBackend {
+    fn launch_step(&mut self, si: usize, step_counter: u64, seed: u64) -> Result<(), RuntimeError> {
+        let step = &self.plan.steps[si];
+        let Some(ki) = self.kernels.get(step.kernel).copied().flatten() else {
+            return Ok(()); // leaves and reshapes: no kernel
+        };
+        let mut ptrs = Vec::with_capacity(8);
+        step_pointers(&self.plan, step, self.base, &mut ptrs);
+        // SAFETY: `validate` (in `with_device`) checked that the plan's buffers lie inside the
+        // arena with their slots' sizes and that written arguments do not overlap others.
+        unsafe {
+            launch(
+                &self.dev,
+                &self.functions[ki],
+                &self.rendered[ki],
+                &ptrs,
+                seed,
+                step_counter,
+            )
+        }?;
+        Ok(())
+    }
+
+    fn fill_poison(&mut self, offset: u64, bytes: u64) -> Result<(), RuntimeError> {
+        if offset + bytes > self.plan.arena_bytes {
+            return Err(RuntimeError::BadPlan(format!(
+                "poison outside the arena at {offset}"
+            )));
+        }
+        // SAFETY: the range lies inside the arena allocation (checked); the memset is ordered on
+        // the stream after the kernels launched so far.
+        unsafe {
+            cu::memset_d8_async(
+                self.base + offset,
+                0xFF,
+                bytes as usize,
+                self.dev.stream.cu_stream(),
+            )
+        }
+        .map_err(drv("cuMemsetD8Async"))?;
         Ok(())
     }
 }

@@ -195,3 +195,53 @@ pub fn train_check(
         steps,
     })
 }
+
+/// On the GPU: a NaN loss stops the step before any update (the weights stay as they were), and
+/// poison mode gives the same losses and weights as a normal run. `Ok(None)` when both hold,
+/// else what went wrong.
+pub fn halt_and_poison_check(
+    dev: Device,
+    plan: Plan,
+    seed: u64,
+) -> Result<Option<String>, RuntimeError> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let batches: Vec<_> = (0..2).map(|_| Batch::random(&plan, &mut rng)).collect();
+    let mut runs = Vec::new();
+    for poison in [false, true] {
+        let mut be = CudaBackend::with_device(plan.clone(), dev.clone())?;
+        be.set_poison(poison);
+        be.set_halt_on_nonfinite_loss(true);
+        be.init_params(seed)?;
+        let mut losses = Vec::new();
+        for (s, b) in batches.iter().enumerate() {
+            b.feed(|n, d| be.set_input(n, d))?;
+            losses.push(be.run(s as u64 + 1, seed)?);
+        }
+        runs.push((losses, be.params()?));
+        if poison {
+            let before = be.params()?;
+            let mut bad = Batch(batches[0].0.clone());
+            if let Some(v) = bad.0.iter_mut().find_map(|t| t.1.first_mut()) {
+                *v = f32::NAN;
+            }
+            bad.feed(|n, d| be.set_input(n, d))?;
+            let l = be.run(3, seed)?;
+            if l.is_finite() {
+                return Ok(Some(format!("a NaN input gave the finite loss {l}")));
+            }
+            if be.params()? != before {
+                return Ok(Some("the weights changed after a NaN loss".into()));
+            }
+        }
+    }
+    if runs[0].0.iter().any(|l| !l.is_finite()) {
+        return Ok(Some(format!("non-finite losses {:?}", runs[0].0)));
+    }
+    if runs[0] != runs[1] {
+        return Ok(Some(format!(
+            "poison mode changed the results: losses {:?} vs {:?}",
+            runs[0].0, runs[1].0
+        )));
+    }
+    Ok(None)
+}

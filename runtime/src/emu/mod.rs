@@ -25,9 +25,10 @@ use dmc_compiler::plan::Plan;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
+use crate::cpu::executor::validate;
 use crate::cpu::executor::Arena;
 use crate::error::RuntimeError;
-use crate::host_arena::{check_layout, step_pointers, HostArena};
+use crate::host_arena::{poison_ranges, run_steps, step_pointers, HostArena, StepLauncher};
 
 /// The host header that makes g++ accept the generated CUDA C (embedded at build time).
 pub const HOST_HEADER: &str = include_str!("../../../templates/host/cuda_host.h");
@@ -378,12 +379,14 @@ pub struct EmuBackend {
     compiled: Vec<EmuKernel>,
     order: FiberOrder,
     threads: usize,
+    poison: Option<Vec<Vec<(u64, u64)>>>,
+    halt_on_nonfinite_loss: bool,
 }
 
 impl EmuBackend {
     /// Renders and compiles the plan's kernels and allocates the arena.
     pub fn new(plan: Plan) -> Result<Self, RuntimeError> {
-        check_layout(&plan)?;
+        validate(&plan)?;
         let rendered = render_plan(&plan).map_err(EmuError::from)?;
         let compiled = compile_all(&rendered)?;
         let mut kernels = vec![None; plan.kernels.len()];
@@ -399,7 +402,19 @@ impl EmuBackend {
             compiled,
             order: FiberOrder::Forward,
             threads: default_threads(),
+            poison: None,
+            halt_on_nonfinite_loss: false,
         })
+    }
+
+    /// Poison mode, as the CPU backend's: dead buffers are filled with NaN after each step.
+    pub fn set_poison(&mut self, on: bool) {
+        self.poison = on.then(|| poison_ranges(&self.plan));
+    }
+
+    /// Stop right after the loss when it is not finite (no backward, no update).
+    pub fn set_halt_on_nonfinite_loss(&mut self, on: bool) {
+        self.halt_on_nonfinite_loss = on;
     }
 
     /// The order of a block's threads between barriers (default forward).
@@ -414,21 +429,44 @@ impl EmuBackend {
 
     /// Runs every step in plan order and returns the loss.
     pub fn run(&mut self, step_counter: u64, seed: u64) -> Result<f32, RuntimeError> {
-        let base = self.arena.ptr.as_ptr() as u64;
+        let poison = self.poison.take();
+        let r = run_steps(
+            self,
+            poison.as_deref(),
+            self.halt_on_nonfinite_loss,
+            step_counter,
+            seed,
+        );
+        self.poison = poison;
+        r
+    }
+}
+
+impl StepLauncher for EmuBackend {
+    fn launch_step(&mut self, si: usize, step_counter: u64, seed: u64) -> Result<(), RuntimeError> {
+        let step = &self.plan.steps[si];
+        let Some(ki) = self.kernels.get(step.kernel).copied().flatten() else {
+            return Ok(()); // leaves and reshapes: no kernel
+        };
         let mut ptrs = Vec::with_capacity(8);
-        for step in &self.plan.steps {
-            let Some(ki) = self.kernels.get(step.kernel).copied().flatten() else {
-                continue; // leaves and reshapes: no kernel
-            };
-            step_pointers(&self.plan, step, base, &mut ptrs);
-            // SAFETY: the plan's buffers lie inside the arena (checked in `new`), which `&mut
-            // self` holds exclusively, and the plan checker guarantees written arguments do not
-            // overlap others.
-            unsafe {
-                self.compiled[ki].launch(&ptrs, seed, step_counter, self.order, self.threads)
-            }?;
-        }
-        self.loss()
+        step_pointers(&self.plan, step, self.arena.ptr.as_ptr() as u64, &mut ptrs);
+        // SAFETY: `validate` (in `new`) checked that every argument lies inside the arena, which
+        // `&mut self` holds exclusively, with its slot's size, and that written arguments do not
+        // overlap others.
+        unsafe { self.compiled[ki].launch(&ptrs, seed, step_counter, self.order, self.threads) }?;
+        Ok(())
+    }
+
+    fn fill_poison(&mut self, offset: u64, bytes: u64) -> Result<(), RuntimeError> {
+        let r = usize::try_from(offset)
+            .ok()
+            .zip(usize::try_from(bytes).ok())
+            .and_then(|(o, n)| self.arena.bytes_mut().get_mut(o..o.checked_add(n)?))
+            .ok_or_else(|| {
+                RuntimeError::BadPlan(format!("poison outside the arena at {offset}"))
+            })?;
+        r.fill(0xFF);
+        Ok(())
     }
 }
 
