@@ -1060,7 +1060,7 @@ fn bench_conv_parts() {
     }
 }
 
-/// Prints a checksum of `big_run()`: compare across `MATMUL_NUM_THREADS` / `RAYON_NUM_THREADS`
+/// Prints a checksum of `big_run()`: compare across `RAYON_NUM_THREADS`
 /// settings (read once per process) with `-- --ignored --nocapture`.
 #[test]
 #[ignore]
@@ -1214,5 +1214,62 @@ fn pools_random_geometries() {
             avgpool_fwd(&g, &d, x, &mut y);
             dot(&y, &rr)
         });
+    }
+}
+
+fn in_pool<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .expect("thread pool")
+        .install(f)
+}
+
+/// The GEMMs split over rayon (one pool, no matrixmultiply threads): the same bits whatever the
+/// thread count, for every kernel of `big_run` (convolutions large enough to split).
+#[test]
+fn results_do_not_depend_on_the_thread_count() {
+    let one = in_pool(1, big_run);
+    assert_eq!(one, in_pool(3, big_run));
+    assert_eq!(one, in_pool(8, big_run));
+}
+
+/// A GEMM split by rows (m >= n) and one split by columns (n > m), with transposed operands and a
+/// column-major C: against a naive f64 product, and bit-identical across thread counts.
+#[test]
+fn split_gemms_match_a_naive_product() {
+    use dmc_runtime::cpu::gemm::{sgemm, View, PAR_WORK};
+    let mut r = rng(77);
+    for (m, k, n) in [(700, 65, 40), (33, 70, 900)] {
+        assert!(m * n * k >= PAR_WORK);
+        let a = randv(&mut r, m * k); // stored k x m: read transposed
+        let b = randv(&mut r, k * n);
+        let run = || {
+            let mut c = vec![f32::NAN; m * n]; // column-major result: c[i + j*m]
+            sgemm(
+                1.0,
+                View::rm_t(&a, k, m),
+                View::rm(&b, k, n),
+                0.0,
+                &mut c,
+                1,
+                m,
+            );
+            c
+        };
+        let c = in_pool(4, run);
+        assert_eq!(c, in_pool(1, run));
+        for i in (0..m).step_by(7) {
+            for j in (0..n).step_by(5) {
+                let want: f64 = (0..k)
+                    .map(|t| a[t * m + i] as f64 * b[t * n + j] as f64)
+                    .sum();
+                let got = c[i + j * m] as f64;
+                assert!(
+                    (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                    "({i},{j}): {got} vs {want}"
+                );
+            }
+        }
     }
 }

@@ -1,4 +1,17 @@
 //! Thin, checked wrapper over `matrixmultiply::sgemm` for strided (possibly transposed) views.
+//!
+//! One thread pool: matrixmultiply runs single-threaded (no `threading` feature) and a large GEMM
+//! is split into blocks of output rows (or columns) run as rayon tasks. On a small machine two pools
+//! (rayon's workers and matrixmultiply's) used to compete for the cores, spinning and yielding to
+//! each other. Every output element is still computed by the same serial kernel over the same
+//! k blocks, so results do not depend on the split or the thread count.
+
+use rayon::prelude::*;
+
+/// Multiply-adds (m*n*k) below which a GEMM runs on the calling thread.
+pub const PAR_WORK: usize = 1 << 20;
+/// Smallest block of output rows (columns) per task.
+const MIN_BLOCK: usize = 32;
 
 /// A read-only strided matrix view: element (i, j) is `data[i*rs + j*cs]`.
 #[derive(Clone, Copy)]
@@ -74,25 +87,67 @@ pub fn sgemm(alpha: f32, a: View, b: View, beta: f32, c: &mut [f32], rsc: usize,
         }
         return;
     }
-    // SAFETY: the asserts above keep every element of A, B and C that sgemm touches inside its
-    // slice; C is borrowed mutably and A, B immutably, so C cannot alias A or B; C's strides were
-    // checked not to map two elements to one offset.
-    unsafe {
-        matrixmultiply::sgemm(
-            m,
-            k,
-            n,
-            alpha,
-            a.data.as_ptr(),
-            a.rs as isize,
-            a.cs as isize,
-            b.data.as_ptr(),
-            b.rs as isize,
-            b.cs as isize,
-            beta,
-            c.as_mut_ptr(),
-            rsc as isize,
-            csc as isize,
-        )
+    // Split the longer output axis into blocks for rayon (or run here when small).
+    let threads = rayon::current_num_threads();
+    let (split_rows, len) = if m >= n { (true, m) } else { (false, n) };
+    let parts = if threads > 1 && m * n * k >= PAR_WORK {
+        threads.min(len / MIN_BLOCK).max(1)
+    } else {
+        1
+    };
+    let per = len.div_ceil(parts);
+    let cp = SendPtr(c.as_mut_ptr());
+    let block = |p: usize| {
+        let (s, e) = (p * per, ((p + 1) * per).min(len));
+        if s >= e {
+            return;
+        }
+        let (mm, nn, a_off, b_off, c_off) = if split_rows {
+            (e - s, n, s * a.rs, 0, s * rsc)
+        } else {
+            (m, e - s, 0, s * b.cs, s * csc)
+        };
+        // SAFETY: the asserts above keep every element of A, B and C that sgemm touches inside its
+        // slice (a block's view is a sub-view: its first element is offset by whole rows/columns);
+        // C is borrowed mutably and A, B immutably, so C cannot alias A or B; C's strides were
+        // checked not to map two elements to one offset, so the blocks (disjoint row or column
+        // ranges) write disjoint elements, and nothing else touches C while they run.
+        unsafe {
+            matrixmultiply::sgemm(
+                mm,
+                k,
+                nn,
+                alpha,
+                a.data.as_ptr().add(a_off),
+                a.rs as isize,
+                a.cs as isize,
+                b.data.as_ptr().add(b_off),
+                b.rs as isize,
+                b.cs as isize,
+                beta,
+                cp.get().add(c_off),
+                rsc as isize,
+                csc as isize,
+            )
+        }
+    };
+    if parts == 1 {
+        block(0);
+    } else {
+        (0..parts).into_par_iter().for_each(block);
+    }
+}
+
+/// C's base pointer, shared by the blocks of one GEMM (which write disjoint elements).
+#[derive(Clone, Copy)]
+struct SendPtr(*mut f32);
+// SAFETY: only used inside `sgemm`, whose blocks write disjoint elements of C (see there).
+unsafe impl Send for SendPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SendPtr {}
+
+impl SendPtr {
+    fn get(self) -> *mut f32 {
+        self.0
     }
 }
