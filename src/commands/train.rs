@@ -602,9 +602,14 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     }
     let per_step = step_time.as_secs_f64() / step.max(1) as f64;
     println!(
-        "{} steps, final loss {last_loss:.6}, {:.1} ms/step; memory: planned arena {} ({} B), measured peak {} B (arena {} B + {} B other allocations during steps){}",
+        "{} steps, final loss {last_loss:.6}, {} ms/step; memory: planned arena {} ({} B), measured peak {} B (arena {} B + {} B other allocations during steps){}",
         step,
-        per_step * 1e3,
+        // three significant digits at least: 0.734, 5.82, 447.9
+        match per_step * 1e3 {
+            ms if ms < 1.0 => format!("{ms:.3}"),
+            ms if ms < 10.0 => format!("{ms:.2}"),
+            ms => format!("{ms:.1}"),
+        },
         human(plan.arena_bytes),
         plan.arena_bytes,
         measured,

@@ -128,24 +128,40 @@ fn im2col_kmajor(g: &ConvGeom, d: &ConvDims, x: &[f32], r0: usize, nr: usize, co
     }
     let base = &base[..nr];
     let (h, w, ci) = (d.h as isize, d.w as isize, d.ci);
-    // One task per tap (ky, kx): it owns the contiguous rows tap*ci..(tap+1)*ci of cols. Each
-    // input pixel (ci contiguous floats) is scattered down one column of that [ci, nr] block: a
-    // cache-friendly transpose (reads contiguous, writes fill 16-float lines over 16 rows).
+    // One task per tap (ky, kx): it owns the contiguous rows tap*ci..(tap+1)*ci of cols, a
+    // [ci, nr] block, the transpose of the [nr, ci] pixels the tap reads. Transposed in 8 x 8
+    // tiles: 8 rows' pixels are read as 8-float runs and written as 8-float runs down 8 channels
+    // (one float per cache line, the naive scatter, was 28% of deep_convnet's step).
+    const T: usize = 8;
     cols[..nr * k]
         .par_chunks_mut(ci * nr)
         .enumerate()
         .for_each(|(tap, blk)| {
             let (ky, kx) = ((tap / g.kw) as isize, (tap % g.kw) as isize);
-            for (i, &(img, iy0, ix0)) in base.iter().enumerate() {
-                let (iy, ix) = (iy0 + ky, ix0 + kx);
-                if iy >= 0 && iy < h && ix >= 0 && ix < w {
-                    let src = (img + iy as usize * d.w + ix as usize) * ci;
-                    for (row, &v) in blk.chunks_exact_mut(nr).zip(&x[src..src + ci]) {
-                        row[i] = v;
+            for i0 in (0..nr).step_by(T) {
+                let ib = (nr - i0).min(T);
+                // the first input element of each row's pixel, or None in the padding
+                let mut src = [None; T];
+                for (j, s) in src[..ib].iter_mut().enumerate() {
+                    let (img, iy0, ix0) = base[i0 + j];
+                    let (iy, ix) = (iy0 + ky, ix0 + kx);
+                    if iy >= 0 && iy < h && ix >= 0 && ix < w {
+                        *s = Some((img + iy as usize * d.w + ix as usize) * ci);
                     }
-                } else {
-                    for row in blk.chunks_exact_mut(nr) {
-                        row[i] = 0.0;
+                }
+                for c0 in (0..ci).step_by(T) {
+                    let cb = (ci - c0).min(T);
+                    let mut t = [[0f32; T]; T]; // t[channel][row]
+                    for (j, s) in src[..ib].iter().enumerate() {
+                        if let Some(s) = *s {
+                            for (c, &v) in x[s + c0..s + c0 + cb].iter().enumerate() {
+                                t[c][j] = v;
+                            }
+                        }
+                    }
+                    for (c, tc) in t[..cb].iter().enumerate() {
+                        let at = (c0 + c) * nr + i0;
+                        blk[at..at + ib].copy_from_slice(&tc[..ib]);
                     }
                 }
             }
