@@ -12,6 +12,8 @@ use rayon::prelude::*;
 pub const PAR_WORK: usize = 1 << 20;
 /// Smallest block of output rows (columns) per task.
 const MIN_BLOCK: usize = 32;
+/// matrixmultiply's sgemm `nc`: each call packs up to `kc x min(n, nc)` of B in its own buffer.
+const MM_NC: usize = 1024;
 
 /// A read-only strided matrix view: element (i, j) is `data[i*rs + j*cs]`.
 #[derive(Clone, Copy)]
@@ -87,15 +89,23 @@ pub fn sgemm(alpha: f32, a: View, b: View, beta: f32, c: &mut [f32], rsc: usize,
         }
         return;
     }
-    // Split the longer output axis into blocks for rayon (or run here when small).
+    // Blocks for rayon (or one, on this thread, when small). Every block packs its own operands,
+    // so the packing memory of the blocks running at once stays that of one unsplit call
+    // (`kc x nc` of B): rows are split only while all of B's columns fit a thread's share of `nc`;
+    // otherwise columns, in blocks of at most that share.
     let threads = rayon::current_num_threads();
-    let (split_rows, len) = if m >= n { (true, m) } else { (false, n) };
-    let parts = if threads > 1 && m * n * k >= PAR_WORK {
-        threads.min(len / MIN_BLOCK).max(1)
+    let share = (MM_NC / threads.max(1)).max(MIN_BLOCK);
+    let (split_rows, len, per) = if threads < 2 || m * n * k < PAR_WORK {
+        (true, m, m)
+    } else if n <= share && m >= 2 * MIN_BLOCK {
+        let parts = threads.min(m / MIN_BLOCK);
+        (true, m, m.div_ceil(parts))
+    } else if n >= 2 * MIN_BLOCK {
+        (false, n, n.div_ceil(threads).min(share))
     } else {
-        1
+        (true, m, m)
     };
-    let per = len.div_ceil(parts);
+    let parts = len.div_ceil(per.max(1));
     let cp = SendPtr(c.as_mut_ptr());
     let block = |p: usize| {
         let (s, e) = (p * per, ((p + 1) * per).min(len));
