@@ -56,6 +56,14 @@ fn compile_arch_prints_the_resource_table() {
         "{stdout}"
     );
     assert!(stdout.contains("conv2d_bwd_data"), "{stdout}");
+    // the launch geometry: resnet_small's stem conv2d_0 has N*H*W = 8*16*16 = 2048 output rows
+    // (32 blocks of 64) and 16 output channels (1 block of 64), 256 threads each
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with("conv2d_0 "))
+        .unwrap_or_else(|| panic!("no conv2d_0 row in:\n{stdout}"));
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cols[cols.len() - 2..], ["32", "256"], "{row}");
     let (code, _, err) = dmc(&["compile", "examples/mlp.dm", "-o", out, "--arch", "banana"]);
     assert_ne!(code, 0, "{err}");
 }

@@ -41,19 +41,21 @@ pub fn write_kernels(plan: &Plan, dir: &Path, arch: Option<&str>) -> Result<(), 
         nv.path.display()
     );
     println!(
-        "{:<28} {:<22} {:>5} {:>10} {:>11} {:>9}",
-        "kernel", "kind", "regs", "smem (B)", "spills (B)", "warnings"
+        "{:<28} {:<22} {:>5} {:>10} {:>11} {:>9} {:>9} {:>8}",
+        "kernel", "kind", "regs", "smem (B)", "spills (B)", "warnings", "blocks", "threads"
     );
-    for r in &reports {
+    for (r, k) in reports.iter().zip(&kernels) {
         let s = r.resources;
         println!(
-            "{:<28} {:<22} {:>5} {:>10} {:>11} {:>9}",
+            "{:<28} {:<22} {:>5} {:>10} {:>11} {:>9} {:>9} {:>8}",
             r.kernel,
             r.kind,
             s.registers,
             s.shared_bytes,
             s.spill_stores + s.spill_loads,
-            r.warnings.len()
+            r.warnings.len(),
+            k.grid.iter().map(|&g| g as u64).product::<u64>(),
+            k.block.iter().product::<u32>()
         );
         for w in &r.warnings {
             println!("    {w}");
