@@ -1273,3 +1273,25 @@ fn split_gemms_match_a_naive_product() {
         }
     }
 }
+
+/// conv2d_bwd_data runs one task per image and each task's GEMM may split into rayon tasks; while
+/// a task waits for its GEMM blocks its thread can steal another image's task. The per-thread tile
+/// must survive that (it was held borrowed across the GEMM once: "RefCell already borrowed").
+#[test]
+fn conv_bwd_data_survives_nested_parallelism() {
+    let c = ConvCase::same(32, 11, 11, 64, 64, 3, 1); // per image GEMM: 113 x 576 x 64 > PAR_WORK
+    let mut r = rng(5);
+    let dy = randv(&mut r, c.ylen());
+    let w = randv(&mut r, c.wlen());
+    let run = || {
+        let mut dx = vec![0.0; c.xlen()];
+        for _ in 0..20 {
+            conv2d_bwd_data(&c.geom(), &c.dims(), &dy, &w, &mut dx);
+        }
+        dx
+    };
+    let one = in_pool(1, run);
+    for threads in [2, 3, 4, 8] {
+        assert_eq!(one, in_pool(threads, run), "{threads} threads");
+    }
+}

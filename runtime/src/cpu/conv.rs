@@ -242,8 +242,12 @@ pub fn conv2d_bwd_data(g: &ConvGeom, d: &ConvDims, dy: &[f32], w: &[f32], dx: &m
             return;
         }
         let dyn_ = &dy[n * per_img * co..(n + 1) * per_img * co];
+        // The tile is taken out of the thread-local for the duration: the sgemm below may run its
+        // blocks as rayon tasks, and while it waits this thread can steal another image's task of
+        // this loop, which then finds an empty slot and uses a tile of its own (never a second
+        // borrow of this one).
         DCOLS.with(|cell| {
-            let mut tile = cell.borrow_mut();
+            let mut tile = cell.take();
             if tile.len() < t_rows * k {
                 tile.resize(t_rows * k, 0.0);
             }
@@ -276,6 +280,13 @@ pub fn conv2d_bwd_data(g: &ConvGeom, d: &ConvDims, dy: &[f32], w: &[f32], dx: &m
                 }
                 p0 += nr;
             }
+            // keep one tile per thread (the larger, if a stolen task left one here meanwhile)
+            let other = cell.take();
+            cell.replace(if other.len() > tile.len() {
+                other
+            } else {
+                tile
+            });
         });
     });
 }
