@@ -347,6 +347,12 @@ impl CpuBackend {
     /// `step_counter` is the 1-based training step: Adam's `t` and part of the dropout key, with
     /// `seed`.
     pub fn run(&mut self, step_counter: u64, seed: u64) -> Result<f32, RuntimeError> {
+        // The whole step runs on a rayon worker: the kernels' parallel loops then start from inside
+        // the pool (no hand-off from a foreign thread per kernel, small loops run inline).
+        rayon::scope(|_| self.run_steps(step_counter, seed))
+    }
+
+    fn run_steps(&mut self, step_counter: u64, seed: u64) -> Result<f32, RuntimeError> {
         let base = self.arena.ptr.as_ptr();
         let ctx = Ctx {
             step_counter,
