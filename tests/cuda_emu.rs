@@ -209,6 +209,48 @@ fn small_deep_convnet_trains_through_emulated_kernels_like_the_cpu_backend() {
     trains_like_the_cpu_backend("small deep_convnet", plan);
 }
 
+/// Under a cap the plan recomputes forward stages and chunks the fused updates; without fusion
+/// it keeps whole gradients and runs separate update kernels: the emulated kernels must still train
+/// exactly like the CPU backend on those plans.
+#[test]
+fn capped_remat_and_unfused_plans_train_through_emulated_kernels_like_the_cpu_backend() {
+    let model =
+        dmc_grammar::compile_source(SMALL_DEEP_CONVNET, "small_deep_convnet.dm").expect("parse");
+    let opts = CompileOptions {
+        verify: true,
+        ..Default::default()
+    };
+    let free = compile(&model, &opts).expect("compile").arena_bytes;
+    // (its no-remat arena is 352 KiB; recomputation fits down to 90%)
+    let capped = (90..100)
+        .rev()
+        .filter_map(|pct| {
+            let o = CompileOptions {
+                cap: Some(free * pct / 100),
+                ..opts.clone()
+            };
+            compile(&model, &o).ok()
+        })
+        .filter(|p| p.steps.iter().any(|s| s.label.contains("(recompute")))
+        .last()
+        .expect("a cap that recomputes");
+    assert!(capped.arena_bytes < free);
+    trains_like_the_cpu_backend("small deep_convnet under a cap", capped);
+    let unfused = CompileOptions {
+        fuse: false,
+        ..opts.clone()
+    };
+    let path = root().join("examples/resnet_small.dm");
+    let src = std::fs::read_to_string(&path).expect("read");
+    let model = dmc_grammar::compile_source(&src, "resnet_small.dm").expect("parse");
+    let plan = compile(&model, &unfused).expect("compile --no-fuse");
+    assert!(plan
+        .kernels
+        .iter()
+        .any(|k| k.op.kind_name() == "adam_update"));
+    trains_like_the_cpu_backend("resnet_small --no-fuse", plan);
+}
+
 #[test]
 fn a_nan_loss_halts_the_emulated_step_before_any_update() {
     let plan = plan_of("resnet_small", Mode::Train, None);
