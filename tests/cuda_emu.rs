@@ -223,7 +223,6 @@ fn capped_remat_and_unfused_plans_train_through_emulated_kernels_like_the_cpu_ba
     let free = compile(&model, &opts).expect("compile").arena_bytes;
     // (its no-remat arena is 352 KiB; recomputation fits down to 90%)
     let capped = (90..100)
-        .rev()
         .filter_map(|pct| {
             let o = CompileOptions {
                 cap: Some(free * pct / 100),
@@ -232,7 +231,7 @@ fn capped_remat_and_unfused_plans_train_through_emulated_kernels_like_the_cpu_ba
             compile(&model, &o).ok()
         })
         .filter(|p| p.steps.iter().any(|s| s.label.contains("(recompute")))
-        .last()
+        .next()
         .expect("a cap that recomputes");
     assert!(capped.arena_bytes < free);
     trains_like_the_cpu_backend("small deep_convnet under a cap", capped);
