@@ -230,8 +230,7 @@ fn capped_remat_and_unfused_plans_train_through_emulated_kernels_like_the_cpu_ba
             };
             compile(&model, &o).ok()
         })
-        .filter(|p| p.steps.iter().any(|s| s.label.contains("(recompute")))
-        .next()
+        .find(|p| p.steps.iter().any(|s| s.label.contains("(recompute")))
         .expect("a cap that recomputes");
     assert!(capped.arena_bytes < free);
     trains_like_the_cpu_backend("small deep_convnet under a cap", capped);
