@@ -114,3 +114,53 @@ fn snapshots() {
         insta::assert_snapshot!(format!("cuda_{ex}"), combined(&plan));
     }
 }
+
+#[test]
+fn split_k_kernels_have_a_reduce_launch_and_fit_their_workspace() {
+    use dmc_compiler::codegen::{render_kernel, split_k, zoo::zoo};
+    let mut split = Vec::new();
+    for k in zoo() {
+        let c = render_kernel(&k, Mode::Train).unwrap().expect("kernel");
+        let Some(then) = &c.then else { continue };
+        let s = c.grid[2] as usize;
+        assert!(s > 1, "{}: a reduce launch without a split", c.name);
+        assert_eq!(then.entry, format!("{}_reduce", c.entry));
+        assert!(c
+            .source
+            .contains(&format!("void __launch_bounds__(256) {}(", then.entry)));
+        // the partial sums (s x gm x gn) fit the workspace they are written to
+        let ws = k
+            .signature
+            .params
+            .iter()
+            .zip(&k.arg_shapes)
+            .filter(|(p, _)| p.role == dmc_compiler::op::Role::Workspace)
+            .map(|(_, s)| s.iter().product::<usize>())
+            .max()
+            .unwrap();
+        let def = |name: &str| -> usize {
+            let at = c.source.find(&format!("#define {name} ")).expect(name) + name.len() + 9;
+            c.source[at..]
+                .split("LL")
+                .next()
+                .unwrap()
+                .trim()
+                .parse()
+                .expect(name)
+        };
+        let (gm, gn) = (def("GM"), def("GN"));
+        assert!(ws >= s * gm * gn, "{}: {s} x {gm} x {gn} > {ws}", c.name);
+        assert_eq!(then.grid[0] as usize, (gm * gn).div_ceil(256), "{}", c.name);
+        split.push((k.op.kind_name(), s));
+    }
+    let kinds: std::collections::BTreeSet<_> = split.iter().map(|(k, _)| *k).collect();
+    assert_eq!(
+        kinds.into_iter().collect::<Vec<_>>(),
+        ["conv2d", "conv2d_bwd_weight", "conv2d_bwd_weight_update"],
+        "{split:?}"
+    );
+    // the policy: no split for a big grid or a short reduction, bounded by the workspace
+    assert_eq!(split_k(4096, 4096, 1 << 20, usize::MAX), 1);
+    assert_eq!(split_k(16, 16, 100, usize::MAX), 1);
+    assert_eq!(split_k(16, 1024, 9216, 16 * 1024 * 3), 3);
+}

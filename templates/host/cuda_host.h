@@ -330,13 +330,18 @@ static int dmc_emu_run(DmcBody body, const uint64_t* args, const unsigned* grid,
     return L.failed ? 1 : 0;
 }
 
-// The exported entry point of one compiled kernel; `dmc_emu_body` is appended by the emulator
-// after the kernel source (it unpacks the launch values into the kernel's parameters).
-#define DMC_EMU_EXPORT(body)                                                                            \
+// The exported entry point of one compiled translation unit: `which` picks the kernel entry (a
+// split-K GEMM has two, launched in order). `bodies` is appended by the emulator after the kernel
+// source: one function per entry that unpacks the launch values into the kernel's parameters.
+#define DMC_EMU_EXPORT(bodies, count)                                                                   \
     extern "C" __attribute__((visibility("default"))) int dmc_emu_launch(                              \
-        const uint64_t* args, const unsigned* grid, const unsigned* block, int reverse, int threads,   \
-        char* err, int errlen) {                                                                        \
-        return dmc_emu_run(body, args, grid, block, reverse, threads, err, errlen);                     \
+        int which, const uint64_t* args, const unsigned* grid, const unsigned* block, int reverse,     \
+        int threads, char* err, int errlen) {                                                          \
+        if (which < 0 || which >= (count)) {                                                           \
+            snprintf(err, (size_t)errlen, "no kernel entry %d (of %d)", which, (count));               \
+            return 1;                                                                                  \
+        }                                                                                              \
+        return dmc_emu_run(bodies[which], args, grid, block, reverse, threads, err, errlen);           \
     }
 
 #endif

@@ -170,6 +170,14 @@ pub fn kernel_params(sig: &Signature) -> Vec<KernelParam> {
     v
 }
 
+/// One launch of an entry point of a kernel's translation unit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Launch {
+    pub entry: String,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+}
+
 /// A rendered kernel: its source and launch geometry.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CudaKernel {
@@ -185,9 +193,23 @@ pub struct CudaKernel {
     pub block: [u32; 3],
     /// Launch parameters (see [`kernel_params`]).
     pub params: Vec<KernelParam>,
+    /// A second entry of the same translation unit, launched right after `entry` with the same
+    /// arguments: the fixed-order reduction of a split-K GEMM's partial sums (see [`split_k`]).
+    pub then: Option<Launch>,
 }
 
 impl CudaKernel {
+    /// Every launch of one step, in order.
+    pub fn launches(&self) -> Vec<Launch> {
+        let mut v = vec![Launch {
+            entry: self.entry.clone(),
+            grid: self.grid,
+            block: self.block,
+        }];
+        v.extend(self.then.clone());
+        v
+    }
+
     /// The launch arguments, one 8-byte value per parameter of [`kernel_params`] in order: the
     /// pointer of signature slot `i` from `ptrs[i]`, then `seed` and `step`. The CUDA backend and
     /// the host emulator both launch with exactly these values.
@@ -209,6 +231,10 @@ struct Spec {
     ctx: Context,
     grid: [u32; 3],
     block: [u32; 3],
+    /// Split-K: the number of k ranges (grid z) when > 1; a `_reduce` entry follows, one thread
+    /// per GEMM output.
+    split: usize,
+    outputs: usize,
 }
 
 fn numel(s: &[usize]) -> usize {
@@ -263,17 +289,61 @@ fn elementwise(
         ctx,
         grid: [blocks(n, ELEM_THREADS, name)?, 1, 1],
         block: [ELEM_THREADS, 1, 1],
+        split: 1,
+        outputs: 0,
     })
 }
 
+/// Blocks a GEMM launch should have at least before split-K is worth it (an H100/H200 has 132 SMs).
+pub const SPLIT_TARGET_BLOCKS: usize = 256;
+/// k-tiles per split at least, so a block's loop outweighs writing its partial tile.
+pub const SPLIT_MIN_TILES: usize = 32;
+/// Most splits.
+pub const SPLIT_MAX: usize = 64;
+
+/// The split-K factor of a `gm x gn x gk` GEMM whose partial sums (`split x gm x gn` floats) must
+/// fit a workspace of `ws_elems` floats: 1 (no split) when the grid already has enough blocks or
+/// the reduction is short, else as many splits as bring the grid to [`SPLIT_TARGET_BLOCKS`].
+pub fn split_k(gm: usize, gn: usize, gk: usize, ws_elems: usize) -> usize {
+    let t = DEFAULT_TILE;
+    let blocks = gm.div_ceil(t.bm as usize).max(1) * gn.div_ceil(t.bn as usize).max(1);
+    if blocks * 2 >= SPLIT_TARGET_BLOCKS || gm * gn == 0 {
+        return 1;
+    }
+    let by_k = gk / (t.bk as usize * SPLIT_MIN_TILES);
+    let by_ws = ws_elems / (gm * gn);
+    let s = SPLIT_TARGET_BLOCKS
+        .div_ceil(blocks)
+        .min(by_k)
+        .min(by_ws)
+        .min(SPLIT_MAX);
+    if s < 2 {
+        return 1;
+    }
+    // equal k ranges of whole tiles; the last range may be shorter, none empty
+    let ks = gk.div_ceil(s).div_ceil(t.bk as usize) * t.bk as usize;
+    gk.div_ceil(ks)
+}
+
+/// `split` > 1: a split-K GEMM whose partial sums go to the workspace parameter `partial`.
 fn gemm(
     template: &'static str,
     mut ctx: Context,
     (gm, gn, gk): (usize, usize, usize),
     (a_k_fastest, b_k_fastest): (bool, bool),
+    (split, partial): (usize, &str),
     name: &str,
 ) -> Result<Spec, CodegenError> {
     let t = DEFAULT_TILE;
+    let ks = if split > 1 {
+        gk.div_ceil(split).div_ceil(t.bk as usize) * t.bk as usize
+    } else {
+        gk
+    };
+    ctx.insert("split", &split);
+    ctx.insert("ks", &ks);
+    ctx.insert("partial", partial);
+    ctx.insert("reduce_threads", &ELEM_THREADS);
     ctx.insert("gm", &gm);
     ctx.insert("gn", &gn);
     ctx.insert("gk", &gk);
@@ -284,7 +354,7 @@ fn gemm(
     ctx.insert("tn", &t.tn);
     ctx.insert("a_k_fastest", &a_k_fastest);
     // long reductions: two-level fp32 summation (chunks of CHUNK_TILES k-tiles)
-    let chunk = if gk > CHUNK_TILES * t.bk as usize * 8 {
+    let chunk = if ks > CHUNK_TILES * t.bk as usize * 8 {
         CHUNK_TILES
     } else {
         0
@@ -307,8 +377,10 @@ fn gemm(
     Ok(Spec {
         template,
         ctx,
-        grid: [blocks(gm, t.bm, name)?, gy as u32, 1],
+        grid: [blocks(gm, t.bm, name)?, gy as u32, split as u32],
         block: [(t.bm / t.tm) * (t.bn / t.tn), 1, 1],
+        split,
+        outputs: gm * gn,
     })
 }
 
@@ -435,11 +507,15 @@ fn spec(k: &Kernel, mode: Mode) -> Result<Option<Spec>, CodegenError> {
             rank(y, 4, name, "y")?;
             let ctx = conv_ctx(kind, geom, x, y, *bias);
             let gk = geom.kh * geom.kw * x[3];
+            let gm = y[0] * y[1] * y[2];
+            // the im2col workspace (the CPU's) holds the partial sums of a split-K
+            let ws = numel(shape(if *bias { 4 } else { 3 })?);
             gemm(
                 "conv2d_fwd.cu.tera",
                 ctx,
-                (y[0] * y[1] * y[2], y[3], gk),
+                (gm, y[3], gk),
                 (true, false),
+                (split_k(gm, y[3], gk, ws), "cols"),
                 name,
             )?
         }
@@ -454,6 +530,7 @@ fn spec(k: &Kernel, mode: Mode) -> Result<Option<Spec>, CodegenError> {
                 ctx,
                 (dx[0] * dx[1] * dx[2], dx[3], gk),
                 (true, true),
+                (1, ""), // no workspace in its signature
                 name,
             )?
         }
@@ -465,11 +542,24 @@ fn spec(k: &Kernel, mode: Mode) -> Result<Option<Spec>, CodegenError> {
             rank(dy, 4, name, "dy")?;
             let ctx = conv_ctx(kind, geom, x, dy, false);
             let gm = geom.kh * geom.kw * x[3];
+            let gk = dy[0] * dy[1] * dy[2];
+            // the largest workspace (the CPU's im2col `cols`, or the fused op's gradient chunk `gw`)
+            // holds the partial sums of a split-K
+            let (ws_slot, ws) =
+                k.op.signature()
+                    .params
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| p.role == Role::Workspace)
+                    .map(|(i, p)| (p.name.clone(), k.arg_shapes.get(i).map_or(0, |s| numel(s))))
+                    .max_by_key(|(_, n)| *n)
+                    .unwrap_or_default();
             let mut sp = gemm(
                 "conv2d_bwd_weight.cu.tera",
                 ctx,
-                (gm, dy[3], dy[0] * dy[1] * dy[2]),
+                (gm, dy[3], gk),
                 (false, false),
+                (split_k(gm, dy[3], gk, ws), &ws_slot),
                 name,
             )?;
             if let Op::Conv2dBwdWeightUpdate { rule, .. } = &k.op {
@@ -502,12 +592,18 @@ fn spec(k: &Kernel, mode: Mode) -> Result<Option<Spec>, CodegenError> {
                         ctx,
                         (rows, mout, kin),
                         (true, false),
+                        (1, ""),
                         name,
                     )?
                 }
-                Op::DenseBwdData => {
-                    gemm("matmul.cu.tera", ctx, (rows, kin, mout), (true, true), name)?
-                }
+                Op::DenseBwdData => gemm(
+                    "matmul.cu.tera",
+                    ctx,
+                    (rows, kin, mout),
+                    (true, true),
+                    (1, ""),
+                    name,
+                )?,
                 _ => {
                     // dense_bwd_weight, or fused with the update (the workspace stays unused)
                     let mut sp = gemm(
@@ -515,6 +611,7 @@ fn spec(k: &Kernel, mode: Mode) -> Result<Option<Spec>, CodegenError> {
                         ctx,
                         (kin, mout, rows),
                         (false, false),
+                        (1, ""),
                         name,
                     )?;
                     if let Op::DenseBwdWeightUpdate { rule, .. } = &k.op {
@@ -605,6 +702,8 @@ fn spec(k: &Kernel, mode: Mode) -> Result<Option<Spec>, CodegenError> {
                 ctx,
                 grid: [1, 1, 1],
                 block: [REDUCE_THREADS, 1, 1],
+                split: 1,
+                outputs: 0,
             }
         }
         Op::CrossEntropyLoss | Op::CrossEntropyLossBwd => {
@@ -619,6 +718,8 @@ fn spec(k: &Kernel, mode: Mode) -> Result<Option<Spec>, CodegenError> {
                     ctx,
                     grid: [1, 1, 1],
                     block: [REDUCE_THREADS, 1, 1],
+                    split: 1,
+                    outputs: 0,
                 }
             } else {
                 elementwise("loss.cu.tera", kind, l[0], name)?
@@ -694,6 +795,8 @@ fn render_with(t: &Tera, k: &Kernel, mode: Mode) -> Result<Option<CudaKernel>, C
         mut ctx,
         grid,
         block,
+        split,
+        outputs,
     }) = spec(k, mode)?
     else {
         return Ok(None);
@@ -711,6 +814,15 @@ fn render_with(t: &Tera, k: &Kernel, mode: Mode) -> Result<Option<CudaKernel>, C
             kernel: k.name.clone(),
             message: error_chain(&e),
         })?;
+    let then = if split > 1 {
+        Some(Launch {
+            entry: format!("{entry}_reduce"),
+            grid: [blocks(outputs, ELEM_THREADS, &k.name)?, 1, 1],
+            block: [ELEM_THREADS, 1, 1],
+        })
+    } else {
+        None
+    };
     Ok(Some(CudaKernel {
         id: k.id,
         name: k.name.clone(),
@@ -720,6 +832,7 @@ fn render_with(t: &Tera, k: &Kernel, mode: Mode) -> Result<Option<CudaKernel>, C
         grid,
         block,
         params,
+        then,
     }))
 }
 

@@ -250,6 +250,50 @@ pub fn zoo() -> Vec<Kernel> {
         vec![vec![2, 3, 4, 5]],
         vec![5],
     ));
+    // split-K (a small grid over a long reduction; the partial sums in the planned workspace):
+    // the forward with bias, the unfused weight gradient, and both fused rules
+    let g3 = ConvGeom {
+        kh: 3,
+        kw: 3,
+        stride: 1,
+        pad_top: 1,
+        pad_left: 1,
+    };
+    let (xs, ws_, ys) = (vec![1, 4, 4, 130], vec![3, 3, 130, 7], vec![1, 4, 4, 7]);
+    ops.push((
+        Op::Conv2d {
+            geom: g3,
+            bias: true,
+        },
+        vec![
+            xs.clone(),
+            ws_,
+            vec![7],
+            ys,
+            vec![conv_workspace_elems(&g3, &xs, &[1, 4, 4, 7])],
+        ],
+    ));
+    let (xw, yw, ww) = (vec![5, 15, 15, 3], vec![5, 15, 15, 5], vec![3, 3, 3, 5]);
+    ops.push((
+        Op::Conv2dBwdWeight { geom: g3 },
+        vec![
+            xw.clone(),
+            yw.clone(),
+            ww.clone(),
+            vec![conv_workspace_elems(&g3, &xw, &yw)],
+        ],
+    ));
+    for rule in [sgd(0.9, false), adam(true)] {
+        ops.push(fused(
+            Op::Conv2dBwdWeightUpdate {
+                geom: g3,
+                rule,
+                chunk: 5,
+            },
+            vec![xw.clone(), yw.clone()],
+            ww.clone(),
+        ));
+    }
     ops.into_iter()
         .enumerate()
         .map(|(i, (op, s))| k(i, op, s))

@@ -102,8 +102,12 @@ pub fn mem_info(d: &Device) -> Result<(usize, usize), CudaError> {
     d.ctx.mem_get_info().map_err(drv("cuMemGetInfo"))
 }
 
-/// Compiles `kernels` with NVRTC for the device and loads their entry points.
-pub fn load_kernels(d: &Device, kernels: &[CudaKernel]) -> Result<Vec<CudaFunction>, CudaError> {
+/// Compiles `kernels` with NVRTC for the device and loads their entry points: per kernel, one
+/// function per launch ([`CudaKernel::launches`]).
+pub fn load_kernels(
+    d: &Device,
+    kernels: &[CudaKernel],
+) -> Result<Vec<Vec<CudaFunction>>, CudaError> {
     let nv = nvrtc::nvrtc()?;
     kernels
         .iter()
@@ -113,20 +117,27 @@ pub fn load_kernels(d: &Device, kernels: &[CudaKernel]) -> Result<Vec<CudaFuncti
                 .ctx
                 .load_module(cudarc::nvrtc::Ptx::from_binary(c.image))
                 .map_err(drv("cuModuleLoadData"))?;
-            m.load_function(&k.entry)
-                .map_err(drv("cuModuleGetFunction"))
+            k.launches()
+                .iter()
+                .map(|l| {
+                    m.load_function(&l.entry)
+                        .map_err(drv("cuModuleGetFunction"))
+                })
+                .collect()
         })
         .collect()
 }
 
-/// Launches `k` with its pointer arguments `ptrs` (one per signature slot, in order).
+/// Launches `k` (each of its launches, in order on the stream, with the functions `fs` that
+/// [`load_kernels`] loaded for it) with its pointer arguments `ptrs` (one per signature slot, in
+/// order).
 ///
 /// # Safety
 /// Every pointer must address device memory at least as large as the kernel's argument `i`
 /// (per its shapes) and written arguments must not overlap other arguments.
 pub unsafe fn launch(
     d: &Device,
-    f: &CudaFunction,
+    fs: &[CudaFunction],
     k: &CudaKernel,
     ptrs: &[u64],
     seed: u64,
@@ -134,18 +145,21 @@ pub unsafe fn launch(
 ) -> Result<(), CudaError> {
     // The launch arguments, built from the same list that rendered the parameter list.
     let vals = k.launch_values(ptrs, seed, step);
-    let mut b = d.stream.launch_builder(f);
-    for v in &vals {
-        b.arg(v);
+    for (f, l) in fs.iter().zip(k.launches()) {
+        let mut b = d.stream.launch_builder(f);
+        for v in &vals {
+            b.arg(v);
+        }
+        let cfg = LaunchConfig {
+            grid_dim: (l.grid[0], l.grid[1], l.grid[2]),
+            block_dim: (l.block[0], l.block[1], l.block[2]),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: per this function's contract; the argument count and types (pointers and u64
+        // scalars, all 8 bytes) match the generated parameter list by construction, the same for
+        // every entry of the translation unit.
+        unsafe { b.launch(cfg) }.map_err(drv("cuLaunchKernel"))?;
     }
-    let cfg = LaunchConfig {
-        grid_dim: (k.grid[0], k.grid[1], k.grid[2]),
-        block_dim: (k.block[0], k.block[1], k.block[2]),
-        shared_mem_bytes: 0,
-    };
-    // SAFETY: per this function's contract; the argument count and types (pointers and u64
-    // scalars, all 8 bytes) match the generated parameter list by construction.
-    unsafe { b.launch(cfg) }.map_err(drv("cuLaunchKernel"))?;
     Ok(())
 }
 
@@ -224,7 +238,7 @@ pub struct CudaBackend {
     base: u64,
     kernels: Vec<Option<usize>>,
     rendered: Vec<CudaKernel>,
-    functions: Vec<CudaFunction>,
+    functions: Vec<Vec<CudaFunction>>,
     poison: Option<Vec<Vec<(u64, u64)>>>,
     halt_on_nonfinite_loss: bool,
     /// Device memory taken by the arena allocation (free before - free after).

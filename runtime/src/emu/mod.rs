@@ -147,16 +147,29 @@ pub fn host_source(k: &CudaKernel) -> String {
         .enumerate()
         .map(|(i, p)| format!("({})a[{i}]", p.ty))
         .collect();
-    format!(
+    let launches = k.launches();
+    let mut s = format!(
         "{HOST_HEADER}\n#line 1 \"{name}.cu\"\n{src}\n\
-         // host entry: the launch values, one per kernel parameter\n\
-         static void dmc_emu_body(const uint64_t* a) {{ {entry}({args}); }}\n\
-         DMC_EMU_EXPORT(dmc_emu_body)\n",
+         // host entries: the launch values, one per kernel parameter\n",
         name = k.name,
         src = k.source,
-        entry = k.entry,
-        args = args.join(", ")
-    )
+    );
+    for (i, l) in launches.iter().enumerate() {
+        s.push_str(&format!(
+            "static void dmc_emu_body_{i}(const uint64_t* a) {{ {}({}); }}\n",
+            l.entry,
+            args.join(", ")
+        ));
+    }
+    let bodies: Vec<String> = (0..launches.len())
+        .map(|i| format!("dmc_emu_body_{i}"))
+        .collect();
+    s.push_str(&format!(
+        "static const DmcBody dmc_emu_bodies[] = {{ {} }};\nDMC_EMU_EXPORT(dmc_emu_bodies, {})\n",
+        bodies.join(", "),
+        launches.len()
+    ));
+    s
 }
 
 fn hex(b: &[u8]) -> String {
@@ -171,6 +184,7 @@ pub fn cache_dir() -> PathBuf {
 }
 
 type LaunchFn = unsafe extern "C" fn(
+    which: i32,
     args: *const u64,
     grid: *const u32,
     block: *const u32,
@@ -342,29 +356,33 @@ impl EmuKernel {
         threads: usize,
     ) -> Result<(), EmuError> {
         let vals = self.kernel.launch_values(ptrs, seed, step);
-        let mut err = [0u8; 1024];
-        // SAFETY: `vals` holds one value per parameter of the generated entry (built from the same
-        // list); grid and block are 3 elements each; `err` is writable for its length; the memory
-        // behind the pointers is valid per this function's contract.
-        let rc = unsafe {
-            (self.launch)(
-                vals.as_ptr(),
-                self.kernel.grid.as_ptr(),
-                self.kernel.block.as_ptr(),
-                i32::from(order == FiberOrder::Reverse),
-                threads.clamp(1, 256) as i32,
-                err.as_mut_ptr().cast(),
-                err.len() as i32,
-            )
-        };
-        if rc != 0 {
-            let message = CStr::from_bytes_until_nul(&err)
-                .map(|c| c.to_string_lossy().into_owned())
-                .unwrap_or_else(|_| "unknown failure".into());
-            return Err(EmuError::Kernel {
-                kernel: self.kernel.name.clone(),
-                message,
-            });
+        for (which, l) in self.kernel.launches().iter().enumerate() {
+            let mut err = [0u8; 1024];
+            // SAFETY: `vals` holds one value per parameter of the generated entries (built from the
+            // same list); grid and block are 3 elements each; `which` indexes the entries the
+            // translation unit exports (one per launch, in this order); `err` is writable for its
+            // length; the memory behind the pointers is valid per this function's contract.
+            let rc = unsafe {
+                (self.launch)(
+                    which as i32,
+                    vals.as_ptr(),
+                    l.grid.as_ptr(),
+                    l.block.as_ptr(),
+                    i32::from(order == FiberOrder::Reverse),
+                    threads.clamp(1, 256) as i32,
+                    err.as_mut_ptr().cast(),
+                    err.len() as i32,
+                )
+            };
+            if rc != 0 {
+                let message = CStr::from_bytes_until_nul(&err)
+                    .map(|c| c.to_string_lossy().into_owned())
+                    .unwrap_or_else(|_| "unknown failure".into());
+                return Err(EmuError::Kernel {
+                    kernel: format!("{} ({})", self.kernel.name, l.entry),
+                    message,
+                });
+            }
         }
         Ok(())
     }
@@ -522,7 +540,11 @@ mod tests {
             src.contains(&format!("{}((const float*)a[0], ", k.entry)),
             "{src}"
         );
-        assert!(src.contains(&format!("(const u64)a[{}]);", n - 1)), "{src}");
+        assert!(
+            src.contains(&format!("(const u64)a[{}]); }}", n - 1)),
+            "{src}"
+        );
+        assert!(src.contains("DMC_EMU_EXPORT(dmc_emu_bodies, 1)"), "{src}");
         assert!(src.starts_with(HOST_HEADER));
     }
 
