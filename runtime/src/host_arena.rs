@@ -73,35 +73,58 @@ pub(crate) fn step_pointers(plan: &Plan, step: &Step, base: u64, out: &mut Vec<u
     out.extend(step.args.iter().map(|&id| base + plan.buffers[id].offset));
 }
 
+/// Poison mode and the halt on a non-finite loss, for a backend that launches steps itself.
+#[derive(Debug, Default)]
+pub(crate) struct StepFlags {
+    /// Per step, the byte ranges (offset, bytes) to fill with NaN after it (poison mode).
+    poison: Option<Vec<Vec<(u64, u64)>>>,
+    /// Stop right after the step that computes the loss when it is not finite.
+    pub(crate) halt: bool,
+}
+
+impl StepFlags {
+    pub(crate) fn set_poison(&mut self, plan: &Plan, on: bool) {
+        self.poison = on.then(|| poison_ranges(plan));
+    }
+
+    fn poison_after(&self, si: usize) -> &[(u64, u64)] {
+        self.poison
+            .as_ref()
+            .and_then(|p| p.get(si))
+            .map_or(&[], |v| v.as_slice())
+    }
+}
+
 /// A backend that launches the plan's steps one by one; [`run_steps`] adds poison mode and the halt
 /// on a non-finite loss on top, as the CPU backend has them.
 pub(crate) trait StepLauncher: HostArena {
+    fn flags(&self) -> &StepFlags;
     /// Launches (or queues) plan step `si`; a step without a kernel does nothing.
     fn launch_step(&mut self, si: usize, step_counter: u64, seed: u64) -> Result<(), RuntimeError>;
     /// Fills `bytes` bytes at `offset` with 0xFF (NaN), after the work launched so far.
     fn fill_poison(&mut self, offset: u64, bytes: u64) -> Result<(), RuntimeError>;
 }
 
-/// Runs every step in plan order and returns the loss. `poison`: the ranges to fill with NaN after
-/// each step; `halt`: stop right after the step that computes the loss when it is not finite, so
-/// no backward or update step runs and the weights stay the last good ones.
+/// Runs every step in plan order and returns the loss: after each step the poison ranges of
+/// [`StepFlags`] are filled with NaN, and with `halt` the run stops right after the step that
+/// computes the loss when it is not finite, so no backward or update step runs and the weights stay
+/// the last good ones.
 pub(crate) fn run_steps<B: StepLauncher>(
     b: &mut B,
-    poison: Option<&[Vec<(u64, u64)>]>,
-    halt: bool,
     step_counter: u64,
     seed: u64,
 ) -> Result<f32, RuntimeError> {
     let loss = b.plan().loss;
     for si in 0..b.plan().steps.len() {
         b.launch_step(si, step_counter, seed)?;
-        if halt && b.plan().steps[si].args.contains(&loss) {
+        if b.flags().halt && b.plan().steps[si].args.contains(&loss) {
             let l = b.loss()?;
             if !l.is_finite() {
                 return Ok(l);
             }
         }
-        for &(off, n) in poison.and_then(|p| p.get(si)).into_iter().flatten() {
+        let ranges = b.flags().poison_after(si).to_vec();
+        for (off, n) in ranges {
             b.fill_poison(off, n)?;
         }
     }

@@ -25,7 +25,7 @@ use dmc_compiler::plan::Plan;
 
 use crate::cpu::executor::validate;
 use crate::error::RuntimeError;
-use crate::host_arena::{poison_ranges, run_steps, step_pointers, HostArena, StepLauncher};
+use crate::host_arena::{run_steps, step_pointers, HostArena, StepFlags, StepLauncher};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CudaError {
@@ -239,8 +239,7 @@ pub struct CudaBackend {
     kernels: Vec<Option<usize>>,
     rendered: Vec<CudaKernel>,
     functions: Vec<Vec<CudaFunction>>,
-    poison: Option<Vec<Vec<(u64, u64)>>>,
-    halt_on_nonfinite_loss: bool,
+    flags: StepFlags,
     /// Device memory taken by the arena allocation (free before - free after).
     pub measured_arena_bytes: u64,
 }
@@ -274,8 +273,7 @@ impl CudaBackend {
             kernels,
             rendered,
             functions,
-            poison: None,
-            halt_on_nonfinite_loss: false,
+            flags: StepFlags::default(),
             measured_arena_bytes: free0.saturating_sub(free1) as u64,
         })
     }
@@ -290,27 +288,18 @@ impl CudaBackend {
     /// Poison mode, as the CPU backend's: dead buffers are filled with NaN (`cuMemsetD8Async` on
     /// the stream) after each step.
     pub fn set_poison(&mut self, on: bool) {
-        self.poison = on.then(|| poison_ranges(&self.plan));
+        self.flags.set_poison(&self.plan, on);
     }
 
     /// Stop right after the loss when it is not finite (no backward, no update): the step is
     /// queued in two parts with one synchronisation between them.
     pub fn set_halt_on_nonfinite_loss(&mut self, on: bool) {
-        self.halt_on_nonfinite_loss = on;
+        self.flags.halt = on;
     }
 
     /// Launches every step in plan order on the stream and returns the loss (synchronises).
     pub fn run(&mut self, step_counter: u64, seed: u64) -> Result<f32, RuntimeError> {
-        let poison = self.poison.take();
-        let r = run_steps(
-            self,
-            poison.as_deref(),
-            self.halt_on_nonfinite_loss,
-            step_counter,
-            seed,
-        );
-        self.poison = poison;
-        r
+        run_steps(self, step_counter, seed)
     }
 
     /// Waits for the stream.
@@ -321,6 +310,10 @@ impl CudaBackend {
 }
 
 impl StepLauncher for CudaBackend {
+    fn flags(&self) -> &StepFlags {
+        &self.flags
+    }
+
     fn launch_step(&mut self, si: usize, step_counter: u64, seed: u64) -> Result<(), RuntimeError> {
         let step = &self.plan.steps[si];
         let Some(ki) = self.kernels.get(step.kernel).copied().flatten() else {

@@ -28,7 +28,7 @@ use sha2::{Digest, Sha256};
 use crate::cpu::executor::validate;
 use crate::cpu::executor::Arena;
 use crate::error::RuntimeError;
-use crate::host_arena::{poison_ranges, run_steps, step_pointers, HostArena, StepLauncher};
+use crate::host_arena::{run_steps, step_pointers, HostArena, StepFlags, StepLauncher};
 
 /// The host header that makes g++ accept the generated CUDA C (embedded at build time).
 pub const HOST_HEADER: &str = include_str!("../../../templates/host/cuda_host.h");
@@ -397,8 +397,7 @@ pub struct EmuBackend {
     compiled: Vec<EmuKernel>,
     order: FiberOrder,
     threads: usize,
-    poison: Option<Vec<Vec<(u64, u64)>>>,
-    halt_on_nonfinite_loss: bool,
+    flags: StepFlags,
 }
 
 impl EmuBackend {
@@ -420,19 +419,18 @@ impl EmuBackend {
             compiled,
             order: FiberOrder::Forward,
             threads: default_threads(),
-            poison: None,
-            halt_on_nonfinite_loss: false,
+            flags: StepFlags::default(),
         })
     }
 
     /// Poison mode, as the CPU backend's: dead buffers are filled with NaN after each step.
     pub fn set_poison(&mut self, on: bool) {
-        self.poison = on.then(|| poison_ranges(&self.plan));
+        self.flags.set_poison(&self.plan, on);
     }
 
     /// Stop right after the loss when it is not finite (no backward, no update).
     pub fn set_halt_on_nonfinite_loss(&mut self, on: bool) {
-        self.halt_on_nonfinite_loss = on;
+        self.flags.halt = on;
     }
 
     /// The order of a block's threads between barriers (default forward).
@@ -447,20 +445,15 @@ impl EmuBackend {
 
     /// Runs every step in plan order and returns the loss.
     pub fn run(&mut self, step_counter: u64, seed: u64) -> Result<f32, RuntimeError> {
-        let poison = self.poison.take();
-        let r = run_steps(
-            self,
-            poison.as_deref(),
-            self.halt_on_nonfinite_loss,
-            step_counter,
-            seed,
-        );
-        self.poison = poison;
-        r
+        run_steps(self, step_counter, seed)
     }
 }
 
 impl StepLauncher for EmuBackend {
+    fn flags(&self) -> &StepFlags {
+        &self.flags
+    }
+
     fn launch_step(&mut self, si: usize, step_counter: u64, seed: u64) -> Result<(), RuntimeError> {
         let step = &self.plan.steps[si];
         let Some(ki) = self.kernels.get(step.kernel).copied().flatten() else {
