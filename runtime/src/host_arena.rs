@@ -4,7 +4,7 @@
 //! A backend only says how bytes move in and out.
 
 use dmc_compiler::op::{DType, Op};
-use dmc_compiler::plan::{BufferId, Plan, Step};
+use dmc_compiler::plan::{BufferId, Plan};
 
 use crate::cpu::executor::{init_values, name_seed, poison_lists};
 use crate::cpu::InputData;
@@ -67,10 +67,24 @@ pub(crate) fn check_labels(
     }
 }
 
-/// The pointers of one step's arguments: `base + offset` of each argument buffer, in signature order.
-pub(crate) fn step_pointers(plan: &Plan, step: &Step, base: u64, out: &mut Vec<u64>) {
-    out.clear();
-    out.extend(step.args.iter().map(|&id| base + plan.buffers[id].offset));
+/// What launching plan step `si` needs: the index of its rendered kernel in `kernels` (plan kernel
+/// id -> rendered index) and its argument pointers (`base + offset` of each argument buffer, in
+/// signature order); `None` for leaves and reshapes, which have no kernel.
+pub(crate) fn step_launch(
+    plan: &Plan,
+    kernels: &[Option<usize>],
+    si: usize,
+    base: u64,
+) -> Option<(usize, Vec<u64>)> {
+    let step = &plan.steps[si];
+    let ki = kernels.get(step.kernel).copied().flatten()?;
+    Some((
+        ki,
+        step.args
+            .iter()
+            .map(|&id| base + plan.buffers[id].offset)
+            .collect(),
+    ))
 }
 
 /// Poison mode and the halt on a non-finite loss, for a backend that launches steps itself.

@@ -25,7 +25,7 @@ use dmc_compiler::plan::Plan;
 
 use crate::cpu::executor::validate;
 use crate::error::RuntimeError;
-use crate::host_arena::{run_steps, step_pointers, HostArena, StepFlags, StepLauncher};
+use crate::host_arena::{run_steps, step_launch, HostArena, StepFlags, StepLauncher};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CudaError {
@@ -315,12 +315,9 @@ impl StepLauncher for CudaBackend {
     }
 
     fn launch_step(&mut self, si: usize, step_counter: u64, seed: u64) -> Result<(), RuntimeError> {
-        let step = &self.plan.steps[si];
-        let Some(ki) = self.kernels.get(step.kernel).copied().flatten() else {
+        let Some((ki, ptrs)) = step_launch(&self.plan, &self.kernels, si, self.base) else {
             return Ok(()); // leaves and reshapes: no kernel
         };
-        let mut ptrs = Vec::with_capacity(8);
-        step_pointers(&self.plan, step, self.base, &mut ptrs);
         // SAFETY: `validate` (in `with_device`) checked that the plan's buffers lie inside the
         // arena with their slots' sizes and that written arguments do not overlap others.
         unsafe {

@@ -28,7 +28,7 @@ use sha2::{Digest, Sha256};
 use crate::cpu::executor::validate;
 use crate::cpu::executor::Arena;
 use crate::error::RuntimeError;
-use crate::host_arena::{run_steps, step_pointers, HostArena, StepFlags, StepLauncher};
+use crate::host_arena::{run_steps, step_launch, HostArena, StepFlags, StepLauncher};
 
 /// The host header that makes g++ accept the generated CUDA C (embedded at build time).
 pub const HOST_HEADER: &str = include_str!("../../../templates/host/cuda_host.h");
@@ -455,12 +455,10 @@ impl StepLauncher for EmuBackend {
     }
 
     fn launch_step(&mut self, si: usize, step_counter: u64, seed: u64) -> Result<(), RuntimeError> {
-        let step = &self.plan.steps[si];
-        let Some(ki) = self.kernels.get(step.kernel).copied().flatten() else {
+        let base = self.arena.ptr.as_ptr() as u64;
+        let Some((ki, ptrs)) = step_launch(&self.plan, &self.kernels, si, base) else {
             return Ok(()); // leaves and reshapes: no kernel
         };
-        let mut ptrs = Vec::with_capacity(8);
-        step_pointers(&self.plan, step, self.arena.ptr.as_ptr() as u64, &mut ptrs);
         // SAFETY: `validate` (in `new`) checked that every argument lies inside the arena, which
         // `&mut self` holds exclusively, with its slot's size, and that written arguments do not
         // overlap others.
