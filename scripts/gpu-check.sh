@@ -56,6 +56,16 @@ echo "gpu-check: dmc run examples/resnet_small.dm --steps 30 on cuda (auto) and 
 rc=0
 timeout 300 "$BIN" gpu-selftest --examples examples --steps 20 --vram-cap 3GiB "$@" || rc=$?
 
+# Split-K (session 2, not yet timed on a GPU): the same training steps with and without it, in one run.
+case " $* " in *" --dry-run "*) ;; *)
+  echo "gpu-check: split-K on/off (ms/step of 10 steps, --device cuda):"
+  for ex in deep_convnet seed; do
+    on=$(timeout 120 "$BIN" run "examples/$ex.dm" --steps 10 --device cuda -q 2>&1 | grep -o '[0-9.]* ms/step' || echo "? ms/step")
+    off=$(DMC_SPLIT_K=off timeout 120 "$BIN" run "examples/$ex.dm" --steps 10 --device cuda -q 2>&1 | grep -o '[0-9.]* ms/step' || echo "? ms/step")
+    echo "  $ex: split-K $on, unsplit $off"
+  done ;;
+esac
+
 # The same comparison with PyTorch as bench/ makes on the CPU, on this GPU, when PyTorch is installed
 # (skipped in --dry-run and with GPU_CHECK_BENCH=0).
 case " $* " in *" --dry-run "*) GPU_CHECK_BENCH=0 ;; esac

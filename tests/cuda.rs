@@ -94,3 +94,27 @@ fn cuda_device_without_a_gpu_is_a_clear_error() {
         "{err}"
     );
 }
+
+#[test]
+fn split_k_can_be_switched_off_for_a_baseline() {
+    // deep_convnet's weight gradients are split-K kernels (a `_reduce` entry); DMC_SPLIT_K=off
+    // renders them unsplit (the baseline gpu-check.sh times against)
+    let reduces = |env: &[(&str, &str)]| {
+        let d = tempfile::tempdir().expect("tempdir");
+        let out = d.path().to_str().expect("utf-8").to_string();
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_dmc"))
+            .args(["compile", "examples/deep_convnet.dm", "-o", &out])
+            .envs(env.iter().copied())
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("run dmc");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        std::fs::read_dir(d.path())
+            .expect("dir")
+            .flatten()
+            .filter(|e| std::fs::read_to_string(e.path()).is_ok_and(|s| s.contains("_reduce(")))
+            .count()
+    };
+    assert!(reduces(&[]) >= 2);
+    assert_eq!(reduces(&[("DMC_SPLIT_K", "off")]), 0);
+}

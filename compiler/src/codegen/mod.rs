@@ -325,6 +325,13 @@ pub fn split_k(gm: usize, gn: usize, gk: usize, ws_elems: usize) -> usize {
     gk.div_ceil(ks)
 }
 
+/// `DMC_SPLIT_K=off` renders every GEMM unsplit: the baseline of a split-K speed comparison on a
+/// GPU (`scripts/gpu-check.sh` times both in one run).
+pub fn split_k_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("DMC_SPLIT_K").map_or(true, |v| v != "off"))
+}
+
 /// `split` > 1: a split-K GEMM whose partial sums go to the workspace parameter `partial`.
 fn gemm(
     template: &'static str,
@@ -335,6 +342,7 @@ fn gemm(
     name: &str,
 ) -> Result<Spec, CodegenError> {
     let t = DEFAULT_TILE;
+    let split = if split_k_enabled() { split } else { 1 };
     let ks = if split > 1 {
         gk.div_ceil(split).div_ceil(t.bk as usize) * t.bk as usize
     } else {
