@@ -102,13 +102,9 @@ fn split_k_can_be_switched_off_for_a_baseline() {
     let reduces = |env: &[(&str, &str)]| {
         let d = tempfile::tempdir().expect("tempdir");
         let out = d.path().to_str().expect("utf-8").to_string();
-        let o = std::process::Command::new(env!("CARGO_BIN_EXE_dmc"))
-            .args(["compile", "examples/deep_convnet.dm", "-o", &out])
-            .envs(env.iter().copied())
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
-            .expect("run dmc");
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let (code, _, err) =
+            common::dmc_env(&["compile", "examples/deep_convnet.dm", "-o", &out], env);
+        assert_eq!(code, 0, "{err}");
         std::fs::read_dir(d.path())
             .expect("dir")
             .flatten()

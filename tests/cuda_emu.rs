@@ -11,7 +11,9 @@
 //!   not every thread reaches) are caught.
 
 use std::path::Path;
-use std::process::Command;
+
+mod common;
+use common::dmc_env;
 
 use dmc_compiler::codegen::{render_kernel, render_plan};
 use dmc_compiler::plan::{Kernel, Mode, Plan};
@@ -467,20 +469,6 @@ fn a_barrier_not_every_thread_reaches_is_caught() {
 
 // ---- the CLI ---------------------------------------------------------------------------------------
 
-fn dmc_with_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_dmc"))
-        .args(args)
-        .envs(env.iter().copied())
-        .current_dir(root())
-        .output()
-        .expect("run dmc");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 fn final_loss(output: &str) -> String {
     let i = output
         .find("final loss ")
@@ -498,10 +486,10 @@ fn run_on_the_cuda_emulator_trains_like_the_cpu() {
         "--seed",
         "3",
     ];
-    let (rc, out, err) = dmc_with_env(&[&args[..], &["--device", "cpu"]].concat(), &[]);
+    let (rc, out, err) = dmc_env(&[&args[..], &["--device", "cpu"]].concat(), &[]);
     assert_eq!(rc, 0, "{err}");
     let cpu = out + &err;
-    let (rc, out, err) = dmc_with_env(&[&args[..], &["--device", "cuda-emu"]].concat(), &[]);
+    let (rc, out, err) = dmc_env(&[&args[..], &["--device", "cuda-emu"]].concat(), &[]);
     assert_eq!(rc, 0, "{err}");
     let emu = out + &err;
     assert_eq!(
@@ -515,7 +503,7 @@ fn run_on_the_cuda_emulator_trains_like_the_cpu() {
 fn a_missing_cxx_compiler_is_a_clear_error() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cache = dir.path().display().to_string();
-    let (rc, _, err) = dmc_with_env(
+    let (rc, _, err) = dmc_env(
         &[
             "run",
             "examples/mlp.dm",
@@ -561,7 +549,7 @@ fn the_ucontext_fallback_switch_gives_the_same_results() {
 
 #[test]
 fn emu_check_prints_one_line_per_kernel_and_a_summary() {
-    let (rc, out, err) = dmc_with_env(&["emu-check", "examples/mlp.dm", "--batch", "5"], &[]);
+    let (rc, out, err) = dmc_env(&["emu-check", "examples/mlp.dm", "--batch", "5"], &[]);
     assert_eq!(rc, 0, "{out}{err}");
     let plan = plan_of("mlp", Mode::Train, Some(5));
     let kernels = render_plan(&plan).expect("render").len();
@@ -575,7 +563,7 @@ fn emu_check_prints_one_line_per_kernel_and_a_summary() {
         "{out}"
     );
     assert!(out.contains("0 failed"), "{out}");
-    let (rc, _, err) = dmc_with_env(&["emu-check", "examples/nope.dm"], &[]);
+    let (rc, _, err) = dmc_env(&["emu-check", "examples/nope.dm"], &[]);
     assert_ne!(rc, 0);
     assert!(err.contains("nope.dm"), "{err}");
 }
