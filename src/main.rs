@@ -1,6 +1,7 @@
 //! `dmc`: the command-line driver. Each subcommand lives in `src/commands/<name>.rs`.
 mod commands;
 mod report;
+mod signals;
 mod size;
 
 /// Counts every heap allocation, so `dmc run` can report the measured peak next to the planned arena.
@@ -18,6 +19,7 @@ fn main() {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     report::install();
+    signals::install();
     let cli = commands::Cli::parse();
     if let Err(e) = commands::run(cli) {
         report::print_error(&e);

@@ -27,16 +27,16 @@ pub enum CliError {
     /// Training stopped (NaN/Inf loss).
     #[error("{0}")]
     Training(String),
-    /// Stopped by Ctrl-C (after saving).
-    #[error("interrupted by Ctrl-C: stopped after the current step (weights were saved if --save was given)")]
-    Interrupted,
+    /// Stopped by a signal (Ctrl-C, SIGTERM, SIGHUP); says when and what was saved.
+    #[error("interrupted {0}")]
+    Interrupted(String),
 }
 
 impl CliError {
-    /// The process exit code: 130 after Ctrl-C, 1 otherwise.
+    /// The process exit code: 130 after a signal, 1 otherwise.
     pub fn exit_code(&self) -> i32 {
         match self {
-            CliError::Interrupted => 130,
+            CliError::Interrupted(_) => 130,
             _ => 1,
         }
     }

@@ -3,8 +3,9 @@
 //!
 //! The gradient is read off the training step itself: with plain SGD at lr = 1 (no momentum, no
 //! weight decay) the update is `w1 = w0 - g`, so `g = w0 - w1`. The loss for the finite differences
-//! comes from the same program compiled with lr = 0 (the update is then `w - 0*g = w`), run with the
-//! same step counter and seed so that dropout draws the same mask.
+//! comes from a second backend of the same program (its step's loss is computed before its update),
+//! whose parameters are all reset to the perturbed `w0` before every run, run with the same step
+//! counter and seed so that dropout draws the same mask.
 //!
 //! Tolerance: the loss is accumulated in f32 (relative precision ~6e-8), so with h = 3e-3 the
 //! rounding error of a central difference is about 6e-8 * |L| / h ~ 2e-5 * |L|; the truncation error
@@ -27,7 +28,7 @@ fn model(src: &str) -> Model {
 fn backend(m: &Model, lr: f32) -> CpuBackend {
     let opts = CompileOptions {
         mode: Mode::Train,
-        lr: Some(lr),
+        lr: Some(dmc_grammar::model::LearningRate::new(lr as f64).expect("a usable learning rate")),
         verify: true,
         ..CompileOptions::default()
     };
@@ -65,7 +66,7 @@ fn feed(bes: &mut [&mut CpuBackend], classes: usize) {
 fn check_gradients(src: &str, classes: usize) {
     let m = model(src);
     let mut step = backend(&m, 1.0);
-    let mut probe = backend(&m, 0.0);
+    let mut probe = backend(&m, 1.0);
     feed(&mut [&mut step, &mut probe], classes);
     let before: Vec<(String, Vec<f32>)> = step
         .params()
@@ -86,6 +87,10 @@ fn check_gradients(src: &str, classes: usize) {
         };
         for i in picks {
             let g = w0[i] as f64 - w1[i] as f64;
+            // The probe's own update moved its parameters: back to w0 everywhere.
+            for (n, v) in &before {
+                probe.set_param(n, v).expect("reset");
+            }
             let mut w = w0.clone();
             w[i] = w0[i] + h;
             probe.set_param(name, &w).expect("set");
@@ -93,11 +98,13 @@ fn check_gradients(src: &str, classes: usize) {
             // they are fed before every run, as the CLI does.
             feed(&mut [&mut probe], classes);
             let lp = probe.run(1, seed).expect("run") as f64;
+            for (n, v) in &before {
+                probe.set_param(n, v).expect("reset");
+            }
             w[i] = w0[i] - h;
             probe.set_param(name, &w).expect("set");
             feed(&mut [&mut probe], classes);
             let lm = probe.run(1, seed).expect("run") as f64;
-            probe.set_param(name, w0).expect("reset");
             // The perturbation actually applied (f32 rounding of w0 +- h).
             let dh = (w0[i] + h) as f64 - (w0[i] - h) as f64;
             let fd = (lp - lm) / dh;
@@ -155,7 +162,7 @@ fn the_gradient_test_can_fail() {
          train { batch: 2, optimizer: sgd(lr: 1) }",
     );
     let mut step = backend(&m, 0.5); // half the gradient
-    let mut probe = backend(&m, 0.0);
+    let mut probe = backend(&m, 1.0);
     feed(&mut [&mut step, &mut probe], 0);
     let w0 = step.param("dense_1.weight").expect("w").to_vec();
     step.run(1, 0).expect("run");

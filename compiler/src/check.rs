@@ -177,7 +177,8 @@ pub fn check_plan(plan: &Plan) -> Result<(), PlanCheckError> {
             });
         }
     }
-    // No two simultaneously live buffers share a byte (persistent buffers are always live).
+    // No two simultaneously live buffers share a byte (live as `Plan::held` says: persistent
+    // buffers always, inputs from the start, what the runtime reads after the steps to the end).
     let mut by_off: Vec<usize> = (0..plan.buffers.len())
         .filter(|i| plan.buffers[*i].bytes > 0)
         .collect();
@@ -190,8 +191,8 @@ pub fn check_plan(plan: &Plan) -> Result<(), PlanCheckError> {
             if b.offset >= a_bytes.1 {
                 break;
             }
-            let both_live =
-                a.persistent || b.persistent || (a.live.0 <= b.live.1 && b.live.0 <= a.live.1);
+            let ((s0, e0), (s1, e1)) = (plan.held(a), plan.held(b));
+            let both_live = s0 <= e1 && s1 <= e0;
             if both_live && overlaps(a_bytes, (b.offset, b.offset.saturating_add(b.bytes))) {
                 let (x, y) = (i.min(j), i.max(j));
                 return Err(E::Overlap {

@@ -49,7 +49,7 @@ pub struct CompileOptions {
     /// Overrides the model's batch size.
     pub batch: Option<usize>,
     /// Overrides the optimizer's learning rate.
-    pub lr: Option<f32>,
+    pub lr: Option<dmc_grammar::model::LearningRate>,
     /// Maximum arena size in bytes: the fused weight-gradient chunks shrink until the plan fits,
     /// else `compile` fails with [`CompileError::CapExceeded`].
     pub cap: Option<u64>,
@@ -86,7 +86,7 @@ pub fn context(model: &Model, opts: &CompileOptions) -> passes::Ctx {
     let mut optimizer = model.train.optimizer;
     if let Some(new) = opts.lr {
         match &mut optimizer {
-            Optimizer::Sgd { lr, .. } | Optimizer::Adam { lr, .. } => *lr = new,
+            Optimizer::Sgd { lr, .. } | Optimizer::Adam { lr, .. } => *lr = new.get(),
         }
     }
     passes::Ctx {

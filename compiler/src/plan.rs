@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::op::{DType, Op, Signature};
-pub use dmc_grammar::model::Optimizer;
+pub use dmc_grammar::model::{LearningRate, Optimizer};
 
 pub type BufferId = usize;
 
@@ -179,3 +179,33 @@ pub struct Plan {
 }
 
 pub const FORMAT_VERSION: u32 = 1;
+
+impl Plan {
+    /// Whether the runtime reads buffer `id` after the last step: the output always, the loss
+    /// except in predict plans (whose `loss` is a never-written placeholder).
+    pub fn read_after_steps(&self, id: BufferId) -> bool {
+        id == self.output.buffer || (id == self.loss && self.mode != Mode::Predict)
+    }
+
+    /// The inclusive range of steps during which the bytes of `b` must not be touched by another
+    /// buffer: the one rule shared by the compiler's plan checker and the runtime's. Persistent
+    /// buffers hold for ever; inputs from before the first step (`set_input` writes them); buffers
+    /// the runtime reads after the last step ([`Plan::read_after_steps`]) to the end; every other
+    /// buffer its declared `live` range.
+    pub fn held(&self, b: &Buffer) -> (usize, usize) {
+        if b.persistent {
+            return (0, usize::MAX);
+        }
+        let start = if b.kind == BufferKind::Input {
+            0
+        } else {
+            b.live.0
+        };
+        let end = if self.read_after_steps(b.id) {
+            usize::MAX
+        } else {
+            b.live.1
+        };
+        (start, end)
+    }
+}

@@ -97,7 +97,7 @@ fn adam_keeps_two_moments() {
 #[test]
 fn lr_override_reaches_the_update_kernels() {
     let opts = CompileOptions {
-        lr: Some(0.5),
+        lr: Some(dmc_grammar::model::LearningRate::new(0.5).unwrap()),
         verify: true,
         ..Default::default()
     };

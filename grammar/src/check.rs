@@ -2065,9 +2065,40 @@ impl<'a> Checker<'a> {
             )
             .label("out of range"))
         };
+        // A value the check accepts must survive the conversion to f32 the update uses (1e39 is
+        // infinite there, 1e-50 zero).
+        let as_f32 = |k: &str, v: f64| -> Result<f32, Error> {
+            let f = v as f32;
+            if f.is_finite() && (v == 0.0 || f != 0.0) {
+                return Ok(f);
+            }
+            let s = b.get(k).map_or(e.span, |x| x.1);
+            Err(err(
+                Kind::Training,
+                s,
+                format!("`{k}` = {v:?} does not fit in f32 (it would become {f})"),
+            )
+            .label("out of f32 range")
+            .help(format!(
+                "use a value between {:e} and {:e}",
+                f32::MIN_POSITIVE,
+                f32::MAX
+            )))
+        };
         let lr_default = if op == "sgd" { 0.01 } else { 0.001 };
         let lr = b.float("lr", lr_default)?;
         range("lr", lr, 0.0, f64::INFINITY, false)?;
+        let lr = LearningRate::new(lr).map_err(|reason| {
+            let s = b.get("lr").map_or(e.span, |x| x.1);
+            err(Kind::Training, s, reason)
+                .label("unusable learning rate")
+                .help(format!(
+                    "use a value between {:e} and {:e}, typically 1e-4 to 0.1",
+                    f32::MIN_POSITIVE,
+                    f32::MAX
+                ))
+        })?;
+        let lr = lr.get();
         if op == "sgd" {
             let momentum = b.float("momentum", 0.0)?;
             range("momentum", momentum, 0.0, 1.0, true)?;
@@ -2086,8 +2117,8 @@ impl<'a> Checker<'a> {
             }
             return Ok(Optimizer::Sgd {
                 lr: lr as f32,
-                momentum: momentum as f32,
-                weight_decay: weight_decay as f32,
+                momentum: as_f32("momentum", momentum)?,
+                weight_decay: as_f32("weight_decay", weight_decay)?,
                 nesterov,
             });
         }
@@ -2146,10 +2177,10 @@ impl<'a> Checker<'a> {
         range("weight_decay", weight_decay, 0.0, f64::INFINITY, true)?;
         Ok(Optimizer::Adam {
             lr: lr as f32,
-            beta1: beta1 as f32,
-            beta2: beta2 as f32,
-            eps: eps as f32,
-            weight_decay: weight_decay as f32,
+            beta1: as_f32("beta1", beta1)?,
+            beta2: as_f32("beta2", beta2)?,
+            eps: as_f32("eps", eps)?,
+            weight_decay: as_f32("weight_decay", weight_decay)?,
             decoupled,
         })
     }

@@ -152,6 +152,74 @@ pub struct Loss {
     pub span: Span,
 }
 
+/// A learning rate training can use: a finite, positive number that is a normal `f32` (so it is
+/// neither rounded to 0 nor to infinity where the update uses it). The one type through which every
+/// learning rate enters dmc: the `.dm` optimizer, `dmc run --lr`, [`CompileOptions`]'s override and
+/// the runtime's check of a plan.
+///
+/// [`CompileOptions`]: https://docs.rs/dmc-compiler
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct LearningRate(f32);
+
+impl LearningRate {
+    /// Validates `v`; the error says what is wrong with it (without the "what to do", which
+    /// depends on where the value came from).
+    pub fn new(v: f64) -> Result<Self, String> {
+        // 1e39, not 1000000000000000000000000000000000000000
+        let show = |v: f64| {
+            if v != 0.0 && (v.abs() >= 1e6 || v.abs() < 1e-4) {
+                format!("{v:e}")
+            } else {
+                format!("{v}")
+            }
+        };
+        if v.is_nan() {
+            return Err("the learning rate must be a number, found NaN".into());
+        }
+        if v <= 0.0 {
+            return Err(format!("the learning rate must be positive, found {}", show(v)));
+        }
+        if v.is_infinite() || v > f32::MAX as f64 {
+            return Err(format!(
+                "the learning rate {} is too large: it becomes infinite as f32 (largest {:e})",
+                show(v),
+                f32::MAX
+            ));
+        }
+        let f = v as f32;
+        if !f.is_normal() {
+            return Err(format!(
+                "the learning rate {} is too small: as f32 it becomes {f:e} (smallest usable {:e})",
+                show(v),
+                f32::MIN_POSITIVE
+            ));
+        }
+        Ok(LearningRate(f))
+    }
+
+    /// The value as used by the update.
+    pub fn get(self) -> f32 {
+        self.0
+    }
+}
+
+impl std::str::FromStr for LearningRate {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let v: f64 = s
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{s}` is not a number"))?;
+        LearningRate::new(v)
+    }
+}
+
+impl std::fmt::Display for LearningRate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum Optimizer {
     /// v = momentum*v + g + wd*w ; w -= lr * (nesterov ? g + wd*w + momentum*v : v)

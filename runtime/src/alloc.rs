@@ -92,3 +92,26 @@ unsafe impl GlobalAlloc for CountingAlloc {
         p
     }
 }
+
+/// The machine's physical memory in bytes (`None` where it cannot be read): the bound for what a
+/// host-side buffer (the CPU arena, a data file read whole, a synthetic data set) may need.
+pub fn physical_memory() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        // SAFETY: sysconf only reads system configuration values.
+        let (pages, page) = unsafe {
+            (
+                libc::sysconf(libc::_SC_PHYS_PAGES),
+                libc::sysconf(libc::_SC_PAGESIZE),
+            )
+        };
+        if pages > 0 && page > 0 {
+            return (pages as u64).checked_mul(page as u64);
+        }
+        None
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}

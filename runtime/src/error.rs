@@ -22,8 +22,10 @@ pub enum RuntimeError {
         expected: DType,
         got: DType,
     },
-    #[error("cannot allocate the arena of {bytes} bytes")]
+    #[error("cannot allocate the arena of {bytes} bytes; use a smaller --batch, or --vram-cap to make the plan smaller")]
     Alloc { bytes: u64 },
+    #[error("the plan's arena of {bytes} bytes is larger than this machine's memory ({memory} bytes); use a smaller --batch, or --vram-cap {memory} to plan a step that fits")]
+    ArenaTooLarge { bytes: u64, memory: u64 },
     #[error("bad plan: {0}")]
     BadPlan(String),
     #[error("step {step} (`{label}`): label {label_value} of row {row} is outside 0..{classes}")]

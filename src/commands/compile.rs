@@ -1,7 +1,6 @@
 //! `dmc compile FILE -o DIR`: writes the execution plan (`plan.json`) of the training step.
 
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use dmc_compiler::plan::Mode;
@@ -81,26 +80,10 @@ pub struct Args {
     pub arch: Option<String>,
 }
 
-/// Writes `bytes` to `path` atomically: a temporary file in the same directory, then a rename.
+/// Writes `bytes` to `path` atomically (the runtime's one atomic write: temp file, fsync, rename;
+/// never over a non-regular file; no temp file left behind).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("out");
-    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    let fail = |e: std::io::Error| {
-        let _ = fs::remove_file(&tmp);
-        CliError::Message(format!(
-            "cannot write `{}`: {e}; check that the directory is writable",
-            path.display()
-        ))
-    };
-    let mut f = fs::File::create(&tmp).map_err(fail)?;
-    f.write_all(bytes).map_err(fail)?;
-    f.sync_all().map_err(fail)?;
-    fs::rename(&tmp, path).map_err(fail)?;
-    Ok(())
+    Ok(dmc_runtime::io::write_file_atomic(path, bytes)?)
 }
 
 pub fn run(args: Args) -> Result<(), CliError> {

@@ -2,6 +2,7 @@
 //! (clap derive) and a `run(args) -> Result<(), CliError>`, then add a variant to [`Command`].
 
 mod check;
+mod checkpoint;
 mod compile;
 mod cuda;
 mod plan;

@@ -1,19 +1,18 @@
 //! `dmc run`, `dmc eval`, `dmc predict`: compile a program, bind data and weights, drive the backend.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
 use dmc_compiler::op::DType;
-use dmc_compiler::plan::{Mode, Plan};
+use dmc_compiler::plan::{LearningRate, Mode, Plan};
 use dmc_compiler::CompileOptions;
 use dmc_grammar::model::{LossKind, Model};
 use dmc_runtime::io::{self, Dataset, Task, TensorRole, TensorSpec};
 use dmc_runtime::{Backend, BackendKind, InputData};
 use indicatif::{ProgressBar, ProgressStyle};
 
+use super::checkpoint::{self, Saved};
 use crate::report::CliError;
 use crate::size::{human, parse_size};
 
@@ -81,9 +80,9 @@ pub struct RunArgs {
     /// Number of epochs over the data.
     #[arg(long)]
     pub epochs: Option<usize>,
-    /// Learning rate (overrides the program's optimizer).
-    #[arg(long)]
-    pub lr: Option<f32>,
+    /// Learning rate (overrides the program's optimizer): a positive number such as 0.01.
+    #[arg(long, value_parser = parse_lr)]
+    pub lr: Option<LearningRate>,
     /// Validation data (same format as --data); reports loss (and accuracy) after each epoch.
     #[arg(long, value_name = "FILE", conflicts_with = "val_split")]
     pub val: Option<String>,
@@ -119,6 +118,12 @@ pub struct PredictArgs {
 }
 
 const DEFAULT_SEED: u64 = 0;
+
+/// `--lr`: through the one validated learning-rate type.
+fn parse_lr(s: &str) -> Result<LearningRate, String> {
+    s.parse::<LearningRate>()
+        .map_err(|e| format!("{e}; pass a positive number such as 0.01 (written `--lr=1e-3`)"))
+}
 
 /// Loads and checks a program.
 pub fn load_model(file: &Path) -> Result<Model, CliError> {
@@ -158,7 +163,7 @@ fn compile(
     model: &Model,
     common: &CommonArgs,
     mode: Mode,
-    lr: Option<f32>,
+    lr: Option<LearningRate>,
 ) -> Result<Plan, CliError> {
     let opts = CompileOptions {
         mode,
@@ -326,21 +331,6 @@ fn init_params(be: &mut Backend, init: Option<&Path>, seed: u64) -> Result<(), C
     Ok(())
 }
 
-fn save(be: &Backend, path: &Path) -> Result<(), CliError> {
-    let params = be.params()?;
-    let tensors: Vec<(String, Vec<usize>, &[f32])> = params
-        .iter()
-        .map(|(n, s, d)| (n.clone(), s.clone(), d.as_ref()))
-        .collect();
-    io::save_weights(path, &tensors)?;
-    Ok(())
-}
-
-fn all_params_finite(be: &Backend) -> bool {
-    be.params()
-        .is_ok_and(|p| p.iter().all(|(_, _, d)| d.iter().all(|v| v.is_finite())))
-}
-
 /// Metrics over a data set: mean loss and (for classification) accuracy, computed per sample from the
 /// network's outputs so that padded samples of the last batch are not counted.
 pub struct Metrics {
@@ -422,28 +412,55 @@ fn fmt_metrics(m: &Metrics) -> String {
     }
 }
 
+/// How the training loop ended (errors aside).
+enum LoopEnd {
+    /// Every requested step ran.
+    Finished,
+    /// A signal asked to stop.
+    Interrupted,
+    /// The loss of this step was NaN or infinite (the step halted before its update).
+    NonFinite { at: usize },
+}
+
+/// What the loop has done so far; read after it ended, whatever ended it.
+#[derive(Default)]
+struct Progress {
+    steps: usize,
+    last_loss: Option<f32>,
+    step_time: Duration,
+    /// The first write error of `--loss-log` (training goes on; reported after saving).
+    loss_log_error: Option<String>,
+}
+
+/// Stops with [`CliError::Interrupted`] when a signal arrived before training started: nothing was
+/// trained, so nothing is saved.
+fn stop_before_training(save: Option<&Path>) -> Result<(), CliError> {
+    if crate::signals::stop_requested() {
+        return Err(CliError::Interrupted(match save {
+            Some(p) => format!(
+                "before training started: nothing was trained and {} was not written",
+                p.display()
+            ),
+            None => "before training started".into(),
+        }));
+    }
+    Ok(())
+}
+
 /// `dmc run`.
 pub fn run(args: &RunArgs) -> Result<(), CliError> {
-    // Ctrl-C from here on stops after the current step and saves (with --save).
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let stop = stop.clone();
-        // A second Ctrl-C while saving kills the process the usual way.
-        let _ = ctrlc::set_handler(move || {
-            if stop.swap(true, Ordering::SeqCst) {
-                std::process::exit(130);
-            }
-        });
-    }
-
+    // A signal from here on stops after the current step (and saves, with --save).
+    crate::signals::graceful();
     let c = &args.common;
+    let save_path = args.save.as_deref();
     let kind = resolve_device(c.device, c.quiet)?;
     let model = load_model(&c.file)?;
     let seed = seed_of(c, &model);
-    if let Some(p) = &args.save {
+    if let Some(p) = save_path {
         io::check_writable(p)?;
     }
     let plan = compile(&model, c, Mode::Train, args.lr)?;
+    stop_before_training(save_path)?;
     let batch = plan.batch;
 
     let data = load_data(
@@ -475,7 +492,14 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     let per_epoch = train.len() / batch;
     let (total_steps, epochs) = match (args.steps, args.epochs.or(model.train.epochs)) {
         (Some(s), _) => (s, s.div_ceil(per_epoch)),
-        (None, Some(e)) => (e * per_epoch, e),
+        (None, Some(e)) => (
+            e.checked_mul(per_epoch).ok_or_else(|| {
+                CliError::Usage(format!(
+                    "{e} epochs of {per_epoch} steps is more steps than can be counted; pass fewer --epochs or a --steps count"
+                ))
+            })?,
+            e,
+        ),
         (None, None) => (per_epoch, 1),
     };
 
@@ -492,6 +516,13 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
         Some(_) => Some(Backend::new(kind, compile(&model, c, Mode::Eval, None)?)?),
         None => None,
     };
+    let mut loss_log = match &args.loss_log {
+        Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p).map_err(
+            |e| CliError::Usage(format!("--loss-log {}: {e}", p.display())),
+        )?)),
+        None => None,
+    };
+    stop_before_training(save_path)?;
 
     if !c.quiet {
         eprintln!(
@@ -513,97 +544,127 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
         .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
 
-    let mut loss_log = match &args.loss_log {
-        Some(p) => Some(std::io::BufWriter::new(std::fs::File::create(p).map_err(
-            |e| CliError::Usage(format!("--loss-log {}: {e}", p.display())),
-        )?)),
-        None => None,
-    };
-    let mut feeder = Feeder::new(&plan, true);
     dmc_runtime::alloc::reset_peak();
     let base = dmc_runtime::alloc::current();
-    let mut step: usize = 0;
-    let mut last_loss = f32::NAN;
-    let mut step_time = Duration::ZERO;
-    let mut interrupted = false;
-    let mut nan_at: Option<usize> = None;
-    'outer: for epoch in 0..epochs {
-        let order = train.epoch(batch, seed, epoch as u64)?;
-        for idx in order.batches() {
-            if step >= total_steps {
-                break 'outer;
+    let mut progress = Progress::default();
+    let ended = (|| -> Result<LoopEnd, CliError> {
+        let mut feeder = Feeder::new(&plan, true);
+        for epoch in 0..epochs {
+            let order = train.epoch(batch, seed, epoch as u64)?;
+            for idx in order.batches() {
+                if progress.steps >= total_steps {
+                    return Ok(LoopEnd::Finished);
+                }
+                if crate::signals::stop_requested() {
+                    return Ok(LoopEnd::Interrupted);
+                }
+                feeder.feed(&mut be, &train, idx)?;
+                let t0 = Instant::now();
+                let loss = be.run(progress.steps as u64 + 1, seed)?;
+                let dt = t0.elapsed();
+                progress.step_time += dt;
+                progress.steps += 1;
+                if let (Some(w), None) = (loss_log.as_mut(), &progress.loss_log_error) {
+                    use std::io::Write;
+                    let line = format!("{} {loss} {:.3}\n", progress.steps, dt.as_secs_f64() * 1e3);
+                    if let Err(e) = w.write_all(line.as_bytes()) {
+                        pb.println(format!("warning: --loss-log: {e}; training goes on"));
+                        progress.loss_log_error = Some(e.to_string());
+                    }
+                }
+                if !loss.is_finite() {
+                    return Ok(LoopEnd::NonFinite { at: progress.steps });
+                }
+                progress.last_loss = Some(loss);
+                let sps =
+                    (progress.steps * batch) as f64 / progress.step_time.as_secs_f64().max(1e-9);
+                pb.set_message(format!("loss {loss:.6}  {sps:.1} samples/s"));
+                pb.inc(1);
             }
-            if stop.load(Ordering::SeqCst) {
-                interrupted = true;
-                break 'outer;
+            if let (Some(vb), Some(v)) = (val_be.as_mut(), val.as_ref()) {
+                for (name, _, data) in be.params()? {
+                    vb.set_param(&name, &data)?;
+                }
+                let m = evaluate(vb, &model, v, batch)?;
+                let line = format!("epoch {}: validation {}", epoch + 1, fmt_metrics(&m));
+                if pb.is_hidden() {
+                    eprintln!("{line}");
+                } else {
+                    pb.println(line);
+                }
             }
-            feeder.feed(&mut be, &train, idx)?;
-            let t0 = Instant::now();
-            let loss = be.run(step as u64 + 1, seed)?;
-            let dt = t0.elapsed();
-            step_time += dt;
-            step += 1;
-            if let Some(w) = loss_log.as_mut() {
-                use std::io::Write;
-                let _ = writeln!(w, "{step} {loss} {:.3}", dt.as_secs_f64() * 1e3);
-            }
-            if !loss.is_finite() {
-                nan_at = Some(step);
-                break 'outer;
-            }
-            last_loss = loss;
-            let sps = (step * batch) as f64 / step_time.as_secs_f64().max(1e-9);
-            pb.set_message(format!("loss {loss:.6}  {sps:.1} samples/s"));
-            pb.inc(1);
         }
-        if let (Some(vb), Some(v)) = (val_be.as_mut(), val.as_ref()) {
-            for (name, _, data) in be.params()? {
-                vb.set_param(&name, &data)?;
-            }
-            let m = evaluate(vb, &model, v, batch)?;
-            let line = format!("epoch {}: validation {}", epoch + 1, fmt_metrics(&m));
-            if pb.is_hidden() {
-                eprintln!("{line}");
-            } else {
-                pb.println(line);
-            }
-        }
-    }
+        Ok(LoopEnd::Finished)
+    })();
     pb.finish_and_clear();
     if let Some(mut w) = loss_log.take() {
         use std::io::Write;
-        w.flush()
-            .map_err(|e| CliError::Usage(format!("--loss-log: {e}")))?;
+        if let Err(e) = w.flush() {
+            progress.loss_log_error.get_or_insert(e.to_string());
+        }
     }
-    // The arena was allocated once, before the steps; everything else the steps allocated is on top.
-    let extra = dmc_runtime::alloc::peak().saturating_sub(base);
-    let measured = arena_measured as u64 + extra as u64;
 
-    if let Some(at) = nan_at {
+    // Save, whatever ended the loop (the rules are in `checkpoint`).
+    let saved = checkpoint::save_after_training(
+        &be,
+        save_path,
+        progress.steps,
+        args.steps == Some(0),
+    );
+    let ended = match ended {
+        Ok(end) => end,
+        Err(e) => {
+            match &saved {
+                Ok(s) => {
+                    if let Some(d) = s.describe() {
+                        eprintln!("note: after {} completed steps {d}", progress.steps);
+                    }
+                }
+                Err(se) => eprintln!("note: saving the weights failed too: {se}"),
+            }
+            return Err(e);
+        }
+    };
+    if let LoopEnd::NonFinite { at } = ended {
+        let last = match progress.last_loss {
+            Some(l) => format!("last finite loss {l:.6}"),
+            None => "no finite loss before it".to_string(),
+        };
         let mut msg = format!(
-            "training stopped: the loss became NaN or infinite at step {at} (last finite loss {last_loss:.6}); \
+            "training stopped: the loss became NaN or infinite at step {at} ({last}); \
              lower the learning rate (--lr) or check the data for extreme values"
         );
-        if let Some(p) = &args.save {
-            if all_params_finite(&be) {
-                save(&be, p)?;
-                msg.push_str(&format!("; the last weights were saved to {}", p.display()));
-            } else {
-                msg.push_str(&format!(
-                    "; the weights already contain NaN/Inf, so {} was NOT overwritten",
-                    p.display()
-                ));
+        match saved {
+            Ok(s) => {
+                if let Some(d) = s.describe() {
+                    msg.push_str(&format!("; {d}"));
+                }
             }
+            Err(CliError::Io(e)) if matches!(*e, io::IoError::NonFiniteWeights { .. }) => {
+                if let Some(p) = save_path {
+                    msg.push_str(&format!(
+                        "; the weights already contain NaN/Inf, so {} was NOT overwritten",
+                        p.display()
+                    ));
+                }
+            }
+            Err(e) => msg.push_str(&format!("; saving the weights failed: {e}")),
         }
         return Err(CliError::Training(msg));
     }
-    if let Some(p) = &args.save {
-        save(&be, p)?;
-    }
-    let per_step = step_time.as_secs_f64() / step.max(1) as f64;
+    let saved = saved?;
+
+    // The arena was allocated once, before the steps; everything else the steps allocated is on top.
+    let extra = dmc_runtime::alloc::peak().saturating_sub(base);
+    let measured = arena_measured as u64 + extra as u64;
+    let per_step = progress.step_time.as_secs_f64() / progress.steps.max(1) as f64;
     println!(
-        "{} steps, final loss {last_loss:.6}, {} ms/step; memory: planned arena {} ({} B), measured peak {} B (arena {} B + {} B other allocations during steps){}",
-        step,
+        "{} steps, final loss {}, {} ms/step; memory: planned arena {} ({} B), measured peak {} B (arena {} B + {} B other allocations during steps){}",
+        progress.steps,
+        match progress.last_loss {
+            Some(l) => format!("{l:.6}"),
+            None => "none".into(),
+        },
         // three significant digits at least: 0.734, 5.82, 447.9
         match per_step * 1e3 {
             ms if ms < 1.0 => format!("{ms:.3}"),
@@ -615,9 +676,10 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
         measured,
         arena_measured,
         extra,
-        match &args.save {
-            Some(p) => format!(", weights saved to {}", p.display()),
-            None => String::new(),
+        match &saved {
+            Saved::Written(p) => format!(", weights saved to {}", p.display()),
+            Saved::Skipped(why) => format!("; {why}"),
+            Saved::NotAsked => String::new(),
         }
     );
     if !c.quiet {
@@ -639,8 +701,20 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
             human(r.conventional.total),
         );
     }
-    if interrupted {
-        return Err(CliError::Interrupted);
+    if let Some(e) = progress.loss_log_error {
+        let p = args.loss_log.as_deref().unwrap_or(Path::new("?"));
+        return Err(CliError::Usage(format!(
+            "--loss-log {}: writing failed ({e}), so the log is incomplete{}; free disk space or choose another path",
+            p.display(),
+            saved.describe().map(|d| format!(" ({d})")).unwrap_or_default()
+        )));
+    }
+    if let LoopEnd::Interrupted = ended {
+        return Err(CliError::Interrupted(format!(
+            "after {} steps{}",
+            progress.steps,
+            saved.describe().map(|d| format!(": {d}")).unwrap_or_default()
+        )));
     }
     Ok(())
 }

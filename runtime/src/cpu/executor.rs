@@ -43,7 +43,13 @@ pub(crate) struct Arena {
 }
 
 impl Arena {
+    /// Allocates `bytes` zeroed bytes. An arena larger than the machine's physical memory is
+    /// refused up front (the allocation could succeed lazily and the process be killed later).
     pub(crate) fn new(bytes: u64) -> Result<Self, RuntimeError> {
+        let memory = crate::alloc::physical_memory();
+        if let Some(mem) = memory.filter(|&m| bytes > m) {
+            return Err(RuntimeError::ArenaTooLarge { bytes, memory: mem });
+        }
         let size = usize::try_from(bytes)
             .map_err(|_| RuntimeError::Alloc { bytes })?
             .max(1);
@@ -831,7 +837,7 @@ pub(crate) fn poison_lists(plan: &Plan) -> Vec<Vec<BufferId>> {
     let mut out = vec![Vec::new(); plan.steps.len()];
     let views = view_buffers(plan);
     for b in &plan.buffers {
-        if b.persistent || b.id == plan.loss || b.id == plan.output.buffer || b.bytes == 0 {
+        if b.persistent || plan.read_after_steps(b.id) || b.bytes == 0 {
             continue;
         }
         let end = b.live.1;
@@ -855,6 +861,10 @@ pub(crate) fn poison_lists(plan: &Plan) -> Vec<Vec<BufferId>> {
 /// Checks everything the executor's `unsafe` relies on, and the shapes every kernel assumes.
 pub(crate) fn validate(plan: &Plan) -> Result<(), RuntimeError> {
     let arena = plan.arena_bytes;
+    if plan.mode == dmc_compiler::plan::Mode::Train {
+        dmc_compiler::plan::LearningRate::new(plan.optimizer.lr() as f64)
+            .map_err(|reason| bad(format!("optimizer: {reason}")))?;
+    }
     for (i, b) in plan.buffers.iter().enumerate() {
         if b.id != i {
             return Err(bad(format!("buffer #{i} has id {}", b.id)));
@@ -989,30 +999,13 @@ pub(crate) fn validate(plan: &Plan) -> Result<(), RuntimeError> {
 }
 
 /// The plan's own memory claim, checked statically: two buffers whose byte ranges overlap must
-/// never be live at the same time (by their declared `live` ranges; persistent buffers, the loss
-/// and the output, which are read after the last step, count as live to the end; inputs, written
-/// before the first step, as live from step 0). Buffers with
+/// never be live at the same time (by [`Plan::held`], the rule the compiler's plan checker uses
+/// too: declared `live` ranges, persistent buffers always, inputs from step 0, the output and the
+/// loss of train/eval plans to the end). Buffers with
 /// exactly the same range are views of one value (e.g. `Reshape`) and are exempt. A wrong
 /// *declared* live range is not caught here: that is what poison mode is for.
 fn check_memory(plan: &Plan) -> Result<(), RuntimeError> {
-    let span = |b: &Buffer| {
-        if b.persistent {
-            (0, usize::MAX)
-        } else {
-            // inputs are written by `set_input` before the first step
-            let start = if b.kind == BufferKind::Input {
-                0
-            } else {
-                b.live.0
-            };
-            let end = if b.id == plan.loss || b.id == plan.output.buffer {
-                usize::MAX
-            } else {
-                b.live.1
-            };
-            (start, end)
-        }
-    };
+    let span = |b: &Buffer| plan.held(b);
     let views = view_buffers(plan);
     let mut order: Vec<&Buffer> = plan.buffers.iter().filter(|b| b.bytes > 0).collect();
     order.sort_by_key(|b| (b.offset, b.id));
@@ -1028,7 +1021,7 @@ fn check_memory(plan: &Plan) -> Result<(), RuntimeError> {
             let ((s0, e0), (s1, e1)) = (span(a), span(b));
             if s0 <= e1 && s1 <= e0 {
                 return Err(bad(format!(
-                    "buffers `{}` [{}, +{}) live {:?} and `{}` [{}, +{}) live {:?} share memory                      while both live",
+                    "buffers `{}` [{}, +{}) live {:?} and `{}` [{}, +{}) live {:?} share memory while both live",
                     a.name, a.offset, a.bytes, a.live, b.name, b.offset, b.bytes, b.live
                 )));
             }

@@ -227,6 +227,34 @@ impl Epoch {
     }
 }
 
+/// The bytes [`Dataset::synthetic`] allocates (inputs, targets and the teachers' weights), without
+/// overflow.
+fn synthetic_bytes(specs: &[TensorSpec], samples: usize, task: Task) -> u128 {
+    let samples = samples as u128;
+    let len = |s: &TensorSpec| s.per_sample_shape.iter().fold(1u128, |a, &d| a.saturating_mul(d as u128));
+    let features: u128 = specs
+        .iter()
+        .filter(|s| s.role == TensorRole::Input)
+        .map(len)
+        .fold(0, u128::saturating_add);
+    let mut total = samples.saturating_mul(features);
+    for s in specs.iter().filter(|s| s.role == TensorRole::Target) {
+        let l = len(s);
+        let (teacher, data) = match task {
+            Task::Regression => (l.saturating_mul(features), samples.saturating_mul(l)),
+            Task::Classification { classes } => {
+                let c = classes as u128;
+                (
+                    l.saturating_mul(c).saturating_mul(features),
+                    samples.saturating_mul(l.saturating_add(c)),
+                )
+            }
+        };
+        total = total.saturating_add(teacher).saturating_add(data);
+    }
+    total.saturating_mul(4)
+}
+
 impl Dataset {
     /// Loads data for `specs` from:
     /// - a `.safetensors` file whose tensors are named after the inputs/targets, samples first;
@@ -264,6 +292,14 @@ impl Dataset {
                     expected: "pass a .safetensors file, a directory of <name>.npy files, or a list like x=a.npy,y=b.npy",
                 }),
             };
+        }
+        if let Ok(m) = std::fs::metadata(path) {
+            // It exists but is neither a file nor a directory: a FIFO, a device, a socket.
+            return Err(IoError::NotRegularFile {
+                path: path.to_path_buf(),
+                kind: super::files::kind_of(&m),
+                what: "data file",
+            });
         }
         if text.contains(',') || text.contains('=') || ext.as_deref() == Some("npy") {
             return Self::load_npy_list(&text, specs);
@@ -472,6 +508,13 @@ impl Dataset {
             if classes > i32::MAX as usize {
                 return fail(format!("{classes} classes do not fit in i32 labels"));
             }
+        }
+        let need = synthetic_bytes(specs, samples, task);
+        let limit = crate::alloc::physical_memory().map_or(1u128 << 32, |m| m as u128 / 2);
+        if need > limit {
+            return fail(format!(
+                "{samples} samples of this program's inputs and targets (with the teacher's weights) need {need} bytes, more than half this machine's memory ({limit} bytes); pass a smaller --synthetic-samples, or real data with --data"
+            ));
         }
         let mut columns = Vec::with_capacity(specs.len());
         // Inputs first (stream 1), so that the teachers can read them.

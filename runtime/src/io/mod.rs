@@ -37,19 +37,21 @@
 //! ```
 
 pub mod data;
+pub mod files;
 pub mod npy;
 pub mod predict;
 pub mod weights;
 
 use std::fmt;
-use std::fs;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 pub use data::{epoch_order, BatchData, Dataset, Epoch, Task, TensorRole, TensorSpec};
 pub use npy::{read_npy, write_npy_f32, write_npy_i32, NpyArray};
 pub use predict::{write_tensor, write_tensor_i32};
+pub use files::{remove_temp_files_in_flight, write_file_atomic};
 pub use weights::{check_writable, load_weights, save_weights};
+
+pub(crate) use files::{atomic_write, read_file};
 
 /// Formats a list of names as `a, b, c` (or `(none)`).
 pub(crate) struct NameList<'a>(pub &'a [String]);
@@ -107,6 +109,29 @@ pub enum IoError {
         path: PathBuf,
         #[source]
         source: std::io::Error,
+    },
+
+    #[error("{path} is a {kind}, not a regular file; dmc reads {what}s from regular files only (a FIFO or device may never end): copy the contents to a file first")]
+    NotRegularFile {
+        path: PathBuf,
+        kind: &'static str,
+        what: &'static str,
+    },
+
+    #[error("{what} {path} is {bytes} bytes, more than this machine's memory ({limit} bytes); use a smaller file or a machine with more memory")]
+    TooLarge {
+        path: PathBuf,
+        what: &'static str,
+        bytes: u64,
+        limit: u64,
+    },
+
+    #[error("the weights hold a non-finite value ({value}) in `{name}` at flat index {index}, so they were not written and {path} is untouched; lower the learning rate (--lr) or check the data, and resume from the last good weights")]
+    NonFiniteWeights {
+        path: PathBuf,
+        name: String,
+        index: usize,
+        value: f32,
     },
 
     #[error("cannot save to {path}: {reason}; {hint}")]
@@ -420,89 +445,6 @@ pub(crate) fn decode_wide(ty: ElemType, bytes: &[u8]) -> Vec<Wide> {
             ElemType::F64 => Wide::Float(f64::from_le_bytes(c.try_into().unwrap())),
         })
         .collect()
-}
-
-/// Reads a whole file, mapping "not found" to [`IoError::NotFound`].
-pub(crate) fn read_file(path: &Path, what: &'static str) -> Result<Vec<u8>, IoError> {
-    fs::read(path).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            IoError::NotFound {
-                path: path.to_path_buf(),
-                what,
-            }
-        } else {
-            IoError::Read {
-                path: path.to_path_buf(),
-                source: e,
-            }
-        }
-    })
-}
-
-/// The temp file used for an atomic write of `path`: `.<name>.tmp.<pid>` in the same directory.
-pub(crate) fn temp_path(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "out".to_string());
-    let tmp = format!(".{name}.tmp.{}", std::process::id());
-    match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.join(tmp),
-        _ => PathBuf::from(tmp),
-    }
-}
-
-/// Writes a file atomically: `write` fills a temp file in the same directory, which is then
-/// fsynced and renamed over `path`. On any error the temp file is removed and `path` is untouched.
-pub(crate) fn atomic_write(
-    path: &Path,
-    write: impl FnOnce(&mut std::io::BufWriter<fs::File>) -> std::io::Result<()>,
-) -> Result<(), IoError> {
-    if path.is_dir() {
-        return Err(IoError::NotWritable {
-            path: path.to_path_buf(),
-            reason: "it is a directory".into(),
-            hint: "pass a file path, e.g. <dir>/weights.safetensors".into(),
-        });
-    }
-    let tmp = temp_path(path);
-    let result = (|| -> std::io::Result<()> {
-        let file = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)?;
-        let mut w = std::io::BufWriter::new(file);
-        write(&mut w)?;
-        w.flush()?;
-        let file = w.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()?;
-        drop(file);
-        fs::rename(&tmp, path)?;
-        // Make the rename durable (best effort: not every platform can fsync a directory).
-        if let Some(dir) = path.parent() {
-            let dir = if dir.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                dir
-            };
-            if let Ok(d) = fs::File::open(dir) {
-                let _ = d.sync_all();
-            }
-        }
-        Ok(())
-    })();
-    result.map_err(|e| {
-        let _ = fs::remove_file(&tmp);
-        // A missing or unwritable directory gets the clearer diagnosis of `check_writable`.
-        match weights::check_writable(path) {
-            Err(diagnosed) => diagnosed,
-            Ok(()) => IoError::Write {
-                path: path.to_path_buf(),
-                source: e,
-            },
-        }
-    })
 }
 
 /// Levenshtein distance (for "did you mean" suggestions).

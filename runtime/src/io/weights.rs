@@ -55,7 +55,10 @@ pub(crate) fn write_safetensors(
 
 /// Saves parameters as a `.safetensors` file, atomically: the data goes to `.<name>.tmp.<pid>` in
 /// the same directory, is fsynced and renamed over `path`; on error the temp file is removed and
-/// an existing `path` is left untouched.
+/// an existing `path` is left untouched. Weights holding NaN or Inf are refused
+/// ([`IoError::NonFiniteWeights`]): a diverged run never replaces a good file. A `path` that exists
+/// and is not a regular file (a device, a FIFO) is never replaced; a symbolic link is written
+/// through (see [`super::files`]).
 pub fn save_weights(path: &Path, tensors: &[(String, Vec<usize>, &[f32])]) -> Result<(), IoError> {
     let mut views = Vec::with_capacity(tensors.len());
     let mut seen = HashSet::new();
@@ -74,6 +77,14 @@ pub fn save_weights(path: &Path, tensors: &[(String, Vec<usize>, &[f32])]) -> Re
                 second: path.to_path_buf(),
             });
         }
+        if let Some((index, &value)) = data.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+            return Err(IoError::NonFiniteWeights {
+                path: path.to_path_buf(),
+                name: name.clone(),
+                index,
+                value,
+            });
+        }
         views.push((
             name.clone(),
             RawView {
@@ -86,9 +97,12 @@ pub fn save_weights(path: &Path, tensors: &[(String, Vec<usize>, &[f32])]) -> Re
     write_safetensors(path, &views)
 }
 
-/// Checks, before training starts, that `path` can be written: its directory exists and a file
-/// can be created there (a temp file is created and deleted), and `path` is not a directory.
+/// Checks, before training starts, that `path` can be written: it is not a directory, device,
+/// FIFO or other non-regular file (a symbolic link is checked at the file it names), its directory
+/// exists and a file can be created there (a temp file is created and deleted).
 pub fn check_writable(path: &Path) -> Result<(), IoError> {
+    let resolved = super::files::write_target(path)?;
+    let path = resolved.as_path();
     let err = |reason: String, hint: &str| IoError::NotWritable {
         path: path.to_path_buf(),
         reason,

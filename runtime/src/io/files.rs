@@ -1,0 +1,287 @@
+//! Reading and writing whole files, in one place, with the rules every command relies on:
+//!
+//! * reads refuse what is not a regular file (a FIFO, `/dev/zero`, a socket: they may never end)
+//!   and files larger than this machine's memory, before reading anything;
+//! * writes are atomic (a temp file `.<name>.tmp.<pid>` in the target's directory, fsync, rename),
+//!   never replace something that is not a regular file (a device node, a FIFO, a directory), and
+//!   write *through* a symbolic link to the regular file it names (the link stays a link);
+//! * a temp file is removed on every error path; the temp files being written are registered, so a
+//!   signal handler that ends the process can remove them ([`remove_temp_files_in_flight`]); and
+//!   the temp files of earlier processes that were killed (SIGKILL, power loss) are swept away the
+//!   next time the same file is written.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use super::IoError;
+
+/// Temp files being written right now, for [`remove_temp_files_in_flight`].
+static IN_FLIGHT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Removes the temp files of atomic writes in progress. For a handler that ends the process in
+/// the middle of a save (a second Ctrl-C): the target is untouched and nothing is left behind.
+pub fn remove_temp_files_in_flight() {
+    let list = match IN_FLIGHT.lock() {
+        Ok(l) => l.clone(),
+        Err(poisoned) => poisoned.into_inner().clone(),
+    };
+    for p in list {
+        let _ = fs::remove_file(p);
+    }
+}
+
+/// Registers a temp file while it exists; deregisters (and removes it, if still there) on drop.
+struct InFlight(PathBuf);
+
+impl InFlight {
+    fn new(p: PathBuf) -> InFlight {
+        if let Ok(mut l) = IN_FLIGHT.lock() {
+            l.push(p.clone());
+        }
+        InFlight(p)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        // After a successful rename the temp path no longer exists: this is a no-op then.
+        let _ = fs::remove_file(&self.0);
+        if let Ok(mut l) = IN_FLIGHT.lock() {
+            l.retain(|p| p != &self.0);
+        }
+    }
+}
+
+/// What kind of file system object `m` is, in words.
+pub(crate) fn kind_of(m: &fs::Metadata) -> &'static str {
+    let t = m.file_type();
+    if t.is_dir() {
+        return "directory";
+    }
+    if t.is_symlink() {
+        return "symbolic link";
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_char_device() {
+            return "character device";
+        }
+        if t.is_block_device() {
+            return "block device";
+        }
+        if t.is_fifo() {
+            return "FIFO (named pipe)";
+        }
+        if t.is_socket() {
+            return "socket";
+        }
+    }
+    if t.is_file() {
+        "regular file"
+    } else {
+        "special file"
+    }
+}
+
+/// Reads a whole regular file. A missing file is [`IoError::NotFound`]; a FIFO, device or socket
+/// is [`IoError::NotRegularFile`] (nothing is read from it); a file larger than the machine's
+/// memory is [`IoError::TooLarge`].
+pub(crate) fn read_file(path: &Path, what: &'static str) -> Result<Vec<u8>, IoError> {
+    let read_err = |e: std::io::Error| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            IoError::NotFound {
+                path: path.to_path_buf(),
+                what,
+            }
+        } else {
+            IoError::Read {
+                path: path.to_path_buf(),
+                source: e,
+            }
+        }
+    };
+    let meta = fs::metadata(path).map_err(read_err)?;
+    if !meta.is_file() {
+        return Err(IoError::NotRegularFile {
+            path: path.to_path_buf(),
+            kind: kind_of(&meta),
+            what,
+        });
+    }
+    if let Some(mem) = crate::alloc::physical_memory() {
+        if meta.len() > mem {
+            return Err(IoError::TooLarge {
+                path: path.to_path_buf(),
+                what,
+                bytes: meta.len(),
+                limit: mem,
+            });
+        }
+    }
+    // Bounded even if the file grows while it is read.
+    let mut out = Vec::new();
+    out.try_reserve_exact(meta.len() as usize)
+        .map_err(|_| IoError::TooLarge {
+            path: path.to_path_buf(),
+            what,
+            bytes: meta.len(),
+            limit: crate::alloc::physical_memory().unwrap_or(0),
+        })?;
+    let f = fs::File::open(path).map_err(read_err)?;
+    std::io::Read::read_to_end(&mut std::io::Read::take(f, meta.len()), &mut out)
+        .map_err(read_err)?;
+    Ok(out)
+}
+
+/// The file an atomic write of `path` replaces: `path` itself, or the regular file a symbolic link
+/// at `path` points to. Fails when it exists and is not a regular file.
+pub(crate) fn write_target(path: &Path) -> Result<PathBuf, IoError> {
+    let refuse = |kind: &'static str| IoError::NotWritable {
+        path: path.to_path_buf(),
+        reason: format!("it is a {kind}, not a regular file, and dmc only replaces regular files"),
+        hint: "choose a path to a regular file, e.g. out/weights.safetensors".into(),
+    };
+    match fs::symlink_metadata(path) {
+        Err(_) => Ok(path.to_path_buf()),
+        Ok(m) if m.file_type().is_symlink() => match fs::metadata(path) {
+            // A link to a regular file: write the file it names, keep the link.
+            Ok(t) if t.is_file() => fs::canonicalize(path).map_err(|e| IoError::NotWritable {
+                path: path.to_path_buf(),
+                reason: format!("cannot resolve the symbolic link: {e}"),
+                hint: "choose a path to a regular file".into(),
+            }),
+            Ok(t) => Err(IoError::NotWritable {
+                path: path.to_path_buf(),
+                reason: format!(
+                    "it is a symbolic link to a {}, not to a regular file",
+                    kind_of(&t)
+                ),
+                hint: "choose a path to a regular file, e.g. out/weights.safetensors".into(),
+            }),
+            Err(_) => Err(IoError::NotWritable {
+                path: path.to_path_buf(),
+                reason: "it is a symbolic link to nothing (dangling)".into(),
+                hint: "remove the link or choose another path".into(),
+            }),
+        },
+        Ok(m) if m.is_file() => Ok(path.to_path_buf()),
+        Ok(m) if m.is_dir() => Err(IoError::NotWritable {
+            path: path.to_path_buf(),
+            reason: "it is a directory".into(),
+            hint: "pass a file path, e.g. <dir>/weights.safetensors".into(),
+        }),
+        Ok(m) => Err(refuse(kind_of(&m))),
+    }
+}
+
+fn dir_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+fn temp_prefix(path: &Path) -> String {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "out".to_string());
+    format!(".{name}.tmp.")
+}
+
+/// The temp file used for an atomic write of `path`: `.<name>.tmp.<pid>` in the same directory.
+pub(crate) fn temp_path(path: &Path) -> PathBuf {
+    dir_of(path).join(format!("{}{}", temp_prefix(path), std::process::id()))
+}
+
+/// Whether process `pid` is alive (on Unix: it exists, even if owned by someone else).
+fn process_alive(pid: u32) -> bool {
+    #[cfg(unix)]
+    {
+        let Ok(pid) = libc::pid_t::try_from(pid) else {
+            return false;
+        };
+        // SAFETY: signal 0 only checks for existence and permission; no signal is sent.
+        let r = unsafe { libc::kill(pid, 0) };
+        r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pid;
+        true
+    }
+}
+
+/// Removes `.<name>.tmp.<pid>` files next to `path` left by processes that no longer exist (a save
+/// killed by SIGKILL or a power loss). Best effort: errors are ignored.
+pub(crate) fn sweep_stale_temps(path: &Path) {
+    let prefix = temp_prefix(path);
+    let Ok(entries) = fs::read_dir(dir_of(path)) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let is_file = e.file_type().is_ok_and(|t| t.is_file());
+        if is_file && pid != std::process::id() && !process_alive(pid) {
+            let _ = fs::remove_file(e.path());
+        }
+    }
+}
+
+/// Writes a file atomically: `write` fills a temp file in the target's directory, which is then
+/// fsynced and renamed over the target ([`write_target`]: `path`, or the regular file a link at
+/// `path` names). On any error the temp file is removed and the target is untouched.
+pub(crate) fn atomic_write(
+    path: &Path,
+    write: impl FnOnce(&mut std::io::BufWriter<fs::File>) -> std::io::Result<()>,
+) -> Result<(), IoError> {
+    let target = write_target(path)?;
+    sweep_stale_temps(&target);
+    let tmp = temp_path(&target);
+    let guard = InFlight::new(tmp.clone());
+    let result = (|| -> std::io::Result<()> {
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)?;
+        let mut w = std::io::BufWriter::new(file);
+        write(&mut w)?;
+        w.flush()?;
+        let file = w.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        drop(file);
+        fs::rename(&tmp, &target)?;
+        // Make the rename durable (best effort: not every platform can fsync a directory).
+        if let Ok(d) = fs::File::open(dir_of(&target)) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    })();
+    drop(guard);
+    result.map_err(|e| {
+        // A missing or unwritable directory gets the clearer diagnosis of `check_writable`.
+        match super::weights::check_writable(path) {
+            Err(diagnosed) => diagnosed,
+            Ok(()) => IoError::Write {
+                path: path.to_path_buf(),
+                source: e,
+            },
+        }
+    })
+}
+
+/// Writes `bytes` to `path` atomically (see [`atomic_write`]): for plans, reports and drawings.
+pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> Result<(), IoError> {
+    atomic_write(path, |w| w.write_all(bytes))
+}
