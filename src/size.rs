@@ -37,8 +37,26 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
             ))
         }
     };
+    let too_large = || {
+        format!("`{s}` is too large: a size must be below 2^64 bytes (16 EiB); {help}")
+    };
+    // Whole numbers exactly (no f64 rounding of a 20-digit byte count).
+    if !num.contains('.') {
+        let n: u128 = num.parse().map_err(|_| too_large())?;
+        let bytes = n.checked_mul(mult as u128).ok_or_else(too_large)?;
+        if bytes == 0 {
+            return Err(format!(
+                "`{s}` is not a usable size: it must be at least 1 byte; {help}"
+            ));
+        }
+        return u64::try_from(bytes).map_err(|_| too_large());
+    }
     let bytes = value * mult;
-    if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 {
+    // 2^64 exactly: `u64::MAX as f64` rounds up to it, so compare with >=.
+    if bytes.is_finite() && bytes >= 18_446_744_073_709_551_616.0 {
+        return Err(too_large());
+    }
+    if !bytes.is_finite() || bytes.round() < 1.0 {
         return Err(format!(
             "`{s}` is not a usable size: it must be at least 1 byte; {help}"
         ));
@@ -75,11 +93,27 @@ mod tests {
         assert_eq!(parse_size("840 MB"), Ok(840_000_000));
         assert_eq!(parse_size("64KiB"), Ok(65_536));
         assert_eq!(parse_size("2_000B"), Ok(2_000));
+        assert_eq!(parse_size("18446744073709551615"), Ok(u64::MAX));
+        assert_eq!(parse_size("16777215TiB"), Ok(16_777_215 << 40));
     }
 
     #[test]
     fn rejects_malformed_sizes_with_a_reason() {
-        for bad in ["", "MB", "1.2.3G", "12 parsecs", "-5MB", "0", "0.1B", "1e9"] {
+        for bad in [
+            "",
+            "MB",
+            "1.2.3G",
+            "12 parsecs",
+            "-5MB",
+            "0",
+            "0.1B",
+            "1e9",
+            "18446744073709551616",
+            "18446744073709551616.0",
+            "99999999999999999999999999999999999999999",
+            "16777216TiB",
+            "20000000000TB",
+        ] {
             let e = parse_size(bad).unwrap_err();
             assert!(e.contains("size"), "{bad}: {e}");
         }

@@ -15,6 +15,16 @@ pub enum CompileError {
     /// The checked model is not what the compiler expects (dangling reference, missing param...).
     #[error("invalid model: {0}")]
     InvalidModel(String),
+    /// The batch makes the step's values too large to plan (or to count in 64 bits).
+    #[error(
+        "batch {batch}: the step's forward values alone would need {bytes} bytes, more than dmc plans ({limit} bytes); use a smaller --batch"
+    )]
+    TooLarge {
+        batch: usize,
+        /// Saturating: at most `u128::MAX`.
+        bytes: u128,
+        limit: u64,
+    },
     /// Shape inference rejected a node while building the graph.
     #[error("node `{node}` ({op}): {source} [inputs: {inputs}]")]
     Shape {

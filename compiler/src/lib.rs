@@ -538,11 +538,11 @@ pub fn sweep(model: &Model, opts: &CompileOptions, points: usize) -> Result<Swee
     })
 }
 
-/// The largest batch (up to `limit`) whose training step fits `opts.cap`, with its plan's arena.
+/// The largest batch whose training step fits `opts.cap`, with its plan's arena. There is no
+/// ceiling but the one every compile has ([`CompileError::TooLarge`], which counts as not fitting).
 pub fn max_batch(
     model: &Model,
     opts: &CompileOptions,
-    limit: usize,
 ) -> Result<Option<(usize, u64)>, CompileError> {
     let fits = |b: usize| -> Result<Option<u64>, CompileError> {
         match compile(
@@ -554,7 +554,7 @@ pub fn max_batch(
             },
         ) {
             Ok(p) => Ok(Some(p.arena_bytes)),
-            Err(CompileError::CapExceeded { .. }) => Ok(None),
+            Err(CompileError::CapExceeded { .. } | CompileError::TooLarge { .. }) => Ok(None),
             Err(e) => Err(e),
         }
     };
@@ -563,8 +563,10 @@ pub fn max_batch(
     };
     // Doubling, then bisection between the last batch that fits and the first that does not.
     let mut hi = None;
-    while hi.is_none() && best.0 < limit {
-        let b = (best.0 * 2).min(limit);
+    while hi.is_none() {
+        let Some(b) = best.0.checked_mul(2) else {
+            break;
+        };
         match fits(b)? {
             Some(a) => best = (b, a),
             None => hi = Some(b),

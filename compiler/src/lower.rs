@@ -45,6 +45,39 @@ pub fn stable_hash(s: &str) -> u64 {
     h
 }
 
+/// The most bytes the forward values (inputs, targets, every layer's output) and parameters of one
+/// step may need: 4 PiB. Every byte count the planner derives from them (gradients, workspaces,
+/// offsets, the arena) then stays far from `u64` overflow.
+pub const MAX_FORWARD_BYTES: u64 = 1 << 52;
+
+/// Refuses a batch whose forward values exceed [`MAX_FORWARD_BYTES`] (counted without overflow).
+fn check_size(model: &Model, batch: usize) -> Result<(), CompileError> {
+    let elems = |s: &[usize]| s.iter().fold(1u128, |a, &d| a.saturating_mul(d as u128));
+    let per_sample = model
+        .inputs
+        .iter()
+        .chain(&model.targets)
+        .map(|d| elems(&d.shape))
+        .chain(model.nodes.iter().map(|n| elems(&n.shape)))
+        .fold(0u128, u128::saturating_add);
+    let params = model
+        .params()
+        .map(|p| elems(&p.shape))
+        .fold(0u128, u128::saturating_add);
+    let bytes = per_sample
+        .saturating_mul(batch as u128)
+        .saturating_add(params)
+        .saturating_mul(4);
+    if bytes > MAX_FORWARD_BYTES as u128 {
+        return Err(CompileError::TooLarge {
+            batch,
+            bytes,
+            limit: MAX_FORWARD_BYTES,
+        });
+    }
+    Ok(())
+}
+
 /// Builds the forward graph of `model` for `batch` samples per step.
 pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
     if batch == 0 {
@@ -52,6 +85,7 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
             "batch size must be positive".into(),
         ));
     }
+    check_size(model, batch)?;
     let mut g = Graph::new(batch);
     // Inputs (forward) and targets (read by the loss) are both fed by the runtime: `Op::Input` leaves.
     let mut leaves =

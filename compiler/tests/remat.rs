@@ -203,7 +203,7 @@ fn max_batch_is_the_largest_that_fits() {
     let cap = compile(&m, &opts(None, RematMode::Off))
         .unwrap()
         .arena_bytes;
-    let (b, arena) = dmc_compiler::max_batch(&m, &opts(Some(cap), RematMode::Auto), 4096)
+    let (b, arena) = dmc_compiler::max_batch(&m, &opts(Some(cap), RematMode::Auto))
         .unwrap()
         .unwrap();
     assert!(arena <= cap && b >= 8, "{b} {arena}");
@@ -216,7 +216,7 @@ fn max_batch_is_the_largest_that_fits() {
         Err(CompileError::CapExceeded { .. })
     ));
     // Without remat the batch is smaller or equal.
-    let (b_off, _) = dmc_compiler::max_batch(&m, &opts(Some(cap), RematMode::Off), 4096)
+    let (b_off, _) = dmc_compiler::max_batch(&m, &opts(Some(cap), RematMode::Off))
         .unwrap()
         .unwrap();
     assert!(b_off <= b && b_off >= 8);

@@ -69,7 +69,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     };
     if args.max_batch {
         let cap = args.vram_cap.unwrap_or(u64::MAX);
-        let found = dmc_compiler::max_batch(&model, &opts, 1 << 20)?;
+        let found = dmc_compiler::max_batch(&model, &opts)?;
         match found {
             Some((b, arena)) => println!(
                 "{}: the largest batch that fits {} is {b} (arena {}, remat {})",

@@ -89,7 +89,8 @@ pub struct RunArgs {
     /// Hold out this fraction of the data for validation.
     #[arg(long, value_name = "FRACTION")]
     pub val_split: Option<f64>,
-    /// Save the trained weights here (.safetensors, written atomically; also on Ctrl-C and on NaN).
+    /// Save the trained weights here (.safetensors, atomically; also on Ctrl-C/SIGTERM and on errors
+    /// after training started; never untrained or non-finite weights, nor the ones that gave a NaN loss).
     #[arg(long, value_name = "FILE")]
     pub save: Option<PathBuf>,
     /// Samples in the synthetic data set used without --data.
@@ -106,6 +107,9 @@ pub struct RunArgs {
 pub struct EvalArgs {
     #[command(flatten)]
     pub common: CommonArgs,
+    /// Samples in the synthetic data set used without --data.
+    #[arg(long, default_value_t = 1024)]
+    pub synthetic_samples: usize,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -115,6 +119,9 @@ pub struct PredictArgs {
     /// Where to write the outputs (.safetensors or .npy), one row per input sample.
     #[arg(long, short, value_name = "FILE")]
     pub output: PathBuf,
+    /// Samples in the synthetic data set used without --data.
+    #[arg(long, default_value_t = 64)]
+    pub synthetic_samples: usize,
 }
 
 const DEFAULT_SEED: u64 = 0;
@@ -425,6 +432,7 @@ enum LoopEnd {
 /// What the loop has done so far; read after it ended, whatever ended it.
 #[derive(Default)]
 struct Progress {
+    /// Completed steps: their loss was finite and their update ran.
     steps: usize,
     last_loss: Option<f32>,
     step_time: Duration,
@@ -560,21 +568,23 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
                 }
                 feeder.feed(&mut be, &train, idx)?;
                 let t0 = Instant::now();
-                let loss = be.run(progress.steps as u64 + 1, seed)?;
+                let step = progress.steps + 1;
+                let loss = be.run(step as u64, seed)?;
                 let dt = t0.elapsed();
                 progress.step_time += dt;
-                progress.steps += 1;
                 if let (Some(w), None) = (loss_log.as_mut(), &progress.loss_log_error) {
                     use std::io::Write;
-                    let line = format!("{} {loss} {:.3}\n", progress.steps, dt.as_secs_f64() * 1e3);
+                    let line = format!("{step} {loss} {:.3}\n", dt.as_secs_f64() * 1e3);
                     if let Err(e) = w.write_all(line.as_bytes()) {
                         pb.println(format!("warning: --loss-log: {e}; training goes on"));
                         progress.loss_log_error = Some(e.to_string());
                     }
                 }
                 if !loss.is_finite() {
-                    return Ok(LoopEnd::NonFinite { at: progress.steps });
+                    // Halted before its update: not a completed step.
+                    return Ok(LoopEnd::NonFinite { at: step });
                 }
+                progress.steps = step;
                 progress.last_loss = Some(loss);
                 let sps =
                     (progress.steps * batch) as f64 / progress.step_time.as_secs_f64().max(1e-9);
@@ -604,13 +614,28 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
         }
     }
 
-    // Save, whatever ended the loop (the rules are in `checkpoint`).
-    let saved = checkpoint::save_after_training(
-        &be,
-        save_path,
-        progress.steps,
-        args.steps == Some(0),
-    );
+    // Save, whatever ended the loop (the rules are in `checkpoint`), except after a non-finite
+    // loss: the weights now in the arena are the ones that produced it.
+    let saved = match &ended {
+        Ok(LoopEnd::NonFinite { .. }) => Ok(match save_path {
+            Some(p) => Saved::Skipped(format!(
+                "the weights that gave this loss were NOT saved, so {} {}",
+                p.display(),
+                if p.exists() {
+                    "is untouched: resume from it with --init and a lower --lr"
+                } else {
+                    "was not written"
+                }
+            )),
+            None => Saved::NotAsked,
+        }),
+        _ => checkpoint::save_after_training(
+            &be,
+            save_path,
+            progress.steps,
+            args.steps == Some(0),
+        ),
+    };
     let ended = match ended {
         Ok(end) => end,
         Err(e) => {
@@ -634,21 +659,8 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
             "training stopped: the loss became NaN or infinite at step {at} ({last}); \
              lower the learning rate (--lr) or check the data for extreme values"
         );
-        match saved {
-            Ok(s) => {
-                if let Some(d) = s.describe() {
-                    msg.push_str(&format!("; {d}"));
-                }
-            }
-            Err(CliError::Io(e)) if matches!(*e, io::IoError::NonFiniteWeights { .. }) => {
-                if let Some(p) = save_path {
-                    msg.push_str(&format!(
-                        "; the weights already contain NaN/Inf, so {} was NOT overwritten",
-                        p.display()
-                    ));
-                }
-            }
-            Err(e) => msg.push_str(&format!("; saving the weights failed: {e}")),
+        if let Some(d) = saved?.describe() {
+            msg.push_str(&format!("; {d}"));
         }
         return Err(CliError::Training(msg));
     }
@@ -730,7 +742,15 @@ pub fn eval(args: &EvalArgs) -> Result<(), CliError> {
     let seed = seed_of(c, &model);
     let plan = compile(&model, c, Mode::Eval, None)?;
     let batch = plan.batch;
-    let ds = load_data(&plan, &model, c.data.as_deref(), 1024, seed, c.quiet, true)?;
+    let ds = load_data(
+        &plan,
+        &model,
+        c.data.as_deref(),
+        args.synthetic_samples,
+        seed,
+        c.quiet,
+        true,
+    )?;
     let mut be = Backend::new(kind, plan)?;
     init_params(&mut be, c.init.as_deref(), seed)?;
     let m = evaluate(&mut be, &model, &ds, batch)?;
@@ -750,7 +770,15 @@ pub fn predict(args: &PredictArgs) -> Result<(), CliError> {
     let seed = seed_of(c, &model);
     let plan = compile(&model, c, Mode::Predict, None)?;
     let batch = plan.batch;
-    let ds = load_data(&plan, &model, c.data.as_deref(), 64, seed, c.quiet, false)?;
+    let ds = load_data(
+        &plan,
+        &model,
+        c.data.as_deref(),
+        args.synthetic_samples,
+        seed,
+        c.quiet,
+        false,
+    )?;
     let mut be = Backend::new(kind, plan.clone())?;
     init_params(&mut be, c.init.as_deref(), seed)?;
     let mut feeder = Feeder::new(&plan, false);

@@ -227,6 +227,16 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     })
 }
 
+/// Checks a cached shared object against its `.sha256` file (why not, as a phrase).
+fn verify_entry(so: &Path, sum: &Path) -> Result<(), String> {
+    let want = std::fs::read_to_string(sum).map_err(|e| format!("no checksum: {e}"))?;
+    let bytes = std::fs::read(so).map_err(|e| format!("unreadable: {e}"))?;
+    if hex(&Sha256::digest(&bytes)) != want.trim() {
+        return Err(format!("checksum mismatch ({} bytes)", bytes.len()));
+    }
+    Ok(())
+}
+
 fn load(k: &CudaKernel, so: &Path) -> Result<(libloading::Library, LaunchFn), String> {
     // SAFETY: the library is one this module compiled from the host header and a generated
     // kernel; loading it runs no initialisers beyond the C runtime's.
@@ -259,17 +269,27 @@ pub fn compile_with(k: &CudaKernel, dir: &Path, switch: Switch) -> Result<EmuKer
     };
     std::fs::create_dir_all(dir).map_err(cache_err)?;
     let so = dir.join(format!("{key}.so"));
+    let sum = dir.join(format!("{key}.so.sha256"));
     if so.is_file() {
-        if let Ok((lib, launch)) = load(k, &so) {
-            return Ok(EmuKernel {
-                kernel: k.clone(),
-                path: so,
-                from_cache: true,
-                launch,
-                _lib: lib,
-            });
+        // `dlopen` of a damaged ELF can crash the process (SIGBUS/SIGSEGV), so an entry is loaded
+        // only when its bytes match the checksum written with it.
+        match verify_entry(&so, &sum) {
+            Ok(()) => {
+                if let Ok((lib, launch)) = load(k, &so) {
+                    return Ok(EmuKernel {
+                        kernel: k.clone(),
+                        path: so,
+                        from_cache: true,
+                        launch,
+                        _lib: lib,
+                    });
+                }
+            }
+            Err(why) => eprintln!(
+                "warning: emulator cache entry {} is damaged ({why}): rebuilding it",
+                so.display()
+            ),
         }
-        // a corrupt entry: rebuilt below
     }
     let cpp = dir.join(format!("{key}.cpp"));
     write_atomic(&cpp, src.as_bytes()).map_err(cache_err)?;
@@ -309,6 +329,10 @@ pub fn compile_with(k: &CudaKernel, dir: &Path, switch: Switch) -> Result<EmuKer
             log,
         });
     }
+    // The checksum first: a crash between the two writes leaves a mismatch (a rebuild), never an
+    // unchecked entry.
+    let bytes = std::fs::read(&tmp).map_err(cache_err)?;
+    write_atomic(&sum, hex(&Sha256::digest(&bytes)).as_bytes()).map_err(cache_err)?;
     std::fs::rename(&tmp, &so).map_err(cache_err)?;
     let (lib, launch) = load(k, &so).map_err(|message| EmuError::Load {
         kernel: k.name.clone(),
@@ -552,7 +576,24 @@ mod tests {
                 .expect("again")
                 .from_cache
         );
-        std::fs::write(&so, b"not an ELF file").expect("corrupt");
+        // Damage that `dlopen` would crash on (a truncated ELF, overwritten pages) or merely reject:
+        // each is detected by the checksum and rebuilt.
+        let good = std::fs::read(&so).expect("read");
+        let mut overwritten = good.clone();
+        let end = overwritten.len().min(4096 + 8192);
+        overwritten[4096.min(end)..end].fill(0xAB);
+        for damaged in [
+            good[..4096.min(good.len())].to_vec(),
+            good[..good.len() / 2].to_vec(),
+            overwritten,
+            b"not an ELF file".to_vec(),
+        ] {
+            std::fs::write(&so, &damaged).expect("corrupt");
+            let again = compile_with(&k, dir.path(), Switch::Fast).expect("rebuilt");
+            assert!(!again.from_cache, "a damaged entry was loaded");
+        }
+        // A missing checksum is a rebuild too (an entry from before checksums, or a crash).
+        std::fs::remove_file(so.with_extension("so.sha256")).expect("rm");
         let again = compile_with(&k, dir.path(), Switch::Fast).expect("rebuilt");
         assert!(!again.from_cache);
         let x = [1.0f32, -2.0, 3.0];
