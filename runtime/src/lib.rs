@@ -6,6 +6,7 @@ pub mod cpu;
 pub mod error;
 pub mod io;
 
+pub use cpu::executor::check_plan;
 pub use cpu::{CpuBackend, InputData};
 pub use error::RuntimeError;
 pub mod backend;

@@ -859,6 +859,14 @@ pub(crate) fn poison_lists(plan: &Plan) -> Vec<Vec<BufferId>> {
 }
 
 /// Checks everything the executor's `unsafe` relies on, and the shapes every kernel assumes.
+/// The runtime's own check of a plan, as every backend runs it before allocating anything:
+/// buffers inside the arena and aligned, no two live buffers sharing bytes (by [`Plan::held`]),
+/// every step's arguments of the right size, the optimizer's settings usable. Public so that tools
+/// (the fuzzer) can hold the compiler's plans to it without allocating an arena.
+pub fn check_plan(plan: &Plan) -> Result<(), RuntimeError> {
+    validate(plan)
+}
+
 pub(crate) fn validate(plan: &Plan) -> Result<(), RuntimeError> {
     let arena = plan.arena_bytes;
     if plan.mode == dmc_compiler::plan::Mode::Train {
