@@ -158,10 +158,7 @@ pub fn check(prog: &Program, src: &str) -> Result<Model, Error> {
             Item::Input(d) | Item::Target(d) => &d.name,
             _ => continue,
         };
-        scope
-            .later
-            .entry(name.name.clone())
-            .or_insert(name.span);
+        scope.later.entry(name.name.clone()).or_insert(name.span);
     }
     for item in &prog.items {
         match item {

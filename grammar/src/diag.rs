@@ -118,9 +118,15 @@ impl Diagnostic {
         let render = RenderSource::new(file, src, &spans);
         let render_span = render.map_span(span);
         let render_notes = notes.iter().map(|(s, _)| render.map_span(*s)).collect();
+        // A file error names the file: keep its path whole.
+        let message = if err.kind == Kind::File {
+            err.message
+        } else {
+            shorten_words(&err.message)
+        };
         Diagnostic {
             kind: err.kind,
-            message: shorten_words(&err.message),
+            message,
             file: file.to_string(),
             span,
             line,
@@ -175,7 +181,7 @@ pub const MAX_LINE_CHARS: usize = 240;
 /// Characters shown on each side of a labelled position in a windowed line.
 pub const WINDOW_CHARS: usize = 32;
 /// Words (runs without whitespace) longer than this in messages, labels and help are shortened.
-pub const MAX_WORD_CHARS: usize = 80;
+pub const MAX_WORD_CHARS: usize = 120;
 
 /// `text[ex..ex + len]` of the rendered text is `orig[orig..orig + len]` of the source.
 #[derive(Debug, Clone, Copy)]
@@ -436,8 +442,17 @@ pub fn render_plain(diag: &Diagnostic) -> String {
     render_with(diag, GraphicalTheme::unicode_nocolor())
 }
 
-/// Renders a diagnostic with a given miette theme (e.g. coloured for a terminal).
+/// Renders a diagnostic with a given miette theme (e.g. coloured for a terminal). A problem with
+/// the file as a whole (it cannot be read, is a directory or too large: there is no text to show)
+/// is one line, `error: <message>`, and its help.
 pub fn render_with(diag: &Diagnostic, theme: GraphicalTheme) -> String {
+    if diag.kind == Kind::File && diag.source_text().is_empty() {
+        let mut out = format!("error: {}\n", diag.message);
+        if let Some(h) = &diag.help {
+            out.push_str(&format!("  help: {h}\n"));
+        }
+        return out;
+    }
     let handler = GraphicalReportHandler::new_themed(theme)
         .with_width(100)
         .with_links(false)
