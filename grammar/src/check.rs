@@ -2,7 +2,7 @@
 //! [`Model`]. Every error is reported as a [`diag::Error`](crate::diag::Error) with a span.
 
 use crate::ast::*;
-use crate::diag::{line_col, Error, Kind};
+use crate::diag::{Error, Kind};
 use crate::model::*;
 use std::collections::{HashMap, HashSet};
 
@@ -34,6 +34,10 @@ pub const OPS: &[&str] = &[
 ];
 const LOSSES: &[&str] = &["mse", "cross_entropy"];
 const OPTIMIZERS: &[&str] = &["sgd", "adam", "adamw"];
+/// Bare names that are option values (`padding: same`, `activation: relu`, `bias: false`).
+const OPTION_WORDS: &[&str] = &[
+    "true", "false", "same", "valid", "none", "relu", "tanh", "sigmoid", "gelu",
+];
 
 /// A checked value during expansion.
 #[derive(Debug, Clone, PartialEq)]
@@ -69,8 +73,12 @@ struct Binding {
 struct Scope {
     vars: HashMap<String, Binding>,
     order: Vec<String>,
-    /// Names defined later in the same scope (for "defined later" hints).
+    /// Where every name of this scope is (first) defined: a use of a name before its definition
+    /// is an error.
     later: HashMap<String, Span>,
+    /// Only definitions starting before this offset are visible (the `loss`, checked after the
+    /// whole program, sees only what is defined above it).
+    horizon: Option<usize>,
     in_block: Option<String>,
 }
 
@@ -108,7 +116,6 @@ struct Frame {
 }
 
 struct Checker<'a> {
-    src: &'a str,
     inputs: Vec<TensorDecl>,
     targets: Vec<TensorDecl>,
     nodes: Vec<Node>,
@@ -127,7 +134,6 @@ fn err(kind: Kind, span: Span, msg: impl Into<String>) -> Error {
 /// Checks a parsed program and builds the [`Model`].
 pub fn check(prog: &Program, src: &str) -> Result<Model, Error> {
     let mut c = Checker {
-        src,
         inputs: vec![],
         targets: vec![],
         nodes: vec![],
@@ -143,16 +149,16 @@ pub fn check(prog: &Program, src: &str) -> Result<Model, Error> {
     };
     c.collect_blocks(prog)?;
     let mut scope = Scope::default();
-    // Names defined later, for better "unknown name" errors.
+    // Where values are defined: a use before the definition is an error.
     let mut loss: Option<&LossStmt> = None;
     let mut train: Option<&TrainSection> = None;
     for item in &prog.items {
-        if let Item::Let(l) = item {
-            scope
-                .later
-                .entry(l.name.name.clone())
-                .or_insert(l.name.span);
-        }
+        let name = match item {
+            Item::Let(l) => &l.name,
+            Item::Input(d) | Item::Target(d) => &d.name,
+            _ => continue,
+        };
+        scope.later.entry(name.name.clone()).or_insert(name.span);
     }
     for item in &prog.items {
         match item {
@@ -172,7 +178,7 @@ pub fn check(prog: &Program, src: &str) -> Result<Model, Error> {
             Item::Let(l) => {
                 c.no_block_clash(&l.name)?;
                 let v = c.eval(&l.value, &mut scope)?;
-                let v = c.storable(v, &l.value)?;
+                let v = c.storable(v, &l.value, &scope)?;
                 scope.define(&l.name, v, "value")?;
             }
             Item::Block(_) => {}
@@ -216,7 +222,11 @@ pub fn check(prog: &Program, src: &str) -> Result<Model, Error> {
             .label("expected a `loss` statement after this")
             .help("add e.g. `loss mse(out, y)` or `loss cross_entropy(logits, label)`"));
     };
+    // The loss is checked last (its layers are numbered after the program's), but sees only the
+    // values defined above it.
+    scope.horizon = Some(loss_stmt.span.start);
     let loss = c.loss(loss_stmt, &mut scope)?;
+    scope.horizon = None;
     let Some(train) = train else {
         return Err(err(
             Kind::Training,
@@ -479,11 +489,6 @@ impl Bound {
 }
 
 impl<'a> Checker<'a> {
-    fn at(&self, span: Span) -> String {
-        let (l, c) = line_col(self.src, span.start);
-        format!("{l}:{c}")
-    }
-
     fn step(&mut self, span: Span) -> Result<(), Error> {
         self.steps += 1;
         if self.steps > MAX_STEPS || self.nodes.len() > MAX_NODES {
@@ -699,9 +704,9 @@ impl<'a> Checker<'a> {
     }
 
     /// What may be bound to a name: tensors and numbers.
-    fn storable(&self, v: Val, e: &Expr) -> Result<Val, Error> {
+    fn storable(&self, v: Val, e: &Expr, scope: &Scope) -> Result<Val, Error> {
         match v {
-            Val::Sym(s) => Err(self.unknown_name(&s, e.span, None)),
+            Val::Sym(s) => Err(self.unknown_name(&s, e.span, Some(scope))),
             Val::Tuple(_) => Err(
                 err(Kind::Argument, e.span, "a tuple cannot be given a name")
                     .label("tuples are only used as arguments (e.g. `betas: (0.9, 0.999)`)"),
@@ -720,10 +725,7 @@ impl<'a> Checker<'a> {
         if let Some(s) = scope {
             if let Some(later) = s.later.get(name) {
                 if later.start > span.start {
-                    return e.help(format!(
-                        "`{name}` is defined later, at {}; define values before using them",
-                        self.at(*later)
-                    ));
+                    return self.before_definition(name, span, *later);
                 }
             }
             if let Some(b) = &s.in_block {
@@ -736,6 +738,20 @@ impl<'a> Checker<'a> {
             }
         }
         e
+    }
+
+    /// A use of `name` at `used` before its definition at `def`.
+    fn before_definition(&self, name: &str, used: Span, def: Span) -> Error {
+        err(
+            Kind::Name,
+            used,
+            format!("`{name}` is used before it is defined"),
+        )
+        .label("used here")
+        .note(def, format!("`{name}` is defined here, below its use"))
+        .help(format!(
+            "move the definition of `{name}` above its first use: values are defined before they are used"
+        ))
     }
 
     fn expect_tensor(
@@ -776,13 +792,24 @@ impl<'a> Checker<'a> {
         match &e.kind {
             ExprKind::Int(i) => Ok(Val::Int(*i)),
             ExprKind::Float(f) => Ok(Val::Float(*f)),
-            ExprKind::Name(n) => match scope.vars.get_mut(n) {
-                Some(b) => {
-                    b.used = true;
-                    Ok(b.val.clone())
+            ExprKind::Name(n) => {
+                let horizon = scope.horizon;
+                match scope.vars.get_mut(n) {
+                    Some(b) if !matches!(horizon, Some(h) if b.span.start > h) => {
+                        b.used = true;
+                        return Ok(b.val.clone());
+                    }
+                    _ => {}
                 }
-                None => Ok(Val::Sym(n.clone())),
-            },
+                // A name defined further down (not an option word such as `relu`, which may
+                // also name a value).
+                if let Some(def) = scope.later.get(n) {
+                    if def.start > e.span.start && !OPTION_WORDS.contains(&n.as_str()) {
+                        return Err(self.before_definition(n, e.span, *def));
+                    }
+                }
+                Ok(Val::Sym(n.clone()))
+            }
             ExprKind::Tuple(items) => {
                 let mut out = vec![];
                 for it in items {
@@ -1546,28 +1573,17 @@ impl<'a> Checker<'a> {
             in_block: Some(bname.clone()),
             ..Scope::default()
         };
-        for l in &b.body {
-            inner
-                .later
-                .entry(l.name.name.clone())
-                .or_insert(l.name.span);
+        // A parameter's default may use the parameters before it, and the body its own values
+        // above each use.
+        let names = b.params.iter().map(|p| &p.name);
+        for n in names.chain(b.body.iter().map(|l| &l.name)) {
+            inner.later.entry(n.name.clone()).or_insert(n.span);
         }
         for (i, p) in b.params.iter().enumerate() {
             let v = match vals[i].take() {
                 Some((v, s)) => {
                     if let Val::Sym(name) = &v {
-                        if !matches!(
-                            name.as_str(),
-                            "true"
-                                | "false"
-                                | "same"
-                                | "valid"
-                                | "none"
-                                | "relu"
-                                | "tanh"
-                                | "sigmoid"
-                                | "gelu"
-                        ) {
+                        if !OPTION_WORDS.contains(&name.as_str()) {
                             return Err(self.unknown_name(name, s, Some(scope)));
                         }
                     }
@@ -1639,7 +1655,7 @@ impl<'a> Checker<'a> {
             }
             self.no_block_clash(&l.name)?;
             let v = self.eval(&l.value, inner)?;
-            let v = self.storable(v, &l.value)?;
+            let v = self.storable(v, &l.value, inner)?;
             inner.define(&l.name, v, "value")?;
         }
         let v = self.eval(&b.ret, inner)?;

@@ -1,7 +1,8 @@
 //! Lexer (nom 8) and recursive-descent parser of the `.dm` language.
 //!
 //! The lexer uses nom combinators over `&str` and records byte spans as
-//! `original_len - rest_len`. The parser works on the token list and produces precise,
+//! `original_len - rest_len`. The parser pulls tokens from it on demand (one token of lookahead
+//! beyond the current one), so it stops reading at the first error, and produces precise,
 //! user-facing errors ("expected `)` to close the call started at 3:14").
 
 use crate::ast::*;
@@ -105,22 +106,41 @@ fn intern_punct(p: &str) -> &'static str {
     ALL.iter().copied().find(|q| *q == p).unwrap_or("?")
 }
 
-/// Splits a source into tokens (ending with `Eof`).
-pub fn lex(src: &str) -> Result<Vec<Token>, Error> {
-    let len = src.len();
-    let mut rest = src;
-    let mut toks = Vec::new();
-    loop {
+/// The tokens of a source, one at a time, on demand: the parser pulls them, so an error near the
+/// start of a large input is found without reading (or storing) the rest. After the `Eof` token or
+/// an error it yields nothing more.
+pub struct Lexer<'s> {
+    src: &'s str,
+    /// Byte offset of the rest.
+    pos: usize,
+    done: bool,
+}
+
+impl<'s> Lexer<'s> {
+    /// A byte-order mark (U+FEFF) at the very start is skipped like whitespace.
+    pub fn new(src: &'s str) -> Self {
+        let pos = if src.starts_with('\u{feff}') { 3 } else { 0 };
+        Lexer {
+            src,
+            pos,
+            done: false,
+        }
+    }
+
+    /// The next token (`Eof` at the end).
+    fn token(&mut self) -> Result<Token, Error> {
+        let len = self.src.len();
+        let mut rest = &self.src[self.pos..];
         if let Ok((r, ())) = trivia(rest) {
             rest = r;
         }
         let start = len - rest.len();
+        self.pos = start;
         if rest.is_empty() {
-            toks.push(Token {
+            return Ok(Token {
                 tok: Tok::Eof,
                 span: Span::new(len, len),
             });
-            return Ok(toks);
         }
         let (r, tok) = if let Ok((r, s)) = ident(rest) {
             (r, Tok::Ident(s.to_string()))
@@ -173,37 +193,97 @@ pub fn lex(src: &str) -> Result<Vec<Token>, Error> {
                 '*' | '/' => {
                     e.help("only `+` (elementwise add) is an operator; use layers for the rest")
                 }
+                '\u{feff}' => e.help("a byte-order mark is only allowed at the start of the file"),
                 _ => e,
             };
             return Err(e);
         };
         let end = len - r.len();
-        toks.push(Token {
+        self.pos = end;
+        Ok(Token {
             tok,
             span: Span::new(start, end),
-        });
-        rest = r;
+        })
     }
 }
 
-/// Parses a whole program.
+impl Iterator for Lexer<'_> {
+    type Item = Result<Token, Error>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let t = self.token();
+        self.done = !matches!(&t, Ok(t) if t.tok != Tok::Eof);
+        Some(t)
+    }
+}
+
+/// Splits a whole source into tokens (ending with `Eof`); stops at the first error.
+pub fn lex(src: &str) -> Result<Vec<Token>, Error> {
+    Lexer::new(src).collect()
+}
+
+/// Parses a whole program, lexing on demand: a lexical error is reported when the parser reaches
+/// it, so the first error in the text wins.
 pub fn parse(src: &str) -> Result<Program, Error> {
-    let toks = lex(src)?;
+    let mut lexer = Lexer::new(src);
+    let mut lex_error = None;
+    let first = pull(&mut lexer, &mut lex_error);
+    let second = if first.tok == Tok::Eof {
+        first.clone()
+    } else {
+        pull(&mut lexer, &mut lex_error)
+    };
     let mut p = P {
         src,
-        toks,
-        pos: 0,
+        lexer,
+        la: [first, second],
+        prev: None,
+        lex_error,
         depth: 0,
     };
-    p.program()
+    let r = p.program();
+    // The parser saw the lexical error as the end of the file; report the error itself.
+    match p.lex_error.take() {
+        Some(e) => Err(e),
+        None => r,
+    }
+}
+
+/// The next token; a lexical error is recorded and becomes an `Eof` token at its position, which
+/// the parser cannot get past.
+fn pull(lexer: &mut Lexer<'_>, lex_error: &mut Option<Error>) -> Token {
+    match lexer.next() {
+        Some(Ok(t)) => t,
+        Some(Err(e)) => {
+            let span = Span::new(e.span.start, e.span.start);
+            *lex_error = Some(e);
+            Token {
+                tok: Tok::Eof,
+                span,
+            }
+        }
+        None => {
+            let len = lexer.src.len();
+            Token {
+                tok: Tok::Eof,
+                span: Span::new(len, len),
+            }
+        }
+    }
 }
 
 const MAX_DEPTH: usize = 200;
 
 struct P<'s> {
     src: &'s str,
-    toks: Vec<Token>,
-    pos: usize,
+    lexer: Lexer<'s>,
+    /// The current token and the next one (both `Eof` at the end).
+    la: [Token; 2],
+    /// Span of the token before the current one.
+    prev: Option<Span>,
+    lex_error: Option<Error>,
     depth: usize,
 }
 
@@ -211,24 +291,29 @@ type R<T> = Result<T, Error>;
 
 impl<'s> P<'s> {
     fn peek(&self) -> &Token {
-        &self.toks[self.pos.min(self.toks.len() - 1)]
+        &self.la[0]
     }
+    /// The token `k` places ahead (`k` ≤ 1; further is the next one).
     fn peek_at(&self, k: usize) -> &Token {
-        &self.toks[(self.pos + k).min(self.toks.len() - 1)]
+        &self.la[k.min(1)]
     }
+    /// Moves on by one token (not past the end) and returns the current one.
     fn bump(&mut self) -> Token {
-        let t = self.peek().clone();
-        if self.pos < self.toks.len() - 1 {
-            self.pos += 1;
+        let t = self.la[0].clone();
+        if t.tok == Tok::Eof {
+            return t;
         }
+        self.prev = Some(t.span);
+        let next = if self.la[1].tok == Tok::Eof {
+            self.la[1].clone()
+        } else {
+            pull(&mut self.lexer, &mut self.lex_error)
+        };
+        self.la[0] = std::mem::replace(&mut self.la[1], next);
         t
     }
     fn prev_end(&self) -> usize {
-        if self.pos == 0 {
-            0
-        } else {
-            self.toks[self.pos - 1].span.end
-        }
+        self.prev.map_or(0, |s| s.end)
     }
     fn is_punct(&self, p: &str) -> bool {
         matches!(&self.peek().tok, Tok::Punct(q) if *q == p)
@@ -251,10 +336,7 @@ impl<'s> P<'s> {
     /// Whether the next token starts on a later line than the previous one ends (or is the end of
     /// file): errors are then shown after the previous token, where the missing text belongs.
     fn after_prev(&self) -> Option<Span> {
-        if self.pos == 0 {
-            return None;
-        }
-        let prev = self.toks[self.pos - 1].span;
+        let prev = self.prev?;
         let next = self.peek();
         let gap = &self.src[prev.end.min(self.src.len())
             ..next

@@ -174,6 +174,23 @@ fn loss_text(m: &Model) -> String {
     )
 }
 
+/// Names longer than this are shortened in the middle in the text table (the JSON has them whole).
+pub const TABLE_NAME_CHARS: usize = 60;
+
+/// A layer name as shown in the text table: at most [`TABLE_NAME_CHARS`] characters.
+fn table_name(name: &str) -> String {
+    let n = name.chars().count();
+    if n <= TABLE_NAME_CHARS {
+        return name.to_string();
+    }
+    let head: String = name.chars().take(TABLE_NAME_CHARS * 2 / 3).collect();
+    let tail: String = name
+        .chars()
+        .skip(n - (TABLE_NAME_CHARS - TABLE_NAME_CHARS * 2 / 3 - 1))
+        .collect();
+    format!("{head}…{tail}")
+}
+
 /// The summary as a text table (like Keras' `model.summary()`), with fp32 byte counts.
 pub fn summary_text(model: &Model) -> String {
     let (rows, t) = summary_rows(model);
@@ -188,7 +205,7 @@ pub fn summary_text(model: &Model) -> String {
         .iter()
         .map(|r| {
             [
-                format!("{} ({})", r.name, r.kind),
+                format!("{} ({})", table_name(&r.name), r.kind),
                 shape_text(&r.shape),
                 thousands(r.params),
                 thousands(r.output_bytes),
@@ -215,7 +232,8 @@ pub fn summary_text(model: &Model) -> String {
     for (c, r) in cells.iter().zip(&rows) {
         let mut row = c.to_vec();
         if !chain {
-            row.push(r.inputs.join(", "));
+            let inputs: Vec<String> = r.inputs.iter().map(|n| table_name(n)).collect();
+            row.push(inputs.join(", "));
         }
         table.push(row);
     }
@@ -233,11 +251,15 @@ pub fn summary_text(model: &Model) -> String {
             if i > 0 {
                 t.push_str("  ");
             }
-            // Names, shapes and connections are left-aligned; numbers right-aligned.
+            // Names, shapes and connections are left-aligned; numbers right-aligned. (Padded by
+            // hand: `format!` widths are limited to 65,535.)
+            let pad = " ".repeat(w[i].saturating_sub(cell.chars().count()));
             if matches!(i, 0 | 1 | 5) {
-                t.push_str(&format!("{cell:<width$}", width = w[i]));
+                t.push_str(cell);
+                t.push_str(&pad);
             } else {
-                t.push_str(&format!("{cell:>width$}", width = w[i]));
+                t.push_str(&pad);
+                t.push_str(cell);
             }
         }
         t.trim_end().to_string()

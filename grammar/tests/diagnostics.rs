@@ -82,6 +82,10 @@ fn cases() -> Vec<(&'static str, String)> {
         ("tuple_kernel", wrap("out = x |> conv2d(8, (3, 3)) |> flatten |> dense(1)")),
         ("no_parameters", wrap("out = x |> global_avgpool")),
         ("target_fed_to_layer", wrap("out = y |> dense(1)\nunused = x |> relu")),
+        // --- order, long lines, byte-order mark ---
+        ("loss_before_definition", format!("{HEAD}loss mse(out, y)\nout = x |> flatten |> dense(1)\ntrain {{ batch: 1, optimizer: sgd(lr: 0.01) }}\n")),
+        ("error_far_right", wrap(&format!("out = x |>{}conv2(8, 3) |> flatten |> dense(1)", " ".repeat(300)))),
+        ("byte_order_mark", "\u{feff}input x [16, 16, 1]\n".to_string()),
     ]
 }
 

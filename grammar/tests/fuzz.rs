@@ -11,6 +11,28 @@ const EXAMPLES: [&str; 4] = [
     include_str!("../../examples/deep_convnet.dm"),
 ];
 
+/// The examples, and variants that stress the reader and the renderer: a byte-order mark, lines
+/// longer than the rendered window, CRLF and lone CR line ends, the loss above its prediction.
+fn seeds() -> &'static [String] {
+    static SEEDS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    SEEDS.get_or_init(|| {
+        let mut v: Vec<String> = EXAMPLES.iter().map(|s| s.to_string()).collect();
+        v.push(format!("\u{feff}{}", EXAMPLES[1]));
+        v.push(EXAMPLES[1].replace(
+            "  |> dense(10) as classifier",
+            &format!(
+                "{}|> dense(10) as classifier # {}",
+                " ".repeat(300),
+                "c".repeat(300)
+            ),
+        ));
+        v.push(EXAMPLES[3].replace('\n', "\r\n").replacen("\r\n", "\r", 3));
+        let loss = "loss cross_entropy(logits, label)\n";
+        v.push(format!("{loss}{}", EXAMPLES[2].replace(loss, "")));
+        v
+    })
+}
+
 /// Tokens the mutations insert and the random programs are made of.
 const TOKENS: &[&str] = &[
     "input",
@@ -117,6 +139,8 @@ fn check(src: &str) -> Result<(), TestCaseError> {
             }
             prop_assert!(d.line >= 1 && d.col >= 1);
             let text = render_plain(&d);
+            let at = format!("fuzz.dm:{}:{}", d.line, d.col);
+            prop_assert!(text.contains(&at), "no {} in\n{}", at, text);
             let words = |t: &str| {
                 t.chars()
                     .filter(|c| !c.is_whitespace() && *c != '│')
@@ -244,8 +268,8 @@ fn apply(src: &str, m: &Mutation) -> String {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 80_000, failure_persistence: None, ..ProptestConfig::default() })]
     #[test]
-    fn mutated_examples(ex in 0usize..4, muts in prop::collection::vec(mutation(), 1..5)) {
-        let mut src = EXAMPLES[ex].to_string();
+    fn mutated_examples(ex in 0usize..8, muts in prop::collection::vec(mutation(), 1..5)) {
+        let mut src = seeds()[ex].clone();
         for m in &muts {
             src = apply(&src, m);
         }
@@ -268,6 +292,21 @@ proptest! {
     #[test]
     fn arbitrary_text(s in "\\PC{0,80}") {
         check(&s)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 3_000, failure_persistence: None, ..ProptestConfig::default() })]
+    /// A token (often an error) far right on a long line, or inside a long name.
+    #[test]
+    fn long_lines_and_names(ex in 0usize..8, at in any::<usize>(), pad in 0usize..3_000, tok in 0usize..TOKENS.len(), name in any::<bool>()) {
+        let src = &seeds()[ex];
+        let mut chars: Vec<char> = src.chars().collect();
+        let at = at % (chars.len() + 1);
+        let filler = if name { 'n' } else { ' ' };
+        let ins = filler.to_string().repeat(pad) + TOKENS[tok];
+        chars.splice(at..at, ins.chars());
+        check(&chars.into_iter().collect::<String>())?;
     }
 }
 

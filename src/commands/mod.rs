@@ -62,12 +62,8 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
     }
 }
 
-/// Reads and checks a `.dm` file (shared by all commands that take a program).
+/// Reads and checks a `.dm` file (shared by all commands that take a program). Reading is bounded
+/// (`dmc_grammar::MAX_SOURCE_BYTES`); unreadable, oversized and non-UTF-8 files are diagnostics.
 pub fn load_model(path: &Path) -> Result<dmc_grammar::Model, CliError> {
-    let src = std::fs::read_to_string(path)
-        .map_err(|e| CliError::Message(format!("cannot read `{}`: {e}", path.display())))?;
-    Ok(dmc_grammar::compile_source(
-        &src,
-        &path.display().to_string(),
-    )?)
+    Ok(dmc_grammar::compile_file(path)?)
 }
