@@ -104,6 +104,11 @@ fn main() {
         );
         total.merge(r);
     }
+    if let Some(d) = dir {
+        for (i, f) in total.failures.iter().enumerate().take(100) {
+            let _ = std::fs::write(d.join(format!("failure-{i}-{}", f.target)), &f.case);
+        }
+    }
     for f in total.failures.iter().take(20) {
         println!("\nFAILURE [{}]: {}\n--- case ---\n{}\n------------", f.target, f.what, f.short_case());
     }

@@ -248,11 +248,13 @@ fn integer_dtype_rejected() {
 fn non_finite_values_rejected() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("w.safetensors");
-    save(
+    let f32s = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    // Written by another tool: dmc itself refuses to save them (below).
+    write_raw(
         &path,
         &[
-            ("ok", vec![2], seq(2)),
-            ("bad", vec![3], vec![1.0, f32::NAN, 2.0]),
+            ("ok", Dtype::F32, vec![2], f32s(&seq(2))),
+            ("bad", Dtype::F32, vec![3], f32s(&[1.0, f32::NAN, 2.0])),
         ],
     );
     let e = load_weights(&path, &expected(&[("ok", vec![2]), ("bad", vec![3])])).unwrap_err();
@@ -264,9 +266,30 @@ fn non_finite_values_rejected() {
         _ => panic!("{e:?}"),
     }
     assert!(e.to_string().contains("`bad`"), "{e}");
-    save(&path, &[("inf", vec![1], vec![f32::INFINITY])]);
+    write_raw(&path, &[("inf", Dtype::F32, vec![1], f32s(&[f32::INFINITY]))]);
     let e = load_weights(&path, &expected(&[("inf", vec![1])])).unwrap_err();
     assert!(matches!(e, IoError::NonFinite { .. }), "{e:?}");
+}
+
+#[test]
+fn non_finite_weights_are_never_saved_and_the_old_file_stays() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.safetensors");
+    save(&path, &[("w", vec![3], seq(3))]);
+    let before = fs::read(&path).unwrap();
+    for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        let data = [1.0, 2.0, bad];
+        let e = save_weights(&path, &[("w".to_string(), vec![3], &data[..])]).unwrap_err();
+        match &e {
+            IoError::NonFiniteWeights { name, index, .. } => {
+                assert_eq!((name.as_str(), *index), ("w", 2));
+            }
+            _ => panic!("{e:?}"),
+        }
+        assert!(e.to_string().contains("untouched"), "{e}");
+        assert_eq!(fs::read(&path).unwrap(), before);
+        assert_eq!(entries(dir.path()), vec!["w.safetensors".to_string()]);
+    }
 }
 
 #[test]
