@@ -37,9 +37,8 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
             ))
         }
     };
-    let too_large = || {
-        format!("`{s}` is too large: a size must be below 2^64 bytes (16 EiB); {help}")
-    };
+    let too_large =
+        || format!("`{s}` is too large: a size must be below 2^64 bytes (16 EiB); {help}");
     // Whole numbers exactly (no f64 rounding of a 20-digit byte count).
     if !num.contains('.') {
         let n: u128 = num.parse().map_err(|_| too_large())?;

@@ -20,7 +20,12 @@ fn bounded_fuzz_finds_no_panic_abort_or_silent_failure() {
     let dir = tempfile::tempdir().expect("tempdir");
     dmc_fuzz::quiet_panics();
     let mut total = Report::default();
-    let p = programs::run(30_000, 300, seed, &mut CaseFile::new(Some(dir.path()), "programs"));
+    let p = programs::run(
+        30_000,
+        300,
+        seed,
+        &mut CaseFile::new(Some(dir.path()), "programs"),
+    );
     let r = readers::run(4_000, seed, &mut CaseFile::new(Some(dir.path()), "readers"));
     let c = cli::run(
         Path::new(env!("CARGO_BIN_EXE_dmc")),
@@ -47,5 +52,10 @@ fn bounded_fuzz_finds_no_panic_abort_or_silent_failure() {
         .take(5)
         .map(|f| format!("[{}] {}\n{}", f.target, f.what, f.short_case()))
         .collect();
-    assert!(total.failures.is_empty(), "{} failures:\n{}", total.failures.len(), msgs.join("\n\n"));
+    assert!(
+        total.failures.is_empty(),
+        "{} failures:\n{}",
+        total.failures.len(),
+        msgs.join("\n\n")
+    );
 }

@@ -71,7 +71,10 @@ fn predict_and_eval_run_on_every_example_after_run_save() {
         eval.extend(small);
         let (code, out, err) = dmc(&eval);
         assert_eq!(code, 0, "{ex} eval: {err}");
-        assert!(out.contains("loss ") && out.contains("(2 samples)"), "{out}");
+        assert!(
+            out.contains("loss ") && out.contains("(2 samples)"),
+            "{out}"
+        );
         let pred = s(&dir.path().join(format!("{ex}.npy")));
         let mut predict = vec!["predict", &file, "--init", &w, "-o", &pred];
         predict.extend(small);
@@ -89,7 +92,10 @@ fn unusable_learning_rates_are_refused_on_the_command_line() {
         let flag = format!("--lr={lr}");
         let (code, _, err) = dmc(&["run", "examples/mlp.dm", "--steps", "1", &flag, "-q"]);
         assert_eq!(code, 2, "--lr {lr}: {err}");
-        assert!(err.contains("learning rate") || err.contains("not a number"), "{lr}: {err}");
+        assert!(
+            err.contains("learning rate") || err.contains("not a number"),
+            "{lr}: {err}"
+        );
         assert!(err.contains("pass a positive number"), "{lr}: {err}");
     }
 }
@@ -142,8 +148,15 @@ fn non_finite_weights_never_replace_a_good_file() {
     ]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("NaN or infinite"), "{err}");
-    assert!(err.contains("were NOT saved") && err.contains("is untouched"), "{err}");
-    assert_eq!(std::fs::read(&good).expect("read"), before, "the good file changed");
+    assert!(
+        err.contains("were NOT saved") && err.contains("is untouched"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(&good).expect("read"),
+        before,
+        "the good file changed"
+    );
     assert!(temp_files(dir.path()).is_empty());
 }
 
@@ -162,9 +175,22 @@ fn a_first_loss_that_is_not_finite_says_so() {
     );
     let data = format!("x={},y={}", s(&x), s(&y));
     let w = dir.path().join("w.safetensors");
-    let (code, _, err) = dmc(&["run", &p, "--data", &data, "--steps", "1", "-q", "--save", &s(&w)]);
+    let (code, _, err) = dmc(&[
+        "run",
+        &p,
+        "--data",
+        &data,
+        "--steps",
+        "1",
+        "-q",
+        "--save",
+        &s(&w),
+    ]);
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains("at step 1 (no finite loss before it)"), "{err}");
+    assert!(
+        err.contains("at step 1 (no finite loss before it)"),
+        "{err}"
+    );
     assert!(!err.contains("last finite loss NaN"), "{err}");
     assert!(!w.exists(), "nothing trained, nothing saved");
 }
@@ -189,7 +215,15 @@ fn a_failed_loss_log_still_saves_the_trained_weights() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("--loss-log"), "{err}");
     assert!(err.contains("the weights were saved to"), "{err}");
-    let (code, _, err) = dmc(&["eval", "examples/mlp.dm", "--init", &s(&w), "-q", "--synthetic-samples", "64"]);
+    let (code, _, err) = dmc(&[
+        "eval",
+        "examples/mlp.dm",
+        "--init",
+        &s(&w),
+        "-q",
+        "--synthetic-samples",
+        "64",
+    ]);
     assert_eq!(code, 0, "the saved weights load: {err}");
 }
 
@@ -199,12 +233,30 @@ fn zero_steps_writes_only_when_asked_and_warns() {
     let good = good_weights(dir.path());
     let before = std::fs::read(&good).expect("read");
     // --epochs 0: no step, nothing written over the file.
-    let (code, out, err) = dmc(&["run", "examples/mlp.dm", "--epochs", "0", "-q", "--save", &s(&good)]);
+    let (code, out, err) = dmc(&[
+        "run",
+        "examples/mlp.dm",
+        "--epochs",
+        "0",
+        "-q",
+        "--save",
+        &s(&good),
+    ]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("no training step completed"), "{out}");
     assert_eq!(std::fs::read(&good).expect("read"), before);
     // --steps 0 asks for the initial weights: written, with a warning (even with -q).
-    let (code, _, err) = dmc(&["run", "examples/mlp.dm", "--steps", "0", "-q", "--seed", "5", "--save", &s(&good)]);
+    let (code, _, err) = dmc(&[
+        "run",
+        "examples/mlp.dm",
+        "--steps",
+        "0",
+        "-q",
+        "--seed",
+        "5",
+        "--save",
+        &s(&good),
+    ]);
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("warning: --steps 0"), "{err}");
     assert_ne!(std::fs::read(&good).expect("read"), before);
@@ -235,14 +287,30 @@ fn a_signal_before_the_first_step_completes_leaves_the_checkpoint_alone() {
     // The seed network: compiling, allocating and one step take seconds; the signal comes during
     // the first of them, so no step completes.
     for sig in [libc::SIGINT, libc::SIGTERM] {
-        let child = spawn_run(&["run", "examples/seed.dm", "--steps", "3", "-q", "--save", &s(&good)]);
+        let child = spawn_run(&[
+            "run",
+            "examples/seed.dm",
+            "--steps",
+            "3",
+            "-q",
+            "--save",
+            &s(&good),
+        ]);
         std::thread::sleep(Duration::from_millis(300));
         signal(&child, sig);
         let out = child.wait_with_output().expect("wait");
         let err = String::from_utf8_lossy(&out.stderr);
         // 130 from our handler (or, if it was not installed yet, the signal's default action).
-        assert!(out.status.code().is_none_or(|c| c == 130), "{:?} {err}", out.status);
-        assert_eq!(std::fs::read(&good).expect("read"), before, "signal {sig}: {err}");
+        assert!(
+            out.status.code().is_none_or(|c| c == 130),
+            "{:?} {err}",
+            out.status
+        );
+        assert_eq!(
+            std::fs::read(&good).expect("read"),
+            before,
+            "signal {sig}: {err}"
+        );
         assert!(temp_files(dir.path()).is_empty());
     }
 }
@@ -267,15 +335,28 @@ fn sigterm_during_training_saves_the_weights() {
     ]);
     // Wait until steps are running (the log is buffered: a few KiB of lines), at most a minute.
     let t0 = Instant::now();
-    while std::fs::metadata(&log).map_or(0, |m| m.len()) == 0 && t0.elapsed() < Duration::from_secs(60) {
+    while std::fs::metadata(&log).map_or(0, |m| m.len()) == 0
+        && t0.elapsed() < Duration::from_secs(60)
+    {
         std::thread::sleep(Duration::from_millis(50));
     }
     signal(&child, libc::SIGTERM);
     let out = child.wait_with_output().expect("wait");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{err}");
-    assert!(err.contains("interrupted after") && err.contains("the weights were saved"), "{err}");
-    let (code, _, err) = dmc(&["eval", "examples/mlp.dm", "--init", &s(&w), "-q", "--synthetic-samples", "64"]);
+    assert!(
+        err.contains("interrupted after") && err.contains("the weights were saved"),
+        "{err}"
+    );
+    let (code, _, err) = dmc(&[
+        "eval",
+        "examples/mlp.dm",
+        "--init",
+        &s(&w),
+        "-q",
+        "--synthetic-samples",
+        "64",
+    ]);
     assert_eq!(code, 0, "the saved weights load: {err}");
 }
 
@@ -288,27 +369,66 @@ fn saves_never_replace_non_regular_files_and_write_through_links() {
     let sub = dir.path().join("subdir");
     std::fs::create_dir(&sub).expect("mkdir");
     for target in [&fifo, &sub] {
-        let (code, _, err) = dmc(&["run", "examples/mlp.dm", "--steps", "1", "-q", "--save", &s(target)]);
+        let (code, _, err) = dmc(&[
+            "run",
+            "examples/mlp.dm",
+            "--steps",
+            "1",
+            "-q",
+            "--save",
+            &s(target),
+        ]);
         assert_eq!(code, 1, "{err}");
         assert!(err.contains("cannot save to"), "{err}");
-        assert!(err.contains("choose") || err.contains("pass a file path"), "{err}");
+        assert!(
+            err.contains("choose") || err.contains("pass a file path"),
+            "{err}"
+        );
         let (code, _, err) = dmc(&["predict", "examples/mlp.dm", "-q", "-o", &s(target)]);
         assert_eq!(code, 1, "{err}");
     }
-    assert!(std::fs::symlink_metadata(&fifo).expect("fifo").file_type().is_fifo_like());
+    assert!(std::fs::symlink_metadata(&fifo)
+        .expect("fifo")
+        .file_type()
+        .is_fifo_like());
     // A dangling link is refused; a link to a regular file is written through and stays a link.
     let dangling = dir.path().join("dangling.safetensors");
     std::os::unix::fs::symlink(dir.path().join("nowhere"), &dangling).expect("symlink");
-    let (code, _, err) = dmc(&["run", "examples/mlp.dm", "--steps", "1", "-q", "--save", &s(&dangling)]);
+    let (code, _, err) = dmc(&[
+        "run",
+        "examples/mlp.dm",
+        "--steps",
+        "1",
+        "-q",
+        "--save",
+        &s(&dangling),
+    ]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("dangling"), "{err}");
     let link = dir.path().join("link.safetensors");
     std::os::unix::fs::symlink(&good, &link).expect("symlink");
     let before = std::fs::read(&good).expect("read");
-    let (code, _, err) = dmc(&["run", "examples/mlp.dm", "--steps", "2", "-q", "--synthetic-samples", "128", "--save", &s(&link)]);
+    let (code, _, err) = dmc(&[
+        "run",
+        "examples/mlp.dm",
+        "--steps",
+        "2",
+        "-q",
+        "--synthetic-samples",
+        "128",
+        "--save",
+        &s(&link),
+    ]);
     assert_eq!(code, 0, "{err}");
-    assert!(std::fs::symlink_metadata(&link).expect("link").file_type().is_symlink());
-    assert_ne!(std::fs::read(&good).expect("read"), before, "written through the link");
+    assert!(std::fs::symlink_metadata(&link)
+        .expect("link")
+        .file_type()
+        .is_symlink());
+    assert_ne!(
+        std::fs::read(&good).expect("read"),
+        before,
+        "written through the link"
+    );
     assert!(temp_files(dir.path()).is_empty());
 }
 
@@ -332,7 +452,17 @@ fn stale_temp_files_of_killed_saves_are_swept() {
     // pid 1 is alive: its temp file is someone's save in progress and stays.
     let alive = dir.path().join(".w.safetensors.tmp.1");
     std::fs::write(&alive, b"x").expect("alive");
-    let (code, _, err) = dmc(&["run", "examples/mlp.dm", "--steps", "1", "-q", "--synthetic-samples", "64", "--save", &s(&w)]);
+    let (code, _, err) = dmc(&[
+        "run",
+        "examples/mlp.dm",
+        "--steps",
+        "1",
+        "-q",
+        "--synthetic-samples",
+        "64",
+        "--save",
+        &s(&w),
+    ]);
     assert_eq!(code, 0, "{err}");
     assert!(!stale.exists(), "the stale temp file was swept");
     assert!(alive.exists(), "a live process' temp file was kept");
@@ -343,10 +473,29 @@ fn unreadable_kinds_of_input_are_clear_errors_not_hangs() {
     let dir = tempfile::tempdir().expect("tempdir");
     let fifo = dir.path().join("data.npy");
     mkfifo(&fifo);
-    let (code, _, err) = dmc(&["run", "examples/mlp.dm", "--steps", "1", "-q", "--data", &s(&fifo)]);
+    let (code, _, err) = dmc(&[
+        "run",
+        "examples/mlp.dm",
+        "--steps",
+        "1",
+        "-q",
+        "--data",
+        &s(&fifo),
+    ]);
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains("FIFO") && err.contains("not a regular file"), "{err}");
-    let (code, _, err) = dmc(&["run", "examples/mlp.dm", "--steps", "1", "-q", "--init", "/dev/zero"]);
+    assert!(
+        err.contains("FIFO") && err.contains("not a regular file"),
+        "{err}"
+    );
+    let (code, _, err) = dmc(&[
+        "run",
+        "examples/mlp.dm",
+        "--steps",
+        "1",
+        "-q",
+        "--init",
+        "/dev/zero",
+    ]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("character device"), "{err}");
 }
@@ -363,7 +512,15 @@ fn data_that_cannot_fit_is_an_error_not_an_abort() {
     assert!(code == 1, "{code} {err}");
     assert!(err.contains("smaller") || err.contains("memory"), "{err}");
     for n in ["1000000000000", "18446744073709551615"] {
-        let (code, _, err) = dmc(&["run", "examples/mlp.dm", "--steps", "1", "-q", "--synthetic-samples", n]);
+        let (code, _, err) = dmc(&[
+            "run",
+            "examples/mlp.dm",
+            "--steps",
+            "1",
+            "-q",
+            "--synthetic-samples",
+            n,
+        ]);
         assert_eq!(code, 1, "{n}: {err}");
         assert!(err.contains("--synthetic-samples"), "{err}");
     }
@@ -373,11 +530,25 @@ fn data_that_cannot_fit_is_an_error_not_an_abort() {
 fn huge_counts_are_refused_with_a_reason() {
     let (code, _, err) = dmc(&["plan", "examples/mlp.dm", "--batch", "18446744073709551615"]);
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains("use a smaller --batch") && !err.contains("aligned"), "{err}");
-    let (code, _, err) = dmc(&["run", "examples/mlp.dm", "-q", "--epochs", "1152921504606846976"]);
+    assert!(
+        err.contains("use a smaller --batch") && !err.contains("aligned"),
+        "{err}"
+    );
+    let (code, _, err) = dmc(&[
+        "run",
+        "examples/mlp.dm",
+        "-q",
+        "--epochs",
+        "1152921504606846976",
+    ]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("epochs"), "{err}");
-    let (code, _, err) = dmc(&["plan", "examples/mlp.dm", "--vram-cap", "18446744073709551616"]);
+    let (code, _, err) = dmc(&[
+        "plan",
+        "examples/mlp.dm",
+        "--vram-cap",
+        "18446744073709551616",
+    ]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("too large"), "{err}");
 }
@@ -400,7 +571,14 @@ fn max_batch_has_no_hidden_ceiling() {
         .unwrap_or_else(|| panic!("no batch in {out}"));
     assert!(b > 1 << 20, "{out}");
     // It is the largest: one more does not fit.
-    let (code, _, err) = dmc(&["plan", &p, "--vram-cap", "1GiB", "--batch", &(b + 1).to_string()]);
+    let (code, _, err) = dmc(&[
+        "plan",
+        &p,
+        "--vram-cap",
+        "1GiB",
+        "--batch",
+        &(b + 1).to_string(),
+    ]);
     assert_eq!(code, 1, "{err}");
     let (code, _, err) = dmc(&["plan", &p, "--vram-cap", "1GiB", "--batch", &b.to_string()]);
     assert_eq!(code, 0, "{err}");

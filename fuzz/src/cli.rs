@@ -109,7 +109,8 @@ fn value(r: &mut ChaCha8Rng, flag: &str, dir: &Path) -> String {
 /// One command line for case `i`.
 pub fn case(r: &mut ChaCha8Rng, dir: &Path) -> Vec<String> {
     let (cmd, flags, switches) = COMMANDS[r.random_range(0..COMMANDS.len())];
-    let program = ["examples/mlp.dm", "examples/resnet_small.dm", "/dev/null"][r.random_range(0..3)];
+    let program =
+        ["examples/mlp.dm", "examples/resnet_small.dm", "/dev/null"][r.random_range(0..3)];
     let mut args = vec![cmd.to_string(), program.to_string()];
     if cmd == "compile" || cmd == "predict" {
         args.push("-o".into());
@@ -133,7 +134,13 @@ pub fn case(r: &mut ChaCha8Rng, dir: &Path) -> Vec<String> {
 }
 
 /// Runs `cases` command lines through the binary `dmc`, each with `timeout`.
-pub fn run(dmc: &Path, cases: u64, seed: u64, timeout: Duration, case_file: &mut CaseFile) -> Report {
+pub fn run(
+    dmc: &Path,
+    cases: u64,
+    seed: u64,
+    timeout: Duration,
+    case_file: &mut CaseFile,
+) -> Report {
     let mut rep = Report::default();
     let dir = match tempfile::tempdir() {
         Ok(d) => d,
@@ -170,7 +177,8 @@ pub fn run(dmc: &Path, cases: u64, seed: u64, timeout: Duration, case_file: &mut
         let mut child = match child {
             Ok(c) => c,
             Err(e) => {
-                rep.failures.push(fail(format!("cannot start {}: {e}", dmc.display())));
+                rep.failures
+                    .push(fail(format!("cannot start {}: {e}", dmc.display())));
                 return rep;
             }
         };
@@ -194,10 +202,14 @@ pub fn run(dmc: &Path, cases: u64, seed: u64, timeout: Duration, case_file: &mut
             continue; // ran past the limit: a long run, not a crash
         };
         match status.code() {
-            None => rep.failures.push(fail(format!("killed by a signal ({status}): {err}"))),
+            None => rep
+                .failures
+                .push(fail(format!("killed by a signal ({status}): {err}"))),
             Some(0) => rep.accepted += 1,
             Some(1 | 2 | 130) if !err.trim().is_empty() => {}
-            Some(c @ (1 | 2 | 130)) => rep.failures.push(fail(format!("exit {c} without a message"))),
+            Some(c @ (1 | 2 | 130)) => rep
+                .failures
+                .push(fail(format!("exit {c} without a message"))),
             Some(c) => rep.failures.push(fail(format!("exit {c}: {err}"))),
         }
     }

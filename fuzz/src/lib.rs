@@ -41,7 +41,10 @@ impl Failure {
             let v: Vec<char> = self.case.chars().collect();
             v[v.len() - 1000..].iter().collect()
         };
-        format!("{head}\n[... {} characters ...]\n{tail}", self.case.chars().count() - 2000)
+        format!(
+            "{head}\n[... {} characters ...]\n{tail}",
+            self.case.chars().count() - 2000
+        )
     }
 }
 

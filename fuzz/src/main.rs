@@ -50,7 +50,11 @@ fn parse() -> Result<Opts, String> {
             "--seed" => o.seed = num("--seed")?,
             "--dmc" => o.dmc = args.next().map(PathBuf::from).ok_or("--dmc needs a path")?,
             "--artifacts" => {
-                o.artifacts = Some(args.next().map(PathBuf::from).ok_or("--artifacts needs a dir")?)
+                o.artifacts = Some(
+                    args.next()
+                        .map(PathBuf::from)
+                        .ok_or("--artifacts needs a dir")?,
+                )
             }
             "-h" | "--help" => {
                 println!("dmc-fuzz [all|programs|readers|cli] [--cases N] [--plans N] [--reader-cases N] [--cli-cases N] [--seed S] [--dmc PATH] [--artifacts DIR]");
@@ -79,7 +83,12 @@ fn main() {
     let t0 = Instant::now();
     if matches!(o.what.as_str(), "all" | "programs") {
         let t = Instant::now();
-        let r = programs::run(o.cases, o.plans, o.seed, &mut CaseFile::new(dir, "programs"));
+        let r = programs::run(
+            o.cases,
+            o.plans,
+            o.seed,
+            &mut CaseFile::new(dir, "programs"),
+        );
         println!(
             "programs: {} mutated programs checked, {} accepted, {} planned in train/eval/predict, {} failures ({:.1} s)",
             r.cases, r.accepted, r.planned, r.failures.len(), t.elapsed().as_secs_f64()
@@ -91,16 +100,28 @@ fn main() {
         let r = readers::run(o.reader_cases, o.seed, &mut CaseFile::new(dir, "readers"));
         println!(
             "readers: {} mutated files loaded, {} accepted, {} failures ({:.1} s)",
-            r.cases, r.accepted, r.failures.len(), t.elapsed().as_secs_f64()
+            r.cases,
+            r.accepted,
+            r.failures.len(),
+            t.elapsed().as_secs_f64()
         );
         total.merge(r);
     }
     if matches!(o.what.as_str(), "all" | "cli") {
         let t = Instant::now();
-        let r = cli::run(&o.dmc, o.cli_cases, o.seed, Duration::from_secs(20), &mut CaseFile::new(dir, "cli"));
+        let r = cli::run(
+            &o.dmc,
+            o.cli_cases,
+            o.seed,
+            Duration::from_secs(20),
+            &mut CaseFile::new(dir, "cli"),
+        );
         println!(
             "cli: {} command lines, {} exited 0, {} failures ({:.1} s)",
-            r.cases, r.accepted, r.failures.len(), t.elapsed().as_secs_f64()
+            r.cases,
+            r.accepted,
+            r.failures.len(),
+            t.elapsed().as_secs_f64()
         );
         total.merge(r);
     }
@@ -110,7 +131,12 @@ fn main() {
         }
     }
     for f in total.failures.iter().take(20) {
-        println!("\nFAILURE [{}]: {}\n--- case ---\n{}\n------------", f.target, f.what, f.short_case());
+        println!(
+            "\nFAILURE [{}]: {}\n--- case ---\n{}\n------------",
+            f.target,
+            f.what,
+            f.short_case()
+        );
     }
     println!(
         "total: {} cases, {} failures, {:.1} s",

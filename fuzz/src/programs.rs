@@ -31,19 +31,91 @@ pub const SEEDS: &[&str] = &[
 pub const MAX_PLAN_LAYERS: usize = 400;
 
 const WORDS: &[&str] = &[
-    "input", "target", "block", "return", "loss", "train", "repeat", "as", "int", "in", "x", "y",
-    "out", "h", "conv2d", "maxpool", "avgpool", "global_avgpool", "dense", "flatten", "relu",
-    "tanh", "sigmoid", "gelu", "add", "dropout", "mse", "cross_entropy", "sgd", "adam", "adamw",
-    "batch", "optimizer", "epochs", "seed", "lr", "momentum", "nesterov", "weight_decay", "betas",
-    "beta1", "beta2", "eps", "padding", "same", "valid", "activation", "stride", "bias", "true",
-    "false", "res", "c",
+    "input",
+    "target",
+    "block",
+    "return",
+    "loss",
+    "train",
+    "repeat",
+    "as",
+    "int",
+    "in",
+    "x",
+    "y",
+    "out",
+    "h",
+    "conv2d",
+    "maxpool",
+    "avgpool",
+    "global_avgpool",
+    "dense",
+    "flatten",
+    "relu",
+    "tanh",
+    "sigmoid",
+    "gelu",
+    "add",
+    "dropout",
+    "mse",
+    "cross_entropy",
+    "sgd",
+    "adam",
+    "adamw",
+    "batch",
+    "optimizer",
+    "epochs",
+    "seed",
+    "lr",
+    "momentum",
+    "nesterov",
+    "weight_decay",
+    "betas",
+    "beta1",
+    "beta2",
+    "eps",
+    "padding",
+    "same",
+    "valid",
+    "activation",
+    "stride",
+    "bias",
+    "true",
+    "false",
+    "res",
+    "c",
 ];
 
 const NUMBERS: &[&str] = &[
-    "0", "1", "2", "3", "7", "64", "255", "1024", "65535", "65536", "2147483647", "2147483648",
-    "4294967296", "9223372036854775807", "9223372036854775808", "18446744073709551615",
-    "99999999999999999999", "0.0", "0.5", "1.0", "1e-50", "1e39", "1e308", "1e-320", "-1", "-0",
-    "1e", "0.", "00",
+    "0",
+    "1",
+    "2",
+    "3",
+    "7",
+    "64",
+    "255",
+    "1024",
+    "65535",
+    "65536",
+    "2147483647",
+    "2147483648",
+    "4294967296",
+    "9223372036854775807",
+    "9223372036854775808",
+    "18446744073709551615",
+    "99999999999999999999",
+    "0.0",
+    "0.5",
+    "1.0",
+    "1e-50",
+    "1e39",
+    "1e308",
+    "1e-320",
+    "-1",
+    "-0",
+    "1e",
+    "0.",
+    "00",
 ];
 
 const PUNCT: &[&str] = &[
@@ -122,9 +194,14 @@ pub fn mutate(r: &mut ChaCha8Rng) -> Vec<u8> {
                 t[k] = pick(r, NUMBERS).as_bytes().to_vec();
             }
             2 => {
-                let words: Vec<usize> =
-                    (0..t.len()).filter(|&k| t[k][0].is_ascii_alphabetic()).collect();
-                let k = if words.is_empty() { i } else { *pick(r, &words) };
+                let words: Vec<usize> = (0..t.len())
+                    .filter(|&k| t[k][0].is_ascii_alphabetic())
+                    .collect();
+                let k = if words.is_empty() {
+                    i
+                } else {
+                    *pick(r, &words)
+                };
                 t[k] = pick(r, WORDS).as_bytes().to_vec();
             }
             3 => {

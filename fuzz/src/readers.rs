@@ -141,7 +141,12 @@ pub fn run(cases: u64, seed: u64, case_file: &mut CaseFile) -> Report {
             return rep;
         }
     };
-    let kinds = [Kind::DataSafetensors, Kind::NpyF32, Kind::NpyI32, Kind::Weights];
+    let kinds = [
+        Kind::DataSafetensors,
+        Kind::NpyF32,
+        Kind::NpyI32,
+        Kind::Weights,
+    ];
     let mut seeds = Vec::new();
     for k in kinds {
         match valid_file(k, dir.path()) {
@@ -192,7 +197,11 @@ pub fn run(cases: u64, seed: u64, case_file: &mut CaseFile) -> Report {
                 Kind::Weights => io::load_weights(&path, &weights).is_ok(),
                 Kind::NpyI32 => {
                     let _ = io::read_npy(&path);
-                    let list = format!("x={},y={}", dir.path().join("seed-x.npy").display(), path.display());
+                    let list = format!(
+                        "x={},y={}",
+                        dir.path().join("seed-x.npy").display(),
+                        path.display()
+                    );
                     Dataset::load(Path::new(&list), &xy_specs).is_ok()
                 }
                 _ => {

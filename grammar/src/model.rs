@@ -177,7 +177,10 @@ impl LearningRate {
             return Err("the learning rate must be a number, found NaN".into());
         }
         if v <= 0.0 {
-            return Err(format!("the learning rate must be positive, found {}", show(v)));
+            return Err(format!(
+                "the learning rate must be positive, found {}",
+                show(v)
+            ));
         }
         if v.is_infinite() || v > f32::MAX as f64 {
             return Err(format!(

@@ -266,7 +266,10 @@ fn non_finite_values_rejected() {
         _ => panic!("{e:?}"),
     }
     assert!(e.to_string().contains("`bad`"), "{e}");
-    write_raw(&path, &[("inf", Dtype::F32, vec![1], f32s(&[f32::INFINITY]))]);
+    write_raw(
+        &path,
+        &[("inf", Dtype::F32, vec![1], f32s(&[f32::INFINITY]))],
+    );
     let e = load_weights(&path, &expected(&[("inf", vec![1])])).unwrap_err();
     assert!(matches!(e, IoError::NonFinite { .. }), "{e:?}");
 }

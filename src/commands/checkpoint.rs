@@ -54,7 +54,11 @@ pub fn save_after_training(
             return Ok(Saved::Skipped(format!(
                 "no training step completed, so {} was not written{}",
                 path.display(),
-                if path.exists() { " (the existing file is untouched)" } else { "" }
+                if path.exists() {
+                    " (the existing file is untouched)"
+                } else {
+                    ""
+                }
             )));
         }
         // A warning even with --quiet: this replaces a file with untrained weights.

@@ -629,12 +629,7 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
             )),
             None => Saved::NotAsked,
         }),
-        _ => checkpoint::save_after_training(
-            &be,
-            save_path,
-            progress.steps,
-            args.steps == Some(0),
-        ),
+        _ => checkpoint::save_after_training(&be, save_path, progress.steps, args.steps == Some(0)),
     };
     let ended = match ended {
         Ok(end) => end,
@@ -725,7 +720,10 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
         return Err(CliError::Interrupted(format!(
             "after {} steps{}",
             progress.steps,
-            saved.describe().map(|d| format!(": {d}")).unwrap_or_default()
+            saved
+                .describe()
+                .map(|d| format!(": {d}"))
+                .unwrap_or_default()
         )));
     }
     Ok(())

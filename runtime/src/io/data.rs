@@ -231,7 +231,11 @@ impl Epoch {
 /// overflow.
 fn synthetic_bytes(specs: &[TensorSpec], samples: usize, task: Task) -> u128 {
     let samples = samples as u128;
-    let len = |s: &TensorSpec| s.per_sample_shape.iter().fold(1u128, |a, &d| a.saturating_mul(d as u128));
+    let len = |s: &TensorSpec| {
+        s.per_sample_shape
+            .iter()
+            .fold(1u128, |a, &d| a.saturating_mul(d as u128))
+    };
     let features: u128 = specs
         .iter()
         .filter(|s| s.role == TensorRole::Input)
