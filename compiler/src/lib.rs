@@ -6,6 +6,7 @@
 //! with the IR verifier between passes and the independent plan checker at the end when
 //! `CompileOptions::verify` is set.
 
+pub mod alias;
 pub mod autodiff;
 pub mod check;
 pub mod codegen;
