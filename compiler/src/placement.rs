@@ -385,15 +385,13 @@ fn best_fit_in_start_order(items: &[Item], order: &[usize]) -> (Vec<u64>, u64) {
             if off > prev_end {
                 gaps.remove(&(off - prev_end, prev_end));
             }
-            match live.range(end..).next().map(|(o, _)| *o) {
-                Some(next) => {
-                    if next > end {
-                        gaps.remove(&(next - end, end));
-                    }
-                    gaps.insert((next - prev_end, prev_end));
+            // Without a block above (it was the top one), the space down to `prev_end` joins
+            // the free top instead of becoming a gap.
+            if let Some(next) = live.range(end..).next().map(|(o, _)| *o) {
+                if next > end {
+                    gaps.remove(&(next - end, end));
                 }
-                // The top block: the space below it down to `prev_end` joins the free top.
-                None => {}
+                gaps.insert((next - prev_end, prev_end));
             }
         }
         let top = live.last_key_value().map_or(0, |(_, e)| *e);

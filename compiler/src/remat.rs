@@ -552,11 +552,10 @@ pub const MAX_DP_STAGES: usize = 64;
 /// `bounds[k]..bounds[k + 1]`. One group per stage when `l <= max`.
 pub fn group_bounds(l: usize, max: usize) -> Vec<usize> {
     let groups = l.min(max.max(1));
-    let (base, extra) = if groups == 0 {
-        (0, 0)
-    } else {
-        (l / groups, l % groups)
-    };
+    let (base, extra) = l
+        .checked_div(groups)
+        .zip(l.checked_rem(groups))
+        .unwrap_or((0, 0));
     let mut bounds = vec![0];
     for k in 0..groups {
         let len = base + usize::from(k < extra);
