@@ -4,6 +4,9 @@
 //! write, and no read of a persistent buffer after a step overwrote it in place (an in-place
 //! write of a transient buffer makes the step's output, which later steps read).
 
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+
 use thiserror::Error;
 
 use crate::op::Role;
@@ -132,10 +135,6 @@ fn bytes_of(shape: &[usize], elem: u64) -> u64 {
         .fold(elem, |acc, d| acc.saturating_mul(*d as u64))
 }
 
-fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
-    a.0 < b.1 && b.0 < a.1
-}
-
 /// Checks `plan`; the first violation found is returned.
 pub fn check_plan(plan: &Plan) -> Result<(), PlanCheckError> {
     use PlanCheckError as E;
@@ -178,31 +177,48 @@ pub fn check_plan(plan: &Plan) -> Result<(), PlanCheckError> {
         }
     }
     // No two simultaneously live buffers share a byte (live as `Plan::held` says: persistent
-    // buffers always, inputs from the start, what the runtime reads after the steps to the end).
-    let mut by_off: Vec<usize> = (0..plan.buffers.len())
+    // buffers always, inputs from the start, what the runtime reads after the steps to the end):
+    // a sweep over time. Buffers are taken by first live step; the ones still live then are all
+    // live together, hence (unless an overlap was already reported) disjoint in bytes, so the
+    // new one overlaps one of them iff it overlaps its neighbour below or above in offset order.
+    let live_range = |b: &crate::plan::Buffer| plan.held(b);
+    let mut by_start: Vec<usize> = (0..plan.buffers.len())
         .filter(|i| plan.buffers[*i].bytes > 0)
         .collect();
-    by_off.sort_by_key(|i| plan.buffers[*i].offset);
-    for (k, &i) in by_off.iter().enumerate() {
-        let a = &plan.buffers[i];
-        let a_bytes = (a.offset, a.offset.saturating_add(a.bytes));
-        for &j in &by_off[k + 1..] {
-            let b = &plan.buffers[j];
-            if b.offset >= a_bytes.1 {
+    by_start.sort_by_key(|i| (live_range(&plan.buffers[*i]).0, *i));
+    // Live buffers by offset: offset -> (end, id); and (last live step, offset), earliest first.
+    let mut active: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
+    let mut expiry: BinaryHeap<Reverse<(usize, u64)>> = BinaryHeap::new();
+    for &j in &by_start {
+        let b = &plan.buffers[j];
+        let (start, last) = live_range(b);
+        while let Some(&Reverse((l, off))) = expiry.peek() {
+            if l >= start {
                 break;
             }
-            let ((s0, e0), (s1, e1)) = (plan.held(a), plan.held(b));
-            let both_live = s0 <= e1 && s1 <= e0;
-            if both_live && overlaps(a_bytes, (b.offset, b.offset.saturating_add(b.bytes))) {
-                let (x, y) = (i.min(j), i.max(j));
-                return Err(E::Overlap {
-                    a: x,
-                    a_name: plan.buffers[x].name.clone(),
-                    b: y,
-                    b_name: plan.buffers[y].name.clone(),
-                });
-            }
+            expiry.pop();
+            active.remove(&off);
         }
+        let bytes = (b.offset, b.offset.saturating_add(b.bytes));
+        let below = active
+            .range(..b.offset)
+            .next_back()
+            .filter(|(_, (end, _))| *end > bytes.0);
+        let above = active
+            .range(b.offset..)
+            .next()
+            .filter(|(off, _)| **off < bytes.1);
+        if let Some((_, &(_, i))) = below.or(above) {
+            let (x, y) = (i.min(j), i.max(j));
+            return Err(E::Overlap {
+                a: x,
+                a_name: plan.buffers[x].name.clone(),
+                b: y,
+                b_name: plan.buffers[y].name.clone(),
+            });
+        }
+        active.insert(b.offset, (bytes.1, j));
+        expiry.push(Reverse((last, b.offset)));
     }
     // Kernels: signature is the op's, one shape per parameter.
     for (i, k) in plan.kernels.iter().enumerate() {

@@ -10,9 +10,11 @@
 //! (same op, same argument shapes) are deduplicated.
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 
 use petgraph::stable_graph::NodeIndex;
 
+use crate::alias::BufferRoots;
 use crate::error::CompileError;
 use crate::ir::{Graph, Phase, Value};
 use crate::op::{DType, Op, Role};
@@ -54,6 +56,13 @@ fn kind_of(g: &Graph, root: Value) -> BufferKind {
     }
 }
 
+/// A hash of a kernel's argument shapes (kernels are told apart by comparing them in full).
+fn shape_hash(shapes: &[Vec<usize>]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    shapes.hash(&mut h);
+    h.finish()
+}
+
 /// Builds the plan for `g` executed in `order` (kernel nodes only, see [`crate::schedule`]).
 pub fn emit(
     g: &Graph,
@@ -93,7 +102,12 @@ pub fn emit(
         of.insert((n, 0), id);
     }
 
+    let mut roots = BufferRoots::new(g);
     let mut kernels: Vec<Kernel> = vec![];
+    // Kernel ids by (op kind, hash of the argument shapes), in id order, and the count of kernels
+    // per kind: deduplication and naming without scanning every kernel at every step.
+    let mut same_shapes: HashMap<(&'static str, u64), Vec<usize>> = HashMap::new();
+    let mut kinds: HashMap<&'static str, usize> = HashMap::new();
     let mut steps: Vec<Step> = vec![];
     for (s, &n) in order.iter().enumerate() {
         let node = g.node(n);
@@ -103,7 +117,7 @@ pub fn emit(
         let mut shapes = vec![];
         let aliased = op.aliased_outputs();
         for v in &ins {
-            let root = g.buffer_root(*v);
+            let root = roots.root(*v);
             let id = *of.get(&root).ok_or_else(|| {
                 CompileError::Internal(format!(
                     "step {s} `{}` reads `{}` before it is produced",
@@ -129,13 +143,11 @@ pub fn emit(
             args.push(id);
             shapes.push(t.shape.clone());
         }
-        let ws_names: Vec<String> = op
-            .signature()
-            .params
+        let params = op.params();
+        let ws_names = params
             .iter()
-            .filter(|p| p.role == Role::Workspace)
-            .map(|p| p.name.clone())
-            .collect();
+            .filter(|(_, role, _)| *role == Role::Workspace)
+            .map(|(name, _, _)| *name);
         for (elems, pname) in op.workspace_elems(&shapes).into_iter().zip(ws_names) {
             bufs.push(Buf {
                 name: format!("{} workspace {pname}", node.name),
@@ -150,31 +162,31 @@ pub fn emit(
             args.push(bufs.len() - 1);
             shapes.push(vec![elems]);
         }
-        let sig = op.signature();
-        if sig.params.len() != args.len() {
+        if params.len() != args.len() {
             return Err(CompileError::Internal(format!(
                 "step `{}`: {} args for a {}-parameter signature",
                 node.name,
                 args.len(),
-                sig.params.len()
+                params.len()
             )));
         }
-        let kernel = match kernels
-            .iter()
-            .position(|k| k.op == *op && k.arg_shapes == shapes)
-        {
+        let bucket = same_shapes
+            .entry((op.kind_name(), shape_hash(&shapes)))
+            .or_default();
+        let same = |k: &Kernel| k.op == *op && k.arg_shapes == shapes;
+        let kernel = match bucket.iter().copied().find(|&k| same(&kernels[k])) {
             Some(k) => k,
             None => {
-                let same_kind = kernels
-                    .iter()
-                    .filter(|k| k.op.kind_name() == op.kind_name())
-                    .count();
+                let same_kind = kinds.entry(op.kind_name()).or_default();
+                let name = format!("{}_{same_kind}", op.kind_name());
+                *same_kind += 1;
+                bucket.push(kernels.len());
                 kernels.push(Kernel {
                     id: kernels.len(),
-                    name: format!("{}_{same_kind}", op.kind_name()),
+                    name,
                     op: op.clone(),
                     arg_shapes: shapes,
-                    signature: sig,
+                    signature: op.signature(),
                 });
                 kernels.len() - 1
             }
@@ -192,8 +204,8 @@ pub fn emit(
     }
 
     // The loss and the output are read by the runtime after the last step.
-    let lookup = |of: &HashMap<Value, BufferId>, v: Value| -> Result<BufferId, CompileError> {
-        of.get(&g.buffer_root(v))
+    let mut lookup = |of: &HashMap<Value, BufferId>, v: Value| -> Result<BufferId, CompileError> {
+        of.get(&roots.root(v))
             .copied()
             .ok_or_else(|| CompileError::Internal(format!("`{}` has no buffer", value_name(g, v))))
     };
@@ -249,23 +261,23 @@ pub fn emit(
         .collect();
     let placement = place(&reqs, planner);
     let buffers: Vec<Buffer> = bufs
-        .iter()
+        .into_iter()
         .zip(&reqs)
         .enumerate()
         .map(|(id, (b, r))| Buffer {
             id,
-            name: b.name.clone(),
+            layer: crate::plan::layer_of(&b.name).to_string(),
+            name: b.name,
             bytes: b.bytes,
             dtype: b.dtype,
             kind: b.kind,
             offset: placement.offsets[id],
             live: r.live,
             persistent: b.persistent,
-            layer: crate::plan::layer_of(&b.name).to_string(),
         })
         .collect();
 
-    let io = |n: NodeIndex| -> Result<IoBinding, CompileError> {
+    let mut io = |n: NodeIndex| -> Result<IoBinding, CompileError> {
         Ok(IoBinding {
             name: g.node(n).name.clone(),
             buffer: lookup(&of, (n, 0))?,

@@ -5,15 +5,16 @@
 //! [`infer_outputs`] is the ONE shape-inference function, used by lowering, autodiff and the
 //! verifier alike.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::fmt;
 
 use petgraph::stable_graph::{NodeIndex, StableGraph};
-use petgraph::visit::EdgeRef;
+use petgraph::visit::{EdgeRef, NodeIndexable};
 use petgraph::Direction;
 
 use crate::error::{CompileError, ShapeError};
-use crate::op::{DType, Op, PoolGeom};
+use crate::op::{DType, Op, ParamKind, PoolGeom};
 use crate::plan::Init;
 
 /// A value of the dataflow: output `.1` of node `.0`.
@@ -257,35 +258,38 @@ impl Graph {
     /// Topological order (Kahn, smallest index first, so it follows creation order where it
     /// can). Errors with a node on a cycle.
     pub fn topo_order(&self) -> Result<Vec<NodeIndex>, NodeIndex> {
-        let mut indeg: BTreeMap<NodeIndex, usize> = BTreeMap::new();
+        // Incoming edges not yet satisfied, by node index (a node is ready once every edge into
+        // it comes from a node already ordered, i.e. once all its predecessors are).
+        let mut indeg: Vec<usize> = vec![0; self.node_bound()];
+        let mut count = 0;
         for n in self.g.node_indices() {
-            indeg.insert(n, self.predecessors(n).len());
+            indeg[n.index()] = self.g.edges_directed(n, Direction::Incoming).count();
+            count += 1;
         }
-        let mut ready: BTreeSet<NodeIndex> = indeg
-            .iter()
-            .filter(|(_, d)| **d == 0)
-            .map(|(n, _)| *n)
+        let mut ready: BinaryHeap<Reverse<NodeIndex>> = self
+            .g
+            .node_indices()
+            .filter(|n| indeg[n.index()] == 0)
+            .map(Reverse)
             .collect();
-        let mut order = Vec::with_capacity(indeg.len());
-        while let Some(n) = ready.pop_first() {
+        let mut order = Vec::with_capacity(count);
+        while let Some(Reverse(n)) = ready.pop() {
             order.push(n);
-            for s in self.successors(n) {
-                if let Some(d) = indeg.get_mut(&s) {
-                    *d -= 1;
-                    if *d == 0 {
-                        ready.insert(s);
-                    }
+            for e in self.g.edges_directed(n, Direction::Outgoing) {
+                let d = &mut indeg[e.target().index()];
+                *d -= 1;
+                if *d == 0 {
+                    ready.push(Reverse(e.target()));
                 }
             }
         }
-        if order.len() == indeg.len() {
+        if order.len() == count {
             Ok(order)
         } else {
-            let done: BTreeSet<NodeIndex> = order.into_iter().collect();
-            Err(indeg
-                .keys()
-                .copied()
-                .find(|n| !done.contains(n))
+            Err(self
+                .g
+                .node_indices()
+                .find(|n| indeg[n.index()] > 0)
                 .unwrap_or(NodeIndex::new(0)))
         }
     }
@@ -307,6 +311,11 @@ impl Graph {
     pub fn is_kernel(&self, n: NodeIndex) -> bool {
         let op = &self.node(n).op;
         !op.is_leaf() && !matches!(op, Op::Reshape)
+    }
+
+    /// One more than the largest node index: the length of a vector indexed by node.
+    pub fn node_bound(&self) -> usize {
+        self.g.node_bound()
     }
 
     /// Every node (in index order).
@@ -401,13 +410,22 @@ pub fn infer_outputs(
     inputs: &[TensorType],
     hint: Option<&TensorType>,
 ) -> Result<Vec<TensorType>, ShapeError> {
+    infer_outputs_with(op, &op.params(), inputs, hint)
+}
+
+/// [`infer_outputs`], given the op's signature parameters [`Op::params`] (for the verifier, which
+/// builds them once per node for the arity checks too).
+pub fn infer_outputs_with(
+    op: &Op,
+    params: &[ParamKind],
+    inputs: &[TensorType],
+    hint: Option<&TensorType>,
+) -> Result<Vec<TensorType>, ShapeError> {
     // Arity and dtypes from the signature (the single source of truth for both).
     if !op.is_leaf() && !matches!(op, Op::Reshape) {
-        let sig = op.signature();
-        let ins: Vec<_> = sig
-            .params
+        let ins: Vec<_> = params
             .iter()
-            .filter(|p| matches!(p.role, crate::op::Role::In | crate::op::Role::InOut))
+            .filter(|(_, role, _)| matches!(role, crate::op::Role::In | crate::op::Role::InOut))
             .collect();
         if ins.len() != inputs.len() {
             return err(format!(
@@ -416,9 +434,9 @@ pub fn infer_outputs(
                 inputs.len()
             ));
         }
-        for (p, t) in ins.iter().zip(inputs) {
-            if p.dtype != t.dtype {
-                return err(format!("input `{}` must be {:?}, got {t}", p.name, p.dtype));
+        for ((name, _, dtype), t) in ins.iter().zip(inputs) {
+            if *dtype != t.dtype {
+                return err(format!("input `{name}` must be {dtype:?}, got {t}"));
             }
         }
     }
@@ -676,7 +694,7 @@ pub fn infer_outputs(
             for (i, t) in inputs.iter().enumerate().skip(1) {
                 same(&inputs[0], t, &format!("w, input {i}"))?;
             }
-            let n = op.num_outputs();
+            let n = op.num_outputs_of(params);
             op.aliased_outputs()
                 .iter()
                 .take(n)

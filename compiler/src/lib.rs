@@ -6,6 +6,7 @@
 //! with the IR verifier between passes and the independent plan checker at the end when
 //! `CompileOptions::verify` is set.
 
+pub mod alias;
 pub mod autodiff;
 pub mod check;
 pub mod codegen;
@@ -252,6 +253,11 @@ pub fn compile_explained(
     };
     let strategy = match best {
         remat::Strategy::SqrtN => "sqrt(n) segments".to_string(),
+        remat::Strategy::Budget(b) if stages > remat::MAX_DP_STAGES => format!(
+            "optimal over {} groups of stages (DP memory budget {b}/{} buckets)",
+            remat::MAX_DP_STAGES,
+            remat::BUCKETS
+        ),
         remat::Strategy::Budget(b) => {
             format!("optimal (DP memory budget {b}/{} buckets)", remat::BUCKETS)
         }

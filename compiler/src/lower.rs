@@ -1,6 +1,8 @@
 //! Lowering: a checked [`Model`] (per-sample shapes) plus a batch size becomes the forward IR
 //! graph (full shapes, batch first), ending in the loss node.
 
+use std::collections::HashSet;
+
 use dmc_grammar::model::{self, Activation, Layer, LossKind, Model, Padding, ValueRef};
 
 use crate::error::CompileError;
@@ -121,6 +123,17 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
             .ok_or_else(|| CompileError::InvalidModel(format!("dangling reference {r:?}")))
     };
 
+    // Layers read by a ReLU or GELU (their weights get He initialisation).
+    let feeds_relu: HashSet<usize> = model
+        .nodes
+        .iter()
+        .filter(|m| matches!(m.layer, Layer::Act(Activation::Relu | Activation::Gelu)))
+        .flat_map(|m| &m.inputs)
+        .filter_map(|r| match r {
+            ValueRef::Node(i) => Some(*i),
+            _ => None,
+        })
+        .collect();
     for (idx, node) in model.nodes.iter().enumerate() {
         let ins: Vec<Value> = node
             .inputs
@@ -139,10 +152,7 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
             )));
         }
         // Parameter leaves: weight first, then bias.
-        let feeds_relu = model.nodes.iter().any(|m| {
-            matches!(m.layer, Layer::Act(Activation::Relu | Activation::Gelu))
-                && m.inputs.contains(&ValueRef::Node(idx))
-        });
+        let feeds_relu = feeds_relu.contains(&idx);
         let mut weight = None;
         let mut bias = None;
         for p in &node.params {

@@ -250,12 +250,12 @@ pub struct Signature {
     pub params: Vec<SigParam>,
 }
 
-fn p(name: &str, role: Role, dtype: DType) -> SigParam {
-    SigParam {
-        name: name.to_string(),
-        role,
-        dtype,
-    }
+/// One parameter of a kernel signature as [`Op::params`] describes it: name, role, dtype (the
+/// [`SigParam`] of the plan, without allocating its name).
+pub type ParamKind = (&'static str, Role, DType);
+
+fn p(name: &'static str, role: Role, dtype: DType) -> ParamKind {
+    (name, role, dtype)
 }
 
 impl Op {
@@ -299,6 +299,22 @@ impl Op {
     /// them), then the outputs that have their own buffer (`Out`), then the workspace, if any.
     /// Leaves and `Reshape` have no kernel and an empty signature.
     pub fn signature(&self) -> Signature {
+        Signature {
+            params: self
+                .params()
+                .into_iter()
+                .map(|(name, role, dtype)| SigParam {
+                    name: name.to_string(),
+                    role,
+                    dtype,
+                })
+                .collect(),
+        }
+    }
+
+    /// The parameters of [`Op::signature`] (the one table of them), for the callers that only
+    /// need roles and dtypes: the arity checks of every node, many times per compilation.
+    pub fn params(&self) -> Vec<ParamKind> {
         use DType::*;
         use Role::*;
         let params = match self {
@@ -403,31 +419,37 @@ impl Op {
                 v
             }
         };
-        Signature { params }
+        params
     }
 
     /// Number of node inputs (= the `In`/`InOut` params of the signature, or 1 for `Reshape`).
     pub fn num_inputs(&self) -> usize {
+        self.num_inputs_of(&self.params())
+    }
+
+    /// [`Op::num_inputs`], given the op's [`Op::params`] (for callers that already built them).
+    pub fn num_inputs_of(&self, params: &[ParamKind]) -> usize {
         match self {
             Op::Reshape => 1,
-            _ => self
-                .signature()
-                .params
+            _ => params
                 .iter()
-                .filter(|s| matches!(s.role, Role::In | Role::InOut))
+                .filter(|(_, role, _)| matches!(role, Role::In | Role::InOut))
                 .count(),
         }
     }
 
     /// Number of node outputs (`Out` + `InOut` params, or 1 for leaves and `Reshape`).
     pub fn num_outputs(&self) -> usize {
+        self.num_outputs_of(&self.params())
+    }
+
+    /// [`Op::num_outputs`], given the op's [`Op::params`].
+    pub fn num_outputs_of(&self, params: &[ParamKind]) -> usize {
         match self {
             Op::Input { .. } | Op::Param { .. } | Op::OptState { .. } | Op::Reshape => 1,
-            _ => self
-                .signature()
-                .params
+            _ => params
                 .iter()
-                .filter(|s| matches!(s.role, Role::Out | Role::InOut))
+                .filter(|(_, role, _)| matches!(role, Role::Out | Role::InOut))
                 .count(),
         }
     }

@@ -1,14 +1,16 @@
 //! The pass pipeline. A pass is a named function `fn(&mut Graph, &Ctx) -> Result<bool, _>`
 //! (returns whether it changed the graph) listed in [`PIPELINE`]; passes that do not apply to the
 //! current mode return `Ok(false)`. [`run_pipeline`] verifies the graph before the first pass and
-//! after every pass when `ctx.verify` is set, and reports which pass broke it.
+//! after every pass that changed it (after every pass in debug and test builds) when `ctx.verify`
+//! is set, and reports which pass broke it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use petgraph::stable_graph::NodeIndex;
 use petgraph::visit::EdgeRef;
 use petgraph::Direction;
 
+use crate::alias::BufferRoots;
 use crate::autodiff::autodiff;
 use crate::error::CompileError;
 use crate::ir::{Graph, Phase, Value};
@@ -61,7 +63,8 @@ pub const PIPELINE: &[(&str, Pass)] = &[
     ("inplace_elementwise", inplace_elementwise),
 ];
 
-/// Runs [`PIPELINE`] on `g`, verifying before and after each pass when `ctx.verify` is set.
+/// Runs [`PIPELINE`] on `g`, verifying before the first pass and after each pass that changed the
+/// graph (each pass in debug and test builds) when `ctx.verify` is set.
 pub fn run_pipeline(g: &mut Graph, ctx: &Ctx) -> Result<(), CompileError> {
     run_passes(g, ctx, PIPELINE)
 }
@@ -72,8 +75,10 @@ pub fn run_passes(g: &mut Graph, ctx: &Ctx, passes: &[(&str, Pass)]) -> Result<(
         verify(g, "lower")?;
     }
     for (name, pass) in passes {
-        pass(g, ctx)?;
-        if ctx.verify {
+        let changed = pass(g, ctx)?;
+        // A pass that left the graph as it was leaves it verified; debug and test builds check
+        // it anyway, which also catches a pass that changed it without saying so.
+        if ctx.verify && (changed || cfg!(debug_assertions)) {
             verify(g, name)?;
         }
     }
@@ -145,6 +150,12 @@ pub fn fuse_weight_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError
         return Ok(false);
     }
     let mut changed = false;
+    // Which parameters each gradient value is recorded for (to drop the records of a fused
+    // gradient without scanning them all).
+    let mut grad_of: HashMap<Value, Vec<NodeIndex>> = HashMap::new();
+    for (p, d) in &g.grads {
+        grad_of.entry(*d).or_default().push(*p);
+    }
     for u in g.nodes() {
         let Some(rule) = UpdateRule::of(&g.node(u).op) else {
             continue;
@@ -199,7 +210,9 @@ pub fn fuse_weight_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError
         }
         g.g.remove_node(u);
         g.g.remove_node(grad.0);
-        g.grads.retain(|_, d| *d != grad);
+        for p in grad_of.remove(&grad).unwrap_or_default() {
+            g.grads.remove(&p);
+        }
         changed = true;
     }
     Ok(changed)
@@ -207,9 +220,10 @@ pub fn fuse_weight_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError
 
 /// Whether node `n` may overwrite its input value `v` in place: `v`'s buffer is made by a kernel
 /// (not a leaf), neither `v` nor any view of it is the loss or the output, nothing but `n` reads
-/// `v` or a view of it, and no other input of `n` lives in the same buffer.
-fn dies_here(g: &Graph, n: NodeIndex, v: Value) -> bool {
-    let root = g.buffer_root(v);
+/// `v` or a view of it, and no other input of `n` lives in the same buffer. `roots` are the
+/// buffer roots of `g` as it is now.
+fn dies_here(g: &Graph, roots: &mut BufferRoots, n: NodeIndex, v: Value) -> bool {
+    let root = roots.root(v);
     if g.node(root.0).op.is_leaf() {
         return false;
     }
@@ -227,7 +241,7 @@ fn dies_here(g: &Graph, n: NodeIndex, v: Value) -> bool {
     let same_buffer = g
         .inputs(n)
         .iter()
-        .filter(|u| g.buffer_root(**u) == root)
+        .filter(|u| roots.root(**u) == root)
         .count();
     same_buffer == 1
 }
@@ -241,6 +255,9 @@ pub fn inplace_elementwise(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileErro
         return Ok(false);
     }
     let mut changed = false;
+    // Kept up to date as ops become in place (their output then lives in the written input), so
+    // later decisions see the same buffers `Graph::buffer_root` would, without walking chains.
+    let mut roots = BufferRoots::new(g);
     for n in g.nodes() {
         let op = g.node(n).op.clone();
         let (new, slots): (Op, &[usize]) = match op {
@@ -251,10 +268,10 @@ pub fn inplace_elementwise(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileErro
             Op::Add => (Op::AddInPlace, &[0, 1]),
             _ => continue,
         };
-        let Some(&slot) = slots
-            .iter()
-            .find(|&&i| g.input(n, i).is_some_and(|v| dies_here(g, n, v)))
-        else {
+        let Some(&slot) = slots.iter().find(|&&i| {
+            g.input(n, i)
+                .is_some_and(|v| dies_here(g, &mut roots, n, v))
+        }) else {
             continue;
         };
         if slot == 1 && matches!(op, Op::Add) {
@@ -271,6 +288,11 @@ pub fn inplace_elementwise(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileErro
         if let Some(node) = g.g.node_weight_mut(n) {
             node.op = new;
             changed = true;
+        }
+        for (o, i) in g.node(n).op.aliased_outputs() {
+            if let Some(src) = g.input(n, i) {
+                roots.link((n, o), src);
+            }
         }
     }
     Ok(changed)

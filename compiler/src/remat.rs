@@ -17,7 +17,10 @@
 //!
 //! Checkpoint-all (no recomputation) and sqrt(n) segments are particular strategies of this
 //! family, so the optimum is never worse than either under the same cost model; the tests check
-//! the DP against an exhaustive enumeration of all strategies.
+//! the DP against an exhaustive enumeration of all strategies. The DP is cubic in the number of
+//! stages: a chain longer than [`MAX_DP_STAGES`] is planned on that many groups of consecutive
+//! stages (each group checkpointed and recomputed as a whole), which keeps `--vram-cap` on a
+//! network of thousands of layers to seconds.
 //!
 //! **Rewrite.** The strategy is a sequence of stage executions and backward steps. The first
 //! execution of a stage is the original forward; every later one is a copy of the stage's forward
@@ -28,6 +31,7 @@
 //! Recomputation repeats the same kernels on the same inputs: results are bit-identical.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 
 use petgraph::stable_graph::NodeIndex;
 use petgraph::visit::EdgeRef;
@@ -422,14 +426,27 @@ pub fn chain(g: &Graph) -> Option<(Vec<Stage>, ChainCosts)> {
         }
     }
     let is_bwd = |c: NodeIndex| matches!(g.node(c).phase, Phase::Backward | Phase::Update);
+    // How many spans cross each position, and the sum of their indices in `spans` (which names
+    // the span when it is the only one), by difference arrays.
+    let mut count = vec![0i64; n + 1];
+    let mut index_sum = vec![0i64; n + 1];
+    for (k, (_, a, b)) in spans.iter().enumerate() {
+        count[*a] += 1;
+        count[*b] -= 1;
+        index_sum[*a] += k as i64;
+        index_sum[*b] -= k as i64;
+    }
+    let (mut crossing, mut sum) = (0i64, 0i64);
     let mut cuts: Vec<(usize, Value)> = vec![];
     for p in 0..n {
-        let crossing: Vec<Value> = spans
-            .iter()
-            .filter(|(_, a, b)| *a <= p && p < *b)
-            .map(|(v, _, _)| *v)
-            .collect();
-        let [v] = crossing[..] else { continue };
+        crossing += count[p];
+        sum += index_sum[p];
+        if crossing != 1 {
+            continue;
+        }
+        let Some(&(v, _, _)) = usize::try_from(sum).ok().and_then(|k| spans.get(k)) else {
+            continue;
+        };
         let cs = g.consumers(v);
         let elementwise_next = p + 1 < n
             && cs.len() == 1
@@ -523,18 +540,99 @@ pub fn unit_of(c: &ChainCosts) -> u64 {
     top.div_ceil(BUCKETS).max(1)
 }
 
-/// The actions of `strategy` for chain `c` (bytes), if any recomputation is involved.
+/// The most stages the DP works on. Its time grows as `L^3 * BUCKETS` and its tables as
+/// `L^2 * BUCKETS` (a 2,000-stage chain would need tens of GB), so a longer chain is cut into
+/// this many groups of consecutive stages ([`group_bounds`]), each planned as one stage
+/// ([`ChainCosts::grouped`]): the strategy then checkpoints and recomputes whole groups. 64
+/// stages solve in a few tens of milliseconds, and every example network has fewer.
+pub const MAX_DP_STAGES: usize = 64;
+
+/// Group boundaries for a chain of `l` stages cut into at most `max` groups of consecutive
+/// stages, as equal in length as possible (the longer ones first): group `k` is stages
+/// `bounds[k]..bounds[k + 1]`. One group per stage when `l <= max`.
+pub fn group_bounds(l: usize, max: usize) -> Vec<usize> {
+    let groups = l.min(max.max(1));
+    let (base, extra) = l
+        .checked_div(groups)
+        .zip(l.checked_rem(groups))
+        .unwrap_or((0, 0));
+    let mut bounds = vec![0];
+    for k in 0..groups {
+        let len = base + usize::from(k < extra);
+        bounds.push(bounds[k] + len);
+    }
+    bounds
+}
+
+impl ChainCosts {
+    /// The chain whose stage `k` is the group of stages `bounds[k]..bounds[k + 1]` of `self`,
+    /// run as one: forward FLOPs add up, the output is the group's last, its backward reads what
+    /// all of its stages read, and the transient sizes are bounds on what running the group's
+    /// stages one after the other (keeping all, or only their outputs) and their backwards in
+    /// reverse order holds at once, so a strategy planned on the groups fits the memory it
+    /// claims.
+    pub fn grouped(&self, bounds: &[usize]) -> ChainCosts {
+        let mut g = ChainCosts::default();
+        for k in 0..bounds.len().saturating_sub(1) {
+            let (a, e) = (bounds[k], bounds[k + 1]);
+            if a >= e {
+                continue;
+            }
+            let b = e - 1;
+            let xbar: u64 = self.xbar[a..e].iter().sum();
+            // Running the stages keeping only outputs, or keeping all (what earlier stages keep
+            // is in `xbar`): beyond the group's input and output.
+            let tmp = self.tmp[a..e]
+                .iter()
+                .copied()
+                .max()
+                .unwrap_or(0)
+                .max(self.chain_peak(a, e).saturating_sub(self.w[b]));
+            // The backwards, last stage first: stage i's peak on top of what the stages before
+            // it keep.
+            let mut kept_before = 0u64;
+            let mut bwd = 0u64;
+            for i in a..e {
+                bwd = bwd.max(kept_before + self.bwd_peak(i));
+                kept_before += self.xbar[i];
+            }
+            g.f.push(self.f[a..e].iter().sum());
+            g.w.push(self.w[b]);
+            g.xbar.push(xbar);
+            g.tmp.push(tmp);
+            g.din.push(self.din[a]);
+            g.late.push(bwd.saturating_sub(self.w[b] + self.din[a]));
+        }
+        g
+    }
+}
+
+/// The actions of `strategy` for chain `c` (bytes), if any recomputation is involved. A chain
+/// longer than [`MAX_DP_STAGES`] is planned by the DP on groups of stages, and each group's
+/// execution expands to its stages' (forwards in order, backwards in reverse).
 pub fn plan_actions(c: &ChainCosts, strategy: Strategy) -> Option<Vec<Action>> {
     let acts = match strategy {
         Strategy::KeepAll => return None,
         Strategy::SqrtN => sqrt_actions(c.len()),
         Strategy::Budget(b) => {
-            let dp = Dp::solve(&c.in_units(unit_of(c)), BUCKETS);
+            let bounds = group_bounds(c.len(), MAX_DP_STAGES);
+            let grouped = c.len() > MAX_DP_STAGES;
+            let coarse = if grouped {
+                c.grouped(&bounds)
+            } else {
+                c.clone()
+            };
+            let dp = solve_cached(&coarse.in_units(unit_of(&coarse)));
             let m = match dp.cost(b) {
                 Some(_) => b,
                 None => dp.min_budget()?,
             };
-            dp.actions(m)?
+            let acts = dp.actions(m)?;
+            if grouped {
+                expand_groups(&acts, &bounds)
+            } else {
+                acts
+            }
         }
     };
     let fwd = acts
@@ -544,9 +642,46 @@ pub fn plan_actions(c: &ChainCosts, strategy: Strategy) -> Option<Vec<Action>> {
     (fwd > c.len()).then_some(acts)
 }
 
+/// `Dp::solve(c, BUCKETS)`, reusing the last solution when it was for the same chain: `compile`'s
+/// search over budgets plans the same chain a dozen times, and the DP is the costly part.
+fn solve_cached(c: &ChainCosts) -> Arc<Dp> {
+    static LAST: Mutex<Option<(ChainCosts, Arc<Dp>)>> = Mutex::new(None);
+    if let Ok(last) = LAST.lock() {
+        if let Some((costs, dp)) = last.as_ref() {
+            if costs == c {
+                return Arc::clone(dp);
+            }
+        }
+    }
+    let dp = Arc::new(Dp::solve(c, BUCKETS));
+    if let Ok(mut last) = LAST.lock() {
+        *last = Some((c.clone(), Arc::clone(&dp)));
+    }
+    dp
+}
+
+/// The actions on the stages of a strategy planned on groups of them (`bounds`, see
+/// [`group_bounds`]): a group's forward runs its stages in order, its backward theirs in reverse.
+fn expand_groups(acts: &[Action], bounds: &[usize]) -> Vec<Action> {
+    let mut out = vec![];
+    for a in acts {
+        match *a {
+            Action::Fwd { stage, save } => {
+                let (s, e) = (bounds[stage], bounds[stage + 1]);
+                out.extend((s..e).map(|i| Action::Fwd { stage: i, save }));
+            }
+            Action::Bwd(k) => {
+                let (s, e) = (bounds[k], bounds[k + 1]);
+                out.extend((s..e).rev().map(Action::Bwd));
+            }
+        }
+    }
+    out
+}
+
 /// Pass (train, `ctx.remat` not `KeepAll`): applies the chosen strategy (see the module docs).
 pub fn rematerialize(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> {
-    if ctx.mode != Mode::Train {
+    if ctx.mode != Mode::Train || ctx.remat == Strategy::KeepAll {
         return Ok(false);
     }
     let Some((stages, c)) = chain(g) else {
@@ -679,14 +814,14 @@ pub fn describe(acts: &[Action], names: &[String]) -> String {
     let name = |i: usize| names.get(i).cloned().unwrap_or_else(|| i.to_string());
     // Checkpoints: an execution of stage i-1 read by a later execution of stage i that does not
     // directly follow it, and the last of a run of forwards that keep nothing.
-    let mut kept: Vec<usize> = vec![];
+    let mut kept: BTreeSet<usize> = BTreeSet::new();
     let mut last: HashMap<usize, usize> = HashMap::new();
     for (p, a) in acts.iter().enumerate() {
         if let Action::Fwd { stage, .. } = *a {
             if stage > 0 {
                 if let Some(&q) = last.get(&(stage - 1)) {
-                    if q + 1 != p && !kept.contains(&q) {
-                        kept.push(q);
+                    if q + 1 != p {
+                        kept.insert(q);
                     }
                 }
             }
@@ -694,12 +829,10 @@ pub fn describe(acts: &[Action], names: &[String]) -> String {
         }
         // The last output of a run of forwards that keep nothing is the checkpoint of its branch.
         let next_keeps_nothing = matches!(acts.get(p + 1), Some(Action::Fwd { save: false, .. }));
-        if matches!(a, Action::Fwd { save: false, .. }) && !next_keeps_nothing && !kept.contains(&p)
-        {
-            kept.push(p);
+        if matches!(a, Action::Fwd { save: false, .. }) && !next_keeps_nothing {
+            kept.insert(p);
         }
     }
-    kept.sort();
     let ck: Vec<String> = kept
         .iter()
         .filter_map(|q| match acts[*q] {

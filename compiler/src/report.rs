@@ -13,7 +13,7 @@
 //! [`render_json`] (serde) and [`render_svg`] (live bytes over the step, stacked by category,
 //! with the arena size and an optional cap as horizontal lines).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
@@ -250,17 +250,24 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
         plan.buffers.iter().map(|b| Some(full(b))).collect();
     let mut root_of: Vec<BufferId> = (0..plan.buffers.len()).collect();
     let mut aliases: Vec<Alias> = vec![];
-    let mut at_bytes: BTreeMap<(u64, u64), Vec<usize>> = BTreeMap::new();
+    // Per (offset, bytes): the buffers first seen there, and the latest step any of them is
+    // occupied (a buffer starting after it overlaps none of them: no scan; in a plan, buffers
+    // reusing the same bytes come in step order, so that is the common case).
+    let mut at_bytes: BTreeMap<(u64, u64), (Vec<usize>, usize)> = BTreeMap::new();
     for (i, b) in plan.buffers.iter().enumerate() {
         if b.bytes == 0 {
             continue;
         }
         let (lo, hi) = full(b);
-        let same = at_bytes.entry((b.offset, b.bytes)).or_default();
-        let root = same
-            .iter()
-            .copied()
-            .find(|&k| matches!(occupied[k], Some((l, h)) if l <= hi && lo <= h));
+        let (same, last) = at_bytes.entry((b.offset, b.bytes)).or_default();
+        let root = if same.is_empty() || lo > *last {
+            None
+        } else {
+            same.iter()
+                .copied()
+                .find(|&k| matches!(occupied[k], Some((l, h)) if l <= hi && lo <= h))
+        };
+        *last = (*last).max(hi);
         match root {
             Some(k) => {
                 if let Some((l, h)) = occupied[k] {
@@ -352,13 +359,13 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
         }
     }
 
-    let layer_name = |b: &crate::plan::Buffer| -> String {
+    fn layer_name(b: &crate::plan::Buffer) -> &str {
         if b.layer.is_empty() {
-            layer_of(&b.name).to_string()
+            layer_of(&b.name)
         } else {
-            b.layer.clone()
+            &b.layer
         }
-    };
+    }
 
     let mut live: Vec<LiveBuffer> = plan
         .buffers
@@ -377,7 +384,7 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
             name: b.name.clone(),
             kind: b.kind,
             bytes: b.bytes,
-            layer: layer_name(b),
+            layer: layer_name(b).to_string(),
         })
         .collect();
     live.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.id.cmp(&b.id)));
@@ -457,8 +464,8 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
 
     // Per-layer rows, in the order their first buffer is written (persistent buffers count from
     // the first step that reads them).
-    let mut first_use: BTreeMap<String, usize> = BTreeMap::new();
-    let mut rows: BTreeMap<String, LayerRow> = BTreeMap::new();
+    let mut first_use: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut rows: BTreeMap<&str, LayerRow> = BTreeMap::new();
     for (s, step) in plan.steps.iter().enumerate() {
         for &a in &step.args {
             if let Some(b) = plan.buffers.get(a) {
@@ -473,8 +480,8 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
             continue;
         }
         let name = layer_name(b);
-        let row = rows.entry(name.clone()).or_insert_with(|| LayerRow {
-            layer: name,
+        let row = rows.entry(name).or_insert_with(|| LayerRow {
+            layer: name.to_string(),
             kept_for_backward: 0,
             parameters: 0,
             optimizer_state: 0,
@@ -498,12 +505,13 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
         }
     }
     let mut layers: Vec<LayerRow> = rows.into_values().collect();
-    layers.sort_by_key(|r| {
-        (
-            first_use.get(&r.layer).copied().unwrap_or(usize::MAX),
-            r.layer.clone(),
-        )
-    });
+    let first = |r: &LayerRow| {
+        first_use
+            .get(r.layer.as_str())
+            .copied()
+            .unwrap_or(usize::MAX)
+    };
+    layers.sort_by(|a, b| (first(a), &a.layer).cmp(&(first(b), &b.layer)));
 
     let lower_bound_bytes = peak.bytes;
     let fragmentation = if lower_bound_bytes == 0 {
@@ -513,6 +521,8 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
     };
     let step_flops: u64 = (0..nsteps).map(|t| crate::cost::step_flops(plan, t)).sum();
     let mut recomputed: Vec<Recomputed> = vec![];
+    // Index in `recomputed` of each name.
+    let mut recomputed_at: HashMap<String, usize> = HashMap::new();
     let mut recompute_flops = 0u64;
     for (t, st) in plan.steps.iter().enumerate() {
         if !crate::cost::is_recompute(&st.label) {
@@ -526,16 +536,19 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
             .next()
             .unwrap_or("")
             .to_string();
-        match recomputed.iter_mut().find(|r| r.name == name) {
-            Some(r) => {
-                r.times += 1;
-                r.flops += f;
+        match recomputed_at.get(&name) {
+            Some(&k) => {
+                recomputed[k].times += 1;
+                recomputed[k].flops += f;
             }
-            None => recomputed.push(Recomputed {
-                name,
-                times: 1,
-                flops: f,
-            }),
+            None => {
+                recomputed_at.insert(name.clone(), recomputed.len());
+                recomputed.push(Recomputed {
+                    name,
+                    times: 1,
+                    flops: f,
+                });
+            }
         }
     }
     MemoryReport {
@@ -640,19 +653,22 @@ impl Table {
                 w[i] = w[i].max(c.chars().count());
             }
         }
+        let spaces = |line: &mut String, k: usize| line.extend(std::iter::repeat_n(' ', k));
+        let mut line = String::new();
         for r in &self.rows {
-            let mut line = String::from(" ");
+            line.clear();
+            line.push(' ');
             for (i, c) in r.iter().enumerate().take(ncols) {
                 line.push(' ');
                 let pad = w[i] - c.chars().count();
                 let last = i + 1 == r.len().min(ncols);
                 if self.align[i] == '>' {
-                    line.push_str(&" ".repeat(pad));
+                    spaces(&mut line, pad);
                     line.push_str(c);
                 } else {
                     line.push_str(c);
                     if !last {
-                        line.push_str(&" ".repeat(pad));
+                        spaces(&mut line, pad);
                     }
                 }
                 if !last {

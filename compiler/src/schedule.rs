@@ -11,34 +11,39 @@
 //! hints ([`Graph::not_before`]) are extra constraints: a recomputed node waits for the backward
 //! step the strategy puts before it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 
 use petgraph::stable_graph::NodeIndex;
+use petgraph::visit::{EdgeRef, IntoEdgeReferences};
+use petgraph::Direction;
 
+use crate::alias::BufferRoots;
 use crate::error::CompileError;
 use crate::ir::{Graph, Value};
 use crate::op::Op;
 
 /// Values that share a buffer with `v` without an in-place write in between: `v` and every
-/// `Reshape` view of it, up and down.
-pub fn view_closure(g: &Graph, v: Value) -> BTreeSet<Value> {
-    let mut seen = BTreeSet::new();
+/// `Reshape` view of it, up and down (sorted, without duplicates).
+pub fn view_closure(g: &Graph, v: Value) -> Vec<Value> {
+    let mut seen: Vec<Value> = Vec::new();
     let mut stack = vec![v];
     while let Some(w) = stack.pop() {
-        if !seen.insert(w) {
+        if seen.contains(&w) {
             continue;
         }
+        seen.push(w);
         if matches!(g.node(w.0).op, Op::Reshape) {
             if let Some(src) = g.input(w.0, 0) {
                 stack.push(src);
             }
         }
-        for (c, _) in g.consumers(w) {
-            if matches!(g.node(c).op, Op::Reshape) {
-                stack.push((c, 0));
+        for e in g.g.edges_directed(w.0, Direction::Outgoing) {
+            if e.weight().src_output == w.1 && matches!(g.node(e.target()).op, Op::Reshape) {
+                stack.push((e.target(), 0));
             }
         }
     }
+    seen.sort();
     seen
 }
 
@@ -55,8 +60,12 @@ pub fn hazard_order(g: &Graph) -> Result<Vec<(NodeIndex, NodeIndex)>, String> {
         for (_, i) in op.aliased_outputs() {
             let Some(v) = g.input(u, i) else { continue };
             for w in view_closure(g, v) {
-                for (r, _) in g.consumers(w) {
-                    if r != u && !matches!(g.node(r).op, Op::Reshape) {
+                for e in g.g.edges_directed(w.0, Direction::Outgoing) {
+                    let r = e.target();
+                    if e.weight().src_output == w.1
+                        && r != u
+                        && !matches!(g.node(r).op, Op::Reshape)
+                    {
                         cons.push((r, u));
                     }
                 }
@@ -65,45 +74,48 @@ pub fn hazard_order(g: &Graph) -> Result<Vec<(NodeIndex, NodeIndex)>, String> {
     }
     cons.sort();
     cons.dedup();
-    // Acyclicity of data + hazard edges (Kahn).
-    let mut preds: BTreeMap<NodeIndex, BTreeSet<NodeIndex>> = BTreeMap::new();
-    for n in g.g.node_indices() {
-        preds.insert(n, g.predecessors(n));
+    // Acyclicity of data + hazard edges (Kahn, over node indices; the edges as one sorted
+    // (source, target) list, a predecessor counting once however many edges it has to a node).
+    let bound = g.node_bound();
+    let mut edges: Vec<(usize, usize)> =
+        g.g.edge_references()
+            .map(|e| (e.source().index(), e.target().index()))
+            .chain(cons.iter().map(|(r, u)| (r.index(), u.index())))
+            .collect();
+    edges.sort_unstable();
+    edges.dedup();
+    // Successors of node n: edges[first[n]..first[n + 1]].
+    let mut first = vec![0usize; bound + 1];
+    let mut indeg = vec![0usize; bound];
+    for &(a, b) in &edges {
+        first[a + 1] += 1;
+        indeg[b] += 1;
     }
-    for (r, u) in &cons {
-        preds.entry(*u).or_default().insert(*r);
+    for n in 0..bound {
+        first[n + 1] += first[n];
     }
-    let mut succs: BTreeMap<NodeIndex, Vec<NodeIndex>> = BTreeMap::new();
-    for (n, ps) in &preds {
-        for p in ps {
-            succs.entry(*p).or_default().push(*n);
-        }
-    }
-    let mut indeg: BTreeMap<NodeIndex, usize> = preds.iter().map(|(n, p)| (*n, p.len())).collect();
-    let mut ready: Vec<NodeIndex> = indeg
-        .iter()
-        .filter(|(_, d)| **d == 0)
-        .map(|(n, _)| *n)
-        .collect();
+    let mut ready: Vec<usize> =
+        g.g.node_indices()
+            .map(|n| n.index())
+            .filter(|&n| indeg[n] == 0)
+            .collect();
     let mut done = 0;
     while let Some(n) = ready.pop() {
         done += 1;
-        for s in succs.get(&n).into_iter().flatten() {
-            if let Some(d) = indeg.get_mut(s) {
-                *d -= 1;
-                if *d == 0 {
-                    ready.push(*s);
-                }
+        for &(_, s) in &edges[first[n]..first[n + 1]] {
+            indeg[s] -= 1;
+            if indeg[s] == 0 {
+                ready.push(s);
             }
         }
     }
-    if done != indeg.len() {
-        let stuck: Vec<String> = indeg
-            .iter()
-            .filter(|(_, d)| **d > 0)
-            .take(4)
-            .map(|(n, _)| format!("`{}`", g.node(*n).name))
-            .collect();
+    if done != g.g.node_count() {
+        let stuck: Vec<String> =
+            g.g.node_indices()
+                .filter(|n| indeg[n.index()] > 0)
+                .take(4)
+                .map(|n| format!("`{}`", g.node(n).name))
+                .collect();
         return Err(format!(
             "in-place hazard: no order reads every value before it is overwritten (involving {})",
             stuck.join(", ")
@@ -129,18 +141,19 @@ fn kernel_producer(g: &Graph, mut v: Value) -> Option<NodeIndex> {
 pub fn schedule(g: &Graph) -> Result<Vec<NodeIndex>, CompileError> {
     let hazards = hazard_order(g).map_err(CompileError::Schedule)?;
     let kernels: Vec<NodeIndex> = g.g.node_indices().filter(|n| g.is_kernel(*n)).collect();
-    let mut preds: BTreeMap<NodeIndex, BTreeSet<NodeIndex>> =
-        kernels.iter().map(|n| (*n, BTreeSet::new())).collect();
+    // Everything per node is indexed by node index (only kernels have entries).
+    let bound = g.node_bound();
+    let mut preds: Vec<Vec<usize>> = vec![vec![]; bound];
     for &n in &kernels {
         for v in g.inputs(n) {
             if let Some(p) = kernel_producer(g, v) {
-                preds.entry(n).or_default().insert(p);
+                preds[n.index()].push(p.index());
             }
         }
     }
     for (r, u) in hazards {
         if g.is_kernel(r) && g.is_kernel(u) {
-            preds.entry(u).or_default().insert(r);
+            preds[u.index()].push(r.index());
         }
     }
     // Rematerialization hints: a recomputation waits for the backward step before it.
@@ -150,35 +163,47 @@ pub fn schedule(g: &Graph) -> Result<Vec<NodeIndex>, CompileError> {
         }
         for a in after {
             if g.g.contains_node(*a) && g.is_kernel(*a) {
-                preds.entry(*n).or_default().insert(*a);
+                preds[n.index()].push(a.index());
             }
         }
     }
-    let mut succs: BTreeMap<NodeIndex, Vec<NodeIndex>> = BTreeMap::new();
-    for (n, ps) in &preds {
-        for p in ps {
-            succs.entry(*p).or_default().push(*n);
+    let mut succs: Vec<Vec<usize>> = vec![vec![]; bound];
+    let mut indeg: Vec<usize> = vec![0; bound];
+    for &n in &kernels {
+        let ps = &mut preds[n.index()];
+        ps.sort_unstable();
+        ps.dedup();
+        indeg[n.index()] = ps.len();
+        for &p in ps.iter() {
+            succs[p].push(n.index());
         }
     }
 
     // Memory bookkeeping per buffer (root value): bytes, remaining distinct kernel readers.
+    let mut roots = BufferRoots::new(g);
     let pinned: BTreeSet<Value> = g
         .loss
         .iter()
         .chain(std::iter::once(&g.output))
-        .map(|v| g.buffer_root(*v))
+        .map(|v| roots.root(*v))
         .collect();
-    let mut reads: HashMap<NodeIndex, BTreeSet<Value>> = HashMap::new();
+    // The distinct buffers (roots) each kernel reads, sorted; and per buffer, how many kernels
+    // still have to read it.
+    let mut reads: Vec<Vec<Value>> = vec![vec![]; bound];
     let mut readers: HashMap<Value, usize> = HashMap::new();
     for &n in &kernels {
-        let rs: BTreeSet<Value> = g.inputs(n).into_iter().map(|v| g.buffer_root(v)).collect();
+        let mut rs: Vec<Value> = g.inputs(n).into_iter().map(|v| roots.root(v)).collect();
+        rs.sort_unstable();
+        rs.dedup();
         for r in &rs {
             *readers.entry(*r).or_default() += 1;
         }
-        reads.insert(n, rs);
+        reads[n.index()] = rs;
     }
     let freeable = |r: &Value| g.is_kernel(r.0) && !pinned.contains(r);
-    let alloc = |n: NodeIndex| -> i64 {
+    // Bytes each kernel allocates: its outputs that are not written into an input.
+    let mut alloc: Vec<i64> = vec![0; bound];
+    for &n in &kernels {
         let aliased: Vec<usize> = g
             .node(n)
             .op
@@ -186,31 +211,31 @@ pub fn schedule(g: &Graph) -> Result<Vec<NodeIndex>, CompileError> {
             .iter()
             .map(|(o, _)| *o)
             .collect();
-        g.node(n)
+        alloc[n.index()] = g
+            .node(n)
             .outputs
             .iter()
             .enumerate()
             .filter(|(o, _)| !aliased.contains(o))
             .map(|(_, t)| t.bytes() as i64)
-            .sum()
-    };
+            .sum();
+    }
 
-    let mut indeg: BTreeMap<NodeIndex, usize> = preds.iter().map(|(n, p)| (*n, p.len())).collect();
-    let mut ready: BTreeSet<NodeIndex> = indeg
+    let mut ready: BTreeSet<usize> = kernels
         .iter()
-        .filter(|(_, d)| **d == 0)
-        .map(|(n, _)| *n)
+        .map(|n| n.index())
+        .filter(|n| indeg[*n] == 0)
         .collect();
     let mut order = Vec::with_capacity(kernels.len());
     while !ready.is_empty() {
-        let mut best: Option<(i64, NodeIndex)> = None;
+        let mut best: Option<(i64, usize)> = None;
         for &n in &ready {
-            let freed: i64 = reads[&n]
+            let freed: i64 = reads[n]
                 .iter()
                 .filter(|r| freeable(r) && readers.get(r) == Some(&1))
                 .map(|r| g.ty(*r).bytes() as i64)
                 .sum();
-            let net = freed - alloc(n);
+            let net = freed - alloc[n];
             if freed > 0 && net >= 0 && !matches!(best, Some((b, _)) if net <= b) {
                 best = Some((net, n));
             }
@@ -223,18 +248,16 @@ pub fn schedule(g: &Graph) -> Result<Vec<NodeIndex>, CompileError> {
                 .ok_or_else(|| CompileError::Internal("empty ready set".into()))?,
         };
         ready.remove(&n);
-        order.push(n);
-        for r in &reads[&n] {
+        order.push(NodeIndex::new(n));
+        for r in &reads[n] {
             if let Some(c) = readers.get_mut(r) {
                 *c -= 1;
             }
         }
-        for s in succs.get(&n).into_iter().flatten() {
-            if let Some(d) = indeg.get_mut(s) {
-                *d -= 1;
-                if *d == 0 {
-                    ready.insert(*s);
-                }
+        for &s in &succs[n] {
+            indeg[s] -= 1;
+            if indeg[s] == 0 {
+                ready.insert(s);
             }
         }
     }

@@ -1,5 +1,5 @@
 //! The IR verifier, run before and after every pass in debug/test builds: structure (input slots,
-//! edges, arity), types (recomputed [`infer_outputs`] equals the stored outputs, dtypes match the
+//! edges, arity), types (recomputed [`crate::ir::infer_outputs`] equals the stored outputs, dtypes match the
 //! signature), acyclicity (including the in-place hazard constraints) and the graph's
 //! distinguished values. Its errors name the pass, the node, the op and the shapes.
 
@@ -9,7 +9,7 @@ use petgraph::stable_graph::NodeIndex;
 use petgraph::visit::EdgeRef;
 use petgraph::Direction;
 
-use crate::ir::{fmt_types, infer_outputs, Graph, TensorType};
+use crate::ir::{fmt_types, infer_outputs_with, Graph, TensorType};
 
 /// What the verifier found wrong, and where.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -79,7 +79,8 @@ pub fn verify(g: &Graph, pass: &str) -> Result<(), VerifyError> {
     for n in g.g.node_indices() {
         let node = g.node(n);
         let op = &node.op;
-        if node.outputs.len() != op.num_outputs() {
+        let params = op.params();
+        if node.outputs.len() != op.num_outputs_of(&params) {
             return Err(at(
                 g,
                 pass,
@@ -87,12 +88,18 @@ pub fn verify(g: &Graph, pass: &str) -> Result<(), VerifyError> {
                 format!(
                     "has {} outputs, the op has {}",
                     node.outputs.len(),
-                    op.num_outputs()
+                    op.num_outputs_of(&params)
                 ),
             ));
         }
-        let want = if op.is_leaf() { 0 } else { op.num_inputs() };
+        let want = if op.is_leaf() {
+            0
+        } else {
+            op.num_inputs_of(&params)
+        };
+        // Edges into each input slot, and the value of one of them.
         let mut slots = vec![0usize; want];
+        let mut srcs: Vec<Option<(NodeIndex, usize)>> = vec![None; want];
         for e in g.g.edges_directed(n, Direction::Incoming) {
             let w = e.weight();
             let src = g.node(e.source());
@@ -122,6 +129,7 @@ pub fn verify(g: &Graph, pass: &str) -> Result<(), VerifyError> {
                 ));
             }
             slots[w.dst_input] += 1;
+            srcs[w.dst_input] = Some((e.source(), w.src_output));
         }
         for (i, c) in slots.iter().enumerate() {
             if *c != 1 {
@@ -136,8 +144,9 @@ pub fn verify(g: &Graph, pass: &str) -> Result<(), VerifyError> {
         if op.is_leaf() {
             continue;
         }
-        let ins: Vec<TensorType> = g.inputs(n).into_iter().map(|v| g.ty(v).clone()).collect();
-        match infer_outputs(op, &ins, node.outputs.first()) {
+        // Every slot has exactly one edge (checked above): the inputs in slot order.
+        let ins: Vec<TensorType> = srcs.iter().flatten().map(|v| g.ty(*v).clone()).collect();
+        match infer_outputs_with(op, &params, &ins, node.outputs.first()) {
             Err(e) => return Err(at(g, pass, n, format!("shape inference failed: {e}"))),
             Ok(outs) if outs != node.outputs => {
                 return Err(at(

@@ -1,0 +1,153 @@
+//! Long networks compile, in every mode, to plans the independent checker accepts: a 20,000-layer
+//! ReLU chain, a 5,000-layer dense chain, and a ReLU chain longer than the rematerialization DP
+//! plans stage by stage, under a cap. While compilation was quadratic in the number of layers
+//! (buffer roots found by walking alias chains, scans of every placed buffer, ...) this file took
+//! minutes; it takes seconds now. Nothing here is timed: the work of the buffer-root queries is
+//! counted instead.
+
+use dmc_compiler::alias::BufferRoots;
+use dmc_compiler::plan::Mode;
+use dmc_compiler::remat::MAX_DP_STAGES;
+use dmc_compiler::{check_plan, compile, compile_explained, compile_graph, CompileOptions};
+
+fn model(body: &str, width: usize) -> dmc_grammar::Model {
+    let src = format!(
+        "input x: [{width}]\ntarget y: [{width}]\nout = x |> {body}\nloss mse(out, y)\n\
+         train {{ batch: 2, optimizer: sgd(lr: 0.01) }}\n"
+    );
+    dmc_grammar::compile_source(&src, "scaling.dm").unwrap()
+}
+
+fn relu_chain(layers: usize) -> dmc_grammar::Model {
+    model(&format!("dense(8) |> repeat {} {{ relu }}", layers - 1), 8)
+}
+
+fn opts(mode: Mode) -> CompileOptions {
+    CompileOptions {
+        mode,
+        verify: true,
+        ..CompileOptions::default()
+    }
+}
+
+#[test]
+fn a_20000_layer_relu_chain_compiles_in_every_mode() {
+    let m = relu_chain(20_000);
+    for mode in [Mode::Train, Mode::Eval, Mode::Predict] {
+        let p = compile(&m, &opts(mode)).unwrap();
+        check_plan(&p).unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+        // The dense layer, the ReLUs (and in training their backward and the updates).
+        assert!(p.steps.len() >= 20_000, "{mode:?}: {} steps", p.steps.len());
+        if mode != Mode::Train {
+            // In place: after the dense layer's output, the ReLUs need no buffer of their own.
+            assert!(
+                p.buffers.len() < 16,
+                "{mode:?}: {} buffers",
+                p.buffers.len()
+            );
+        }
+    }
+}
+
+#[test]
+fn a_5000_layer_dense_chain_compiles_in_every_mode() {
+    let m = model("repeat 5000 { dense(4) }", 4);
+    for mode in [Mode::Train, Mode::Eval, Mode::Predict] {
+        let p = compile(&m, &opts(mode)).unwrap();
+        check_plan(&p).unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+        assert_eq!(p.params.len(), 10_000, "{mode:?}");
+        assert!(p.arena_bytes >= p.lower_bound_bytes);
+    }
+}
+
+#[test]
+fn residual_blocks_compile_and_check() {
+    let src = "input x: [8]\ntarget y: [8]\n\
+               block res(x) {\n  y = x |> dense(8, activation: relu) |> dense(8)\n  return relu(x + y)\n}\n\
+               out = x |> repeat 1000 { res }\nloss mse(out, y)\n\
+               train { batch: 2, optimizer: adam(lr: 0.001) }\n";
+    let m = dmc_grammar::compile_source(src, "res.dm").unwrap();
+    for mode in [Mode::Train, Mode::Eval, Mode::Predict] {
+        let p = compile(&m, &opts(mode)).unwrap();
+        check_plan(&p).unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+    }
+}
+
+/// In predict mode every ReLU of the chain writes into its input: one alias chain as long as the
+/// network. Resolving every value's buffer costs a bounded number of parent steps per value,
+/// in any query order (path compression), and agrees with walking the chain.
+#[test]
+fn buffer_roots_of_a_long_alias_chain_cost_linear_work() {
+    let n = 20_000;
+    let g = compile_graph(&relu_chain(n), &opts(Mode::Predict)).unwrap();
+    let values: Vec<_> = g
+        .topo_order()
+        .unwrap()
+        .into_iter()
+        .flat_map(|x| (0..g.node(x).outputs.len()).map(move |o| (x, o)))
+        .collect();
+    assert!(values.len() > n);
+    for order in [values.clone(), values.iter().rev().copied().collect()] {
+        let mut roots = BufferRoots::new(&g);
+        let mut distinct = std::collections::BTreeSet::new();
+        for v in &order {
+            distinct.insert(roots.root(*v));
+        }
+        // The input, the dense layer's parameters and output (which every ReLU writes into).
+        assert!(distinct.len() <= 5, "{} buffers", distinct.len());
+        assert!(
+            roots.steps() <= 3 * order.len() as u64,
+            "{} parent steps for {} queries",
+            roots.steps(),
+            order.len()
+        );
+    }
+    // The same answers as following the chain, on a few values.
+    let mut roots = BufferRoots::new(&g);
+    for v in values.iter().step_by(997) {
+        assert_eq!(roots.root(*v), g.buffer_root(*v));
+    }
+}
+
+/// Buffer roots agree with `Graph::buffer_root` on every value of the example networks, in every
+/// mode (views, in-place activations and additions, optimizer updates).
+#[test]
+fn buffer_roots_agree_with_walking_alias_chains() {
+    for name in ["mlp.dm", "resnet_small.dm", "seed.dm"] {
+        let path = format!("{}/../examples/{name}", env!("CARGO_MANIFEST_DIR"));
+        let src = std::fs::read_to_string(&path).unwrap();
+        let m = dmc_grammar::compile_source(&src, &path).unwrap();
+        for mode in [Mode::Train, Mode::Eval, Mode::Predict] {
+            let g = compile_graph(&m, &opts(mode)).unwrap();
+            let mut roots = BufferRoots::new(&g);
+            for x in g.nodes() {
+                for o in 0..g.node(x).outputs.len() {
+                    assert_eq!(roots.root((x, o)), g.buffer_root((x, o)), "{name} {mode:?}");
+                }
+            }
+        }
+    }
+}
+
+/// A chain longer than the DP plans stage by stage is planned on groups of stages: under half of
+/// its arena, it still fits, recomputes, and checks.
+#[test]
+fn a_chain_longer_than_the_dp_rematerializes_under_a_cap() {
+    let layers = 3 * MAX_DP_STAGES;
+    let m = relu_chain(layers);
+    let free = compile(&m, &opts(Mode::Train)).unwrap();
+    let cap = free.arena_bytes / 2;
+    let (p, info) = compile_explained(
+        &m,
+        &CompileOptions {
+            cap: Some(cap),
+            ..opts(Mode::Train)
+        },
+    )
+    .unwrap();
+    check_plan(&p).unwrap();
+    assert!(p.arena_bytes <= cap, "{} > {cap}", p.arena_bytes);
+    let info = info.expect("rematerialized");
+    assert!(info.stages > MAX_DP_STAGES, "{} stages", info.stages);
+    assert!(dmc_compiler::recompute_flops(&p) > 0);
+}
