@@ -345,3 +345,110 @@ fn loss_log_has_one_line_per_step() {
         "{text} vs {out}"
     );
 }
+
+#[test]
+fn dmc_data_writes_the_synthetic_set_that_run_uses_without_data() {
+    let d = tmp();
+    let data = d.path().join("data.safetensors");
+    let (code, out, err) = dmc(&["data", "examples/mlp.dm", "-o", &p(&data)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("`image` [1024, 784] f32, `label` [1024] i32") && out.contains("seed 1"),
+        "{out}"
+    );
+    // Training on the file is training on the synthetic set: the same losses, bit for bit.
+    let run = |extra: &[&str]| {
+        let args = [&["run", "examples/mlp.dm", "--steps", "5", "-q"], extra].concat();
+        let (code, out, err) = dmc(&args);
+        assert_eq!(code, 0, "{err}");
+        final_loss(&out)
+    };
+    assert_eq!(run(&[]), run(&["--data", &p(&data)]));
+    // The same with another seed and size, given to both.
+    let small = d.path().join("small.safetensors");
+    let (code, _, err) = dmc(&[
+        "data",
+        "examples/mlp.dm",
+        "-o",
+        &p(&small),
+        "--samples",
+        "320",
+        "--seed",
+        "7",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        run(&["--synthetic-samples", "320", "--seed", "7"]),
+        run(&["--data", &p(&small), "--seed", "7"])
+    );
+
+    // A .npy holds the one tensor its name names, and predict reads it by that name.
+    let image = d.path().join("image.npy");
+    let (code, _, err) = dmc(&[
+        "data",
+        "examples/mlp.dm",
+        "-o",
+        &p(&image),
+        "--samples",
+        "8",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let pred = d.path().join("pred.npy");
+    let (code, out, err) = dmc(&[
+        "predict",
+        "examples/mlp.dm",
+        "--data",
+        &p(&image),
+        "-o",
+        &p(&pred),
+        "-q",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("wrote 8 predictions of shape [10]"), "{out}");
+
+    // Refused, with what to do, and nothing written: a .npy named after no tensor, another
+    // extension, a directory that does not exist.
+    for (bad, says) in [
+        ("x.npy", "write image.npy or label.npy"),
+        ("data.csv", "*.safetensors"),
+        ("no/such/dir/data.safetensors", "no/such/dir"),
+    ] {
+        let path = d.path().join(bad);
+        let (code, _, err) = dmc(&["data", "examples/mlp.dm", "-o", &p(&path)]);
+        assert_eq!(code, 1, "{bad}: {err}");
+        assert!(
+            err.contains(says) && !err.contains("panicked"),
+            "{bad}: {err}"
+        );
+        assert!(!path.exists(), "{bad}");
+    }
+}
+
+#[test]
+fn a_data_file_that_does_not_exist_is_not_found() {
+    let d = tmp();
+    let pred = d.path().join("pred.npy");
+    for data in ["x.npy", "image=x.npy", "x.safetensors"] {
+        let missing = d.path().join(data.trim_start_matches("image="));
+        let arg = if data.starts_with("image=") {
+            format!("image={}", p(&missing))
+        } else {
+            p(&missing)
+        };
+        let (code, _, err) = dmc(&[
+            "predict",
+            "examples/mlp.dm",
+            "--data",
+            &arg,
+            "-o",
+            &p(&pred),
+            "-q",
+        ]);
+        assert_eq!(code, 1, "{data}: {err}");
+        assert!(
+            err.contains("not found") && err.contains(&p(&missing)),
+            "{data}: {err}"
+        );
+        assert!(!err.contains("has no tensor"), "{data}: {err}");
+    }
+}
