@@ -9,6 +9,10 @@
 //!   kernels only: the same losses and weights as the CPU backend after 3 steps;
 //! * deliberately broken kernels (wrong index, missing barrier, unguarded partial tile, a barrier
 //!   not every thread reaches) are caught.
+//!
+//! Every test that compiles a kernel needs g++ (`$DMC_CXX`, else `g++`): without it the test is
+//! ignored (the build script probes for it, see `runtime/build/probe.rs`), unless `CI` is set,
+//! where a missing compiler fails it.
 
 use std::path::Path;
 
@@ -91,18 +95,21 @@ train { batch: 3, optimizer: sgd(lr: 0.01, momentum: 0.9, weight_decay: 5e-4) }
 ";
 
 #[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
 fn every_mlp_kernel_matches_the_cpu_backend() {
     check_example("mlp", None);
     check_example("mlp", Some(5));
 }
 
 #[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
 fn every_resnet_small_kernel_matches_the_cpu_backend() {
     check_example("resnet_small", None);
     check_example("resnet_small", Some(3));
 }
 
 #[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
 fn every_deep_convnet_kernel_matches_the_cpu_backend() {
     check_example("deep_convnet", None);
     for mode in [Mode::Train, Mode::Eval] {
@@ -113,11 +120,13 @@ fn every_deep_convnet_kernel_matches_the_cpu_backend() {
 }
 
 #[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
 fn every_seed_kernel_matches_the_cpu_backend() {
     check_example("seed", None);
 }
 
 #[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
 fn every_op_zoo_kernel_matches_the_cpu_backend() {
     let zoo = dmc_compiler::codegen::zoo::zoo();
     for mode in [Mode::Train, Mode::Eval] {
@@ -191,16 +200,19 @@ fn trains_like_the_cpu_backend(name: &str, plan: Plan) {
 }
 
 #[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
 fn mlp_trains_through_emulated_kernels_like_the_cpu_backend() {
     trains_like_the_cpu_backend("mlp", plan_of("mlp", Mode::Train, None));
 }
 
 #[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
 fn resnet_small_trains_through_emulated_kernels_like_the_cpu_backend() {
     trains_like_the_cpu_backend("resnet_small", plan_of("resnet_small", Mode::Train, None));
 }
 
 #[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
 fn small_deep_convnet_trains_through_emulated_kernels_like_the_cpu_backend() {
     let plan = plan_of_source(
         SMALL_DEEP_CONVNET,
@@ -215,6 +227,7 @@ fn small_deep_convnet_trains_through_emulated_kernels_like_the_cpu_backend() {
 /// it keeps whole gradients and runs separate update kernels: the emulated kernels must still train
 /// exactly like the CPU backend on those plans.
 #[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
 fn capped_remat_and_unfused_plans_train_through_emulated_kernels_like_the_cpu_backend() {
     let model =
         dmc_grammar::compile_source(SMALL_DEEP_CONVNET, "small_deep_convnet.dm").expect("parse");
@@ -252,6 +265,7 @@ fn capped_remat_and_unfused_plans_train_through_emulated_kernels_like_the_cpu_ba
 }
 
 #[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
 fn a_nan_loss_halts_the_emulated_step_before_any_update() {
     let plan = plan_of("resnet_small", Mode::Train, None);
     let mut rng = ChaCha8Rng::seed_from_u64(1);
@@ -278,6 +292,7 @@ fn a_nan_loss_halts_the_emulated_step_before_any_update() {
 }
 
 #[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
 fn an_out_of_range_label_is_the_cpu_backends_error() {
     let plan = plan_of("mlp", Mode::Train, Some(5));
     let labels = [0, 3, 10, 1, 2];
@@ -299,6 +314,7 @@ fn an_out_of_range_label_is_the_cpu_backends_error() {
 }
 
 #[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
 fn poison_mode_changes_nothing_in_a_correct_plan() {
     for example in ["mlp", "resnet_small"] {
         let plan = plan_of(example, Mode::Train, None);
@@ -373,6 +389,7 @@ fn check_edited_at(
 }
 
 #[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
 fn the_unedited_kernels_pass_every_check() {
     let plan = mlp5();
     for kind in ["dense", "cross_entropy_loss_bwd"] {
@@ -382,6 +399,7 @@ fn the_unedited_kernels_pass_every_check() {
 }
 
 #[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
 fn a_wrong_index_is_caught() {
     // w read transposed: in bounds, wrong values
     let c = check_edited(
@@ -397,6 +415,7 @@ fn a_wrong_index_is_caught() {
 }
 
 #[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
 fn a_missing_barrier_is_caught_as_a_race() {
     let plan = mlp5();
     // the barrier after the multiply: the next tile's loads overwrite what others still read
@@ -411,6 +430,7 @@ fn a_missing_barrier_is_caught_as_a_race() {
 }
 
 #[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
 fn an_unguarded_partial_tile_is_caught_as_a_stray_write() {
     let plan = mlp5();
     let c = check_edited(
@@ -444,6 +464,7 @@ fn an_unguarded_partial_tile_is_caught_as_a_stray_write() {
 }
 
 #[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
 fn a_barrier_not_every_thread_reaches_is_caught() {
     let plan = mlp5();
     let tid = "const int tid = threadIdx.x;";
@@ -477,6 +498,7 @@ fn final_loss(output: &str) -> String {
 }
 
 #[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
 fn run_on_the_cuda_emulator_trains_like_the_cpu() {
     let args = [
         "run",
@@ -523,6 +545,7 @@ fn a_missing_cxx_compiler_is_a_clear_error() {
 }
 
 #[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
 fn the_ucontext_fallback_switch_gives_the_same_results() {
     // the fallback for other architectures, forced here: the GEMM (barriers every k-tile) and a
     // reduction (a barrier tree) must pass every check with it too
@@ -548,6 +571,7 @@ fn the_ucontext_fallback_switch_gives_the_same_results() {
 }
 
 #[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
 fn emu_check_prints_one_line_per_kernel_and_a_summary() {
     let (rc, out, err) = dmc_env(&["emu-check", "examples/mlp.dm", "--batch", "5"], &[]);
     assert_eq!(rc, 0, "{out}{err}");

@@ -273,39 +273,49 @@ fn corrupt_init_and_unwritable_save_fail_before_training() {
     );
 }
 
+/// A NaN loss on `device` stops training with a clear message and does not save the weights that
+/// gave it.
+fn nan_loss_stops_and_does_not_save(device: &str) {
+    let d = tmp();
+    let src = d.path().join("lin.dm");
+    std::fs::write(
+        &src,
+        "input x: [8]\ntarget y: [1]\nout = x |> dense(16) |> dense(1)\nloss mse(out, y)\ntrain { batch: 16, optimizer: sgd(lr: 1e6) }\n",
+    )
+    .expect("write");
+    let save = d.path().join("lin.safetensors");
+    let (code, _, err) = dmc(&[
+        "run",
+        &p(&src),
+        "--steps",
+        "50",
+        "--save",
+        &p(&save),
+        "-q",
+        "--device",
+        device,
+    ]);
+    assert_eq!(code, 1, "{device}: {err}");
+    assert!(
+        err.contains("NaN or infinite") && err.contains("--lr"),
+        "{device}: {err}"
+    );
+    // The weights that gave the non-finite loss are never saved.
+    assert!(!save.exists(), "{device}: {err}");
+    assert!(err.contains("were NOT saved"), "{device}: {err}");
+}
+
 #[test]
 fn nan_loss_stops_with_a_clear_message_and_does_not_save_the_weights_that_gave_it() {
-    // the CPU backend, and the generated CUDA kernels through the emulator (the CUDA backend's
-    // halt is the same code: the step is launched up to the loss, which is read before the rest)
-    for device in ["cpu", "cuda-emu"] {
-        let d = tmp();
-        let src = d.path().join("lin.dm");
-        std::fs::write(
-            &src,
-            "input x: [8]\ntarget y: [1]\nout = x |> dense(16) |> dense(1)\nloss mse(out, y)\ntrain { batch: 16, optimizer: sgd(lr: 1e6) }\n",
-        )
-        .expect("write");
-        let save = d.path().join("lin.safetensors");
-        let (code, _, err) = dmc(&[
-            "run",
-            &p(&src),
-            "--steps",
-            "50",
-            "--save",
-            &p(&save),
-            "-q",
-            "--device",
-            device,
-        ]);
-        assert_eq!(code, 1, "{device}: {err}");
-        assert!(
-            err.contains("NaN or infinite") && err.contains("--lr"),
-            "{device}: {err}"
-        );
-        // The weights that gave the non-finite loss are never saved.
-        assert!(!save.exists(), "{device}: {err}");
-        assert!(err.contains("were NOT saved"), "{device}: {err}");
-    }
+    nan_loss_stops_and_does_not_save("cpu");
+}
+
+/// The generated CUDA kernels through the emulator (the CUDA backend's halt is the same code: the
+/// step is launched up to the loss, which is read before the rest).
+#[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
+fn nan_loss_stops_the_emulated_cuda_step_and_does_not_save() {
+    nan_loss_stops_and_does_not_save("cuda-emu");
 }
 
 #[test]
@@ -344,4 +354,111 @@ fn loss_log_has_one_line_per_step() {
         (last - final_loss(&out)).abs() <= 1e-5 * last.abs().max(1.0),
         "{text} vs {out}"
     );
+}
+
+#[test]
+fn dmc_data_writes_the_synthetic_set_that_run_uses_without_data() {
+    let d = tmp();
+    let data = d.path().join("data.safetensors");
+    let (code, out, err) = dmc(&["data", "examples/mlp.dm", "-o", &p(&data)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("`image` [1024, 784] f32, `label` [1024] i32") && out.contains("seed 1"),
+        "{out}"
+    );
+    // Training on the file is training on the synthetic set: the same losses, bit for bit.
+    let run = |extra: &[&str]| {
+        let args = [&["run", "examples/mlp.dm", "--steps", "5", "-q"], extra].concat();
+        let (code, out, err) = dmc(&args);
+        assert_eq!(code, 0, "{err}");
+        final_loss(&out)
+    };
+    assert_eq!(run(&[]), run(&["--data", &p(&data)]));
+    // The same with another seed and size, given to both.
+    let small = d.path().join("small.safetensors");
+    let (code, _, err) = dmc(&[
+        "data",
+        "examples/mlp.dm",
+        "-o",
+        &p(&small),
+        "--samples",
+        "320",
+        "--seed",
+        "7",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        run(&["--synthetic-samples", "320", "--seed", "7"]),
+        run(&["--data", &p(&small), "--seed", "7"])
+    );
+
+    // A .npy holds the one tensor its name names, and predict reads it by that name.
+    let image = d.path().join("image.npy");
+    let (code, _, err) = dmc(&[
+        "data",
+        "examples/mlp.dm",
+        "-o",
+        &p(&image),
+        "--samples",
+        "8",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let pred = d.path().join("pred.npy");
+    let (code, out, err) = dmc(&[
+        "predict",
+        "examples/mlp.dm",
+        "--data",
+        &p(&image),
+        "-o",
+        &p(&pred),
+        "-q",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("wrote 8 predictions of shape [10]"), "{out}");
+
+    // Refused, with what to do, and nothing written: a .npy named after no tensor, another
+    // extension, a directory that does not exist.
+    for (bad, says) in [
+        ("x.npy", "write image.npy or label.npy"),
+        ("data.csv", "*.safetensors"),
+        ("no/such/dir/data.safetensors", "no/such/dir"),
+    ] {
+        let path = d.path().join(bad);
+        let (code, _, err) = dmc(&["data", "examples/mlp.dm", "-o", &p(&path)]);
+        assert_eq!(code, 1, "{bad}: {err}");
+        assert!(
+            err.contains(says) && !err.contains("panicked"),
+            "{bad}: {err}"
+        );
+        assert!(!path.exists(), "{bad}");
+    }
+}
+
+#[test]
+fn a_data_file_that_does_not_exist_is_not_found() {
+    let d = tmp();
+    let pred = d.path().join("pred.npy");
+    for data in ["x.npy", "image=x.npy", "x.safetensors"] {
+        let missing = d.path().join(data.trim_start_matches("image="));
+        let arg = if data.starts_with("image=") {
+            format!("image={}", p(&missing))
+        } else {
+            p(&missing)
+        };
+        let (code, _, err) = dmc(&[
+            "predict",
+            "examples/mlp.dm",
+            "--data",
+            &arg,
+            "-o",
+            &p(&pred),
+            "-q",
+        ]);
+        assert_eq!(code, 1, "{data}: {err}");
+        assert!(
+            err.contains("not found") && err.contains(&p(&missing)),
+            "{data}: {err}"
+        );
+        assert!(!err.contains("has no tensor"), "{data}: {err}");
+    }
 }

@@ -356,6 +356,23 @@ fn not_found_and_bad_args() {
     let list = format!("x={}", dir.path().join("missing.npy").display());
     let e = Dataset::load(Path::new(&list), &specs()).unwrap_err();
     assert!(matches!(e, IoError::NotFound { .. }), "{e:?}");
+    // A file that does not exist is "not found", not a tensor missing by name: a bare file named
+    // after no tensor, and one missing file of a list whose names all match.
+    let bare = dir.path().join("image.npy");
+    let e = Dataset::load(&bare, &specs()).unwrap_err();
+    assert!(matches!(e, IoError::NotFound { .. }), "{e:?}");
+    assert!(
+        e.to_string().contains("not found") && e.to_string().contains("image.npy"),
+        "{e}"
+    );
+    let x = dir.path().join("x.npy");
+    fs::write(&x, encode_npy("<f4", &[2, 2, 3], &f32b(&xs(2)))).unwrap();
+    let list = format!("{},y={}", x.display(), dir.path().join("y.npy").display());
+    let e = Dataset::load(Path::new(&list), &specs()).unwrap_err();
+    assert!(
+        matches!(&e, IoError::NotFound { path, .. } if path.ends_with("y.npy")),
+        "{e:?}"
+    );
     let txt = dir.path().join("d.csv");
     fs::write(&txt, b"1,2").unwrap();
     let e = Dataset::load(&txt, &specs()).unwrap_err();
@@ -563,4 +580,37 @@ fn synthetic_bigger_inputs_multiple_tensors() {
     let distinct: std::collections::BTreeSet<i32> = y.iter().copied().collect();
     assert!(distinct.len() >= 5, "{distinct:?}");
     d1.check_classes("y", 10).unwrap();
+}
+
+#[test]
+fn a_saved_dataset_loads_back_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = Dataset::synthetic(&specs(), 10, 4, Task::Classification { classes: 3 }).unwrap();
+    // .safetensors: every tensor named, f32 inputs and i32 labels as held.
+    let st = dir.path().join("d.safetensors");
+    data.save(&st, &["x", "y"]).unwrap();
+    let back = Dataset::load(&st, &specs()).unwrap();
+    assert_eq!(back.tensor_f32("x"), data.tensor_f32("x"));
+    assert_eq!(back.tensor_i32("y"), data.tensor_i32("y"));
+    // .npy: one tensor per file, read back by its name.
+    let (xp, yp) = (dir.path().join("x.npy"), dir.path().join("y.npy"));
+    data.save(&xp, &["x"]).unwrap();
+    data.save(&yp, &["y"]).unwrap();
+    let list = format!("{},{}", xp.display(), yp.display());
+    let back = Dataset::load(Path::new(&list), &specs()).unwrap();
+    assert_eq!(back.tensor_f32("x"), data.tensor_f32("x"));
+    assert_eq!(back.tensor_i32("y"), data.tensor_i32("y"));
+    let a = dmc_runtime::io::read_npy(&yp).unwrap();
+    assert_eq!(a.shape, [10]);
+    // Two tensors cannot share a .npy file, other extensions are refused, unknown names too;
+    // nothing is written then.
+    let two = dir.path().join("xy.npy");
+    let e = data.save(&two, &["x", "y"]).unwrap_err();
+    assert!(matches!(e, IoError::UnsupportedFormat { .. }), "{e:?}");
+    let csv = dir.path().join("d.csv");
+    let e = data.save(&csv, &["x"]).unwrap_err();
+    assert!(matches!(e, IoError::UnsupportedFormat { .. }), "{e:?}");
+    let e = data.save(&dir.path().join("z.npy"), &["z"]).unwrap_err();
+    assert!(matches!(e, IoError::NoSuchTensor { .. }), "{e:?}");
+    assert!(!two.exists() && !csv.exists());
 }

@@ -5,6 +5,7 @@ mod check;
 mod checkpoint;
 mod compile;
 mod cuda;
+mod data;
 mod plan;
 mod summary;
 mod train;
@@ -40,6 +41,9 @@ pub enum Command {
     Eval(train::EvalArgs),
     /// Write the network's outputs for the given inputs to a .safetensors or .npy file.
     Predict(train::PredictArgs),
+    /// Write the seeded synthetic data set `run` uses without --data to a .safetensors (or .npy)
+    /// file, tensors named after the program's inputs and targets.
+    Data(data::Args),
     /// Check the generated CUDA kernels without a GPU: compile them with g++ against a host CUDA
     /// header, run them on the CPU and compare with the CPU backend.
     EmuCheck(cuda::EmuCheckArgs),
@@ -57,6 +61,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Run(a) => train::run(&a),
         Command::Eval(a) => train::eval(&a),
         Command::Predict(a) => train::predict(&a),
+        Command::Data(a) => data::run(&a),
         Command::GpuSelftest(a) => cuda::selftest(&a),
         Command::EmuCheck(a) => cuda::emu_check(&a),
     }

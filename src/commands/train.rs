@@ -94,7 +94,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub save: Option<PathBuf>,
     /// Samples in the synthetic data set used without --data.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = SYNTHETIC_SAMPLES)]
     pub synthetic_samples: usize,
     /// Write one line per training step to FILE: `step loss ms` (step from 1, the step's loss as
     /// the shortest round-trip decimal, the step's wall time in milliseconds). For benchmarks and
@@ -126,6 +126,9 @@ pub struct PredictArgs {
 
 const DEFAULT_SEED: u64 = 0;
 
+/// Samples in the synthetic data set `dmc run` trains on without `--data` (and `dmc data` writes).
+pub(super) const SYNTHETIC_SAMPLES: usize = 1024;
+
 /// `--lr`: through the one validated learning-rate type.
 fn parse_lr(s: &str) -> Result<LearningRate, String> {
     s.parse::<LearningRate>()
@@ -138,7 +141,23 @@ pub fn load_model(file: &Path) -> Result<Model, CliError> {
 }
 
 fn seed_of(common: &CommonArgs, model: &Model) -> u64 {
-    common.seed.or(model.train.seed).unwrap_or(DEFAULT_SEED)
+    seed_or_default(common.seed, model)
+}
+
+/// The seed of a command: `--seed`, else the program's `train { seed }`, else 0.
+pub(super) fn seed_or_default(explicit: Option<u64>, model: &Model) -> u64 {
+    explicit.or(model.train.seed).unwrap_or(DEFAULT_SEED)
+}
+
+/// How [`Dataset::synthetic`] makes its data for `task`, for the messages that announce it.
+pub(super) fn describe_synthetic(task: Task) -> String {
+    let targets = match task {
+        Task::Classification { classes } => {
+            format!("labels from a random linear teacher over {classes} classes")
+        }
+        Task::Regression => "targets from a random linear teacher".to_string(),
+    };
+    format!("inputs ~ U[0,1), {targets}")
 }
 
 /// Resolves `--device`: `auto` takes CUDA when a driver and a GPU are present, else the CPU (saying
@@ -185,7 +204,7 @@ fn compile(
     Ok(dmc_compiler::compile(model, &opts)?)
 }
 
-fn task_of(model: &Model) -> Task {
+pub(super) fn task_of(model: &Model) -> Task {
     match model.loss.kind {
         LossKind::CrossEntropy => Task::Classification {
             classes: model.shape(model.loss.pred).last().copied().unwrap_or(1),
@@ -229,14 +248,9 @@ fn load_data(
         None => {
             let task = task_of(model);
             if !quiet {
-                let what = match task {
-                    Task::Classification { classes } => {
-                        format!("labels from a random linear teacher over {classes} classes")
-                    }
-                    Task::Regression => "targets from a random linear teacher".to_string(),
-                };
                 eprintln!(
-                    "no --data given: using a seeded synthetic data set ({samples} samples, inputs ~ U[0,1), {what}, seed {seed})"
+                    "no --data given: using a seeded synthetic data set ({samples} samples, {}, seed {seed}; `dmc data` writes it to a file)",
+                    describe_synthetic(task)
                 );
             }
             Dataset::synthetic(&specs, samples, seed, task)?

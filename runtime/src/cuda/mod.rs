@@ -13,6 +13,7 @@
 //! * Device memory is measured with `cuMemGetInfo` around the arena allocation.
 
 pub mod nvrtc;
+pub mod nvrtc_search;
 pub mod selftest;
 
 use std::sync::Arc;

@@ -56,82 +56,12 @@ unsafe impl Send for Nvrtc {}
 // SAFETY: as above.
 unsafe impl Sync for Nvrtc {}
 
-const NAMES: &[&str] = &["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"];
-
 /// How to get NVRTC, for error messages.
 pub const INSTALL_HINT: &str = "install it with `pip install nvidia-cuda-nvrtc-cu12` and set \
 DMC_NVRTC=<site-packages>/nvidia/cuda_nvrtc/lib/libnvrtc.so.12, or install the CUDA toolkit \
 (/usr/local/cuda/lib64)";
 
-/// The places searched for NVRTC, in order (existing files only; the bare names come last).
-pub fn candidates() -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    let mut out: Vec<PathBuf> = Vec::new();
-    if let Some(p) = std::env::var_os("DMC_NVRTC") {
-        let p = PathBuf::from(p);
-        if p.is_dir() {
-            dirs.push(p);
-        } else {
-            out.push(p);
-        }
-    }
-    for var in ["CUDA_PATH", "CUDA_HOME"] {
-        if let Some(p) = std::env::var_os(var) {
-            dirs.push(PathBuf::from(p).join("lib64"));
-        }
-    }
-    dirs.push("/usr/local/cuda/lib64".into());
-    dirs.push("/usr/local/cuda/targets/x86_64-linux/lib".into());
-    let mut roots: Vec<PathBuf> = Vec::new();
-    for var in ["VIRTUAL_ENV", "CONDA_PREFIX"] {
-        if let Some(p) = std::env::var_os(var) {
-            roots.push(PathBuf::from(p).join("lib"));
-        }
-    }
-    if let Some(h) = std::env::var_os("HOME") {
-        let h = PathBuf::from(h);
-        roots.push(h.join(".local/lib"));
-        if let Ok(rd) = std::fs::read_dir(h.join(".pyenv/versions")) {
-            roots.extend(rd.flatten().map(|e| e.path().join("lib")));
-        }
-    }
-    roots.extend(
-        ["/usr/local/lib", "/usr/lib", "/opt/conda/lib"]
-            .iter()
-            .map(PathBuf::from),
-    );
-    for r in roots {
-        let Ok(rd) = std::fs::read_dir(&r) else {
-            continue;
-        };
-        let mut pys: Vec<PathBuf> = rd
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with("python3"))
-            })
-            .collect();
-        pys.sort();
-        for py in pys {
-            for sp in ["site-packages", "dist-packages"] {
-                dirs.push(py.join(sp).join("nvidia/cuda_nvrtc/lib"));
-                dirs.push(py.join(sp).join("nvidia/cu13/lib"));
-            }
-        }
-    }
-    for d in dirs {
-        for n in NAMES {
-            let f = d.join(n);
-            if f.is_file() {
-                out.push(f);
-            }
-        }
-    }
-    out.extend(NAMES.iter().map(PathBuf::from));
-    out
-}
+pub use super::nvrtc_search::candidates;
 
 static NVRTC: OnceLock<Result<Nvrtc, String>> = OnceLock::new();
 

@@ -564,6 +564,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
     fn a_corrupt_cache_entry_is_rebuilt() {
         let dir = tempfile::tempdir().expect("tempdir");
         let k = relu();

@@ -11,6 +11,7 @@
 //! sample, [`Dataset::in_order_padded`] pads the last batch by repeating samples and says how many
 //! entries of each batch are real.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -19,8 +20,10 @@ use dmc_compiler::plan::{IoBinding, Plan};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
-use safetensors::SafeTensors;
+use safetensors::{Dtype, SafeTensors};
 
+use super::predict::{format_of, Format};
+use super::weights::{f32_bytes, write_safetensors, RawView};
 use super::{closest, decode_f32, decode_wide, npy, read_file, ElemType, IoError, Wide};
 
 const DATA_HINT: &str = "re-export the dataset";
@@ -423,6 +426,18 @@ impl Dataset {
                 reason: "no files given".into(),
             });
         }
+        // A file that does not exist is "not found", whatever its name: checked before the names,
+        // so that a mistyped path is not reported as a missing tensor.
+        for (_, file) in &given {
+            if let Err(e) = std::fs::metadata(file) {
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    return Err(IoError::NotFound {
+                        path: file.clone(),
+                        what: "data file",
+                    });
+                }
+            }
+        }
         let names: Vec<String> = given.iter().map(|(n, _)| n.clone()).collect();
         let mut found = Vec::new();
         for s in specs {
@@ -517,7 +532,7 @@ impl Dataset {
         let limit = crate::alloc::physical_memory().map_or(1u128 << 32, |m| m as u128 / 2);
         if need > limit {
             return fail(format!(
-                "{samples} samples of this program's inputs and targets (with the teacher's weights) need {need} bytes, more than half this machine's memory ({limit} bytes); pass a smaller --synthetic-samples, or real data with --data"
+                "{samples} samples of this program's inputs and targets (with the teacher's weights) need {need} bytes, more than half this machine's memory ({limit} bytes); pass fewer samples (--synthetic-samples; --samples for `dmc data`), or real data with --data"
             ));
         }
         let mut columns = Vec::with_capacity(specs.len());
@@ -696,6 +711,46 @@ impl Dataset {
 
     pub fn is_empty(&self) -> bool {
         self.samples == 0
+    }
+
+    /// Writes the tensors `names` (samples first, f32 inputs and i32 labels as held) to `path`,
+    /// atomically, in the format its extension names: a `.safetensors` file holding every named
+    /// tensor under its name, or a `.npy` file, which holds exactly one (`names` must have one
+    /// entry). [`Dataset::load`] reads the result back unchanged.
+    pub fn save(&self, path: &Path, names: &[&str]) -> Result<(), IoError> {
+        let format = format_of(path)?;
+        let mut views = Vec::with_capacity(names.len());
+        for name in names {
+            let (s, col) = self.column(name)?;
+            let mut shape = Vec::with_capacity(1 + s.per_sample_shape.len());
+            shape.push(self.samples);
+            shape.extend_from_slice(&s.per_sample_shape);
+            let (dtype, bytes) = match col {
+                Column::F32(v) => (Dtype::F32, f32_bytes(v)),
+                Column::I32(v) => (Dtype::I32, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+            };
+            views.push((
+                name.to_string(),
+                RawView {
+                    dtype,
+                    shape,
+                    bytes: Cow::Owned(bytes),
+                },
+            ));
+        }
+        match format {
+            Format::Safetensors => write_safetensors(path, &views),
+            Format::Npy => match views.as_slice() {
+                [(_, v)] => {
+                    let descr = if v.dtype == Dtype::I32 { "<i4" } else { "<f4" };
+                    npy::write_npy_bytes(path, descr, &v.shape, &v.bytes)
+                }
+                _ => Err(IoError::UnsupportedFormat {
+                    path: path.to_path_buf(),
+                    expected: "a .npy file holds one tensor: write one tensor per .npy file, or several to a .safetensors file",
+                }),
+            },
+        }
     }
 
     /// Where the data came from (a path, or "synthetic data (seed N)").

@@ -9,12 +9,12 @@ use safetensors::Dtype;
 use super::weights::{f32_bytes, write_safetensors, RawView};
 use super::{npy, IoError};
 
-enum Format {
+pub(crate) enum Format {
     Safetensors,
     Npy,
 }
 
-fn format_of(path: &Path) -> Result<Format, IoError> {
+pub(crate) fn format_of(path: &Path) -> Result<Format, IoError> {
     match path
         .extension()
         .and_then(|e| e.to_str())
