@@ -5,7 +5,9 @@
 //! that are missing, a directory, `/dev/null`, `/dev/zero`). A case fails when the process dies by a
 //! signal (an abort, a segfault), exits with 101 (a Rust panic) or any code but 0, 1, 2 and 130, or
 //! fails without saying why on stderr. Cases that run past the time limit are counted, not failed
-//! (`--steps 2^63` is a legitimate request for a very long run).
+//! (`--steps 2^63` is a legitimate request for a very long run). The commands run in a scratch
+//! directory with copies of the examples, so a case that names an example as its output (which dmc
+//! then legitimately writes) never touches the repository.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -153,11 +155,33 @@ pub fn run(
             return rep;
         }
     };
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    // The commands run in a scratch directory holding copies of the examples: an output flag given
+    // `examples/mlp.dm` (a case like any other) must not overwrite the repository's file.
+    let root = dir.path().join("work");
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let copied = std::fs::create_dir_all(root.join("examples")).and_then(|()| {
+        for name in ["mlp.dm", "resnet_small.dm"] {
+            std::fs::copy(examples.join(name), root.join("examples").join(name))?;
+        }
+        Ok(())
+    });
+    if let Err(e) = copied {
+        rep.failures.push(Failure {
+            target: "cli",
+            case: String::new(),
+            what: format!("cannot copy the examples into the scratch directory: {e}"),
+        });
+        return rep;
+    }
+    // The binary as given from here, before the commands change directory.
+    let dmc = std::fs::canonicalize(dmc).unwrap_or_else(|_| dmc.to_path_buf());
     for i in 0..cases {
         let mut r = ChaCha8Rng::seed_from_u64(seed);
         r.set_stream(i);
         let args = case(&mut r, dir.path());
+        for name in ["mlp.dm", "resnet_small.dm"] {
+            let _ = std::fs::copy(examples.join(name), root.join("examples").join(name));
+        }
         let line = format!("dmc {}", args.join(" "));
         case_file.record(line.as_bytes());
         rep.cases += 1;
@@ -166,7 +190,7 @@ pub fn run(
             case: line.clone(),
             what,
         };
-        let child = Command::new(dmc)
+        let child = Command::new(&dmc)
             .args(&args)
             .current_dir(&root)
             .env("DMC_CACHE_DIR", dir.path().join("cache"))
