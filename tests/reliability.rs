@@ -14,15 +14,19 @@ fn s(p: &Path) -> String {
     p.display().to_string()
 }
 
+/// `dmc run examples/mlp.dm -q` with more arguments.
+fn run_mlp(args: &[&str]) -> (i32, String, String) {
+    let mut all = vec!["run", "examples/mlp.dm", "-q"];
+    all.extend_from_slice(args);
+    dmc(&all)
+}
+
 /// A small file of good weights for examples/mlp.dm, trained by one step.
 fn good_weights(dir: &Path) -> PathBuf {
     let w = dir.join("good.safetensors");
-    let (code, _, err) = dmc(&[
-        "run",
-        "examples/mlp.dm",
+    let (code, _, err) = run_mlp(&[
         "--steps",
         "1",
-        "-q",
         "--synthetic-samples",
         "64",
         "--save",
@@ -90,7 +94,7 @@ fn predict_and_eval_run_on_every_example_after_run_save() {
 fn unusable_learning_rates_are_refused_on_the_command_line() {
     for lr in ["nan", "inf", "-inf", "0", "1e39", "-1", "1e-50", "abc"] {
         let flag = format!("--lr={lr}");
-        let (code, _, err) = dmc(&["run", "examples/mlp.dm", "--steps", "1", &flag, "-q"]);
+        let (code, _, err) = run_mlp(&["--steps", "1", &flag]);
         assert_eq!(code, 2, "--lr {lr}: {err}");
         assert!(
             err.contains("learning rate") || err.contains("not a number"),
@@ -134,13 +138,10 @@ fn non_finite_weights_never_replace_a_good_file() {
     let before = std::fs::read(&good).expect("read");
     // lr 3e38: the first update sends the weights far out, the next loss is not finite; the
     // weights that gave it are not saved over the good file.
-    let (code, _, err) = dmc(&[
-        "run",
-        "examples/mlp.dm",
+    let (code, _, err) = run_mlp(&[
         "--steps",
         "5",
         "--lr=3e38",
-        "-q",
         "--synthetic-samples",
         "64",
         "--save",
@@ -199,12 +200,9 @@ fn a_first_loss_that_is_not_finite_says_so() {
 fn a_failed_loss_log_still_saves_the_trained_weights() {
     let dir = tempfile::tempdir().expect("tempdir");
     let w = dir.path().join("w.safetensors");
-    let (code, _, err) = dmc(&[
-        "run",
-        "examples/mlp.dm",
+    let (code, _, err) = run_mlp(&[
         "--steps",
         "2",
-        "-q",
         "--synthetic-samples",
         "128",
         "--loss-log",
@@ -233,30 +231,12 @@ fn zero_steps_writes_only_when_asked_and_warns() {
     let good = good_weights(dir.path());
     let before = std::fs::read(&good).expect("read");
     // --epochs 0: no step, nothing written over the file.
-    let (code, out, err) = dmc(&[
-        "run",
-        "examples/mlp.dm",
-        "--epochs",
-        "0",
-        "-q",
-        "--save",
-        &s(&good),
-    ]);
+    let (code, out, err) = run_mlp(&["--epochs", "0", "--save", &s(&good)]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("no training step completed"), "{out}");
     assert_eq!(std::fs::read(&good).expect("read"), before);
     // --steps 0 asks for the initial weights: written, with a warning (even with -q).
-    let (code, _, err) = dmc(&[
-        "run",
-        "examples/mlp.dm",
-        "--steps",
-        "0",
-        "-q",
-        "--seed",
-        "5",
-        "--save",
-        &s(&good),
-    ]);
+    let (code, _, err) = run_mlp(&["--steps", "0", "--seed", "5", "--save", &s(&good)]);
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("warning: --steps 0"), "{err}");
     assert_ne!(std::fs::read(&good).expect("read"), before);
@@ -369,15 +349,7 @@ fn saves_never_replace_non_regular_files_and_write_through_links() {
     let sub = dir.path().join("subdir");
     std::fs::create_dir(&sub).expect("mkdir");
     for target in [&fifo, &sub] {
-        let (code, _, err) = dmc(&[
-            "run",
-            "examples/mlp.dm",
-            "--steps",
-            "1",
-            "-q",
-            "--save",
-            &s(target),
-        ]);
+        let (code, _, err) = run_mlp(&["--steps", "1", "--save", &s(target)]);
         assert_eq!(code, 1, "{err}");
         assert!(err.contains("cannot save to"), "{err}");
         assert!(
@@ -394,26 +366,15 @@ fn saves_never_replace_non_regular_files_and_write_through_links() {
     // A dangling link is refused; a link to a regular file is written through and stays a link.
     let dangling = dir.path().join("dangling.safetensors");
     std::os::unix::fs::symlink(dir.path().join("nowhere"), &dangling).expect("symlink");
-    let (code, _, err) = dmc(&[
-        "run",
-        "examples/mlp.dm",
-        "--steps",
-        "1",
-        "-q",
-        "--save",
-        &s(&dangling),
-    ]);
+    let (code, _, err) = run_mlp(&["--steps", "1", "--save", &s(&dangling)]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("dangling"), "{err}");
     let link = dir.path().join("link.safetensors");
     std::os::unix::fs::symlink(&good, &link).expect("symlink");
     let before = std::fs::read(&good).expect("read");
-    let (code, _, err) = dmc(&[
-        "run",
-        "examples/mlp.dm",
+    let (code, _, err) = run_mlp(&[
         "--steps",
         "2",
-        "-q",
         "--synthetic-samples",
         "128",
         "--save",
@@ -452,12 +413,9 @@ fn stale_temp_files_of_killed_saves_are_swept() {
     // pid 1 is alive: its temp file is someone's save in progress and stays.
     let alive = dir.path().join(".w.safetensors.tmp.1");
     std::fs::write(&alive, b"x").expect("alive");
-    let (code, _, err) = dmc(&[
-        "run",
-        "examples/mlp.dm",
+    let (code, _, err) = run_mlp(&[
         "--steps",
         "1",
-        "-q",
         "--synthetic-samples",
         "64",
         "--save",
@@ -473,29 +431,13 @@ fn unreadable_kinds_of_input_are_clear_errors_not_hangs() {
     let dir = tempfile::tempdir().expect("tempdir");
     let fifo = dir.path().join("data.npy");
     mkfifo(&fifo);
-    let (code, _, err) = dmc(&[
-        "run",
-        "examples/mlp.dm",
-        "--steps",
-        "1",
-        "-q",
-        "--data",
-        &s(&fifo),
-    ]);
+    let (code, _, err) = run_mlp(&["--steps", "1", "--data", &s(&fifo)]);
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("FIFO") && err.contains("not a regular file"),
         "{err}"
     );
-    let (code, _, err) = dmc(&[
-        "run",
-        "examples/mlp.dm",
-        "--steps",
-        "1",
-        "-q",
-        "--init",
-        "/dev/zero",
-    ]);
+    let (code, _, err) = run_mlp(&["--steps", "1", "--init", "/dev/zero"]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("character device"), "{err}");
 }
@@ -512,15 +454,7 @@ fn data_that_cannot_fit_is_an_error_not_an_abort() {
     assert!(code == 1, "{code} {err}");
     assert!(err.contains("smaller") || err.contains("memory"), "{err}");
     for n in ["1000000000000", "18446744073709551615"] {
-        let (code, _, err) = dmc(&[
-            "run",
-            "examples/mlp.dm",
-            "--steps",
-            "1",
-            "-q",
-            "--synthetic-samples",
-            n,
-        ]);
+        let (code, _, err) = run_mlp(&["--steps", "1", "--synthetic-samples", n]);
         assert_eq!(code, 1, "{n}: {err}");
         assert!(err.contains("--synthetic-samples"), "{err}");
     }
@@ -534,13 +468,7 @@ fn huge_counts_are_refused_with_a_reason() {
         err.contains("use a smaller --batch") && !err.contains("aligned"),
         "{err}"
     );
-    let (code, _, err) = dmc(&[
-        "run",
-        "examples/mlp.dm",
-        "-q",
-        "--epochs",
-        "1152921504606846976",
-    ]);
+    let (code, _, err) = run_mlp(&["--epochs", "1152921504606846976"]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("epochs"), "{err}");
     let (code, _, err) = dmc(&[

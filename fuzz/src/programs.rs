@@ -30,7 +30,8 @@ pub const SEEDS: &[&str] = &[
 /// Programs with more layers are checked but not compiled (compiling them is slow, not wrong).
 pub const MAX_PLAN_LAYERS: usize = 400;
 
-const WORDS: &[&str] = &[
+/// Words other than the layer operations (those come from the grammar's own table, `OPS`).
+const OTHER_WORDS: &[&str] = &[
     "input",
     "target",
     "block",
@@ -45,18 +46,6 @@ const WORDS: &[&str] = &[
     "y",
     "out",
     "h",
-    "conv2d",
-    "maxpool",
-    "avgpool",
-    "global_avgpool",
-    "dense",
-    "flatten",
-    "relu",
-    "tanh",
-    "sigmoid",
-    "gelu",
-    "add",
-    "dropout",
     "mse",
     "cross_entropy",
     "sgd",
@@ -85,6 +74,15 @@ const WORDS: &[&str] = &[
     "res",
     "c",
 ];
+
+/// A word of the language: a layer operation or one of [`OTHER_WORDS`].
+fn word(r: &mut ChaCha8Rng) -> &'static str {
+    let ops = dmc_grammar::check::OPS;
+    let i = r.random_range(0..ops.len() + OTHER_WORDS.len());
+    ops.get(i)
+        .copied()
+        .unwrap_or_else(|| OTHER_WORDS[i - ops.len()])
+}
 
 const NUMBERS: &[&str] = &[
     "0",
@@ -202,7 +200,7 @@ pub fn mutate(r: &mut ChaCha8Rng) -> Vec<u8> {
                 } else {
                     *pick(r, &words)
                 };
-                t[k] = pick(r, WORDS).as_bytes().to_vec();
+                t[k] = word(r).as_bytes().to_vec();
             }
             3 => {
                 let n = r.random_range(1..=3).min(t.len() - i);
@@ -218,7 +216,7 @@ pub fn mutate(r: &mut ChaCha8Rng) -> Vec<u8> {
                 t.swap(i, j);
             }
             6 => t.insert(i, pick(r, PUNCT).as_bytes().to_vec()),
-            7 => t.insert(i, pick(r, WORDS).as_bytes().to_vec()),
+            7 => t.insert(i, word(r).as_bytes().to_vec()),
             8 => {
                 // a line of another program, in place of this token
                 let other = pick(r, SEEDS);
