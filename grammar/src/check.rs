@@ -2203,28 +2203,17 @@ impl<'a> Checker<'a> {
 }
 
 fn activation(b: &Bound) -> Result<Option<Activation>, Error> {
-    Ok(
-        match b.choice(
-            "activation",
-            &["none", "relu", "tanh", "sigmoid", "gelu"],
-            "none",
-        )? {
-            "relu" => Some(Activation::Relu),
-            "tanh" => Some(Activation::Tanh),
-            "sigmoid" => Some(Activation::Sigmoid),
-            "gelu" => Some(Activation::Gelu),
-            _ => None,
-        },
-    )
+    let mut choices = vec!["none"];
+    choices.extend(Activation::ALL.map(Activation::name));
+    Ok(Activation::from_name(b.choice(
+        "activation",
+        &choices,
+        "none",
+    )?))
 }
 
 fn act_name(a: Activation) -> &'static str {
-    match a {
-        Activation::Relu => "relu",
-        Activation::Tanh => "tanh",
-        Activation::Sigmoid => "sigmoid",
-        Activation::Gelu => "gelu",
-    }
+    a.name()
 }
 
 fn example(op: &str) -> String {

@@ -71,6 +71,31 @@ pub enum Activation {
     Gelu,
 }
 
+impl Activation {
+    /// Every activation, in the order the language documents them.
+    pub const ALL: [Activation; 4] = [
+        Activation::Relu,
+        Activation::Tanh,
+        Activation::Sigmoid,
+        Activation::Gelu,
+    ];
+
+    /// The name a `.dm` program uses, as a layer and as `activation: NAME`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Activation::Relu => "relu",
+            Activation::Tanh => "tanh",
+            Activation::Sigmoid => "sigmoid",
+            Activation::Gelu => "gelu",
+        }
+    }
+
+    /// The activation a `.dm` name stands for.
+    pub fn from_name(name: &str) -> Option<Activation> {
+        Activation::ALL.into_iter().find(|a| a.name() == name)
+    }
+}
+
 /// One primitive layer. `activation:` arguments are expanded by the checker into separate
 /// `Layer::Act` nodes, so the compiler only ever sees primitive layers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
