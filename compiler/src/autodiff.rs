@@ -12,7 +12,8 @@ use petgraph::stable_graph::NodeIndex;
 
 use crate::error::CompileError;
 use crate::ir::{Graph, Phase, Value};
-use crate::op::{Op, UnaryKind};
+use crate::op::Op;
+use dmc_plan::unary::Saved;
 use crate::passes::Ctx;
 use crate::plan::Mode;
 
@@ -153,11 +154,14 @@ pub fn vjp(
                 out[0] = Some((g.add_node(Op::Reshape, &[dy], name, bw, Some(&hint))?, 0));
             }
         }
-        // d/dx f(x): relu/tanh/sigmoid from the output y = f(x); gelu from the input x
+        // d/dx f(x): from the output y = f(x) or from the input x, as the activation says
         Op::Unary(k) => {
             let dy = dy.ok_or_else(missing)?;
             if want(0) {
-                let saved = if *k == UnaryKind::Gelu { x[0] } else { (n, 0) };
+                let saved = match k.saved() {
+                    Saved::Input => x[0],
+                    Saved::Output => (n, 0),
+                };
                 let name = gname(x[0], g);
                 out[0] = Some((
                     g.add_node(Op::UnaryBwd(*k), &[saved, dy], name, bw, None)?,
@@ -218,8 +222,7 @@ pub fn vjp(
         | Op::DropoutBwd { .. }
         | Op::MseLossBwd
         | Op::CrossEntropyLossBwd
-        | Op::SgdUpdate { .. }
-        | Op::AdamUpdate { .. }
+        | Op::Update { .. }
         | Op::UnaryInPlace(_)
         | Op::AddInPlace
         | Op::DropoutInPlace { .. }

@@ -6,7 +6,7 @@
 //! convolutions and matrix products — which is what makes recomputing them attractive.
 
 use crate::ir::Graph;
-use crate::op::{Op, Role};
+use crate::op::{Op, Role, UpdateRule};
 use crate::plan::Plan;
 use petgraph::stable_graph::NodeIndex;
 
@@ -69,8 +69,12 @@ pub fn flops(op: &Op, ins: &[Vec<usize>], outs: &[Vec<usize>]) -> u64 {
         Op::DropoutBwd { .. } | Op::DropoutBwdInPlace { .. } => i(0),
         Op::MseLoss | Op::MseLossBwd => 3 * i(0),
         Op::CrossEntropyLoss | Op::CrossEntropyLossBwd => 4 * i(0),
-        Op::SgdUpdate { .. } => 4 * i(0),
-        Op::AdamUpdate { .. } => 10 * i(0),
+        Op::Update {
+            rule: UpdateRule::Sgd { .. },
+        } => 4 * i(0),
+        Op::Update {
+            rule: UpdateRule::Adam { .. },
+        } => 10 * i(0),
     }
 }
 

@@ -74,6 +74,17 @@ pub enum Phase {
     Update,
 }
 
+impl From<Phase> for crate::plan::StepPhase {
+    fn from(p: Phase) -> Self {
+        match p {
+            Phase::Forward => crate::plan::StepPhase::Forward,
+            Phase::Loss => crate::plan::StepPhase::Loss,
+            Phase::Backward => crate::plan::StepPhase::Backward,
+            Phase::Update => crate::plan::StepPhase::Update,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Node {
     pub op: Op,
@@ -690,7 +701,7 @@ pub fn infer_outputs_with(
             }
             inputs[1..].to_vec()
         }
-        Op::SgdUpdate { .. } | Op::AdamUpdate { .. } => {
+        Op::Update { .. } => {
             for (i, t) in inputs.iter().enumerate().skip(1) {
                 same(&inputs[0], t, &format!("w, input {i}"))?;
             }
@@ -709,7 +720,7 @@ pub fn infer_outputs_with(
 #[allow(clippy::cloned_ref_to_slice_refs)] // readability of the shape tables
 mod tests {
     use super::*;
-    use crate::op::{ConvGeom, UnaryKind};
+    use crate::op::{ConvGeom, UnaryKind, UpdateRule};
 
     fn f(s: &[usize]) -> TensorType {
         TensorType::f32(s.to_vec())
@@ -893,34 +904,40 @@ mod tests {
             shapes(&Op::MseLossBwd, &[f(&[2, 3]), f(&[2, 3])], None),
             vec![f(&[2, 3])]
         );
-        let sgd = Op::SgdUpdate {
-            lr: 0.1,
-            momentum: 0.9,
-            weight_decay: 0.0,
-            nesterov: false,
+        let sgd = Op::Update {
+            rule: UpdateRule::Sgd {
+                lr: 0.1,
+                momentum: 0.9,
+                weight_decay: 0.0,
+                nesterov: false,
+            },
         };
         assert_eq!(
             shapes(&sgd, &[w.clone(), w.clone(), w.clone()], None),
             vec![w.clone(), w.clone()]
         );
         assert!(infer_outputs(&sgd, &[w.clone(), w.clone()], None).is_err());
-        let plain = Op::SgdUpdate {
-            lr: 0.1,
-            momentum: 0.0,
-            weight_decay: 0.0,
-            nesterov: false,
+        let plain = Op::Update {
+            rule: UpdateRule::Sgd {
+                lr: 0.1,
+                momentum: 0.0,
+                weight_decay: 0.0,
+                nesterov: false,
+            },
         };
         assert_eq!(
             shapes(&plain, &[w.clone(), w.clone()], None),
             vec![w.clone()]
         );
-        let adam = Op::AdamUpdate {
-            lr: 0.1,
-            beta1: 0.9,
-            beta2: 0.99,
-            eps: 1e-8,
-            weight_decay: 0.0,
-            decoupled: true,
+        let adam = Op::Update {
+            rule: UpdateRule::Adam {
+                lr: 0.1,
+                beta1: 0.9,
+                beta2: 0.99,
+                eps: 1e-8,
+                weight_decay: 0.0,
+                decoupled: true,
+            },
         };
         assert_eq!(
             shapes(&adam, &[w.clone(), w.clone(), w.clone(), w.clone()], None),

@@ -9,17 +9,14 @@
 pub mod alias;
 pub mod autodiff;
 pub mod check;
-pub mod codegen;
 pub mod cost;
 pub mod emit;
 pub mod error;
 pub mod ir;
 pub mod lower;
-pub mod op;
 pub mod optimizer;
 pub mod passes;
 pub mod placement;
-pub mod plan;
 pub mod planner;
 pub mod remat;
 pub mod report;
@@ -28,6 +25,8 @@ pub mod schedule;
 pub mod testutil;
 pub mod verify;
 
+/// The plan's ops and the plan itself, from `dmc-plan` (the contract the compiler writes).
+pub use dmc_plan::{op, plan};
 use std::fmt::Write as _;
 
 use dmc_grammar::model::{Model, Optimizer};

@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use dmc_grammar::model::{self, Activation, Layer, LossKind, Model, Padding, ValueRef};
+use dmc_grammar::model::{self, Layer, LossKind, Model, Padding, ValueRef};
 
 use crate::error::CompileError;
 use crate::ir::{Graph, ParamMeta, Phase, TensorType, Value};
@@ -123,11 +123,11 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
             .ok_or_else(|| CompileError::InvalidModel(format!("dangling reference {r:?}")))
     };
 
-    // Layers read by a ReLU or GELU (their weights get He initialisation).
+    // Layers read by a ReLU-like activation (their weights get He initialisation).
     let feeds_relu: HashSet<usize> = model
         .nodes
         .iter()
-        .filter(|m| matches!(m.layer, Layer::Act(Activation::Relu | Activation::Gelu)))
+        .filter(|m| matches!(m.layer, Layer::Act(a) if a.he_init()))
         .flat_map(|m| &m.inputs)
         .filter_map(|r| match r {
             ValueRef::Node(i) => Some(*i),

@@ -1,5 +1,5 @@
 //! The optimizer pass: per parameter with a gradient, its optimizer-state leaves
-//! (`<param>.momentum`, or `<param>.adam_m` / `<param>.adam_v`) and one `SgdUpdate`/`AdamUpdate`
+//! (`<param>.momentum`, or `<param>.adam_m` / `<param>.adam_v`) and one `Update`
 //! node consuming `(param, grad, state...)`, whose outputs alias the param/state buffers.
 
 use petgraph::stable_graph::NodeIndex;
@@ -10,45 +10,15 @@ use crate::op::{Op, Optimizer};
 use crate::passes::Ctx;
 use crate::plan::Mode;
 
-/// The update op of an optimizer and the suffixes of its state slots.
+/// The update op of an optimizer and the suffixes of its state slots (one per
+/// [`UpdateRule::state_names`](crate::op::UpdateRule::state_names), in order).
 pub fn update_op(opt: &Optimizer) -> (Op, &'static [&'static str]) {
-    match *opt {
-        Optimizer::Sgd {
-            lr,
-            momentum,
-            weight_decay,
-            nesterov,
-        } => {
-            let states: &'static [&'static str] = if momentum != 0.0 { &["momentum"] } else { &[] };
-            (
-                Op::SgdUpdate {
-                    lr,
-                    momentum,
-                    weight_decay,
-                    nesterov,
-                },
-                states,
-            )
-        }
-        Optimizer::Adam {
-            lr,
-            beta1,
-            beta2,
-            eps,
-            weight_decay,
-            decoupled,
-        } => (
-            Op::AdamUpdate {
-                lr,
-                beta1,
-                beta2,
-                eps,
-                weight_decay,
-                decoupled,
-            },
-            &["adam_m", "adam_v"],
-        ),
-    }
+    let states: &'static [&'static str] = match opt {
+        Optimizer::Sgd { momentum, .. } if *momentum != 0.0 => &["momentum"],
+        Optimizer::Sgd { .. } => &[],
+        Optimizer::Adam { .. } => &["adam_m", "adam_v"],
+    };
+    (Op::Update { rule: *opt }, states)
 }
 
 /// Pass: adds the optimizer state and update nodes (train mode only).

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use dmc_compiler::ir::{Graph, Phase};
-use dmc_compiler::op::{Op, UnaryKind};
+use dmc_compiler::op::{Op, UnaryKind, UpdateRule};
 use dmc_compiler::plan::Mode;
 use dmc_compiler::testutil::*;
 use dmc_compiler::{compile, compile_graph, CompileOptions};
@@ -176,7 +176,7 @@ fn dead_branches_are_pruned() {
         g.nodes().iter().all(|n| g.node(*n).name != "dense_2"),
         "DCE removes the unused layer"
     );
-    assert_eq!(count(&g, |o| matches!(o, Op::SgdUpdate { .. })), 4);
+    assert_eq!(count(&g, |o| matches!(o, Op::Update { rule: UpdateRule::Sgd { .. } })), 4);
     let plan = compile(
         &m,
         &CompileOptions {

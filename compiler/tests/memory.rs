@@ -1,7 +1,7 @@
 //! Memory: best-fit placement near the liveness lower bound, in-place rewriting, the weight
 //! gradient fused with the optimizer update, the cap.
 
-use dmc_compiler::op::Op;
+use dmc_compiler::op::{Op, UpdateRule};
 use dmc_compiler::plan::{BufferKind, Mode, Plan};
 use dmc_compiler::testutil::*;
 use dmc_compiler::{check_plan, compile, CompileError, CompileOptions, PlannerKind};
@@ -67,8 +67,7 @@ fn seed_arena_is_about_the_parameters() {
         // No whole-layer weight gradient anywhere: every update is fused.
         assert!(p.steps.iter().all(|s| !matches!(
             p.kernels[s.kernel].op,
-            Op::SgdUpdate { .. }
-                | Op::AdamUpdate { .. }
+            Op::Update { .. }
                 | Op::Conv2dBwdWeight { .. }
                 | Op::DenseBwdWeight
         )));
@@ -256,7 +255,7 @@ fn rewrites_on_the_residual_fixture() {
     assert_eq!(
         count(&|o| matches!(
             o,
-            Op::SgdUpdate { .. } | Op::Conv2dBwdWeight { .. } | Op::DenseBwdWeight | Op::BiasGrad
+            Op::Update { rule: UpdateRule::Sgd { .. } } | Op::Conv2dBwdWeight { .. } | Op::DenseBwdWeight | Op::BiasGrad
         )),
         0
     );

@@ -27,7 +27,7 @@ fn check(opt: dmc_grammar::model::Optimizer, suffixes: &[&str]) {
         let updates: Vec<_> = g
             .nodes()
             .into_iter()
-            .filter(|n| matches!(g.node(*n).op, Op::SgdUpdate { .. } | Op::AdamUpdate { .. }))
+            .filter(|n| matches!(g.node(*n).op, Op::Update { .. }))
             .collect();
         assert_eq!(updates.len(), nparams, "{name}: one update per parameter");
         assert_eq!(g.opt_state.len(), nparams * suffixes.len(), "{name}");
@@ -66,7 +66,7 @@ fn check(opt: dmc_grammar::model::Optimizer, suffixes: &[&str]) {
         // Update steps pass the param and states as InOut and write nothing else.
         for st in &plan.steps {
             let k = &plan.kernels[st.kernel];
-            if matches!(k.op, Op::SgdUpdate { .. } | Op::AdamUpdate { .. }) {
+            if matches!(k.op, Op::Update { .. }) {
                 let roles: Vec<Role> = k.signature.params.iter().map(|p| p.role).collect();
                 assert_eq!(
                     roles.iter().filter(|r| **r == Role::InOut).count(),
@@ -108,7 +108,7 @@ fn lr_override_reaches_the_update_kernels() {
         .kernels
         .iter()
         .filter_map(|k| match &k.op {
-            Op::SgdUpdate { lr, .. } => Some(*lr),
+            Op::Update { rule: UpdateRule::Sgd { lr, .. } } => Some(*lr),
             Op::Conv2dBwdWeightUpdate { rule, .. }
             | Op::DenseBwdWeightUpdate { rule, .. }
             | Op::BiasGradUpdate { rule } => match rule {
@@ -132,5 +132,5 @@ fn lr_override_reaches_the_update_kernels() {
     assert!(unfused
         .kernels
         .iter()
-        .any(|k| matches!(k.op, Op::SgdUpdate { lr, .. } if lr == 0.5)));
+        .any(|k| matches!(k.op, Op::Update { rule: UpdateRule::Sgd { lr, .. } } if lr == 0.5)));
 }

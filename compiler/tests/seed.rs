@@ -2,12 +2,12 @@
 
 use std::collections::BTreeSet;
 
-use dmc_compiler::op::Op;
+use dmc_compiler::op::{Op, UpdateRule};
 use dmc_compiler::plan::{BufferKind, Mode, Plan};
 use dmc_compiler::testutil::seed;
 use dmc_compiler::{check_plan, compile, CompileError, CompileOptions};
 
-/// The unfused plan: one `SgdUpdate` per parameter, the weight gradients as their own kernels.
+/// The unfused plan: one SGD `Update` per parameter, the weight gradients as their own kernels.
 fn plan(mode: Mode) -> Plan {
     compile(
         &seed(),
@@ -38,7 +38,7 @@ fn seed_train_plan() {
     let updates = p
         .steps
         .iter()
-        .filter(|s| matches!(p.kernels[s.kernel].op, Op::SgdUpdate { .. }))
+        .filter(|s| matches!(p.kernels[s.kernel].op, Op::Update { rule: UpdateRule::Sgd { .. } }))
         .count();
     assert_eq!(p.params.len(), 56);
     assert_eq!(updates, 56);
@@ -79,7 +79,7 @@ fn seed_eval_and_predict_plans() {
         check_plan(&p).unwrap();
         assert!(p.steps.iter().all(|s| !matches!(
             p.kernels[s.kernel].op,
-            Op::SgdUpdate { .. } | Op::Conv2dBwdData { .. }
+            Op::Update { rule: UpdateRule::Sgd { .. } } | Op::Conv2dBwdData { .. }
         )));
         assert_eq!(p.targets.is_empty(), mode == Mode::Predict);
         let json = serde_json::to_string(&p).unwrap();

@@ -6,6 +6,12 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The activations, the optimizers and the learning rate are the execution plan's own types: a
+/// program's optimizer is the rule its update ops carry, and an activation's facts (its name, what
+/// its backward reads, its formulas) live in one place.
+pub use dmc_plan::unary::UnaryKind as Activation;
+pub use dmc_plan::update::{LearningRate, UpdateRule as Optimizer};
+
 /// Byte range into the source file (start inclusive, end exclusive).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct Span {
@@ -61,39 +67,6 @@ pub enum Padding {
     Same,
     /// No padding: out = (in - kernel) / stride + 1.
     Valid,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Activation {
-    Relu,
-    Tanh,
-    Sigmoid,
-    Gelu,
-}
-
-impl Activation {
-    /// Every activation, in the order the language documents them.
-    pub const ALL: [Activation; 4] = [
-        Activation::Relu,
-        Activation::Tanh,
-        Activation::Sigmoid,
-        Activation::Gelu,
-    ];
-
-    /// The name a `.dm` program uses, as a layer and as `activation: NAME`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Activation::Relu => "relu",
-            Activation::Tanh => "tanh",
-            Activation::Sigmoid => "sigmoid",
-            Activation::Gelu => "gelu",
-        }
-    }
-
-    /// The activation a `.dm` name stands for.
-    pub fn from_name(name: &str) -> Option<Activation> {
-        Activation::ALL.into_iter().find(|a| a.name() == name)
-    }
 }
 
 /// One primitive layer. `activation:` arguments are expanded by the checker into separate
@@ -175,114 +148,6 @@ pub struct Loss {
     pub pred: ValueRef,
     pub target: ValueRef,
     pub span: Span,
-}
-
-/// A learning rate training can use: a finite, positive number that is a normal `f32` (so it is
-/// neither rounded to 0 nor to infinity where the update uses it). The one type through which every
-/// learning rate enters dmc: the `.dm` optimizer, `dmc run --lr`, [`CompileOptions`]'s override and
-/// the runtime's check of a plan.
-///
-/// [`CompileOptions`]: https://docs.rs/dmc-compiler
-#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
-pub struct LearningRate(f32);
-
-impl LearningRate {
-    /// Validates `v`; the error says what is wrong with it (without the "what to do", which
-    /// depends on where the value came from).
-    pub fn new(v: f64) -> Result<Self, String> {
-        // 1e39, not 1000000000000000000000000000000000000000
-        let show = |v: f64| {
-            if v != 0.0 && (v.abs() >= 1e6 || v.abs() < 1e-4) {
-                format!("{v:e}")
-            } else {
-                format!("{v}")
-            }
-        };
-        if v.is_nan() {
-            return Err("the learning rate must be a number, found NaN".into());
-        }
-        if v <= 0.0 {
-            return Err(format!(
-                "the learning rate must be positive, found {}",
-                show(v)
-            ));
-        }
-        if v.is_infinite() || v > f32::MAX as f64 {
-            return Err(format!(
-                "the learning rate {} is too large: it becomes infinite as f32 (largest {:e})",
-                show(v),
-                f32::MAX
-            ));
-        }
-        let f = v as f32;
-        if !f.is_normal() {
-            return Err(format!(
-                "the learning rate {} is too small: as f32 it becomes {f:e} (smallest usable {:e})",
-                show(v),
-                f32::MIN_POSITIVE
-            ));
-        }
-        Ok(LearningRate(f))
-    }
-
-    /// The value as used by the update.
-    pub fn get(self) -> f32 {
-        self.0
-    }
-}
-
-impl std::str::FromStr for LearningRate {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let v: f64 = s
-            .trim()
-            .parse()
-            .map_err(|_| format!("`{s}` is not a number"))?;
-        LearningRate::new(v)
-    }
-}
-
-impl std::fmt::Display for LearningRate {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub enum Optimizer {
-    /// v = momentum*v + g + wd*w ; w -= lr * (nesterov ? g + wd*w + momentum*v : v)
-    /// (PyTorch's formulation; momentum 0 is plain SGD and keeps no state).
-    Sgd {
-        lr: f32,
-        momentum: f32,
-        weight_decay: f32,
-        nesterov: bool,
-    },
-    /// Adam with bias correction. `decoupled` = AdamW (weight decay applied to the weights directly,
-    /// w -= lr*wd*w), otherwise L2 added to the gradient (as torch.optim.Adam).
-    Adam {
-        lr: f32,
-        beta1: f32,
-        beta2: f32,
-        eps: f32,
-        weight_decay: f32,
-        decoupled: bool,
-    },
-}
-
-impl Optimizer {
-    pub fn lr(&self) -> f32 {
-        match self {
-            Optimizer::Sgd { lr, .. } | Optimizer::Adam { lr, .. } => *lr,
-        }
-    }
-    /// Number of per-parameter state tensors the optimizer keeps (velocity; or m and v).
-    pub fn state_slots(&self) -> usize {
-        match self {
-            Optimizer::Sgd { momentum, .. } => usize::from(*momentum != 0.0),
-            Optimizer::Adam { .. } => 2,
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -5,7 +5,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::op::{DType, Op, Signature};
-pub use dmc_grammar::model::{LearningRate, Optimizer};
+use crate::update::UpdateRule;
+pub use crate::update::{LearningRate, UpdateRule as Optimizer};
 
 pub type BufferId = usize;
 
@@ -127,17 +128,6 @@ pub enum StepPhase {
     Update,
 }
 
-impl From<crate::ir::Phase> for StepPhase {
-    fn from(p: crate::ir::Phase) -> Self {
-        match p {
-            crate::ir::Phase::Forward => StepPhase::Forward,
-            crate::ir::Phase::Loss => StepPhase::Loss,
-            crate::ir::Phase::Backward => StepPhase::Backward,
-            crate::ir::Phase::Update => StepPhase::Update,
-        }
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Mode {
     /// Forward, loss, backward, optimizer update.
@@ -167,7 +157,7 @@ pub struct Plan {
     pub loss: BufferId,
     /// The network's output (the loss' prediction), for `predict`.
     pub output: IoBinding,
-    pub optimizer: Optimizer,
+    pub optimizer: UpdateRule,
     /// The liveness lower bound: max over steps of the (aligned) bytes live at that step; no
     /// placement of these buffers can use a smaller arena.
     #[serde(default)]
@@ -178,7 +168,9 @@ pub struct Plan {
     pub placement_strategy: String,
 }
 
-pub const FORMAT_VERSION: u32 = 1;
+/// The version of plan.json's shape. 2: one `Update { rule }` op for the unfused optimizer updates
+/// (was `SgdUpdate` / `AdamUpdate`).
+pub const FORMAT_VERSION: u32 = 2;
 
 impl Plan {
     /// Whether the runtime reads buffer `id` after the last step: the output always, the loss

@@ -1,8 +1,8 @@
 //! One small kernel of every op variant (and both flavours of the flags that change the generated
 //! code), for tests that must cover every template arm, not only what the examples happen to use.
 
-use crate::op::{conv_workspace_elems, ConvGeom, Op, PoolGeom, UnaryKind, UpdateRule};
-use crate::plan::Kernel;
+use dmc_plan::op::{conv_workspace_elems, ConvGeom, Op, PoolGeom, UnaryKind, UpdateRule};
+use dmc_plan::plan::Kernel;
 
 fn k(id: usize, op: Op, arg_shapes: Vec<Vec<usize>>) -> Kernel {
     Kernel {
@@ -110,62 +110,60 @@ pub fn zoo() -> Vec<Kernel> {
         ),
         (Op::BiasGrad, vec![vec![2, 3, 4, 5], vec![5]]),
         (
-            Op::SgdUpdate {
-                lr: 0.1,
-                momentum: 0.0,
-                weight_decay: 0.0,
-                nesterov: false,
+            Op::Update {
+                rule: UpdateRule::Sgd {
+                    lr: 0.1,
+                    momentum: 0.0,
+                    weight_decay: 0.0,
+                    nesterov: false,
+                },
             },
             vec![vec![50], vec![50]],
         ),
         (
-            Op::SgdUpdate {
-                lr: 0.01,
-                momentum: 0.9,
-                weight_decay: 1e-4,
-                nesterov: true,
+            Op::Update {
+                rule: UpdateRule::Sgd {
+                    lr: 0.01,
+                    momentum: 0.9,
+                    weight_decay: 1e-4,
+                    nesterov: true,
+                },
             },
             vec![vec![50], vec![50], vec![50]],
         ),
         (
-            Op::AdamUpdate {
-                lr: 1e-3,
-                beta1: 0.9,
-                beta2: 0.999,
-                eps: 1e-8,
-                weight_decay: 0.01,
-                decoupled: true,
+            Op::Update {
+                rule: UpdateRule::Adam {
+                    lr: 1e-3,
+                    beta1: 0.9,
+                    beta2: 0.999,
+                    eps: 1e-8,
+                    weight_decay: 0.01,
+                    decoupled: true,
+                },
             },
             vec![vec![50]; 4],
         ),
         (
-            Op::AdamUpdate {
-                lr: 1e-3,
-                beta1: 0.9,
-                beta2: 0.999,
-                eps: 1e-8,
-                weight_decay: 1e-4,
-                decoupled: false,
+            Op::Update {
+                rule: UpdateRule::Adam {
+                    lr: 1e-3,
+                    beta1: 0.9,
+                    beta2: 0.999,
+                    eps: 1e-8,
+                    weight_decay: 1e-4,
+                    decoupled: false,
+                },
             },
             vec![vec![50]; 4],
         ),
     ];
-    for kind in [
-        UnaryKind::Relu,
-        UnaryKind::Tanh,
-        UnaryKind::Sigmoid,
-        UnaryKind::Gelu,
-    ] {
+    for kind in UnaryKind::ALL {
         ops.push((Op::Unary(kind), vec![e.clone(), e.clone()]));
         ops.push((Op::UnaryBwd(kind), vec![e.clone(), e.clone(), e.clone()]));
     }
     // in place
-    for kind in [
-        UnaryKind::Relu,
-        UnaryKind::Tanh,
-        UnaryKind::Sigmoid,
-        UnaryKind::Gelu,
-    ] {
+    for kind in UnaryKind::ALL {
         ops.push((Op::UnaryInPlace(kind), vec![e.clone()]));
         ops.push((Op::UnaryBwdInPlace(kind), vec![e.clone(), e.clone()]));
     }

@@ -7,7 +7,10 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use dmc_grammar::model::{Activation as UnaryKind, Optimizer};
+pub use crate::unary::UnaryKind;
+/// The optimizer a program names: the update rule of its update ops (the language's name for it).
+pub use crate::update::UpdateRule as Optimizer;
+pub use crate::update::UpdateRule;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum DType {
@@ -97,8 +100,8 @@ pub enum Op {
     AvgPoolBwd { geom: PoolGeom },
     /// dy[N,C] -> dx[N,H,W,C] = dy / (H*W) broadcast
     GlobalAvgPoolBwd,
-    /// relu, tanh, sigmoid: (y, dy) -> dx (from the *output*, so the input need not be kept);
-    /// gelu: (x, dy) -> dx.
+    /// (saved, dy) -> dx, `saved` being what [`UnaryKind::saved`] names: y for relu, tanh, sigmoid
+    /// (from the *output*, so the input need not be kept), x for gelu.
     UnaryBwd(UnaryKind),
     /// dy -> dx = dy * keep / (1-p), same mask as the forward.
     DropoutBwd { p: f32, salt: u64 },
@@ -108,27 +111,14 @@ pub enum Op {
     CrossEntropyLossBwd,
 
     // ---- optimizer (in place: the outputs alias the first inputs) ----
-    /// w, g, (v if momentum != 0) -> w', (v')  with w' aliasing w and v' aliasing v.
-    /// PyTorch semantics: g' = g + wd*w; v = momentum*v + g'; step = nesterov ? g' + momentum*v : v;
-    /// w -= lr*step. Momentum 0: w -= lr*g'.
-    SgdUpdate {
-        lr: f32,
-        momentum: f32,
-        weight_decay: f32,
-        nesterov: bool,
-    },
-    /// w, g, m, v -> w', m', v' (aliasing). t = the runtime's 1-based step counter.
-    /// decoupled (AdamW): w -= lr*wd*w first; else g += wd*w.
-    /// m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; mh = m/(1-b1^t); vh = v/(1-b2^t);
+    /// The update `rule` of one parameter: w, g, state.. -> w', state'.. with w' aliasing w and
+    /// each state' its state ([`UpdateRule::state_names`]: none, v, or m and v).
+    /// SGD, PyTorch semantics: g' = g + wd*w; v = momentum*v + g'; step = nesterov ? g' + momentum*v
+    /// : v; w -= lr*step. Momentum 0: w -= lr*g' (no state).
+    /// Adam: t = the runtime's 1-based step counter. decoupled (AdamW): w -= lr*wd*w first; else
+    /// g += wd*w. m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; mh = m/(1-b1^t); vh = v/(1-b2^t);
     /// w -= lr * mh / (sqrt(vh) + eps)
-    AdamUpdate {
-        lr: f32,
-        beta1: f32,
-        beta2: f32,
-        eps: f32,
-        weight_decay: f32,
-        decoupled: bool,
-    },
+    Update { rule: UpdateRule },
 
     // ---- in place (made by the `inplace_elementwise` pass: the written input dies there) ----
     /// x -> x = f(x) (x is `InOut`: one buffer).
@@ -159,70 +149,6 @@ pub enum Op {
     /// dy[.., C], b[C] (InOut), state.. (InOut) -> b', state'..; db (workspace [C]) = sum dy, then
     /// the update.
     BiasGradUpdate { rule: UpdateRule },
-}
-
-/// An optimizer update rule, as carried by the fused weight-gradient + update ops (same
-/// semantics and state slots as `SgdUpdate` / `AdamUpdate`).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub enum UpdateRule {
-    Sgd {
-        lr: f32,
-        momentum: f32,
-        weight_decay: f32,
-        nesterov: bool,
-    },
-    Adam {
-        lr: f32,
-        beta1: f32,
-        beta2: f32,
-        eps: f32,
-        weight_decay: f32,
-        decoupled: bool,
-    },
-}
-
-impl UpdateRule {
-    /// The rule of an unfused update op (`None` for any other op).
-    pub fn of(op: &Op) -> Option<UpdateRule> {
-        match *op {
-            Op::SgdUpdate {
-                lr,
-                momentum,
-                weight_decay,
-                nesterov,
-            } => Some(UpdateRule::Sgd {
-                lr,
-                momentum,
-                weight_decay,
-                nesterov,
-            }),
-            Op::AdamUpdate {
-                lr,
-                beta1,
-                beta2,
-                eps,
-                weight_decay,
-                decoupled,
-            } => Some(UpdateRule::Adam {
-                lr,
-                beta1,
-                beta2,
-                eps,
-                weight_decay,
-                decoupled,
-            }),
-            _ => None,
-        }
-    }
-
-    /// Names of the optimizer-state slots the rule reads and overwrites (after the weight).
-    pub fn state_names(&self) -> &'static [&'static str] {
-        match self {
-            UpdateRule::Sgd { momentum, .. } if *momentum != 0.0 => &["v"],
-            UpdateRule::Sgd { .. } => &[],
-            UpdateRule::Adam { .. } => &["m", "v"],
-        }
-    }
 }
 
 /// How a kernel uses one of its arguments.
@@ -272,14 +198,9 @@ impl Op {
     pub fn aliased_outputs(&self) -> Vec<(usize, usize)> {
         match self {
             Op::Reshape => vec![(0, 0)],
-            Op::SgdUpdate { momentum, .. } => {
-                if *momentum != 0.0 {
-                    vec![(0, 0), (1, 2)]
-                } else {
-                    vec![(0, 0)]
-                }
-            }
-            Op::AdamUpdate { .. } => vec![(0, 0), (1, 2), (2, 3)],
+            Op::Update { rule } => (0..=rule.state_names().len())
+                .map(|o| (o, if o == 0 { 0 } else { o + 1 }))
+                .collect(),
             Op::UnaryInPlace(_)
             | Op::AddInPlace
             | Op::DropoutInPlace { .. }
@@ -368,7 +289,7 @@ impl Op {
                 vec![p("dy", In, F32), p("dx", Out, F32)]
             }
             Op::UnaryBwd(k) => {
-                let saved = if *k == UnaryKind::Gelu { "x" } else { "y" };
+                let saved = k.saved().param_name();
                 vec![p(saved, In, F32), p("dy", In, F32), p("dx", Out, F32)]
             }
             Op::MseLossBwd => vec![
@@ -383,23 +304,15 @@ impl Op {
                     p("dlogits", Out, F32),
                 ]
             }
-            Op::SgdUpdate { momentum, .. } => {
+            Op::Update { rule } => {
                 let mut v = vec![p("w", InOut, F32), p("g", In, F32)];
-                if *momentum != 0.0 {
-                    v.push(p("v", InOut, F32));
-                }
+                v.extend(rule.state_names().iter().map(|s| p(s, InOut, F32)));
                 v
             }
-            Op::AdamUpdate { .. } => vec![
-                p("w", InOut, F32),
-                p("g", In, F32),
-                p("m", InOut, F32),
-                p("v", InOut, F32),
-            ],
             Op::UnaryInPlace(_) | Op::DropoutInPlace { .. } => vec![p("x", InOut, F32)],
             Op::AddInPlace => vec![p("a", InOut, F32), p("b", In, F32)],
             Op::UnaryBwdInPlace(k) => {
-                let saved = if *k == UnaryKind::Gelu { "x" } else { "y" };
+                let saved = k.saved().param_name();
                 vec![p(saved, In, F32), p("dy", InOut, F32)]
             }
             Op::DropoutBwdInPlace { .. } => vec![p("dy", InOut, F32)],
@@ -458,8 +371,7 @@ impl Op {
     pub fn is_update(&self) -> bool {
         matches!(
             self,
-            Op::SgdUpdate { .. }
-                | Op::AdamUpdate { .. }
+            Op::Update { .. }
                 | Op::Conv2dBwdWeightUpdate { .. }
                 | Op::DenseBwdWeightUpdate { .. }
                 | Op::BiasGradUpdate { .. }
@@ -516,10 +428,7 @@ impl Op {
             Op::AvgPool { .. } => "avgpool",
             Op::GlobalAvgPool => "global_avgpool",
             Op::Reshape => "reshape",
-            Op::Unary(UnaryKind::Relu) => "relu",
-            Op::Unary(UnaryKind::Tanh) => "tanh",
-            Op::Unary(UnaryKind::Sigmoid) => "sigmoid",
-            Op::Unary(UnaryKind::Gelu) => "gelu",
+            Op::Unary(k) => k.op_names().forward,
             Op::Add => "add",
             Op::Dropout { .. } => "dropout",
             Op::MseLoss => "mse_loss",
@@ -532,25 +441,15 @@ impl Op {
             Op::MaxPoolBwd { .. } => "maxpool_bwd",
             Op::AvgPoolBwd { .. } => "avgpool_bwd",
             Op::GlobalAvgPoolBwd => "global_avgpool_bwd",
-            Op::UnaryBwd(UnaryKind::Relu) => "relu_bwd",
-            Op::UnaryBwd(UnaryKind::Tanh) => "tanh_bwd",
-            Op::UnaryBwd(UnaryKind::Sigmoid) => "sigmoid_bwd",
-            Op::UnaryBwd(UnaryKind::Gelu) => "gelu_bwd",
+            Op::UnaryBwd(k) => k.op_names().backward,
             Op::DropoutBwd { .. } => "dropout_bwd",
             Op::MseLossBwd => "mse_loss_bwd",
             Op::CrossEntropyLossBwd => "cross_entropy_loss_bwd",
-            Op::SgdUpdate { .. } => "sgd_update",
-            Op::AdamUpdate { .. } => "adam_update",
-            Op::UnaryInPlace(UnaryKind::Relu) => "relu_inplace",
-            Op::UnaryInPlace(UnaryKind::Tanh) => "tanh_inplace",
-            Op::UnaryInPlace(UnaryKind::Sigmoid) => "sigmoid_inplace",
-            Op::UnaryInPlace(UnaryKind::Gelu) => "gelu_inplace",
+            Op::Update { rule } => rule.op_name(),
+            Op::UnaryInPlace(k) => k.op_names().forward_inplace,
             Op::AddInPlace => "add_inplace",
             Op::DropoutInPlace { .. } => "dropout_inplace",
-            Op::UnaryBwdInPlace(UnaryKind::Relu) => "relu_bwd_inplace",
-            Op::UnaryBwdInPlace(UnaryKind::Tanh) => "tanh_bwd_inplace",
-            Op::UnaryBwdInPlace(UnaryKind::Sigmoid) => "sigmoid_bwd_inplace",
-            Op::UnaryBwdInPlace(UnaryKind::Gelu) => "gelu_bwd_inplace",
+            Op::UnaryBwdInPlace(k) => k.op_names().backward_inplace,
             Op::DropoutBwdInPlace { .. } => "dropout_bwd_inplace",
             Op::Conv2dBwdWeightUpdate { .. } => "conv2d_bwd_weight_update",
             Op::DenseBwdWeightUpdate { .. } => "dense_bwd_weight_update",

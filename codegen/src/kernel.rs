@@ -1,0 +1,119 @@
+//! A rendered kernel and its launch: the parameter list every generated kernel takes
+//! ([`kernel_params`], derived from the op's one `Signature`), and what the backends launch
+//! ([`CudaKernel`], [`Launch`]).
+
+use serde::Serialize;
+
+use dmc_plan::op::{DType, Role, Signature};
+
+/// Where a kernel parameter's value comes from at launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum ArgSource {
+    /// The step's buffer for signature slot `i` (`arena base + offset`).
+    Buffer(usize),
+    /// The run's seed (dropout).
+    Seed,
+    /// The 1-based step counter (dropout, Adam's t).
+    Step,
+}
+
+/// One parameter of a generated kernel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KernelParam {
+    pub name: String,
+    /// The C type, e.g. `const float*` or `const u64`.
+    pub ty: String,
+    /// The C declaration, e.g. `const float* __restrict__ x`.
+    pub decl: String,
+    pub source: ArgSource,
+}
+
+/// The parameters of the kernel for `sig`, in order: one pointer per signature slot (in signature
+/// order; `const` for `In`), then `u64 seed, u64 step`. The single source of both the generated
+/// parameter list and the backend's launch arguments.
+pub fn kernel_params(sig: &Signature) -> Vec<KernelParam> {
+    let mut v: Vec<KernelParam> = sig
+        .params
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let ty = match p.dtype {
+                DType::F32 => "float",
+                DType::I32 => "int",
+                DType::U8 => "unsigned char",
+            };
+            let cst = if p.role == Role::In { "const " } else { "" };
+            KernelParam {
+                name: p.name.clone(),
+                ty: format!("{cst}{ty}*"),
+                decl: format!("{cst}{ty}* __restrict__ {}", p.name),
+                source: ArgSource::Buffer(i),
+            }
+        })
+        .collect();
+    for (name, source) in [("seed", ArgSource::Seed), ("step", ArgSource::Step)] {
+        v.push(KernelParam {
+            name: name.into(),
+            ty: "const u64".into(),
+            decl: format!("const u64 {name}"),
+            source,
+        });
+    }
+    v
+}
+
+/// One launch of an entry point of a kernel's translation unit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Launch {
+    pub entry: String,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+}
+
+/// A rendered kernel: its source and launch geometry.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CudaKernel {
+    /// The plan kernel's id and name.
+    pub id: usize,
+    pub name: String,
+    /// The `extern "C"` entry point.
+    pub entry: String,
+    /// The template it was rendered from.
+    pub template: &'static str,
+    pub source: String,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    /// Launch parameters (see [`kernel_params`]).
+    pub params: Vec<KernelParam>,
+    /// A second entry of the same translation unit, launched right after `entry` with the same
+    /// arguments: the fixed-order reduction of a split-K GEMM's partial sums (see
+    /// [`split_k`](crate::split_k)).
+    pub then: Option<Launch>,
+}
+
+impl CudaKernel {
+    /// Every launch of one step, in order.
+    pub fn launches(&self) -> Vec<Launch> {
+        let mut v = vec![Launch {
+            entry: self.entry.clone(),
+            grid: self.grid,
+            block: self.block,
+        }];
+        v.extend(self.then.clone());
+        v
+    }
+
+    /// The launch arguments, one 8-byte value per parameter of [`kernel_params`] in order: the
+    /// pointer of signature slot `i` from `ptrs[i]`, then `seed` and `step`. The CUDA backend and
+    /// the host emulator both launch with exactly these values.
+    pub fn launch_values(&self, ptrs: &[u64], seed: u64, step: u64) -> Vec<u64> {
+        self.params
+            .iter()
+            .map(|p| match p.source {
+                ArgSource::Buffer(i) => ptrs[i],
+                ArgSource::Seed => seed,
+                ArgSource::Step => step,
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,127 @@
+//! Elementwise kernels (`elementwise.cu.tera`), one thread per element: the activations and their
+//! gradients (their C statements are the activation's own, [`UnaryKind::cuda_forward`] /
+//! [`UnaryKind::cuda_backward`]), add, dropout, the MSE gradient, the global average pooling
+//! gradient. In-place ops render the out-of-place formulas with the written input as the output.
+
+use dmc_plan::op::{Op, Role};
+use dmc_plan::plan::Mode;
+use dmc_plan::unary::UnaryKind;
+
+use super::{f32_lit, numel, per_element, Site, Spec};
+use crate::CodegenError;
+
+const TEMPLATE: &str = "elementwise.cu.tera";
+
+/// An activation's C statements (`cuda_forward` / `cuda_backward`) for the arrays `inp`, `out`
+/// and `saved`, indented as the template's body.
+fn body(statements: &str, inp: &str, out: &str, saved: &str) -> String {
+    statements
+        .lines()
+        .map(|l| {
+            let l = l
+                .replace("{in}", inp)
+                .replace("{out}", out)
+                .replace("{saved}", saved);
+            format!("    {l}")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Index and name of the first `InOut` slot of `op`'s signature (the buffer an in-place op writes).
+fn inout_slot(op: &Op) -> (usize, String) {
+    op.signature()
+        .params
+        .into_iter()
+        .enumerate()
+        .find(|(_, p)| p.role == Role::InOut)
+        .map(|(i, p)| (i, p.name))
+        .unwrap_or_default()
+}
+
+/// An out-of-place kernel reading `inp`, writing `out` (the last argument).
+fn out_of_place(s: &Site, inp: &str, out: &str) -> Result<Spec, CodegenError> {
+    let mut sp = per_element(s, TEMPLATE, numel(s.last_shape()?))?;
+    sp.ctx.insert("inp", inp);
+    sp.ctx.insert("out", out);
+    Ok(sp)
+}
+
+/// An in-place kernel: the written input is both `inp` and `out`. Also returns its name.
+fn in_place(s: &Site) -> Result<(Spec, String), CodegenError> {
+    let (slot, io) = inout_slot(&s.k.op);
+    let mut sp = per_element(s, TEMPLATE, numel(s.shape(slot)?))?;
+    sp.ctx.insert("inp", &io);
+    sp.ctx.insert("out", &io);
+    Ok((sp, io))
+}
+
+/// `Unary`: x -> y.
+pub(crate) fn unary(s: &Site, kind: UnaryKind) -> Result<Spec, CodegenError> {
+    let mut sp = out_of_place(s, "x", "y")?;
+    sp.ctx
+        .insert("body", &body(kind.cuda_forward(), "x", "y", ""));
+    Ok(sp)
+}
+
+/// `UnaryBwd`: saved, dy -> dx.
+pub(crate) fn unary_bwd(s: &Site, kind: UnaryKind) -> Result<Spec, CodegenError> {
+    let mut sp = out_of_place(s, "dy", "dx")?;
+    let saved = kind.saved().param_name();
+    sp.ctx
+        .insert("body", &body(kind.cuda_backward(), "dy", "dx", saved));
+    Ok(sp)
+}
+
+/// `UnaryInPlace`: x -> x.
+pub(crate) fn unary_inplace(s: &Site, kind: UnaryKind) -> Result<Spec, CodegenError> {
+    let (mut sp, io) = in_place(s)?;
+    sp.ctx
+        .insert("body", &body(kind.cuda_forward(), &io, &io, ""));
+    Ok(sp)
+}
+
+/// `UnaryBwdInPlace`: saved, dy -> dy.
+pub(crate) fn unary_bwd_inplace(s: &Site, kind: UnaryKind) -> Result<Spec, CodegenError> {
+    let (mut sp, io) = in_place(s)?;
+    let saved = kind.saved().param_name();
+    sp.ctx
+        .insert("body", &body(kind.cuda_backward(), &io, &io, saved));
+    Ok(sp)
+}
+
+/// `Add` (a, b -> y) and `MseLossBwd` (pred, target -> dpred), whose bodies are the template's.
+pub(crate) fn binary(s: &Site) -> Result<Spec, CodegenError> {
+    out_of_place(s, "x", "y")
+}
+
+/// `AddInPlace`: a, b -> a.
+pub(crate) fn add_inplace(s: &Site) -> Result<Spec, CodegenError> {
+    in_place(s).map(|(sp, _)| sp)
+}
+
+/// The four dropout ops: `inp` -> `out` (the same array in place), the identity in `Eval`.
+pub(crate) fn dropout(
+    s: &Site,
+    (inp, out): (&str, &str),
+    p: f32,
+    salt: u64,
+) -> Result<Spec, CodegenError> {
+    let mut sp = per_element(s, TEMPLATE, numel(s.last_shape()?))?;
+    sp.ctx.insert("inp", inp);
+    sp.ctx.insert("out", out);
+    sp.ctx.insert("p", &f32_lit(p));
+    sp.ctx.insert("salt", &salt);
+    sp.ctx.insert("eval", &(s.mode == Mode::Eval));
+    Ok(sp)
+}
+
+/// `GlobalAvgPoolBwd`: dy[N,C] -> dx[N,H,W,C].
+pub(crate) fn global_avgpool_bwd(s: &Site) -> Result<Spec, CodegenError> {
+    let dx = s.shape(1)?;
+    s.rank(dx, 4, "dx")?;
+    let mut sp = per_element(s, TEMPLATE, numel(dx))?;
+    sp.ctx.insert("c", &dx[3]);
+    sp.ctx.insert("hw", &(dx[1] * dx[2]));
+    Ok(sp)
+}

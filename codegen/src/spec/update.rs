@@ -1,0 +1,72 @@
+//! Optimizer updates: the per-element update of one parameter (`optim.cu.tera`), the bias
+//! gradient alone or fused with its update (`bias_grad.cu.tera`), and the context of
+//! `update.cuh.tera` (the one per-element SGD / Adam update) that the fused convolution and dense
+//! weight gradients share.
+
+use tera::Context;
+
+use dmc_plan::update::UpdateRule;
+
+use super::{f32_lit, numel, per_element, Site, Spec};
+use crate::CodegenError;
+
+/// The context of `update.cuh.tera` for `rule`, updating the buffer `target` (`w` or `b`) and the
+/// state slots named by [`UpdateRule::state_names`], and `fused_update` (a gradient kernel that
+/// applies the update itself instead of storing the gradient).
+pub(crate) fn rule_ctx(ctx: &mut Context, rule: &UpdateRule, target: &str, fused: bool) {
+    ctx.insert("target", target);
+    ctx.insert("states", rule.state_names());
+    ctx.insert("fused_update", &fused);
+    match *rule {
+        UpdateRule::Sgd {
+            lr,
+            momentum,
+            weight_decay,
+            nesterov,
+        } => {
+            ctx.insert("rule", "sgd");
+            ctx.insert("lr", &f32_lit(lr));
+            ctx.insert("momentum", &(momentum != 0.0));
+            ctx.insert("momentum_value", &f32_lit(momentum));
+            ctx.insert("weight_decay", &f32_lit(weight_decay));
+            ctx.insert("nesterov", &nesterov);
+        }
+        UpdateRule::Adam {
+            lr,
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+            decoupled,
+        } => {
+            ctx.insert("rule", "adam");
+            ctx.insert("lr", &f32_lit(lr));
+            ctx.insert("beta1", &f32_lit(beta1));
+            ctx.insert("beta2", &f32_lit(beta2));
+            ctx.insert("eps", &f32_lit(eps));
+            ctx.insert("weight_decay", &f32_lit(weight_decay));
+            ctx.insert("decoupled", &decoupled);
+        }
+    }
+}
+
+/// `Update`: w, g, state.. -> w', state'.., one thread per weight.
+pub(crate) fn update(s: &Site, rule: &UpdateRule) -> Result<Spec, CodegenError> {
+    let mut sp = per_element(s, "optim.cu.tera", numel(s.shape(0)?))?;
+    rule_ctx(&mut sp.ctx, rule, "w", false);
+    Ok(sp)
+}
+
+/// `BiasGrad` (`rule` none) or `BiasGradUpdate`: dy, then db (or the updated b): the fused kernel
+/// applies the update to each column sum instead of storing it (its workspace `db` stays unused).
+pub(crate) fn bias_grad(s: &Site, rule: Option<&UpdateRule>) -> Result<Spec, CodegenError> {
+    let (dy, db) = (s.shape(0)?, s.shape(1)?);
+    let c = numel(db);
+    let mut sp = per_element(s, "bias_grad.cu.tera", c)?;
+    sp.ctx.insert("c", &c);
+    sp.ctx.insert("rows", &(numel(dy) / c.max(1)));
+    if let Some(rule) = rule {
+        rule_ctx(&mut sp.ctx, rule, "b", true);
+    }
+    Ok(sp)
+}

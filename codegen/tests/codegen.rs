@@ -1,0 +1,103 @@
+//! CUDA code generation of every op: one small kernel of each (the zoo) renders, its parameters
+//! follow its signature, and the sources are pinned by a snapshot; split-K kernels fit their
+//! workspace, and the option switches them off.
+
+use dmc_codegen::zoo::zoo;
+use dmc_codegen::{kernel_params, render_kernel, split_k, CodegenOptions};
+use dmc_plan::op::Role;
+use dmc_plan::plan::Mode;
+
+const PRELUDE_END: &str = "#define DMC_FRAC_1_SQRT_2PI 0.3989422804014327\n";
+
+#[test]
+fn the_zoo_covers_every_kernel_op_and_renders() {
+    let kinds: std::collections::BTreeSet<&str> = zoo().iter().map(|k| k.op.kind_name()).collect();
+    // every Op variant but the 3 leaves and Reshape (a unary kind per activation)
+    assert_eq!(kinds.len(), 44, "{kinds:?}");
+    let mut s = String::new();
+    for k in zoo() {
+        let c = render_kernel(&k, Mode::Train, &CodegenOptions::default())
+            .unwrap()
+            .expect("has a kernel");
+        assert_eq!(c.params, kernel_params(&k.signature));
+        s.push_str(&format!(
+            "// ===== {} ({}) grid {:?} block {:?}\n",
+            c.name, c.template, c.grid, c.block
+        ));
+        let cut = c.source.find(PRELUDE_END).unwrap() + PRELUDE_END.len();
+        s.push_str(&c.source[cut..]);
+    }
+    insta::assert_snapshot!("cuda_zoo", s);
+}
+
+#[test]
+fn split_k_kernels_have_a_reduce_launch_and_fit_their_workspace() {
+    let mut split = Vec::new();
+    for k in zoo() {
+        let c = render_kernel(&k, Mode::Train, &CodegenOptions::default()).unwrap().expect("kernel");
+        let Some(then) = &c.then else { continue };
+        let s = c.grid[2] as usize;
+        assert!(s > 1, "{}: a reduce launch without a split", c.name);
+        assert_eq!(then.entry, format!("{}_reduce", c.entry));
+        assert!(c
+            .source
+            .contains(&format!("void __launch_bounds__(256) {}(", then.entry)));
+        // the partial sums (s x gm x gn) fit the workspace they are written to
+        let ws = k
+            .signature
+            .params
+            .iter()
+            .zip(&k.arg_shapes)
+            .filter(|(p, _)| p.role == Role::Workspace)
+            .map(|(_, s)| s.iter().product::<usize>())
+            .max()
+            .unwrap();
+        let def = |name: &str| -> usize {
+            let at = c.source.find(&format!("#define {name} ")).expect(name) + name.len() + 9;
+            c.source[at..]
+                .split("LL")
+                .next()
+                .unwrap()
+                .trim()
+                .parse()
+                .expect(name)
+        };
+        let (gm, gn) = (def("GM"), def("GN"));
+        assert!(ws >= s * gm * gn, "{}: {s} x {gm} x {gn} > {ws}", c.name);
+        assert_eq!(then.grid[0] as usize, (gm * gn).div_ceil(256), "{}", c.name);
+        split.push((k.op.kind_name(), s));
+    }
+    let kinds: std::collections::BTreeSet<_> = split.iter().map(|(k, _)| *k).collect();
+    assert_eq!(
+        kinds.into_iter().collect::<Vec<_>>(),
+        ["conv2d", "conv2d_bwd_weight", "conv2d_bwd_weight_update"],
+        "{split:?}"
+    );
+    // the policy: no split for a big grid or a short reduction, bounded by the workspace
+    assert_eq!(split_k(4096, 4096, 1 << 20, usize::MAX), 1);
+    assert_eq!(split_k(16, 16, 100, usize::MAX), 1);
+    assert_eq!(split_k(16, 1024, 9216, 16 * 1024 * 3), 3);
+}
+
+#[test]
+fn split_k_can_be_switched_off() {
+    let off = CodegenOptions { split_k: false };
+    let mut split = 0;
+    for k in zoo() {
+        let on = render_kernel(&k, Mode::Train, &CodegenOptions::default())
+            .unwrap()
+            .expect("kernel");
+        let c = render_kernel(&k, Mode::Train, &off)
+            .unwrap()
+            .expect("kernel");
+        assert!(c.then.is_none(), "{}: split with split-K off", c.name);
+        assert_eq!(c.grid[2], 1, "{}", c.name);
+        assert!(!c.source.contains("_reduce("), "{}", c.name);
+        if on.then.is_some() {
+            split += 1;
+        } else {
+            assert_eq!(on, c, "{}: an unsplit kernel depends on the option", c.name);
+        }
+    }
+    assert_eq!(split, 4, "the zoo's split-K kernels");
+}

@@ -1,0 +1,251 @@
+//! The activations (`relu`, `tanh`, ...): every fact about one of them in one place, so that adding
+//! one is an arm in each `match` below (the Rust compiler lists the ones missing) plus its
+//! documentation and a test. The language names it ([`UnaryKind::name`]), the compiler asks what its
+//! backward reads ([`UnaryKind::saved`]) and how to initialise the weights before it
+//! ([`UnaryKind::he_init`]), the CPU backend computes it per element ([`UnaryKind::forward`],
+//! [`UnaryKind::backward`]) and the CUDA code generator renders the same formulas in C
+//! ([`UnaryKind::cuda_forward`], [`UnaryKind::cuda_backward`]).
+//!
+//! GELU is the exact (erf) form, as PyTorch's and Keras' defaults:
+//! `gelu(x) = x * Phi(x)`, `Phi(x) = 0.5 * erfc(-x / sqrt(2))`, and its derivative
+//! `gelu'(x) = Phi(x) + x * phi(x)`, `phi(x) = exp(-x^2/2) / sqrt(2 pi)`, both evaluated in f64
+//! with an erfc of relative error < 1.2e-7 over the whole real line (so the tails, where gelu(x)
+//! is tiny, stay relatively accurate).
+
+use serde::{Deserialize, Serialize};
+
+/// An elementwise activation `y = f(x)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum UnaryKind {
+    Relu,
+    Tanh,
+    Sigmoid,
+    Gelu,
+}
+
+/// The value the backward of an activation reads besides the incoming gradient.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Saved {
+    /// The forward's input `x` (its derivative is not a function of `y` alone).
+    Input,
+    /// The forward's output `y` (so the input need not be kept for the backward).
+    Output,
+}
+
+impl Saved {
+    /// The name of the saved value in the backward kernels' signatures (`x` or `y`).
+    pub fn param_name(self) -> &'static str {
+        match self {
+            Saved::Input => "x",
+            Saved::Output => "y",
+        }
+    }
+}
+
+/// The kernel names of the four ops of one activation (`Op::kind_name`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnaryOpNames {
+    /// `Op::Unary`, e.g. `relu`.
+    pub forward: &'static str,
+    /// `Op::UnaryBwd`, e.g. `relu_bwd`.
+    pub backward: &'static str,
+    /// `Op::UnaryInPlace`, e.g. `relu_inplace`.
+    pub forward_inplace: &'static str,
+    /// `Op::UnaryBwdInPlace`, e.g. `relu_bwd_inplace`.
+    pub backward_inplace: &'static str,
+}
+
+impl UnaryKind {
+    /// Every activation, in the order the language documents them.
+    pub const ALL: [UnaryKind; 4] = [
+        UnaryKind::Relu,
+        UnaryKind::Tanh,
+        UnaryKind::Sigmoid,
+        UnaryKind::Gelu,
+    ];
+
+    /// The name a `.dm` program uses, as a layer and as `activation: NAME`.
+    pub fn name(self) -> &'static str {
+        self.op_names().forward
+    }
+
+    /// The activation a `.dm` name stands for.
+    pub fn from_name(name: &str) -> Option<UnaryKind> {
+        UnaryKind::ALL.into_iter().find(|a| a.name() == name)
+    }
+
+    /// The kernel names of its forward, backward and in-place ops.
+    pub fn op_names(self) -> UnaryOpNames {
+        let n = |forward, backward, forward_inplace, backward_inplace| UnaryOpNames {
+            forward,
+            backward,
+            forward_inplace,
+            backward_inplace,
+        };
+        match self {
+            UnaryKind::Relu => n("relu", "relu_bwd", "relu_inplace", "relu_bwd_inplace"),
+            UnaryKind::Tanh => n("tanh", "tanh_bwd", "tanh_inplace", "tanh_bwd_inplace"),
+            UnaryKind::Sigmoid => n(
+                "sigmoid",
+                "sigmoid_bwd",
+                "sigmoid_inplace",
+                "sigmoid_bwd_inplace",
+            ),
+            UnaryKind::Gelu => n("gelu", "gelu_bwd", "gelu_inplace", "gelu_bwd_inplace"),
+        }
+    }
+
+    /// What the backward reads besides the gradient: relu, tanh and sigmoid differentiate from
+    /// their output, gelu from its input.
+    pub fn saved(self) -> Saved {
+        match self {
+            UnaryKind::Relu | UnaryKind::Tanh | UnaryKind::Sigmoid => Saved::Output,
+            UnaryKind::Gelu => Saved::Input,
+        }
+    }
+
+    /// Whether the weights of a layer read by this activation get He (Kaiming) initialisation
+    /// (rectifier-like activations) rather than Glorot.
+    pub fn he_init(self) -> bool {
+        match self {
+            UnaryKind::Relu | UnaryKind::Gelu => true,
+            UnaryKind::Tanh | UnaryKind::Sigmoid => false,
+        }
+    }
+
+    /// f(x) for one element (NaN propagates through relu, as in PyTorch, so poisoned values stay
+    /// visible).
+    #[inline]
+    pub fn forward(self, x: f32) -> f32 {
+        match self {
+            UnaryKind::Relu => {
+                if x < 0.0 {
+                    0.0
+                } else {
+                    x
+                }
+            }
+            UnaryKind::Tanh => x.tanh(),
+            UnaryKind::Sigmoid => sigmoid(x),
+            UnaryKind::Gelu => {
+                let xd = x as f64;
+                (xd * phi_cdf(xd)) as f32
+            }
+        }
+    }
+
+    /// f'(.) * g for one element, `s` being the value [`UnaryKind::saved`] names (y for
+    /// relu/tanh/sigmoid, x for gelu).
+    #[inline]
+    pub fn backward(self, s: f32, g: f32) -> f32 {
+        match self {
+            // 0 * g rather than 0: a NaN gradient stays NaN
+            UnaryKind::Relu => {
+                if s > 0.0 {
+                    g
+                } else {
+                    0.0 * g
+                }
+            }
+            UnaryKind::Tanh => g * (1.0 - s * s),
+            UnaryKind::Sigmoid => g * (s * (1.0 - s)),
+            UnaryKind::Gelu => {
+                let xd = s as f64;
+                let der = phi_cdf(xd) + xd * FRAC_1_SQRT_2PI * (-0.5 * xd * xd).exp();
+                (g as f64 * der) as f32
+            }
+        }
+    }
+
+    /// The CUDA C statements of [`UnaryKind::forward`] for element `i`, one per line: `{in}` stands
+    /// for the input array, `{out}` for the output array (the same array in place). The helpers
+    /// (`dmc_phi_cdf`, ...) are the generated kernels' prelude's.
+    pub fn cuda_forward(self) -> &'static str {
+        match self {
+            UnaryKind::Relu => {
+                "const float v = {in}[i];\n\
+                 {out}[i] = v < 0.0f ? 0.0f : v; // NaN propagates"
+            }
+            UnaryKind::Tanh => "{out}[i] = tanhf({in}[i]);",
+            UnaryKind::Sigmoid => {
+                "const float v = {in}[i];\n\
+                 if (v >= 0.0f) { {out}[i] = 1.0f / (1.0f + expf(-v)); } else { const float e = expf(v); {out}[i] = e / (1.0f + e); }"
+            }
+            UnaryKind::Gelu => {
+                "const double v = (double){in}[i];\n\
+                 {out}[i] = (float)(v * dmc_phi_cdf(v));"
+            }
+        }
+    }
+
+    /// The CUDA C statements of [`UnaryKind::backward`] for element `i`: `{saved}` stands for the
+    /// saved array ([`UnaryKind::saved`]), `{in}` for the incoming gradient, `{out}` for the
+    /// outgoing one (the same array in place).
+    pub fn cuda_backward(self) -> &'static str {
+        match self {
+            UnaryKind::Relu => {
+                "const float g = {in}[i];\n\
+                 {out}[i] = {saved}[i] > 0.0f ? g : 0.0f * g; // a NaN gradient stays NaN"
+            }
+            UnaryKind::Tanh => {
+                "const float v = {saved}[i];\n\
+                 {out}[i] = {in}[i] * (1.0f - v * v);"
+            }
+            UnaryKind::Sigmoid => {
+                "const float v = {saved}[i];\n\
+                 {out}[i] = {in}[i] * (v * (1.0f - v));"
+            }
+            UnaryKind::Gelu => {
+                "const double v = (double){saved}[i];\n\
+                 const double der = dmc_phi_cdf(v) + v * DMC_FRAC_1_SQRT_2PI * dmc_exp(-0.5 * v * v);\n\
+                 {out}[i] = (float)((double){in}[i] * der);"
+            }
+        }
+    }
+}
+
+/// Complementary error function, fractional error < 1.2e-7 everywhere (Chebyshev fit,
+/// Numerical Recipes' `erfcc`), computed in f64.
+pub fn erfc(x: f64) -> f64 {
+    // The polynomial's coefficients, highest power first, evaluated by Horner's rule in the same
+    // order as the nested form `c1 + t*(c2 + t*(... + t*c9))` (a loop, not nine nested parentheses:
+    // rustfmt takes ~20 s on those).
+    const C: [f64; 9] = [
+        0.170_872_77,
+        -0.822_152_23,
+        1.488_515_87,
+        -1.135_203_98,
+        0.278_868_07,
+        -0.186_288_06,
+        0.096_784_18,
+        0.374_091_96,
+        1.000_023_68,
+    ];
+    let z = x.abs();
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let p = C[1..].iter().fold(C[0], |acc, &c| c + t * acc);
+    let r = t * (-z * z - 1.265_512_23 + t * p).exp();
+    if x >= 0.0 {
+        r
+    } else {
+        2.0 - r
+    }
+}
+
+const FRAC_1_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
+
+/// Standard normal CDF.
+#[inline]
+fn phi_cdf(x: f64) -> f64 {
+    0.5 * erfc(-x * std::f64::consts::FRAC_1_SQRT_2)
+}
+
+#[inline]
+fn sigmoid(x: f32) -> f32 {
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
+}

@@ -1,0 +1,150 @@
+//! The optimizer update rules and the learning rate: the one description of an optimizer, used by
+//! the language (`optimizer: sgd(...)`, as `Optimizer`), the update ops of the plan, the CPU
+//! backend's updates and the CUDA code generator.
+
+use serde::{Deserialize, Serialize};
+
+use crate::op::Op;
+
+/// An optimizer update rule: the optimizer of a program (the language's `Optimizer`), of a plan
+/// (`Plan::optimizer`) and of every update op (`Op::Update`, the fused weight-gradient + update
+/// ops), with the semantics and state slots documented there.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum UpdateRule {
+    /// v = momentum*v + g + wd*w ; w -= lr * (nesterov ? g + wd*w + momentum*v : v)
+    /// (PyTorch's formulation; momentum 0 is plain SGD and keeps no state).
+    Sgd {
+        lr: f32,
+        momentum: f32,
+        weight_decay: f32,
+        nesterov: bool,
+    },
+    /// Adam with bias correction. `decoupled` = AdamW (weight decay applied to the weights directly,
+    /// w -= lr*wd*w), otherwise L2 added to the gradient (as torch.optim.Adam).
+    Adam {
+        lr: f32,
+        beta1: f32,
+        beta2: f32,
+        eps: f32,
+        weight_decay: f32,
+        decoupled: bool,
+    },
+}
+
+impl UpdateRule {
+    /// The rule of an unfused update op (`None` for any other op).
+    pub fn of(op: &Op) -> Option<UpdateRule> {
+        match op {
+            Op::Update { rule } => Some(*rule),
+            _ => None,
+        }
+    }
+
+    pub fn lr(&self) -> f32 {
+        match self {
+            UpdateRule::Sgd { lr, .. } | UpdateRule::Adam { lr, .. } => *lr,
+        }
+    }
+
+    /// The same rule with another learning rate.
+    pub fn with_lr(mut self, new: LearningRate) -> Self {
+        match &mut self {
+            UpdateRule::Sgd { lr, .. } | UpdateRule::Adam { lr, .. } => *lr = new.get(),
+        }
+        self
+    }
+
+    /// Names of the optimizer-state slots the rule reads and overwrites (after the weight):
+    /// the velocity, or Adam's two moments.
+    pub fn state_names(&self) -> &'static [&'static str] {
+        match self {
+            UpdateRule::Sgd { momentum, .. } if *momentum != 0.0 => &["v"],
+            UpdateRule::Sgd { .. } => &[],
+            UpdateRule::Adam { .. } => &["m", "v"],
+        }
+    }
+
+    /// Number of per-parameter state tensors the optimizer keeps (velocity; or m and v).
+    pub fn state_slots(&self) -> usize {
+        self.state_names().len()
+    }
+
+    /// The kernel name of its unfused update op (`Op::kind_name`).
+    pub fn op_name(&self) -> &'static str {
+        match self {
+            UpdateRule::Sgd { .. } => "sgd_update",
+            UpdateRule::Adam { .. } => "adam_update",
+        }
+    }
+}
+
+/// A learning rate training can use: a finite, positive number that is a normal `f32` (so it is
+/// neither rounded to 0 nor to infinity where the update uses it). The one type through which every
+/// learning rate enters dmc: the `.dm` optimizer, `dmc run --lr`, [`CompileOptions`]'s override and
+/// the runtime's check of a plan.
+///
+/// [`CompileOptions`]: https://docs.rs/dmc-compiler
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct LearningRate(f32);
+
+impl LearningRate {
+    /// Validates `v`; the error says what is wrong with it (without the "what to do", which
+    /// depends on where the value came from).
+    pub fn new(v: f64) -> Result<Self, String> {
+        // 1e39, not 1000000000000000000000000000000000000000
+        let show = |v: f64| {
+            if v != 0.0 && (v.abs() >= 1e6 || v.abs() < 1e-4) {
+                format!("{v:e}")
+            } else {
+                format!("{v}")
+            }
+        };
+        if v.is_nan() {
+            return Err("the learning rate must be a number, found NaN".into());
+        }
+        if v <= 0.0 {
+            return Err(format!(
+                "the learning rate must be positive, found {}",
+                show(v)
+            ));
+        }
+        if v.is_infinite() || v > f32::MAX as f64 {
+            return Err(format!(
+                "the learning rate {} is too large: it becomes infinite as f32 (largest {:e})",
+                show(v),
+                f32::MAX
+            ));
+        }
+        let f = v as f32;
+        if !f.is_normal() {
+            return Err(format!(
+                "the learning rate {} is too small: as f32 it becomes {f:e} (smallest usable {:e})",
+                show(v),
+                f32::MIN_POSITIVE
+            ));
+        }
+        Ok(LearningRate(f))
+    }
+
+    /// The value as used by the update.
+    pub fn get(self) -> f32 {
+        self.0
+    }
+}
+
+impl std::str::FromStr for LearningRate {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let v: f64 = s
+            .trim()
+            .parse()
+            .map_err(|_| format!("`{s}` is not a number"))?;
+        LearningRate::new(v)
+    }
+}
+
+impl std::fmt::Display for LearningRate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
