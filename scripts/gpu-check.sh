@@ -61,7 +61,7 @@ case " $* " in *" --dry-run "*) ;; *)
   echo "gpu-check: split-K on/off (ms/step of 10 steps, --device cuda):"
   for ex in deep_convnet seed; do
     on=$(timeout 120 "$BIN" run "examples/$ex.dm" --steps 10 --device cuda -q 2>&1 | grep -o '[0-9.]* ms/step' || echo "? ms/step")
-    off=$(DMC_SPLIT_K=off timeout 120 "$BIN" run "examples/$ex.dm" --steps 10 --device cuda -q 2>&1 | grep -o '[0-9.]* ms/step' || echo "? ms/step")
+    off=$(timeout 120 "$BIN" run "examples/$ex.dm" --steps 10 --device cuda -q --no-split-k 2>&1 | grep -o '[0-9.]* ms/step' || echo "? ms/step")
     echo "  $ex: split-K $on, unsplit $off"
   done ;;
 esac

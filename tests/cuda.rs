@@ -94,13 +94,14 @@ fn cuda_device_without_a_gpu_is_a_clear_error() {
 
 #[test]
 fn split_k_can_be_switched_off_for_a_baseline() {
-    // deep_convnet's weight gradients are split-K kernels (a `_reduce` entry); DMC_SPLIT_K=off
+    // deep_convnet's weight gradients are split-K kernels (a `_reduce` entry); --no-split-k
     // renders them unsplit (the baseline gpu-check.sh times against)
-    let reduces = |env: &[(&str, &str)]| {
+    let reduces = |flags: &[&str]| {
         let d = tempfile::tempdir().expect("tempdir");
         let out = d.path().to_str().expect("utf-8").to_string();
-        let (code, _, err) =
-            common::dmc_env(&["compile", "examples/deep_convnet.dm", "-o", &out], env);
+        let mut args = vec!["compile", "examples/deep_convnet.dm", "-o", &out];
+        args.extend_from_slice(flags);
+        let (code, _, err) = common::dmc(&args);
         assert_eq!(code, 0, "{err}");
         std::fs::read_dir(d.path())
             .expect("dir")
@@ -109,5 +110,5 @@ fn split_k_can_be_switched_off_for_a_baseline() {
             .count()
     };
     assert!(reduces(&[]) >= 2);
-    assert_eq!(reduces(&[("DMC_SPLIT_K", "off")]), 0);
+    assert_eq!(reduces(&["--no-split-k"]), 0);
 }

@@ -19,7 +19,7 @@ use std::path::Path;
 mod common;
 use common::dmc_env;
 
-use dmc_compiler::codegen::{render_kernel, render_plan};
+use dmc_codegen::{render_kernel, render_plan, CodegenOptions};
 use dmc_compiler::plan::{Kernel, Mode, Plan};
 use dmc_compiler::{compile, CompileOptions};
 use dmc_runtime::compare::Batch;
@@ -128,7 +128,7 @@ fn every_seed_kernel_matches_the_cpu_backend() {
 #[test]
 #[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
 fn every_op_zoo_kernel_matches_the_cpu_backend() {
-    let zoo = dmc_compiler::codegen::zoo::zoo();
+    let zoo = dmc_codegen::zoo::zoo();
     for mode in [Mode::Train, Mode::Eval] {
         let checks = check_kernels(
             &zoo,
@@ -372,7 +372,9 @@ fn check_edited_at(
     to: &str,
     nth: usize,
 ) -> EmuCheck {
-    let ck = render_kernel(k, mode).expect("render").expect("kernel");
+    let ck = render_kernel(k, mode, &CodegenOptions::default())
+        .expect("render")
+        .expect("kernel");
     let hits: Vec<usize> = ck.source.match_indices(from).map(|(i, _)| i).collect();
     assert!(
         hits.len() > nth,
@@ -451,7 +453,7 @@ fn an_unguarded_partial_tile_is_caught_as_a_stray_write() {
     );
     assert!(c.stray.is_some(), "{c:?}");
     // relu in place past the end leaves NaN as NaN: the gap's other words (-1e30) still change
-    let zoo = dmc_compiler::codegen::zoo::zoo();
+    let zoo = dmc_codegen::zoo::zoo();
     let k = zoo
         .iter()
         .find(|k| k.op.kind_name() == "relu_inplace")
@@ -556,7 +558,7 @@ fn the_ucontext_fallback_switch_gives_the_same_results() {
         if !matches!(k.op.kind_name(), "dense" | "cross_entropy_loss") {
             continue;
         }
-        let ck = render_kernel(k, plan.mode)
+        let ck = render_kernel(k, plan.mode, &CodegenOptions::default())
             .expect("render")
             .expect("kernel");
         let emu = compile_with(&ck, dir.path(), Switch::Ucontext).expect("compile");
@@ -576,7 +578,9 @@ fn emu_check_prints_one_line_per_kernel_and_a_summary() {
     let (rc, out, err) = dmc_env(&["emu-check", "examples/mlp.dm", "--batch", "5"], &[]);
     assert_eq!(rc, 0, "{out}{err}");
     let plan = plan_of("mlp", Mode::Train, Some(5));
-    let kernels = render_plan(&plan).expect("render").len();
+    let kernels = render_plan(&plan, &CodegenOptions::default())
+        .expect("render")
+        .len();
     let ok_lines = out
         .lines()
         .filter(|l| l.contains(" ok (max rel err"))

@@ -40,7 +40,10 @@ pub const TEMPLATES: &[(&str, &str)] = &[
         "elementwise.cu.tera",
         include_str!("../templates/elementwise.cu.tera"),
     ),
-    ("update.cuh.tera", include_str!("../templates/update.cuh.tera")),
+    (
+        "update.cuh.tera",
+        include_str!("../templates/update.cuh.tera"),
+    ),
     ("optim.cu.tera", include_str!("../templates/optim.cu.tera")),
     (
         "conv2d_fwd.cu.tera",
@@ -54,9 +57,12 @@ pub const TEMPLATES: &[(&str, &str)] = &[
         "conv2d_bwd_weight.cu.tera",
         include_str!("../templates/conv2d_bwd_weight.cu.tera"),
     ),
-    ("matmul.cu.tera", include_str!("../templates/matmul.cu.tera")),
+    (
+        "matmul.cu.tera",
+        include_str!("../templates/matmul.cu.tera"),
+    ),
     ("pool.cu.tera", include_str!("../templates/pool.cu.tera")),
-    ("loss.cu.tera", include_str!("../templates/loss.cu.tera"),),
+    ("loss.cu.tera", include_str!("../templates/loss.cu.tera")),
     (
         "bias_grad.cu.tera",
         include_str!("../templates/bias_grad.cu.tera"),

@@ -34,7 +34,9 @@ fn the_zoo_covers_every_kernel_op_and_renders() {
 fn split_k_kernels_have_a_reduce_launch_and_fit_their_workspace() {
     let mut split = Vec::new();
     for k in zoo() {
-        let c = render_kernel(&k, Mode::Train, &CodegenOptions::default()).unwrap().expect("kernel");
+        let c = render_kernel(&k, Mode::Train, &CodegenOptions::default())
+            .unwrap()
+            .expect("kernel");
         let Some(then) = &c.then else { continue };
         let s = c.grid[2] as usize;
         assert!(s > 1, "{}: a reduce launch without a split", c.name);

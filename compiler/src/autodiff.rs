@@ -13,9 +13,9 @@ use petgraph::stable_graph::NodeIndex;
 use crate::error::CompileError;
 use crate::ir::{Graph, Phase, Value};
 use crate::op::Op;
-use dmc_plan::unary::Saved;
 use crate::passes::Ctx;
 use crate::plan::Mode;
+use dmc_plan::unary::Saved;
 
 /// Gradient contributions of one node for each of its input slots (`None`: not needed).
 type Grads = Vec<Option<Value>>;

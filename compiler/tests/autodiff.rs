@@ -176,7 +176,15 @@ fn dead_branches_are_pruned() {
         g.nodes().iter().all(|n| g.node(*n).name != "dense_2"),
         "DCE removes the unused layer"
     );
-    assert_eq!(count(&g, |o| matches!(o, Op::Update { rule: UpdateRule::Sgd { .. } })), 4);
+    assert_eq!(
+        count(&g, |o| matches!(
+            o,
+            Op::Update {
+                rule: UpdateRule::Sgd { .. }
+            }
+        )),
+        4
+    );
     let plan = compile(
         &m,
         &CompileOptions {

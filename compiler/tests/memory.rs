@@ -67,9 +67,7 @@ fn seed_arena_is_about_the_parameters() {
         // No whole-layer weight gradient anywhere: every update is fused.
         assert!(p.steps.iter().all(|s| !matches!(
             p.kernels[s.kernel].op,
-            Op::Update { .. }
-                | Op::Conv2dBwdWeight { .. }
-                | Op::DenseBwdWeight
+            Op::Update { .. } | Op::Conv2dBwdWeight { .. } | Op::DenseBwdWeight
         )));
     }
 }
@@ -255,7 +253,11 @@ fn rewrites_on_the_residual_fixture() {
     assert_eq!(
         count(&|o| matches!(
             o,
-            Op::Update { rule: UpdateRule::Sgd { .. } } | Op::Conv2dBwdWeight { .. } | Op::DenseBwdWeight | Op::BiasGrad
+            Op::Update {
+                rule: UpdateRule::Sgd { .. }
+            } | Op::Conv2dBwdWeight { .. }
+                | Op::DenseBwdWeight
+                | Op::BiasGrad
         )),
         0
     );

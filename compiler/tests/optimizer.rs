@@ -108,7 +108,9 @@ fn lr_override_reaches_the_update_kernels() {
         .kernels
         .iter()
         .filter_map(|k| match &k.op {
-            Op::Update { rule: UpdateRule::Sgd { lr, .. } } => Some(*lr),
+            Op::Update {
+                rule: UpdateRule::Sgd { lr, .. },
+            } => Some(*lr),
             Op::Conv2dBwdWeightUpdate { rule, .. }
             | Op::DenseBwdWeightUpdate { rule, .. }
             | Op::BiasGradUpdate { rule } => match rule {

@@ -38,7 +38,14 @@ fn seed_train_plan() {
     let updates = p
         .steps
         .iter()
-        .filter(|s| matches!(p.kernels[s.kernel].op, Op::Update { rule: UpdateRule::Sgd { .. } }))
+        .filter(|s| {
+            matches!(
+                p.kernels[s.kernel].op,
+                Op::Update {
+                    rule: UpdateRule::Sgd { .. }
+                }
+            )
+        })
         .count();
     assert_eq!(p.params.len(), 56);
     assert_eq!(updates, 56);
@@ -79,7 +86,9 @@ fn seed_eval_and_predict_plans() {
         check_plan(&p).unwrap();
         assert!(p.steps.iter().all(|s| !matches!(
             p.kernels[s.kernel].op,
-            Op::Update { rule: UpdateRule::Sgd { .. } } | Op::Conv2dBwdData { .. }
+            Op::Update {
+                rule: UpdateRule::Sgd { .. }
+            } | Op::Conv2dBwdData { .. }
         )));
         assert_eq!(p.targets.is_empty(), mode == Mode::Predict);
         let json = serde_json::to_string(&p).unwrap();

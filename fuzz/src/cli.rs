@@ -54,7 +54,7 @@ const COMMANDS: &[(&str, &[&str], &[&str])] = &[
     (
         "compile",
         &["--batch", "--vram-cap", "--mode", "-o", "--remat"],
-        &["--no-fuse"],
+        &["--no-fuse", "--no-split-k"],
     ),
     (
         "run",
@@ -72,7 +72,7 @@ const COMMANDS: &[(&str, &[&str], &[&str])] = &[
             "--data",
             "--remat",
         ],
-        &["--no-fuse", "--poison", "--verify"],
+        &["--no-fuse", "--poison", "--verify", "--no-split-k"],
     ),
     (
         "eval",

@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use dmc_compiler::op::DType;
+use dmc_plan::op::DType;
 use dmc_runtime::io::{self, Dataset, TensorSpec};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -2,7 +2,8 @@
 
 use std::borrow::Cow;
 
-use dmc_compiler::plan::Plan;
+use dmc_codegen::CodegenOptions;
+use dmc_plan::plan::Plan;
 
 use crate::cpu::{CpuBackend, InputData};
 use crate::cuda::CudaBackend;
@@ -38,10 +39,25 @@ pub enum Backend {
 
 impl Backend {
     pub fn new(kind: BackendKind, plan: Plan) -> Result<Self, RuntimeError> {
+        Self::with_codegen(kind, plan, &CodegenOptions::default())
+    }
+
+    /// [`Backend::new`], the CUDA and emulated backends rendering their kernels with `codegen`.
+    pub fn with_codegen(
+        kind: BackendKind,
+        plan: Plan,
+        codegen: &CodegenOptions,
+    ) -> Result<Self, RuntimeError> {
         Ok(match kind {
             BackendKind::Cpu => Backend::Cpu(CpuBackend::new(plan)?),
-            BackendKind::Cuda => Backend::Cuda(Box::new(CudaBackend::new(plan)?)),
-            BackendKind::CudaEmu => Backend::CudaEmu(Box::new(EmuBackend::new(plan)?)),
+            BackendKind::Cuda => Backend::Cuda(Box::new(CudaBackend::with_codegen(
+                plan,
+                crate::cuda::open_device()?,
+                codegen,
+            )?)),
+            BackendKind::CudaEmu => {
+                Backend::CudaEmu(Box::new(EmuBackend::with_codegen(plan, codegen)?))
+            }
         })
     }
 

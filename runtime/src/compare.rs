@@ -1,8 +1,8 @@
 //! What every cross-backend kernel check shares: random arguments in each slot's valid domain, and
 //! the comparison of a written argument with the CPU backend's, random batches for whole steps.
 
-use dmc_compiler::op::{DType, Op, UpdateRule};
-use dmc_compiler::plan::{Kernel, Plan};
+use dmc_plan::op::{DType, Op, UpdateRule};
+use dmc_plan::plan::{Kernel, Plan};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
@@ -15,18 +15,17 @@ pub fn random_args(k: &Kernel, rng: &mut ChaCha8Rng) -> Vec<Vec<u8>> {
     let sig = k.op.signature();
     let adam = matches!(
         k.op,
-        Op::AdamUpdate { .. }
-            | Op::Conv2dBwdWeightUpdate {
-                rule: UpdateRule::Adam { .. },
-                ..
-            }
-            | Op::DenseBwdWeightUpdate {
-                rule: UpdateRule::Adam { .. },
-                ..
-            }
-            | Op::BiasGradUpdate {
-                rule: UpdateRule::Adam { .. }
-            }
+        Op::Update {
+            rule: UpdateRule::Adam { .. },
+        } | Op::Conv2dBwdWeightUpdate {
+            rule: UpdateRule::Adam { .. },
+            ..
+        } | Op::DenseBwdWeightUpdate {
+            rule: UpdateRule::Adam { .. },
+            ..
+        } | Op::BiasGradUpdate {
+            rule: UpdateRule::Adam { .. }
+        }
     );
     sig.params
         .iter()

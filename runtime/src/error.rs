@@ -1,6 +1,6 @@
 //! Runtime errors.
 
-use dmc_compiler::op::DType;
+use dmc_plan::op::DType;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {

@@ -3,8 +3,8 @@
 //! shared by [`CudaBackend`](crate::cuda::CudaBackend) and [`EmuBackend`](crate::emu::EmuBackend).
 //! A backend only says how bytes move in and out.
 
-use dmc_compiler::op::{DType, Op};
-use dmc_compiler::plan::{BufferId, Plan};
+use dmc_plan::op::{DType, Op};
+use dmc_plan::plan::{BufferId, Plan};
 
 use crate::cpu::executor::{init_values, name_seed, poison_lists};
 use crate::cpu::InputData;

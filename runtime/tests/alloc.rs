@@ -23,8 +23,8 @@ fn counts_current_and_peak() {
     drop(v);
 
     // the arena is one allocation of the planned size
-    use dmc_compiler::op::{DType, Op};
-    use dmc_compiler::plan::*;
+    use dmc_plan::op::{DType, Op};
+    use dmc_plan::plan::*;
     let n = 1 << 20; // 4 MiB buffers
     let mk = |id: usize, name: &str, kind, offset: u64, live| Buffer {
         id,

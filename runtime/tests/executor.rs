@@ -1,8 +1,8 @@
 //! The executor on small hand-built plans: training makes progress, bindings and errors behave,
 //! poison mode is silent for a correct plan and loud for a wrong one.
 
-use dmc_compiler::op::{ConvGeom, DType, Op, PoolGeom, UnaryKind};
-use dmc_compiler::plan::{
+use dmc_plan::op::{ConvGeom, DType, Op, PoolGeom, UnaryKind, UpdateRule};
+use dmc_plan::plan::{
     Buffer, BufferKind, Init, IoBinding, Kernel, Mode, Optimizer, ParamBinding, Plan, Step,
     FORMAT_VERSION,
 };
@@ -217,11 +217,13 @@ fn linear_plan() -> Plan {
         "fc dw",
     );
     p.step(Op::BiasGrad, &[&[4, 2], &[2]], &[dy, db], "fc db");
-    let sgd = Op::SgdUpdate {
-        lr: LR,
-        momentum: MOM,
-        weight_decay: 0.0,
-        nesterov: false,
+    let sgd = Op::Update {
+        rule: UpdateRule::Sgd {
+            lr: LR,
+            momentum: MOM,
+            weight_decay: 0.0,
+            nesterov: false,
+        },
     };
     p.step(
         sgd.clone(),
@@ -640,13 +642,15 @@ fn conv_plan() -> Plan {
         "conv dw",
     );
     p.step(Op::BiasGrad, &[ys, &[4]], &[da, dcb], "conv db");
-    let adam = Op::AdamUpdate {
-        lr: 0.02,
-        beta1: 0.9,
-        beta2: 0.999,
-        eps: 1e-8,
-        weight_decay: 0.01,
-        decoupled: true,
+    let adam = Op::Update {
+        rule: UpdateRule::Adam {
+            lr: 0.02,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.01,
+            decoupled: true,
+        },
     };
     for (i, (w, gw, shape)) in [
         (cw, dcw, &[3usize, 3, 1, 4][..]),

@@ -3,7 +3,7 @@
 use std::fs;
 use std::path::Path;
 
-use dmc_compiler::op::DType;
+use dmc_plan::op::DType;
 use dmc_runtime::io::data::BatchData;
 use dmc_runtime::io::npy::encode_npy;
 use dmc_runtime::io::{epoch_order, Dataset, Epoch, IoError, Task, TensorSpec};
@@ -537,7 +537,7 @@ fn unsupported_spec_dtype() {
 
 #[test]
 fn specs_from_plan_bindings() {
-    use dmc_compiler::plan::IoBinding;
+    use dmc_plan::plan::IoBinding;
     use dmc_runtime::io::TensorRole;
     let b = IoBinding {
         name: "image".into(),

@@ -2,12 +2,12 @@
 //! f64), VJP kernels against central finite differences of the forward kernels, optimizers against
 //! hand-written f64 formulas, and determinism.
 
-use dmc_compiler::op::{ConvGeom, PoolGeom, UnaryKind, CONV_CHUNK_ROWS};
+use dmc_plan::op::{ConvGeom, PoolGeom, UnaryKind, UpdateRule, CONV_CHUNK_ROWS};
 use dmc_runtime::cpu::conv::{conv2d_bwd_data, conv2d_bwd_weight, conv2d_fwd, ConvDims};
 use dmc_runtime::cpu::dense::{bias_grad, dense_bwd_data, dense_bwd_weight, dense_fwd};
 use dmc_runtime::cpu::elementwise::{add, dropout, unary_bwd, unary_fwd, DropoutRng};
 use dmc_runtime::cpu::loss::{cross_entropy_loss, cross_entropy_loss_bwd, mse_loss, mse_loss_bwd};
-use dmc_runtime::cpu::optim::{adam_update, sgd_update};
+use dmc_runtime::cpu::optim::update;
 use dmc_runtime::cpu::pool::{
     avgpool_bwd, avgpool_fwd, global_avgpool_bwd, global_avgpool_fwd, maxpool_bwd, maxpool_fwd,
     PoolDims,
@@ -218,7 +218,7 @@ fn workspace_size_agrees_with_the_planner() {
     for c in conv_cases() {
         let x = [c.n, c.h, c.w, c.ci];
         let y = [c.n, c.ho, c.wo, c.co];
-        let want = dmc_compiler::op::conv_workspace_elems(&c.geom(), &x, &y);
+        let want = dmc_plan::op::conv_workspace_elems(&c.geom(), &x, &y);
         assert_eq!(c.dims().workspace_elems(&c.geom()), want);
         assert_eq!(c.ws(), want);
     }
@@ -839,12 +839,18 @@ fn sgd_matches_formulas() {
         let mut ew: Vec<f64> = w0.iter().map(|&x| x as f64).collect();
         let mut ev = vec![0.0f64; n];
         for g in &grads {
-            let vo = if momentum != 0.0 {
-                Some(&mut v[..])
-            } else {
-                None
+            let rule = UpdateRule::Sgd {
+                lr,
+                momentum,
+                weight_decay: wd,
+                nesterov,
             };
-            sgd_update(lr, momentum, wd, nesterov, &mut w, g, vo);
+            let mut states: Vec<&mut [f32]> = if momentum != 0.0 {
+                vec![&mut v[..]]
+            } else {
+                vec![]
+            };
+            update(&rule, 1, &mut w, g, &mut states);
             for i in 0..n {
                 let (lr, mo, wd) = (lr as f64, momentum as f64, wd as f64);
                 let gp = g[i] as f64 + wd * ew[i];
@@ -891,7 +897,15 @@ fn adam_matches_formulas() {
         let mut ev = vec![0.0f64; n];
         for (t, g) in grads.iter().enumerate() {
             let t = t as u64 + 1;
-            adam_update(lr, b1, b2, eps, wd, decoupled, t, &mut w, g, &mut m, &mut v);
+            let rule = UpdateRule::Adam {
+                lr,
+                beta1: b1,
+                beta2: b2,
+                eps,
+                weight_decay: wd,
+                decoupled,
+            };
+            update(&rule, t, &mut w, g, &mut [&mut m[..], &mut v[..]]);
             let (lr, b1, b2, eps, wd) = (lr as f64, b1 as f64, b2 as f64, eps as f64, wd as f64);
             for i in 0..n {
                 let mut gi = g[i] as f64;

@@ -3,9 +3,9 @@
 //! chunk sizes and workspaces it declares are accepted and it computes finite outputs. An invalid zoo
 //! kernel would otherwise only show up on a GPU machine.
 
-use dmc_compiler::codegen::zoo::zoo;
-use dmc_compiler::op::{DType, Role};
-use dmc_compiler::plan::Mode;
+use dmc_codegen::zoo::zoo;
+use dmc_plan::op::{DType, Role};
+use dmc_plan::plan::Mode;
 use dmc_runtime::cpu::executor::run_single_kernel;
 
 #[test]

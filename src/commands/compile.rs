@@ -3,6 +3,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use dmc_codegen::CodegenOptions;
 use dmc_compiler::plan::Mode;
 use dmc_compiler::CompileOptions;
 
@@ -74,6 +75,9 @@ pub struct Args {
     /// Also print the IR after the pass pipeline.
     #[arg(long)]
     pub dump_ir: bool,
+    /// Render every GEMM kernel unsplit (no split-K): the baseline of a split-K comparison.
+    #[arg(long)]
+    pub no_split_k: bool,
     /// Compile the generated CUDA kernels with NVRTC for this GPU architecture (e.g. sm_80, sm_90)
     /// and print each kernel's registers, shared memory and spills. Needs NVRTC, not a GPU.
     #[arg(long, value_name = "ARCH")]
@@ -115,7 +119,10 @@ pub fn run(args: Args) -> Result<(), CliError> {
         .map_err(|e| CliError::Message(format!("cannot serialise the plan: {e}")))?;
     let path = args.out.join("plan.json");
     write_atomic(&path, &json)?;
-    super::cuda::write_kernels(&plan, &args.out, args.arch.as_deref())?;
+    let codegen = CodegenOptions {
+        split_k: !args.no_split_k,
+    };
+    super::cuda::write_kernels(&plan, &args.out, args.arch.as_deref(), &codegen)?;
     println!(
         "{}: {} kernels, {} steps, {} buffers, arena {} ({} bytes) -> {}",
         args.file.display(),

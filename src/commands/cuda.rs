@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use dmc_compiler::codegen::render_plan;
+use dmc_codegen::{render_plan, CodegenOptions};
 use dmc_compiler::plan::{Mode, Plan};
 use dmc_compiler::CompileOptions;
 use dmc_runtime::cuda::{self, nvrtc, selftest};
@@ -17,10 +17,15 @@ fn cuda_err(e: cuda::CudaError) -> CliError {
     CliError::Runtime(Box::new(e.into()))
 }
 
-/// Writes one `<kernel name>.cu` per plan kernel into `dir`; with `arch`, compiles them with NVRTC
-/// and prints a resource table.
-pub fn write_kernels(plan: &Plan, dir: &Path, arch: Option<&str>) -> Result<(), CliError> {
-    let kernels = render_plan(plan).map_err(|e| cuda_err(e.into()))?;
+/// Writes one `<kernel name>.cu` per plan kernel (rendered with `codegen`) into `dir`; with `arch`,
+/// compiles them with NVRTC and prints a resource table.
+pub fn write_kernels(
+    plan: &Plan,
+    dir: &Path,
+    arch: Option<&str>,
+    codegen: &CodegenOptions,
+) -> Result<(), CliError> {
+    let kernels = render_plan(plan, codegen).map_err(|e| cuda_err(e.into()))?;
     for k in &kernels {
         write_atomic(&dir.join(format!("{}.cu", k.name)), k.source.as_bytes())?;
     }
@@ -33,7 +38,7 @@ pub fn write_kernels(plan: &Plan, dir: &Path, arch: Option<&str>) -> Result<(), 
         )));
     }
     let nv = nvrtc::nvrtc().map_err(cuda_err)?;
-    let reports = selftest::compile_plan(plan, arch).map_err(cuda_err)?;
+    let reports = selftest::compile_plan(plan, arch, codegen).map_err(cuda_err)?;
     println!(
         "NVRTC {}.{} ({}), {arch}, CUBIN:",
         nv.version.0,
@@ -141,7 +146,8 @@ pub fn selftest(a: &SelftestArgs) -> Result<(), CliError> {
         for mode in [Mode::Train, Mode::Eval] {
             let plan = plan_for(path, mode, None)?;
             let what = format!("{mode:?} kernels");
-            let reports = selftest::compile_plan(&plan, &arch).map_err(cuda_err)?;
+            let reports = selftest::compile_plan(&plan, &arch, &CodegenOptions::default())
+                .map_err(cuda_err)?;
             let spills: u32 = reports
                 .iter()
                 .map(|r| r.resources.spill_stores + r.resources.spill_loads)
@@ -194,8 +200,10 @@ pub fn selftest(a: &SelftestArgs) -> Result<(), CliError> {
     }
     // one kernel of every op variant (the examples do not use them all)
     {
-        let zoo = dmc_compiler::codegen::zoo::zoo();
-        let reports = selftest::compile_kernels(&zoo, Mode::Train, &arch).map_err(cuda_err)?;
+        let zoo = dmc_codegen::zoo::zoo();
+        let reports =
+            selftest::compile_kernels(&zoo, Mode::Train, &arch, &CodegenOptions::default())
+                .map_err(cuda_err)?;
         let spills: u32 = reports
             .iter()
             .map(|r| r.resources.spill_stores + r.resources.spill_loads)

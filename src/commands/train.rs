@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
+use dmc_codegen::CodegenOptions;
 use dmc_compiler::op::DType;
 use dmc_compiler::plan::{LearningRate, Mode, Plan};
 use dmc_compiler::CompileOptions;
@@ -68,6 +69,18 @@ pub struct CommonArgs {
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Run every GEMM kernel unsplit on the GPU (no split-K): the baseline of a split-K comparison.
+    #[arg(long)]
+    pub no_split_k: bool,
+}
+
+impl CommonArgs {
+    /// How the CUDA backends render their kernels.
+    fn codegen(&self) -> CodegenOptions {
+        CodegenOptions {
+            split_k: !self.no_split_k,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -526,7 +539,7 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     };
 
     let before_arena = dmc_runtime::alloc::current();
-    let mut be = Backend::new(kind, plan.clone())?;
+    let mut be = Backend::with_codegen(kind, plan.clone(), &c.codegen())?;
     let arena_measured = match be.device_arena_bytes() {
         Some(b) => b as usize, // device memory (cuMemGetInfo)
         None => dmc_runtime::alloc::current().saturating_sub(before_arena),
@@ -535,7 +548,11 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     be.set_halt_on_nonfinite_loss(true);
     init_params(&mut be, c.init.as_deref(), seed)?;
     let mut val_be = match &val {
-        Some(_) => Some(Backend::new(kind, compile(&model, c, Mode::Eval, None)?)?),
+        Some(_) => Some(Backend::with_codegen(
+            kind,
+            compile(&model, c, Mode::Eval, None)?,
+            &c.codegen(),
+        )?),
         None => None,
     };
     let mut loss_log = match &args.loss_log {
@@ -763,7 +780,7 @@ pub fn eval(args: &EvalArgs) -> Result<(), CliError> {
         c.quiet,
         true,
     )?;
-    let mut be = Backend::new(kind, plan)?;
+    let mut be = Backend::with_codegen(kind, plan, &c.codegen())?;
     init_params(&mut be, c.init.as_deref(), seed)?;
     let m = evaluate(&mut be, &model, &ds, batch)?;
     println!("{}", fmt_metrics(&m));
@@ -791,7 +808,7 @@ pub fn predict(args: &PredictArgs) -> Result<(), CliError> {
         c.quiet,
         false,
     )?;
-    let mut be = Backend::new(kind, plan.clone())?;
+    let mut be = Backend::with_codegen(kind, plan.clone(), &c.codegen())?;
     init_params(&mut be, c.init.as_deref(), seed)?;
     let mut feeder = Feeder::new(&plan, false);
     let per: usize = plan.output.shape[1..].iter().product::<usize>().max(1);

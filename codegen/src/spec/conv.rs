@@ -83,17 +83,21 @@ pub(crate) fn backward_weight(
     let gk = dy[0] * dy[1] * dy[2];
     // the largest workspace (the CPU's im2col `cols`, or the fused op's gradient chunk `gw`)
     // holds the partial sums of a split-K
-    let (ws_slot, ws) = s
-        .k
-        .op
-        .signature()
-        .params
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| p.role == Role::Workspace)
-        .map(|(i, p)| (p.name.clone(), s.k.arg_shapes.get(i).map_or(0, |s| numel(s))))
-        .max_by_key(|(_, n)| *n)
-        .unwrap_or_default();
+    let (ws_slot, ws) =
+        s.k.op
+            .signature()
+            .params
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.role == Role::Workspace)
+            .map(|(i, p)| {
+                (
+                    p.name.clone(),
+                    s.k.arg_shapes.get(i).map_or(0, |s| numel(s)),
+                )
+            })
+            .max_by_key(|(_, n)| *n)
+            .unwrap_or_default();
     let mut sp = gemm(
         s,
         "conv2d_bwd_weight.cu.tera",

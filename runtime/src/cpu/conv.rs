@@ -8,7 +8,7 @@
 //! (`cols[r*K + kk]`): each layout is the one matrixmultiply packs contiguously for that GEMM
 //! (same workspace size either way).
 //!
-//! The data gradient has no workspace in its signature ([`Op::signature`](dmc_compiler::op::Op)):
+//! The data gradient has no workspace in its signature ([`Op::signature`](dmc_plan::op::Op)):
 //! it computes `dcols = dy_rows w^T` per tile of output pixels into a fixed per-thread tile of
 //! [`BWD_DATA_TILE_ELEMS`] floats (O(threads x tile), reused across calls, independent of the
 //! batch), then col2im scatter-adds it into dx. Images are independent (parallel); inside an image
@@ -16,7 +16,7 @@
 
 use std::cell::RefCell;
 
-use dmc_compiler::op::{ConvGeom, CONV_CHUNK_ROWS};
+use dmc_plan::op::{ConvGeom, CONV_CHUNK_ROWS};
 use rayon::prelude::*;
 
 use super::gemm::{sgemm, View};
@@ -58,7 +58,7 @@ impl ConvDims {
     pub fn chunk_rows(&self) -> usize {
         self.rows().min(CONV_CHUNK_ROWS)
     }
-    /// Workspace elements needed (same as `dmc_compiler::op::conv_workspace_elems`).
+    /// Workspace elements needed (same as `dmc_plan::op::conv_workspace_elems`).
     pub fn workspace_elems(&self, g: &ConvGeom) -> usize {
         self.chunk_rows() * self.k(g)
     }

@@ -6,8 +6,8 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::collections::HashMap;
 use std::ptr::NonNull;
 
-use dmc_compiler::op::{DType, Op, Role};
-use dmc_compiler::plan::{Buffer, BufferId, BufferKind, Init, Kernel, Mode, Plan, Step, ALIGN};
+use dmc_plan::op::{DType, Op, Role};
+use dmc_plan::plan::{Buffer, BufferId, BufferKind, Init, Kernel, Mode, Plan, Step, ALIGN};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -22,7 +22,7 @@ use super::elementwise::{
     unary_fwd_inplace, DropoutRng,
 };
 use super::loss::{cross_entropy_loss, cross_entropy_loss_bwd, mse_loss, mse_loss_bwd, BadLabel};
-use super::optim::{adam_update, sgd_update, update_block};
+use super::optim::{update, update_block};
 use super::pool::{
     avgpool_bwd, avgpool_fwd, global_avgpool_bwd, global_avgpool_fwd, maxpool_bwd, maxpool_fwd,
     PoolDims,
@@ -618,47 +618,12 @@ unsafe fn exec(a: &Args, ctx: &Ctx) -> Result<(), BadLabel> {
                 let c = a.shape(0)[1];
                 cross_entropy_loss_bwd(a.f32(0), a.i32(1), c, a.f32_mut(2))?;
             }
-            Op::SgdUpdate {
-                lr,
-                momentum,
-                weight_decay,
-                nesterov,
-            } => {
-                let v = if *momentum != 0.0 {
-                    Some(a.f32_mut(2))
-                } else {
-                    None
-                };
-                sgd_update(
-                    *lr,
-                    *momentum,
-                    *weight_decay,
-                    *nesterov,
-                    a.f32_mut(0),
-                    a.f32(1),
-                    v,
-                );
+            Op::Update { rule } => {
+                let ns = rule.state_names().len();
+                let w = a.f32_mut(0);
+                let mut states = state_slices(a, 2, ns);
+                update(rule, ctx.step_counter, w, a.f32(1), &mut states[..ns]);
             }
-            Op::AdamUpdate {
-                lr,
-                beta1,
-                beta2,
-                eps,
-                weight_decay,
-                decoupled,
-            } => adam_update(
-                *lr,
-                *beta1,
-                *beta2,
-                *eps,
-                *weight_decay,
-                *decoupled,
-                ctx.step_counter,
-                a.f32_mut(0),
-                a.f32(1),
-                a.f32_mut(2),
-                a.f32_mut(3),
-            ),
             Op::UnaryInPlace(kind) => unary_fwd_inplace(*kind, a.f32_mut(0)),
             Op::AddInPlace => add_inplace(a.f32_mut(0), a.f32(1)),
             Op::DropoutInPlace { p, salt } | Op::DropoutBwdInPlace { p, salt } => {
@@ -869,8 +834,8 @@ pub fn check_plan(plan: &Plan) -> Result<(), RuntimeError> {
 
 pub(crate) fn validate(plan: &Plan) -> Result<(), RuntimeError> {
     let arena = plan.arena_bytes;
-    if plan.mode == dmc_compiler::plan::Mode::Train {
-        dmc_compiler::plan::LearningRate::new(plan.optimizer.lr() as f64)
+    if plan.mode == dmc_plan::plan::Mode::Train {
+        dmc_plan::plan::LearningRate::new(plan.optimizer.lr() as f64)
             .map_err(|reason| bad(format!("optimizer: {reason}")))?;
     }
     for (i, b) in plan.buffers.iter().enumerate() {
@@ -1058,7 +1023,7 @@ fn same_numel(shapes: &[Vec<usize>], idx: &[usize]) -> Result<(), String> {
 /// Shape consistency of one kernel (the kernels also assert sizes; this turns a planner bug into a
 /// `BadPlan` error instead of a panic).
 fn check_shapes(op: &Op, s: &[Vec<usize>]) -> Result<(), String> {
-    let conv = |g: &dmc_compiler::op::ConvGeom, x: &[usize], w: &[usize], y: &[usize]| {
+    let conv = |g: &dmc_plan::op::ConvGeom, x: &[usize], w: &[usize], y: &[usize]| {
         rank(x, 4, "x")?;
         rank(y, 4, "y")?;
         if g.stride == 0 {
@@ -1071,7 +1036,7 @@ fn check_shapes(op: &Op, s: &[Vec<usize>]) -> Result<(), String> {
         }
         Ok(())
     };
-    let pool = |g: &dmc_compiler::op::PoolGeom, x: &[usize], y: &[usize]| {
+    let pool = |g: &dmc_plan::op::PoolGeom, x: &[usize], y: &[usize]| {
         rank(x, 4, "x")?;
         if g.size == 0 || g.stride == 0 || g.size * g.size > 256 {
             return Err(format!("bad pool geometry {g:?}"));
@@ -1180,7 +1145,7 @@ fn check_shapes(op: &Op, s: &[Vec<usize>]) -> Result<(), String> {
             }
             Ok(())
         }
-        Op::SgdUpdate { .. } | Op::AdamUpdate { .. } => {
+        Op::Update { .. } => {
             let idx: Vec<usize> = (0..s.len()).collect();
             same_numel(s, &idx)
         }

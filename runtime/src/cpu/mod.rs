@@ -1,5 +1,5 @@
-//! The CPU backend: kernels for every [`Op`](dmc_compiler::op::Op) and the executor that runs a
-//! [`Plan`](dmc_compiler::plan::Plan) on one arena.
+//! The CPU backend: kernels for every [`Op`](dmc_plan::op::Op) and the executor that runs a
+//! [`Plan`](dmc_plan::plan::Plan) on one arena.
 //!
 //! * Kernels take plain slices (inputs `&[T]`, outputs and in-place arguments `&mut [T]`) plus
 //!   their sizes, assert the sizes, and never allocate anything proportional to the model or the

@@ -1,6 +1,6 @@
 //! Max / average / global-average pooling (NHWC, 'valid' windows) and their backward ops.
 
-use dmc_compiler::op::PoolGeom;
+use dmc_plan::op::PoolGeom;
 use rayon::prelude::*;
 
 /// Sizes of one pooling: x `[n,h,w,c]`, y `[n,ho,wo,c]`.

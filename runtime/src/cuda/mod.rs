@@ -1,4 +1,4 @@
-//! The CUDA backend: the plan's kernels rendered to CUDA C ([`dmc_compiler::codegen`]), compiled
+//! The CUDA backend: the plan's kernels rendered to CUDA C ([`dmc_codegen`]), compiled
 //! by NVRTC ([`nvrtc`]) for the device's architecture, run on one device allocation of the planned
 //! arena.
 //!
@@ -7,7 +7,7 @@
 //!   a panic.
 //! * One `cuMemAlloc` of `arena_bytes`; inputs and parameters are copied into their planned slots;
 //!   every step is one launch on one stream whose arguments are built by iterating the kernel's
-//!   [`kernel_params`](dmc_compiler::codegen::kernel_params) (the same list that rendered the
+//!   [`kernel_params`](dmc_codegen::kernel_params) (the same list that rendered the
 //!   kernel's parameter list): `arena base + offset` per signature slot, then `seed`, `step`.
 //!   Nothing is allocated on the device during a step.
 //! * Device memory is measured with `cuMemGetInfo` around the arena allocation.
@@ -21,8 +21,8 @@ use std::sync::Arc;
 use cudarc::driver::{
     result as cu, CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg,
 };
-use dmc_compiler::codegen::{render_plan, CodegenError, CudaKernel};
-use dmc_compiler::plan::Plan;
+use dmc_codegen::{render_plan, CodegenError, CodegenOptions, CudaKernel};
+use dmc_plan::plan::Plan;
 
 use crate::cpu::executor::validate;
 use crate::error::RuntimeError;
@@ -253,8 +253,17 @@ impl CudaBackend {
     }
 
     pub fn with_device(plan: Plan, dev: Device) -> Result<Self, RuntimeError> {
+        Self::with_codegen(plan, dev, &CodegenOptions::default())
+    }
+
+    /// [`CudaBackend::with_device`], rendering the kernels with `codegen`.
+    pub fn with_codegen(
+        plan: Plan,
+        dev: Device,
+        codegen: &CodegenOptions,
+    ) -> Result<Self, RuntimeError> {
         validate(&plan)?;
-        let rendered = render_plan(&plan).map_err(CudaError::from)?;
+        let rendered = render_plan(&plan, codegen).map_err(CudaError::from)?;
         let functions = load_kernels(&dev, &rendered)?;
         let mut kernels = vec![None; plan.kernels.len()];
         for (i, k) in rendered.iter().enumerate() {

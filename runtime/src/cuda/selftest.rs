@@ -4,9 +4,9 @@
 
 use std::time::Instant;
 
-use dmc_compiler::codegen::{render_kernel, CudaKernel};
-use dmc_compiler::op::Role;
-use dmc_compiler::plan::{Kernel, Mode, Plan, ALIGN};
+use dmc_codegen::{render_kernel, CodegenOptions, CudaKernel};
+use dmc_plan::op::Role;
+use dmc_plan::plan::{Kernel, Mode, Plan, ALIGN};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -28,21 +28,26 @@ pub struct CompileReport {
     pub from_cache: bool,
 }
 
-/// Renders and compiles (to CUBIN for `arch`) every kernel of `plan`.
-pub fn compile_plan(plan: &Plan, arch: &str) -> Result<Vec<CompileReport>, CudaError> {
-    compile_kernels(&plan.kernels, plan.mode, arch)
+/// Renders (with `codegen`) and compiles (to CUBIN for `arch`) every kernel of `plan`.
+pub fn compile_plan(
+    plan: &Plan,
+    arch: &str,
+    codegen: &CodegenOptions,
+) -> Result<Vec<CompileReport>, CudaError> {
+    compile_kernels(&plan.kernels, plan.mode, arch, codegen)
 }
 
-/// Renders and compiles (to CUBIN for `arch`) every kernel that has one.
+/// Renders (with `codegen`) and compiles (to CUBIN for `arch`) every kernel that has one.
 pub fn compile_kernels(
     kernels: &[Kernel],
     mode: Mode,
     arch: &str,
+    codegen: &CodegenOptions,
 ) -> Result<Vec<CompileReport>, CudaError> {
     let nv = nvrtc::nvrtc()?;
     let mut out = Vec::new();
     for k in kernels {
-        let Some(c) = render_kernel(k, mode)? else {
+        let Some(c) = render_kernel(k, mode, codegen)? else {
             continue;
         };
         let r = nv.compile(&c.name, &c.source, arch, Output::Cubin)?;
@@ -77,7 +82,9 @@ pub fn check_kernel(
     seed: u64,
     tol: f64,
 ) -> Result<Option<KernelCheck>, RuntimeError> {
-    let Some(ck): Option<CudaKernel> = render_kernel(k, mode).map_err(CudaError::from)? else {
+    let Some(ck): Option<CudaKernel> =
+        render_kernel(k, mode, &CodegenOptions::default()).map_err(CudaError::from)?
+    else {
         return Ok(None);
     };
     let f = load_kernels(dev, std::slice::from_ref(&ck))?

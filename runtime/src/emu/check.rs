@@ -11,9 +11,9 @@
 //!   unguarded partial tile or a wrong index that writes elsewhere), and
 //! * the emulator saw no divergent barrier or stack overflow.
 
-use dmc_compiler::codegen::{render_kernel, render_plan, CudaKernel};
-use dmc_compiler::op::{DType, Role};
-use dmc_compiler::plan::{Kernel, Mode, Plan, ALIGN};
+use dmc_codegen::{render_kernel, render_plan, CodegenOptions, CudaKernel};
+use dmc_plan::op::{DType, Role};
+use dmc_plan::plan::{Kernel, Mode, Plan, ALIGN};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -348,7 +348,7 @@ fn find_stray(
     ranges: &[(usize, usize)],
     written: &[bool],
     init: &[Vec<u8>],
-    sig: &dmc_compiler::op::Signature,
+    sig: &dmc_plan::op::Signature,
     site: &KernelSite,
 ) -> Option<String> {
     let mut order: Vec<usize> = (0..ranges.len()).collect();
@@ -397,7 +397,7 @@ fn find_stray(
 fn first_difference(
     a: &[Vec<u8>],
     b: &[Vec<u8>],
-    sig: &dmc_compiler::op::Signature,
+    sig: &dmc_plan::op::Signature,
     k: &Kernel,
 ) -> Option<String> {
     for (i, (x, y)) in a.iter().zip(b).enumerate() {
@@ -459,7 +459,9 @@ pub fn check_kernels(
 ) -> Result<Vec<EmuCheck>, RuntimeError> {
     let mut pairs = Vec::new();
     for k in kernels {
-        if let Some(ck) = render_kernel(k, mode).map_err(EmuError::from)? {
+        if let Some(ck) =
+            render_kernel(k, mode, &CodegenOptions::default()).map_err(EmuError::from)?
+        {
             pairs.push((k, ck));
         }
     }
@@ -478,7 +480,7 @@ pub fn check_kernels(
 
 /// Checks every kernel of `plan` at its planned offsets (one arena, reused).
 pub fn check_plan(plan: &Plan, run: CheckRun) -> Result<Vec<EmuCheck>, RuntimeError> {
-    let cks = render_plan(plan).map_err(EmuError::from)?;
+    let cks = render_plan(plan, &CodegenOptions::default()).map_err(EmuError::from)?;
     let emus = compile_all(&cks)?;
     let mut arena = CheckArena::new(plan.arena_bytes)?;
     let mut out = Vec::new();

@@ -20,8 +20,8 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use dmc_compiler::codegen::{render_plan, CodegenError, CudaKernel};
-use dmc_compiler::plan::Plan;
+use dmc_codegen::{render_plan, CodegenError, CodegenOptions, CudaKernel};
+use dmc_plan::plan::Plan;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
@@ -30,8 +30,9 @@ use crate::cpu::executor::Arena;
 use crate::error::RuntimeError;
 use crate::host_arena::{run_steps, step_launch, HostArena, StepFlags, StepLauncher};
 
-/// The host header that makes g++ accept the generated CUDA C (embedded at build time).
-pub const HOST_HEADER: &str = include_str!("../../../templates/host/cuda_host.h");
+/// The host header that makes g++ accept the generated CUDA C (embedded at build time, from the
+/// code generator's templates).
+pub use dmc_codegen::HOST_HEADER;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EmuError {
@@ -139,7 +140,7 @@ pub fn cxx_flags(switch: Switch) -> Vec<&'static str> {
 
 /// The translation unit g++ compiles: the host header, the kernel exactly as rendered for NVRTC,
 /// then the host entry that unpacks the launch values into the kernel's parameters (one cast per
-/// [`kernel_params`](dmc_compiler::codegen::kernel_params) entry, in order).
+/// [`kernel_params`](dmc_codegen::kernel_params) entry, in order).
 pub fn host_source(k: &CudaKernel) -> String {
     let args: Vec<String> = k
         .params
@@ -427,8 +428,13 @@ pub struct EmuBackend {
 impl EmuBackend {
     /// Renders and compiles the plan's kernels and allocates the arena.
     pub fn new(plan: Plan) -> Result<Self, RuntimeError> {
+        Self::with_codegen(plan, &CodegenOptions::default())
+    }
+
+    /// [`EmuBackend::new`], rendering the kernels with `codegen`.
+    pub fn with_codegen(plan: Plan, codegen: &CodegenOptions) -> Result<Self, RuntimeError> {
         validate(&plan)?;
-        let rendered = render_plan(&plan).map_err(EmuError::from)?;
+        let rendered = render_plan(&plan, codegen).map_err(EmuError::from)?;
         let compiled = compile_all(&rendered)?;
         let mut kernels = vec![None; plan.kernels.len()];
         for (i, k) in rendered.iter().enumerate() {
@@ -533,15 +539,15 @@ impl HostArena for EmuBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dmc_compiler::codegen::{render_kernel, zoo::zoo};
-    use dmc_compiler::plan::Mode;
+    use dmc_codegen::{render_kernel, zoo::zoo};
+    use dmc_plan::plan::Mode;
 
     fn relu() -> CudaKernel {
         let k = zoo()
             .into_iter()
             .find(|k| k.op.kind_name() == "relu")
             .expect("a relu in the zoo");
-        render_kernel(&k, Mode::Train)
+        render_kernel(&k, Mode::Train, &CodegenOptions::default())
             .expect("render")
             .expect("kernel")
     }

@@ -15,8 +15,8 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use dmc_compiler::op::DType;
-use dmc_compiler::plan::{IoBinding, Plan};
+use dmc_plan::op::DType;
+use dmc_plan::plan::{IoBinding, Plan};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;

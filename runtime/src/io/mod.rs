@@ -10,7 +10,7 @@
 //! A training loop uses it like this (the batch buffers are allocated once):
 //!
 //! ```
-//! use dmc_compiler::op::DType;
+//! use dmc_plan::op::DType;
 //! use dmc_runtime::io::{check_writable, load_weights, save_weights, Dataset, Task, TensorSpec};
 //!
 //! let specs = [TensorSpec::input("x", &[4]), TensorSpec::target("y", &[], DType::I32)];

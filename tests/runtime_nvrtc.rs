@@ -3,12 +3,13 @@
 //! Without it the test is ignored (the build script probes for it, see `runtime/build/probe.rs`),
 //! unless `CI` is set, where a missing NVRTC fails.
 
+use dmc_codegen::CodegenOptions;
 use dmc_compiler::plan::{Mode, Plan};
 use dmc_compiler::CompileOptions;
 use dmc_runtime::cuda::{nvrtc, selftest};
 
 fn plan_of(example: &str, mode: Mode) -> Plan {
-    let path = format!("{}/../examples/{example}.dm", env!("CARGO_MANIFEST_DIR"));
+    let path = format!("{}/examples/{example}.dm", env!("CARGO_MANIFEST_DIR"));
     let src = std::fs::read_to_string(&path).expect("example");
     let model = dmc_grammar::compile_source(&src, &path).expect("example compiles");
     let opts = CompileOptions {
@@ -38,7 +39,9 @@ fn every_example_kernel_compiles_for_sm80_and_sm90_without_warnings_or_spills() 
         for mode in [Mode::Train, Mode::Eval] {
             let plan = plan_of(ex, mode);
             for arch in ["sm_80", "sm_90"] {
-                for r in selftest::compile_plan(&plan, arch).expect("compiles") {
+                for r in selftest::compile_plan(&plan, arch, &CodegenOptions::default())
+                    .expect("compiles")
+                {
                     assert!(
                         r.warnings.is_empty(),
                         "{ex} {arch} {}: {:?}",
@@ -59,10 +62,12 @@ fn every_example_kernel_compiles_for_sm80_and_sm90_without_warnings_or_spills() 
         }
     }
     // and one kernel of every op variant, in both modes (dropout differs)
-    let zoo = dmc_compiler::codegen::zoo::zoo();
+    let zoo = dmc_codegen::zoo::zoo();
     for mode in [Mode::Train, Mode::Eval] {
         for arch in ["sm_80", "sm_90"] {
-            for r in selftest::compile_kernels(&zoo, mode, arch).expect("compiles") {
+            for r in selftest::compile_kernels(&zoo, mode, arch, &CodegenOptions::default())
+                .expect("compiles")
+            {
                 assert!(
                     r.warnings.is_empty(),
                     "zoo {arch} {}: {:?}",

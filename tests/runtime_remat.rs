@@ -50,7 +50,7 @@ fn model(src: &str) -> dmc_grammar::Model {
 }
 
 fn example(name: &str) -> String {
-    std::fs::read_to_string(format!("{}/../examples/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+    std::fs::read_to_string(format!("{}/examples/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
 }
 
 thread_local! {

@@ -282,7 +282,7 @@ proptest! {
         let plan = compile(&m, &CompileOptions { cap: Some(cap), verify: true, ..Default::default() })
             .map_err(|e| TestCaseError::fail(format!("cap {cap}: {e}")))?;
         prop_assert!(plan.arena_bytes <= cap);
-        let fused = plan.kernels.iter().any(|k| k.op.is_update() && !matches!(k.op, Op::SgdUpdate { .. } | Op::AdamUpdate { .. }));
+        let fused = plan.kernels.iter().any(|k| k.op.is_update() && !matches!(k.op, Op::Update { .. }));
         let a = run_plan(plan, 3, true);
         prop_assert!(a.0.iter().all(|(_, v)| v.iter().all(|x| !x.is_nan())));
         prop_assert!(a.1.iter().all(|l| !l.is_nan()));
