@@ -1,4 +1,4 @@
-//! The generated CUDA C, compiled by g++ against `templates/host/cuda_host.h` and run on the CPU
+//! The generated CUDA C, compiled by g++ against `codegen/templates/host/cuda_host.h` and run on the CPU
 //! (`dmc_runtime::emu`), checked numerically without a GPU:
 //!
 //! * every kernel of every example (train and eval plans, the examples' batches and odd ones that

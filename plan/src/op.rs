@@ -151,6 +151,16 @@ pub enum Op {
     BiasGradUpdate { rule: UpdateRule },
 }
 
+impl UpdateRule {
+    /// The rule of an unfused update op (`None` for any other op).
+    pub fn of(op: &Op) -> Option<UpdateRule> {
+        match op {
+            Op::Update { rule } => Some(*rule),
+            _ => None,
+        }
+    }
+}
+
 /// How a kernel uses one of its arguments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Role {

@@ -4,11 +4,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::op::Op;
-
 /// An optimizer update rule: the optimizer of a program (the language's `Optimizer`), of a plan
 /// (`Plan::optimizer`) and of every update op (`Op::Update`, the fused weight-gradient + update
-/// ops), with the semantics and state slots documented there.
+/// ops), with the semantics and state slots documented there. The rule of an op is
+/// [`UpdateRule::of`] (beside `Op`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum UpdateRule {
     /// v = momentum*v + g + wd*w ; w -= lr * (nesterov ? g + wd*w + momentum*v : v)
@@ -32,26 +31,11 @@ pub enum UpdateRule {
 }
 
 impl UpdateRule {
-    /// The rule of an unfused update op (`None` for any other op).
-    pub fn of(op: &Op) -> Option<UpdateRule> {
-        match op {
-            Op::Update { rule } => Some(*rule),
-            _ => None,
-        }
-    }
-
+    /// The learning rate.
     pub fn lr(&self) -> f32 {
         match self {
             UpdateRule::Sgd { lr, .. } | UpdateRule::Adam { lr, .. } => *lr,
         }
-    }
-
-    /// The same rule with another learning rate.
-    pub fn with_lr(mut self, new: LearningRate) -> Self {
-        match &mut self {
-            UpdateRule::Sgd { lr, .. } | UpdateRule::Adam { lr, .. } => *lr = new.get(),
-        }
-        self
     }
 
     /// Names of the optimizer-state slots the rule reads and overwrites (after the weight):
@@ -62,11 +46,6 @@ impl UpdateRule {
             UpdateRule::Sgd { .. } => &[],
             UpdateRule::Adam { .. } => &["m", "v"],
         }
-    }
-
-    /// Number of per-parameter state tensors the optimizer keeps (velocity; or m and v).
-    pub fn state_slots(&self) -> usize {
-        self.state_names().len()
     }
 
     /// The kernel name of its unfused update op (`Op::kind_name`).

@@ -6,10 +6,10 @@ use tera::Context;
 use dmc_plan::op::{ConvGeom, Role};
 use dmc_plan::update::UpdateRule;
 
+use super::common::{numel, Site, Spec};
 use super::gemm::{gemm, split_k};
 use super::update::rule_ctx;
-use super::{numel, Site, Spec};
-use crate::CodegenError;
+use crate::error::CodegenError;
 
 fn conv_ctx(kind: &str, g: &ConvGeom, x: &[usize], y: &[usize], bias: bool) -> Context {
     let mut ctx = Context::new();

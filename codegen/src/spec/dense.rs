@@ -5,10 +5,10 @@ use tera::Context;
 
 use dmc_plan::update::UpdateRule;
 
+use super::common::{numel, Site, Spec};
 use super::gemm::gemm;
 use super::update::rule_ctx;
-use super::{numel, Site, Spec};
-use crate::CodegenError;
+use crate::error::CodegenError;
 
 /// The context every dense kernel shares, given the slots of its weight `[K, M]` and of its
 /// `[rows, K]` input: (context, K, M, rows).

@@ -7,8 +7,8 @@ use dmc_plan::op::{Op, Role};
 use dmc_plan::plan::Mode;
 use dmc_plan::unary::UnaryKind;
 
-use super::{f32_lit, numel, per_element, Site, Spec};
-use crate::CodegenError;
+use super::common::{f32_lit, numel, per_element, Site, Spec};
+use crate::error::CodegenError;
 
 const TEMPLATE: &str = "elementwise.cu.tera";
 

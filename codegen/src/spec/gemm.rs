@@ -5,8 +5,8 @@
 use serde::Serialize;
 use tera::Context;
 
-use super::{blocks, Site, Spec, ELEM_THREADS};
-use crate::CodegenError;
+use super::common::{blocks, Site, Spec, ELEM_THREADS};
+use crate::error::CodegenError;
 
 /// Tile sizes of the shared-memory GEMM (`gemm.cuh.tera`): a block computes `bm x bn` outputs
 /// with `(bm/tm) * (bn/tn)` threads, stepping `bk` along the reduction.

@@ -1,8 +1,8 @@
 //! Losses (`loss.cu.tera`): the MSE and softmax cross-entropy reductions (one block) and the
 //! cross-entropy gradient (one thread per row).
 
-use super::{numel, per_element, reduction, Site, Spec};
-use crate::CodegenError;
+use super::common::{numel, per_element, reduction, Site, Spec};
+use crate::error::CodegenError;
 
 const TEMPLATE: &str = "loss.cu.tera";
 

@@ -2,8 +2,8 @@
 
 use dmc_plan::op::PoolGeom;
 
-use super::{numel, per_element, Site, Spec};
-use crate::CodegenError;
+use super::common::{numel, per_element, Site, Spec};
+use crate::error::CodegenError;
 
 /// A pooling kernel over the `x` / `y` shapes of its window geometry, one thread per element of
 /// `threads_over`.

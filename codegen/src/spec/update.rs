@@ -7,8 +7,8 @@ use tera::Context;
 
 use dmc_plan::update::UpdateRule;
 
-use super::{f32_lit, numel, per_element, Site, Spec};
-use crate::CodegenError;
+use super::common::{f32_lit, numel, per_element, Site, Spec};
+use crate::error::CodegenError;
 
 /// The context of `update.cuh.tera` for `rule`, updating the buffer `target` (`w` or `b`) and the
 /// state slots named by [`UpdateRule::state_names`], and `fused_update` (a gradient kernel that

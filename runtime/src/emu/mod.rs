@@ -1,5 +1,5 @@
 //! The generated CUDA C, run on the CPU: every kernel is compiled *unchanged* by the host C++
-//! compiler against `templates/host/cuda_host.h` (CUDA's built-ins, `__shared__` per block, a block's
+//! compiler against `codegen/templates/host/cuda_host.h` (CUDA's built-ins, `__shared__` per block, a block's
 //! threads as fibers that switch at `__syncthreads()`), loaded with `dlopen` and launched with the
 //! same launch values the CUDA backend passes ([`CudaKernel::launch_values`]).
 //!
