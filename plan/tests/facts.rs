@@ -1,0 +1,140 @@
+//! The facts the plan crate holds in one place hold together: every activation's name, kernel
+//! names, saved value, Rust formulas and CUDA statements agree with each other and with the ops'
+//! signatures; every update rule's state slots agree with its op's signature and aliasing; and the
+//! JSON shape of an update op is the one `FORMAT_VERSION` 2 names.
+
+use dmc_plan::op::{Op, Role, UnaryKind, UpdateRule};
+use dmc_plan::plan::FORMAT_VERSION;
+use dmc_plan::unary::Saved;
+
+#[test]
+fn every_activation_is_named_once_and_its_kernels_after_it() {
+    let mut names: Vec<&str> = UnaryKind::ALL.iter().map(|k| k.name()).collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), UnaryKind::ALL.len(), "duplicate names");
+    for k in UnaryKind::ALL {
+        let n = k.name();
+        assert_eq!(UnaryKind::from_name(n), Some(k));
+        let ops = k.op_names();
+        assert_eq!(ops.forward, n);
+        assert_eq!(ops.backward, format!("{n}_bwd"));
+        assert_eq!(ops.forward_inplace, format!("{n}_inplace"));
+        assert_eq!(ops.backward_inplace, format!("{n}_bwd_inplace"));
+        assert_eq!(Op::Unary(k).kind_name(), ops.forward);
+        assert_eq!(Op::UnaryBwd(k).kind_name(), ops.backward);
+        assert_eq!(Op::UnaryInPlace(k).kind_name(), ops.forward_inplace);
+        assert_eq!(Op::UnaryBwdInPlace(k).kind_name(), ops.backward_inplace);
+    }
+    assert_eq!(UnaryKind::from_name("swish"), None);
+}
+
+#[test]
+fn the_backward_reads_the_saved_value_its_signature_names() {
+    for k in UnaryKind::ALL {
+        let saved = k.saved().param_name();
+        let bwd = Op::UnaryBwd(k).signature();
+        assert_eq!(bwd.params[0].name, saved, "{}", k.name());
+        assert_eq!(bwd.params[0].role, Role::In);
+        let inplace = Op::UnaryBwdInPlace(k).signature();
+        assert_eq!(inplace.params[0].name, saved, "{}", k.name());
+        assert_eq!(inplace.params[1].role, Role::InOut);
+        // the CUDA statements read exactly what the Rust formulas read
+        assert!(k.cuda_forward().contains("{in}") && k.cuda_forward().contains("{out}"));
+        assert!(!k.cuda_forward().contains("{saved}"), "{}", k.name());
+        let b = k.cuda_backward();
+        assert!(b.contains("{saved}") && b.contains("{in}") && b.contains("{out}"));
+    }
+}
+
+/// f'(x) by a central difference in f64 of the f32 forward.
+fn numeric_derivative(k: UnaryKind, x: f32) -> f64 {
+    let h = 1e-2f32;
+    (k.forward(x + h) as f64 - k.forward(x - h) as f64) / (2.0 * h as f64)
+}
+
+#[test]
+fn each_backward_is_the_derivative_of_its_forward_from_the_saved_value() {
+    for k in UnaryKind::ALL {
+        for x in [-3.0f32, -1.3, -0.4, 0.3, 0.9, 2.2, 4.0] {
+            let s = match k.saved() {
+                Saved::Input => x,
+                Saved::Output => k.forward(x),
+            };
+            let g = 0.75f32;
+            let got = k.backward(s, g) as f64;
+            let want = g as f64 * numeric_derivative(k, x);
+            assert!(
+                (got - want).abs() <= 2e-3 * (1.0 + want.abs()),
+                "{} at {x}: {got} vs {want}",
+                k.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn nan_propagates_through_every_activation_and_its_gradient() {
+    for k in UnaryKind::ALL {
+        assert!(k.forward(f32::NAN).is_nan(), "{}", k.name());
+        assert!(k.backward(0.5, f32::NAN).is_nan(), "{}", k.name());
+    }
+}
+
+fn rules() -> [UpdateRule; 4] {
+    let sgd = |momentum| UpdateRule::Sgd {
+        lr: 0.1,
+        momentum,
+        weight_decay: 0.0,
+        nesterov: false,
+    };
+    let adam = |decoupled| UpdateRule::Adam {
+        lr: 1e-3,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+        weight_decay: 0.01,
+        decoupled,
+    };
+    [sgd(0.0), sgd(0.9), adam(false), adam(true)]
+}
+
+#[test]
+fn an_update_op_has_the_state_slots_of_its_rule() {
+    for rule in rules() {
+        let op = Op::Update { rule };
+        let names: Vec<String> = op.signature().params.into_iter().map(|p| p.name).collect();
+        let mut want = vec!["w".to_string(), "g".to_string()];
+        want.extend(rule.state_names().iter().map(|s| s.to_string()));
+        assert_eq!(names, want, "{rule:?}");
+        // every output (the weight, then each state) aliases its own input, skipping g
+        let aliases: Vec<(usize, usize)> = op.aliased_outputs();
+        let mut want = vec![(0, 0)];
+        want.extend((1..=rule.state_names().len()).map(|o| (o, o + 1)));
+        assert_eq!(aliases, want, "{rule:?}");
+        assert_eq!(op.num_outputs(), 1 + rule.state_names().len());
+        assert_eq!(UpdateRule::of(&op), Some(rule));
+        assert!(op.is_update());
+        assert_eq!(op.kind_name(), rule.op_name());
+    }
+    assert_eq!(UpdateRule::of(&Op::Add), None);
+    assert_eq!(rules()[0].state_names(), &[] as &[&str]);
+    assert_eq!(rules()[1].state_names(), &["v"]);
+    assert_eq!(rules()[2].state_names(), &["m", "v"]);
+}
+
+#[test]
+fn an_update_op_in_plan_json_carries_its_rule() {
+    assert_eq!(FORMAT_VERSION, 2);
+    let op = Op::Update { rule: rules()[1] };
+    let json = serde_json::to_string(&op).expect("serialises");
+    assert_eq!(
+        json,
+        r#"{"Update":{"rule":{"Sgd":{"lr":0.1,"momentum":0.9,"weight_decay":0.0,"nesterov":false}}}}"#
+    );
+    let back: Op = serde_json::from_str(&json).expect("parses");
+    assert_eq!(back, op);
+    // the plan's optimizer is the same type, serialised as before
+    let rule = serde_json::to_string(&rules()[2]).expect("serialises");
+    assert!(rule.starts_with(r#"{"Adam":{"lr":0.001,"#), "{rule}");
+}
