@@ -4,7 +4,7 @@
 
 use dmc_codegen::zoo::zoo;
 use dmc_codegen::{kernel_params, render_kernel, split_k, CodegenOptions};
-use dmc_plan::op::Role;
+use dmc_plan::op::{Role, UnaryKind};
 use dmc_plan::plan::Mode;
 
 const PRELUDE_END: &str = "#define DMC_FRAC_1_SQRT_2PI 0.3989422804014327\n";
@@ -12,8 +12,9 @@ const PRELUDE_END: &str = "#define DMC_FRAC_1_SQRT_2PI 0.3989422804014327\n";
 #[test]
 fn the_zoo_covers_every_kernel_op_and_renders() {
     let kinds: std::collections::BTreeSet<&str> = zoo().iter().map(|k| k.op.kind_name()).collect();
-    // every Op variant but the 3 leaves and Reshape (a unary kind per activation)
-    assert_eq!(kinds.len(), 44, "{kinds:?}");
+    // every Op variant but the 3 leaves and Reshape (two update kinds, SGD and Adam; four unary
+    // kinds per activation)
+    assert_eq!(kinds.len(), 28 + 4 * UnaryKind::ALL.len(), "{kinds:?}");
     let mut s = String::new();
     for k in zoo() {
         let c = render_kernel(&k, Mode::Train, &CodegenOptions::default())
