@@ -7,7 +7,7 @@ use dmc_compiler::plan::Mode;
 use dmc_runtime::io;
 
 use super::kernels::write_kernels;
-use super::plan_args::{ModeArgs, PlanArgs};
+use super::plan_args::{ModeArgs, PlanArgs, VERIFY};
 use super::program::load_model;
 use crate::report::CliError;
 use crate::size::human;
@@ -34,7 +34,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<(), CliError> {
     let model = load_model(&args.file)?;
-    let opts = args.plan.options(Mode::from(args.mode.mode), true)?;
+    let opts = args.plan.options(Mode::from(args.mode.mode), VERIFY)?;
     if args.dump_ir {
         print!(
             "{}",

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use dmc_compiler::plan::Mode;
 
-use super::plan_args::{ModeArgs, PlanArgs};
+use super::plan_args::{ModeArgs, PlanArgs, VERIFY};
 use super::program::load_model;
 use crate::report::CliError;
 
@@ -36,7 +36,7 @@ pub fn run(a: &EmuCheckArgs) -> Result<(), CliError> {
     use dmc_runtime::emu::{self, check};
     let model = load_model(&a.file)?;
     let mode = Mode::from(a.mode.mode);
-    let opts = a.plan.options(mode, true)?;
+    let opts = a.plan.options(mode, VERIFY)?;
     let plan = dmc_compiler::compile(&model, &opts)?;
     let threads = a.threads.unwrap_or_else(emu::default_threads).max(1);
     let t0 = Instant::now();

@@ -8,7 +8,7 @@ use std::time::Instant;
 use dmc_compiler::plan::{Mode, Plan};
 use dmc_runtime::cuda::{self, selftest};
 
-use super::plan_args::PlanArgs;
+use super::plan_args::{PlanArgs, VERIFY};
 use super::program::load_model;
 use crate::report::CliError;
 use crate::size::human;
@@ -69,7 +69,7 @@ fn plan_all(a: &SelftestArgs) -> Result<Plans, CliError> {
     };
     let compile = |path: &Path, args: &PlanArgs, mode: Mode| -> Result<Plan, CliError> {
         let model = load_model(path)?;
-        Ok(dmc_compiler::compile(&model, &args.options(mode, true)?)?)
+        Ok(dmc_compiler::compile(&model, &args.options(mode, VERIFY)?)?)
     };
     let mut plans = Plans {
         kernels: Vec::new(),

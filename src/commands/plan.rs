@@ -12,10 +12,9 @@ use dmc_compiler::report::{
     memory_report, render_json, render_svg, render_sweep_svg, render_sweep_text, render_text,
     RematSummary,
 };
-use dmc_compiler::CompileOptions;
 use dmc_runtime::io::write_file_atomic;
 
-use super::plan_args::{PlanArgs, RematArg};
+use super::plan_args::{PlanArgs, RematArg, VERIFY};
 use super::program::load_model;
 use crate::report::CliError;
 use crate::size::human;
@@ -51,7 +50,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<(), CliError> {
     let model = load_model(&args.file)?;
-    let opts = args.plan.options(Mode::Train, true)?;
+    let opts = args.plan.options(Mode::Train, VERIFY)?;
     if args.max_batch {
         let cap = args.plan.vram_cap.unwrap_or(u64::MAX);
         let found = dmc_compiler::max_batch(&model, &opts)?;
@@ -78,14 +77,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         return Ok(());
     }
     if args.sweep {
-        let sw = dmc_compiler::sweep(
-            &model,
-            &CompileOptions {
-                verify: false,
-                ..opts.clone()
-            },
-            args.points,
-        )?;
+        let sw = dmc_compiler::sweep(&model, &args.plan.options(Mode::Train, false)?, args.points)?;
         if args.json {
             println!(
                 "{}",

@@ -8,6 +8,11 @@ use dmc_compiler::CompileOptions;
 use crate::report::CliError;
 use crate::size::parse_size;
 
+/// Whether `compile`, `plan`, `emu-check` and `gpu-selftest` verify the IR after every pass and
+/// check the emitted plan (`run`, `eval` and `predict` do with `--verify`, and always in debug
+/// builds; `dmc data` and `plan --sweep` never do).
+pub const VERIFY: bool = true;
+
 /// `--batch`, `--vram-cap`, `--no-fuse`, `--remat`, `--lr`: what every plan-compiling command takes.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct PlanArgs {
