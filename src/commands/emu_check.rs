@@ -16,8 +16,8 @@ pub struct EmuCheckArgs {
     pub file: PathBuf,
     #[command(flatten)]
     pub mode: ModeArgs,
-    /// What shapes the plan (under `--vram-cap` the kernels run at the offsets of the plan that
-    /// fits it).
+    // What shapes the plan (under `--vram-cap` the kernels run at the offsets of the plan that
+    // fits it).
     #[command(flatten)]
     pub plan: PlanArgs,
     /// Relative error allowed against the CPU backend (max |emulated - cpu| / max |cpu| per output).
