@@ -9,6 +9,8 @@
 pub mod ast;
 pub mod check;
 pub mod diag;
+pub mod layers;
+pub mod limits;
 pub mod model;
 pub mod parser;
 pub mod summary;
