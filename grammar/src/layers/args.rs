@@ -67,6 +67,15 @@ impl Param {
         }
     }
 
+    /// An argument that defaults to the value of an earlier one.
+    pub const fn same_as(name: &'static str, kind: ArgKind, other: &'static str) -> Param {
+        Param {
+            name,
+            kind,
+            default: ArgDefault::SameAs(other),
+        }
+    }
+
     /// The default as the language reference writes it (`1`, `same`, `none`, `size`); `None` for a
     /// required argument.
     pub fn default_text(&self) -> Option<String> {

@@ -86,13 +86,10 @@ impl LayerDef {
     }
 }
 
+/// `maxpool` and `avgpool`: a square window, moved by its size unless told otherwise.
 const POOL_PARAMS: &[Param] = &[
     Param::required("size", K::Count),
-    Param {
-        name: "stride",
-        kind: K::Count,
-        default: args::ArgDefault::SameAs("size"),
-    },
+    Param::same_as("stride", K::Count, "size"),
 ];
 
 /// The table, in the order the language reference lists the layers.
