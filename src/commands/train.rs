@@ -9,7 +9,7 @@ use dmc_compiler::plan::{LearningRate, Mode, Plan};
 use dmc_compiler::CompileOptions;
 use dmc_grammar::model::{LossKind, Model};
 use dmc_runtime::io::{self, Dataset, Task, TensorRole, TensorSpec};
-use dmc_runtime::{Backend, BackendKind, InputData};
+use dmc_runtime::{open_backend, Backend, BackendKind, InputData};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::checkpoint::{self, Saved};
@@ -313,7 +313,7 @@ impl Feeder {
         }
     }
 
-    fn feed(&mut self, be: &mut Backend, ds: &Dataset, idx: &[usize]) -> Result<(), CliError> {
+    fn feed(&mut self, be: &mut dyn Backend, ds: &Dataset, idx: &[usize]) -> Result<(), CliError> {
         for (i, (name, dtype, _)) in self.specs.iter().enumerate() {
             match dtype {
                 DType::I32 => {
@@ -330,7 +330,7 @@ impl Feeder {
     }
 }
 
-fn param_list(be: &Backend) -> Vec<(String, Vec<usize>)> {
+fn param_list(be: &dyn Backend) -> Vec<(String, Vec<usize>)> {
     let p = &be.plan().params;
     p.iter()
         .map(|p| (p.name.clone(), p.shape.clone()))
@@ -338,7 +338,7 @@ fn param_list(be: &Backend) -> Vec<(String, Vec<usize>)> {
 }
 
 /// Initialise parameters: seeded He/Glorot, or from `--init`.
-fn init_params(be: &mut Backend, init: Option<&Path>, seed: u64) -> Result<(), CliError> {
+fn init_params(be: &mut dyn Backend, init: Option<&Path>, seed: u64) -> Result<(), CliError> {
     match init {
         None => be.init_params(seed)?,
         Some(p) => {
@@ -361,7 +361,7 @@ pub struct Metrics {
 }
 
 fn evaluate(
-    be: &mut Backend,
+    be: &mut dyn Backend,
     model: &Model,
     ds: &Dataset,
     batch: usize,
@@ -526,7 +526,7 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     };
 
     let before_arena = dmc_runtime::alloc::current();
-    let mut be = Backend::new(kind, plan.clone())?;
+    let mut be = open_backend(kind, plan.clone())?;
     let arena_measured = match be.device_arena_bytes() {
         Some(b) => b as usize, // device memory (cuMemGetInfo)
         None => dmc_runtime::alloc::current().saturating_sub(before_arena),
@@ -535,7 +535,7 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     be.set_halt_on_nonfinite_loss(true);
     init_params(&mut be, c.init.as_deref(), seed)?;
     let mut val_be = match &val {
-        Some(_) => Some(Backend::new(kind, compile(&model, c, Mode::Eval, None)?)?),
+        Some(_) => Some(open_backend(kind, compile(&model, c, Mode::Eval, None)?)?),
         None => None,
     };
     let mut loss_log = match &args.loss_log {
@@ -763,7 +763,7 @@ pub fn eval(args: &EvalArgs) -> Result<(), CliError> {
         c.quiet,
         true,
     )?;
-    let mut be = Backend::new(kind, plan)?;
+    let mut be = open_backend(kind, plan)?;
     init_params(&mut be, c.init.as_deref(), seed)?;
     let m = evaluate(&mut be, &model, &ds, batch)?;
     println!("{}", fmt_metrics(&m));
@@ -791,7 +791,7 @@ pub fn predict(args: &PredictArgs) -> Result<(), CliError> {
         c.quiet,
         false,
     )?;
-    let mut be = Backend::new(kind, plan.clone())?;
+    let mut be = open_backend(kind, plan.clone())?;
     init_params(&mut be, c.init.as_deref(), seed)?;
     let mut feeder = Feeder::new(&plan, false);
     let per: usize = plan.output.shape[1..].iter().product::<usize>().max(1);

@@ -14,6 +14,7 @@
 
 pub mod check;
 
+use std::borrow::Cow;
 use std::ffi::{c_char, CStr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -25,10 +26,11 @@ use dmc_compiler::plan::Plan;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
-use crate::cpu::executor::validate;
-use crate::cpu::executor::Arena;
+use crate::arena::Arena;
+use crate::backend::{InputData, Params};
 use crate::error::RuntimeError;
-use crate::host_arena::{run_steps, step_launch, HostArena, StepFlags, StepLauncher};
+use crate::host_arena::{owned_params, run_steps, step_launch, HostArena, StepFlags, StepLauncher};
+use crate::validate::validate;
 
 /// The host header that makes g++ accept the generated CUDA C (embedded at build time).
 pub const HOST_HEADER: &str = include_str!("../../../templates/host/cuda_host.h");
@@ -527,6 +529,50 @@ impl HostArena for EmuBackend {
             .and_then(|o| self.arena.bytes().get(o..o.checked_add(len)?))
             .map(<[u8]>::to_vec)
             .ok_or_else(|| RuntimeError::BadPlan(format!("read outside the arena at {offset}")))
+    }
+}
+
+/// The [`Backend`](crate::Backend) trait over the inherent methods and [`HostArena`]'s. (The trait
+/// is not imported here: its method names are [`HostArena`]'s, so both in scope would be ambiguous.)
+impl crate::backend::Backend for EmuBackend {
+    fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    fn device_arena_bytes(&self) -> Option<u64> {
+        None
+    }
+
+    fn set_poison(&mut self, on: bool) {
+        EmuBackend::set_poison(self, on);
+    }
+
+    fn set_halt_on_nonfinite_loss(&mut self, on: bool) {
+        EmuBackend::set_halt_on_nonfinite_loss(self, on);
+    }
+
+    fn init_params(&mut self, seed: u64) -> Result<(), RuntimeError> {
+        HostArena::init_params(self, seed)
+    }
+
+    fn set_param(&mut self, name: &str, data: &[f32]) -> Result<(), RuntimeError> {
+        HostArena::set_param(self, name, data)
+    }
+
+    fn params(&self) -> Result<Params<'_>, RuntimeError> {
+        Ok(owned_params(HostArena::params(self)?))
+    }
+
+    fn set_input(&mut self, name: &str, data: InputData) -> Result<(), RuntimeError> {
+        HostArena::set_input(self, name, data)
+    }
+
+    fn run(&mut self, step_counter: u64, seed: u64) -> Result<f32, RuntimeError> {
+        EmuBackend::run(self, step_counter, seed)
+    }
+
+    fn output(&self) -> Result<Cow<'_, [f32]>, RuntimeError> {
+        Ok(Cow::Owned(HostArena::output(self)?))
     }
 }
 
