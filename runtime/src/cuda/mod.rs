@@ -22,31 +22,14 @@ use std::sync::Arc;
 use cudarc::driver::{
     result as cu, CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg,
 };
-use dmc_compiler::codegen::{render_plan, CodegenError, CudaKernel};
+use dmc_compiler::codegen::{render_plan, CudaKernel};
 use dmc_compiler::plan::Plan;
 
 use crate::backend::{InputData, Params};
+pub use crate::error::CudaError;
 use crate::error::RuntimeError;
 use crate::host_arena::{owned_params, run_steps, step_launch, HostArena, StepFlags, StepLauncher};
 use crate::validate::validate;
-
-#[derive(Debug, thiserror::Error)]
-pub enum CudaError {
-    #[error("{0}")]
-    NvrtcMissing(String),
-    #[error("NVRTC: {0}")]
-    Nvrtc(String),
-    #[error("NVRTC could not compile kernel `{kernel}`:\n{log}")]
-    Compile { kernel: String, log: String },
-    #[error("the CUDA driver (libcuda.so.1) was not found (install the NVIDIA driver)")]
-    NoDriver,
-    #[error("no usable CUDA GPU: {0}")]
-    NoDevice(String),
-    #[error("CUDA driver call failed ({what}): {message}")]
-    Driver { what: String, message: String },
-    #[error(transparent)]
-    Codegen(#[from] CodegenError),
-}
 
 fn drv(what: &str) -> impl FnOnce(cudarc::driver::DriverError) -> CudaError + '_ {
     move |e| CudaError::Driver {

@@ -21,47 +21,20 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use dmc_compiler::codegen::{render_plan, CodegenError, CudaKernel};
+use dmc_compiler::codegen::{render_plan, CudaKernel};
 use dmc_compiler::plan::Plan;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
 use crate::arena::Arena;
 use crate::backend::{InputData, Params};
+pub use crate::error::EmuError;
 use crate::error::RuntimeError;
 use crate::host_arena::{owned_params, run_steps, step_launch, HostArena, StepFlags, StepLauncher};
 use crate::validate::validate;
 
 /// The host header that makes g++ accept the generated CUDA C (embedded at build time).
 pub const HOST_HEADER: &str = include_str!("../../../templates/host/cuda_host.h");
-
-#[derive(Debug, thiserror::Error)]
-pub enum EmuError {
-    #[error(
-        "cannot run the C++ compiler `{cxx}`: {reason} (the CUDA emulator compiles kernels with g++: \
-         install it, e.g. `apt install g++`, or set DMC_CXX to a g++-compatible compiler)"
-    )]
-    NoCompiler { cxx: String, reason: String },
-    #[error("{cxx} could not compile kernel `{kernel}` for the emulator (source: {source_path}):\n{log}")]
-    Compile {
-        cxx: String,
-        kernel: String,
-        source_path: String,
-        log: String,
-    },
-    #[error("cannot load the emulated kernel `{kernel}` from {path}: {message}")]
-    Load {
-        kernel: String,
-        path: String,
-        message: String,
-    },
-    #[error("kernel `{kernel}` failed in the CUDA emulator: {message}")]
-    Kernel { kernel: String, message: String },
-    #[error("emulator cache {path}: {message} (set DMC_CACHE_DIR to a writable directory)")]
-    Cache { path: String, message: String },
-    #[error(transparent)]
-    Codegen(#[from] CodegenError),
-}
 
 /// The C++ compiler: `$DMC_CXX`, else `g++`, with the version line that is part of the cache key.
 struct Cxx {
