@@ -1,7 +1,8 @@
 //! Parameter initialisation, the same on every backend: each parameter's values are an endless
 //! stream from an RNG keyed by `(seed, parameter name)` ([`name_seed`]), so they do not depend on
 //! the parameter order. The CPU backend writes them into its arena; the CUDA and emulated backends
-//! generate them on the host and copy them ([`HostArena::init_params`](crate::HostArena::init_params)).
+//! generate them on the host and copy them
+//! ([`HostArena::init_params`](crate::HostArena::init_params)).
 
 use dmc_compiler::plan::Init;
 use rand::{Rng, SeedableRng};

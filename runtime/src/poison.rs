@@ -33,7 +33,8 @@ pub(crate) fn view_buffers(plan: &Plan) -> Vec<bool> {
         .collect()
 }
 
-/// Per step, the buffers to poison after it (see [`CpuBackend::set_poison`](crate::CpuBackend::set_poison)).
+/// Per step, the buffers to poison after it (see
+/// [`CpuBackend::set_poison`](crate::CpuBackend::set_poison)).
 pub(crate) fn poison_lists(plan: &Plan) -> Vec<Vec<BufferId>> {
     let mut out = vec![Vec::new(); plan.steps.len()];
     let views = view_buffers(plan);

@@ -110,7 +110,8 @@ unsafe fn state_slices<'a>(a: &Args, first: usize, n: usize) -> [&'a mut [f32]; 
 /// Runs one step.
 ///
 /// # Safety
-/// The step must have passed [`validate`](crate::validate) and the caller must hold exclusive access to the arena.
+/// The step must have passed [`validate`](crate::validate) and the caller must hold exclusive
+/// access to the arena.
 /// Each `f32_mut`/`u8_mut` below is taken only for a signature slot with role Out, InOut or
 /// Workspace, which `validate` guarantees overlaps no other argument of the step, so the mutable
 /// slices are disjoint from each other and from the shared ones.
