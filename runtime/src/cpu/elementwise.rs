@@ -9,6 +9,7 @@
 use dmc_compiler::op::UnaryKind;
 
 use super::par::for_chunks;
+use crate::hash::mix64;
 
 /// Complementary error function, fractional error < 1.2e-7 everywhere (Chebyshev fit,
 /// Numerical Recipes' `erfcc`), computed in f64.
@@ -156,14 +157,6 @@ pub fn add_inplace(a: &mut [f32], b: &[f32]) {
             *a += b;
         }
     });
-}
-
-/// splitmix64's finaliser: a bijective 64-bit mix.
-#[inline]
-pub fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;

@@ -147,7 +147,12 @@ impl Feeder {
         }
     }
 
-    pub fn feed(&mut self, be: &mut Backend, ds: &Dataset, idx: &[usize]) -> Result<(), CliError> {
+    pub fn feed(
+        &mut self,
+        be: &mut dyn Backend,
+        ds: &Dataset,
+        idx: &[usize],
+    ) -> Result<(), CliError> {
         for (i, (name, dtype, _)) in self.specs.iter().enumerate() {
             match dtype {
                 DType::I32 => {

@@ -1,7 +1,6 @@
 //! `dmc eval`: loss and (for classification) accuracy of weights on a data set.
 
 use dmc_compiler::plan::Mode;
-use dmc_runtime::Backend;
 
 use super::args::EvalArgs;
 use super::dataset::{seed_or_default, DataRequest};
@@ -22,7 +21,7 @@ pub fn run(args: &EvalArgs) -> Result<(), CliError> {
     let plan = compile(&model, c, &c.plan, Mode::Eval)?;
     let batch = plan.batch;
     let ds = DataRequest::new(c, &plan, &model, args.synthetic_samples, seed).load()?;
-    let mut be = Backend::new(kind, plan)?;
+    let mut be = dmc_runtime::open_backend(kind, plan)?;
     init_params(&mut be, c.init.as_deref(), seed)?;
     let m = evaluate(&mut be, &model, &ds, batch)?;
     println!("{}", fmt_metrics(&m));

@@ -18,7 +18,7 @@ pub struct Metrics {
 
 /// Runs `be` (an eval plan) over `ds` in order, in batches of `batch` (the last one padded).
 pub fn evaluate(
-    be: &mut Backend,
+    be: &mut dyn Backend,
     model: &Model,
     ds: &Dataset,
     batch: usize,

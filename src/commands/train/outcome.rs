@@ -25,7 +25,7 @@ pub struct Measured {
 pub fn finish(
     args: &RunArgs,
     plan: &Plan,
-    be: &Backend,
+    be: &dyn Backend,
     ended: Result<LoopEnd, CliError>,
     progress: &Progress,
     loss_log_error: Option<String>,

@@ -28,7 +28,7 @@ pub fn run(args: &PredictArgs) -> Result<(), CliError> {
         ..DataRequest::new(c, &plan, &model, args.synthetic_samples, seed)
     }
     .load()?;
-    let mut be = Backend::new(kind, plan.clone())?;
+    let mut be = dmc_runtime::open_backend(kind, plan.clone())?;
     init_params(&mut be, c.init.as_deref(), seed)?;
     let mut feeder = Feeder::new(&plan, false);
     let per: usize = plan.output.shape[1..].iter().product::<usize>().max(1);

@@ -111,7 +111,7 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     let schedule = schedule(args, &model, train.len(), plan.batch, seed)?;
 
     let before_arena = dmc_runtime::alloc::current();
-    let mut be = Backend::new(kind, plan.clone())?;
+    let mut be = dmc_runtime::open_backend(kind, plan.clone())?;
     let arena = match be.device_arena_bytes() {
         Some(b) => b as usize, // device memory (cuMemGetInfo)
         None => dmc_runtime::alloc::current().saturating_sub(before_arena),
@@ -122,7 +122,7 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     let mut val_be = match &val {
         Some(_) => {
             let eval_plan = compile(&model, c, &c.plan.beside_training(), Mode::Eval)?;
-            Some(Backend::new(kind, eval_plan)?)
+            Some(dmc_runtime::open_backend(kind, eval_plan)?)
         }
         None => None,
     };

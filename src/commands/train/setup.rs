@@ -50,7 +50,7 @@ pub fn compile(
 }
 
 /// Initialises the parameters: seeded He/Glorot, then (with `--init`) the saved weights.
-pub fn init_params(be: &mut Backend, init: Option<&Path>, seed: u64) -> Result<(), CliError> {
+pub fn init_params(be: &mut dyn Backend, init: Option<&Path>, seed: u64) -> Result<(), CliError> {
     be.init_params(seed)?;
     if let Some(p) = init {
         let expected: Vec<(String, Vec<usize>)> = be

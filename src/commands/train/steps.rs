@@ -43,7 +43,7 @@ pub struct Schedule {
 
 /// The validation of each epoch: an eval backend, its data, and the program (for its loss).
 pub struct Validation<'a> {
-    pub backend: &'a mut Backend,
+    pub backend: &'a mut dyn Backend,
     pub data: &'a Dataset,
     pub model: &'a Model,
 }
@@ -51,7 +51,7 @@ pub struct Validation<'a> {
 /// Trains `be` on `train` by `schedule`, recording into `progress` (which holds what was done
 /// however the loop ends), the loss log and the bar.
 pub fn train(
-    be: &mut Backend,
+    be: &mut dyn Backend,
     train: &Dataset,
     schedule: Schedule,
     mut val: Option<Validation<'_>>,
