@@ -55,6 +55,12 @@ impl From<dmc_runtime::RuntimeError> for CliError {
     }
 }
 
+impl From<dmc_runtime::cuda::CudaError> for CliError {
+    fn from(e: dmc_runtime::cuda::CudaError) -> Self {
+        CliError::Runtime(Box::new(e.into()))
+    }
+}
+
 impl From<dmc_runtime::io::IoError> for CliError {
     fn from(e: dmc_runtime::io::IoError) -> Self {
         CliError::Io(Box::new(e))

@@ -30,7 +30,7 @@ pub const SEEDS: &[&str] = &[
 /// Programs with more layers are checked but not compiled (compiling them is slow, not wrong).
 pub const MAX_PLAN_LAYERS: usize = 400;
 
-/// Words other than the layer operations (those come from the grammar's own table, `OPS`).
+/// Words other than the layer operations (those come from the grammar's table of layers).
 const OTHER_WORDS: &[&str] = &[
     "input",
     "target",
@@ -77,10 +77,10 @@ const OTHER_WORDS: &[&str] = &[
 
 /// A word of the language: a layer operation or one of [`OTHER_WORDS`].
 fn word(r: &mut ChaCha8Rng) -> &'static str {
-    let ops = dmc_grammar::check::OPS;
+    let ops = dmc_grammar::layers::layers();
     let i = r.random_range(0..ops.len() + OTHER_WORDS.len());
     ops.get(i)
-        .copied()
+        .map(|d| d.name)
         .unwrap_or_else(|| OTHER_WORDS[i - ops.len()])
 }
 

@@ -3,12 +3,19 @@
 //! Entry point: [`compile_source`] turns the text of a `.dm` file into a checked [`model::Model`]
 //! or a [`Diagnostic`]; [`render_plain`] renders a diagnostic; [`summary::summary_text`] and
 //! [`summary::summary_json`] describe a model.
+//!
+//! Modules: [`lexer`] and [`parser`] (text to [`ast`]), [`check`] (AST to [`model::Model`]),
+//! [`layers`] (the table of layer operations the checker builds from), [`limits`], [`diag`],
+//! [`summary`].
 // `Diagnostic` carries its source text so it can be rendered anywhere; it is returned by value
 // because that is the crate's documented contract (`Result<Model, Diagnostic>`).
 #![allow(clippy::result_large_err)]
 pub mod ast;
 pub mod check;
 pub mod diag;
+pub mod layers;
+pub mod lexer;
+pub mod limits;
 pub mod model;
 pub mod parser;
 pub mod summary;

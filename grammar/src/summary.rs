@@ -33,22 +33,9 @@ pub fn bytes_text(n: usize) -> String {
     format!("{} bytes ({v:.1} {unit})", thousands(n))
 }
 
-/// Keras-style type name of a layer.
+/// Keras-style type name of a layer (from the layer table).
 pub fn layer_type(layer: &Layer) -> &'static str {
-    match layer {
-        Layer::Conv2d { .. } => "Conv2D",
-        Layer::MaxPool { .. } => "MaxPool",
-        Layer::AvgPool { .. } => "AvgPool",
-        Layer::GlobalAvgPool => "GlobalAvgPool",
-        Layer::Dense { .. } => "Dense",
-        Layer::Flatten => "Flatten",
-        Layer::Act(Activation::Relu) => "ReLU",
-        Layer::Act(Activation::Tanh) => "Tanh",
-        Layer::Act(Activation::Sigmoid) => "Sigmoid",
-        Layer::Act(Activation::Gelu) => "GELU",
-        Layer::Add => "Add",
-        Layer::Dropout { .. } => "Dropout",
-    }
+    crate::layers::summary_type(layer)
 }
 
 /// One row of the summary.

@@ -33,35 +33,14 @@ fn seeds() -> &'static [String] {
     })
 }
 
-/// Tokens the mutations insert and the random programs are made of.
-const TOKENS: &[&str] = &[
-    "input",
-    "target",
-    "block",
-    "return",
-    "loss",
-    "train",
-    "repeat",
-    "as",
-    "int",
-    "x",
-    "y",
-    "out",
-    "h",
-    "label",
-    "c",
-    "conv2d",
-    "maxpool",
-    "avgpool",
-    "global_avgpool",
-    "dense",
-    "flatten",
-    "relu",
-    "tanh",
-    "sigmoid",
-    "gelu",
-    "add",
-    "dropout",
+/// Tokens before the layer names (see [`tokens`]).
+const TOKENS_BEFORE: &[&str] = &[
+    "input", "target", "block", "return", "loss", "train", "repeat", "as", "int", "x", "y", "out",
+    "h", "label", "c",
+];
+
+/// Tokens after the layer names (see [`tokens`]).
+const TOKENS_AFTER: &[&str] = &[
     "mse",
     "cross_entropy",
     "sgd",
@@ -116,6 +95,18 @@ const TOKENS: &[&str] = &[
     ".",
     "\"",
 ];
+
+/// Tokens the mutations insert and the random programs are made of: keywords and names, every
+/// layer of the grammar's table, other words, punctuation and numbers.
+fn tokens() -> &'static [&'static str] {
+    static TOKENS: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    TOKENS.get_or_init(|| {
+        let mut t = TOKENS_BEFORE.to_vec();
+        t.extend(dmc_grammar::layers::names());
+        t.extend(TOKENS_AFTER);
+        t
+    })
+}
 
 fn check(src: &str) -> Result<(), TestCaseError> {
     match compile_source(src, "fuzz.dm") {
@@ -208,7 +199,7 @@ fn apply(src: &str, m: &Mutation) -> String {
         }
         Mutation::InsertToken(a, t) => {
             let a = a % (chars.len() + 1);
-            let tok = TOKENS[t % TOKENS.len()];
+            let tok = tokens()[t % tokens().len()];
             for (i, c) in tok.chars().enumerate() {
                 chars.insert(a + i, c);
             }
@@ -280,8 +271,8 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 40_000, failure_persistence: None, ..ProptestConfig::default() })]
     #[test]
-    fn token_soup(toks in prop::collection::vec(0usize..TOKENS.len(), 0..60)) {
-        let src: Vec<&str> = toks.iter().map(|t| TOKENS[*t]).collect();
+    fn token_soup(toks in prop::collection::vec(0usize..tokens().len(), 0..60)) {
+        let src: Vec<&str> = toks.iter().map(|t| tokens()[*t]).collect();
         check(&src.join(" "))?;
         check(&src.concat())?;
     }
@@ -299,12 +290,12 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 3_000, failure_persistence: None, ..ProptestConfig::default() })]
     /// A token (often an error) far right on a long line, or inside a long name.
     #[test]
-    fn long_lines_and_names(ex in 0usize..8, at in any::<usize>(), pad in 0usize..3_000, tok in 0usize..TOKENS.len(), name in any::<bool>()) {
+    fn long_lines_and_names(ex in 0usize..8, at in any::<usize>(), pad in 0usize..3_000, tok in 0usize..tokens().len(), name in any::<bool>()) {
         let src = &seeds()[ex];
         let mut chars: Vec<char> = src.chars().collect();
         let at = at % (chars.len() + 1);
         let filler = if name { 'n' } else { ' ' };
-        let ins = filler.to_string().repeat(pad) + TOKENS[tok];
+        let ins = filler.to_string().repeat(pad) + tokens()[tok];
         chars.splice(at..at, ins.chars());
         check(&chars.into_iter().collect::<String>())?;
     }

@@ -1,15 +1,14 @@
-//! One type over the backends, so the CLI drives the CPU or the CUDA backend with the same calls.
+//! The [`Backend`] trait: the operations the CLI drives a plan with, the same on the CPU, the CUDA
+//! and the emulated CUDA backend ([`CpuBackend`](crate::CpuBackend),
+//! [`CudaBackend`](crate::cuda::CudaBackend), [`EmuBackend`](crate::emu::EmuBackend)), and the
+//! types they exchange. [`open_backend`](crate::open_backend) builds the one a [`BackendKind`]
+//! names.
 
 use std::borrow::Cow;
 
-use dmc_codegen::CodegenOptions;
 use dmc_plan::plan::Plan;
 
-use crate::cpu::{CpuBackend, InputData};
-use crate::cuda::CudaBackend;
-use crate::emu::EmuBackend;
 use crate::error::RuntimeError;
-use crate::host_arena::HostArena;
 
 /// Which backend to build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,135 +19,96 @@ pub enum BackendKind {
     CudaEmu,
 }
 
-/// Parameters copied back from an arena, as the CPU backend's borrowed ones.
-type Params<'a> = Vec<(String, Vec<usize>, Cow<'a, [f32]>)>;
-
-fn owned<'a>(v: Vec<crate::host_arena::NamedTensor>) -> Params<'a> {
-    v.into_iter()
-        .map(|(n, s, d)| (n, s, Cow::Owned(d)))
-        .collect()
+/// Data for [`Backend::set_input`].
+#[derive(Debug, Clone, Copy)]
+pub enum InputData<'a> {
+    F32(&'a [f32]),
+    I32(&'a [i32]),
 }
 
-/// The CPU, the CUDA or the emulated CUDA backend for one plan.
-#[allow(clippy::large_enum_variant)] // one per process
-pub enum Backend {
-    Cpu(CpuBackend),
-    Cuda(Box<CudaBackend>),
-    CudaEmu(Box<EmuBackend>),
-}
+/// Every parameter as (name, shape, values): borrowed from the CPU backend's arena, copied back
+/// from the others.
+pub type Params<'a> = Vec<(String, Vec<usize>, Cow<'a, [f32]>)>;
 
-impl Backend {
-    pub fn new(kind: BackendKind, plan: Plan) -> Result<Self, RuntimeError> {
-        Self::with_codegen(kind, plan, &CodegenOptions::default())
-    }
+/// One plan on one backend: its arena allocated, its kernels ready. Every method behaves the same
+/// on every backend (the CPU backend is the reference the others are tested against).
+pub trait Backend {
+    /// The plan this backend runs.
+    fn plan(&self) -> &Plan;
 
-    /// [`Backend::new`], the CUDA and emulated backends rendering their kernels with `codegen`.
-    pub fn with_codegen(
-        kind: BackendKind,
-        plan: Plan,
-        codegen: &CodegenOptions,
-    ) -> Result<Self, RuntimeError> {
-        Ok(match kind {
-            BackendKind::Cpu => Backend::Cpu(CpuBackend::new(plan)?),
-            BackendKind::Cuda => Backend::Cuda(Box::new(CudaBackend::with_codegen(
-                plan,
-                crate::cuda::open_device()?,
-                codegen,
-            )?)),
-            BackendKind::CudaEmu => {
-                Backend::CudaEmu(Box::new(EmuBackend::with_codegen(plan, codegen)?))
-            }
-        })
-    }
+    /// Device memory taken by the arena (`cuMemGetInfo` before/after), for the CUDA backend;
+    /// `None` for the backends whose arena is host memory.
+    fn device_arena_bytes(&self) -> Option<u64>;
 
-    pub fn plan(&self) -> &Plan {
-        match self {
-            Backend::Cpu(b) => b.plan(),
-            Backend::Cuda(b) => b.plan(),
-            Backend::CudaEmu(b) => b.plan(),
-        }
-    }
-
-    /// Device memory taken by the arena (`cuMemGetInfo` before/after), for the CUDA backend.
-    pub fn device_arena_bytes(&self) -> Option<u64> {
-        match self {
-            Backend::Cpu(_) | Backend::CudaEmu(_) => None,
-            Backend::Cuda(b) => Some(b.measured_arena_bytes),
-        }
-    }
-
-    /// Poison mode: dead buffers are filled with NaN after each step.
-    pub fn set_poison(&mut self, on: bool) {
-        match self {
-            Backend::Cpu(b) => b.set_poison(on),
-            Backend::Cuda(b) => b.set_poison(on),
-            Backend::CudaEmu(b) => b.set_poison(on),
-        }
-    }
+    /// Poison mode: after each step, the buffers whose live range ends there are filled with NaN
+    /// (see [`CpuBackend::set_poison`](crate::CpuBackend::set_poison)).
+    fn set_poison(&mut self, on: bool);
 
     /// Stop right after the loss when it is not finite: no backward or update step runs, so the
     /// weights stay the last good ones.
-    pub fn set_halt_on_nonfinite_loss(&mut self, on: bool) {
-        match self {
-            Backend::Cpu(b) => b.set_halt_on_nonfinite_loss(on),
-            Backend::Cuda(b) => b.set_halt_on_nonfinite_loss(on),
-            Backend::CudaEmu(b) => b.set_halt_on_nonfinite_loss(on),
-        }
-    }
+    fn set_halt_on_nonfinite_loss(&mut self, on: bool);
 
-    pub fn init_params(&mut self, seed: u64) -> Result<(), RuntimeError> {
-        match self {
-            Backend::Cpu(b) => {
-                b.init_params(seed);
-                Ok(())
-            }
-            Backend::Cuda(b) => b.init_params(seed),
-            Backend::CudaEmu(b) => b.init_params(seed),
-        }
-    }
+    /// Initialises every parameter from `(seed, name)` ([`crate::init`]) and zeroes the optimizer
+    /// state.
+    fn init_params(&mut self, seed: u64) -> Result<(), RuntimeError>;
 
-    pub fn set_param(&mut self, name: &str, data: &[f32]) -> Result<(), RuntimeError> {
-        match self {
-            Backend::Cpu(b) => b.set_param(name, data),
-            Backend::Cuda(b) => b.set_param(name, data),
-            Backend::CudaEmu(b) => b.set_param(name, data),
-        }
-    }
+    /// Overwrites a parameter.
+    fn set_param(&mut self, name: &str, data: &[f32]) -> Result<(), RuntimeError>;
 
-    /// Every parameter: (name, shape, values), in plan order (copied back from the GPU).
-    pub fn params(&self) -> Result<Params<'_>, RuntimeError> {
-        match self {
-            Backend::Cpu(b) => Ok(b
-                .params()
-                .map(|(n, s, d)| (n.to_string(), s.to_vec(), Cow::Borrowed(d)))
-                .collect()),
-            Backend::Cuda(b) => Ok(owned(b.params()?)),
-            Backend::CudaEmu(b) => Ok(owned(b.params()?)),
-        }
-    }
+    /// Every parameter: (name, shape, values), in plan order.
+    fn params(&self) -> Result<Params<'_>, RuntimeError>;
 
-    pub fn set_input(&mut self, name: &str, data: InputData) -> Result<(), RuntimeError> {
-        match self {
-            Backend::Cpu(b) => b.set_input(name, data),
-            Backend::Cuda(b) => b.set_input(name, data),
-            Backend::CudaEmu(b) => b.set_input(name, data),
-        }
-    }
+    /// Feeds a batch input or target (by name).
+    fn set_input(&mut self, name: &str, data: InputData) -> Result<(), RuntimeError>;
 
-    pub fn run(&mut self, step_counter: u64, seed: u64) -> Result<f32, RuntimeError> {
-        match self {
-            Backend::Cpu(b) => b.run(step_counter, seed),
-            Backend::Cuda(b) => b.run(step_counter, seed),
-            Backend::CudaEmu(b) => b.run(step_counter, seed),
-        }
-    }
+    /// Executes every step of the plan in order and returns the loss. `step_counter` is the
+    /// 1-based training step (Adam's `t`, part of the dropout key with `seed`).
+    fn run(&mut self, step_counter: u64, seed: u64) -> Result<f32, RuntimeError>;
 
     /// The network output after the last `run`.
-    pub fn output(&self) -> Result<Cow<'_, [f32]>, RuntimeError> {
-        match self {
-            Backend::Cpu(b) => Ok(Cow::Borrowed(b.output())),
-            Backend::Cuda(b) => Ok(Cow::Owned(b.output()?)),
-            Backend::CudaEmu(b) => Ok(Cow::Owned(b.output()?)),
-        }
+    fn output(&self) -> Result<Cow<'_, [f32]>, RuntimeError>;
+}
+
+/// A boxed backend (as [`open_backend`](crate::open_backend) returns it) is a backend, so
+/// `&mut Box<dyn Backend>` can be passed where `&mut dyn Backend` is expected.
+impl<B: Backend + ?Sized> Backend for Box<B> {
+    fn plan(&self) -> &Plan {
+        (**self).plan()
+    }
+
+    fn device_arena_bytes(&self) -> Option<u64> {
+        (**self).device_arena_bytes()
+    }
+
+    fn set_poison(&mut self, on: bool) {
+        (**self).set_poison(on);
+    }
+
+    fn set_halt_on_nonfinite_loss(&mut self, on: bool) {
+        (**self).set_halt_on_nonfinite_loss(on);
+    }
+
+    fn init_params(&mut self, seed: u64) -> Result<(), RuntimeError> {
+        (**self).init_params(seed)
+    }
+
+    fn set_param(&mut self, name: &str, data: &[f32]) -> Result<(), RuntimeError> {
+        (**self).set_param(name, data)
+    }
+
+    fn params(&self) -> Result<Params<'_>, RuntimeError> {
+        (**self).params()
+    }
+
+    fn set_input(&mut self, name: &str, data: InputData) -> Result<(), RuntimeError> {
+        (**self).set_input(name, data)
+    }
+
+    fn run(&mut self, step_counter: u64, seed: u64) -> Result<f32, RuntimeError> {
+        (**self).run(step_counter, seed)
+    }
+
+    fn output(&self) -> Result<Cow<'_, [f32]>, RuntimeError> {
+        (**self).output()
     }
 }

@@ -6,7 +6,7 @@ use dmc_plan::plan::{Kernel, Plan};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::cpu::InputData;
+use crate::backend::InputData;
 use crate::error::RuntimeError;
 
 /// Random bytes for every signature slot of `k` (sized per its shapes): f32 in [-1, 1) (Adam's

@@ -1,5 +1,8 @@
-//! Runtime errors.
+//! The runtime's errors: [`RuntimeError`], and the errors of the CUDA backend ([`CudaError`]) and
+//! of the CUDA emulator ([`EmuError`]) that it wraps. (The data and weight files have theirs,
+//! [`IoError`](crate::io::IoError).)
 
+use dmc_codegen::CodegenError;
 use dmc_plan::op::DType;
 
 #[derive(Debug, thiserror::Error)]
@@ -37,7 +40,55 @@ pub enum RuntimeError {
         classes: usize,
     },
     #[error(transparent)]
-    Cuda(#[from] crate::cuda::CudaError),
+    Cuda(#[from] CudaError),
     #[error(transparent)]
-    Emu(#[from] crate::emu::EmuError),
+    Emu(#[from] EmuError),
+}
+
+/// Errors of the CUDA backend ([`crate::cuda`]): NVRTC, the driver, the device.
+#[derive(Debug, thiserror::Error)]
+pub enum CudaError {
+    #[error("{0}")]
+    NvrtcMissing(String),
+    #[error("NVRTC: {0}")]
+    Nvrtc(String),
+    #[error("NVRTC could not compile kernel `{kernel}`:\n{log}")]
+    Compile { kernel: String, log: String },
+    #[error("the CUDA driver (libcuda.so.1) was not found (install the NVIDIA driver)")]
+    NoDriver,
+    #[error("no usable CUDA GPU: {0}")]
+    NoDevice(String),
+    #[error("CUDA driver call failed ({what}): {message}")]
+    Driver { what: String, message: String },
+    #[error(transparent)]
+    Codegen(#[from] CodegenError),
+}
+
+/// Errors of the CUDA emulator ([`crate::emu`]): the host C++ compiler, its cache, a kernel's run.
+#[derive(Debug, thiserror::Error)]
+pub enum EmuError {
+    #[error(
+        "cannot run the C++ compiler `{cxx}`: {reason} (the CUDA emulator compiles kernels with g++: \
+         install it, e.g. `apt install g++`, or set DMC_CXX to a g++-compatible compiler)"
+    )]
+    NoCompiler { cxx: String, reason: String },
+    #[error("{cxx} could not compile kernel `{kernel}` for the emulator (source: {source_path}):\n{log}")]
+    Compile {
+        cxx: String,
+        kernel: String,
+        source_path: String,
+        log: String,
+    },
+    #[error("cannot load the emulated kernel `{kernel}` from {path}: {message}")]
+    Load {
+        kernel: String,
+        path: String,
+        message: String,
+    },
+    #[error("kernel `{kernel}` failed in the CUDA emulator: {message}")]
+    Kernel { kernel: String, message: String },
+    #[error("emulator cache {path}: {message} (set DMC_CACHE_DIR to a writable directory)")]
+    Cache { path: String, message: String },
+    #[error(transparent)]
+    Codegen(#[from] CodegenError),
 }

@@ -6,12 +6,20 @@
 use dmc_plan::op::{DType, Op};
 use dmc_plan::plan::{BufferId, Plan};
 
-use crate::cpu::executor::{init_values, name_seed, poison_lists};
-use crate::cpu::InputData;
+use crate::backend::{InputData, Params};
 use crate::error::RuntimeError;
+use crate::init::{init_values, name_seed};
+use crate::poison::poison_lists;
 
 /// (name, shape, values) of a tensor copied back from an arena.
 pub type NamedTensor = (String, Vec<usize>, Vec<f32>);
+
+/// Copied-back tensors as the [`Backend`](crate::Backend) trait's [`Params`].
+pub(crate) fn owned_params(v: Vec<NamedTensor>) -> Params<'static> {
+    v.into_iter()
+        .map(|(n, s, d)| (n, s, std::borrow::Cow::Owned(d)))
+        .collect()
+}
 
 fn numel(s: &[usize]) -> usize {
     s.iter().product()

@@ -1,18 +1,25 @@
-//! dmc runtime: executes an execution plan on one arena (CPU backend), and reads/writes data and
-//! weights.
+//! dmc runtime: executes an execution plan on one arena (CPU, CUDA or emulated CUDA backend, all
+//! behind the [`Backend`] trait), and reads/writes data and weights.
 
 pub mod alloc;
-pub mod cpu;
-pub mod error;
-pub mod io;
-
-pub use cpu::executor::check_plan;
-pub use cpu::{CpuBackend, InputData};
-pub use error::RuntimeError;
+pub(crate) mod arena;
 pub mod backend;
 pub mod compare;
+pub mod cpu;
 pub mod cuda;
 pub mod emu;
+pub mod error;
+mod hash;
 pub mod host_arena;
-pub use backend::{Backend, BackendKind};
+pub mod init;
+pub mod io;
+mod open;
+mod poison;
+pub mod validate;
+
+pub use backend::{Backend, BackendKind, InputData};
+pub use cpu::CpuBackend;
+pub use error::RuntimeError;
 pub use host_arena::HostArena;
+pub use open::open_backend;
+pub use validate::check_plan;

@@ -1,5 +1,6 @@
 //! `dmc check FILE`
 
+use super::program::load_model;
 use crate::report::CliError;
 use dmc_grammar::summary::thousands;
 use std::path::PathBuf;
@@ -11,7 +12,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<(), CliError> {
-    let model = super::load_model(&args.file)?;
+    let model = load_model(&args.file)?;
     println!(
         "{}: ok ({} layers, {} parameters)",
         args.file.display(),

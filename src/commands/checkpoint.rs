@@ -41,7 +41,7 @@ impl Saved {
 /// Saves the backend's weights to `path` after training ended, by the rules above. `steps_done`
 /// counts completed steps; `zero_steps_asked` is an explicit `--steps 0`.
 pub fn save_after_training(
-    be: &Backend,
+    be: &dyn Backend,
     path: Option<&Path>,
     steps_done: usize,
     zero_steps_asked: bool,
@@ -72,7 +72,7 @@ pub fn save_after_training(
 }
 
 /// Writes the backend's parameters (refused if any is not finite).
-pub fn save(be: &Backend, path: &Path) -> Result<(), CliError> {
+pub fn save(be: &dyn Backend, path: &Path) -> Result<(), CliError> {
     let params = be.params()?;
     let tensors: Vec<(String, Vec<usize>, &[f32])> = params
         .iter()

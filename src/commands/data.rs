@@ -5,10 +5,12 @@
 use std::path::PathBuf;
 
 use dmc_compiler::plan::Mode;
-use dmc_compiler::CompileOptions;
 use dmc_runtime::io::{self, Dataset, TensorSpec};
 
-use super::train::{describe_synthetic, seed_or_default, task_of, SYNTHETIC_SAMPLES};
+use super::plan_args::PlanArgs;
+use super::program::load_model;
+use super::train::args::SYNTHETIC_SAMPLES;
+use super::train::dataset::{describe_synthetic, seed_or_default, task_of};
 use crate::report::CliError;
 
 #[derive(Debug, clap::Args)]
@@ -29,14 +31,11 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> Result<(), CliError> {
-    let model = super::load_model(&args.file)?;
+    let model = load_model(&args.file)?;
     // The data tensors `dmc run` binds: the program's inputs and targets, from its plan (an eval
-    // plan has the same ones as the training step and is cheaper to compile).
-    let opts = CompileOptions {
-        mode: Mode::Eval,
-        verify: false,
-        ..CompileOptions::default()
-    };
+    // plan has the same ones as the training step and is cheaper to compile; no plan flag changes
+    // the per-sample shapes, so `dmc data` takes none).
+    let opts = PlanArgs::default().options(Mode::Eval, false)?;
     let plan = dmc_compiler::compile(&model, &opts)?;
     let specs = TensorSpec::from_plan(&plan);
     let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();

@@ -1,18 +1,26 @@
 //! The subcommands. To add one: create `src/commands/<name>.rs` with an `Args` struct
 //! (clap derive) and a `run(args) -> Result<(), CliError>`, then add a variant to [`Command`].
+//! A command that compiles a plan flattens [`plan_args::PlanArgs`] into its `Args` and builds its
+//! `CompileOptions` with `PlanArgs::options`; one that takes a program reads it with
+//! [`program::load_model`]. The modules here use each other in one direction only: this file
+//! uses the commands, the commands use the shared modules (`plan_args`, `program`, `kernels`,
+//! `train::*`), and nothing uses this file's items.
 
 mod check;
 mod checkpoint;
 mod compile;
-mod cuda;
 mod data;
+mod emu_check;
+mod gpu_selftest;
+mod kernels;
 mod plan;
+mod plan_args;
+mod program;
 mod summary;
 mod train;
 
 use crate::report::CliError;
 use clap::{Parser, Subcommand};
-use std::path::Path;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -36,20 +44,21 @@ pub enum Command {
     /// Explain the planned memory of the training step (peak, categories, per layer, timeline).
     Plan(plan::Args),
     /// Train: compile the step, plan its memory, run it on the data (or a synthetic set).
-    Run(train::RunArgs),
+    Run(train::args::RunArgs),
     /// Evaluate saved weights on a data set: loss and (for classification) accuracy.
-    Eval(train::EvalArgs),
+    Eval(train::args::EvalArgs),
     /// Write the network's outputs for the given inputs to a .safetensors or .npy file.
-    Predict(train::PredictArgs),
+    Predict(train::args::PredictArgs),
     /// Write the seeded synthetic data set `run` uses without --data to a .safetensors (or .npy)
     /// file, tensors named after the program's inputs and targets.
     Data(data::Args),
     /// Check the generated CUDA kernels without a GPU: compile them with g++ against a host CUDA
     /// header, run them on the CPU and compare with the CPU backend.
-    EmuCheck(cuda::EmuCheckArgs),
+    EmuCheck(emu_check::EmuCheckArgs),
     /// Check the CUDA backend against the CPU backend on a GPU (see scripts/gpu-check.sh).
+    /// `--vram-cap` caps the plans of the training checks; the kernel checks use uncapped plans.
     #[command(hide = true)]
-    GpuSelftest(cuda::SelftestArgs),
+    GpuSelftest(gpu_selftest::SelftestArgs),
 }
 
 pub fn run(cli: Cli) -> Result<(), CliError> {
@@ -58,17 +67,11 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Summary(a) => summary::run(a),
         Command::Compile(a) => compile::run(a),
         Command::Plan(a) => plan::run(a),
-        Command::Run(a) => train::run(&a),
-        Command::Eval(a) => train::eval(&a),
-        Command::Predict(a) => train::predict(&a),
+        Command::Run(a) => train::run::run(&a),
+        Command::Eval(a) => train::eval::run(&a),
+        Command::Predict(a) => train::predict::run(&a),
         Command::Data(a) => data::run(&a),
-        Command::GpuSelftest(a) => cuda::selftest(&a),
-        Command::EmuCheck(a) => cuda::emu_check(&a),
+        Command::GpuSelftest(a) => gpu_selftest::run(&a),
+        Command::EmuCheck(a) => emu_check::run(&a),
     }
-}
-
-/// Reads and checks a `.dm` file (shared by all commands that take a program). Reading is bounded
-/// (`dmc_grammar::MAX_SOURCE_BYTES`); unreadable, oversized and non-UTF-8 files are diagnostics.
-pub fn load_model(path: &Path) -> Result<dmc_grammar::Model, CliError> {
-    Ok(dmc_grammar::compile_file(path)?)
 }

@@ -12,29 +12,19 @@ use dmc_compiler::report::{
     memory_report, render_json, render_svg, render_sweep_svg, render_sweep_text, render_text,
     RematSummary,
 };
-use dmc_compiler::CompileOptions;
+use dmc_runtime::io::write_file_atomic;
 
-use super::compile::{write_atomic, RematArg};
+use super::plan_args::{PlanArgs, RematArg, VERIFY};
+use super::program::load_model;
 use crate::report::CliError;
-use crate::size::{human, parse_size};
+use crate::size::human;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The .dm program.
     pub file: PathBuf,
-    /// Memory cap for the planned arena, e.g. `900MB`, `1GiB`, `1.5G` or bytes.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
-    pub vram_cap: Option<u64>,
-    /// Keep whole per-layer weight gradients (no optimizer update fused into the backward), for
-    /// comparison with the default fused, chunked update.
-    #[arg(long)]
-    pub no_fuse: bool,
-    /// Recompute forward values in the backward to fit `--vram-cap` (auto: only when needed).
-    #[arg(long, value_enum, default_value_t = RematArg::Auto)]
-    pub remat: RematArg,
-    /// Batch size (overrides the program's).
-    #[arg(long)]
-    pub batch: Option<usize>,
+    #[command(flatten)]
+    pub plan: PlanArgs,
     /// The report as JSON (for tools).
     #[arg(long)]
     pub json: bool,
@@ -42,8 +32,9 @@ pub struct Args {
     #[arg(long, value_name = "FILE.svg")]
     pub timeline: Option<PathBuf>,
     /// Print the memory / recompute trade-off from the smallest feasible cap to the arena without
-    /// recomputation, against sqrt(n) and checkpoint-all checkpointing.
-    #[arg(long)]
+    /// recomputation, against sqrt(n) and checkpoint-all checkpointing (every cap, with and without
+    /// recomputation: so not with `--vram-cap` or `--remat`; `--svg` draws it, not `--timeline`).
+    #[arg(long, conflicts_with_all = ["vram_cap", "remat", "timeline"])]
     pub sweep: bool,
     /// With `--sweep`: draw the trade-off curve to this SVG file.
     #[arg(long, value_name = "FILE.svg", requires = "sweep")]
@@ -51,24 +42,17 @@ pub struct Args {
     /// Points of the sweep.
     #[arg(long, default_value_t = 12, requires = "sweep")]
     pub points: usize,
-    /// The largest batch whose training step fits `--vram-cap`.
-    #[arg(long, requires = "vram_cap")]
+    /// The largest batch whose training step fits `--vram-cap` (one line: not with `--batch`,
+    /// `--json` or `--timeline`).
+    #[arg(long, requires = "vram_cap", conflicts_with_all = ["batch", "sweep", "json", "timeline"])]
     pub max_batch: bool,
 }
 
 pub fn run(args: Args) -> Result<(), CliError> {
-    let model = super::load_model(&args.file)?;
-    let opts = CompileOptions {
-        mode: Mode::Train,
-        batch: args.batch,
-        cap: args.vram_cap,
-        fuse: !args.no_fuse,
-        remat: args.remat.into(),
-        verify: true,
-        ..CompileOptions::default()
-    };
+    let model = load_model(&args.file)?;
+    let opts = args.plan.options(Mode::Train, VERIFY)?;
     if args.max_batch {
-        let cap = args.vram_cap.unwrap_or(u64::MAX);
+        let cap = args.plan.vram_cap.unwrap_or(u64::MAX);
         let found = dmc_compiler::max_batch(&model, &opts)?;
         match found {
             Some((b, arena)) => println!(
@@ -76,7 +60,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
                 args.file.display(),
                 human(cap),
                 human(arena),
-                if args.remat == RematArg::Off {
+                if args.plan.remat == RematArg::Off {
                     "off"
                 } else {
                     "auto"
@@ -93,14 +77,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         return Ok(());
     }
     if args.sweep {
-        let sw = dmc_compiler::sweep(
-            &model,
-            &CompileOptions {
-                verify: false,
-                ..opts.clone()
-            },
-            args.points,
-        )?;
+        let sw = dmc_compiler::sweep(&model, &args.plan.options(Mode::Train, false)?, args.points)?;
         if args.json {
             println!(
                 "{}",
@@ -113,7 +90,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         if let Some(path) = &args.svg {
             let svg = render_sweep_svg(&sw)
                 .map_err(|e| CliError::Message(format!("cannot draw the sweep: {e}")))?;
-            write_atomic(path, svg.as_bytes())?;
+            write_file_atomic(path, svg.as_bytes())?;
             if !args.json {
                 println!("trade-off curve written to {}", path.display());
             }
@@ -132,12 +109,12 @@ pub fn run(args: Args) -> Result<(), CliError> {
     if args.json {
         println!("{}", render_json(&report));
     } else {
-        print!("{}", render_text(&report, args.vram_cap));
+        print!("{}", render_text(&report, args.plan.vram_cap));
     }
     if let Some(path) = &args.timeline {
-        let svg = render_svg(&report, args.vram_cap)
+        let svg = render_svg(&report, args.plan.vram_cap)
             .map_err(|e| CliError::Message(format!("cannot draw the timeline: {e}")))?;
-        write_atomic(path, svg.as_bytes())?;
+        write_file_atomic(path, svg.as_bytes())?;
         if !args.json {
             println!("timeline written to {}", path.display());
         }

@@ -1,5 +1,6 @@
 //! `dmc summary FILE [--json]`
 
+use super::program::load_model;
 use crate::report::CliError;
 use std::path::PathBuf;
 
@@ -13,7 +14,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<(), CliError> {
-    let model = super::load_model(&args.file)?;
+    let model = load_model(&args.file)?;
     if args.json {
         let v = dmc_grammar::summary_json(&model);
         let text =

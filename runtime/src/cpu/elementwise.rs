@@ -4,6 +4,7 @@
 use dmc_plan::op::UnaryKind;
 
 use super::par::for_chunks;
+use crate::hash::mix64;
 
 /// y = f(x).
 pub fn unary_fwd(kind: UnaryKind, x: &[f32], y: &mut [f32]) {
@@ -64,14 +65,6 @@ pub fn add_inplace(a: &mut [f32], b: &[f32]) {
             *a += b;
         }
     });
-}
-
-/// splitmix64's finaliser: a bijective 64-bit mix.
-#[inline]
-pub fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;

@@ -25,14 +25,6 @@ impl PoolDims {
             wo: y[2],
         }
     }
-    /// Output size of a 'valid' (floor) window: `(h - size) / stride + 1` (0 when h < size).
-    pub fn out_size(h: usize, g: &PoolGeom) -> usize {
-        if h < g.size || g.stride == 0 {
-            0
-        } else {
-            (h - g.size) / g.stride + 1
-        }
-    }
     fn check(&self, g: &PoolGeom, x: usize, y: usize) {
         assert!(g.size >= 1 && g.stride >= 1, "pool: bad geometry");
         assert_eq!(x, self.n * self.h * self.w * self.c, "pool: x size");

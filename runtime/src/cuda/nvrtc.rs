@@ -21,7 +21,7 @@ use std::sync::OnceLock;
 
 use sha2::{Digest, Sha256};
 
-use super::CudaError;
+use crate::error::CudaError;
 
 type NvrtcResult = c_int;
 type Program = *mut std::ffi::c_void;

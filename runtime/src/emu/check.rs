@@ -18,8 +18,9 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use super::{compile, compile_all, EmuError, EmuKernel, FiberOrder};
+use crate::arena::Arena;
 use crate::compare::{random_args, rel_err};
-use crate::cpu::executor::{run_single_kernel, Arena};
+use crate::cpu::executor::run_single_kernel;
 use crate::error::RuntimeError;
 
 /// Bytes of poison before and after the arena (a multiple of the plan alignment).

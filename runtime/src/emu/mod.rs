@@ -14,53 +14,28 @@
 
 pub mod check;
 
+use std::borrow::Cow;
 use std::ffi::{c_char, CStr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use dmc_codegen::{render_plan, CodegenError, CodegenOptions, CudaKernel};
+use dmc_codegen::{render_plan, CodegenOptions, CudaKernel};
 use dmc_plan::plan::Plan;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
-use crate::cpu::executor::validate;
-use crate::cpu::executor::Arena;
+use crate::arena::Arena;
+use crate::backend::{InputData, Params};
+pub use crate::error::EmuError;
 use crate::error::RuntimeError;
-use crate::host_arena::{run_steps, step_launch, HostArena, StepFlags, StepLauncher};
+use crate::host_arena::{owned_params, run_steps, step_launch, HostArena, StepFlags, StepLauncher};
+use crate::validate::validate;
 
 /// The host header that makes g++ accept the generated CUDA C (embedded at build time, from the
 /// code generator's templates).
 pub use dmc_codegen::HOST_HEADER;
-
-#[derive(Debug, thiserror::Error)]
-pub enum EmuError {
-    #[error(
-        "cannot run the C++ compiler `{cxx}`: {reason} (the CUDA emulator compiles kernels with g++: \
-         install it, e.g. `apt install g++`, or set DMC_CXX to a g++-compatible compiler)"
-    )]
-    NoCompiler { cxx: String, reason: String },
-    #[error("{cxx} could not compile kernel `{kernel}` for the emulator (source: {source_path}):\n{log}")]
-    Compile {
-        cxx: String,
-        kernel: String,
-        source_path: String,
-        log: String,
-    },
-    #[error("cannot load the emulated kernel `{kernel}` from {path}: {message}")]
-    Load {
-        kernel: String,
-        path: String,
-        message: String,
-    },
-    #[error("kernel `{kernel}` failed in the CUDA emulator: {message}")]
-    Kernel { kernel: String, message: String },
-    #[error("emulator cache {path}: {message} (set DMC_CACHE_DIR to a writable directory)")]
-    Cache { path: String, message: String },
-    #[error(transparent)]
-    Codegen(#[from] CodegenError),
-}
 
 /// The C++ compiler: `$DMC_CXX`, else `g++`, with the version line that is part of the cache key.
 struct Cxx {
@@ -533,6 +508,50 @@ impl HostArena for EmuBackend {
             .and_then(|o| self.arena.bytes().get(o..o.checked_add(len)?))
             .map(<[u8]>::to_vec)
             .ok_or_else(|| RuntimeError::BadPlan(format!("read outside the arena at {offset}")))
+    }
+}
+
+/// The [`Backend`](crate::Backend) trait over the inherent methods and [`HostArena`]'s. (The trait
+/// is not imported here: its method names are [`HostArena`]'s, so both in scope would be ambiguous.)
+impl crate::backend::Backend for EmuBackend {
+    fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    fn device_arena_bytes(&self) -> Option<u64> {
+        None
+    }
+
+    fn set_poison(&mut self, on: bool) {
+        EmuBackend::set_poison(self, on);
+    }
+
+    fn set_halt_on_nonfinite_loss(&mut self, on: bool) {
+        EmuBackend::set_halt_on_nonfinite_loss(self, on);
+    }
+
+    fn init_params(&mut self, seed: u64) -> Result<(), RuntimeError> {
+        HostArena::init_params(self, seed)
+    }
+
+    fn set_param(&mut self, name: &str, data: &[f32]) -> Result<(), RuntimeError> {
+        HostArena::set_param(self, name, data)
+    }
+
+    fn params(&self) -> Result<Params<'_>, RuntimeError> {
+        Ok(owned_params(HostArena::params(self)?))
+    }
+
+    fn set_input(&mut self, name: &str, data: InputData) -> Result<(), RuntimeError> {
+        HostArena::set_input(self, name, data)
+    }
+
+    fn run(&mut self, step_counter: u64, seed: u64) -> Result<f32, RuntimeError> {
+        EmuBackend::run(self, step_counter, seed)
+    }
+
+    fn output(&self) -> Result<Cow<'_, [f32]>, RuntimeError> {
+        Ok(Cow::Owned(HostArena::output(self)?))
     }
 }
 

@@ -8,7 +8,8 @@
 //! * a temp file is removed on every error path; the temp files being written are registered, so a
 //!   signal handler that ends the process can remove them ([`remove_temp_files_in_flight`]); and
 //!   the temp files of earlier processes that were killed (SIGKILL, power loss) are swept away the
-//!   next time the same file is written.
+//!   next time the same file is written;
+//! * [`check_writable`] tells, before a long run starts, whether its output file can be written.
 
 use std::fs;
 use std::io::Write;
@@ -271,7 +272,7 @@ pub(crate) fn atomic_write(
     drop(guard);
     result.map_err(|e| {
         // A missing or unwritable directory gets the clearer diagnosis of `check_writable`.
-        match super::weights::check_writable(path) {
+        match check_writable(path) {
             Err(diagnosed) => diagnosed,
             Ok(()) => IoError::Write {
                 path: path.to_path_buf(),
@@ -284,4 +285,69 @@ pub(crate) fn atomic_write(
 /// Writes `bytes` to `path` atomically (see [`atomic_write`]): for plans, reports and drawings.
 pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> Result<(), IoError> {
     atomic_write(path, |w| w.write_all(bytes))
+}
+
+/// Checks, before training starts, that `path` can be written: it is not a directory, device,
+/// FIFO or other non-regular file (a symbolic link is checked at the file it names), its directory
+/// exists and a file can be created there (a temp file is created and deleted).
+pub fn check_writable(path: &Path) -> Result<(), IoError> {
+    let resolved = write_target(path)?;
+    let path = resolved.as_path();
+    let err = |reason: String, hint: &str| IoError::NotWritable {
+        path: path.to_path_buf(),
+        reason,
+        hint: hint.to_string(),
+    };
+    if path.file_name().is_none() {
+        return Err(err(
+            "the path has no file name".into(),
+            "pass a file path, e.g. out/weights.safetensors",
+        ));
+    }
+    if path.is_dir() {
+        return Err(err(
+            "it is a directory".into(),
+            "pass a file path, e.g. <dir>/weights.safetensors",
+        ));
+    }
+    let dir: PathBuf = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    match fs::metadata(&dir) {
+        Err(_) => {
+            return Err(err(
+                format!("the directory {} does not exist", dir.display()),
+                "create it first (mkdir -p) or choose another path",
+            ))
+        }
+        Ok(m) if !m.is_dir() => {
+            return Err(err(
+                format!("{} is not a directory", dir.display()),
+                "choose a path inside a directory",
+            ))
+        }
+        Ok(_) => {}
+    }
+    let probe = dir.join(format!(".dmc-write-check.{}", std::process::id()));
+    match fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+    {
+        Ok(f) => {
+            drop(f);
+            let _ = fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            // A stale probe from this pid: it was creatable, so the directory is writable.
+            let _ = fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) => Err(err(
+            format!("cannot create files in {}: {e}", dir.display()),
+            "fix the directory's permissions or choose another path",
+        )),
+    }
 }

@@ -1,10 +1,9 @@
-//! Weights as `.safetensors`: atomic saving, a writability check to run before training, and a
-//! strict loader that checks names, shapes, dtypes and values against the program.
+//! Weights as `.safetensors`: atomic saving and a strict loader that checks names, shapes, dtypes
+//! and values against the program.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use safetensors::{Dtype, SafeTensors, View};
 
@@ -95,71 +94,6 @@ pub fn save_weights(path: &Path, tensors: &[(String, Vec<usize>, &[f32])]) -> Re
         ));
     }
     write_safetensors(path, &views)
-}
-
-/// Checks, before training starts, that `path` can be written: it is not a directory, device,
-/// FIFO or other non-regular file (a symbolic link is checked at the file it names), its directory
-/// exists and a file can be created there (a temp file is created and deleted).
-pub fn check_writable(path: &Path) -> Result<(), IoError> {
-    let resolved = super::files::write_target(path)?;
-    let path = resolved.as_path();
-    let err = |reason: String, hint: &str| IoError::NotWritable {
-        path: path.to_path_buf(),
-        reason,
-        hint: hint.to_string(),
-    };
-    if path.file_name().is_none() {
-        return Err(err(
-            "the path has no file name".into(),
-            "pass a file path, e.g. out/weights.safetensors",
-        ));
-    }
-    if path.is_dir() {
-        return Err(err(
-            "it is a directory".into(),
-            "pass a file path, e.g. <dir>/weights.safetensors",
-        ));
-    }
-    let dir: PathBuf = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    match fs::metadata(&dir) {
-        Err(_) => {
-            return Err(err(
-                format!("the directory {} does not exist", dir.display()),
-                "create it first (mkdir -p) or choose another path",
-            ))
-        }
-        Ok(m) if !m.is_dir() => {
-            return Err(err(
-                format!("{} is not a directory", dir.display()),
-                "choose a path inside a directory",
-            ))
-        }
-        Ok(_) => {}
-    }
-    let probe = dir.join(format!(".dmc-write-check.{}", std::process::id()));
-    match fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&probe)
-    {
-        Ok(f) => {
-            drop(f);
-            let _ = fs::remove_file(&probe);
-            Ok(())
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            // A stale probe from this pid: it was creatable, so the directory is writable.
-            let _ = fs::remove_file(&probe);
-            Ok(())
-        }
-        Err(e) => Err(err(
-            format!("cannot create files in {}: {e}", dir.display()),
-            "fix the directory's permissions or choose another path",
-        )),
-    }
 }
 
 /// Loads parameters from a `.safetensors` file and checks them against the program:

@@ -1,0 +1,280 @@
+//! Arguments: binding a call's positional and keyword arguments to a signature, and reading the
+//! bound values as whole numbers, numbers, flags or choices.
+
+use super::names::suggest;
+use super::scope::{describe, Val};
+use super::state::err;
+use crate::ast::Ident;
+use crate::diag::{Error, Kind};
+use crate::layers::args::{ArgDefault, ArgKind, ArgValue, Args};
+use crate::layers::LayerDef;
+use crate::limits::MAX_DIM;
+use crate::model::{Activation, Span};
+use std::collections::HashMap;
+
+/// A signature to bind a call to: the operation's name, its arguments (name, has a default), and
+/// an example shown when a required argument is missing.
+pub(super) struct Sig {
+    pub(super) op: &'static str,
+    pub(super) params: Vec<(&'static str, bool)>,
+    pub(super) example: Option<&'static str>,
+}
+
+impl Sig {
+    /// The signature of a layer of the table.
+    pub(super) fn of_layer(def: &LayerDef) -> Sig {
+        Sig {
+            op: def.name,
+            params: def
+                .params
+                .iter()
+                .map(|p| (p.name, p.default != ArgDefault::Required))
+                .collect(),
+            example: def.example,
+        }
+    }
+}
+
+/// Arguments of a call after binding to a signature.
+pub(super) struct Bound {
+    pub(super) vals: HashMap<&'static str, (Val, Span)>,
+    pub(super) call: Span,
+}
+
+impl Bound {
+    pub(super) fn get(&self, k: &str) -> Option<&(Val, Span)> {
+        self.vals.get(k)
+    }
+    pub(super) fn int(&self, k: &str, default: i64, min: i64) -> Result<i64, Error> {
+        let Some((v, span)) = self.get(k) else {
+            return Ok(default);
+        };
+        let i = match v {
+            Val::Int(i) => *i,
+            Val::Float(f) if f.fract() == 0.0 && f.abs() < 1e15 => *f as i64,
+            other => {
+                let mut e = err(
+                    Kind::Argument,
+                    *span,
+                    format!("`{k}` must be a whole number, found {}", describe(other)),
+                )
+                .label("expected an integer");
+                if matches!(other, Val::Tuple(_)) && matches!(k, "kernel" | "size" | "stride") {
+                    e = e.help(format!("kernels, windows and strides are square: write one number, e.g. `{k}: 3` for 3x3"));
+                }
+                return Err(e);
+            }
+        };
+        if i < min {
+            let what = if min == 1 {
+                "positive (at least 1)"
+            } else {
+                "at least 0"
+            };
+            return Err(err(
+                Kind::Argument,
+                *span,
+                format!("`{k}` must be {what}, found {i}"),
+            )
+            .label("out of range"));
+        }
+        if i > MAX_DIM {
+            return Err(
+                err(Kind::Argument, *span, format!("`{k}` = {i} is too large")).label("too large"),
+            );
+        }
+        Ok(i)
+    }
+    pub(super) fn float(&self, k: &str, default: f64) -> Result<f64, Error> {
+        let Some((v, span)) = self.get(k) else {
+            return Ok(default);
+        };
+        match v {
+            Val::Int(i) => Ok(*i as f64),
+            Val::Float(f) => Ok(*f),
+            other => Err(err(
+                Kind::Argument,
+                *span,
+                format!("`{k}` must be a number, found {}", describe(other)),
+            )
+            .label("expected a number")),
+        }
+    }
+    pub(super) fn boolean(&self, k: &str, default: bool) -> Result<bool, Error> {
+        let Some((v, span)) = self.get(k) else {
+            return Ok(default);
+        };
+        match v {
+            Val::Sym(s) if s == "true" => Ok(true),
+            Val::Sym(s) if s == "false" => Ok(false),
+            other => Err(err(
+                Kind::Argument,
+                *span,
+                format!("`{k}` must be `true` or `false`, found {}", describe(other)),
+            )
+            .label("expected `true` or `false`")),
+        }
+    }
+    pub(super) fn choice(
+        &self,
+        k: &str,
+        options: &[&'static str],
+        default: &'static str,
+    ) -> Result<&'static str, Error> {
+        let Some((v, span)) = self.get(k) else {
+            return Ok(default);
+        };
+        let list = options
+            .iter()
+            .map(|o| format!("`{o}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        match v {
+            Val::Sym(s) => {
+                if let Some(o) = options.iter().find(|o| *o == s) {
+                    return Ok(o);
+                }
+                let mut e = err(Kind::Argument, *span, format!("unknown {k} `{s}`"))
+                    .label(format!("expected one of {list}"));
+                if let Some(sg) = suggest(s, options.iter().copied()) {
+                    e = e.help(format!("did you mean `{sg}`?"));
+                }
+                Err(e)
+            }
+            other => Err(err(
+                Kind::Argument,
+                *span,
+                format!("`{k}` must be one of {list}, found {}", describe(other)),
+            )
+            .label("expected a name")),
+        }
+    }
+}
+
+/// Binds a call's arguments to `sig`: positional ones in order, keyword ones by name; every
+/// argument without a default must be given.
+pub(super) fn bind(
+    sig: &Sig,
+    positional: Vec<(Val, Span)>,
+    kw: Vec<(&Ident, Val, Span)>,
+    func: &Ident,
+    span: Span,
+) -> Result<Bound, Error> {
+    let op = sig.op;
+    let mut vals: HashMap<&'static str, (Val, Span)> = HashMap::new();
+    let nparams = sig.params.len();
+    for (i, (v, s)) in positional.into_iter().enumerate() {
+        if i >= nparams {
+            let list: Vec<String> = sig.params.iter().map(|(n, _)| n.to_string()).collect();
+            let msg = if nparams == 0 {
+                format!("`{op}` takes no arguments besides its input")
+            } else {
+                format!("too many arguments for `{op}`: it takes at most {nparams} after its input ({})", list.join(", "))
+            };
+            let mut e = err(Kind::Argument, s, msg).label("unexpected argument");
+            if let Val::Tensor(_) = v {
+                e = e.help(format!(
+                    "`{op}` takes one input value; to combine two values use `a + b`"
+                ));
+            }
+            return Err(e);
+        }
+        vals.insert(sig.params[i].0, (v, s));
+    }
+    for (n, v, s) in kw {
+        let Some((pname, _)) = sig.params.iter().find(|(p, _)| *p == n.name) else {
+            let mut e = err(
+                Kind::Argument,
+                n.span,
+                format!("`{op}` has no argument `{}`", n.name),
+            )
+            .label("unknown argument");
+            let list: Vec<&str> = sig.params.iter().map(|(p, _)| *p).collect();
+            e = match suggest(&n.name, list.iter().copied()) {
+                Some(sg) => e.help(format!("did you mean `{sg}`?")),
+                None if list.is_empty() => e.help(format!("`{op}` takes no arguments")),
+                None => e.help(format!("`{op}` accepts: {}", list.join(", "))),
+            };
+            return Err(e);
+        };
+        if let Some((_, prev)) = vals.get(pname) {
+            return Err(err(
+                Kind::Argument,
+                n.span,
+                format!("argument `{pname}` is given twice"),
+            )
+            .label("given again here")
+            .note(*prev, "first given here"));
+        }
+        vals.insert(pname, (v, s));
+    }
+    for (p, has_default) in &sig.params {
+        if !has_default && !vals.contains_key(p) {
+            let req: Vec<&str> = sig
+                .params
+                .iter()
+                .filter(|(_, d)| !d)
+                .map(|(n, _)| *n)
+                .collect();
+            return Err(err(
+                Kind::Argument,
+                span,
+                format!("`{op}` is missing its `{p}` argument"),
+            )
+            .label(format!("`{p}` not given"))
+            .note(func.span, format!("`{op}` needs: {}", req.join(", ")))
+            .help(match sig.example {
+                Some(ex) => format!("for example: `{ex}`"),
+                None => format!("see the reference of `{op}` in docs/LANGUAGE.md"),
+            }));
+        }
+    }
+    Ok(Bound { vals, call: span })
+}
+
+/// Reads the arguments bound to a layer's signature by their kinds, filling in the defaults, in
+/// the signature's order (so the first wrong argument is the one reported).
+pub(super) fn layer_args(def: &LayerDef, b: &Bound) -> Result<Args, Error> {
+    let mut vals: Vec<(&'static str, ArgValue, Option<Span>)> = vec![];
+    for p in def.params {
+        let k = p.name;
+        let Some((_, span)) = b.get(k) else {
+            let v = match p.default {
+                ArgDefault::Value(v) => v,
+                ArgDefault::SameAs(other) => match vals.iter().find(|(n, _, _)| *n == other) {
+                    Some((_, v, _)) => *v,
+                    None => return Err(internal(def, k, b.call)),
+                },
+                ArgDefault::Required => return Err(internal(def, k, b.call)),
+            };
+            vals.push((k, v, None));
+            continue;
+        };
+        let v = match p.kind {
+            ArgKind::Count => ArgValue::Count(b.int(k, 0, 1)? as usize),
+            ArgKind::Number => ArgValue::Number(b.float(k, 0.0)?),
+            ArgKind::Flag => ArgValue::Flag(b.boolean(k, false)?),
+            ArgKind::Choice(options) => ArgValue::Choice(b.choice(k, options, "")?),
+            ArgKind::Activation => {
+                let mut choices = vec!["none"];
+                choices.extend(Activation::ALL.map(Activation::name));
+                ArgValue::Activation(Activation::from_name(b.choice(k, &choices, "none")?))
+            }
+        };
+        vals.push((k, v, Some(*span)));
+    }
+    Ok(Args { call: b.call, vals })
+}
+
+/// A default the table cannot give (a defect of the table, which its tests check).
+fn internal(def: &LayerDef, k: &str, call: Span) -> Error {
+    err(
+        Kind::Argument,
+        call,
+        format!(
+            "internal error: `{}`'s argument `{k}` has no usable default",
+            def.name
+        ),
+    )
+    .label("while checking this call")
+}

@@ -1,0 +1,201 @@
+//! Evaluation of expressions: names, numbers, tuples, sums and pipelines (with `repeat`), down to
+//! the calls of layers and blocks.
+
+use super::scope::{describe, is_option_word, Scope, Val};
+use super::state::{err, Checker};
+use crate::ast::*;
+use crate::diag::{Error, Kind};
+use crate::model::ValueRef;
+
+impl Checker<'_> {
+    /// What may be bound to a name: tensors and numbers.
+    pub(super) fn storable(&self, v: Val, e: &Expr, scope: &Scope) -> Result<Val, Error> {
+        match v {
+            Val::Sym(s) => Err(self.unknown_name(&s, e.span, Some(scope))),
+            Val::Tuple(_) => Err(
+                err(Kind::Argument, e.span, "a tuple cannot be given a name")
+                    .label("tuples are only used as arguments (e.g. `betas: (0.9, 0.999)`)"),
+            ),
+            v => Ok(v),
+        }
+    }
+
+    pub(super) fn expect_tensor(
+        &self,
+        v: &Val,
+        span: Span,
+        what: &str,
+        scope: &Scope,
+    ) -> Result<ValueRef, Error> {
+        match v {
+            Val::Tensor(r) => {
+                if let ValueRef::Target(i) = r {
+                    return Err(err(
+                        Kind::Name,
+                        span,
+                        format!(
+                            "target `{}` cannot be fed to a layer",
+                            self.targets[*i].name
+                        ),
+                    )
+                    .label("a target")
+                    .help("targets are only used in the `loss`"));
+                }
+                Ok(*r)
+            }
+            Val::Sym(s) => Err(self.unknown_name(s, span, Some(scope))),
+            other => Err(err(
+                Kind::Argument,
+                span,
+                format!("{what} must be a tensor value, found {}", describe(other)),
+            )
+            .label("not a tensor")),
+        }
+    }
+
+    pub(super) fn eval(&mut self, e: &Expr, scope: &mut Scope) -> Result<Val, Error> {
+        self.step(e.span)?;
+        match &e.kind {
+            ExprKind::Int(i) => Ok(Val::Int(*i)),
+            ExprKind::Float(f) => Ok(Val::Float(*f)),
+            ExprKind::Name(n) => {
+                let horizon = scope.horizon;
+                match scope.vars.get_mut(n) {
+                    Some(b) if !matches!(horizon, Some(h) if b.span.start > h) => {
+                        b.used = true;
+                        return Ok(b.val.clone());
+                    }
+                    _ => {}
+                }
+                // A name defined further down (not an option word such as `relu`, which may
+                // also name a value).
+                if let Some(def) = scope.later.get(n) {
+                    if def.start > e.span.start && !is_option_word(n) {
+                        return Err(self.before_definition(n, e.span, *def));
+                    }
+                }
+                Ok(Val::Sym(n.clone()))
+            }
+            ExprKind::Tuple(items) => {
+                let mut out = vec![];
+                for it in items {
+                    out.push((self.eval(it, scope)?, it.span));
+                }
+                Ok(Val::Tuple(out))
+            }
+            ExprKind::Add(terms) => {
+                let Some(first) = terms.first() else {
+                    return Err(err(Kind::Syntax, e.span, "empty sum").label("nothing to add"));
+                };
+                let v = self.eval(first, scope)?;
+                let mut acc = self.expect_tensor(&v, first.span, "the left side of `+`", scope)?;
+                for (i, t) in terms.iter().enumerate().skip(1) {
+                    let vb = self.eval(t, scope)?;
+                    let rb = self.expect_tensor(&vb, t.span, "the right side of `+`", scope)?;
+                    let left = Span::new(first.span.start, terms[i - 1].span.end);
+                    let span = Span::new(first.span.start, t.span.end);
+                    acc = match self.add(acc, left, rb, t.span, span, None)? {
+                        Val::Tensor(r) => r,
+                        _ => return Err(err(Kind::Shape, span, "cannot add these values")),
+                    };
+                }
+                Ok(Val::Tensor(acc))
+            }
+            ExprKind::Pipe(input, stages) => {
+                let v = self.eval(input, scope)?;
+                let mut r = self.expect_tensor(&v, input.span, "the input of a pipeline", scope)?;
+                let mut out = Val::Tensor(r);
+                for st in stages {
+                    out = self.stage(st, r, scope)?;
+                    r = self.expect_tensor(&out, st.span, "a stage's result", scope)?;
+                }
+                Ok(out)
+            }
+            ExprKind::Call { func, args, label } => {
+                self.call(func, args, label.as_ref(), None, e.span, scope)
+            }
+            ExprKind::Repeat { .. } => Err(err(
+                Kind::Syntax,
+                e.span,
+                "`repeat` can only be used as a pipeline stage",
+            )
+            .label("not after `|>`")),
+        }
+    }
+
+    pub(super) fn stage(
+        &mut self,
+        st: &Expr,
+        input: ValueRef,
+        scope: &mut Scope,
+    ) -> Result<Val, Error> {
+        self.step(st.span)?;
+        match &st.kind {
+            ExprKind::Name(n) => {
+                if scope.vars.contains_key(n) {
+                    return Err(err(
+                        Kind::Name,
+                        st.span,
+                        format!("`{n}` is a value, not an operation"),
+                    )
+                    .label("cannot be applied with `|>`")
+                    .help("stages after `|>` must be operations or blocks, e.g. `|> relu`"));
+                }
+                let func = Ident {
+                    name: n.clone(),
+                    span: st.span,
+                };
+                self.call(&func, &[], None, Some(input), st.span, scope)
+            }
+            ExprKind::Call { func, args, label } => {
+                self.call(func, args, label.as_ref(), Some(input), st.span, scope)
+            }
+            ExprKind::Repeat { count, body } => {
+                let cv = self.eval(count, scope)?;
+                let n = match cv {
+                    Val::Int(n) if n >= 1 => n as usize,
+                    Val::Int(n) => {
+                        return Err(err(
+                            Kind::Argument,
+                            count.span,
+                            format!("repeat count must be at least 1, found {n}"),
+                        )
+                        .label("out of range"))
+                    }
+                    other => {
+                        return Err(err(
+                            Kind::Argument,
+                            count.span,
+                            format!(
+                                "repeat count must be a whole number, found {}",
+                                describe(&other)
+                            ),
+                        )
+                        .label("expected an integer"))
+                    }
+                };
+                let mut cur = input;
+                for i in 1..=n {
+                    self.frame().repeat.push(i);
+                    for s in body {
+                        let v = self.stage(s, cur, scope);
+                        let v = match v {
+                            Ok(v) => v,
+                            Err(e) => {
+                                self.frame().repeat.pop();
+                                return Err(e);
+                            }
+                        };
+                        cur = self.expect_tensor(&v, s.span, "a stage's result", scope)?;
+                    }
+                    self.frame().repeat.pop();
+                }
+                Ok(Val::Tensor(cur))
+            }
+            _ => Err(
+                err(Kind::Syntax, st.span, "expected an operation after `|>`")
+                    .label("not an operation"),
+            ),
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! Calls of the table's layers: dispatching a call to a block, a layer or an error, binding its
+//! arguments, building the layer through its table entry and emitting its node(s).
+
+use super::args::{bind, layer_args, Sig};
+use super::names::{suggest, LOSSES, OPTIMIZERS};
+use super::scope::{Scope, Val};
+use super::state::{err, Checker};
+use crate::ast::*;
+use crate::diag::{Error, Kind};
+use crate::layers::args::Args;
+use crate::layers::build::Input;
+use crate::layers::{self, Inputs, LayerDef};
+use crate::limits::elems;
+use crate::model::*;
+
+impl Checker<'_> {
+    /// `a + b`: the table's elementwise sum of two values, `sa` and `sb` where they are written.
+    pub(super) fn add(
+        &mut self,
+        a: ValueRef,
+        sa: Span,
+        b: ValueRef,
+        sb: Span,
+        span: Span,
+        label: Option<&Ident>,
+    ) -> Result<Val, Error> {
+        let Some(def) = layers::sum() else {
+            return Err(err(
+                Kind::Name,
+                span,
+                "internal error: the layer table has no sum",
+            )
+            .label("while checking this sum"));
+        };
+        let args = Args {
+            call: span,
+            vals: vec![],
+        };
+        self.apply(def, &args, &[(a, sa), (b, sb)], label, span)
+    }
+
+    /// A call `func(args)` (or a bare stage `|> func`), `piped` the value from `|>`.
+    pub(super) fn call(
+        &mut self,
+        func: &Ident,
+        args: &[Arg],
+        label: Option<&Ident>,
+        piped: Option<ValueRef>,
+        span: Span,
+        scope: &mut Scope,
+    ) -> Result<Val, Error> {
+        let name = func.name.as_str();
+        if let Some(b) = self.blocks.get(name).copied() {
+            return self.expand_block(b, func, args, label, piped, span, scope);
+        }
+        if scope.vars.contains_key(name) {
+            return Err(err(
+                Kind::Name,
+                func.span,
+                format!("`{name}` is a value, not an operation"),
+            )
+            .label("cannot be called"));
+        }
+        if LOSSES.contains(&name) {
+            return Err(err(
+                Kind::Name,
+                func.span,
+                format!("`{name}` is a loss, not a layer"),
+            )
+            .label("used as a layer")
+            .help(format!(
+                "losses go in a `loss` statement: `loss {name}(prediction, target)`"
+            )));
+        }
+        if OPTIMIZERS.contains(&name) {
+            return Err(err(
+                Kind::Name,
+                func.span,
+                format!("`{name}` is an optimizer, not a layer"),
+            )
+            .label("used as a layer")
+            .help(format!(
+                "optimizers go in the train section: `train {{ optimizer: {name}(...) }}`"
+            )));
+        }
+        let Some(def) = layers::find(name) else {
+            let mut e = err(Kind::Name, func.span, format!("unknown operation `{name}`"))
+                .label("not an operation or block");
+            let mut cands: Vec<&str> = vec![];
+            for n in layers::names() {
+                cands.push(n);
+            }
+            cands.extend(self.blocks.keys().map(|s| s.as_str()));
+            e = match suggest(name, cands.iter().copied()) {
+                Some(s) => e.help(format!("did you mean `{s}`?")),
+                None => e.help(format!(
+                    "the operations are: {}",
+                    layers::names().collect::<Vec<_>>().join(", ")
+                )),
+            };
+            return Err(e);
+        };
+        if def.inputs == Inputs::Sum {
+            return self.add_call(func, args, label, piped, span, scope);
+        }
+        // Input value.
+        let mut positional: Vec<(Val, Span)> = vec![];
+        let mut kw: Vec<(&Ident, Val, Span)> = vec![];
+        for a in args {
+            let v = self.eval(&a.value, scope)?;
+            match &a.name {
+                Some(n) => kw.push((n, v, a.value.span)),
+                None => {
+                    if !kw.is_empty() {
+                        return Err(err(
+                            Kind::Argument,
+                            a.span,
+                            "positional argument after a keyword argument",
+                        )
+                        .label("positional")
+                        .help("put positional arguments first"));
+                    }
+                    positional.push((v, a.value.span));
+                }
+            }
+        }
+        let input = match piped {
+            Some(r) => {
+                if let Some((Val::Tensor(_), s)) = positional.first() {
+                    return Err(err(
+                        Kind::Argument,
+                        *s,
+                        format!("`{name}` gets its input from `|>` and cannot take another"),
+                    )
+                    .label("second input")
+                    .help(format!(
+                        "remove this argument, or write `{name}(...)` without the pipe"
+                    )));
+                }
+                r
+            }
+            None => match positional.first() {
+                Some((Val::Tensor(_), _)) | Some((Val::Sym(_), _)) => {
+                    let (v, s) = positional.remove(0);
+                    self.expect_tensor(&v, s, &format!("the input of `{name}`"), scope)?
+                }
+                _ => {
+                    let shown = if args.is_empty() {
+                        String::new()
+                    } else {
+                        "...".to_string()
+                    };
+                    return Err(err(Kind::Argument, span, format!("`{name}` has no input value"))
+                        .label("input missing")
+                        .help(format!("pipe a value into it (`x |> {name}({shown})`) or pass it first (`{name}(x{})`)", if shown.is_empty() { "" } else { ", ..." })));
+                }
+            },
+        };
+        let bound = bind(&Sig::of_layer(def), positional, kw, func, span)?;
+        let args = layer_args(def, &bound)?;
+        self.apply(def, &args, &[(input, span)], label, span)
+    }
+    /// `add(a, b)` or `a |> add(b)`.
+    fn add_call(
+        &mut self,
+        func: &Ident,
+        args: &[Arg],
+        label: Option<&Ident>,
+        piped: Option<ValueRef>,
+        span: Span,
+        scope: &mut Scope,
+    ) -> Result<Val, Error> {
+        let mut vals = vec![];
+        if let Some(p) = piped {
+            vals.push((p, func.span));
+        }
+        for a in args {
+            if let Some(n) = &a.name {
+                return Err(err(
+                    Kind::Argument,
+                    n.span,
+                    format!("`add` has no argument `{}`", n.name),
+                )
+                .label("unknown argument")
+                .help("write `add(a, b)` or `a + b`"));
+            }
+            let v = self.eval(&a.value, scope)?;
+            let r = self.expect_tensor(&v, a.value.span, "an argument of `add`", scope)?;
+            vals.push((r, a.value.span));
+        }
+        if vals.len() != 2 {
+            return Err(err(
+                Kind::Argument,
+                span,
+                format!("`add` takes exactly 2 values, got {}", vals.len()),
+            )
+            .label("wrong number of values")
+            .help("write `add(a, b)`, `a |> add(b)` or `a + b`"));
+        }
+        self.add(vals[0].0, vals[0].1, vals[1].0, vals[1].1, span, label)
+    }
+
+    /// Builds `def` for `inputs` (each with the span its errors point at) and emits its node, and
+    /// the node of its `activation:` if it has one.
+    fn apply(
+        &mut self,
+        def: &LayerDef,
+        args: &Args,
+        inputs: &[(ValueRef, Span)],
+        label: Option<&Ident>,
+        span: Span,
+    ) -> Result<Val, Error> {
+        let shapes: Vec<Shape> = inputs
+            .iter()
+            .map(|(r, _)| self.shape_of(*r).clone())
+            .collect();
+        let ins: Vec<Input<'_>> = shapes
+            .iter()
+            .zip(inputs)
+            .map(|(shape, (_, s))| Input { shape, span: *s })
+            .collect();
+        let built = def.build(&ins, args)?;
+        let (name, ns) = self.layer_name(def.name, label);
+        let mut specs = vec![];
+        for p in built.params {
+            elems(&p.shape, span)?;
+            specs.push(ParamSpec {
+                name: format!("{name}.{}", p.suffix),
+                shape: p.shape,
+                fan_in: p.fan_in,
+                fan_out: p.fan_out,
+                is_bias: p.is_bias,
+            });
+        }
+        let r = self.push_node(
+            name.clone(),
+            ns.unwrap_or(span),
+            built.layer,
+            inputs.iter().map(|(r, _)| *r).collect(),
+            built.shape.clone(),
+            specs,
+            span,
+        )?;
+        if let Some(a) = built.activation {
+            let an = format!("{name}_{}", a.name());
+            let r2 = self.push_node(
+                an,
+                ns.unwrap_or(span),
+                Layer::Act(a),
+                vec![r],
+                built.shape,
+                vec![],
+                span,
+            )?;
+            return Ok(Val::Tensor(r2));
+        }
+        Ok(Val::Tensor(r))
+    }
+}

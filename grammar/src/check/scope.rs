@@ -1,0 +1,96 @@
+//! Values during checking and the scopes that bind names to them.
+
+use crate::ast::Ident;
+use crate::diag::{Error, Kind};
+use crate::layers::{self, args::ArgKind};
+use crate::model::{Activation, Span, ValueRef};
+use std::collections::HashMap;
+
+/// Whether a bare name is an option value (`padding: same`, `activation: relu`, `bias: false`):
+/// `true`, `false`, `none`, an activation, or a word some layer argument chooses from.
+pub(super) fn is_option_word(s: &str) -> bool {
+    matches!(s, "true" | "false" | "none")
+        || Activation::from_name(s).is_some()
+        || layers::layers().iter().any(|d| {
+            d.params
+                .iter()
+                .any(|p| matches!(p.kind, ArgKind::Choice(options) if options.contains(&s)))
+        })
+}
+
+/// A checked value during expansion.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Val {
+    Tensor(ValueRef),
+    Int(i64),
+    Float(f64),
+    /// An unbound bare name: an option (`same`, `relu`, `true`) or an unknown name.
+    Sym(String),
+    Tuple(Vec<(Val, Span)>),
+}
+
+/// How a value is named in diagnostics ("found the integer 3").
+pub(super) fn describe(v: &Val) -> String {
+    match v {
+        Val::Tensor(_) => "a tensor value".into(),
+        Val::Int(i) => format!("the integer {i}"),
+        Val::Float(f) => format!("the number {f:?}"),
+        Val::Sym(s) => format!("`{s}`"),
+        Val::Tuple(_) => "a tuple".into(),
+    }
+}
+
+/// A name's value and where it was defined.
+#[derive(Debug, Clone)]
+pub(super) struct Binding {
+    pub(super) val: Val,
+    pub(super) span: Span,
+    pub(super) used: bool,
+    /// Inputs and targets are reported differently when unused.
+    pub(super) what: &'static str,
+}
+
+/// The names visible at one point: the program's, or those of one block instance.
+#[derive(Default)]
+pub(super) struct Scope {
+    pub(super) vars: HashMap<String, Binding>,
+    pub(super) order: Vec<String>,
+    /// Where every name of this scope is (first) defined: a use of a name before its definition
+    /// is an error.
+    pub(super) later: HashMap<String, Span>,
+    /// Only definitions starting before this offset are visible (the `loss`, checked after the
+    /// whole program, sees only what is defined above it).
+    pub(super) horizon: Option<usize>,
+    pub(super) in_block: Option<String>,
+}
+
+impl Scope {
+    pub(super) fn define(
+        &mut self,
+        name: &Ident,
+        val: Val,
+        what: &'static str,
+    ) -> Result<(), Error> {
+        if let Some(prev) = self.vars.get(&name.name) {
+            return Err(Error::new(
+                Kind::Name,
+                name.span,
+                format!("`{}` is already defined", name.name),
+            )
+            .label("defined again here")
+            .note(prev.span, "first defined here")
+            .help("every value has one definition; choose a new name (e.g. `h2`)"));
+        }
+        self.vars.insert(
+            name.name.clone(),
+            Binding {
+                val,
+                span: name.span,
+                used: false,
+                what,
+            },
+        );
+        self.order.push(name.name.clone());
+        Ok(())
+    }
+}

@@ -1,0 +1,168 @@
+//! A layer's signature (its arguments with their kinds and defaults) and the typed values a
+//! builder reads after the checker has bound a call to it.
+
+use crate::diag::{Error, Kind};
+use crate::model::{Activation, Span};
+
+/// What an argument accepts, and how the checker reads a written value for it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ArgKind {
+    /// A whole number, at least 1 (`filters`, `kernel`, `stride`, ...).
+    Count,
+    /// A number (`p`).
+    Number,
+    /// `true` or `false`.
+    Flag,
+    /// One of these bare words (`padding: same`).
+    Choice(&'static [&'static str]),
+    /// `none` or an activation's name (`activation: relu`).
+    Activation,
+}
+
+/// A bound argument's value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ArgValue {
+    Count(usize),
+    Number(f64),
+    Flag(bool),
+    Choice(&'static str),
+    /// `None` for `activation: none`.
+    Activation(Option<Activation>),
+}
+
+/// The value an argument has when the call does not give it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ArgDefault {
+    /// The argument must be given.
+    Required,
+    Value(ArgValue),
+    /// The value of an earlier argument (`maxpool`'s `stride` defaults to its `size`).
+    SameAs(&'static str),
+}
+
+/// One argument of a layer's signature.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Param {
+    pub name: &'static str,
+    pub kind: ArgKind,
+    pub default: ArgDefault,
+}
+
+impl Param {
+    /// An argument the call must give.
+    pub const fn required(name: &'static str, kind: ArgKind) -> Param {
+        Param {
+            name,
+            kind,
+            default: ArgDefault::Required,
+        }
+    }
+
+    /// An argument with a default value.
+    pub const fn optional(name: &'static str, kind: ArgKind, default: ArgValue) -> Param {
+        Param {
+            name,
+            kind,
+            default: ArgDefault::Value(default),
+        }
+    }
+
+    /// An argument that defaults to the value of an earlier one.
+    pub const fn same_as(name: &'static str, kind: ArgKind, other: &'static str) -> Param {
+        Param {
+            name,
+            kind,
+            default: ArgDefault::SameAs(other),
+        }
+    }
+
+    /// The default as the language reference writes it (`1`, `same`, `none`, `size`); `None` for a
+    /// required argument.
+    pub fn default_text(&self) -> Option<String> {
+        match self.default {
+            ArgDefault::Required => None,
+            ArgDefault::SameAs(other) => Some(other.to_string()),
+            ArgDefault::Value(v) => Some(match v {
+                ArgValue::Count(n) => n.to_string(),
+                ArgValue::Number(x) => format!("{x:?}"),
+                ArgValue::Flag(b) => b.to_string(),
+                ArgValue::Choice(c) => c.to_string(),
+                ArgValue::Activation(a) => a.map_or("none", Activation::name).to_string(),
+            }),
+        }
+    }
+}
+
+/// The arguments of one call, bound to the layer's signature and read by kind (defaults filled
+/// in), in the signature's order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Args {
+    /// The call's span.
+    pub call: Span,
+    /// Each argument with where it was written (`None`: the default).
+    pub vals: Vec<(&'static str, ArgValue, Option<Span>)>,
+}
+
+impl Args {
+    fn get(&self, k: &str) -> Result<ArgValue, Error> {
+        match self.vals.iter().find(|(n, _, _)| *n == k) {
+            Some((_, v, _)) => Ok(*v),
+            None => Err(self.mismatch(k)),
+        }
+    }
+
+    /// A builder read an argument its signature does not declare with that kind: a defect of the
+    /// table (its tests build every entry), reported rather than panicking.
+    fn mismatch(&self, k: &str) -> Error {
+        Error::new(
+            Kind::Argument,
+            self.call,
+            format!("internal error: the layer table has no argument `{k}` of this kind"),
+        )
+        .label("while checking this call")
+    }
+
+    /// Where argument `k` was written, or the call's span when it was not.
+    pub fn span(&self, k: &str) -> Span {
+        self.vals
+            .iter()
+            .find(|(n, _, _)| *n == k)
+            .and_then(|(_, _, s)| *s)
+            .unwrap_or(self.call)
+    }
+
+    pub fn count(&self, k: &str) -> Result<usize, Error> {
+        match self.get(k)? {
+            ArgValue::Count(n) => Ok(n),
+            _ => Err(self.mismatch(k)),
+        }
+    }
+
+    pub fn number(&self, k: &str) -> Result<f64, Error> {
+        match self.get(k)? {
+            ArgValue::Number(x) => Ok(x),
+            _ => Err(self.mismatch(k)),
+        }
+    }
+
+    pub fn flag(&self, k: &str) -> Result<bool, Error> {
+        match self.get(k)? {
+            ArgValue::Flag(b) => Ok(b),
+            _ => Err(self.mismatch(k)),
+        }
+    }
+
+    pub fn choice(&self, k: &str) -> Result<&'static str, Error> {
+        match self.get(k)? {
+            ArgValue::Choice(c) => Ok(c),
+            _ => Err(self.mismatch(k)),
+        }
+    }
+
+    pub fn activation(&self, k: &str) -> Result<Option<Activation>, Error> {
+        match self.get(k)? {
+            ArgValue::Activation(a) => Ok(a),
+            _ => Err(self.mismatch(k)),
+        }
+    }
+}

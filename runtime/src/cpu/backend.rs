@@ -1,0 +1,377 @@
+//! The CPU backend: one arena of `plan.arena_bytes` in host memory, every buffer a slice of it at
+//! its planned offset; parameters, optimizer state and inputs are written into it directly, and
+//! `run` executes the steps in order ([`executor`](super::executor)). Nothing proportional to the
+//! model is allocated during a step.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use dmc_plan::op::DType;
+use dmc_plan::plan::{Buffer, BufferId, Plan};
+
+use super::executor::{exec, Args, Ctx};
+use crate::arena::Arena;
+use crate::backend::{Backend, InputData, Params};
+use crate::error::RuntimeError;
+use crate::init::{init_values, name_seed};
+use crate::poison::poison_lists;
+use crate::validate::validate;
+
+/// The CPU backend for one plan.
+pub struct CpuBackend {
+    plan: Plan,
+    arena: Arena,
+    poison: bool,
+    halt_on_nonfinite_loss: bool,
+    /// Per step: the buffers to fill with NaN after it in poison mode.
+    poison_after: Vec<Vec<BufferId>>,
+    params: HashMap<String, usize>,
+    opt_state: HashMap<String, usize>,
+}
+
+fn numel(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+impl CpuBackend {
+    /// Validates the plan and allocates its arena (zeroed). Fails on an inconsistent plan or if
+    /// the arena cannot be allocated.
+    pub fn new(plan: Plan) -> Result<Self, RuntimeError> {
+        validate(&plan)?;
+        let arena = Arena::new(plan.arena_bytes)?;
+        let poison_after = poison_lists(&plan);
+        let params = plan
+            .params
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.name.clone(), i))
+            .collect();
+        let opt_state = plan
+            .opt_state
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.name.clone(), i))
+            .collect();
+        Ok(CpuBackend {
+            plan,
+            arena,
+            poison: false,
+            halt_on_nonfinite_loss: false,
+            poison_after,
+            params,
+            opt_state,
+        })
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// Size of the one arena, in bytes.
+    pub fn arena_bytes(&self) -> u64 {
+        self.plan.arena_bytes
+    }
+
+    /// Poison mode: after each step, every non-persistent buffer whose live range ends at that
+    /// step is filled with NaN (all bytes 0xFF: f32 NaN, i32 -1, u8 255), so that a plan that
+    /// reuses memory too early produces NaN instead of silently wrong numbers. The loss and output
+    /// buffers are never poisoned (they are read after the run), nor a buffer that shares its exact
+    /// byte range with a view of it (a buffer no step writes, e.g. a `Reshape` output) that is
+    /// still needed later, or vice versa.
+    /// Inputs are poisoned after their last use too: feed them before every `run`.
+    pub fn set_poison(&mut self, on: bool) {
+        self.poison = on;
+    }
+
+    fn buf(&self, id: BufferId) -> &Buffer {
+        &self.plan.buffers[id]
+    }
+
+    fn f32_slice(&self, id: BufferId, len: usize) -> &[f32] {
+        let b = self.buf(id);
+        debug_assert!(len * 4 <= b.bytes as usize);
+        // SAFETY: validated in `new`: the buffer lies inside the arena, its offset is 64-byte
+        // aligned and it holds at least `len` f32 (any bit pattern is a valid f32); `&self` keeps
+        // the arena from being written while the slice lives.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.arena.ptr.as_ptr().add(b.offset as usize) as *const f32,
+                len,
+            )
+        }
+    }
+
+    fn bytes_mut(&mut self, id: BufferId, len: usize) -> &mut [u8] {
+        let b = &self.plan.buffers[id];
+        assert!(len <= b.bytes as usize);
+        // SAFETY: the buffer lies inside the arena (validated in `new`); `&mut self` makes this
+        // the only live reference into the arena.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.arena.ptr.as_ptr().add(b.offset as usize), len)
+        }
+    }
+
+    /// Initialises every parameter per its `Init`, from an RNG seeded by `(seed, name)` (so the
+    /// values don't depend on the parameter order), and zeroes the optimizer state.
+    pub fn init_params(&mut self, seed: u64) {
+        for i in 0..self.plan.params.len() {
+            let (buffer, n, init, key) = {
+                let p = &self.plan.params[i];
+                (p.buffer, numel(&p.shape), p.init, name_seed(seed, &p.name))
+            };
+            let bytes = self.bytes_mut(buffer, n * 4);
+            for (c, v) in bytes.chunks_exact_mut(4).zip(init_values(init, key)) {
+                c.copy_from_slice(&v.to_ne_bytes());
+            }
+        }
+        for i in 0..self.plan.opt_state.len() {
+            let (buffer, n) = (
+                self.plan.opt_state[i].buffer,
+                numel(&self.plan.opt_state[i].shape),
+            );
+            self.bytes_mut(buffer, n * 4).fill(0);
+        }
+    }
+
+    /// A parameter's values.
+    pub fn param(&self, name: &str) -> Option<&[f32]> {
+        let p = &self.plan.params[*self.params.get(name)?];
+        Some(self.f32_slice(p.buffer, numel(&p.shape)))
+    }
+
+    /// Every parameter: (name, shape, values), in plan order.
+    pub fn params(&self) -> impl Iterator<Item = (&str, &[usize], &[f32])> + '_ {
+        self.plan.params.iter().map(move |p| {
+            (
+                p.name.as_str(),
+                p.shape.as_slice(),
+                self.f32_slice(p.buffer, numel(&p.shape)),
+            )
+        })
+    }
+
+    /// Overwrites a parameter.
+    pub fn set_param(&mut self, name: &str, data: &[f32]) -> Result<(), RuntimeError> {
+        let i = *self
+            .params
+            .get(name)
+            .ok_or_else(|| RuntimeError::UnknownParam(name.into()))?;
+        let (buffer, n) = (
+            self.plan.params[i].buffer,
+            numel(&self.plan.params[i].shape),
+        );
+        self.write_f32(name, buffer, n, data)
+    }
+
+    /// An optimizer state tensor's values (e.g. `conv3.weight.momentum`).
+    pub fn opt_state(&self, name: &str) -> Option<&[f32]> {
+        let p = &self.plan.opt_state[*self.opt_state.get(name)?];
+        Some(self.f32_slice(p.buffer, numel(&p.shape)))
+    }
+
+    /// Every optimizer state tensor: (name, shape, values), in plan order.
+    pub fn opt_states(&self) -> impl Iterator<Item = (&str, &[usize], &[f32])> + '_ {
+        self.plan.opt_state.iter().map(move |p| {
+            (
+                p.name.as_str(),
+                p.shape.as_slice(),
+                self.f32_slice(p.buffer, numel(&p.shape)),
+            )
+        })
+    }
+
+    /// Overwrites an optimizer state tensor (e.g. when resuming from a checkpoint).
+    pub fn set_opt_state(&mut self, name: &str, data: &[f32]) -> Result<(), RuntimeError> {
+        let i = *self
+            .opt_state
+            .get(name)
+            .ok_or_else(|| RuntimeError::UnknownOptState(name.into()))?;
+        let (buffer, n) = (
+            self.plan.opt_state[i].buffer,
+            numel(&self.plan.opt_state[i].shape),
+        );
+        self.write_f32(name, buffer, n, data)
+    }
+
+    fn write_f32(
+        &mut self,
+        name: &str,
+        buffer: BufferId,
+        n: usize,
+        data: &[f32],
+    ) -> Result<(), RuntimeError> {
+        if data.len() != n {
+            return Err(RuntimeError::SizeMismatch {
+                name: name.into(),
+                expected: n,
+                got: data.len(),
+            });
+        }
+        for (c, v) in self.bytes_mut(buffer, n * 4).chunks_exact_mut(4).zip(data) {
+            c.copy_from_slice(&v.to_ne_bytes());
+        }
+        Ok(())
+    }
+
+    /// Feeds a batch input or target (searched by name in `plan.inputs`, then `plan.targets`).
+    pub fn set_input(&mut self, name: &str, data: InputData) -> Result<(), RuntimeError> {
+        let b = self
+            .plan
+            .inputs
+            .iter()
+            .chain(&self.plan.targets)
+            .find(|b| b.name == name)
+            .ok_or_else(|| RuntimeError::UnknownInput(name.into()))?;
+        let (buffer, n, dtype) = (b.buffer, numel(&b.shape), b.dtype);
+        let (got_dtype, len) = match data {
+            InputData::F32(d) => (DType::F32, d.len()),
+            InputData::I32(d) => (DType::I32, d.len()),
+        };
+        if got_dtype != dtype {
+            return Err(RuntimeError::DTypeMismatch {
+                name: name.into(),
+                expected: dtype,
+                got: got_dtype,
+            });
+        }
+        if len != n {
+            return Err(RuntimeError::SizeMismatch {
+                name: name.into(),
+                expected: n,
+                got: len,
+            });
+        }
+        let dst = self.bytes_mut(buffer, n * 4);
+        match data {
+            InputData::F32(d) => {
+                for (c, v) in dst.chunks_exact_mut(4).zip(d) {
+                    c.copy_from_slice(&v.to_ne_bytes());
+                }
+            }
+            InputData::I32(d) => {
+                for (c, v) in dst.chunks_exact_mut(4).zip(d) {
+                    c.copy_from_slice(&v.to_ne_bytes());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The network output (the `plan.output` binding) after the last `run`.
+    pub fn output(&self) -> &[f32] {
+        self.f32_slice(self.plan.output.buffer, numel(&self.plan.output.shape))
+    }
+
+    /// The loss buffer's value after the last `run`.
+    pub fn loss(&self) -> f32 {
+        self.f32_slice(self.plan.loss, 1)[0]
+    }
+
+    /// When on, `run` stops right after the loss kernel if the loss is NaN or infinite, before any
+    /// backward or update step, so the parameters keep their last good values.
+    pub fn set_halt_on_nonfinite_loss(&mut self, on: bool) {
+        self.halt_on_nonfinite_loss = on;
+    }
+
+    /// Executes every step of the plan in order and returns the loss (NaN/Inf is returned as is).
+    /// `step_counter` is the 1-based training step: Adam's `t` and part of the dropout key, with
+    /// `seed`.
+    pub fn run(&mut self, step_counter: u64, seed: u64) -> Result<f32, RuntimeError> {
+        // The whole step runs on a rayon worker: the kernels' parallel loops then start from inside
+        // the pool (no hand-off from a foreign thread per kernel, small loops run inline).
+        rayon::scope(|_| self.run_steps(step_counter, seed))
+    }
+
+    fn run_steps(&mut self, step_counter: u64, seed: u64) -> Result<f32, RuntimeError> {
+        let base = self.arena.ptr.as_ptr();
+        let ctx = Ctx {
+            step_counter,
+            seed,
+            mode: self.plan.mode,
+        };
+        for (si, step) in self.plan.steps.iter().enumerate() {
+            let kernel = &self.plan.kernels[step.kernel];
+            let args = Args {
+                base,
+                buffers: &self.plan.buffers,
+                kernel,
+                step,
+            };
+            // SAFETY: `new` validated this step (see `validate`): every argument lies inside the
+            // arena with the dtype and size of its signature slot, and no written argument
+            // overlaps another argument; `&mut self` gives us exclusive access to the arena.
+            unsafe { exec(&args, &ctx) }.map_err(|e| RuntimeError::BadLabel {
+                step: si,
+                label: step.label.clone(),
+                row: e.row,
+                label_value: e.label,
+                classes: e.classes,
+            })?;
+            // The loss is computed before any backward or update step: stop there when it is not
+            // finite, so the weights stay the last good ones.
+            if self.halt_on_nonfinite_loss
+                && step.args.contains(&self.plan.loss)
+                && !self.loss().is_finite()
+            {
+                return Ok(self.loss());
+            }
+            if self.poison {
+                for &id in &self.poison_after[si] {
+                    let b = &self.plan.buffers[id];
+                    // SAFETY: the buffer lies inside the arena (validated); no slice is live.
+                    unsafe {
+                        std::ptr::write_bytes(base.add(b.offset as usize), 0xFF, b.bytes as usize)
+                    };
+                }
+            }
+        }
+        Ok(self.loss())
+    }
+}
+
+/// The trait's methods are the inherent ones above (which take precedence in calls on a
+/// `CpuBackend`, so `CpuBackend::x(self)` below is never a recursion).
+impl Backend for CpuBackend {
+    fn plan(&self) -> &Plan {
+        CpuBackend::plan(self)
+    }
+
+    fn device_arena_bytes(&self) -> Option<u64> {
+        None
+    }
+
+    fn set_poison(&mut self, on: bool) {
+        CpuBackend::set_poison(self, on);
+    }
+
+    fn set_halt_on_nonfinite_loss(&mut self, on: bool) {
+        CpuBackend::set_halt_on_nonfinite_loss(self, on);
+    }
+
+    fn init_params(&mut self, seed: u64) -> Result<(), RuntimeError> {
+        CpuBackend::init_params(self, seed);
+        Ok(())
+    }
+
+    fn set_param(&mut self, name: &str, data: &[f32]) -> Result<(), RuntimeError> {
+        CpuBackend::set_param(self, name, data)
+    }
+
+    fn params(&self) -> Result<Params<'_>, RuntimeError> {
+        Ok(CpuBackend::params(self)
+            .map(|(n, s, d)| (n.to_string(), s.to_vec(), Cow::Borrowed(d)))
+            .collect())
+    }
+
+    fn set_input(&mut self, name: &str, data: InputData) -> Result<(), RuntimeError> {
+        CpuBackend::set_input(self, name, data)
+    }
+
+    fn run(&mut self, step_counter: u64, seed: u64) -> Result<f32, RuntimeError> {
+        CpuBackend::run(self, step_counter, seed)
+    }
+
+    fn output(&self) -> Result<Cow<'_, [f32]>, RuntimeError> {
+        Ok(Cow::Borrowed(CpuBackend::output(self)))
+    }
+}

@@ -1,0 +1,81 @@
+//! The generated CUDA C of a plan on disk: `dmc compile` writes one `.cu` per kernel, and with
+//! `--arch` compiles them with NVRTC and prints each kernel's resources and launch shape.
+
+use std::path::Path;
+
+use dmc_codegen::{render_plan, CodegenOptions};
+use dmc_compiler::plan::Plan;
+use dmc_runtime::cuda::{self, nvrtc, selftest};
+use dmc_runtime::io;
+
+use crate::report::CliError;
+
+/// `--no-split-k`: how the CUDA kernels are rendered, for the commands that render or run them
+/// (`compile`, `run`, `eval`, `predict`).
+#[derive(Debug, Clone, Copy, Default, clap::Args)]
+pub struct CodegenArgs {
+    /// Render every GEMM kernel unsplit (no split-K): the baseline of a split-K comparison.
+    #[arg(long)]
+    pub no_split_k: bool,
+}
+
+impl CodegenArgs {
+    /// The code generator's options these flags name.
+    pub fn options(&self) -> CodegenOptions {
+        CodegenOptions {
+            split_k: !self.no_split_k,
+        }
+    }
+}
+
+/// Writes one `<kernel name>.cu` per plan kernel (rendered with `codegen`) into `dir`; with `arch`,
+/// compiles them with NVRTC and prints a resource table.
+pub fn write_kernels(
+    plan: &Plan,
+    dir: &Path,
+    arch: Option<&str>,
+    codegen: &CodegenOptions,
+) -> Result<(), CliError> {
+    let kernels = render_plan(plan, codegen).map_err(cuda::CudaError::from)?;
+    for k in &kernels {
+        io::write_file_atomic(&dir.join(format!("{}.cu", k.name)), k.source.as_bytes())?;
+    }
+    let Some(arch) = arch else {
+        return Ok(());
+    };
+    if nvrtc::arch_number(arch).is_none() {
+        return Err(CliError::Usage(format!(
+            "--arch {arch}: expected a GPU architecture like sm_80 or sm_90"
+        )));
+    }
+    let nv = nvrtc::nvrtc()?;
+    let reports = selftest::compile_plan(plan, arch, codegen)?;
+    println!(
+        "NVRTC {}.{} ({}), {arch}, CUBIN:",
+        nv.version.0,
+        nv.version.1,
+        nv.path.display()
+    );
+    println!(
+        "{:<28} {:<22} {:>5} {:>10} {:>11} {:>9} {:>9} {:>8}",
+        "kernel", "kind", "regs", "smem (B)", "spills (B)", "warnings", "blocks", "threads"
+    );
+    for (r, k) in reports.iter().zip(&kernels) {
+        let s = r.resources;
+        println!(
+            "{:<28} {:<22} {:>5} {:>10} {:>11} {:>9} {:>9} {:>8}",
+            r.kernel,
+            r.kind,
+            s.registers,
+            s.shared_bytes,
+            s.spill_stores + s.spill_loads,
+            r.warnings.len(),
+            k.grid.iter().map(|&g| g as u64).product::<u64>(),
+            k.block.iter().product::<u32>()
+        );
+        for w in &r.warnings {
+            println!("    {w}");
+        }
+    }
+    Ok(())
+}

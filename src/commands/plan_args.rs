@@ -1,0 +1,132 @@
+//! The flags that shape a plan, declared once and flattened into every command that compiles one
+//! (`compile`, `plan`, `run`, `eval`, `predict`, `emu-check`, `gpu-selftest`), and the one function
+//! that turns them into [`CompileOptions`].
+
+use dmc_compiler::plan::{LearningRate, Mode};
+use dmc_compiler::CompileOptions;
+
+use crate::report::CliError;
+use crate::size::parse_size;
+
+/// Whether `compile`, `plan`, `emu-check` and `gpu-selftest` verify the IR after every pass and
+/// check the emitted plan (`run`, `eval` and `predict` do with `--verify`, and always in debug
+/// builds; `dmc data` and `plan --sweep` never do).
+pub const VERIFY: bool = true;
+
+/// `--batch`, `--vram-cap`, `--no-fuse`, `--remat`, `--lr`: what every plan-compiling command takes.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct PlanArgs {
+    /// Batch size (overrides the program's `train { batch }`).
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// Memory cap for the planned arena, e.g. `900MB`, `1GiB`, `1.5G` or bytes.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub vram_cap: Option<u64>,
+    /// Keep whole per-layer weight gradients (no optimizer update fused into the backward), for
+    /// comparison with the default fused, chunked update.
+    #[arg(long)]
+    pub no_fuse: bool,
+    /// Recompute forward values in the backward to fit `--vram-cap` (auto: only when needed).
+    #[arg(long, value_enum, default_value_t = RematArg::Auto)]
+    pub remat: RematArg,
+    /// Learning rate of the training step's optimizer update (overrides the program's): a positive
+    /// number such as 0.01.
+    #[arg(long, value_parser = parse_lr)]
+    pub lr: Option<LearningRate>,
+}
+
+impl PlanArgs {
+    /// The compile options of the `mode` step. `verify` checks the IR after every pass and the
+    /// emitted plan (each command says whether it wants that). `--lr` names the training step's
+    /// optimizer update, so it is refused for an eval or predict step, which has none.
+    pub fn options(&self, mode: Mode, verify: bool) -> Result<CompileOptions, CliError> {
+        if let (Some(lr), Mode::Eval | Mode::Predict) = (self.lr, mode) {
+            return Err(CliError::Usage(format!(
+                "--lr {lr}: the learning rate belongs to the training step's optimizer update, and the {} step has none; drop --lr",
+                mode_name(mode)
+            )));
+        }
+        Ok(CompileOptions {
+            mode,
+            batch: self.batch,
+            lr: self.lr,
+            cap: self.vram_cap,
+            fuse: !self.no_fuse,
+            remat: self.remat.into(),
+            verify,
+            ..CompileOptions::default()
+        })
+    }
+
+    /// These flags for a plan a command compiles beside its training step (the validation plan of
+    /// `dmc run`, the eval kernels of `gpu-selftest`): everything but `--lr`, which only the
+    /// training step has.
+    pub fn beside_training(&self) -> PlanArgs {
+        PlanArgs {
+            lr: None,
+            ..self.clone()
+        }
+    }
+}
+
+/// The step's name as `--mode` spells it.
+fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Train => "train",
+        Mode::Eval => "eval",
+        Mode::Predict => "predict",
+    }
+}
+
+/// `--mode`, for the commands that compile any of the three steps (`compile`, `emu-check`).
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct ModeArgs {
+    /// Which step to compile.
+    #[arg(long, value_enum, default_value_t = ModeArg::Train)]
+    pub mode: ModeArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModeArg {
+    /// Forward, loss, backward, optimizer update.
+    Train,
+    /// Forward and loss.
+    Eval,
+    /// Forward to the output.
+    Predict,
+}
+
+impl From<ModeArg> for Mode {
+    fn from(m: ModeArg) -> Mode {
+        match m {
+            ModeArg::Train => Mode::Train,
+            ModeArg::Eval => Mode::Eval,
+            ModeArg::Predict => Mode::Predict,
+        }
+    }
+}
+
+/// `--remat`: whether to recompute forward values to fit `--vram-cap`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum RematArg {
+    /// Never recompute; refuse a cap that only recomputation could meet.
+    Off,
+    /// Recompute only when the plan does not fit the cap otherwise, as little as possible.
+    #[default]
+    Auto,
+}
+
+impl From<RematArg> for dmc_compiler::RematMode {
+    fn from(r: RematArg) -> Self {
+        match r {
+            RematArg::Off => dmc_compiler::RematMode::Off,
+            RematArg::Auto => dmc_compiler::RematMode::Auto,
+        }
+    }
+}
+
+/// `--lr`: through the one validated learning-rate type.
+fn parse_lr(s: &str) -> Result<LearningRate, String> {
+    s.parse::<LearningRate>()
+        .map_err(|e| format!("{e}; pass a positive number such as 0.01 (written `--lr=1e-3`)"))
+}

@@ -1,0 +1,107 @@
+//! The flags of `dmc run`, `dmc eval` and `dmc predict`.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use crate::commands::kernels::CodegenArgs;
+use crate::commands::plan_args::PlanArgs;
+
+/// Samples in the synthetic data set `dmc run` trains on without `--data` (and `dmc data` writes).
+pub const SYNTHETIC_SAMPLES: usize = 1024;
+
+/// Where to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Device {
+    /// CUDA when a driver and a GPU are present, else the CPU (saying why).
+    Auto,
+    Cpu,
+    Cuda,
+    /// The generated CUDA kernels compiled by g++ and run on the CPU (slow: for checking the
+    /// CUDA code path on a machine without a GPU).
+    CudaEmu,
+}
+
+/// Options shared by `run`, `eval` and `predict`.
+#[derive(Debug, Clone, Args)]
+pub struct CommonArgs {
+    /// The program (.dm file).
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub plan: PlanArgs,
+    #[command(flatten)]
+    pub codegen: CodegenArgs,
+    /// Device to run on.
+    #[arg(long, value_enum, default_value_t = Device::Auto)]
+    pub device: Device,
+    /// Weights to start from (.safetensors; names as `conv3.weight`).
+    #[arg(long, value_name = "FILE")]
+    pub init: Option<PathBuf>,
+    /// Data: a .safetensors file, a directory of <name>.npy, or `x=a.npy,y=b.npy`; tensors named after
+    /// the program's inputs and targets, first dimension = samples.
+    #[arg(long, value_name = "FILE")]
+    pub data: Option<String>,
+    /// Seed for initialisation, synthetic data, shuffling and dropout.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Fill dead buffers with NaN after each kernel, so that a planning bug shows up as NaN.
+    #[arg(long)]
+    pub poison: bool,
+    /// Verify the IR after every pass and check the plan (always on in debug builds).
+    #[arg(long)]
+    pub verify: bool,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Number of training steps (default: one epoch, or the program's `epochs`).
+    #[arg(long, conflicts_with = "epochs")]
+    pub steps: Option<usize>,
+    /// Number of epochs over the data.
+    #[arg(long)]
+    pub epochs: Option<usize>,
+    /// Validation data (same format as --data); reports loss (and accuracy) after each epoch.
+    #[arg(long, value_name = "FILE", conflicts_with = "val_split")]
+    pub val: Option<String>,
+    /// Hold out this fraction of the data for validation.
+    #[arg(long, value_name = "FRACTION")]
+    pub val_split: Option<f64>,
+    /// Save the trained weights here (.safetensors, atomically; also on Ctrl-C/SIGTERM and on errors
+    /// after training started; never untrained or non-finite weights, nor the ones that gave a NaN loss).
+    #[arg(long, value_name = "FILE")]
+    pub save: Option<PathBuf>,
+    /// Samples in the synthetic data set used without --data.
+    #[arg(long, default_value_t = SYNTHETIC_SAMPLES)]
+    pub synthetic_samples: usize,
+    /// Write one line per training step to FILE: `step loss ms` (step from 1, the step's loss as
+    /// the shortest round-trip decimal, the step's wall time in milliseconds). For benchmarks and
+    /// parity checks (bench/).
+    #[arg(long, value_name = "FILE")]
+    pub loss_log: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct EvalArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Samples in the synthetic data set used without --data.
+    #[arg(long, default_value_t = 1024)]
+    pub synthetic_samples: usize,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct PredictArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Where to write the outputs (.safetensors or .npy), one row per input sample.
+    #[arg(long, short, value_name = "FILE")]
+    pub output: PathBuf,
+    /// Samples in the synthetic data set used without --data.
+    #[arg(long, default_value_t = 64)]
+    pub synthetic_samples: usize,
+}

@@ -1,0 +1,16 @@
+//! `dmc run`, `dmc eval`, `dmc predict`: compile a program, bind data and weights, drive the
+//! backend. One job per module: the flags (`args`), what happens before the first step (`setup`),
+//! the data (`dataset`), the training loop (`steps`) and its progress bar and loss log
+//! (`progress`), what happens after it (`outcome`), metrics over a data set (`metrics`), and one
+//! module per command (`run`, `eval`, `predict`).
+
+pub mod args;
+pub mod dataset;
+pub mod eval;
+mod metrics;
+mod outcome;
+pub mod predict;
+mod progress;
+pub mod run;
+mod setup;
+mod steps;

@@ -1,0 +1,180 @@
+//! `dmc run`: compile the training step, load the data, set up the backend (and a validation
+//! backend), then train (`steps`) and save and report (`outcome`).
+
+use std::path::Path;
+
+use dmc_compiler::plan::Mode;
+use dmc_grammar::model::Model;
+use dmc_runtime::io::{self, Dataset};
+use dmc_runtime::Backend;
+
+use super::args::RunArgs;
+use super::dataset::{seed_or_default, DataRequest};
+use super::outcome::{self, Measured};
+use super::progress::{self, LossLog};
+use super::setup::{compile, init_params, resolve_device};
+use super::steps::{self, Progress, Schedule, Validation};
+use crate::commands::program::load_model;
+use crate::report::CliError;
+use crate::size::human;
+
+/// Stops with [`CliError::Interrupted`] when a signal arrived before training started: nothing was
+/// trained, so nothing is saved.
+fn stop_before_training(save: Option<&Path>) -> Result<(), CliError> {
+    if crate::signals::stop_requested() {
+        return Err(CliError::Interrupted(match save {
+            Some(p) => format!(
+                "before training started: nothing was trained and {} was not written",
+                p.display()
+            ),
+            None => "before training started".into(),
+        }));
+    }
+    Ok(())
+}
+
+/// `--steps`, `--epochs` or the program's `epochs` (else one epoch) over `samples` training samples.
+fn schedule(
+    args: &RunArgs,
+    model: &Model,
+    samples: usize,
+    batch: usize,
+    seed: u64,
+) -> Result<Schedule, CliError> {
+    if samples < batch {
+        return Err(CliError::Usage(format!(
+            "the training data has {samples} samples, fewer than one batch of {batch}; use a smaller --batch or more data"
+        )));
+    }
+    let per_epoch = samples / batch;
+    let (total_steps, epochs) = match (args.steps, args.epochs.or(model.train.epochs)) {
+        (Some(s), _) => (s, s.div_ceil(per_epoch)),
+        (None, Some(e)) => (
+            e.checked_mul(per_epoch).ok_or_else(|| {
+                CliError::Usage(format!(
+                    "{e} epochs of {per_epoch} steps is more steps than can be counted; pass fewer --epochs or a --steps count"
+                ))
+            })?,
+            e,
+        ),
+        (None, None) => (per_epoch, 1),
+    };
+    Ok(Schedule {
+        total_steps,
+        epochs,
+        batch,
+        seed,
+    })
+}
+
+/// The training data and the validation data (`--val`, `--val-split`, or none).
+fn load_sets(
+    args: &RunArgs,
+    data: DataRequest<'_>,
+) -> Result<(Dataset, Option<Dataset>), CliError> {
+    let all = data.load()?;
+    Ok(match (&args.val, args.val_split) {
+        (Some(v), _) => {
+            let val = DataRequest {
+                data: Some(v),
+                synthetic_samples: 0,
+                ..data
+            }
+            .load()?;
+            (all, Some(val))
+        }
+        (None, Some(f)) => {
+            let (t, v) = all.split(f, data.seed)?;
+            (t, Some(v))
+        }
+        (None, None) => (all, None),
+    })
+}
+
+/// `dmc run`.
+pub fn run(args: &RunArgs) -> Result<(), CliError> {
+    // A signal from here on stops after the current step (and saves, with --save).
+    crate::signals::graceful();
+    let c = &args.common;
+    let save_path = args.save.as_deref();
+    let kind = resolve_device(c.device, c.quiet)?;
+    let model = load_model(&c.file)?;
+    let seed = seed_or_default(c.seed, &model);
+    if let Some(p) = save_path {
+        io::check_writable(p)?;
+    }
+    let plan = compile(&model, c, &c.plan, Mode::Train)?;
+    stop_before_training(save_path)?;
+
+    let request = DataRequest::new(c, &plan, &model, args.synthetic_samples, seed);
+    let (train, val) = load_sets(args, request)?;
+    let schedule = schedule(args, &model, train.len(), plan.batch, seed)?;
+
+    let before_arena = dmc_runtime::alloc::current();
+    let mut be = dmc_runtime::open_backend(kind, plan.clone(), &c.codegen.options())?;
+    let arena = match be.device_arena_bytes() {
+        Some(b) => b as usize, // device memory (cuMemGetInfo)
+        None => dmc_runtime::alloc::current().saturating_sub(before_arena),
+    };
+    be.set_poison(c.poison);
+    be.set_halt_on_nonfinite_loss(true);
+    init_params(&mut be, c.init.as_deref(), seed)?;
+    let mut val_be = match &val {
+        Some(_) => {
+            let eval_plan = compile(&model, c, &c.plan.beside_training(), Mode::Eval)?;
+            Some(dmc_runtime::open_backend(
+                kind,
+                eval_plan,
+                &c.codegen.options(),
+            )?)
+        }
+        None => None,
+    };
+    let mut loss_log = LossLog::create(args.loss_log.as_deref())?;
+    stop_before_training(save_path)?;
+
+    if !c.quiet {
+        eprintln!(
+            "training {} on {} samples: {} steps of batch {} ({} steps per epoch), arena {}",
+            c.file.display(),
+            train.len(),
+            schedule.total_steps,
+            schedule.batch,
+            train.len() / schedule.batch,
+            human(plan.arena_bytes)
+        );
+    }
+    let pb = progress::bar(schedule.total_steps, c.quiet);
+
+    dmc_runtime::alloc::reset_peak();
+    let base = dmc_runtime::alloc::current();
+    let mut done = Progress::default();
+    let validation = match (val_be.as_mut(), val.as_ref()) {
+        (Some(backend), Some(data)) => Some(Validation {
+            backend,
+            data,
+            model: &model,
+        }),
+        _ => None,
+    };
+    let ended = steps::train(
+        &mut be,
+        &train,
+        schedule,
+        validation,
+        &pb,
+        &mut loss_log,
+        &mut done,
+    );
+    pb.finish_and_clear();
+    let loss_log_error = loss_log.finish();
+    outcome::finish(
+        args,
+        &plan,
+        &be,
+        ended,
+        &done,
+        loss_log_error,
+        Measured { arena, base },
+    )
+}

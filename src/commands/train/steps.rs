@@ -1,0 +1,107 @@
+//! The training loop of `dmc run`: epochs of shuffled batches through the backend, stopping at the
+//! requested step count, on a signal, or at a non-finite loss, with validation after each epoch.
+
+use std::time::{Duration, Instant};
+
+use dmc_grammar::model::Model;
+use dmc_runtime::io::Dataset;
+use dmc_runtime::Backend;
+use indicatif::ProgressBar;
+
+use super::dataset::Feeder;
+use super::metrics::{evaluate, fmt_metrics};
+use super::progress::{say, LossLog};
+use crate::report::CliError;
+
+/// How the training loop ended (errors aside).
+pub enum LoopEnd {
+    /// Every requested step ran.
+    Finished,
+    /// A signal asked to stop.
+    Interrupted,
+    /// The loss of this step was NaN or infinite (the step halted before its update).
+    NonFinite { at: usize },
+}
+
+/// What the loop has done so far; read after it ended, whatever ended it.
+#[derive(Default)]
+pub struct Progress {
+    /// Completed steps: their loss was finite and their update ran.
+    pub steps: usize,
+    pub last_loss: Option<f32>,
+    pub step_time: Duration,
+}
+
+/// How many steps, over how many epochs.
+#[derive(Debug, Clone, Copy)]
+pub struct Schedule {
+    pub total_steps: usize,
+    pub epochs: usize,
+    pub batch: usize,
+    pub seed: u64,
+}
+
+/// The validation of each epoch: an eval backend, its data, and the program (for its loss).
+pub struct Validation<'a> {
+    pub backend: &'a mut dyn Backend,
+    pub data: &'a Dataset,
+    pub model: &'a Model,
+}
+
+/// Trains `be` on `train` by `schedule`, recording into `progress` (which holds what was done
+/// however the loop ends), the loss log and the bar.
+pub fn train(
+    be: &mut dyn Backend,
+    train: &Dataset,
+    schedule: Schedule,
+    mut val: Option<Validation<'_>>,
+    pb: &ProgressBar,
+    loss_log: &mut LossLog,
+    progress: &mut Progress,
+) -> Result<LoopEnd, CliError> {
+    let Schedule {
+        total_steps,
+        epochs,
+        batch,
+        seed,
+    } = schedule;
+    let mut feeder = Feeder::new(be.plan(), true);
+    for epoch in 0..epochs {
+        let order = train.epoch(batch, seed, epoch as u64)?;
+        for idx in order.batches() {
+            if progress.steps >= total_steps {
+                return Ok(LoopEnd::Finished);
+            }
+            if crate::signals::stop_requested() {
+                return Ok(LoopEnd::Interrupted);
+            }
+            feeder.feed(be, train, idx)?;
+            let t0 = Instant::now();
+            let step = progress.steps + 1;
+            let loss = be.run(step as u64, seed)?;
+            let dt = t0.elapsed();
+            progress.step_time += dt;
+            loss_log.record(step, loss, dt, pb);
+            if !loss.is_finite() {
+                // Halted before its update: not a completed step.
+                return Ok(LoopEnd::NonFinite { at: step });
+            }
+            progress.steps = step;
+            progress.last_loss = Some(loss);
+            let sps = (progress.steps * batch) as f64 / progress.step_time.as_secs_f64().max(1e-9);
+            pb.set_message(format!("loss {loss:.6}  {sps:.1} samples/s"));
+            pb.inc(1);
+        }
+        if let Some(v) = val.as_mut() {
+            for (name, _, data) in be.params()? {
+                v.backend.set_param(&name, &data)?;
+            }
+            let m = evaluate(v.backend, v.model, v.data, batch)?;
+            say(
+                pb,
+                format!("epoch {}: validation {}", epoch + 1, fmt_metrics(&m)),
+            );
+        }
+    }
+    Ok(LoopEnd::Finished)
+}
