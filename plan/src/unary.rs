@@ -69,6 +69,26 @@ impl UnaryKind {
         self.op_names().forward
     }
 
+    /// Its type name in `dmc summary` and in messages (`ReLU`, `GELU`).
+    pub fn display_name(self) -> &'static str {
+        match self {
+            UnaryKind::Relu => "ReLU",
+            UnaryKind::Tanh => "Tanh",
+            UnaryKind::Sigmoid => "Sigmoid",
+            UnaryKind::Gelu => "GELU",
+        }
+    }
+
+    /// One line saying what it computes (the language's table of layers).
+    pub fn doc(self) -> &'static str {
+        match self {
+            UnaryKind::Relu => "elementwise max(x, 0)",
+            UnaryKind::Tanh => "elementwise hyperbolic tangent",
+            UnaryKind::Sigmoid => "elementwise logistic function 1 / (1 + e^-x)",
+            UnaryKind::Gelu => "elementwise GELU, x * Phi(x)",
+        }
+    }
+
     /// The activation a `.dm` name stands for.
     pub fn from_name(name: &str) -> Option<UnaryKind> {
         UnaryKind::ALL.into_iter().find(|a| a.name() == name)

@@ -3,6 +3,7 @@
 //! hand-written f64 formulas, and determinism.
 
 use dmc_plan::op::{ConvGeom, PoolGeom, UnaryKind, UpdateRule, CONV_CHUNK_ROWS};
+use dmc_plan::unary::Saved;
 use dmc_runtime::cpu::conv::{conv2d_bwd_data, conv2d_bwd_weight, conv2d_fwd, ConvDims};
 use dmc_runtime::cpu::dense::{bias_grad, dense_bwd_data, dense_bwd_weight, dense_fwd};
 use dmc_runtime::cpu::elementwise::{add, dropout, unary_bwd, unary_fwd, DropoutRng};
@@ -468,12 +469,7 @@ fn unary_ref(kind: UnaryKind, x: f64) -> f64 {
     }
 }
 
-const KINDS: [UnaryKind; 4] = [
-    UnaryKind::Relu,
-    UnaryKind::Tanh,
-    UnaryKind::Sigmoid,
-    UnaryKind::Gelu,
-];
+const KINDS: [UnaryKind; UnaryKind::ALL.len()] = UnaryKind::ALL;
 
 #[test]
 fn unary_forward_matches_reference() {
@@ -763,7 +759,10 @@ fn unary_vjps_match_finite_differences() {
     for kind in KINDS {
         let mut y = vec![0.0; x.len()];
         unary_fwd(kind, &x, &mut y);
-        let saved = if kind == UnaryKind::Gelu { &x } else { &y };
+        let saved = match kind.saved() {
+            Saved::Input => &x,
+            Saved::Output => &y,
+        };
         let mut dx = vec![f32::NAN; x.len()];
         unary_bwd(kind, saved, &rr, &mut dx);
         fd_check(&format!("{kind:?}"), &x, &dx, 501, |x| {

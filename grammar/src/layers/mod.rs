@@ -200,20 +200,14 @@ fn table() -> Vec<LayerDef> {
 
 /// The entry of an activation layer.
 fn activation(a: Activation) -> LayerDef {
-    let (doc, summary) = match a {
-        Activation::Relu => ("elementwise max(x, 0)", "ReLU"),
-        Activation::Tanh => ("elementwise hyperbolic tangent", "Tanh"),
-        Activation::Sigmoid => ("elementwise logistic function 1 / (1 + e^-x)", "Sigmoid"),
-        Activation::Gelu => ("elementwise GELU, x * Phi(x)", "GELU"),
-    };
     LayerDef {
         name: a.name(),
         inputs: Inputs::One,
         params: &[],
         build: Build::Activation(a),
         example: None,
-        doc,
-        summary,
+        doc: a.doc(),
+        summary: a.display_name(),
         aliases: &[],
     }
 }
