@@ -131,7 +131,7 @@ fn mse_net_with_convs_pools_residual_and_every_activation() {
          h = x |> conv2d(4, 3, stride: 2, padding: valid, activation: tanh)
          r = h |> conv2d(4, 3, activation: sigmoid)
          s = h + r |> gelu
-         out = s |> maxpool(2) |> conv2d(5, 1, activation: relu) |> avgpool(2) |> flatten |> dense(3)
+         out = s |> maxpool(2) |> conv2d(5, 1, activation: relu) |> avgpool(2) |> flatten |> dense(4, activation: silu) |> dense(3)
          loss mse(out, y)
          train { batch: 2, optimizer: sgd(lr: 1) }",
         0,

@@ -21,6 +21,8 @@ pub enum UnaryKind {
     Tanh,
     Sigmoid,
     Gelu,
+    /// SiLU (swish): `x * sigmoid(x)`, as PyTorch's `nn.SiLU` and Keras' `swish`.
+    Silu,
 }
 
 /// The value the backward of an activation reads besides the incoming gradient.
@@ -57,11 +59,12 @@ pub struct UnaryOpNames {
 
 impl UnaryKind {
     /// Every activation, in the order the language documents them.
-    pub const ALL: [UnaryKind; 4] = [
+    pub const ALL: [UnaryKind; 5] = [
         UnaryKind::Relu,
         UnaryKind::Tanh,
         UnaryKind::Sigmoid,
         UnaryKind::Gelu,
+        UnaryKind::Silu,
     ];
 
     /// The name a `.dm` program uses, as a layer and as `activation: NAME`.
@@ -76,6 +79,7 @@ impl UnaryKind {
             UnaryKind::Tanh => "Tanh",
             UnaryKind::Sigmoid => "Sigmoid",
             UnaryKind::Gelu => "GELU",
+            UnaryKind::Silu => "SiLU",
         }
     }
 
@@ -86,6 +90,7 @@ impl UnaryKind {
             UnaryKind::Tanh => "elementwise hyperbolic tangent",
             UnaryKind::Sigmoid => "elementwise logistic function 1 / (1 + e^-x)",
             UnaryKind::Gelu => "elementwise GELU, x * Phi(x)",
+            UnaryKind::Silu => "elementwise SiLU (swish), x * sigmoid(x)",
         }
     }
 
@@ -112,15 +117,16 @@ impl UnaryKind {
                 "sigmoid_bwd_inplace",
             ),
             UnaryKind::Gelu => n("gelu", "gelu_bwd", "gelu_inplace", "gelu_bwd_inplace"),
+            UnaryKind::Silu => n("silu", "silu_bwd", "silu_inplace", "silu_bwd_inplace"),
         }
     }
 
     /// What the backward reads besides the gradient: relu, tanh and sigmoid differentiate from
-    /// their output, gelu from its input.
+    /// their output, gelu and silu from their input.
     pub fn saved(self) -> Saved {
         match self {
             UnaryKind::Relu | UnaryKind::Tanh | UnaryKind::Sigmoid => Saved::Output,
-            UnaryKind::Gelu => Saved::Input,
+            UnaryKind::Gelu | UnaryKind::Silu => Saved::Input,
         }
     }
 
@@ -128,7 +134,7 @@ impl UnaryKind {
     /// (rectifier-like activations) rather than Glorot.
     pub fn he_init(self) -> bool {
         match self {
-            UnaryKind::Relu | UnaryKind::Gelu => true,
+            UnaryKind::Relu | UnaryKind::Gelu | UnaryKind::Silu => true,
             UnaryKind::Tanh | UnaryKind::Sigmoid => false,
         }
     }
@@ -151,6 +157,7 @@ impl UnaryKind {
                 let xd = x as f64;
                 (xd * phi_cdf(xd)) as f32
             }
+            UnaryKind::Silu => x * sigmoid(x),
         }
     }
 
@@ -174,6 +181,11 @@ impl UnaryKind {
                 let der = phi_cdf(xd) + xd * FRAC_1_SQRT_2PI * (-0.5 * xd * xd).exp();
                 (g as f64 * der) as f32
             }
+            // d/dx x*s(x) = s(x) * (1 + x * (1 - s(x)))
+            UnaryKind::Silu => {
+                let sg = sigmoid(s);
+                g * (sg * (1.0 + s * (1.0 - sg)))
+            }
         }
     }
 
@@ -194,6 +206,11 @@ impl UnaryKind {
             UnaryKind::Gelu => {
                 "const double v = (double){in}[i];\n\
                  {out}[i] = (float)(v * dmc_phi_cdf(v));"
+            }
+            UnaryKind::Silu => {
+                "const float v = {in}[i];\n\
+                 const float s = v >= 0.0f ? 1.0f / (1.0f + expf(-v)) : expf(v) / (1.0f + expf(v));\n\
+                 {out}[i] = v * s;"
             }
         }
     }
@@ -219,6 +236,11 @@ impl UnaryKind {
                 "const double v = (double){saved}[i];\n\
                  const double der = dmc_phi_cdf(v) + v * DMC_FRAC_1_SQRT_2PI * dmc_exp(-0.5 * v * v);\n\
                  {out}[i] = (float)((double){in}[i] * der);"
+            }
+            UnaryKind::Silu => {
+                "const float v = {saved}[i];\n\
+                 const float s = v >= 0.0f ? 1.0f / (1.0f + expf(-v)) : expf(v) / (1.0f + expf(v));\n\
+                 {out}[i] = {in}[i] * (s * (1.0f + v * (1.0f - s)));"
             }
         }
     }

@@ -466,6 +466,7 @@ fn unary_ref(kind: UnaryKind, x: f64) -> f64 {
         UnaryKind::Tanh => x.tanh(),
         UnaryKind::Sigmoid => 1.0 / (1.0 + (-x).exp()),
         UnaryKind::Gelu => 0.5 * x * (1.0 + erf_ref(x / 2f64.sqrt())),
+        UnaryKind::Silu => x / (1.0 + (-x).exp()),
     }
 }
 
