@@ -56,7 +56,7 @@ impl<'p> Args<'p> {
     }
     fn ptr(&self, i: usize) -> *mut u8 {
         let b = &self.buffers[self.step.args[i]];
-        // SAFETY (of the offset): validated to lie inside the arena.
+        // SAFETY: the offset was validated to lie inside the arena.
         unsafe { self.base.add(b.offset as usize) }
     }
     /// # Safety
@@ -116,7 +116,7 @@ unsafe fn state_slices<'a>(a: &Args, first: usize, n: usize) -> [&'a mut [f32]; 
 /// Workspace, which `validate` guarantees overlaps no other argument of the step, so the mutable
 /// slices are disjoint from each other and from the shared ones.
 pub(super) unsafe fn exec(a: &Args, ctx: &Ctx) -> Result<(), BadLabel> {
-    // SAFETY (all calls below): see this function's contract; slot indices follow `Op::signature`.
+    // SAFETY: (all calls below) see this function's contract; slot indices follow `Op::signature`.
     unsafe {
         match &a.kernel.op {
             Op::Input { .. } | Op::Param { .. } | Op::OptState { .. } | Op::Reshape => {}

@@ -286,9 +286,9 @@ fn check_in(
                 }
             }
         }
+        let t = std::time::Instant::now();
         // SAFETY: every slot lies inside `bytes` (checked above); the plan (or the packed layout)
         // keeps written slots disjoint from the others; the red zones absorb stray writes.
-        let t = std::time::Instant::now();
         let r = unsafe { emu.launch(&ptrs, seed, STEP, order, threads) };
         check.seconds += t.elapsed().as_secs_f64();
         if let Err(e) = r {
