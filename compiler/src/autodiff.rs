@@ -10,10 +10,10 @@ use std::collections::{BTreeSet, HashMap};
 
 use petgraph::stable_graph::NodeIndex;
 
+use crate::ctx::Ctx;
 use crate::error::CompileError;
 use crate::ir::{Graph, Phase, Value};
 use crate::op::{Op, UnaryKind};
-use crate::passes::Ctx;
 use crate::plan::Mode;
 
 /// Gradient contributions of one node for each of its input slots (`None`: not needed).

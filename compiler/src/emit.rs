@@ -15,15 +15,15 @@ use std::hash::{Hash, Hasher};
 use petgraph::stable_graph::NodeIndex;
 
 use crate::alias::BufferRoots;
+use crate::ctx::Ctx;
 use crate::error::CompileError;
 use crate::ir::{Graph, Phase, Value};
 use crate::op::{DType, Op, Role};
-use crate::passes::Ctx;
+use crate::placement::{place, Interval, PlannerKind};
 use crate::plan::{
     Buffer, BufferId, BufferKind, Init, IoBinding, Kernel, Mode, ParamBinding, Plan, Step,
     FORMAT_VERSION,
 };
-use crate::planner::{place, BufferReq, PlannerKind};
 
 struct Buf {
     name: String,
@@ -230,7 +230,7 @@ pub fn emit(
     bufs[loss_buf].pinned = g.loss.is_some();
 
     let last = steps.len().saturating_sub(1);
-    let reqs: Vec<BufferReq> = bufs
+    let reqs: Vec<Interval> = bufs
         .iter()
         .map(|b| {
             let live = if b.persistent {
@@ -251,11 +251,11 @@ pub fn emit(
                 }
                 (start, end)
             };
-            BufferReq {
+            Interval {
                 bytes: b.bytes,
-                live,
+                start: live.0,
+                end: live.1,
                 persistent: b.persistent,
-                kind: b.kind,
             }
         })
         .collect();
@@ -272,7 +272,7 @@ pub fn emit(
             dtype: b.dtype,
             kind: b.kind,
             offset: placement.offsets[id],
-            live: r.live,
+            live: (r.start, r.end),
             persistent: b.persistent,
         })
         .collect();

@@ -3,46 +3,12 @@
 //! signature), acyclicity (including the in-place hazard constraints) and the graph's
 //! distinguished values. Its errors name the pass, the node, the op and the shapes.
 
-use std::fmt;
-
 use petgraph::stable_graph::NodeIndex;
 use petgraph::visit::EdgeRef;
 use petgraph::Direction;
 
+pub use crate::error::VerifyError;
 use crate::ir::{fmt_types, infer_outputs_with, Graph, TensorType};
-
-/// What the verifier found wrong, and where.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct VerifyError {
-    /// The pass after which the graph was checked (`lower` for the initial graph).
-    pub pass: String,
-    /// Node index and name, when the problem is at a node.
-    pub node: Option<(usize, String)>,
-    /// The op's kind name (`conv2d`, ...), or empty.
-    pub op: String,
-    pub inputs: Vec<TensorType>,
-    pub outputs: Vec<TensorType>,
-    pub msg: String,
-}
-
-impl fmt::Display for VerifyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "IR verification failed after pass `{}`", self.pass)?;
-        if let Some((i, name)) = &self.node {
-            write!(f, " at node #{i} `{name}` ({})", self.op)?;
-        }
-        write!(f, ": {}", self.msg)?;
-        if self.node.is_some() {
-            write!(
-                f,
-                " [inputs: {}; outputs: {}]",
-                fmt_types(&self.inputs),
-                fmt_types(&self.outputs)
-            )?;
-        }
-        Ok(())
-    }
-}
 
 fn at(g: &Graph, pass: &str, n: NodeIndex, msg: String) -> VerifyError {
     let node = g.node(n);
