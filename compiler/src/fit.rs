@@ -192,12 +192,16 @@ pub fn compile_with(model: &Model, opts: &CompileOptions, ctx: &Ctx) -> Result<P
     let mut g = lower::lower(model, ctx.batch)?;
     passes::run_pipeline(&mut g, &ctx)?;
     let order = schedule::schedule(&g)?;
+    // Whether a chunk changed: as after a pass that changed nothing, release builds do not verify
+    // the graph again unless it did (debug and test builds always do).
+    let mut changed = false;
     match opts.cap {
         None => {
             let budget = default_chunk_bytes(persistent_bytes(&g));
             for n in g.nodes() {
                 while chunk_grad_bytes(&g, n).is_some_and(|b| b > budget) && halve_chunk(&mut g, n)
                 {
+                    changed = true;
                 }
             }
         }
@@ -206,9 +210,10 @@ pub fn compile_with(model: &Model, opts: &CompileOptions, ctx: &Ctx) -> Result<P
             if p.arena_bytes <= cap || !shrink_dominant(&mut g) {
                 break;
             }
+            changed = true;
         },
     }
-    if opts.verify {
+    if opts.verify && (changed || cfg!(debug_assertions)) {
         verify::verify(&g, "chunk selection")?;
     }
     let plan = emit::emit(&g, &order, &ctx, opts.planner)?;

@@ -173,6 +173,36 @@ impl Graph {
 
     /// The values feeding `n`, in slot order (slots without an edge are skipped).
     pub fn inputs(&self, n: NodeIndex) -> Vec<Value> {
+        // A node has a handful of inputs: sorted by insertion on the stack, one allocation (the
+        // result); more than `SMALL` take the general path.
+        const SMALL: usize = 8;
+        let mut keyed = [(0usize, 0usize, 0usize); SMALL];
+        let mut k = 0;
+        for e in self.g.edges_directed(n, Direction::Incoming) {
+            if k == SMALL {
+                return self.inputs_general(n);
+            }
+            let key = (
+                e.weight().dst_input,
+                e.source().index(),
+                e.weight().src_output,
+            );
+            let mut i = k;
+            while i > 0 && keyed[i - 1] > key {
+                keyed[i] = keyed[i - 1];
+                i -= 1;
+            }
+            keyed[i] = key;
+            k += 1;
+        }
+        keyed[..k]
+            .iter()
+            .map(|&(_, src, o)| (NodeIndex::new(src), o))
+            .collect()
+    }
+
+    /// [`Graph::inputs`] for any number of inputs.
+    fn inputs_general(&self, n: NodeIndex) -> Vec<Value> {
         let mut es: Vec<(usize, Value)> = self
             .g
             .edges_directed(n, Direction::Incoming)

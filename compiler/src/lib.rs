@@ -18,6 +18,7 @@ pub mod dump;
 pub mod emit;
 pub mod error;
 pub mod fit;
+pub mod fxhash;
 pub mod ir;
 pub mod lower;
 pub mod op;

@@ -14,10 +14,9 @@
 //! ([`render_svg`]: live bytes over the step, stacked by category, with the arena size and an
 //! optional cap as horizontal lines), which also draw the memory / recompute sweep.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-
 use serde::{Deserialize, Serialize};
 
+use crate::fxhash::FxHashMap;
 use crate::plan::{layer_of, BufferId, BufferKind, Mode, Plan, StepPhase};
 
 pub mod svg;
@@ -259,7 +258,7 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
     // Per (offset, bytes): the buffers first seen there, and the latest step any of them is
     // occupied (a buffer starting after it overlaps none of them: no scan; in a plan, buffers
     // reusing the same bytes come in step order, so that is the common case).
-    let mut at_bytes: BTreeMap<(u64, u64), (Vec<usize>, usize)> = BTreeMap::new();
+    let mut at_bytes: FxHashMap<(u64, u64), (Vec<usize>, usize)> = FxHashMap::default();
     for (i, b) in plan.buffers.iter().enumerate() {
         if b.bytes == 0 {
             continue;
@@ -350,7 +349,8 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
         .steps
         .iter()
         .position(|s| s.phase == StepPhase::Backward);
-    let mut saved: BTreeSet<BufferId> = BTreeSet::new();
+    // Whether each buffer is a forward activation the backward reads.
+    let mut saved: Vec<bool> = vec![false; plan.buffers.len()];
     for (s, step) in plan.steps.iter().enumerate() {
         // Fused weight-gradient + update kernels (phase Update) read forward values too.
         if !matches!(step.phase, StepPhase::Backward | StepPhase::Update) {
@@ -360,7 +360,7 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
             let Some(&a) = root_of.get(a) else { continue };
             let b = &plan.buffers[a];
             if b.kind == BufferKind::Activation && !b.persistent && b.live.0 < s {
-                saved.insert(a);
+                saved[a] = true;
             }
         }
     }
@@ -396,7 +396,7 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
     live.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.id.cmp(&b.id)));
     let saved_at_peak = live
         .iter()
-        .filter(|l| saved.contains(&l.id))
+        .filter(|l| saved.get(l.id).copied().unwrap_or(false))
         .map(|l| l.bytes)
         .sum();
     let (label, kernel, op, phase) = match plan.steps.get(peak_t) {
@@ -434,8 +434,8 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
     }
     let has_backward = backward_starts.is_some();
     // A recomputed value counts once, as the forward value it is a copy of.
-    let mut saved_values: BTreeMap<&str, u64> = BTreeMap::new();
-    for &i in &saved {
+    let mut saved_values: FxHashMap<&str, u64> = FxHashMap::default();
+    for i in (0..saved.len()).filter(|&i| saved[i]) {
         let b = &plan.buffers[i];
         let name = b.name.split(" (recompute ").next().unwrap_or(&b.name);
         saved_values.insert(name, b.bytes);
@@ -470,8 +470,8 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
 
     // Per-layer rows, in the order their first buffer is written (persistent buffers count from
     // the first step that reads them).
-    let mut first_use: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut rows: BTreeMap<&str, LayerRow> = BTreeMap::new();
+    let mut first_use: FxHashMap<&str, usize> = FxHashMap::default();
+    let mut rows: FxHashMap<&str, LayerRow> = FxHashMap::default();
     for (s, step) in plan.steps.iter().enumerate() {
         for &a in &step.args {
             if let Some(b) = plan.buffers.get(a) {
@@ -498,7 +498,7 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
             BufferKind::Parameter => row.parameters += b.bytes,
             BufferKind::OptimizerState => row.optimizer_state += b.bytes,
             _ => {
-                if saved.contains(&b.id) {
+                if saved.get(b.id).copied().unwrap_or(false) {
                     row.kept_for_backward += b.bytes;
                 }
                 if !b.persistent
@@ -510,14 +510,19 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
             }
         }
     }
-    let mut layers: Vec<LayerRow> = rows.into_values().collect();
-    let first = |r: &LayerRow| {
-        first_use
-            .get(r.layer.as_str())
-            .copied()
-            .unwrap_or(usize::MAX)
-    };
-    layers.sort_by(|a, b| (first(a), &a.layer).cmp(&(first(b), &b.layer)));
+    // (first use, row): layer names are distinct, so the order is total.
+    let mut layers: Vec<(usize, LayerRow)> = rows
+        .into_values()
+        .map(|r| {
+            let first = first_use
+                .get(r.layer.as_str())
+                .copied()
+                .unwrap_or(usize::MAX);
+            (first, r)
+        })
+        .collect();
+    layers.sort_unstable_by(|(fa, a), (fb, b)| (fa, &a.layer).cmp(&(fb, &b.layer)));
+    let layers: Vec<LayerRow> = layers.into_iter().map(|(_, r)| r).collect();
 
     let lower_bound_bytes = peak.bytes;
     let fragmentation = if lower_bound_bytes == 0 {
@@ -528,7 +533,7 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
     let step_flops: u64 = (0..nsteps).map(|t| crate::cost::step_flops(plan, t)).sum();
     let mut recomputed: Vec<Recomputed> = vec![];
     // Index in `recomputed` of each name.
-    let mut recomputed_at: HashMap<String, usize> = HashMap::new();
+    let mut recomputed_at: FxHashMap<String, usize> = FxHashMap::default();
     let mut recompute_flops = 0u64;
     for (t, st) in plan.steps.iter().enumerate() {
         if !crate::cost::is_recompute(&st.label) {
