@@ -75,6 +75,9 @@ pub struct Graph {
     /// Scheduling hints (set by rematerialization): a node runs only after all these nodes ran,
     /// so that a recomputation happens right before the backward that needs it.
     pub not_before: BTreeMap<NodeIndex, BTreeSet<NodeIndex>>,
+    /// Scratch for [`Graph::add_node`]: the input types of the node being added (reused, so that
+    /// adding a node does not allocate its inputs' shapes again).
+    scratch: Vec<TensorType>,
 }
 
 impl Graph {
@@ -90,6 +93,7 @@ impl Graph {
             output: (NodeIndex::new(0), 0),
             grads: BTreeMap::new(),
             not_before: BTreeMap::new(),
+            scratch: vec![],
         }
     }
 
@@ -137,13 +141,25 @@ impl Graph {
                 )));
             }
         }
-        let in_types: Vec<TensorType> = inputs.iter().map(|v| self.ty(*v).clone()).collect();
+        let mut in_types = std::mem::take(&mut self.scratch);
+        in_types.truncate(inputs.len());
+        for (i, v) in inputs.iter().enumerate() {
+            let t = self.ty(*v);
+            match in_types.get_mut(i) {
+                Some(d) => {
+                    d.shape.clone_from(&t.shape);
+                    d.dtype = t.dtype;
+                }
+                None => in_types.push(t.clone()),
+            }
+        }
         let outputs = infer_outputs(&op, &in_types, hint).map_err(|e| CompileError::Shape {
             node: name.clone(),
             op: op.kind_name(),
             inputs: fmt_types(&in_types),
             source: e,
         })?;
+        self.scratch = in_types;
         let n = self.g.add_node(Node {
             op,
             outputs,

@@ -4,11 +4,11 @@
 //! autodiff, optimizer updates, fusion, dead code) and [`MEMORY`] (rematerialization and in
 //! place, on the built step). [`PIPELINE`] is the two in order. Passes that do not apply to the
 //! current mode return `Ok(false)`. When `ctx.verify` is set, [`run_pipeline`] verifies the graph
-//! before the first pass and, in debug and test builds, after every pass, naming the pass that
-//! broke it; release builds verify once after each sub-pipeline that changed the graph, naming the
-//! passes that did (a debug build then finds the one). The verifier is linear, but on a network
-//! of 100,000 layers each run of it is ~5% of a compile, and the plan checker checks the result
-//! of every compile independently.
+//! in debug and test builds before the first pass and after every pass, naming the pass that broke
+//! it; release builds verify it once, after the passes, naming lowering and the passes that
+//! changed the graph (a debug build then finds the one). The verifier is linear, but on a network
+//! of 100,000 layers each run of it is ~4% of a compile, and the plan checker checks the result of
+//! every compile independently.
 
 use petgraph::stable_graph::NodeIndex;
 use petgraph::visit::EdgeRef;
@@ -81,26 +81,24 @@ pub fn run_pipelines(
     ctx: &Ctx,
     pipelines: &[&[(&str, Pass)]],
 ) -> Result<(), CompileError> {
-    if ctx.verify {
+    let each = cfg!(debug_assertions);
+    if ctx.verify && each {
         verify(g, "lower")?;
     }
-    for passes in pipelines {
-        // Passes of this sub-pipeline that changed the graph and were not verified after.
-        let mut unverified: Vec<&str> = vec![];
-        for (name, pass) in passes.iter() {
-            let changed = pass(g, ctx)?;
-            // Debug and test builds verify after every pass, which also catches a pass that
-            // changed the graph without saying so; a pass that left it as it was leaves it
-            // verified.
-            if ctx.verify && cfg!(debug_assertions) {
-                verify(g, name)?;
-            } else if ctx.verify && changed {
-                unverified.push(name);
-            }
+    // What produced the graph since it was last verified.
+    let mut unverified: Vec<&str> = vec!["lower"];
+    for (name, pass) in pipelines.iter().flat_map(|p| p.iter()) {
+        let changed = pass(g, ctx)?;
+        // Debug and test builds verify after every pass, which also catches a pass that changed
+        // the graph without saying so.
+        if ctx.verify && each {
+            verify(g, name)?;
+        } else if changed {
+            unverified.push(name);
         }
-        if !unverified.is_empty() {
-            verify(g, &unverified.join(", "))?;
-        }
+    }
+    if ctx.verify && !each {
+        verify(g, &unverified.join(", "))?;
     }
     Ok(())
 }
