@@ -16,9 +16,10 @@ pub struct CompileOptions {
     /// Overrides the optimizer's learning rate.
     pub lr: Option<dmc_grammar::model::LearningRate>,
     /// Maximum arena size in bytes: the fused weight-gradient chunks shrink until the plan fits,
-    /// else `compile` fails with [`CompileError::CapExceeded`].
+    /// else `compile` fails with [`crate::error::CompileError::CapExceeded`].
     pub cap: Option<u64>,
-    /// Verify the IR before/after every pass and check the emitted plan.
+    /// Verify the IR (before and after every pass in debug and test builds, once after the passes
+    /// in release builds: see [`crate::passes`]) and check the emitted plan.
     pub verify: bool,
     /// Placement strategy (best-fit by default; `Trivial` for comparisons).
     pub planner: PlannerKind,
