@@ -11,7 +11,8 @@ pub struct Ctx {
     pub mode: Mode,
     pub optimizer: Optimizer,
     pub batch: usize,
-    /// Run the IR verifier before and after every pass.
+    /// Run the IR verifier around the passes (every pass in debug and test builds; see
+    /// [`crate::passes`]).
     pub verify: bool,
     /// Fuse each weight gradient with its optimizer update (`fuse_weight_update`).
     pub fuse: bool,
