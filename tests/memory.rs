@@ -1,7 +1,7 @@
 //! The memory planner and the in-place rewrites change memory, never results — checked on the real
 //! example programs (the compiler and runtime suites check the same on fixtures and random nets).
 
-use dmc_compiler::planner::PlannerKind;
+use dmc_compiler::PlannerKind;
 use dmc_compiler::{check_plan, compile, CompileOptions};
 use dmc_grammar::model::Model;
 use dmc_runtime::io::{Dataset, Task, TensorRole, TensorSpec};

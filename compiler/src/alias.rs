@@ -11,8 +11,7 @@
 //! a root (an op's own output becoming an in-place output), which is what keeps the compressed
 //! paths valid.
 
-use std::collections::HashMap;
-
+use crate::fxhash::FxHashMap;
 use crate::ir::{Graph, Value};
 
 /// The alias forest of a graph (see the module docs).
@@ -20,7 +19,7 @@ use crate::ir::{Graph, Value};
 pub struct BufferRoots {
     /// `v -> the value v's buffer is taken from` (an ancestor, after path compression); values
     /// without an entry own their buffer.
-    parent: HashMap<Value, Value>,
+    parent: FxHashMap<Value, Value>,
     /// Parent-link steps followed by all queries so far (for complexity tests).
     steps: u64,
 }
@@ -29,7 +28,7 @@ impl BufferRoots {
     /// The alias links of `g` as it is now: every aliased output of a node (see
     /// [`crate::op::Op::aliased_outputs`]) whose input slot is connected.
     pub fn new(g: &Graph) -> Self {
-        let mut parent = HashMap::new();
+        let mut parent = FxHashMap::default();
         for n in g.g.node_indices() {
             for (o, i) in g.node(n).op.aliased_outputs() {
                 if let Some(src) = g.input(n, i) {

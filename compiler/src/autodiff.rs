@@ -6,14 +6,15 @@
 //! parameter (no gradients for inputs/targets/labels). Contributions to a value used more than
 //! once are summed with `Op::Add`. The loss-bwd ops seed the backward pass (they take no `dy`).
 
-use std::collections::{BTreeSet, HashMap};
-
 use petgraph::stable_graph::NodeIndex;
+use petgraph::visit::EdgeRef;
+use petgraph::Direction;
 
+use crate::ctx::Ctx;
 use crate::error::CompileError;
+use crate::fxhash::FxHashMap;
 use crate::ir::{Graph, Phase, Value};
 use crate::op::Op;
-use crate::passes::Ctx;
 use crate::plan::Mode;
 use dmc_plan::unary::Saved;
 
@@ -255,31 +256,41 @@ pub fn autodiff(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> {
         .map_err(|n| CompileError::Internal(format!("autodiff: cycle at {n:?}")))?;
 
     // Nodes whose outputs depend on a parameter (forward sweep).
-    let mut depends: BTreeSet<NodeIndex> = BTreeSet::new();
+    // Sets of the nodes that exist now, by node index (the nodes added below are in neither).
+    let bound = g.node_bound();
+    let mut depends = vec![false; bound];
     for &n in &order {
         let is_param = matches!(g.node(n).op, Op::Param { .. });
-        if is_param || g.predecessors(n).iter().any(|p| depends.contains(p)) {
-            depends.insert(n);
+        if is_param
+            || g.g
+                .edges_directed(n, Direction::Incoming)
+                .any(|e| depends[e.source().index()])
+        {
+            depends[n.index()] = true;
         }
     }
+    let depends = |n: NodeIndex| depends.get(n.index()).copied().unwrap_or(false);
     // Nodes the loss depends on (backward sweep).
-    let mut useful: BTreeSet<NodeIndex> = BTreeSet::new();
-    useful.insert(loss.0);
+    let mut useful = vec![false; bound];
+    useful[loss.0.index()] = true;
     for &n in order.iter().rev() {
-        if useful.contains(&n) {
-            useful.extend(g.predecessors(n));
+        if useful[n.index()] {
+            for e in g.g.edges_directed(n, Direction::Incoming) {
+                useful[e.source().index()] = true;
+            }
         }
     }
+    let useful = |n: NodeIndex| useful.get(n.index()).copied().unwrap_or(false);
     // A value carries a gradient if it is f32, depends on a parameter and is not an argmax.
     let carries = |g: &Graph, v: Value| -> bool {
-        depends.contains(&v.0)
+        depends(v.0)
             && g.ty(v).dtype == crate::op::DType::F32
             && !matches!(g.node(v.0).op, Op::MaxPool { .. } if v.1 == 1)
     };
 
-    let mut grad: HashMap<Value, Value> = HashMap::new();
+    let mut grad: FxHashMap<Value, Value> = FxHashMap::default();
     for &n in order.iter().rev() {
-        if !useful.contains(&n) || !depends.contains(&n) || g.node(n).op.is_leaf() {
+        if !useful(n) || !depends(n) || g.node(n).op.is_leaf() {
             continue;
         }
         let dy = if n == loss.0 {
@@ -291,10 +302,7 @@ pub fn autodiff(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> {
             }
         };
         let ins = g.inputs(n);
-        let need: Vec<bool> = ins
-            .iter()
-            .map(|v| carries(g, *v) && useful.contains(&v.0))
-            .collect();
+        let need: Vec<bool> = ins.iter().map(|v| carries(g, *v) && useful(v.0)).collect();
         let contribs = vjp(g, n, dy, &need)?;
         for (v, c) in ins.iter().zip(contribs) {
             let Some(c) = c else { continue };

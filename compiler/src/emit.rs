@@ -9,21 +9,21 @@
 //! enforced by the caller (`compile`). Identical kernels
 //! (same op, same argument shapes) are deduplicated.
 
-use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 
 use petgraph::stable_graph::NodeIndex;
 
 use crate::alias::BufferRoots;
+use crate::ctx::Ctx;
 use crate::error::CompileError;
+use crate::fxhash::{FxHashMap, FxHasher};
 use crate::ir::{Graph, Phase, Value};
 use crate::op::{DType, Op, Role};
-use crate::passes::Ctx;
+use crate::placement::{place, Interval, PlannerKind};
 use crate::plan::{
     Buffer, BufferId, BufferKind, Init, IoBinding, Kernel, Mode, ParamBinding, Plan, Step,
     FORMAT_VERSION,
 };
-use crate::planner::{place, BufferReq, PlannerKind};
 
 struct Buf {
     name: String,
@@ -58,7 +58,7 @@ fn kind_of(g: &Graph, root: Value) -> BufferKind {
 
 /// A hash of a kernel's argument shapes (kernels are told apart by comparing them in full).
 fn shape_hash(shapes: &[Vec<usize>]) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let mut h = FxHasher::default();
     shapes.hash(&mut h);
     h.finish()
 }
@@ -71,7 +71,7 @@ pub fn emit(
     planner: PlannerKind,
 ) -> Result<Plan, CompileError> {
     let mut bufs: Vec<Buf> = vec![];
-    let mut of: HashMap<Value, BufferId> = HashMap::new();
+    let mut of: FxHashMap<Value, BufferId> = FxHashMap::default();
     let new_buf = |bufs: &mut Vec<Buf>, g: &Graph, v: Value| -> BufferId {
         let t = g.ty(v);
         let kind = kind_of(g, v);
@@ -106,15 +106,24 @@ pub fn emit(
     let mut kernels: Vec<Kernel> = vec![];
     // Kernel ids by (op kind, hash of the argument shapes), in id order, and the count of kernels
     // per kind: deduplication and naming without scanning every kernel at every step.
-    let mut same_shapes: HashMap<(&'static str, u64), Vec<usize>> = HashMap::new();
-    let mut kinds: HashMap<&'static str, usize> = HashMap::new();
+    let mut same_shapes: FxHashMap<(&'static str, u64), Vec<usize>> = FxHashMap::default();
+    let mut kinds: FxHashMap<&'static str, usize> = FxHashMap::default();
     let mut steps: Vec<Step> = vec![];
+    // The argument shapes of the current step; reused (most steps reuse a kernel, so the shapes
+    // are only compared), cloned into a new kernel.
+    let mut shapes: Vec<Vec<usize>> = vec![];
+    let set_shape = |shapes: &mut Vec<Vec<usize>>, k: usize, s: &[usize]| match shapes.get_mut(k) {
+        Some(v) => {
+            v.clear();
+            v.extend_from_slice(s);
+        }
+        None => shapes.push(s.to_vec()),
+    };
     for (s, &n) in order.iter().enumerate() {
         let node = g.node(n);
         let op = &node.op;
         let ins = g.inputs(n);
         let mut args = vec![];
-        let mut shapes = vec![];
         let aliased = op.aliased_outputs();
         for v in &ins {
             let root = roots.root(*v);
@@ -126,8 +135,8 @@ pub fn emit(
                 ))
             })?;
             bufs[id].last_read = Some(s);
+            set_shape(&mut shapes, args.len(), &g.ty(*v).shape);
             args.push(id);
-            shapes.push(g.ty(*v).shape.clone());
         }
         for (o, t) in node.outputs.iter().enumerate() {
             if let Some((_, i)) = aliased.iter().find(|(oo, _)| *oo == o) {
@@ -140,9 +149,10 @@ pub fn emit(
             let id = new_buf(&mut bufs, g, (n, o));
             bufs[id].first_write = Some(s);
             of.insert((n, o), id);
+            set_shape(&mut shapes, args.len(), &t.shape);
             args.push(id);
-            shapes.push(t.shape.clone());
         }
+        shapes.truncate(args.len());
         let params = op.params();
         let ws_names = params
             .iter()
@@ -159,8 +169,8 @@ pub fn emit(
                 last_read: Some(s),
                 pinned: false,
             });
+            set_shape(&mut shapes, args.len(), &[elems]);
             args.push(bufs.len() - 1);
-            shapes.push(vec![elems]);
         }
         if params.len() != args.len() {
             return Err(CompileError::Internal(format!(
@@ -185,7 +195,7 @@ pub fn emit(
                     id: kernels.len(),
                     name,
                     op: op.clone(),
-                    arg_shapes: shapes,
+                    arg_shapes: shapes.clone(),
                     signature: op.signature(),
                 });
                 kernels.len() - 1
@@ -204,11 +214,12 @@ pub fn emit(
     }
 
     // The loss and the output are read by the runtime after the last step.
-    let mut lookup = |of: &HashMap<Value, BufferId>, v: Value| -> Result<BufferId, CompileError> {
-        of.get(&roots.root(v))
-            .copied()
-            .ok_or_else(|| CompileError::Internal(format!("`{}` has no buffer", value_name(g, v))))
-    };
+    let mut lookup =
+        |of: &FxHashMap<Value, BufferId>, v: Value| -> Result<BufferId, CompileError> {
+            of.get(&roots.root(v)).copied().ok_or_else(|| {
+                CompileError::Internal(format!("`{}` has no buffer", value_name(g, v)))
+            })
+        };
     let output_buf = lookup(&of, g.output)?;
     bufs[output_buf].pinned = true;
     let loss_buf = match g.loss {
@@ -230,7 +241,7 @@ pub fn emit(
     bufs[loss_buf].pinned = g.loss.is_some();
 
     let last = steps.len().saturating_sub(1);
-    let reqs: Vec<BufferReq> = bufs
+    let reqs: Vec<Interval> = bufs
         .iter()
         .map(|b| {
             let live = if b.persistent {
@@ -251,11 +262,11 @@ pub fn emit(
                 }
                 (start, end)
             };
-            BufferReq {
+            Interval {
                 bytes: b.bytes,
-                live,
+                start: live.0,
+                end: live.1,
                 persistent: b.persistent,
-                kind: b.kind,
             }
         })
         .collect();
@@ -272,7 +283,7 @@ pub fn emit(
             dtype: b.dtype,
             kind: b.kind,
             offset: placement.offsets[id],
-            live: r.live,
+            live: (r.start, r.end),
             persistent: b.persistent,
         })
         .collect();

@@ -1,9 +1,13 @@
-//! Errors of the compiler crate.
+//! Errors of the compiler crate: [`CompileError`] and what it wraps (shape inference's
+//! [`ShapeError`], the IR verifier's [`VerifyError`], the plan checker's [`PlanCheckError`]).
+//! It depends on no pass, so every module can return them.
+
+use std::fmt;
 
 use thiserror::Error;
 
-use crate::check::PlanCheckError;
-use crate::verify::VerifyError;
+use crate::plan::{BufferId, BufferKind};
+use crate::tensor::{fmt_types, TensorType};
 
 /// A shape-inference failure (the caller adds the node and op).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -71,6 +75,156 @@ pub enum CompileError {
     /// A compiler invariant was broken (a bug, not a user error).
     #[error("internal compiler error: {0}")]
     Internal(String),
+}
+
+/// What the verifier found wrong, and where.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct VerifyError {
+    /// The pass after which the graph was checked (`lower` for the initial graph).
+    pub pass: String,
+    /// Node index and name, when the problem is at a node.
+    pub node: Option<(usize, String)>,
+    /// The op's kind name (`conv2d`, ...), or empty.
+    pub op: String,
+    pub inputs: Vec<TensorType>,
+    pub outputs: Vec<TensorType>,
+    pub msg: String,
+}
+
+impl fmt::Display for VerifyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "IR verification failed after pass `{}`", self.pass)?;
+        if let Some((i, name)) = &self.node {
+            write!(f, " at node #{i} `{name}` ({})", self.op)?;
+        }
+        write!(f, ": {}", self.msg)?;
+        if self.node.is_some() {
+            write!(
+                f,
+                " [inputs: {}; outputs: {}]",
+                fmt_types(&self.inputs),
+                fmt_types(&self.outputs)
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Why the independent plan checker ([`crate::check::check_plan`]) rejected a plan.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum PlanCheckError {
+    #[error("format version {got}, expected {expected}")]
+    FormatVersion { got: u32, expected: u32 },
+    #[error("buffer #{index} has id {id}")]
+    BufferId { index: usize, id: usize },
+    #[error("buffer #{buffer} `{name}`: offset {offset} is not aligned to {align}")]
+    Misaligned {
+        buffer: BufferId,
+        name: String,
+        offset: u64,
+        align: u64,
+    },
+    #[error("buffer #{buffer} `{name}`: bytes {offset}..{end} outside the arena of {arena} bytes")]
+    OutOfArena {
+        buffer: BufferId,
+        name: String,
+        offset: u64,
+        end: u64,
+        arena: u64,
+    },
+    #[error("buffer #{buffer} `{name}`: empty live range {live:?}")]
+    BadLiveRange {
+        buffer: BufferId,
+        name: String,
+        live: (usize, usize),
+    },
+    #[error("buffers #{a} `{a_name}` and #{b} `{b_name}` overlap in bytes while both live")]
+    Overlap {
+        a: BufferId,
+        a_name: String,
+        b: BufferId,
+        b_name: String,
+    },
+    #[error("kernel #{kernel} `{name}`: {msg}")]
+    Kernel {
+        kernel: usize,
+        name: String,
+        msg: String,
+    },
+    #[error("step {step} `{label}`: kernel #{kernel} does not exist")]
+    UnknownKernel {
+        step: usize,
+        label: String,
+        kernel: usize,
+    },
+    #[error("step {step} `{label}`: {got} args, the kernel signature has {expected}")]
+    ArgCount {
+        step: usize,
+        label: String,
+        expected: usize,
+        got: usize,
+    },
+    #[error("step {step} `{label}`: arg {arg} is buffer #{buffer}, which does not exist")]
+    UnknownBuffer {
+        step: usize,
+        label: String,
+        arg: usize,
+        buffer: BufferId,
+    },
+    #[error("step {step} `{label}`: arg {arg} (`{param}`) is buffer #{buffer} of the wrong {what}: {msg}")]
+    ArgMismatch {
+        step: usize,
+        label: String,
+        arg: usize,
+        param: String,
+        buffer: BufferId,
+        what: &'static str,
+        msg: String,
+    },
+    #[error(
+        "step {step} `{label}`: buffer #{buffer} `{name}` used outside its live range {live:?}"
+    )]
+    OutsideLive {
+        step: usize,
+        label: String,
+        buffer: BufferId,
+        name: String,
+        live: (usize, usize),
+    },
+    #[error("step {step} `{label}`: buffer #{buffer} `{name}` is passed twice while written")]
+    ArgAlias {
+        step: usize,
+        label: String,
+        buffer: BufferId,
+        name: String,
+    },
+    #[error("step {step} `{label}`: reads buffer #{buffer} `{name}` before any step writes it")]
+    ReadBeforeWrite {
+        step: usize,
+        label: String,
+        buffer: BufferId,
+        name: String,
+    },
+    #[error("step {step} `{label}`: reads buffer #{buffer} `{name}` after step {written_at} overwrote it in place")]
+    ReadAfterInPlace {
+        step: usize,
+        label: String,
+        buffer: BufferId,
+        name: String,
+        written_at: usize,
+    },
+    #[error(
+        "step {step} `{label}`: writes the {kind:?} buffer #{buffer} `{name}` as a fresh output"
+    )]
+    WritesReadOnly {
+        step: usize,
+        label: String,
+        buffer: BufferId,
+        name: String,
+        kind: BufferKind,
+    },
+    #[error("binding `{name}`: {msg}")]
+    Binding { name: String, msg: String },
 }
 
 /// `1234` -> `1.2 KiB`; one decimal (dropped when zero), binary units.

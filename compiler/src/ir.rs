@@ -7,7 +7,6 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
-use std::fmt;
 
 use petgraph::stable_graph::{NodeIndex, StableGraph};
 use petgraph::visit::{EdgeRef, NodeIndexable};
@@ -16,54 +15,10 @@ use petgraph::Direction;
 use crate::error::{CompileError, ShapeError};
 use crate::op::{DType, Op, ParamKind, PoolGeom};
 use crate::plan::Init;
+pub use crate::tensor::{fmt_types, TensorType};
 
 /// A value of the dataflow: output `.1` of node `.0`.
 pub type Value = (NodeIndex, usize);
-
-/// Type of one value: full shape (batch first) and element type.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct TensorType {
-    pub shape: Vec<usize>,
-    pub dtype: DType,
-}
-
-impl TensorType {
-    pub fn new(shape: Vec<usize>, dtype: DType) -> Self {
-        TensorType { shape, dtype }
-    }
-    pub fn f32(shape: Vec<usize>) -> Self {
-        TensorType {
-            shape,
-            dtype: DType::F32,
-        }
-    }
-    pub fn numel(&self) -> usize {
-        self.shape.iter().product()
-    }
-    pub fn bytes(&self) -> u64 {
-        (self.numel() * self.dtype.size()) as u64
-    }
-}
-
-impl fmt::Display for TensorType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let d = match self.dtype {
-            DType::F32 => "f32",
-            DType::I32 => "i32",
-            DType::U8 => "u8",
-        };
-        let dims: Vec<String> = self.shape.iter().map(|d| d.to_string()).collect();
-        write!(f, "{d}[{}]", dims.join(","))
-    }
-}
-
-/// Formats a list of types as `f32[1,2], i32[1]`.
-pub fn fmt_types(ts: &[TensorType]) -> String {
-    ts.iter()
-        .map(|t| t.to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
 
 /// Which part of the training step a node belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -131,6 +86,9 @@ pub struct Graph {
     /// Scheduling hints (set by rematerialization): a node runs only after all these nodes ran,
     /// so that a recomputation happens right before the backward that needs it.
     pub not_before: BTreeMap<NodeIndex, BTreeSet<NodeIndex>>,
+    /// Scratch for [`Graph::add_node`]: the input types of the node being added (reused, so that
+    /// adding a node does not allocate its inputs' shapes again).
+    scratch: Vec<TensorType>,
 }
 
 impl Graph {
@@ -146,6 +104,7 @@ impl Graph {
             output: (NodeIndex::new(0), 0),
             grads: BTreeMap::new(),
             not_before: BTreeMap::new(),
+            scratch: vec![],
         }
     }
 
@@ -193,13 +152,25 @@ impl Graph {
                 )));
             }
         }
-        let in_types: Vec<TensorType> = inputs.iter().map(|v| self.ty(*v).clone()).collect();
+        let mut in_types = std::mem::take(&mut self.scratch);
+        in_types.truncate(inputs.len());
+        for (i, v) in inputs.iter().enumerate() {
+            let t = self.ty(*v);
+            match in_types.get_mut(i) {
+                Some(d) => {
+                    d.shape.clone_from(&t.shape);
+                    d.dtype = t.dtype;
+                }
+                None => in_types.push(t.clone()),
+            }
+        }
         let outputs = infer_outputs(&op, &in_types, hint).map_err(|e| CompileError::Shape {
             node: name.clone(),
             op: op.kind_name(),
             inputs: fmt_types(&in_types),
             source: e,
         })?;
+        self.scratch = in_types;
         let n = self.g.add_node(Node {
             op,
             outputs,
@@ -229,6 +200,36 @@ impl Graph {
 
     /// The values feeding `n`, in slot order (slots without an edge are skipped).
     pub fn inputs(&self, n: NodeIndex) -> Vec<Value> {
+        // A node has a handful of inputs: sorted by insertion on the stack, one allocation (the
+        // result); more than `SMALL` take the general path.
+        const SMALL: usize = 8;
+        let mut keyed = [(0usize, 0usize, 0usize); SMALL];
+        let mut k = 0;
+        for e in self.g.edges_directed(n, Direction::Incoming) {
+            if k == SMALL {
+                return self.inputs_general(n);
+            }
+            let key = (
+                e.weight().dst_input,
+                e.source().index(),
+                e.weight().src_output,
+            );
+            let mut i = k;
+            while i > 0 && keyed[i - 1] > key {
+                keyed[i] = keyed[i - 1];
+                i -= 1;
+            }
+            keyed[i] = key;
+            k += 1;
+        }
+        keyed[..k]
+            .iter()
+            .map(|&(_, src, o)| (NodeIndex::new(src), o))
+            .collect()
+    }
+
+    /// [`Graph::inputs`] for any number of inputs.
+    fn inputs_general(&self, n: NodeIndex) -> Vec<Value> {
         let mut es: Vec<(usize, Value)> = self
             .g
             .edges_directed(n, Direction::Incoming)
@@ -714,243 +715,4 @@ pub fn infer_outputs_with(
         }
     };
     Ok(out)
-}
-
-#[cfg(test)]
-#[allow(clippy::cloned_ref_to_slice_refs)] // readability of the shape tables
-mod tests {
-    use super::*;
-    use crate::op::{ConvGeom, UnaryKind, UpdateRule};
-
-    fn f(s: &[usize]) -> TensorType {
-        TensorType::f32(s.to_vec())
-    }
-    fn shapes(op: &Op, ins: &[TensorType], hint: Option<&TensorType>) -> Vec<TensorType> {
-        infer_outputs(op, ins, hint).unwrap_or_else(|e| panic!("{}: {e}", op.kind_name()))
-    }
-
-    const G3: ConvGeom = ConvGeom {
-        kh: 3,
-        kw: 3,
-        stride: 1,
-        pad_top: 1,
-        pad_left: 1,
-    };
-    const POOL: PoolGeom = PoolGeom { size: 2, stride: 2 };
-
-    #[test]
-    fn forward_ops() {
-        let x = f(&[2, 5, 5, 3]);
-        let conv = Op::Conv2d {
-            geom: G3,
-            bias: true,
-        };
-        assert_eq!(
-            shapes(&conv, &[x.clone(), f(&[3, 3, 3, 8]), f(&[8])], None),
-            vec![f(&[2, 5, 5, 8])]
-        );
-        // stride 2 'same' on 5: out 3, pad_total 2, pad_top 1.
-        let s2 = Op::Conv2d {
-            geom: ConvGeom { stride: 2, ..G3 },
-            bias: false,
-        };
-        let y = f(&[2, 3, 3, 8]);
-        assert_eq!(
-            shapes(&s2, &[x.clone(), f(&[3, 3, 3, 8])], Some(&y)),
-            vec![y.clone()]
-        );
-        assert!(
-            infer_outputs(&s2, &[x.clone(), f(&[3, 3, 3, 8])], Some(&f(&[2, 4, 4, 8]))).is_err()
-        );
-        assert!(infer_outputs(&conv, &[x.clone(), f(&[3, 3, 4, 8]), f(&[8])], None).is_err());
-        assert_eq!(
-            shapes(&Op::MaxPool { geom: POOL }, &[x.clone()], None),
-            vec![
-                f(&[2, 2, 2, 3]),
-                TensorType::new(vec![2, 2, 2, 3], DType::U8)
-            ]
-        );
-        assert_eq!(
-            shapes(&Op::AvgPool { geom: POOL }, &[x.clone()], None),
-            vec![f(&[2, 2, 2, 3])]
-        );
-        assert_eq!(
-            shapes(&Op::GlobalAvgPool, &[x.clone()], None),
-            vec![f(&[2, 3])]
-        );
-        assert_eq!(
-            shapes(&Op::Reshape, &[x.clone()], Some(&f(&[2, 75]))),
-            vec![f(&[2, 75])]
-        );
-        assert!(infer_outputs(&Op::Reshape, &[x.clone()], Some(&f(&[2, 74]))).is_err());
-        assert!(infer_outputs(&Op::Reshape, &[x.clone()], None).is_err());
-        let d = Op::Dense { bias: false };
-        assert_eq!(
-            shapes(&d, &[f(&[2, 4]), f(&[4, 6])], None),
-            vec![f(&[2, 6])]
-        );
-        assert!(infer_outputs(&d, &[f(&[2, 5]), f(&[4, 6])], None).is_err());
-        assert!(infer_outputs(&d, &[f(&[2, 4])], None).is_err());
-        assert_eq!(
-            shapes(&Op::Unary(UnaryKind::Tanh), &[x.clone()], None),
-            vec![x.clone()]
-        );
-        assert_eq!(
-            shapes(&Op::Dropout { p: 0.5, salt: 1 }, &[x.clone()], None),
-            vec![x.clone()]
-        );
-        assert_eq!(
-            shapes(&Op::Add, &[x.clone(), x.clone()], None),
-            vec![x.clone()]
-        );
-        assert!(infer_outputs(&Op::Add, &[x.clone(), f(&[2, 5, 5, 4])], None).is_err());
-        assert_eq!(
-            shapes(&Op::MseLoss, &[f(&[2, 3]), f(&[2, 3])], None),
-            vec![f(&[1])]
-        );
-        let labels = TensorType::new(vec![2], DType::I32);
-        assert_eq!(
-            shapes(&Op::CrossEntropyLoss, &[f(&[2, 3]), labels.clone()], None),
-            vec![f(&[1])]
-        );
-        assert!(infer_outputs(&Op::CrossEntropyLoss, &[f(&[2, 3]), f(&[2])], None).is_err());
-        assert_eq!(
-            shapes(&Op::CrossEntropyLossBwd, &[f(&[2, 3]), labels], None),
-            vec![f(&[2, 3])]
-        );
-    }
-
-    #[test]
-    fn backward_and_update_ops() {
-        let x = f(&[2, 5, 5, 3]);
-        let dy = f(&[2, 5, 5, 8]);
-        let w = f(&[3, 3, 3, 8]);
-        assert_eq!(
-            shapes(
-                &Op::Conv2dBwdData { geom: G3 },
-                &[dy.clone(), w.clone()],
-                Some(&x)
-            ),
-            vec![x.clone()]
-        );
-        assert!(infer_outputs(
-            &Op::Conv2dBwdData { geom: G3 },
-            &[dy.clone(), w.clone()],
-            None
-        )
-        .is_err());
-        assert_eq!(
-            shapes(
-                &Op::Conv2dBwdWeight { geom: G3 },
-                &[x.clone(), dy.clone()],
-                None
-            ),
-            vec![w.clone()]
-        );
-        assert_eq!(shapes(&Op::BiasGrad, &[dy.clone()], None), vec![f(&[8])]);
-        assert_eq!(
-            shapes(&Op::DenseBwdData, &[f(&[2, 6]), f(&[4, 6])], None),
-            vec![f(&[2, 4])]
-        );
-        assert_eq!(
-            shapes(&Op::DenseBwdWeight, &[f(&[2, 4]), f(&[2, 6])], None),
-            vec![f(&[4, 6])]
-        );
-        let py = f(&[2, 2, 2, 3]);
-        let am = TensorType::new(vec![2, 2, 2, 3], DType::U8);
-        assert_eq!(
-            shapes(
-                &Op::MaxPoolBwd { geom: POOL },
-                &[py.clone(), am.clone()],
-                Some(&x)
-            ),
-            vec![x.clone()]
-        );
-        // 4x4 also pools to 2x2 (floor): both are consistent, the hint decides.
-        let x4 = f(&[2, 4, 4, 3]);
-        assert_eq!(
-            shapes(&Op::AvgPoolBwd { geom: POOL }, &[py.clone()], Some(&x4)),
-            vec![x4]
-        );
-        assert!(infer_outputs(
-            &Op::AvgPoolBwd { geom: POOL },
-            &[py.clone()],
-            Some(&f(&[2, 6, 6, 3]))
-        )
-        .is_err());
-        assert!(infer_outputs(
-            &Op::MaxPoolBwd { geom: POOL },
-            &[py.clone(), py.clone()],
-            Some(&x)
-        )
-        .is_err());
-        assert_eq!(
-            shapes(&Op::GlobalAvgPoolBwd, &[f(&[2, 3])], Some(&x)),
-            vec![x.clone()]
-        );
-        assert_eq!(
-            shapes(
-                &Op::UnaryBwd(UnaryKind::Gelu),
-                &[x.clone(), x.clone()],
-                None
-            ),
-            vec![x.clone()]
-        );
-        assert_eq!(
-            shapes(&Op::DropoutBwd { p: 0.1, salt: 2 }, &[x.clone()], None),
-            vec![x.clone()]
-        );
-        assert_eq!(
-            shapes(&Op::MseLossBwd, &[f(&[2, 3]), f(&[2, 3])], None),
-            vec![f(&[2, 3])]
-        );
-        let sgd = Op::Update {
-            rule: UpdateRule::Sgd {
-                lr: 0.1,
-                momentum: 0.9,
-                weight_decay: 0.0,
-                nesterov: false,
-            },
-        };
-        assert_eq!(
-            shapes(&sgd, &[w.clone(), w.clone(), w.clone()], None),
-            vec![w.clone(), w.clone()]
-        );
-        assert!(infer_outputs(&sgd, &[w.clone(), w.clone()], None).is_err());
-        let plain = Op::Update {
-            rule: UpdateRule::Sgd {
-                lr: 0.1,
-                momentum: 0.0,
-                weight_decay: 0.0,
-                nesterov: false,
-            },
-        };
-        assert_eq!(
-            shapes(&plain, &[w.clone(), w.clone()], None),
-            vec![w.clone()]
-        );
-        let adam = Op::Update {
-            rule: UpdateRule::Adam {
-                lr: 0.1,
-                beta1: 0.9,
-                beta2: 0.99,
-                eps: 1e-8,
-                weight_decay: 0.0,
-                decoupled: true,
-            },
-        };
-        assert_eq!(
-            shapes(&adam, &[w.clone(), w.clone(), w.clone(), w.clone()], None),
-            vec![w.clone(); 3]
-        );
-        assert!(infer_outputs(&adam, &[w.clone(), dy, w.clone(), w.clone()], None).is_err());
-    }
-
-    #[test]
-    fn every_op_output_count_matches_num_outputs() {
-        // Checked end to end by the verifier on every fixture; here the leaves.
-        let leaf = Op::Param { name: "w".into() };
-        assert_eq!(shapes(&leaf, &[], Some(&f(&[3]))).len(), leaf.num_outputs());
-        assert!(infer_outputs(&leaf, &[f(&[1])], Some(&f(&[3]))).is_err());
-    }
 }

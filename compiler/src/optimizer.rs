@@ -4,10 +4,10 @@
 
 use petgraph::stable_graph::NodeIndex;
 
+use crate::ctx::Ctx;
 use crate::error::CompileError;
 use crate::ir::{Graph, Phase, TensorType, Value};
 use crate::op::{Op, Optimizer};
-use crate::passes::Ctx;
 use crate::plan::Mode;
 
 /// The update op of an optimizer and the suffixes of its state slots (one per

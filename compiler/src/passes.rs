@@ -1,10 +1,14 @@
 //! The pass pipeline. A pass is a named function `fn(&mut Graph, &Ctx) -> Result<bool, _>`
-//! (returns whether it changed the graph) listed in [`PIPELINE`]; passes that do not apply to the
-//! current mode return `Ok(false)`. [`run_pipeline`] verifies the graph before the first pass and
-//! after every pass that changed it (after every pass in debug and test builds) when `ctx.verify`
-//! is set, and reports which pass broke it.
-
-use std::collections::{BTreeSet, HashMap};
+//! (returns whether it changed the graph) listed, with a line on why it sits where it does, in
+//! one of two named sub-pipelines: [`BUILD_STEP`] (the step's computation: mode rewrites,
+//! autodiff, optimizer updates, fusion, dead code) and [`MEMORY`] (rematerialization and in
+//! place, on the built step). [`PIPELINE`] is the two in order. Passes that do not apply to the
+//! current mode return `Ok(false)`. When `ctx.verify` is set, [`run_pipeline`] verifies the graph
+//! in debug and test builds before the first pass and after every pass, naming the pass that broke
+//! it; release builds verify it once, after the passes, naming lowering and the passes that
+//! changed the graph (a debug build then finds the one). The verifier is linear, but on a network
+//! of 100,000 layers each run of it is ~4% of a compile, and the plan checker checks the result of
+//! every compile independently.
 
 use petgraph::stable_graph::NodeIndex;
 use petgraph::visit::EdgeRef;
@@ -12,34 +16,25 @@ use petgraph::Direction;
 
 use crate::alias::BufferRoots;
 use crate::autodiff::autodiff;
+use crate::ctx::Ctx;
 use crate::error::CompileError;
+use crate::fxhash::FxHashMap;
 use crate::ir::{Graph, Phase, Value};
-use crate::op::{Op, Optimizer, UpdateRule};
+use crate::op::{Op, UpdateRule};
 use crate::optimizer::optimizer_update;
 use crate::plan::Mode;
+use crate::remat::rematerialize;
 use crate::schedule::view_closure;
 use crate::verify::verify;
 
-/// What the passes may depend on.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Ctx {
-    pub mode: Mode,
-    pub optimizer: Optimizer,
-    pub batch: usize,
-    /// Run the IR verifier before and after every pass.
-    pub verify: bool,
-    /// Fuse each weight gradient with its optimizer update (`fuse_weight_update`).
-    pub fuse: bool,
-    /// Rewrite elementwise ops to write into an input that dies there (`inplace_elementwise`).
-    pub inplace: bool,
-    /// What the `rematerialize` pass does (chosen by `compile` to fit the cap).
-    pub remat: crate::remat::Strategy,
-}
-
 pub type Pass = fn(&mut Graph, &Ctx) -> Result<bool, CompileError>;
 
-/// The pipeline, in order.
-pub const PIPELINE: &[(&str, Pass)] = &[
+/// A sub-pipeline: named passes, in order.
+pub type Pipeline = &'static [(&'static str, Pass)];
+
+/// Builds the step's computation. Its result is what rematerialization analyses (the chain of
+/// forward stages, see [`crate::remat::chain`]).
+pub const BUILD_STEP: Pipeline = &[
     // Predict: first, so that nothing is ever built on top of the loss or the targets.
     ("drop_loss", drop_loss),
     // Eval/Predict: dropout is the identity at inference; a view costs no kernel and no buffer.
@@ -54,33 +49,56 @@ pub const PIPELINE: &[(&str, Pass)] = &[
     // Removes whatever earlier passes orphaned (unused forward values, targets in predict), so
     // that the consumer counts the in-place pass relies on are final.
     ("dead_code_elimination", dead_code_elimination),
+];
+
+/// Decides memory on the built step.
+pub const MEMORY: Pipeline = &[
     // Train: on the final forward/backward structure (after fusion: fused updates read forward
     // inputs, which it may rewire to recomputed copies), before in place, so that the in-place
     // rule sees the recomputed copies' consumers; nothing after it merges nodes.
-    ("rematerialize", crate::remat::rematerialize),
+    ("rematerialize", rematerialize),
     // Last: decides in place on the final graph by the rule "the input's only consumer is this
     // op" (schedule-independent); nothing after it adds a reader.
     ("inplace_elementwise", inplace_elementwise),
 ];
 
-/// Runs [`PIPELINE`] on `g`, verifying before the first pass and after each pass that changed the
-/// graph (each pass in debug and test builds) when `ctx.verify` is set.
+/// The whole pipeline: its sub-pipelines, in order.
+pub const PIPELINE: &[Pipeline] = &[BUILD_STEP, MEMORY];
+
+/// Runs [`PIPELINE`] on `g`, verifying as the module documentation says when `ctx.verify` is set.
 pub fn run_pipeline(g: &mut Graph, ctx: &Ctx) -> Result<(), CompileError> {
-    run_passes(g, ctx, PIPELINE)
+    run_pipelines(g, ctx, PIPELINE)
 }
 
-/// Runs the given passes (a pipeline or a prefix of it), verifying as [`run_pipeline`] does.
+/// Runs the given passes (e.g. one sub-pipeline), verifying as [`run_pipeline`] does.
 pub fn run_passes(g: &mut Graph, ctx: &Ctx, passes: &[(&str, Pass)]) -> Result<(), CompileError> {
-    if ctx.verify {
+    run_pipelines(g, ctx, &[passes])
+}
+
+/// Runs the given sub-pipelines in order, verifying as [`run_pipeline`] does.
+pub fn run_pipelines(
+    g: &mut Graph,
+    ctx: &Ctx,
+    pipelines: &[&[(&str, Pass)]],
+) -> Result<(), CompileError> {
+    let each = cfg!(debug_assertions);
+    if ctx.verify && each {
         verify(g, "lower")?;
     }
-    for (name, pass) in passes {
+    // What produced the graph since it was last verified.
+    let mut unverified: Vec<&str> = vec!["lower"];
+    for (name, pass) in pipelines.iter().flat_map(|p| p.iter()) {
         let changed = pass(g, ctx)?;
-        // A pass that left the graph as it was leaves it verified; debug and test builds check
-        // it anyway, which also catches a pass that changed it without saying so.
-        if ctx.verify && (changed || cfg!(debug_assertions)) {
+        // Debug and test builds verify after every pass, which also catches a pass that changed
+        // the graph without saying so.
+        if ctx.verify && each {
             verify(g, name)?;
+        } else if changed {
+            unverified.push(name);
         }
+    }
+    if ctx.verify && !each {
+        verify(g, &unverified.join(", "))?;
     }
     Ok(())
 }
@@ -120,7 +138,7 @@ pub fn dropout_to_identity(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileErro
 /// output. Parameters, optimizer state and the model inputs are kept (the runtime binds them);
 /// targets are kept only while a loss reads them.
 pub fn dead_code_elimination(g: &mut Graph, _ctx: &Ctx) -> Result<bool, CompileError> {
-    let mut live: BTreeSet<NodeIndex> = BTreeSet::new();
+    let mut live = vec![false; g.node_bound()];
     let mut stack: Vec<NodeIndex> = vec![g.output.0];
     stack.extend(g.loss.map(|l| l.0));
     stack.extend(g.g.node_indices().filter(|n| g.node(*n).op.is_update()));
@@ -128,16 +146,20 @@ pub fn dead_code_elimination(g: &mut Graph, _ctx: &Ctx) -> Result<bool, CompileE
     stack.extend(g.opt_state.iter().map(|(s, _, _)| *s));
     stack.extend(g.inputs.iter().copied());
     while let Some(n) = stack.pop() {
-        if live.insert(n) {
-            stack.extend(g.predecessors(n));
+        if !std::mem::replace(&mut live[n.index()], true) {
+            stack.extend(
+                g.g.edges_directed(n, Direction::Incoming)
+                    .map(|e| e.source()),
+            );
         }
     }
-    let dead: Vec<NodeIndex> = g.g.node_indices().filter(|n| !live.contains(n)).collect();
+    let live = |n: &NodeIndex| live.get(n.index()).copied().unwrap_or(false);
+    let dead: Vec<NodeIndex> = g.g.node_indices().filter(|n| !live(n)).collect();
     for n in &dead {
         g.g.remove_node(*n);
     }
-    g.targets.retain(|t| live.contains(t));
-    g.grads.retain(|_, d| live.contains(&d.0));
+    g.targets.retain(|t| live(t));
+    g.grads.retain(|_, d| live(&d.0));
     Ok(!dead.is_empty())
 }
 
@@ -152,7 +174,7 @@ pub fn fuse_weight_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError
     let mut changed = false;
     // Which parameters each gradient value is recorded for (to drop the records of a fused
     // gradient without scanning them all).
-    let mut grad_of: HashMap<Value, Vec<NodeIndex>> = HashMap::new();
+    let mut grad_of: FxHashMap<Value, Vec<NodeIndex>> = FxHashMap::default();
     for (p, d) in &g.grads {
         grad_of.entry(*d).or_default().push(*p);
     }

@@ -38,34 +38,12 @@ use petgraph::visit::EdgeRef;
 use petgraph::Direction;
 
 use crate::cost::node_flops;
+use crate::ctx::Ctx;
+pub use crate::ctx::{RematMode, Strategy};
 use crate::error::CompileError;
 use crate::ir::{Edge, Graph, Phase, Value};
 use crate::op::Op;
-use crate::passes::Ctx;
 use crate::plan::{layer_of, Mode};
-
-/// `--remat`: whether `compile` may rematerialize to fit the cap.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum RematMode {
-    /// Never recompute.
-    Off,
-    /// Recompute only when the plan does not fit the cap otherwise, as little as possible.
-    #[default]
-    Auto,
-}
-
-/// What the `rematerialize` pass does (chosen by `compile`'s search over budgets).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Strategy {
-    /// Keep every saved value (checkpoint-all).
-    #[default]
-    KeepAll,
-    /// The optimal strategy within this many of [`BUCKETS`] memory buckets (the smallest feasible
-    /// budget when it is below it).
-    Budget(u64),
-    /// sqrt(n) checkpointing: segments of ceil(sqrt(L)) stages, each recomputed once.
-    SqrtN,
-}
 
 /// Memory buckets of the DP: the budget axis is the chain's memory with nothing recomputed,
 /// divided into this many parts (sizes are rounded up, so a solution never uses more than it

@@ -11,7 +11,7 @@
 //! hints ([`Graph::not_before`]) are extra constraints: a recomputed node waits for the backward
 //! step the strategy puts before it.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
 use petgraph::stable_graph::NodeIndex;
 use petgraph::visit::{EdgeRef, IntoEdgeReferences};
@@ -19,6 +19,7 @@ use petgraph::Direction;
 
 use crate::alias::BufferRoots;
 use crate::error::CompileError;
+use crate::fxhash::FxHashMap;
 use crate::ir::{Graph, Value};
 use crate::op::Op;
 
@@ -76,23 +77,29 @@ pub fn hazard_order(g: &Graph) -> Result<Vec<(NodeIndex, NodeIndex)>, String> {
     cons.dedup();
     // Acyclicity of data + hazard edges (Kahn, over node indices; the edges as one sorted
     // (source, target) list, a predecessor counting once however many edges it has to a node).
+    // Kahn over the data and hazard edges in one adjacency array built by counting (a node's
+    // in-degree counts every edge into it, parallel ones too; each edge is taken once).
     let bound = g.node_bound();
-    let mut edges: Vec<(usize, usize)> =
+    let all_edges = || {
         g.g.edge_references()
             .map(|e| (e.source().index(), e.target().index()))
             .chain(cons.iter().map(|(r, u)| (r.index(), u.index())))
-            .collect();
-    edges.sort_unstable();
-    edges.dedup();
-    // Successors of node n: edges[first[n]..first[n + 1]].
+    };
+    // Successors of node n: succ[first[n]..first[n + 1]].
     let mut first = vec![0usize; bound + 1];
     let mut indeg = vec![0usize; bound];
-    for &(a, b) in &edges {
+    for (a, b) in all_edges() {
         first[a + 1] += 1;
         indeg[b] += 1;
     }
     for n in 0..bound {
         first[n + 1] += first[n];
+    }
+    let mut fill = first.clone();
+    let mut succ = vec![0usize; first[bound]];
+    for (a, b) in all_edges() {
+        succ[fill[a]] = b;
+        fill[a] += 1;
     }
     let mut ready: Vec<usize> =
         g.g.node_indices()
@@ -102,7 +109,7 @@ pub fn hazard_order(g: &Graph) -> Result<Vec<(NodeIndex, NodeIndex)>, String> {
     let mut done = 0;
     while let Some(n) = ready.pop() {
         done += 1;
-        for &(_, s) in &edges[first[n]..first[n + 1]] {
+        for &s in &succ[first[n]..first[n + 1]] {
             indeg[s] -= 1;
             if indeg[s] == 0 {
                 ready.push(s);
@@ -190,7 +197,7 @@ pub fn schedule(g: &Graph) -> Result<Vec<NodeIndex>, CompileError> {
     // The distinct buffers (roots) each kernel reads, sorted; and per buffer, how many kernels
     // still have to read it.
     let mut reads: Vec<Vec<Value>> = vec![vec![]; bound];
-    let mut readers: HashMap<Value, usize> = HashMap::new();
+    let mut readers: FxHashMap<Value, usize> = FxHashMap::default();
     for &n in &kernels {
         let mut rs: Vec<Value> = g.inputs(n).into_iter().map(|v| roots.root(v)).collect();
         rs.sort_unstable();

@@ -1,204 +1,67 @@
-//! Hand-built checked models for tests (the parser is developed separately): a small builder that
-//! computes per-sample shapes and parameter specs as the checker does, and the fixture networks.
+//! Test fixtures: checked models built from `.dm` text by the real front end
+//! ([`dmc_grammar::compile_source`]), so that no test relies on a second implementation of the
+//! shape rules. Every layer is named with `as` in the style `<kind>_<k>` (`conv2d_1`,
+//! `activation_2`, `max_pooling2d_1`, ...), the names tests, snapshots and weight seeds refer to.
 
 use std::collections::HashMap;
 
-use dmc_grammar::model::{
-    Activation, DType, Layer, Loss, LossKind, Model, Node, Optimizer, Padding, ParamSpec, Shape,
-    Span, TensorDecl, TrainConfig, ValueRef,
-};
+use dmc_grammar::model::{Activation, Model, Optimizer};
+use dmc_grammar::Kind;
 
-/// Builds a [`Model`] layer by layer; names layers `<kind>_<k>` (1-based per kind).
-#[derive(Debug, Default, Clone)]
-pub struct ModelBuilder {
-    inputs: Vec<TensorDecl>,
-    targets: Vec<TensorDecl>,
-    nodes: Vec<Node>,
-    counters: HashMap<&'static str, usize>,
-}
+pub use dmc_grammar::model::Model as TestModel;
 
-fn decl(name: &str, shape: &[usize], dtype: DType) -> TensorDecl {
-    TensorDecl {
-        name: name.into(),
-        shape: shape.to_vec(),
-        dtype,
-        span: Span::default(),
+/// The checked model of `src`; panics with the diagnostic when the checker rejects it (a broken
+/// fixture, not a test failure of the compiler).
+pub fn checked(src: &str) -> Model {
+    match dmc_grammar::compile_source(src, "fixture.dm") {
+        Ok(m) => m,
+        Err(d) => panic!(
+            "fixture rejected at {}:{}: {}\n{src}",
+            d.line, d.col, d.message
+        ),
     }
 }
 
-impl ModelBuilder {
-    pub fn new() -> Self {
-        Self::default()
+/// `opt` as the value of the `optimizer:` setting of a `train` section.
+pub fn optimizer_dm(opt: &Optimizer) -> String {
+    match *opt {
+        Optimizer::Sgd {
+            lr,
+            momentum,
+            weight_decay,
+            nesterov,
+        } => format!(
+            "sgd(lr: {lr:?}, momentum: {momentum:?}, weight_decay: {weight_decay:?}, \
+             nesterov: {nesterov})"
+        ),
+        Optimizer::Adam {
+            lr,
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+            decoupled,
+        } => format!(
+            "{}(lr: {lr:?}, beta1: {beta1:?}, beta2: {beta2:?}, eps: {eps:?}, \
+             weight_decay: {weight_decay:?})",
+            if decoupled { "adamw" } else { "adam" }
+        ),
     }
-    pub fn input(&mut self, name: &str, shape: &[usize]) -> ValueRef {
-        self.inputs.push(decl(name, shape, DType::F32));
-        ValueRef::Input(self.inputs.len() - 1)
-    }
-    pub fn target(&mut self, name: &str, shape: &[usize], dtype: DType) -> ValueRef {
-        self.targets.push(decl(name, shape, dtype));
-        ValueRef::Target(self.targets.len() - 1)
-    }
-    pub fn shape(&self, v: ValueRef) -> Shape {
-        match v {
-            ValueRef::Input(i) => self.inputs[i].shape.clone(),
-            ValueRef::Target(i) => self.targets[i].shape.clone(),
-            ValueRef::Node(i) => self.nodes[i].shape.clone(),
-        }
-    }
-    fn push(
-        &mut self,
-        kind: &'static str,
-        layer: Layer,
-        inputs: Vec<ValueRef>,
-        shape: Shape,
-        params: Vec<(Shape, usize, usize, bool)>,
-    ) -> ValueRef {
-        let k = self.counters.entry(kind).or_insert(0);
-        *k += 1;
-        let name = format!("{kind}_{k}");
-        let params = params
-            .into_iter()
-            .map(|(shape, fan_in, fan_out, is_bias)| ParamSpec {
-                name: format!("{name}.{}", if is_bias { "bias" } else { "weight" }),
-                shape,
-                fan_in,
-                fan_out,
-                is_bias,
-            })
-            .collect();
-        self.nodes.push(Node {
-            name,
-            layer,
-            inputs,
-            shape,
-            params,
-            span: Span::default(),
-        });
-        ValueRef::Node(self.nodes.len() - 1)
-    }
-    pub fn conv(
-        &mut self,
-        x: ValueRef,
-        filters: usize,
-        kernel: usize,
-        stride: usize,
-        padding: Padding,
-        bias: bool,
-    ) -> ValueRef {
-        let s = self.shape(x);
-        let out = |i: usize| match padding {
-            Padding::Same => i.div_ceil(stride),
-            Padding::Valid => (i - kernel) / stride + 1,
-        };
-        let shape = vec![out(s[0]), out(s[1]), filters];
-        let (fi, fo) = (kernel * kernel * s[2], kernel * kernel * filters);
-        let mut params = vec![(vec![kernel, kernel, s[2], filters], fi, fo, false)];
-        if bias {
-            params.push((vec![filters], fi, fo, true));
-        }
-        self.push(
-            "conv2d",
-            Layer::Conv2d {
-                filters,
-                kernel,
-                stride,
-                padding,
-                bias,
-            },
-            vec![x],
-            shape,
-            params,
-        )
-    }
-    pub fn dense(&mut self, x: ValueRef, units: usize, bias: bool) -> ValueRef {
-        let k = self.shape(x)[0];
-        let mut params = vec![(vec![k, units], k, units, false)];
-        if bias {
-            params.push((vec![units], k, units, true));
-        }
-        self.push(
-            "dense",
-            Layer::Dense { units, bias },
-            vec![x],
-            vec![units],
-            params,
-        )
-    }
-    pub fn maxpool(&mut self, x: ValueRef, size: usize, stride: usize) -> ValueRef {
-        let s = self.shape(x);
-        let shape = vec![(s[0] - size) / stride + 1, (s[1] - size) / stride + 1, s[2]];
-        self.push(
-            "max_pooling2d",
-            Layer::MaxPool { size, stride },
-            vec![x],
-            shape,
-            vec![],
-        )
-    }
-    pub fn avgpool(&mut self, x: ValueRef, size: usize, stride: usize) -> ValueRef {
-        let s = self.shape(x);
-        let shape = vec![(s[0] - size) / stride + 1, (s[1] - size) / stride + 1, s[2]];
-        self.push(
-            "average_pooling2d",
-            Layer::AvgPool { size, stride },
-            vec![x],
-            shape,
-            vec![],
-        )
-    }
-    pub fn gap(&mut self, x: ValueRef) -> ValueRef {
-        let c = self.shape(x)[2];
-        self.push(
-            "global_average_pooling2d",
-            Layer::GlobalAvgPool,
-            vec![x],
-            vec![c],
-            vec![],
-        )
-    }
-    pub fn flatten(&mut self, x: ValueRef) -> ValueRef {
-        let n = self.shape(x).iter().product();
-        self.push("flatten", Layer::Flatten, vec![x], vec![n], vec![])
-    }
-    pub fn act(&mut self, x: ValueRef, a: Activation) -> ValueRef {
-        let s = self.shape(x);
-        self.push("activation", Layer::Act(a), vec![x], s, vec![])
-    }
-    pub fn add(&mut self, a: ValueRef, b: ValueRef) -> ValueRef {
-        let s = self.shape(a);
-        self.push("add", Layer::Add, vec![a, b], s, vec![])
-    }
-    pub fn dropout(&mut self, x: ValueRef, p: f32) -> ValueRef {
-        let s = self.shape(x);
-        self.push("dropout", Layer::Dropout { p }, vec![x], s, vec![])
-    }
-    pub fn build(
-        self,
-        pred: ValueRef,
-        kind: LossKind,
-        target: ValueRef,
-        batch: usize,
-        optimizer: Optimizer,
-    ) -> Model {
-        Model {
-            inputs: self.inputs,
-            targets: self.targets,
-            nodes: self.nodes,
-            output: pred,
-            loss: Loss {
-                kind,
-                pred,
-                target,
-                span: Span::default(),
-            },
-            train: TrainConfig {
-                batch,
-                optimizer,
-                epochs: None,
-                seed: None,
-            },
-        }
-    }
+}
+
+/// [`checked`] with a `train` section of `batch` and `opt` appended; the optimizer must come back
+/// exactly (every `f32` the fixtures use round-trips through its text).
+pub fn checked_with(src: &str, batch: usize, opt: &Optimizer) -> Model {
+    let src = format!(
+        "{src}train {{ batch: {batch}, optimizer: {} }}\n",
+        optimizer_dm(opt)
+    );
+    let m = checked(&src);
+    assert_eq!(
+        m.train.optimizer, *opt,
+        "the optimizer does not round-trip:\n{src}"
+    );
+    m
 }
 
 pub fn sgd(lr: f32) -> Optimizer {
@@ -228,75 +91,82 @@ pub fn adam(lr: f32) -> Optimizer {
     }
 }
 
-/// Dense chain: dense+relu, dropout, dense+tanh, dense (no bias)+sigmoid; MSE.
+/// Dense chain: dense+relu, dropout, dense+tanh, dense (no bias)+sigmoid; MSE; batch 4.
 pub fn mlp(opt: Optimizer) -> Model {
-    let mut b = ModelBuilder::new();
-    let x = b.input("x", &[8]);
-    let y = b.target("y", &[3], DType::F32);
-    let h = b.dense(x, 16, true);
-    let h = b.act(h, Activation::Relu);
-    let h = b.dropout(h, 0.25);
-    let h = b.dense(h, 8, true);
-    let h = b.act(h, Activation::Tanh);
-    let h = b.dense(h, 3, false);
-    let out = b.act(h, Activation::Sigmoid);
-    b.build(out, LossKind::Mse, y, 4, opt)
+    let src = "input x: [8]
+target y: [3]
+out = x
+  |> dense(16) as dense_1
+  |> relu as activation_1
+  |> dropout(0.25) as dropout_1
+  |> dense(8) as dense_2
+  |> tanh as activation_2
+  |> dense(3, bias: false) as dense_3
+  |> sigmoid as activation_3
+loss mse(out, y)
+";
+    checked_with(src, 4, &opt)
 }
 
 /// Small conv net: conv(same, stride 2)+relu, maxpool, conv(valid, no bias)+gelu, avgpool,
-/// flatten, dense; cross-entropy with `[]` labels.
+/// flatten, dense; cross-entropy with `[]` labels; batch 2.
 pub fn convnet(opt: Optimizer) -> Model {
-    let mut b = ModelBuilder::new();
-    let x = b.input("image", &[12, 12, 3]);
-    let y = b.target("label", &[], DType::I32);
-    let h = b.conv(x, 4, 3, 2, Padding::Same, true); // 6x6x4
-    let h = b.act(h, Activation::Relu);
-    let h = b.maxpool(h, 2, 2); // 3x3x4
-    let h = b.conv(h, 8, 2, 1, Padding::Valid, false); // 2x2x8
-    let h = b.act(h, Activation::Gelu);
-    let h = b.avgpool(h, 2, 1); // 1x1x8
-    let h = b.flatten(h);
-    let out = b.dense(h, 5, true);
-    b.build(out, LossKind::CrossEntropy, y, 2, opt)
+    let src = "input image: [12, 12, 3]
+target label: int
+out = image
+  |> conv2d(4, 3, stride: 2, padding: same) as conv2d_1
+  |> relu as activation_1
+  |> maxpool(2, stride: 2) as max_pooling2d_1
+  |> conv2d(8, 2, padding: valid, bias: false) as conv2d_2
+  |> gelu as activation_2
+  |> avgpool(2, stride: 1) as average_pooling2d_1
+  |> flatten as flatten_1
+  |> dense(5) as dense_1
+loss cross_entropy(out, label)
+";
+    checked_with(src, 2, &opt)
 }
 
 /// Residual DAG: conv+relu (a), conv(same, k=2: asymmetric padding), add(a, .), relu,
-/// global average pool, dense; cross-entropy with `[1]` labels.
+/// global average pool, dense; cross-entropy with `[1]` labels; batch 3.
 pub fn residual(opt: Optimizer) -> Model {
-    let mut b = ModelBuilder::new();
-    let x = b.input("x", &[6, 6, 2]);
-    let y = b.target("y", &[1], DType::I32);
-    let a = b.conv(x, 4, 3, 1, Padding::Same, true);
-    let a = b.act(a, Activation::Relu);
-    let h = b.conv(a, 4, 2, 1, Padding::Same, true);
-    let h = b.add(a, h);
-    let h = b.act(h, Activation::Relu);
-    let h = b.gap(h);
-    let out = b.dense(h, 3, true);
-    b.build(out, LossKind::CrossEntropy, y, 3, opt)
+    let src = "input x: [6, 6, 2]
+target y: int [1]
+a = x |> conv2d(4, 3) as conv2d_1 |> relu as activation_1
+h = a |> conv2d(4, 2) as conv2d_2
+s = a + h
+out = s
+  |> relu as activation_2
+  |> global_avgpool as global_average_pooling2d_1
+  |> dense(3) as dense_1
+loss cross_entropy(out, y)
+";
+    checked_with(src, 3, &opt)
 }
 
 /// The "seed" network: 16x16x1 -> conv 256, pool, conv 512, pool, 22 x conv 1024, pool,
 /// conv 256, conv 32, pool, flatten, dense 4, dense 1; MSE; batch 1; SGD lr 0.01.
 pub fn seed() -> Model {
-    let mut b = ModelBuilder::new();
-    let x = b.input("x", &[16, 16, 1]);
-    let y = b.target("y", &[1], DType::F32);
-    let mut h = b.conv(x, 256, 3, 1, Padding::Same, true);
-    h = b.maxpool(h, 2, 2);
-    h = b.conv(h, 512, 3, 1, Padding::Same, true);
-    h = b.maxpool(h, 2, 2);
+    let mut convs = 0;
+    let mut conv = |filters: usize| {
+        convs += 1;
+        format!("  |> conv2d({filters}, 3) as conv2d_{convs}\n")
+    };
+    let mut src = String::from("input x: [16, 16, 1]\ntarget y: [1]\nout = x\n");
+    src += &conv(256);
+    src += "  |> maxpool(2) as max_pooling2d_1\n";
+    src += &conv(512);
+    src += "  |> maxpool(2) as max_pooling2d_2\n";
     for _ in 0..22 {
-        h = b.conv(h, 1024, 3, 1, Padding::Same, true);
+        src += &conv(1024);
     }
-    h = b.maxpool(h, 2, 2);
-    h = b.conv(h, 256, 3, 1, Padding::Same, true);
-    h = b.conv(h, 32, 3, 1, Padding::Same, true);
-    h = b.maxpool(h, 2, 2);
-    h = b.flatten(h);
-    h = b.dense(h, 4, true);
-    let out = b.dense(h, 1, true);
-    b.build(out, LossKind::Mse, y, 1, sgd(0.01))
+    src += "  |> maxpool(2) as max_pooling2d_3\n";
+    src += &conv(256);
+    src += &conv(32);
+    src += "  |> maxpool(2) as max_pooling2d_4\n";
+    src += "  |> flatten as flatten_1\n  |> dense(4) as dense_1\n  |> dense(1) as dense_2\n";
+    src += "loss mse(out, y)\n";
+    checked_with(&src, 1, &sgd(0.01))
 }
 
 /// The small fixtures (all but the seed network), by name, with the given optimizer.
@@ -307,8 +177,6 @@ pub fn small_fixtures(opt: Optimizer) -> Vec<(&'static str, Model)> {
         ("residual", residual(opt)),
     ]
 }
-
-pub use dmc_grammar::model::Model as TestModel;
 
 /// One layer of a random network ([`random_net`]); property tests draw these.
 #[derive(Debug, Clone)]
@@ -343,9 +211,146 @@ pub fn act_of(i: u8) -> Activation {
     ][i as usize % 4]
 }
 
-/// A random network: input `[hw, hw, 2]`, the `layers` (skipping those that do not fit), flatten,
-/// the dense layers `(units, bias, activation < 4)`, and a cross-entropy (`ce`) or MSE loss.
-/// `opt`: 0 SGD, 1 SGD momentum, 2 Nesterov, 3 Adam, 4 AdamW (with weight decay).
+/// A random network being written as `.dm` statements `hK = ...`, one layer (or add) each.
+struct RandNet {
+    hw: usize,
+    lines: Vec<String>,
+    /// The value the next layer reads.
+    cur: String,
+    /// Layers named so far per kind (`conv2d` -> 2 names the next one `conv2d_3`).
+    counters: HashMap<&'static str, usize>,
+}
+
+impl RandNet {
+    /// The program of `lines` with a probe head (flatten, dense(1), MSE) on `cur`: what the
+    /// checker says about the network so far.
+    fn probe(&self, lines: &[String], cur: &str) -> Result<Model, Box<dmc_grammar::Diagnostic>> {
+        let src = format!(
+            "input x: [{hw}, {hw}, 2]\ntarget probe: [1]\n{}\nprobe_out = {cur} |> flatten as probe_flatten |> dense(1) as probe_dense\nloss mse(probe_out, probe)\ntrain {{ batch: 1, optimizer: sgd(lr: 0.1) }}\n",
+            lines.join("\n"),
+            hw = self.hw
+        );
+        dmc_grammar::compile_source(&src, "random_net.dm").map_err(Box::new)
+    }
+
+    /// The next name of `kind` (not yet taken).
+    fn name(&self, kind: &'static str) -> String {
+        format!(
+            "{kind}_{}",
+            self.counters.get(kind).copied().unwrap_or(0) + 1
+        )
+    }
+
+    /// Adds `stmts` (each reads earlier values; the last one becomes `cur`) taking one name of
+    /// each of `kinds`, if the checker accepts the result. Layers the checker rejects for their
+    /// shapes (a kernel larger than its input, ...) are skipped; anything else is a bug here.
+    fn push(&mut self, stmts: Vec<String>, kinds: &[&'static str]) {
+        let mut lines = self.lines.clone();
+        let mut cur = self.cur.clone();
+        for s in stmts {
+            let v = format!("h{}", lines.len());
+            lines.push(format!("{v} = {s}"));
+            cur = v;
+        }
+        match self.probe(&lines, &cur) {
+            Ok(_) => {
+                self.lines = lines;
+                self.cur = cur;
+                for k in kinds {
+                    *self.counters.entry(k).or_insert(0) += 1;
+                }
+            }
+            Err(d) if d.kind == Kind::Shape => {}
+            Err(d) => panic!("random layer rejected: {}\n{}", d.message, lines.join("\n")),
+        }
+    }
+
+    /// The per-sample shape of `cur` after `lines`, as the checker computes it.
+    fn shape_of(&self, lines: &[String], cur: &str) -> Vec<usize> {
+        let m = match self.probe(lines, cur) {
+            Ok(m) => m,
+            Err(d) => panic!(
+                "random network rejected: {}\n{}",
+                d.message,
+                lines.join("\n")
+            ),
+        };
+        match m.nodes.iter().find(|n| n.name == "probe_flatten") {
+            Some(n) => m.shape(n.inputs[0]).clone(),
+            None => panic!("the probe has no flatten layer"),
+        }
+    }
+
+    fn layer(&mut self, l: &RandLayer) {
+        let cur = self.cur.clone();
+        match *l {
+            RandLayer::Conv {
+                filters,
+                k,
+                stride,
+                same,
+                bias,
+            } => {
+                let pad = if same { "same" } else { "valid" };
+                let s = format!(
+                    "{cur} |> conv2d({filters}, {k}, stride: {stride}, padding: {pad}, bias: {bias}) as {}",
+                    self.name("conv2d")
+                );
+                self.push(vec![s], &["conv2d"]);
+            }
+            RandLayer::Pool { max, size, stride } => {
+                let (op, kind) = if max {
+                    ("maxpool", "max_pooling2d")
+                } else {
+                    ("avgpool", "average_pooling2d")
+                };
+                let s = format!(
+                    "{cur} |> {op}({size}, stride: {stride}) as {}",
+                    self.name(kind)
+                );
+                self.push(vec![s], &[kind]);
+            }
+            RandLayer::Act(a) => {
+                let s = format!(
+                    "{cur} |> {} as {}",
+                    act_of(a).name(),
+                    self.name("activation")
+                );
+                self.push(vec![s], &["activation"]);
+            }
+            RandLayer::Dropout => {
+                let s = format!("{cur} |> dropout(0.3) as {}", self.name("dropout"));
+                self.push(vec![s], &["dropout"]);
+            }
+            RandLayer::Residual => {
+                let c = self.shape_of(&self.lines, &self.cur)[2];
+                let conv = format!("{cur} |> conv2d({c}, 3) as {}", self.name("conv2d"));
+                let n = self.lines.len();
+                // The add is named by the checker (`add_<k>`, counted as here).
+                self.push(vec![conv, format!("{cur} + h{n}")], &["conv2d", "add"]);
+            }
+            RandLayer::Branch(f, g) => {
+                let (k1, k2) = {
+                    let k = self.counters.get("activation").copied().unwrap_or(0);
+                    (k + 1, k + 2)
+                };
+                let n = self.lines.len();
+                let l = format!("{cur} |> {} as activation_{k1}", act_of(f).name());
+                let r = format!("{cur} |> {} as activation_{k2}", act_of(g).name());
+                self.push(
+                    vec![l, r, format!("h{n} + h{}", n + 1)],
+                    &["activation", "activation", "add"],
+                );
+            }
+        }
+    }
+}
+
+/// A random network: input `[hw, hw, 2]`, the `layers` (skipping those the checker rejects for
+/// their shapes), flatten, the dense layers `(units, bias, activation < 4)`, and a cross-entropy
+/// (`ce`; the last dense layer then has at least 2 units, as cross-entropy needs 2 classes) or MSE
+/// loss. `opt`: 0 SGD, 1 SGD momentum, 2 Nesterov, 3 Adam, 4 AdamW (with weight
+/// decay).
 pub fn random_net(
     hw: usize,
     layers: &[RandLayer],
@@ -373,61 +378,43 @@ pub fn random_net(
             decoupled: true,
         },
     };
-    let mut b = ModelBuilder::new();
-    let x = b.input("x", &[hw, hw, 2]);
-    let mut h = x;
+    let mut net = RandNet {
+        hw,
+        lines: vec![],
+        cur: "x".into(),
+        counters: HashMap::new(),
+    };
     for l in layers {
-        let s = b.shape(h);
-        h = match *l {
-            RandLayer::Conv {
-                filters,
-                k,
-                stride,
-                same,
-                bias,
-            } => {
-                if !same && s[0] < k {
-                    continue;
-                }
-                let pad = if same { Padding::Same } else { Padding::Valid };
-                b.conv(h, filters, k, stride, pad, bias)
-            }
-            RandLayer::Pool { max, size, stride } => {
-                if s[0] < size {
-                    continue;
-                }
-                if max {
-                    b.maxpool(h, size, stride)
-                } else {
-                    b.avgpool(h, size, stride)
-                }
-            }
-            RandLayer::Act(a) => b.act(h, act_of(a)),
-            RandLayer::Dropout => b.dropout(h, 0.3),
-            RandLayer::Residual => {
-                let c = b.conv(h, s[2], 3, 1, Padding::Same, true);
-                b.add(h, c)
-            }
-            RandLayer::Branch(f, g) => {
-                let l = b.act(h, act_of(f));
-                let r = b.act(h, act_of(g));
-                b.add(l, r)
-            }
-        };
+        net.layer(l);
     }
-    h = b.flatten(h);
-    for (units, bias, a) in dense {
-        h = b.dense(h, *units, *bias);
-        if *a < 4 {
-            h = b.act(h, act_of(*a));
+    let mut head = format!("{} |> flatten as flatten_1", net.cur);
+    let mut acts = net.counters.get("activation").copied().unwrap_or(0);
+    for (k, &(units, bias, a)) in dense.iter().enumerate() {
+        // Cross-entropy needs at least 2 classes.
+        let units = if ce && k + 1 == dense.len() {
+            units.max(2)
+        } else {
+            units
+        };
+        head += &format!(" |> dense({units}, bias: {bias}) as dense_{}", k + 1);
+        if a < 4 {
+            acts += 1;
+            head += &format!(" |> {} as activation_{acts}", act_of(a).name());
         }
     }
-    let classes = b.shape(h)[0];
-    if ce {
-        let y = b.target("y", &[], DType::I32);
-        b.build(h, LossKind::CrossEntropy, y, batch, optimizer)
+    let mut lines = net.lines.clone();
+    lines.push(format!("out = {head}"));
+    let target = if ce {
+        "target y: int".to_string()
     } else {
-        let y = b.target("y", &[classes], DType::F32);
-        b.build(h, LossKind::Mse, y, batch, optimizer)
-    }
+        // MSE: the target has the output's shape, as the checker computes it.
+        let classes = net.shape_of(&lines, "out")[0];
+        format!("target y: [{classes}]")
+    };
+    let loss = if ce { "cross_entropy" } else { "mse" };
+    let src = format!(
+        "input x: [{hw}, {hw}, 2]\n{target}\n{}\nloss {loss}(out, y)\n",
+        lines.join("\n")
+    );
+    checked_with(&src, batch, &optimizer)
 }

@@ -3,46 +3,12 @@
 //! signature), acyclicity (including the in-place hazard constraints) and the graph's
 //! distinguished values. Its errors name the pass, the node, the op and the shapes.
 
-use std::fmt;
-
 use petgraph::stable_graph::NodeIndex;
 use petgraph::visit::EdgeRef;
 use petgraph::Direction;
 
+pub use crate::error::VerifyError;
 use crate::ir::{fmt_types, infer_outputs_with, Graph, TensorType};
-
-/// What the verifier found wrong, and where.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct VerifyError {
-    /// The pass after which the graph was checked (`lower` for the initial graph).
-    pub pass: String,
-    /// Node index and name, when the problem is at a node.
-    pub node: Option<(usize, String)>,
-    /// The op's kind name (`conv2d`, ...), or empty.
-    pub op: String,
-    pub inputs: Vec<TensorType>,
-    pub outputs: Vec<TensorType>,
-    pub msg: String,
-}
-
-impl fmt::Display for VerifyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "IR verification failed after pass `{}`", self.pass)?;
-        if let Some((i, name)) = &self.node {
-            write!(f, " at node #{i} `{name}` ({})", self.op)?;
-        }
-        write!(f, ": {}", self.msg)?;
-        if self.node.is_some() {
-            write!(
-                f,
-                " [inputs: {}; outputs: {}]",
-                fmt_types(&self.inputs),
-                fmt_types(&self.outputs)
-            )?;
-        }
-        Ok(())
-    }
-}
 
 fn at(g: &Graph, pass: &str, n: NodeIndex, msg: String) -> VerifyError {
     let node = g.node(n);
@@ -76,6 +42,11 @@ fn global(pass: &str, msg: String) -> VerifyError {
 /// Checks the whole graph; `pass` names the pass that produced it.
 #[allow(clippy::result_large_err)] // a cold path; the rich error is the point
 pub fn verify(g: &Graph, pass: &str) -> Result<(), VerifyError> {
+    // Per-node scratch, reused: edges into each input slot, the value of one of them, and the
+    // input types (`clone_from` keeps their shape allocations).
+    let mut slots: Vec<usize> = vec![];
+    let mut srcs: Vec<Option<(NodeIndex, usize)>> = vec![];
+    let mut ins: Vec<TensorType> = vec![];
     for n in g.g.node_indices() {
         let node = g.node(n);
         let op = &node.op;
@@ -97,9 +68,10 @@ pub fn verify(g: &Graph, pass: &str) -> Result<(), VerifyError> {
         } else {
             op.num_inputs_of(&params)
         };
-        // Edges into each input slot, and the value of one of them.
-        let mut slots = vec![0usize; want];
-        let mut srcs: Vec<Option<(NodeIndex, usize)>> = vec![None; want];
+        slots.clear();
+        slots.resize(want, 0);
+        srcs.clear();
+        srcs.resize(want, None);
         for e in g.g.edges_directed(n, Direction::Incoming) {
             let w = e.weight();
             let src = g.node(e.source());
@@ -145,7 +117,17 @@ pub fn verify(g: &Graph, pass: &str) -> Result<(), VerifyError> {
             continue;
         }
         // Every slot has exactly one edge (checked above): the inputs in slot order.
-        let ins: Vec<TensorType> = srcs.iter().flatten().map(|v| g.ty(*v).clone()).collect();
+        ins.truncate(want);
+        for (i, v) in srcs.iter().flatten().enumerate() {
+            match ins.get_mut(i) {
+                Some(t) => {
+                    let src = g.ty(*v);
+                    t.shape.clone_from(&src.shape);
+                    t.dtype = src.dtype;
+                }
+                None => ins.push(g.ty(*v).clone()),
+            }
+        }
         match infer_outputs_with(op, &params, &ins, node.outputs.first()) {
             Err(e) => return Err(at(g, pass, n, format!("shape inference failed: {e}"))),
             Ok(outs) if outs != node.outputs => {

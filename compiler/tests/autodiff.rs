@@ -8,7 +8,7 @@ use dmc_compiler::op::{Op, UnaryKind, UpdateRule};
 use dmc_compiler::plan::Mode;
 use dmc_compiler::testutil::*;
 use dmc_compiler::{compile, compile_graph, CompileOptions};
-use dmc_grammar::model::{DType, LossKind};
+use dmc_grammar::model::ValueRef;
 
 fn train(m: &dmc_grammar::model::Model) -> Graph {
     compile_graph(
@@ -155,13 +155,24 @@ fn value_used_twice_gets_summed_gradient() {
 
 #[test]
 fn dead_branches_are_pruned() {
-    let mut b = ModelBuilder::new();
-    let x = b.input("x", &[4]);
-    let y = b.target("y", &[2], DType::F32);
-    let h = b.dense(x, 6, true);
-    let _unused = b.dense(h, 7, true); // dense_2: feeds nothing
-    let out = b.dense(h, 2, true);
-    let m = b.build(out, LossKind::Mse, y, 2, sgd(0.1));
+    // The checker rejects a layer that feeds nothing, so the model is checked with `dense_2` used
+    // and then cut after `dense_3`: `dense_2` stays, feeding nothing.
+    let mut m = checked_with(
+        "input x: [4]
+target y: [2]
+h = x |> dense(6) as dense_1
+u = h |> dense(7) as dense_2
+v = h |> dense(2) as dense_3
+out = v + (u |> dense(2) as dense_4)
+loss mse(out, y)
+",
+        2,
+        &sgd(0.1),
+    );
+    let dense_3 = m.nodes.iter().position(|n| n.name == "dense_3").unwrap();
+    m.nodes.truncate(dense_3 + 1);
+    m.output = ValueRef::Node(dense_3);
+    m.loss.pred = m.output;
     let g = train(&m);
     let dead = g
         .params

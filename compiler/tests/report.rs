@@ -2,8 +2,10 @@
 
 use std::collections::BTreeSet;
 
-use dmc_compiler::plan::{BufferKind, Mode, Plan, StepPhase};
-use dmc_compiler::report::{memory_report, render_json, render_svg, render_text, MemoryReport};
+use dmc_compiler::plan::{layer_of, BufferKind, Mode, Plan, StepPhase};
+use dmc_compiler::report::{
+    human, memory_report, render_json, render_svg, render_text, thousands, MemoryReport,
+};
 use dmc_compiler::testutil::{adam, seed, sgd_momentum, small_fixtures};
 use dmc_compiler::{compile, CompileOptions};
 
@@ -281,4 +283,27 @@ fn a_plan_without_steps() {
     assert_eq!(r.backward_starts, None);
     assert!(render_text(&r, Some(1)).contains("(no steps)"));
     parse_svg(&render_svg(&r, Some(1)).unwrap());
+}
+
+#[test]
+fn units() {
+    assert_eq!(thousands(0), "0");
+    assert_eq!(thousands(999), "999");
+    assert_eq!(thousands(1000), "1,000");
+    assert_eq!(thousands(826_152_612), "826,152,612");
+    assert_eq!(human(612), "612 B");
+    assert_eq!(human(1536), "1.5 KiB");
+    assert_eq!(human(826_152_612), "787.9 MiB");
+}
+
+#[test]
+fn layer_names() {
+    assert_eq!(layer_of("conv2d_3"), "conv2d_3");
+    assert_eq!(layer_of("conv2d_3.weight"), "conv2d_3");
+    assert_eq!(layer_of("grad conv2d_3.weight"), "conv2d_3");
+    assert_eq!(layer_of("grad conv2d_3 (sum)"), "conv2d_3");
+    assert_eq!(layer_of("conv2d_3 workspace"), "conv2d_3");
+    assert_eq!(layer_of("conv2d_3.weight update"), "conv2d_3");
+    assert_eq!(layer_of("max_pooling2d_1.argmax"), "max_pooling2d_1");
+    assert_eq!(layer_of("x"), "x");
 }

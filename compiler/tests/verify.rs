@@ -1,10 +1,11 @@
 //! The IR verifier accepts every fixture after every pass and rejects hand-broken graphs with
 //! messages naming the pass, the node, the op and the shapes.
 
+use dmc_compiler::ctx::Ctx;
 use dmc_compiler::error::CompileError;
 use dmc_compiler::ir::{Edge, Graph};
 use dmc_compiler::op::DType;
-use dmc_compiler::passes::{run_passes, Ctx, PIPELINE};
+use dmc_compiler::passes::{run_passes, PIPELINE};
 use dmc_compiler::plan::Mode;
 use dmc_compiler::testutil::*;
 use dmc_compiler::verify::verify;
@@ -40,7 +41,7 @@ fn verifier_accepts_every_fixture_after_every_pass() {
             let c = ctx(m, mode);
             let mut g = lower::lower(m, c.batch).unwrap();
             verify(&g, "lower").unwrap();
-            for (name, pass) in PIPELINE {
+            for (name, pass) in PIPELINE.iter().flat_map(|p| p.iter()) {
                 pass(&mut g, &c).unwrap();
                 verify(&g, name).unwrap_or_else(|e| panic!("{e}"));
             }

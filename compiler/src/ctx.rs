@@ -1,0 +1,46 @@
+//! The pass context: what the passes (and emission) may depend on besides the graph, and the
+//! rematerialization choices `compile` makes for them. It depends on no pass, so passes can be
+//! modules of their own without importing the pipeline back.
+
+use crate::op::Optimizer;
+use crate::plan::Mode;
+
+/// What the passes may depend on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ctx {
+    pub mode: Mode,
+    pub optimizer: Optimizer,
+    pub batch: usize,
+    /// Run the IR verifier around the passes (every pass in debug and test builds; see
+    /// [`crate::passes`]).
+    pub verify: bool,
+    /// Fuse each weight gradient with its optimizer update (`fuse_weight_update`).
+    pub fuse: bool,
+    /// Rewrite elementwise ops to write into an input that dies there (`inplace_elementwise`).
+    pub inplace: bool,
+    /// What the `rematerialize` pass does (chosen by `compile` to fit the cap; see [`crate::remat`]).
+    pub remat: Strategy,
+}
+
+/// `--remat`: whether `compile` may rematerialize to fit the cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RematMode {
+    /// Never recompute.
+    Off,
+    /// Recompute only when the plan does not fit the cap otherwise, as little as possible.
+    #[default]
+    Auto,
+}
+
+/// What the `rematerialize` pass does (chosen by `compile`'s search over budgets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Strategy {
+    /// Keep every saved value (checkpoint-all).
+    #[default]
+    KeepAll,
+    /// The optimal strategy within this many of [`crate::remat::BUCKETS`] memory buckets (the smallest feasible
+    /// budget when it is below it).
+    Budget(u64),
+    /// sqrt(n) checkpointing: segments of ceil(sqrt(L)) stages, each recomputed once.
+    SqrtN,
+}

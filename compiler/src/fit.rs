@@ -1,0 +1,325 @@
+//! Fitting a cap: the search over fused weight-gradient chunk sizes and rematerialization
+//! strategies that makes the plan fit `--vram-cap` ([`compile_explained`], [`compile_with`]).
+//!
+//! Chunks: without a cap, each fused op's gradient workspace is halved until it is at most
+//! [`default_chunk_bytes`] of the persistent state; with a cap, the chunks of the ops with the
+//! largest workspaces are halved until the plan fits or none can shrink. Rematerialization
+//! (`--remat auto`, train only): when no chunking fits, the DP strategy is planned at a binary
+//! search of memory budgets, and sqrt(n) too; the fitting plan with the least recompute wins.
+
+use dmc_grammar::model::Model;
+use petgraph::stable_graph::NodeIndex;
+
+use crate::check::check_plan;
+use crate::ctx::{Ctx, RematMode, Strategy};
+use crate::error::CompileError;
+use crate::ir::Graph;
+use crate::op::Op;
+use crate::options::{context, CompileOptions};
+use crate::placement::{align_up, PlannerKind};
+use crate::plan::{BufferKind, Mode, Plan};
+use crate::{cost, emit, lower, passes, remat, schedule, verify};
+
+/// Compiles `model` to an execution plan.
+///
+/// Chunks of the fused weight-gradient ops: without a cap, each op's gradient workspace is halved
+/// until it is at most [`default_chunk_bytes`] of the persistent state (or one column); with a
+/// cap, every op starts from its whole layer and the chunks of the ops with the largest
+/// workspaces are halved until the (best-fit) plan fits or no chunk can shrink. If the plan does
+/// not fit then, the error gives the smallest cap that works (the plan with one-column chunks).
+///
+/// With `opts.remat == Auto`, a training step that does not fit the cap is rematerialized (see
+/// [`compile_explained`]).
+pub fn compile(model: &Model, opts: &CompileOptions) -> Result<Plan, CompileError> {
+    compile_explained(model, opts).map(|(p, _)| p)
+}
+
+/// What rematerialization did to fit the cap.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RematInfo {
+    /// The smallest arena without recomputation (what did not fit).
+    pub no_remat_arena: u64,
+    /// Stages of the forward chain the strategy works on.
+    pub stages: usize,
+    /// The strategy that won, e.g. `optimal (DP budget 212/512)` or `sqrt(n)`.
+    pub strategy: String,
+    /// Plans tried (each one a full schedule and placement).
+    pub probes: usize,
+    /// The strategy's checkpoints and sequence ([`remat::describe`]).
+    pub sequence: String,
+}
+
+/// FLOPs of the recomputed steps of `plan` (labels marked `(recompute k)`).
+pub fn recompute_flops(plan: &Plan) -> u64 {
+    (0..plan.steps.len())
+        .filter(|s| cost::is_recompute(&plan.steps[*s].label))
+        .map(|s| cost::step_flops(plan, s))
+        .sum()
+}
+
+/// [`compile`], and what rematerialization did, if it was needed.
+///
+/// Search: plans without recomputation first (`CapExceeded` -> remat). Then the optimal DP
+/// strategy at a memory budget (in [`remat::BUCKETS`] buckets) is planned for real (schedule +
+/// placement), binary-searching the largest budget whose arena fits the cap; the sqrt(n)
+/// strategy is planned too, and the plan with the least recompute FLOPs that fits wins. If even
+/// the smallest-memory strategy (with one-column gradient chunks) does not fit, the error names
+/// its arena as the smallest cap that works.
+pub fn compile_explained(
+    model: &Model,
+    opts: &CompileOptions,
+) -> Result<(Plan, Option<RematInfo>), CompileError> {
+    let ctx = context(model, opts);
+    let err = match compile_with(model, opts, &ctx) {
+        Err(e @ CompileError::CapExceeded { .. }) => e,
+        r => return r.map(|p| (p, None)),
+    };
+    let (Some(cap), RematMode::Auto, Mode::Train) = (opts.cap, opts.remat, ctx.mode) else {
+        return Err(err);
+    };
+    let CompileError::CapExceeded {
+        needed: no_remat, ..
+    } = err
+    else {
+        return Err(err);
+    };
+    let free = CompileOptions {
+        cap: None,
+        verify: false,
+        planner: PlannerKind::BestFit,
+        ..opts.clone()
+    };
+    let mut probes = 0usize;
+    let mut probe = |strategy: Strategy| -> Result<Option<u64>, CompileError> {
+        probes += 1;
+        let c = Ctx {
+            remat: strategy,
+            verify: false,
+            ..ctx.clone()
+        };
+        let p = compile_with(model, &free, &c)?;
+        Ok((p.arena_bytes <= cap).then(|| recompute_flops(&p)))
+    };
+    // (recompute FLOPs, strategy) of every plan that fits.
+    let mut fits: Vec<(u64, Strategy)> = vec![];
+    let (mut lo, mut hi) = (0u64, remat::BUCKETS);
+    match probe(Strategy::Budget(0))? {
+        Some(f) => fits.push((f, Strategy::Budget(0))),
+        None => hi = 0,
+    }
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        match probe(Strategy::Budget(mid))? {
+            Some(f) => {
+                fits.push((f, Strategy::Budget(mid)));
+                lo = mid;
+            }
+            None => hi = mid - 1,
+        }
+    }
+    if let Some(f) = probe(Strategy::SqrtN)? {
+        fits.push((f, Strategy::SqrtN));
+    }
+    let best = fits
+        .iter()
+        .min_by_key(|(f, s)| (*f, matches!(s, Strategy::SqrtN)))
+        .map(|(_, s)| *s)
+        .unwrap_or(Strategy::Budget(0));
+    let c = Ctx {
+        remat: best,
+        ..ctx.clone()
+    };
+    let (stages, sequence) = {
+        let mut g = lower::lower(model, ctx.batch)?;
+        passes::run_passes(&mut g, &c, passes::BUILD_STEP)?;
+        match remat::chain(&g) {
+            Some((st, costs)) => {
+                let names: Vec<String> = st.iter().map(|s| g.node(s.out.0).name.clone()).collect();
+                let seq = remat::plan_actions(&costs, best)
+                    .map(|a| remat::describe(&a, &names))
+                    .unwrap_or_default();
+                (st.len(), seq)
+            }
+            None => (0, String::new()),
+        }
+    };
+    let plan = match compile_with(model, opts, &c) {
+        Ok(p) => p,
+        Err(CompileError::CapExceeded {
+            needed,
+            cap,
+            params,
+            opt_state,
+            working_set,
+        }) => {
+            return Err(CompileError::CapExceeded {
+                needed: needed.min(no_remat),
+                cap,
+                params,
+                opt_state,
+                working_set: working_set.min(no_remat.saturating_sub(params + opt_state)),
+            })
+        }
+        Err(e) => return Err(e),
+    };
+    let strategy = match best {
+        Strategy::SqrtN => "sqrt(n) segments".to_string(),
+        Strategy::Budget(b) if stages > remat::MAX_DP_STAGES => format!(
+            "optimal over {} groups of stages (DP memory budget {b}/{} buckets)",
+            remat::MAX_DP_STAGES,
+            remat::BUCKETS
+        ),
+        Strategy::Budget(b) => {
+            format!("optimal (DP memory budget {b}/{} buckets)", remat::BUCKETS)
+        }
+        Strategy::KeepAll => "none".to_string(),
+    };
+    Ok((
+        plan,
+        Some(RematInfo {
+            no_remat_arena: no_remat,
+            stages,
+            strategy,
+            probes,
+            sequence,
+        }),
+    ))
+}
+
+/// [`compile`] with a given pass context (no rematerialization search).
+pub fn compile_with(model: &Model, opts: &CompileOptions, ctx: &Ctx) -> Result<Plan, CompileError> {
+    let ctx = ctx.clone();
+    let mut g = lower::lower(model, ctx.batch)?;
+    passes::run_pipeline(&mut g, &ctx)?;
+    let order = schedule::schedule(&g)?;
+    // Whether a chunk changed: as after a pass that changed nothing, release builds do not verify
+    // the graph again unless it did (debug and test builds always do).
+    let mut changed = false;
+    match opts.cap {
+        None => {
+            let budget = default_chunk_bytes(persistent_bytes(&g));
+            for n in g.nodes() {
+                while chunk_grad_bytes(&g, n).is_some_and(|b| b > budget) && halve_chunk(&mut g, n)
+                {
+                    changed = true;
+                }
+            }
+        }
+        Some(cap) => loop {
+            let p = emit::emit(&g, &order, &ctx, PlannerKind::BestFit)?;
+            if p.arena_bytes <= cap || !shrink_dominant(&mut g) {
+                break;
+            }
+            changed = true;
+        },
+    }
+    if opts.verify && (changed || cfg!(debug_assertions)) {
+        verify::verify(&g, "chunk selection")?;
+    }
+    let plan = emit::emit(&g, &order, &ctx, opts.planner)?;
+    if let Some(cap) = opts.cap {
+        if plan.arena_bytes > cap {
+            // The smallest plan: every chunk one column.
+            for n in g.nodes() {
+                while halve_chunk(&mut g, n) {}
+            }
+            let small = emit::emit(&g, &order, &ctx, opts.planner)?;
+            let sum = |k: BufferKind| -> u64 {
+                small
+                    .buffers
+                    .iter()
+                    .filter(|b| b.kind == k && b.persistent)
+                    .map(|b| align_up(b.bytes))
+                    .sum()
+            };
+            let (params, opt_state) = (sum(BufferKind::Parameter), sum(BufferKind::OptimizerState));
+            if small.arena_bytes <= cap {
+                if opts.verify {
+                    check_plan(&small)?;
+                }
+                return Ok(small);
+            }
+            let needed = small.arena_bytes;
+            return Err(CompileError::CapExceeded {
+                needed,
+                cap,
+                params,
+                opt_state,
+                working_set: needed.saturating_sub(params + opt_state),
+            });
+        }
+    }
+    if opts.verify {
+        check_plan(&plan)?;
+    }
+    Ok(plan)
+}
+
+/// The largest gradient workspace a fused op gets without a cap: 1/256 of the persistent bytes
+/// (parameters and optimizer state), at least 256 KiB.
+pub fn default_chunk_bytes(persistent: u64) -> u64 {
+    (persistent / 256).max(256 << 10)
+}
+
+/// Bytes of the parameters and optimizer state of `g`.
+fn persistent_bytes(g: &Graph) -> u64 {
+    g.nodes()
+        .into_iter()
+        .filter(|n| matches!(g.node(*n).op, Op::Param { .. } | Op::OptState { .. }))
+        .map(|n| g.ty((n, 0)).bytes())
+        .sum()
+}
+
+/// Bytes of the gradient workspace (`gw`) of a chunked fused op, if `n` is one.
+fn chunk_grad_bytes(g: &Graph, n: NodeIndex) -> Option<u64> {
+    let rows = match &g.node(n).op {
+        Op::Conv2dBwdWeightUpdate { chunk, .. } | Op::DenseBwdWeightUpdate { chunk, .. } => {
+            let w = g.input(n, 2)?;
+            let s = &g.ty(w).shape;
+            (s.iter().product::<usize>() / s.last().copied().unwrap_or(1).max(1)) * chunk
+        }
+        _ => return None,
+    };
+    Some(rows as u64 * 4)
+}
+
+/// Halves (rounding up) the chunk of a fused op; false if `n` is not one or its chunk is 1.
+fn halve_chunk(g: &mut Graph, n: NodeIndex) -> bool {
+    match g.g.node_weight_mut(n).map(|node| &mut node.op) {
+        Some(Op::Conv2dBwdWeightUpdate { chunk, .. })
+        | Some(Op::DenseBwdWeightUpdate { chunk, .. })
+            if *chunk > 1 =>
+        {
+            *chunk = chunk.div_ceil(2);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Halves the chunks of the fused ops whose gradient workspace is more than half the largest
+/// one (among those that can still shrink). False when none can.
+fn shrink_dominant(g: &mut Graph) -> bool {
+    let can: Vec<(NodeIndex, u64)> = g
+        .nodes()
+        .into_iter()
+        .filter_map(|n| {
+            let b = chunk_grad_bytes(g, n)?;
+            let c = match &g.node(n).op {
+                Op::Conv2dBwdWeightUpdate { chunk, .. }
+                | Op::DenseBwdWeightUpdate { chunk, .. } => *chunk,
+                _ => 1,
+            };
+            (c > 1).then_some((n, b))
+        })
+        .collect();
+    let Some(max) = can.iter().map(|(_, b)| *b).max() else {
+        return false;
+    };
+    for (n, b) in can {
+        if b * 2 > max {
+            halve_chunk(g, n);
+        }
+    }
+    true
+}

@@ -1,0 +1,67 @@
+//! What a compilation is asked for ([`CompileOptions`], from the command line or a test) and the
+//! pass context it gives ([`context`]).
+
+use dmc_grammar::model::{Model, Optimizer};
+
+use crate::ctx::{Ctx, RematMode, Strategy};
+use crate::placement::PlannerKind;
+use crate::plan::Mode;
+
+/// How to compile.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompileOptions {
+    pub mode: Mode,
+    /// Overrides the model's batch size.
+    pub batch: Option<usize>,
+    /// Overrides the optimizer's learning rate.
+    pub lr: Option<dmc_grammar::model::LearningRate>,
+    /// Maximum arena size in bytes: the fused weight-gradient chunks shrink until the plan fits,
+    /// else `compile` fails with [`crate::error::CompileError::CapExceeded`].
+    pub cap: Option<u64>,
+    /// Verify the IR (before and after every pass in debug and test builds, once after the passes
+    /// in release builds: see [`crate::passes`]) and check the emitted plan.
+    pub verify: bool,
+    /// Placement strategy (best-fit by default; `Trivial` for comparisons).
+    pub planner: PlannerKind,
+    /// Fuse each weight gradient with its optimizer update (`--no-fuse` clears it).
+    pub fuse: bool,
+    /// Rewrite elementwise ops in place where their input dies.
+    pub inplace: bool,
+    /// Whether to recompute forward values to fit the cap (`--remat off|auto`).
+    pub remat: RematMode,
+}
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        CompileOptions {
+            mode: Mode::Train,
+            batch: None,
+            lr: None,
+            cap: None,
+            verify: cfg!(debug_assertions),
+            planner: PlannerKind::BestFit,
+            fuse: true,
+            inplace: true,
+            remat: RematMode::Auto,
+        }
+    }
+}
+
+/// The pass context for `model` under `opts`.
+pub fn context(model: &Model, opts: &CompileOptions) -> Ctx {
+    let mut optimizer = model.train.optimizer;
+    if let Some(new) = opts.lr {
+        match &mut optimizer {
+            Optimizer::Sgd { lr, .. } | Optimizer::Adam { lr, .. } => *lr = new.get(),
+        }
+    }
+    Ctx {
+        mode: opts.mode,
+        optimizer,
+        batch: opts.batch.unwrap_or(model.train.batch),
+        verify: opts.verify,
+        fuse: opts.fuse,
+        inplace: opts.inplace,
+        remat: Strategy::KeepAll,
+    }
+}

@@ -1,0 +1,585 @@
+//! The memory report: where the bytes of one training step go, computed from a [`Plan`] alone.
+//!
+//! [`memory_report`] is a pure function of the plan. It finds the *peak of live bytes* — the
+//! largest, over the step indices `t`, sum of the bytes of the buffers live at `t` (persistent
+//! buffers are always live). No placement of the same buffers with the same live ranges can use
+//! less arena than that, so it is the lower bound the arena is measured against. The report
+//! breaks the peak down by category (the [`BufferKind`]s), names the step where it happens and the
+//! buffers live there, compares the arena to the bound, sets a *conventional framework* estimate
+//! for the same program beside it (see [`Conventional`]), lists per-layer rows and a per-step
+//! timeline.
+//!
+//! This module is the model (the numbers); the renderers are [`text`] ([`render_text`]: aligned
+//! columns, exact bytes and human units, deterministic; [`render_json`]: serde) and [`svg`]
+//! ([`render_svg`]: live bytes over the step, stacked by category, with the arena size and an
+//! optional cap as horizontal lines), which also draw the memory / recompute sweep.
+
+use serde::{Deserialize, Serialize};
+
+use crate::fxhash::FxHashMap;
+use crate::plan::{layer_of, BufferId, BufferKind, Mode, Plan, StepPhase};
+
+pub mod svg;
+pub mod text;
+
+pub use svg::{render_svg, render_sweep_svg, RenderError};
+pub use text::{human, render_json, render_sweep_text, render_text, thousands};
+
+/// Bytes per category: one field per [`BufferKind`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ByCategory {
+    pub parameters: u64,
+    pub optimizer_state: u64,
+    pub inputs: u64,
+    /// Forward values (saved for backward or transient), including the loss.
+    pub activations: u64,
+    /// Gradients in flight.
+    pub gradients: u64,
+    pub workspace: u64,
+}
+
+/// The categories in report order, with their display names.
+pub const CATEGORIES: [(BufferKind, &str); 6] = [
+    (BufferKind::Parameter, "parameters"),
+    (BufferKind::OptimizerState, "optimizer state"),
+    (BufferKind::Input, "inputs"),
+    (BufferKind::Activation, "activations"),
+    (BufferKind::Gradient, "gradients"),
+    (BufferKind::Workspace, "workspace"),
+];
+
+impl ByCategory {
+    pub fn get(&self, kind: BufferKind) -> u64 {
+        match kind {
+            BufferKind::Parameter => self.parameters,
+            BufferKind::OptimizerState => self.optimizer_state,
+            BufferKind::Input => self.inputs,
+            BufferKind::Activation => self.activations,
+            BufferKind::Gradient => self.gradients,
+            BufferKind::Workspace => self.workspace,
+        }
+    }
+    fn slot(&mut self, kind: BufferKind) -> &mut u64 {
+        match kind {
+            BufferKind::Parameter => &mut self.parameters,
+            BufferKind::OptimizerState => &mut self.optimizer_state,
+            BufferKind::Input => &mut self.inputs,
+            BufferKind::Activation => &mut self.activations,
+            BufferKind::Gradient => &mut self.gradients,
+            BufferKind::Workspace => &mut self.workspace,
+        }
+    }
+    pub fn add(&mut self, kind: BufferKind, bytes: u64) {
+        *self.slot(kind) += bytes;
+    }
+    pub fn total(&self) -> u64 {
+        CATEGORIES.iter().map(|(k, _)| self.get(*k)).sum()
+    }
+}
+
+/// One buffer live at the peak.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveBuffer {
+    pub id: BufferId,
+    pub name: String,
+    pub kind: BufferKind,
+    pub bytes: u64,
+    pub layer: String,
+}
+
+/// The moment of the peak of live bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Peak {
+    /// Step index (the first one, if several reach the peak); 0 in a plan without steps.
+    pub step: usize,
+    /// The step's label, e.g. `grad conv2d_5`.
+    pub label: String,
+    /// The step's kernel name (e.g. `conv2d_bwd_data_1`) and op kind (e.g. `conv2d_bwd_data`).
+    pub kernel: String,
+    pub op: String,
+    pub phase: StepPhase,
+    /// Live bytes at the peak: the lower bound for the arena.
+    pub bytes: u64,
+    pub by_category: ByCategory,
+    /// Of the live activations, the bytes kept from the forward for the backward.
+    pub saved_activations: u64,
+    /// Every buffer live at the peak step, largest first.
+    pub live: Vec<LiveBuffer>,
+}
+
+/// What a conventional framework would hold for the same program, at once.
+///
+/// The model: every parameter and every optimizer state tensor; a gradient for every parameter,
+/// all alive together (parameter gradient bytes = parameter bytes); every activation the backward
+/// reads, kept from the forward (no in-place updates, no recomputation, no freeing before the
+/// backward); the batch inputs and targets; the largest single kernel workspace. It leaves out what
+/// such a framework needs on top (activation gradients in flight, allocator caching and
+/// fragmentation, the framework's own overhead), so it is an optimistic estimate for it. In a plan
+/// without a backward (eval, predict) the gradient and saved-activation terms are zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Conventional {
+    pub parameters: u64,
+    pub optimizer_state: u64,
+    pub parameter_gradients: u64,
+    pub saved_activations: u64,
+    pub inputs: u64,
+    pub largest_workspace: u64,
+    pub total: u64,
+}
+
+/// One model layer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LayerRow {
+    pub layer: String,
+    /// Activations the layer produces in the forward that the backward reads.
+    pub kept_for_backward: u64,
+    pub parameters: u64,
+    pub optimizer_state: u64,
+    /// The layer's largest non-persistent buffer (activation, gradient or workspace), by name.
+    pub largest_transient: u64,
+    pub largest_transient_name: String,
+}
+
+/// Live bytes during one step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimelinePoint {
+    pub step: usize,
+    pub label: String,
+    pub phase: StepPhase,
+    pub by_category: ByCategory,
+    pub total: u64,
+}
+
+/// A buffer at exactly the bytes of another while both are live: a view of the other's value.
+/// Its bytes are counted once, under the other buffer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Alias {
+    pub buffer: BufferId,
+    pub name: String,
+    pub of: BufferId,
+    pub of_name: String,
+}
+
+/// The memory report of one plan; see the module docs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemoryReport {
+    pub mode: Mode,
+    pub batch: usize,
+    pub steps: usize,
+    pub buffers: usize,
+    pub arena_bytes: u64,
+    /// The peak of live bytes: no arena for these buffers and live ranges can be smaller.
+    pub lower_bound_bytes: u64,
+    /// `arena_bytes / lower_bound_bytes - 1` (0 when the bound is 0).
+    pub fragmentation: f64,
+    /// The bytes of all buffers, by category, as if none shared memory.
+    pub all_buffers: ByCategory,
+    /// Index of the first backward step, if any: where the forward/backward boundary lies.
+    pub backward_starts: Option<usize>,
+    pub peak: Peak,
+    pub conventional: Conventional,
+    /// Layers in the order their first buffer is written.
+    pub layers: Vec<LayerRow>,
+    pub timeline: Vec<TimelinePoint>,
+    /// Buffers counted under another one (views); empty when every buffer has its own bytes.
+    #[serde(default)]
+    pub aliases: Vec<Alias>,
+    /// FLOPs of the whole step by the cost model ([`crate::cost`]), recomputation included.
+    #[serde(default)]
+    pub step_flops: u64,
+    /// FLOPs of the recomputed forward steps (rematerialization).
+    #[serde(default)]
+    pub recompute_flops: u64,
+    /// The recomputed forward values, in order of first recomputation.
+    #[serde(default)]
+    pub recomputed: Vec<Recomputed>,
+    /// Why and how rematerialization was applied (filled by the caller that compiled the plan).
+    #[serde(default)]
+    pub remat: Option<RematSummary>,
+}
+
+/// One forward node that is recomputed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recomputed {
+    /// The forward node, e.g. `conv2d_3`.
+    pub name: String,
+    /// How many extra times it runs.
+    pub times: usize,
+    /// FLOPs of those extra runs.
+    pub flops: u64,
+}
+
+/// What rematerialization bought.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RematSummary {
+    /// The smallest arena without recomputation.
+    pub no_remat_arena: u64,
+    /// `no_remat_arena - arena_bytes`.
+    pub saved_bytes: u64,
+    /// Stages of the forward chain.
+    pub stages: usize,
+    /// The winning strategy, in words.
+    pub strategy: String,
+    /// Its checkpoints and sequence of stage forwards / backwards.
+    #[serde(default)]
+    pub sequence: String,
+}
+
+/// Recomputation FLOPs of the report's plan relative to the step without them, in percent.
+pub fn recompute_pct(r: &MemoryReport) -> f64 {
+    let base = r.step_flops.saturating_sub(r.recompute_flops);
+    if base == 0 {
+        0.0
+    } else {
+        100.0 * r.recompute_flops as f64 / base as f64
+    }
+}
+
+/// Computes the memory report of `plan`.
+pub fn memory_report(plan: &Plan) -> MemoryReport {
+    let nsteps = plan.steps.len();
+    let npoints = nsteps.max(1);
+
+    // The step range over which each buffer's bytes are occupied (persistent: all steps). A
+    // buffer at exactly the bytes of an earlier one while both are live is a view of that one's
+    // value (e.g. a `Reshape` output given its own entry): its bytes are counted once, with the
+    // earlier buffer's kind, over the union of both ranges.
+    let full = |b: &crate::plan::Buffer| {
+        if b.persistent {
+            (0, usize::MAX)
+        } else {
+            b.live
+        }
+    };
+    let mut occupied: Vec<Option<(usize, usize)>> =
+        plan.buffers.iter().map(|b| Some(full(b))).collect();
+    let mut root_of: Vec<BufferId> = (0..plan.buffers.len()).collect();
+    let mut aliases: Vec<Alias> = vec![];
+    // Per (offset, bytes): the buffers first seen there, and the latest step any of them is
+    // occupied (a buffer starting after it overlaps none of them: no scan; in a plan, buffers
+    // reusing the same bytes come in step order, so that is the common case).
+    let mut at_bytes: FxHashMap<(u64, u64), (Vec<usize>, usize)> = FxHashMap::default();
+    for (i, b) in plan.buffers.iter().enumerate() {
+        if b.bytes == 0 {
+            continue;
+        }
+        let (lo, hi) = full(b);
+        let (same, last) = at_bytes.entry((b.offset, b.bytes)).or_default();
+        let root = if same.is_empty() || lo > *last {
+            None
+        } else {
+            same.iter()
+                .copied()
+                .find(|&k| matches!(occupied[k], Some((l, h)) if l <= hi && lo <= h))
+        };
+        *last = (*last).max(hi);
+        match root {
+            Some(k) => {
+                if let Some((l, h)) = occupied[k] {
+                    occupied[k] = Some((l.min(lo), h.max(hi)));
+                }
+                occupied[i] = None;
+                root_of[i] = k;
+                aliases.push(Alias {
+                    buffer: i,
+                    name: b.name.clone(),
+                    of: k,
+                    of_name: plan.buffers[k].name.clone(),
+                });
+            }
+            None => same.push(i),
+        }
+    }
+    let live_at = |i: usize, t: usize| matches!(occupied[i], Some((l, h)) if l <= t && t <= h);
+
+    // Timeline by difference arrays over the occupied ranges.
+    let mut delta: Vec<[i128; 6]> = vec![[0; 6]; npoints + 1];
+    let idx = |k: BufferKind| CATEGORIES.iter().position(|(c, _)| *c == k).unwrap_or(0);
+    for (b, occ) in plan.buffers.iter().zip(&occupied) {
+        let Some((lo, hi)) = *occ else { continue };
+        if lo > hi || lo >= npoints {
+            continue;
+        }
+        let hi = hi.min(npoints - 1);
+        delta[lo][idx(b.kind)] += b.bytes as i128;
+        delta[hi + 1][idx(b.kind)] -= b.bytes as i128;
+    }
+    let mut running = [0i128; 6];
+    let mut timeline = Vec::with_capacity(npoints);
+    for (t, d) in delta.iter().enumerate().take(npoints) {
+        let mut by = ByCategory::default();
+        for (i, (k, _)) in CATEGORIES.iter().enumerate() {
+            running[i] += d[i];
+            by.add(*k, running[i] as u64);
+        }
+        let step = plan.steps.get(t);
+        timeline.push(TimelinePoint {
+            step: t,
+            label: step.map(|s| s.label.clone()).unwrap_or_default(),
+            phase: step.map(|s| s.phase).unwrap_or_default(),
+            total: by.total(),
+            by_category: by,
+        });
+    }
+    if nsteps == 0 {
+        timeline.clear();
+    }
+
+    // The peak: the first step with the most live bytes.
+    let (peak_t, peak_by) = if nsteps == 0 {
+        let mut by = ByCategory::default();
+        for (i, b) in plan.buffers.iter().enumerate() {
+            if b.persistent && occupied[i].is_some() {
+                by.add(b.kind, b.bytes);
+            }
+        }
+        (0, by)
+    } else {
+        let mut best = 0;
+        for (t, p) in timeline.iter().enumerate() {
+            if p.total > timeline[best].total {
+                best = t;
+            }
+        }
+        (best, timeline[best].by_category)
+    };
+
+    // The forward/backward boundary and the activations the backward reads.
+    let backward_starts = plan
+        .steps
+        .iter()
+        .position(|s| s.phase == StepPhase::Backward);
+    // Whether each buffer is a forward activation the backward reads.
+    let mut saved: Vec<bool> = vec![false; plan.buffers.len()];
+    for (s, step) in plan.steps.iter().enumerate() {
+        // Fused weight-gradient + update kernels (phase Update) read forward values too.
+        if !matches!(step.phase, StepPhase::Backward | StepPhase::Update) {
+            continue;
+        }
+        for &a in &step.args {
+            let Some(&a) = root_of.get(a) else { continue };
+            let b = &plan.buffers[a];
+            if b.kind == BufferKind::Activation && !b.persistent && b.live.0 < s {
+                saved[a] = true;
+            }
+        }
+    }
+
+    fn layer_name(b: &crate::plan::Buffer) -> &str {
+        if b.layer.is_empty() {
+            layer_of(&b.name)
+        } else {
+            &b.layer
+        }
+    }
+
+    let mut live: Vec<LiveBuffer> = plan
+        .buffers
+        .iter()
+        .enumerate()
+        .filter(|(i, b)| {
+            if nsteps == 0 {
+                b.persistent && occupied[*i].is_some()
+            } else {
+                live_at(*i, peak_t)
+            }
+        })
+        .map(|(_, b)| b)
+        .map(|b| LiveBuffer {
+            id: b.id,
+            name: b.name.clone(),
+            kind: b.kind,
+            bytes: b.bytes,
+            layer: layer_name(b).to_string(),
+        })
+        .collect();
+    live.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.id.cmp(&b.id)));
+    let saved_at_peak = live
+        .iter()
+        .filter(|l| saved.get(l.id).copied().unwrap_or(false))
+        .map(|l| l.bytes)
+        .sum();
+    let (label, kernel, op, phase) = match plan.steps.get(peak_t) {
+        Some(s) => {
+            let k = plan.kernels.get(s.kernel);
+            (
+                s.label.clone(),
+                k.map(|k| k.name.clone()).unwrap_or_default(),
+                k.map(|k| k.op.kind_name().to_string()).unwrap_or_default(),
+                s.phase,
+            )
+        }
+        None => (
+            "(no steps)".into(),
+            String::new(),
+            String::new(),
+            StepPhase::Forward,
+        ),
+    };
+    let peak = Peak {
+        step: peak_t,
+        label,
+        kernel,
+        op,
+        phase,
+        bytes: peak_by.total(),
+        by_category: peak_by,
+        saved_activations: saved_at_peak,
+        live,
+    };
+
+    let mut all_buffers = ByCategory::default();
+    for b in &plan.buffers {
+        all_buffers.add(b.kind, b.bytes);
+    }
+    let has_backward = backward_starts.is_some();
+    // A recomputed value counts once, as the forward value it is a copy of.
+    let mut saved_values: FxHashMap<&str, u64> = FxHashMap::default();
+    for i in (0..saved.len()).filter(|&i| saved[i]) {
+        let b = &plan.buffers[i];
+        let name = b.name.split(" (recompute ").next().unwrap_or(&b.name);
+        saved_values.insert(name, b.bytes);
+    }
+    let saved_bytes: u64 = saved_values.values().sum();
+    let largest_workspace = plan
+        .buffers
+        .iter()
+        .filter(|b| b.kind == BufferKind::Workspace)
+        .map(|b| b.bytes)
+        .max()
+        .unwrap_or(0);
+    let mut conventional = Conventional {
+        parameters: all_buffers.parameters,
+        optimizer_state: all_buffers.optimizer_state,
+        parameter_gradients: if has_backward {
+            all_buffers.parameters
+        } else {
+            0
+        },
+        saved_activations: saved_bytes,
+        inputs: all_buffers.inputs,
+        largest_workspace,
+        total: 0,
+    };
+    conventional.total = conventional.parameters
+        + conventional.optimizer_state
+        + conventional.parameter_gradients
+        + conventional.saved_activations
+        + conventional.inputs
+        + conventional.largest_workspace;
+
+    // Per-layer rows, in the order their first buffer is written (persistent buffers count from
+    // the first step that reads them).
+    let mut first_use: FxHashMap<&str, usize> = FxHashMap::default();
+    let mut rows: FxHashMap<&str, LayerRow> = FxHashMap::default();
+    for (s, step) in plan.steps.iter().enumerate() {
+        for &a in &step.args {
+            if let Some(b) = plan.buffers.get(a) {
+                if b.kind != BufferKind::Input {
+                    first_use.entry(layer_name(b)).or_insert(s);
+                }
+            }
+        }
+    }
+    for b in &plan.buffers {
+        if b.kind == BufferKind::Input {
+            continue;
+        }
+        let name = layer_name(b);
+        let row = rows.entry(name).or_insert_with(|| LayerRow {
+            layer: name.to_string(),
+            kept_for_backward: 0,
+            parameters: 0,
+            optimizer_state: 0,
+            largest_transient: 0,
+            largest_transient_name: String::new(),
+        });
+        match b.kind {
+            BufferKind::Parameter => row.parameters += b.bytes,
+            BufferKind::OptimizerState => row.optimizer_state += b.bytes,
+            _ => {
+                if saved.get(b.id).copied().unwrap_or(false) {
+                    row.kept_for_backward += b.bytes;
+                }
+                if !b.persistent
+                    && (b.bytes > row.largest_transient || row.largest_transient_name.is_empty())
+                {
+                    row.largest_transient = b.bytes;
+                    row.largest_transient_name = b.name.clone();
+                }
+            }
+        }
+    }
+    // (first use, row): layer names are distinct, so the order is total.
+    let mut layers: Vec<(usize, LayerRow)> = rows
+        .into_values()
+        .map(|r| {
+            let first = first_use
+                .get(r.layer.as_str())
+                .copied()
+                .unwrap_or(usize::MAX);
+            (first, r)
+        })
+        .collect();
+    layers.sort_unstable_by(|(fa, a), (fb, b)| (fa, &a.layer).cmp(&(fb, &b.layer)));
+    let layers: Vec<LayerRow> = layers.into_iter().map(|(_, r)| r).collect();
+
+    let lower_bound_bytes = peak.bytes;
+    let fragmentation = if lower_bound_bytes == 0 {
+        0.0
+    } else {
+        plan.arena_bytes as f64 / lower_bound_bytes as f64 - 1.0
+    };
+    let step_flops: u64 = (0..nsteps).map(|t| crate::cost::step_flops(plan, t)).sum();
+    let mut recomputed: Vec<Recomputed> = vec![];
+    // Index in `recomputed` of each name.
+    let mut recomputed_at: FxHashMap<String, usize> = FxHashMap::default();
+    let mut recompute_flops = 0u64;
+    for (t, st) in plan.steps.iter().enumerate() {
+        if !crate::cost::is_recompute(&st.label) {
+            continue;
+        }
+        let f = crate::cost::step_flops(plan, t);
+        recompute_flops += f;
+        let name = st
+            .label
+            .split(" (recompute ")
+            .next()
+            .unwrap_or("")
+            .to_string();
+        match recomputed_at.get(&name) {
+            Some(&k) => {
+                recomputed[k].times += 1;
+                recomputed[k].flops += f;
+            }
+            None => {
+                recomputed_at.insert(name.clone(), recomputed.len());
+                recomputed.push(Recomputed {
+                    name,
+                    times: 1,
+                    flops: f,
+                });
+            }
+        }
+    }
+    MemoryReport {
+        mode: plan.mode,
+        batch: plan.batch,
+        steps: nsteps,
+        buffers: plan.buffers.len(),
+        arena_bytes: plan.arena_bytes,
+        lower_bound_bytes,
+        fragmentation,
+        all_buffers,
+        backward_starts,
+        peak,
+        conventional,
+        layers,
+        timeline,
+        aliases,
+        step_flops,
+        recompute_flops,
+        recomputed,
+        remat: None,
+    }
+}

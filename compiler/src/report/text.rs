@@ -1,0 +1,485 @@
+//! The memory report and the sweep as text: aligned columns, exact bytes and binary units,
+//! deterministic (no timings, no addresses); and the report as JSON.
+
+use std::fmt::Write as _;
+
+use super::{recompute_pct, MemoryReport, CATEGORIES};
+use crate::plan::{Mode, StepPhase};
+use crate::sweep::Sweep;
+
+/// `826152612` -> `826,152,612`.
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let head = match s.len() % 3 {
+        0 => 3.min(s.len()),
+        r => r,
+    };
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    out.push_str(&s[..head]);
+    for chunk in s.as_bytes()[head..].chunks(3) {
+        out.push(',');
+        out.extend(chunk.iter().map(|&b| b as char));
+    }
+    out
+}
+
+/// Binary units with one decimal: `612 B`, `1.5 KiB`, `787.9 MiB`, `2.3 GiB`.
+pub fn human(n: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.1} {}", UNITS[u])
+}
+
+fn pct(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        "-".into()
+    } else {
+        format!("{:.1}%", part as f64 * 100.0 / whole as f64)
+    }
+}
+
+fn phase_name(p: StepPhase) -> &'static str {
+    match p {
+        StepPhase::Forward => "forward",
+        StepPhase::Loss => "loss",
+        StepPhase::Backward => "backward",
+        StepPhase::Update => "update",
+    }
+}
+
+pub(super) fn mode_name(m: Mode) -> &'static str {
+    match m {
+        Mode::Train => "train",
+        Mode::Eval => "eval",
+        Mode::Predict => "predict",
+    }
+}
+
+/// A table of left- (`<`) or right- (`>`) aligned columns, two spaces apart, indented by two.
+struct Table {
+    align: Vec<char>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn new(align: &str) -> Self {
+        Table {
+            align: align.chars().collect(),
+            rows: vec![],
+        }
+    }
+    fn row<S: Into<String>>(&mut self, cells: impl IntoIterator<Item = S>) {
+        self.rows.push(cells.into_iter().map(Into::into).collect());
+    }
+    fn render(&self, out: &mut String) {
+        let ncols = self.align.len();
+        let mut w = vec![0; ncols];
+        for r in &self.rows {
+            for (i, c) in r.iter().enumerate().take(ncols) {
+                w[i] = w[i].max(c.chars().count());
+            }
+        }
+        let spaces = |line: &mut String, k: usize| line.extend(std::iter::repeat_n(' ', k));
+        let mut line = String::new();
+        for r in &self.rows {
+            line.clear();
+            line.push(' ');
+            for (i, c) in r.iter().enumerate().take(ncols) {
+                line.push(' ');
+                let pad = w[i] - c.chars().count();
+                let last = i + 1 == r.len().min(ncols);
+                if self.align[i] == '>' {
+                    spaces(&mut line, pad);
+                    line.push_str(c);
+                } else {
+                    line.push_str(c);
+                    if !last {
+                        spaces(&mut line, pad);
+                    }
+                }
+                if !last {
+                    line.push(' ');
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+    }
+}
+
+/// The report as readable text: aligned columns, sizes as exact bytes and in binary units.
+/// Deterministic (no timings, no addresses). With `cap`, says whether the arena and the
+/// conventional estimate fit in it.
+pub fn render_text(r: &MemoryReport, cap: Option<u64>) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "dmc memory report: {} mode, batch {}, {} steps, {} buffers",
+        mode_name(r.mode),
+        r.batch,
+        r.steps,
+        r.buffers
+    );
+    s.push('\n');
+
+    let p = &r.peak;
+    let _ = writeln!(s, "Peak of live bytes (the lower bound for any arena)");
+    let _ = writeln!(
+        s,
+        "  at step {} `{}` ({}, kernel {}, op {})",
+        p.step,
+        p.label,
+        phase_name(p.phase),
+        if p.kernel.is_empty() { "-" } else { &p.kernel },
+        if p.op.is_empty() { "-" } else { &p.op },
+    );
+    let mut t = Table::new("<>>>");
+    t.row(["category", "bytes", "", "share"]);
+    for (k, name) in CATEGORIES {
+        let b = p.by_category.get(k);
+        t.row([name.to_string(), thousands(b), human(b), pct(b, p.bytes)]);
+    }
+    t.row([
+        "total".to_string(),
+        thousands(p.bytes),
+        human(p.bytes),
+        pct(p.bytes, p.bytes),
+    ]);
+    t.render(&mut s);
+    let _ = writeln!(
+        s,
+        "  of the live activations, kept from the forward for the backward: {} ({})",
+        thousands(p.saved_activations),
+        human(p.saved_activations)
+    );
+    s.push('\n');
+
+    let _ = writeln!(s, "Arena");
+    let mut t = Table::new("<>><");
+    t.row([
+        "arena size".to_string(),
+        thousands(r.arena_bytes),
+        human(r.arena_bytes),
+        String::new(),
+    ]);
+    t.row([
+        "lower bound".to_string(),
+        thousands(r.lower_bound_bytes),
+        human(r.lower_bound_bytes),
+        "(peak of live bytes)".to_string(),
+    ]);
+    t.row([
+        "all buffers".to_string(),
+        thousands(r.all_buffers.total()),
+        human(r.all_buffers.total()),
+        "(if no two buffers shared bytes)".to_string(),
+    ]);
+    if let Some(cap) = cap {
+        let verdict = if r.arena_bytes <= cap {
+            format!("arena fits, {} spare", human(cap - r.arena_bytes))
+        } else {
+            format!("arena exceeds it by {}", human(r.arena_bytes - cap))
+        };
+        t.row(["cap".to_string(), thousands(cap), human(cap), verdict]);
+    }
+    t.render(&mut s);
+    let _ = writeln!(
+        s,
+        "  fragmentation: {:.4} (arena / lower bound - 1 = {:.2}%)",
+        r.fragmentation,
+        r.fragmentation * 100.0
+    );
+    s.push('\n');
+
+    let c = &r.conventional;
+    let _ = writeln!(s, "Conventional framework, same program (estimate)");
+    let mut t = Table::new("<>><");
+    t.row(["", "conventional", "", "dmc at its peak"]);
+    let dmc = |v: u64| format!("{} ({})", thousands(v), human(v));
+    let rows: [(&str, u64, Option<u64>); 6] = [
+        ("parameters", c.parameters, Some(p.by_category.parameters)),
+        (
+            "optimizer state",
+            c.optimizer_state,
+            Some(p.by_category.optimizer_state),
+        ),
+        (
+            "parameter gradients",
+            c.parameter_gradients,
+            Some(p.by_category.gradients),
+        ),
+        (
+            "saved activations",
+            c.saved_activations,
+            Some(p.by_category.activations),
+        ),
+        ("inputs", c.inputs, Some(p.by_category.inputs)),
+        (
+            "largest workspace",
+            c.largest_workspace,
+            Some(p.by_category.workspace),
+        ),
+    ];
+    for (name, v, d) in rows {
+        t.row([
+            name.to_string(),
+            thousands(v),
+            human(v),
+            d.map(dmc).unwrap_or_default(),
+        ]);
+    }
+    t.row([
+        "total".to_string(),
+        thousands(c.total),
+        human(c.total),
+        dmc(p.bytes),
+    ]);
+    t.render(&mut s);
+    if c.total > 0 {
+        let _ = writeln!(
+            s,
+            "  dmc's lower bound is {} of the conventional estimate; its arena is {}.",
+            pct(r.lower_bound_bytes, c.total),
+            pct(r.arena_bytes, c.total)
+        );
+    }
+    if let Some(cap) = cap {
+        let _ = writeln!(
+            s,
+            "  against the cap of {}: conventional {}, dmc arena {}.",
+            human(cap),
+            if c.total <= cap {
+                "fits"
+            } else {
+                "does not fit"
+            },
+            if r.arena_bytes <= cap {
+                "fits"
+            } else {
+                "does not fit"
+            }
+        );
+    }
+    let _ = writeln!(
+        s,
+        "  The conventional model: all parameters and optimizer state; a gradient for every\n  \
+         parameter, all alive at once; every activation the backward reads, kept from the forward\n  \
+         (no in-place updates, no recomputation); the inputs; the largest single workspace. It\n  \
+         leaves out activation gradients in flight and allocator overhead, so a real framework\n  \
+         needs at least this much. The dmc column is the breakdown at dmc's peak step (gradients\n  \
+         there include activation gradients, activations include transient ones)."
+    );
+    s.push('\n');
+
+    let _ = writeln!(
+        s,
+        "Buffers live at the peak ({}, largest first)",
+        p.live.len()
+    );
+    let mut t = Table::new(">><<");
+    t.row(["bytes", "", "kind", "name"]);
+    for b in &p.live {
+        t.row([
+            thousands(b.bytes),
+            human(b.bytes),
+            format!("{:?}", b.kind),
+            b.name.clone(),
+        ]);
+    }
+    t.render(&mut s);
+    s.push('\n');
+
+    if !r.aliases.is_empty() {
+        let _ = writeln!(
+            s,
+            "Views ({}, counted under the buffer whose bytes they share)",
+            r.aliases.len()
+        );
+        let mut t = Table::new("<<<");
+        t.row(["view", "", "of"]);
+        for a in &r.aliases {
+            t.row([
+                format!("#{} {}", a.buffer, a.name),
+                "->".to_string(),
+                format!("#{} {}", a.of, a.of_name),
+            ]);
+        }
+        t.render(&mut s);
+        s.push('\n');
+    }
+
+    if r.recompute_flops > 0 || r.remat.is_some() {
+        let _ = writeln!(s, "Rematerialization");
+        if let Some(m) = &r.remat {
+            let _ = writeln!(
+                s,
+                "  without recomputation the arena is {} ({}){}; strategy: {} over a chain of {} stages",
+                thousands(m.no_remat_arena),
+                human(m.no_remat_arena),
+                match cap {
+                    Some(c) => format!(", over the cap of {}", human(c)),
+                    None => String::new(),
+                },
+                m.strategy,
+                m.stages
+            );
+            if !m.sequence.is_empty() {
+                let _ = writeln!(s, "  {}", m.sequence);
+                let _ = writeln!(
+                    s,
+                    "  (f: forward keeping only stage outputs, F: forward keeping what the backward reads, B: backward; stages numbered from the input)"
+                );
+            }
+            let _ = writeln!(
+                s,
+                "  memory saved: {} ({})",
+                thousands(m.saved_bytes),
+                human(m.saved_bytes)
+            );
+        }
+        let _ = writeln!(
+            s,
+            "  recompute: {} FLOPs = {:.1}% of the step's {} FLOPs (cost model: 2 per multiply-add)",
+            thousands(r.recompute_flops),
+            recompute_pct(r),
+            thousands(r.step_flops.saturating_sub(r.recompute_flops))
+        );
+        let _ = writeln!(
+            s,
+            "  recomputed ({} nodes; their saved values are dropped after the forward and rebuilt before their backward):",
+            r.recomputed.len()
+        );
+        let mut t = Table::new("<>>>");
+        t.row(["  node", "extra runs", "FLOPs", "share"]);
+        for x in &r.recomputed {
+            t.row([
+                format!("  {}", x.name),
+                x.times.to_string(),
+                thousands(x.flops),
+                format!(
+                    "{:.1}%",
+                    100.0 * x.flops as f64
+                        / r.step_flops.saturating_sub(r.recompute_flops).max(1) as f64
+                ),
+            ]);
+        }
+        t.render(&mut s);
+        s.push('\n');
+    }
+
+    let _ = writeln!(s, "Layers ({}, in order of first use)", r.layers.len());
+    let mut t = Table::new("<>>>>>><");
+    t.row([
+        "layer",
+        "kept for backward",
+        "",
+        "parameters",
+        "",
+        "largest transient",
+        "",
+        "",
+    ]);
+    for l in &r.layers {
+        t.row([
+            l.layer.clone(),
+            thousands(l.kept_for_backward),
+            human(l.kept_for_backward),
+            thousands(l.parameters),
+            human(l.parameters),
+            thousands(l.largest_transient),
+            human(l.largest_transient),
+            l.largest_transient_name.clone(),
+        ]);
+    }
+    t.render(&mut s);
+    s.push('\n');
+
+    let _ = writeln!(s, "Timeline: live bytes per step, by category");
+    let mut t = Table::new(">><>>>>>>><<");
+    t.row([
+        "step", "total", "", "phase", "params", "opt", "inputs", "act", "grad", "ws", "label", "",
+    ]);
+    for pt in &r.timeline {
+        let b = &pt.by_category;
+        t.row([
+            pt.step.to_string(),
+            thousands(pt.total),
+            human(pt.total),
+            phase_name(pt.phase).to_string(),
+            human(b.parameters),
+            human(b.optimizer_state),
+            human(b.inputs),
+            human(b.activations),
+            human(b.gradients),
+            human(b.workspace),
+            pt.label.clone(),
+            if pt.step == p.step && r.steps > 0 {
+                "<- peak".to_string()
+            } else {
+                String::new()
+            },
+        ]);
+    }
+    t.render(&mut s);
+    s
+}
+
+/// The report as pretty-printed JSON.
+pub fn render_json(r: &MemoryReport) -> String {
+    serde_json::to_string_pretty(r).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+/// The sweep as text: one row per cap, dmc's recompute against sqrt(n) and checkpoint-all.
+pub fn render_sweep_text(sw: &Sweep) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "Memory / recompute trade-off: no-remat arena {} ({}), smallest arena with remat {} ({:.1}%), sqrt(n) {} ({:.1}% recompute)",
+        thousands(sw.no_remat_arena),
+        human(sw.no_remat_arena),
+        human(sw.min_arena),
+        100.0 * sw.min_arena as f64 / sw.no_remat_arena.max(1) as f64,
+        human(sw.sqrt_arena),
+        sw.sqrt_pct
+    );
+    let _ = writeln!(
+        s,
+        "recompute = added FLOPs in % of the step's {} FLOPs (same cost model for all three)",
+        thousands(sw.step_flops)
+    );
+    let mut t = Table::new(">>>>>>>");
+    t.row([
+        "cap",
+        "",
+        "% of no-remat",
+        "dmc arena",
+        "dmc",
+        "sqrt(n)",
+        "checkpoint-all",
+    ]);
+    let opt = |p: Option<f64>| p.map(|v| format!("{v:.1}%")).unwrap_or_else(|| "-".into());
+    for p in &sw.points {
+        t.row([
+            thousands(p.cap),
+            human(p.cap),
+            format!(
+                "{:.1}%",
+                100.0 * p.cap as f64 / sw.no_remat_arena.max(1) as f64
+            ),
+            human(p.arena),
+            format!("{:.1}%", p.recompute_pct),
+            opt(p.sqrt_pct),
+            opt(p.keep_all_pct),
+        ]);
+    }
+    t.render(&mut s);
+    s
+}
