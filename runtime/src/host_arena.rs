@@ -21,6 +21,75 @@ pub(crate) fn owned_params(v: Vec<NamedTensor>) -> Params<'static> {
         .collect()
 }
 
+/// Implements [`Backend`](crate::Backend) for a backend whose arena is a [`HostArena`] (the CUDA
+/// backend and the emulator): parameters, inputs and the output go through [`HostArena`]; the plan,
+/// the device memory, poison mode, the NaN halt and the step are the backend's own inherent methods
+/// (`device_arena_bytes` given as an expression of `self`). The trait is named by path: its method
+/// names are [`HostArena`]'s, so both in scope would be ambiguous.
+macro_rules! impl_backend_over_host_arena {
+    ($ty:ident, device_arena_bytes: |$s:ident| $bytes:expr) => {
+        impl crate::backend::Backend for $ty {
+            fn plan(&self) -> &dmc_plan::plan::Plan {
+                &self.plan
+            }
+
+            fn device_arena_bytes(&self) -> Option<u64> {
+                let $s = self;
+                $bytes
+            }
+
+            fn set_poison(&mut self, on: bool) {
+                $ty::set_poison(self, on);
+            }
+
+            fn set_halt_on_nonfinite_loss(&mut self, on: bool) {
+                $ty::set_halt_on_nonfinite_loss(self, on);
+            }
+
+            fn init_params(&mut self, seed: u64) -> Result<(), crate::error::RuntimeError> {
+                crate::host_arena::HostArena::init_params(self, seed)
+            }
+
+            fn set_param(
+                &mut self,
+                name: &str,
+                data: &[f32],
+            ) -> Result<(), crate::error::RuntimeError> {
+                crate::host_arena::HostArena::set_param(self, name, data)
+            }
+
+            fn params(&self) -> Result<crate::backend::Params<'_>, crate::error::RuntimeError> {
+                Ok(crate::host_arena::owned_params(
+                    crate::host_arena::HostArena::params(self)?,
+                ))
+            }
+
+            fn set_input(
+                &mut self,
+                name: &str,
+                data: crate::backend::InputData,
+            ) -> Result<(), crate::error::RuntimeError> {
+                crate::host_arena::HostArena::set_input(self, name, data)
+            }
+
+            fn run(
+                &mut self,
+                step_counter: u64,
+                seed: u64,
+            ) -> Result<f32, crate::error::RuntimeError> {
+                $ty::run(self, step_counter, seed)
+            }
+
+            fn output(&self) -> Result<std::borrow::Cow<'_, [f32]>, crate::error::RuntimeError> {
+                Ok(std::borrow::Cow::Owned(
+                    crate::host_arena::HostArena::output(self)?,
+                ))
+            }
+        }
+    };
+}
+pub(crate) use impl_backend_over_host_arena;
+
 fn numel(s: &[usize]) -> usize {
     s.iter().product()
 }

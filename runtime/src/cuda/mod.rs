@@ -16,7 +16,6 @@ pub mod nvrtc;
 pub mod nvrtc_search;
 pub mod selftest;
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use cudarc::driver::{
@@ -25,10 +24,9 @@ use cudarc::driver::{
 use dmc_codegen::{render_plan, CodegenOptions, CudaKernel};
 use dmc_plan::plan::Plan;
 
-use crate::backend::{InputData, Params};
 pub use crate::error::CudaError;
 use crate::error::RuntimeError;
-use crate::host_arena::{owned_params, run_steps, step_launch, HostArena, StepFlags, StepLauncher};
+use crate::host_arena::{run_steps, step_launch, HostArena, StepFlags, StepLauncher};
 use crate::validate::validate;
 
 fn drv(what: &str) -> impl FnOnce(cudarc::driver::DriverError) -> CudaError + '_ {
@@ -368,46 +366,4 @@ impl HostArena for CudaBackend {
     }
 }
 
-/// The [`Backend`](crate::Backend) trait over the inherent methods and [`HostArena`]'s. (The trait
-/// is not imported here: its method names are [`HostArena`]'s, so both in scope would be ambiguous.)
-impl crate::backend::Backend for CudaBackend {
-    fn plan(&self) -> &Plan {
-        &self.plan
-    }
-
-    fn device_arena_bytes(&self) -> Option<u64> {
-        Some(self.measured_arena_bytes)
-    }
-
-    fn set_poison(&mut self, on: bool) {
-        CudaBackend::set_poison(self, on);
-    }
-
-    fn set_halt_on_nonfinite_loss(&mut self, on: bool) {
-        CudaBackend::set_halt_on_nonfinite_loss(self, on);
-    }
-
-    fn init_params(&mut self, seed: u64) -> Result<(), RuntimeError> {
-        HostArena::init_params(self, seed)
-    }
-
-    fn set_param(&mut self, name: &str, data: &[f32]) -> Result<(), RuntimeError> {
-        HostArena::set_param(self, name, data)
-    }
-
-    fn params(&self) -> Result<Params<'_>, RuntimeError> {
-        Ok(owned_params(HostArena::params(self)?))
-    }
-
-    fn set_input(&mut self, name: &str, data: InputData) -> Result<(), RuntimeError> {
-        HostArena::set_input(self, name, data)
-    }
-
-    fn run(&mut self, step_counter: u64, seed: u64) -> Result<f32, RuntimeError> {
-        CudaBackend::run(self, step_counter, seed)
-    }
-
-    fn output(&self) -> Result<Cow<'_, [f32]>, RuntimeError> {
-        Ok(Cow::Owned(HostArena::output(self)?))
-    }
-}
+crate::host_arena::impl_backend_over_host_arena!(CudaBackend, device_arena_bytes: |b| Some(b.measured_arena_bytes));

@@ -14,7 +14,6 @@
 
 pub mod check;
 
-use std::borrow::Cow;
 use std::ffi::{c_char, CStr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -27,10 +26,9 @@ use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
 use crate::arena::Arena;
-use crate::backend::{InputData, Params};
 pub use crate::error::EmuError;
 use crate::error::RuntimeError;
-use crate::host_arena::{owned_params, run_steps, step_launch, HostArena, StepFlags, StepLauncher};
+use crate::host_arena::{run_steps, step_launch, HostArena, StepFlags, StepLauncher};
 use crate::validate::validate;
 
 /// The host header that makes g++ accept the generated CUDA C (embedded at build time, from the
@@ -511,49 +509,7 @@ impl HostArena for EmuBackend {
     }
 }
 
-/// The [`Backend`](crate::Backend) trait over the inherent methods and [`HostArena`]'s. (The trait
-/// is not imported here: its method names are [`HostArena`]'s, so both in scope would be ambiguous.)
-impl crate::backend::Backend for EmuBackend {
-    fn plan(&self) -> &Plan {
-        &self.plan
-    }
-
-    fn device_arena_bytes(&self) -> Option<u64> {
-        None
-    }
-
-    fn set_poison(&mut self, on: bool) {
-        EmuBackend::set_poison(self, on);
-    }
-
-    fn set_halt_on_nonfinite_loss(&mut self, on: bool) {
-        EmuBackend::set_halt_on_nonfinite_loss(self, on);
-    }
-
-    fn init_params(&mut self, seed: u64) -> Result<(), RuntimeError> {
-        HostArena::init_params(self, seed)
-    }
-
-    fn set_param(&mut self, name: &str, data: &[f32]) -> Result<(), RuntimeError> {
-        HostArena::set_param(self, name, data)
-    }
-
-    fn params(&self) -> Result<Params<'_>, RuntimeError> {
-        Ok(owned_params(HostArena::params(self)?))
-    }
-
-    fn set_input(&mut self, name: &str, data: InputData) -> Result<(), RuntimeError> {
-        HostArena::set_input(self, name, data)
-    }
-
-    fn run(&mut self, step_counter: u64, seed: u64) -> Result<f32, RuntimeError> {
-        EmuBackend::run(self, step_counter, seed)
-    }
-
-    fn output(&self) -> Result<Cow<'_, [f32]>, RuntimeError> {
-        Ok(Cow::Owned(HostArena::output(self)?))
-    }
-}
+crate::host_arena::impl_backend_over_host_arena!(EmuBackend, device_arena_bytes: |_b| None);
 
 #[cfg(test)]
 mod tests {
