@@ -48,12 +48,19 @@ const COMMANDS: &[(&str, &[&str], &[&str])] = &[
     ("summary", &[], &["--json"]),
     (
         "plan",
-        &["--batch", "--vram-cap", "--remat", "--points", "--timeline"],
+        &[
+            "--batch",
+            "--vram-cap",
+            "--remat",
+            "--points",
+            "--timeline",
+            "--lr",
+        ],
         &["--json", "--sweep", "--max-batch", "--no-fuse"],
     ),
     (
         "compile",
-        &["--batch", "--vram-cap", "--mode", "-o", "--remat"],
+        &["--batch", "--vram-cap", "--mode", "-o", "--remat", "--lr"],
         &["--no-fuse", "--no-split-k"],
     ),
     (
@@ -76,13 +83,30 @@ const COMMANDS: &[(&str, &[&str], &[&str])] = &[
     ),
     (
         "eval",
-        &["--batch", "--seed", "--init", "--data", "--vram-cap"],
-        &["--poison"],
+        &[
+            "--batch",
+            "--seed",
+            "--init",
+            "--data",
+            "--vram-cap",
+            "--remat",
+            "--lr",
+        ],
+        &["--poison", "--no-fuse", "--no-split-k", "--verify"],
     ),
     (
         "predict",
-        &["--batch", "--seed", "--init", "--data", "-o"],
-        &["--poison"],
+        &[
+            "--batch",
+            "--seed",
+            "--init",
+            "--data",
+            "-o",
+            "--vram-cap",
+            "--remat",
+            "--lr",
+        ],
+        &["--poison", "--no-fuse", "--no-split-k", "--verify"],
     ),
 ];
 
