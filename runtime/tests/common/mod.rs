@@ -1,0 +1,153 @@
+//! Helpers shared by the kernel tests: seeded random data, a tolerance check, and the
+//! convolution cases with their naive reference.
+
+#![allow(dead_code)] // each test file uses a part
+
+use dmc_plan::op::{ConvGeom, CONV_CHUNK_ROWS};
+use dmc_runtime::cpu::conv::{conv2d_fwd, ConvDims};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+pub fn rng(seed: u64) -> ChaCha8Rng {
+    ChaCha8Rng::seed_from_u64(seed)
+}
+
+pub fn randv(r: &mut ChaCha8Rng, n: usize) -> Vec<f32> {
+    (0..n).map(|_| r.random_range(-1.0f32..1.0)).collect()
+}
+
+/// |a - b| <= rel * max(|a|, |b|) + abs, elementwise, with a helpful message.
+pub fn assert_close(what: &str, got: &[f32], want: &[f64], rel: f64, abs: f64) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let g = g as f64;
+        let tol = rel * g.abs().max(w.abs()) + abs;
+        assert!(
+            (g - w).abs() <= tol,
+            "{what}[{i}]: got {g}, want {w} (tol {tol})"
+        );
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct ConvCase {
+    pub n: usize,
+    pub h: usize,
+    pub w: usize,
+    pub ci: usize,
+    pub co: usize,
+    pub k: usize,
+    pub s: usize,
+    pub pt: usize,
+    pub pl: usize,
+    pub ho: usize,
+    pub wo: usize,
+}
+
+impl ConvCase {
+    /// TF 'same': out = ceil(in/s), total pad = max((out-1)*s + k - in, 0), top = total/2
+    /// (the odd pixel goes to the bottom/right: asymmetric).
+    pub fn same(n: usize, h: usize, w: usize, ci: usize, co: usize, k: usize, s: usize) -> Self {
+        let ho = h.div_ceil(s);
+        let wo = w.div_ceil(s);
+        let pth = ((ho - 1) * s + k).saturating_sub(h);
+        let ptw = ((wo - 1) * s + k).saturating_sub(w);
+        ConvCase {
+            n,
+            h,
+            w,
+            ci,
+            co,
+            k,
+            s,
+            pt: pth / 2,
+            pl: ptw / 2,
+            ho,
+            wo,
+        }
+    }
+    pub fn valid(n: usize, h: usize, w: usize, ci: usize, co: usize, k: usize, s: usize) -> Self {
+        ConvCase {
+            n,
+            h,
+            w,
+            ci,
+            co,
+            k,
+            s,
+            pt: 0,
+            pl: 0,
+            ho: (h - k) / s + 1,
+            wo: (w - k) / s + 1,
+        }
+    }
+    pub fn geom(&self) -> ConvGeom {
+        ConvGeom {
+            kh: self.k,
+            kw: self.k,
+            stride: self.s,
+            pad_top: self.pt,
+            pad_left: self.pl,
+        }
+    }
+    pub fn dims(&self) -> ConvDims {
+        ConvDims {
+            n: self.n,
+            h: self.h,
+            w: self.w,
+            ci: self.ci,
+            ho: self.ho,
+            wo: self.wo,
+            co: self.co,
+        }
+    }
+    pub fn xlen(&self) -> usize {
+        self.n * self.h * self.w * self.ci
+    }
+    pub fn wlen(&self) -> usize {
+        self.k * self.k * self.ci * self.co
+    }
+    pub fn ylen(&self) -> usize {
+        self.n * self.ho * self.wo * self.co
+    }
+    pub fn ws(&self) -> usize {
+        (self.n * self.ho * self.wo).min(CONV_CHUNK_ROWS) * self.k * self.k * self.ci
+    }
+}
+
+pub fn conv_ref(c: &ConvCase, x: &[f32], w: &[f32], b: Option<&[f32]>) -> Vec<f64> {
+    let mut y = vec![0f64; c.ylen()];
+    for n in 0..c.n {
+        for oy in 0..c.ho {
+            for ox in 0..c.wo {
+                for co in 0..c.co {
+                    let mut acc = b.map_or(0.0, |b| b[co] as f64);
+                    for ky in 0..c.k {
+                        for kx in 0..c.k {
+                            let iy = (oy * c.s + ky) as i64 - c.pt as i64;
+                            let ix = (ox * c.s + kx) as i64 - c.pl as i64;
+                            if iy < 0 || ix < 0 || iy >= c.h as i64 || ix >= c.w as i64 {
+                                continue;
+                            }
+                            for ci in 0..c.ci {
+                                let xv =
+                                    x[((n * c.h + iy as usize) * c.w + ix as usize) * c.ci + ci];
+                                let wv = w[((ky * c.k + kx) * c.ci + ci) * c.co + co];
+                                acc += xv as f64 * wv as f64;
+                            }
+                        }
+                    }
+                    y[((n * c.ho + oy) * c.wo + ox) * c.co + co] = acc;
+                }
+            }
+        }
+    }
+    y
+}
+
+pub fn conv_run(c: &ConvCase, x: &[f32], w: &[f32], b: Option<&[f32]>) -> Vec<f32> {
+    let mut y = vec![f32::NAN; c.ylen()];
+    let mut cols = vec![f32::NAN; c.ws()];
+    conv2d_fwd(&c.geom(), &c.dims(), x, w, b, &mut y, &mut cols);
+    y
+}
