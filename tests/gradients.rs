@@ -152,6 +152,19 @@ fn cross_entropy_net_with_dropout_and_global_pool() {
 }
 
 #[test]
+fn mse_net_with_upsampling() {
+    check_gradients(
+        "input x: [6, 6, 2]
+         target y: [3]
+         h = x |> conv2d(3, 3, activation: relu) |> maxpool(2) |> upsample(3)
+         out = h |> conv2d(2, 3, stride: 2, activation: tanh) |> flatten |> dense(3)
+         loss mse(out, y)
+         train { batch: 2, optimizer: sgd(lr: 1) }",
+        0,
+    );
+}
+
+#[test]
 fn the_gradient_test_can_fail() {
     // A wrong "gradient" (the update of a different learning rate) must be caught by the same check.
     let m = model(

@@ -3,7 +3,7 @@
 //! update kernels match the unfused ones to 1e-6 (whole-layer and one-column chunks); random
 //! networks under random feasible caps run without NaN under poison and equal the unplanned run.
 
-use dmc_compiler::op::{DType, Op, Optimizer};
+use dmc_compiler::op::{ConvOp, DType, DenseOp, ElementwiseOp, Op, OptimOp, Optimizer};
 use dmc_compiler::plan::Plan;
 use dmc_compiler::testutil::*;
 use dmc_compiler::{compile, CompileError, CompileOptions, PlannerKind};
@@ -156,11 +156,11 @@ fn the_plans_really_differ() {
             .filter(|k| {
                 matches!(
                     k.op,
-                    Op::UnaryInPlace(_)
-                        | Op::AddInPlace
-                        | Op::UnaryBwdInPlace(_)
-                        | Op::DropoutInPlace { .. }
-                        | Op::DropoutBwdInPlace { .. }
+                    Op::Elementwise(ElementwiseOp::UnaryInPlace(_))
+                        | Op::Elementwise(ElementwiseOp::AddInPlace)
+                        | Op::Elementwise(ElementwiseOp::UnaryBwdInPlace(_))
+                        | Op::Elementwise(ElementwiseOp::DropoutInPlace { .. })
+                        | Op::Elementwise(ElementwiseOp::DropoutBwdInPlace { .. })
                 )
             })
             .count()
@@ -208,8 +208,8 @@ fn fused_matches_unfused_after_five_steps() {
                 let mut p = compile(&m, &planned(true)).unwrap();
                 let mut n = 0;
                 for k in &mut p.kernels {
-                    if let Op::Conv2dBwdWeightUpdate { chunk, .. }
-                    | Op::DenseBwdWeightUpdate { chunk, .. } = &mut k.op
+                    if let Op::Conv(ConvOp::Conv2dBwdWeightUpdate { chunk, .. })
+                    | Op::Dense(DenseOp::DenseBwdWeightUpdate { chunk, .. }) = &mut k.op
                     {
                         *chunk = c.min(*chunk);
                         n += 1;
@@ -282,7 +282,7 @@ proptest! {
         let plan = compile(&m, &CompileOptions { cap: Some(cap), verify: true, ..Default::default() })
             .map_err(|e| TestCaseError::fail(format!("cap {cap}: {e}")))?;
         prop_assert!(plan.arena_bytes <= cap);
-        let fused = plan.kernels.iter().any(|k| k.op.is_update() && !matches!(k.op, Op::Update { .. }));
+        let fused = plan.kernels.iter().any(|k| k.op.is_update() && !matches!(k.op, Op::Optim(OptimOp::Update { .. })));
         let a = run_plan(plan, 3, true);
         prop_assert!(a.0.iter().all(|(_, v)| v.iter().all(|x| !x.is_nan())));
         prop_assert!(a.1.iter().all(|l| !l.is_nan()));
@@ -301,7 +301,12 @@ fn an_in_place_argument_overlapping_another_is_rejected() {
         .steps
         .iter()
         .enumerate()
-        .find(|(_, s)| matches!(p.kernels[s.kernel].op, Op::AddInPlace))
+        .find(|(_, s)| {
+            matches!(
+                p.kernels[s.kernel].op,
+                Op::Elementwise(ElementwiseOp::AddInPlace)
+            )
+        })
         .unwrap();
     // b := a: the kernel would read the buffer it writes through another argument.
     p.steps[si].args[1] = p.steps[si].args[0];

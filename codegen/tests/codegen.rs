@@ -14,7 +14,7 @@ fn the_zoo_covers_every_kernel_op_and_renders() {
     let kinds: std::collections::BTreeSet<&str> = zoo().iter().map(|k| k.op.kind_name()).collect();
     // every Op variant but the 3 leaves and Reshape (two update kinds, SGD and Adam; four unary
     // kinds per activation)
-    assert_eq!(kinds.len(), 28 + 4 * UnaryKind::ALL.len(), "{kinds:?}");
+    assert_eq!(kinds.len(), 30 + 4 * UnaryKind::ALL.len(), "{kinds:?}");
     let mut s = String::new();
     for k in zoo() {
         let c = render_kernel(&k, Mode::Train, &CodegenOptions::default())

@@ -4,7 +4,7 @@
 //! Only gradients that are needed are built: a node is differentiated only if it depends on a
 //! parameter and the loss depends on it, and an input slot only gets a gradient if it depends on a
 //! parameter (no gradients for inputs/targets/labels). Contributions to a value used more than
-//! once are summed with `Op::Add`. The loss-bwd ops seed the backward pass (they take no `dy`).
+//! once are summed with `ElementwiseOp::Add`. The loss-bwd ops seed the backward pass (they take no `dy`).
 
 use petgraph::stable_graph::NodeIndex;
 use petgraph::visit::EdgeRef;
@@ -14,7 +14,7 @@ use crate::ctx::Ctx;
 use crate::error::CompileError;
 use crate::fxhash::FxHashMap;
 use crate::ir::{Graph, Phase, Value};
-use crate::op::Op;
+use crate::op::{ConvOp, DenseOp, ElementwiseOp, LossOp, Op, OptimOp, PoolOp};
 use crate::plan::Mode;
 use dmc_plan::unary::Saved;
 
@@ -48,14 +48,14 @@ pub fn vjp(
         // d/dx of a leaf: nothing to propagate.
         Op::Input { .. } | Op::Param { .. } | Op::OptState { .. } => {}
         // d/dx conv(x,w)+b: dx = conv_bwd_data(dy, w); dw = conv_bwd_weight(x, dy); db = sum dy
-        Op::Conv2d { geom, .. } => {
+        Op::Conv(ConvOp::Conv2d { geom, .. }) => {
             let dy = dy.ok_or_else(missing)?;
             if want(0) {
                 let hint = g.ty(x[0]).clone();
                 let name = gname(x[0], g);
                 out[0] = Some((
                     g.add_node(
-                        Op::Conv2dBwdData { geom: *geom },
+                        Op::Conv(ConvOp::Conv2dBwdData { geom: *geom }),
                         &[dy, x[1]],
                         name,
                         bw,
@@ -68,7 +68,7 @@ pub fn vjp(
                 let name = gname(x[1], g);
                 out[1] = Some((
                     g.add_node(
-                        Op::Conv2dBwdWeight { geom: *geom },
+                        Op::Conv(ConvOp::Conv2dBwdWeight { geom: *geom }),
                         &[x[0], dy],
                         name,
                         bw,
@@ -79,40 +79,58 @@ pub fn vjp(
             }
             if nin > 2 && want(2) {
                 let name = gname(x[2], g);
-                out[2] = Some((g.add_node(Op::BiasGrad, &[dy], name, bw, None)?, 0));
+                out[2] = Some((
+                    g.add_node(Op::Optim(OptimOp::BiasGrad), &[dy], name, bw, None)?,
+                    0,
+                ));
             }
         }
         // d/dx xw+b: dx = dy w^T; dw = x^T dy; db = sum_n dy
-        Op::Dense { .. } => {
+        Op::Dense(DenseOp::Dense { .. }) => {
             let dy = dy.ok_or_else(missing)?;
             if want(0) {
                 let name = gname(x[0], g);
                 out[0] = Some((
-                    g.add_node(Op::DenseBwdData, &[dy, x[1]], name, bw, None)?,
+                    g.add_node(
+                        Op::Dense(DenseOp::DenseBwdData),
+                        &[dy, x[1]],
+                        name,
+                        bw,
+                        None,
+                    )?,
                     0,
                 ));
             }
             if want(1) {
                 let name = gname(x[1], g);
                 out[1] = Some((
-                    g.add_node(Op::DenseBwdWeight, &[x[0], dy], name, bw, None)?,
+                    g.add_node(
+                        Op::Dense(DenseOp::DenseBwdWeight),
+                        &[x[0], dy],
+                        name,
+                        bw,
+                        None,
+                    )?,
                     0,
                 ));
             }
             if nin > 2 && want(2) {
                 let name = gname(x[2], g);
-                out[2] = Some((g.add_node(Op::BiasGrad, &[dy], name, bw, None)?, 0));
+                out[2] = Some((
+                    g.add_node(Op::Optim(OptimOp::BiasGrad), &[dy], name, bw, None)?,
+                    0,
+                ));
             }
         }
         // d/dx maxpool: dy scattered to the argmax position of each window
-        Op::MaxPool { geom } => {
+        Op::Pool(PoolOp::MaxPool { geom }) => {
             let dy = dy.ok_or_else(missing)?;
             if want(0) {
                 let hint = g.ty(x[0]).clone();
                 let name = gname(x[0], g);
                 out[0] = Some((
                     g.add_node(
-                        Op::MaxPoolBwd { geom: *geom },
+                        Op::Pool(PoolOp::MaxPoolBwd { geom: *geom }),
                         &[dy, (n, 1)],
                         name,
                         bw,
@@ -123,27 +141,48 @@ pub fn vjp(
             }
         }
         // d/dx avgpool: dy / size^2 spread over each window
-        Op::AvgPool { geom } => {
+        Op::Pool(PoolOp::AvgPool { geom }) => {
             let dy = dy.ok_or_else(missing)?;
             if want(0) {
                 let hint = g.ty(x[0]).clone();
                 let name = gname(x[0], g);
                 out[0] = Some((
-                    g.add_node(Op::AvgPoolBwd { geom: *geom }, &[dy], name, bw, Some(&hint))?,
+                    g.add_node(
+                        Op::Pool(PoolOp::AvgPoolBwd { geom: *geom }),
+                        &[dy],
+                        name,
+                        bw,
+                        Some(&hint),
+                    )?,
                     0,
                 ));
             }
         }
         // d/dx mean_hw x: dy / (H*W) broadcast over H, W
-        Op::GlobalAvgPool => {
+        Op::Pool(PoolOp::GlobalAvgPool) => {
             let dy = dy.ok_or_else(missing)?;
             if want(0) {
                 let hint = g.ty(x[0]).clone();
                 let name = gname(x[0], g);
                 out[0] = Some((
-                    g.add_node(Op::GlobalAvgPoolBwd, &[dy], name, bw, Some(&hint))?,
+                    g.add_node(
+                        Op::Pool(PoolOp::GlobalAvgPoolBwd),
+                        &[dy],
+                        name,
+                        bw,
+                        Some(&hint),
+                    )?,
                     0,
                 ));
+            }
+        }
+        // d/dx upsample: each input pixel's gradient is the sum of dy over its f x f block
+        Op::Pool(PoolOp::Upsample { factor }) => {
+            let dy = dy.ok_or_else(missing)?;
+            if want(0) {
+                let name = gname(x[0], g);
+                let op = Op::Pool(PoolOp::UpsampleBwd { factor: *factor });
+                out[0] = Some((g.add_node(op, &[dy], name, bw, None)?, 0));
             }
         }
         // d/dx reshape(x): reshape(dy) back to x's shape
@@ -156,7 +195,7 @@ pub fn vjp(
             }
         }
         // d/dx f(x): from the output y = f(x) or from the input x, as the activation says
-        Op::Unary(k) => {
+        Op::Elementwise(ElementwiseOp::Unary(k)) => {
             let dy = dy.ok_or_else(missing)?;
             if want(0) {
                 let saved = match k.saved() {
@@ -165,13 +204,19 @@ pub fn vjp(
                 };
                 let name = gname(x[0], g);
                 out[0] = Some((
-                    g.add_node(Op::UnaryBwd(*k), &[saved, dy], name, bw, None)?,
+                    g.add_node(
+                        Op::Elementwise(ElementwiseOp::UnaryBwd(*k)),
+                        &[saved, dy],
+                        name,
+                        bw,
+                        None,
+                    )?,
                     0,
                 ));
             }
         }
         // d/da (a+b) = dy, d/db (a+b) = dy
-        Op::Add => {
+        Op::Elementwise(ElementwiseOp::Add) => {
             let dy = dy.ok_or_else(missing)?;
             for (i, o) in out.iter_mut().enumerate().take(2) {
                 if want(i) {
@@ -180,58 +225,71 @@ pub fn vjp(
             }
         }
         // d/dx dropout(x): dy * mask / (1-p), the same regenerated mask
-        Op::Dropout { p, salt } => {
+        Op::Elementwise(ElementwiseOp::Dropout { p, salt }) => {
             let dy = dy.ok_or_else(missing)?;
             if want(0) {
                 let name = gname(x[0], g);
                 out[0] = Some((
-                    g.add_node(Op::DropoutBwd { p: *p, salt: *salt }, &[dy], name, bw, None)?,
+                    g.add_node(
+                        Op::Elementwise(ElementwiseOp::DropoutBwd { p: *p, salt: *salt }),
+                        &[dy],
+                        name,
+                        bw,
+                        None,
+                    )?,
                     0,
                 ));
             }
         }
         // d/dpred mean((pred-target)^2) = 2 (pred - target) / numel   (seeds the backward pass)
-        Op::MseLoss => {
+        Op::Loss(LossOp::MseLoss) => {
             if want(0) {
                 let name = gname(x[0], g);
                 out[0] = Some((
-                    g.add_node(Op::MseLossBwd, &[x[0], x[1]], name, bw, None)?,
+                    g.add_node(Op::Loss(LossOp::MseLossBwd), &[x[0], x[1]], name, bw, None)?,
                     0,
                 ));
             }
         }
         // d/dlogits CE = (softmax(logits) - onehot(label)) / N   (seeds the backward pass)
-        Op::CrossEntropyLoss => {
+        Op::Loss(LossOp::CrossEntropyLoss) => {
             if want(0) {
                 let name = gname(x[0], g);
                 out[0] = Some((
-                    g.add_node(Op::CrossEntropyLossBwd, &[x[0], x[1]], name, bw, None)?,
+                    g.add_node(
+                        Op::Loss(LossOp::CrossEntropyLossBwd),
+                        &[x[0], x[1]],
+                        name,
+                        bw,
+                        None,
+                    )?,
                     0,
                 ));
             }
         }
         // d/dx of backward and update ops: second-order autodiff is not supported.
-        Op::Conv2dBwdData { .. }
-        | Op::Conv2dBwdWeight { .. }
-        | Op::BiasGrad
-        | Op::DenseBwdData
-        | Op::DenseBwdWeight
-        | Op::MaxPoolBwd { .. }
-        | Op::AvgPoolBwd { .. }
-        | Op::GlobalAvgPoolBwd
-        | Op::UnaryBwd(_)
-        | Op::DropoutBwd { .. }
-        | Op::MseLossBwd
-        | Op::CrossEntropyLossBwd
-        | Op::Update { .. }
-        | Op::UnaryInPlace(_)
-        | Op::AddInPlace
-        | Op::DropoutInPlace { .. }
-        | Op::UnaryBwdInPlace(_)
-        | Op::DropoutBwdInPlace { .. }
-        | Op::Conv2dBwdWeightUpdate { .. }
-        | Op::DenseBwdWeightUpdate { .. }
-        | Op::BiasGradUpdate { .. } => {
+        Op::Conv(ConvOp::Conv2dBwdData { .. })
+        | Op::Conv(ConvOp::Conv2dBwdWeight { .. })
+        | Op::Optim(OptimOp::BiasGrad)
+        | Op::Dense(DenseOp::DenseBwdData)
+        | Op::Dense(DenseOp::DenseBwdWeight)
+        | Op::Pool(PoolOp::MaxPoolBwd { .. })
+        | Op::Pool(PoolOp::AvgPoolBwd { .. })
+        | Op::Pool(PoolOp::GlobalAvgPoolBwd)
+        | Op::Pool(PoolOp::UpsampleBwd { .. })
+        | Op::Elementwise(ElementwiseOp::UnaryBwd(_))
+        | Op::Elementwise(ElementwiseOp::DropoutBwd { .. })
+        | Op::Loss(LossOp::MseLossBwd)
+        | Op::Loss(LossOp::CrossEntropyLossBwd)
+        | Op::Optim(OptimOp::Update { .. })
+        | Op::Elementwise(ElementwiseOp::UnaryInPlace(_))
+        | Op::Elementwise(ElementwiseOp::AddInPlace)
+        | Op::Elementwise(ElementwiseOp::DropoutInPlace { .. })
+        | Op::Elementwise(ElementwiseOp::UnaryBwdInPlace(_))
+        | Op::Elementwise(ElementwiseOp::DropoutBwdInPlace { .. })
+        | Op::Conv(ConvOp::Conv2dBwdWeightUpdate { .. })
+        | Op::Dense(DenseOp::DenseBwdWeightUpdate { .. })
+        | Op::Optim(OptimOp::BiasGradUpdate { .. }) => {
             return Err(CompileError::Internal(format!(
                 "cannot differentiate `{}` ({}): not a forward op",
                 node.name,
@@ -285,7 +343,7 @@ pub fn autodiff(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> {
     let carries = |g: &Graph, v: Value| -> bool {
         depends(v.0)
             && g.ty(v).dtype == crate::op::DType::F32
-            && !matches!(g.node(v.0).op, Op::MaxPool { .. } if v.1 == 1)
+            && !matches!(g.node(v.0).op, Op::Pool(PoolOp::MaxPool { .. }) if v.1 == 1)
     };
 
     let mut grad: FxHashMap<Value, Value> = FxHashMap::default();
@@ -311,7 +369,13 @@ pub fn autodiff(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> {
                 Some(prev) => {
                     let name = format!("grad {} (sum)", g.node(v.0).name);
                     (
-                        g.add_node(Op::Add, &[*prev, c], name, Phase::Backward, None)?,
+                        g.add_node(
+                            Op::Elementwise(ElementwiseOp::Add),
+                            &[*prev, c],
+                            name,
+                            Phase::Backward,
+                            None,
+                        )?,
                         0,
                     )
                 }

@@ -18,7 +18,7 @@ use crate::ctx::Ctx;
 use crate::error::CompileError;
 use crate::fxhash::{FxHashMap, FxHasher};
 use crate::ir::{Graph, Phase, Value};
-use crate::op::{DType, Op, Role};
+use crate::op::{DType, Op, PoolOp, Role};
 use crate::placement::{place, Interval, PlannerKind};
 use crate::plan::{
     Buffer, BufferId, BufferKind, Init, IoBinding, Kernel, Mode, ParamBinding, Plan, Step,
@@ -40,7 +40,7 @@ fn value_name(g: &Graph, v: Value) -> String {
     let n = g.node(v.0);
     match (&n.op, v.1) {
         (_, 0) => n.name.clone(),
-        (Op::MaxPool { .. }, 1) => format!("{}.argmax", n.name),
+        (Op::Pool(PoolOp::MaxPool { .. }), 1) => format!("{}.argmax", n.name),
         (_, o) => format!("{}.{o}", n.name),
     }
 }

@@ -9,10 +9,9 @@ use thiserror::Error;
 use crate::plan::{BufferId, BufferKind};
 use crate::tensor::{fmt_types, TensorType};
 
-/// A shape-inference failure (the caller adds the node and op).
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("{0}")]
-pub struct ShapeError(pub String);
+/// A shape-inference failure (the caller adds the node and op): the op's shape rule lives in
+/// dmc-plan, shared with the runtime's plan check.
+pub use crate::op::ShapeError;
 
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum CompileError {

@@ -14,7 +14,7 @@ use crate::check::check_plan;
 use crate::ctx::{Ctx, RematMode, Strategy};
 use crate::error::CompileError;
 use crate::ir::Graph;
-use crate::op::Op;
+use crate::op::{ConvOp, DenseOp, Op};
 use crate::options::{context, CompileOptions};
 use crate::placement::{align_up, PlannerKind};
 use crate::plan::{BufferKind, Mode, Plan};
@@ -273,7 +273,8 @@ fn persistent_bytes(g: &Graph) -> u64 {
 /// Bytes of the gradient workspace (`gw`) of a chunked fused op, if `n` is one.
 fn chunk_grad_bytes(g: &Graph, n: NodeIndex) -> Option<u64> {
     let rows = match &g.node(n).op {
-        Op::Conv2dBwdWeightUpdate { chunk, .. } | Op::DenseBwdWeightUpdate { chunk, .. } => {
+        Op::Conv(ConvOp::Conv2dBwdWeightUpdate { chunk, .. })
+        | Op::Dense(DenseOp::DenseBwdWeightUpdate { chunk, .. }) => {
             let w = g.input(n, 2)?;
             let s = &g.ty(w).shape;
             (s.iter().product::<usize>() / s.last().copied().unwrap_or(1).max(1)) * chunk
@@ -286,8 +287,8 @@ fn chunk_grad_bytes(g: &Graph, n: NodeIndex) -> Option<u64> {
 /// Halves (rounding up) the chunk of a fused op; false if `n` is not one or its chunk is 1.
 fn halve_chunk(g: &mut Graph, n: NodeIndex) -> bool {
     match g.g.node_weight_mut(n).map(|node| &mut node.op) {
-        Some(Op::Conv2dBwdWeightUpdate { chunk, .. })
-        | Some(Op::DenseBwdWeightUpdate { chunk, .. })
+        Some(Op::Conv(ConvOp::Conv2dBwdWeightUpdate { chunk, .. }))
+        | Some(Op::Dense(DenseOp::DenseBwdWeightUpdate { chunk, .. }))
             if *chunk > 1 =>
         {
             *chunk = chunk.div_ceil(2);
@@ -306,8 +307,8 @@ fn shrink_dominant(g: &mut Graph) -> bool {
         .filter_map(|n| {
             let b = chunk_grad_bytes(g, n)?;
             let c = match &g.node(n).op {
-                Op::Conv2dBwdWeightUpdate { chunk, .. }
-                | Op::DenseBwdWeightUpdate { chunk, .. } => *chunk,
+                Op::Conv(ConvOp::Conv2dBwdWeightUpdate { chunk, .. })
+                | Op::Dense(DenseOp::DenseBwdWeightUpdate { chunk, .. }) => *chunk,
                 _ => 1,
             };
             (c > 1).then_some((n, b))

@@ -7,7 +7,7 @@ use dmc_grammar::model::{self, Layer, LossKind, Model, Padding, ValueRef};
 
 use crate::error::CompileError;
 use crate::ir::{Graph, ParamMeta, Phase, TensorType, Value};
-use crate::op::{ConvGeom, DType, Op, PoolGeom};
+use crate::op::{ConvGeom, ConvOp, DType, DenseOp, ElementwiseOp, LossOp, Op, PoolGeom, PoolOp};
 use crate::plan::Init;
 
 fn dtype(d: model::DType) -> DType {
@@ -230,10 +230,10 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
                     pad_left: pad_before(*padding, xs[2], *kernel, *stride),
                 };
                 g.add_node(
-                    Op::Conv2d {
+                    Op::Conv(ConvOp::Conv2d {
                         geom,
                         bias: *has_bias,
-                    },
+                    }),
                     &want(*has_bias)?,
                     name,
                     ph,
@@ -241,45 +241,57 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
                 )?
             }
             Layer::Dense { bias: has_bias, .. } => g.add_node(
-                Op::Dense { bias: *has_bias },
+                Op::Dense(DenseOp::Dense { bias: *has_bias }),
                 &want(*has_bias)?,
                 name,
                 ph,
                 None,
             )?,
             Layer::MaxPool { size, stride } => g.add_node(
-                Op::MaxPool {
+                Op::Pool(PoolOp::MaxPool {
                     geom: PoolGeom {
                         size: *size,
                         stride: *stride,
                     },
-                },
+                }),
                 &ins,
                 name,
                 ph,
                 None,
             )?,
             Layer::AvgPool { size, stride } => g.add_node(
-                Op::AvgPool {
+                Op::Pool(PoolOp::AvgPool {
                     geom: PoolGeom {
                         size: *size,
                         stride: *stride,
                     },
-                },
+                }),
                 &ins,
                 name,
                 ph,
                 None,
             )?,
-            Layer::GlobalAvgPool => g.add_node(Op::GlobalAvgPool, &ins, name, ph, None)?,
+            Layer::GlobalAvgPool => {
+                g.add_node(Op::Pool(PoolOp::GlobalAvgPool), &ins, name, ph, None)?
+            }
+            Layer::Upsample { factor } => {
+                let op = Op::Pool(PoolOp::Upsample { factor: *factor });
+                g.add_node(op, &ins, name, ph, None)?
+            }
             Layer::Flatten => g.add_node(Op::Reshape, &ins, name, ph, Some(&hint))?,
-            Layer::Act(k) => g.add_node(Op::Unary(*k), &ins, name, ph, None)?,
-            Layer::Add => g.add_node(Op::Add, &ins, name, ph, None)?,
+            Layer::Act(k) => g.add_node(
+                Op::Elementwise(ElementwiseOp::Unary(*k)),
+                &ins,
+                name,
+                ph,
+                None,
+            )?,
+            Layer::Add => g.add_node(Op::Elementwise(ElementwiseOp::Add), &ins, name, ph, None)?,
             Layer::Dropout { p } => g.add_node(
-                Op::Dropout {
+                Op::Elementwise(ElementwiseOp::Dropout {
                     p: *p,
                     salt: stable_hash(&node.name),
-                },
+                }),
                 &ins,
                 name,
                 ph,
@@ -317,7 +329,7 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
                     0,
                 );
             }
-            Op::MseLoss
+            Op::Loss(LossOp::MseLoss)
         }
         LossKind::CrossEntropy => {
             if tt.shape.len() != 1 {
@@ -333,7 +345,7 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
                     0,
                 );
             }
-            Op::CrossEntropyLoss
+            Op::Loss(LossOp::CrossEntropyLoss)
         }
     };
     let loss = g.add_node(op, &[pred, target], "loss", Phase::Loss, None)?;

@@ -7,7 +7,7 @@ use petgraph::stable_graph::NodeIndex;
 use crate::ctx::Ctx;
 use crate::error::CompileError;
 use crate::ir::{Graph, Phase, TensorType, Value};
-use crate::op::{Op, Optimizer};
+use crate::op::{Op, OptimOp, Optimizer};
 use crate::plan::Mode;
 
 /// The update op of an optimizer and the suffixes of its state slots (one per
@@ -18,7 +18,7 @@ pub fn update_op(opt: &Optimizer) -> (Op, &'static [&'static str]) {
         Optimizer::Sgd { .. } => &[],
         Optimizer::Adam { .. } => &["adam_m", "adam_v"],
     };
-    (Op::Update { rule: *opt }, states)
+    (Op::Optim(OptimOp::Update { rule: *opt }), states)
 }
 
 /// Pass: adds the optimizer state and update nodes (train mode only).

@@ -20,7 +20,7 @@ use crate::ctx::Ctx;
 use crate::error::CompileError;
 use crate::fxhash::FxHashMap;
 use crate::ir::{Graph, Phase, Value};
-use crate::op::{Op, UpdateRule};
+use crate::op::{ConvOp, DenseOp, ElementwiseOp, Op, OptimOp, UpdateRule};
 use crate::optimizer::optimizer_update;
 use crate::plan::Mode;
 use crate::remat::rematerialize;
@@ -125,7 +125,7 @@ pub fn dropout_to_identity(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileErro
     let mut changed = false;
     for n in g.nodes() {
         if let Some(node) = g.g.node_weight_mut(n) {
-            if matches!(node.op, Op::Dropout { .. }) {
+            if matches!(node.op, Op::Elementwise(ElementwiseOp::Dropout { .. })) {
                 node.op = Op::Reshape;
                 changed = true;
             }
@@ -190,25 +190,28 @@ pub fn fuse_weight_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError
         let gins = g.inputs(grad.0);
         let state: Vec<Value> = ins[2..].to_vec();
         let (op, mut new_ins) = match &g.node(grad.0).op {
-            Op::Conv2dBwdWeight { geom } => {
+            Op::Conv(ConvOp::Conv2dBwdWeight { geom }) => {
                 let co = g.ty(ins[0]).shape[3];
                 (
-                    Op::Conv2dBwdWeightUpdate {
+                    Op::Conv(ConvOp::Conv2dBwdWeightUpdate {
                         geom: *geom,
                         rule,
                         chunk: co,
-                    },
+                    }),
                     vec![gins[0], gins[1], ins[0]],
                 )
             }
-            Op::DenseBwdWeight => {
+            Op::Dense(DenseOp::DenseBwdWeight) => {
                 let m = g.ty(ins[0]).shape[1];
                 (
-                    Op::DenseBwdWeightUpdate { rule, chunk: m },
+                    Op::Dense(DenseOp::DenseBwdWeightUpdate { rule, chunk: m }),
                     vec![gins[0], gins[1], ins[0]],
                 )
             }
-            Op::BiasGrad => (Op::BiasGradUpdate { rule }, vec![gins[0], ins[0]]),
+            Op::Optim(OptimOp::BiasGrad) => (
+                Op::Optim(OptimOp::BiasGradUpdate { rule }),
+                vec![gins[0], ins[0]],
+            ),
             _ => continue,
         };
         new_ins.extend(state);
@@ -283,11 +286,23 @@ pub fn inplace_elementwise(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileErro
     for n in g.nodes() {
         let op = g.node(n).op.clone();
         let (new, slots): (Op, &[usize]) = match op {
-            Op::Unary(k) => (Op::UnaryInPlace(k), &[0]),
-            Op::Dropout { p, salt } => (Op::DropoutInPlace { p, salt }, &[0]),
-            Op::DropoutBwd { p, salt } => (Op::DropoutBwdInPlace { p, salt }, &[0]),
-            Op::UnaryBwd(k) => (Op::UnaryBwdInPlace(k), &[1]),
-            Op::Add => (Op::AddInPlace, &[0, 1]),
+            Op::Elementwise(ElementwiseOp::Unary(k)) => {
+                (Op::Elementwise(ElementwiseOp::UnaryInPlace(k)), &[0])
+            }
+            Op::Elementwise(ElementwiseOp::Dropout { p, salt }) => (
+                Op::Elementwise(ElementwiseOp::DropoutInPlace { p, salt }),
+                &[0],
+            ),
+            Op::Elementwise(ElementwiseOp::DropoutBwd { p, salt }) => (
+                Op::Elementwise(ElementwiseOp::DropoutBwdInPlace { p, salt }),
+                &[0],
+            ),
+            Op::Elementwise(ElementwiseOp::UnaryBwd(k)) => {
+                (Op::Elementwise(ElementwiseOp::UnaryBwdInPlace(k)), &[1])
+            }
+            Op::Elementwise(ElementwiseOp::Add) => {
+                (Op::Elementwise(ElementwiseOp::AddInPlace), &[0, 1])
+            }
             _ => continue,
         };
         let Some(&slot) = slots.iter().find(|&&i| {
@@ -296,7 +311,7 @@ pub fn inplace_elementwise(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileErro
         }) else {
             continue;
         };
-        if slot == 1 && matches!(op, Op::Add) {
+        if slot == 1 && matches!(op, Op::Elementwise(ElementwiseOp::Add)) {
             let edges: Vec<_> =
                 g.g.edges_directed(n, Direction::Incoming)
                     .map(|e| e.id())

@@ -42,7 +42,7 @@ use crate::ctx::Ctx;
 pub use crate::ctx::{RematMode, Strategy};
 use crate::error::CompileError;
 use crate::ir::{Edge, Graph, Phase, Value};
-use crate::op::Op;
+use crate::op::{ElementwiseOp, Op};
 use crate::plan::{layer_of, Mode};
 
 /// Memory buckets of the DP: the budget axis is the chain's memory with nothing recomputed,
@@ -428,7 +428,11 @@ pub fn chain(g: &Graph) -> Option<(Vec<Stage>, ChainCosts)> {
         let cs = g.consumers(v);
         let elementwise_next = p + 1 < n
             && cs.len() == 1
-            && matches!(g.node(cs[0].0).op, Op::Unary(_) | Op::Dropout { .. });
+            && matches!(
+                g.node(cs[0].0).op,
+                Op::Elementwise(ElementwiseOp::Unary(_))
+                    | Op::Elementwise(ElementwiseOp::Dropout { .. })
+            );
         if elementwise_next {
             continue;
         }
@@ -476,7 +480,7 @@ pub fn chain(g: &Graph) -> Option<(Vec<Stage>, ChainCosts)> {
                 let is_out = g.buffer_root(v) == g.buffer_root(st.out);
                 if cs.iter().any(|(c, _)| {
                     is_bwd(*c)
-                        && !matches!(g.node(*c).op, Op::UnaryBwd(_))
+                        && !matches!(g.node(*c).op, Op::Elementwise(ElementwiseOp::UnaryBwd(_)))
                         && (!is_out || layers.contains(layer_of(&g.node(*c).name)))
                 }) {
                     late.insert(g.buffer_root(v));
@@ -492,7 +496,11 @@ pub fn chain(g: &Graph) -> Option<(Vec<Stage>, ChainCosts)> {
                 let v = (x, o);
                 let cs = g.consumers(v);
                 let in_place_next = cs.len() == 1
-                    && matches!(g.node(cs[0].0).op, Op::Unary(_) | Op::Dropout { .. });
+                    && matches!(
+                        g.node(cs[0].0).op,
+                        Op::Elementwise(ElementwiseOp::Unary(_))
+                            | Op::Elementwise(ElementwiseOp::Dropout { .. })
+                    );
                 if !saved.contains(&v) && !in_place_next {
                     tmp = tmp.max(g.ty(v).bytes());
                 }

@@ -4,7 +4,9 @@
 use std::collections::BTreeSet;
 
 use dmc_compiler::ir::{Graph, Phase};
-use dmc_compiler::op::{Op, UnaryKind, UpdateRule};
+use dmc_compiler::op::{
+    ConvOp, DenseOp, ElementwiseOp, Op, OptimOp, PoolOp, UnaryKind, UpdateRule,
+};
 use dmc_compiler::plan::Mode;
 use dmc_compiler::testutil::*;
 use dmc_compiler::{compile, compile_graph, CompileOptions};
@@ -91,10 +93,16 @@ fn count(g: &Graph, pred: impl Fn(&Op) -> bool) -> usize {
 fn no_gradients_for_inputs_and_targets() {
     // 3 dense layers, the first reads the input: only 2 backward-data ops.
     let g = train(&mlp(sgd(0.1)));
-    assert_eq!(count(&g, |o| matches!(o, Op::DenseBwdData)), 2);
+    assert_eq!(
+        count(&g, |o| matches!(o, Op::Dense(DenseOp::DenseBwdData))),
+        2
+    );
     // 2 convs, the first reads the image: 1 backward-data op.
     let g = train(&convnet(sgd(0.1)));
-    assert_eq!(count(&g, |o| matches!(o, Op::Conv2dBwdData { .. })), 1);
+    assert_eq!(
+        count(&g, |o| matches!(o, Op::Conv(ConvOp::Conv2dBwdData { .. }))),
+        1
+    );
     for n in g.nodes() {
         let node = g.node(n);
         assert!(
@@ -110,26 +118,26 @@ fn unary_bwd_saves_output_except_gelu_which_saves_input() {
     for (_, m) in small_fixtures(sgd(0.1)) {
         let g = train(&m);
         for n in g.nodes() {
-            if let Op::UnaryBwd(k) = g.node(n).op {
+            if let Op::Elementwise(ElementwiseOp::UnaryBwd(k)) = g.node(n).op {
                 let saved = g.input(n, 0).unwrap();
                 let saved_op = &g.node(saved.0).op;
                 if k == UnaryKind::Gelu {
                     assert!(
-                        !matches!(saved_op, Op::Unary(_)),
+                        !matches!(saved_op, Op::Elementwise(ElementwiseOp::Unary(_))),
                         "gelu_bwd must read the input"
                     );
                 } else {
                     assert_eq!(
                         saved_op,
-                        &Op::Unary(k),
+                        &Op::Elementwise(ElementwiseOp::Unary(k)),
                         "{k:?}_bwd must read the forward output"
                     );
                 }
             }
-            if let Op::MaxPoolBwd { .. } = g.node(n).op {
+            if let Op::Pool(PoolOp::MaxPoolBwd { .. }) = g.node(n).op {
                 let arg = g.input(n, 1).unwrap();
                 assert!(
-                    matches!(g.node(arg.0).op, Op::MaxPool { .. }) && arg.1 == 1,
+                    matches!(g.node(arg.0).op, Op::Pool(PoolOp::MaxPool { .. })) && arg.1 == 1,
                     "maxpool_bwd reads the argmax"
                 );
             }
@@ -143,7 +151,10 @@ fn value_used_twice_gets_summed_gradient() {
     let adds: Vec<_> = g
         .nodes()
         .into_iter()
-        .filter(|n| g.node(*n).phase == Phase::Backward && matches!(g.node(*n).op, Op::Add))
+        .filter(|n| {
+            g.node(*n).phase == Phase::Backward
+                && matches!(g.node(*n).op, Op::Elementwise(ElementwiseOp::Add))
+        })
         .collect();
     assert_eq!(
         adds.len(),
@@ -190,9 +201,9 @@ loss mse(out, y)
     assert_eq!(
         count(&g, |o| matches!(
             o,
-            Op::Update {
+            Op::Optim(OptimOp::Update {
                 rule: UpdateRule::Sgd { .. }
-            }
+            })
         )),
         4
     );

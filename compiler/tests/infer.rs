@@ -4,7 +4,10 @@
 #![allow(clippy::cloned_ref_to_slice_refs)] // readability of the shape tables
 
 use dmc_compiler::ir::{infer_outputs, TensorType};
-use dmc_compiler::op::{ConvGeom, DType, Op, PoolGeom, UnaryKind, UpdateRule};
+use dmc_compiler::op::{
+    ConvGeom, ConvOp, DType, DenseOp, ElementwiseOp, LossOp, Op, OptimOp, PoolGeom, PoolOp,
+    UnaryKind, UpdateRule,
+};
 
 fn f(s: &[usize]) -> TensorType {
     TensorType::f32(s.to_vec())
@@ -25,19 +28,19 @@ const POOL: PoolGeom = PoolGeom { size: 2, stride: 2 };
 #[test]
 fn forward_ops() {
     let x = f(&[2, 5, 5, 3]);
-    let conv = Op::Conv2d {
+    let conv = Op::Conv(ConvOp::Conv2d {
         geom: G3,
         bias: true,
-    };
+    });
     assert_eq!(
         shapes(&conv, &[x.clone(), f(&[3, 3, 3, 8]), f(&[8])], None),
         vec![f(&[2, 5, 5, 8])]
     );
     // stride 2 'same' on 5: out 3, pad_total 2, pad_top 1.
-    let s2 = Op::Conv2d {
+    let s2 = Op::Conv(ConvOp::Conv2d {
         geom: ConvGeom { stride: 2, ..G3 },
         bias: false,
-    };
+    });
     let y = f(&[2, 3, 3, 8]);
     assert_eq!(
         shapes(&s2, &[x.clone(), f(&[3, 3, 3, 8])], Some(&y)),
@@ -46,18 +49,26 @@ fn forward_ops() {
     assert!(infer_outputs(&s2, &[x.clone(), f(&[3, 3, 3, 8])], Some(&f(&[2, 4, 4, 8]))).is_err());
     assert!(infer_outputs(&conv, &[x.clone(), f(&[3, 3, 4, 8]), f(&[8])], None).is_err());
     assert_eq!(
-        shapes(&Op::MaxPool { geom: POOL }, &[x.clone()], None),
+        shapes(
+            &Op::Pool(PoolOp::MaxPool { geom: POOL }),
+            &[x.clone()],
+            None
+        ),
         vec![
             f(&[2, 2, 2, 3]),
             TensorType::new(vec![2, 2, 2, 3], DType::U8)
         ]
     );
     assert_eq!(
-        shapes(&Op::AvgPool { geom: POOL }, &[x.clone()], None),
+        shapes(
+            &Op::Pool(PoolOp::AvgPool { geom: POOL }),
+            &[x.clone()],
+            None
+        ),
         vec![f(&[2, 2, 2, 3])]
     );
     assert_eq!(
-        shapes(&Op::GlobalAvgPool, &[x.clone()], None),
+        shapes(&Op::Pool(PoolOp::GlobalAvgPool), &[x.clone()], None),
         vec![f(&[2, 3])]
     );
     assert_eq!(
@@ -66,7 +77,7 @@ fn forward_ops() {
     );
     assert!(infer_outputs(&Op::Reshape, &[x.clone()], Some(&f(&[2, 74]))).is_err());
     assert!(infer_outputs(&Op::Reshape, &[x.clone()], None).is_err());
-    let d = Op::Dense { bias: false };
+    let d = Op::Dense(DenseOp::Dense { bias: false });
     assert_eq!(
         shapes(&d, &[f(&[2, 4]), f(&[4, 6])], None),
         vec![f(&[2, 6])]
@@ -74,30 +85,60 @@ fn forward_ops() {
     assert!(infer_outputs(&d, &[f(&[2, 5]), f(&[4, 6])], None).is_err());
     assert!(infer_outputs(&d, &[f(&[2, 4])], None).is_err());
     assert_eq!(
-        shapes(&Op::Unary(UnaryKind::Tanh), &[x.clone()], None),
+        shapes(
+            &Op::Elementwise(ElementwiseOp::Unary(UnaryKind::Tanh)),
+            &[x.clone()],
+            None
+        ),
         vec![x.clone()]
     );
     assert_eq!(
-        shapes(&Op::Dropout { p: 0.5, salt: 1 }, &[x.clone()], None),
+        shapes(
+            &Op::Elementwise(ElementwiseOp::Dropout { p: 0.5, salt: 1 }),
+            &[x.clone()],
+            None
+        ),
         vec![x.clone()]
     );
     assert_eq!(
-        shapes(&Op::Add, &[x.clone(), x.clone()], None),
+        shapes(
+            &Op::Elementwise(ElementwiseOp::Add),
+            &[x.clone(), x.clone()],
+            None
+        ),
         vec![x.clone()]
     );
-    assert!(infer_outputs(&Op::Add, &[x.clone(), f(&[2, 5, 5, 4])], None).is_err());
+    assert!(infer_outputs(
+        &Op::Elementwise(ElementwiseOp::Add),
+        &[x.clone(), f(&[2, 5, 5, 4])],
+        None
+    )
+    .is_err());
     assert_eq!(
-        shapes(&Op::MseLoss, &[f(&[2, 3]), f(&[2, 3])], None),
+        shapes(&Op::Loss(LossOp::MseLoss), &[f(&[2, 3]), f(&[2, 3])], None),
         vec![f(&[1])]
     );
     let labels = TensorType::new(vec![2], DType::I32);
     assert_eq!(
-        shapes(&Op::CrossEntropyLoss, &[f(&[2, 3]), labels.clone()], None),
+        shapes(
+            &Op::Loss(LossOp::CrossEntropyLoss),
+            &[f(&[2, 3]), labels.clone()],
+            None
+        ),
         vec![f(&[1])]
     );
-    assert!(infer_outputs(&Op::CrossEntropyLoss, &[f(&[2, 3]), f(&[2])], None).is_err());
+    assert!(infer_outputs(
+        &Op::Loss(LossOp::CrossEntropyLoss),
+        &[f(&[2, 3]), f(&[2])],
+        None
+    )
+    .is_err());
     assert_eq!(
-        shapes(&Op::CrossEntropyLossBwd, &[f(&[2, 3]), labels], None),
+        shapes(
+            &Op::Loss(LossOp::CrossEntropyLossBwd),
+            &[f(&[2, 3]), labels],
+            None
+        ),
         vec![f(&[2, 3])]
     );
 }
@@ -109,40 +150,51 @@ fn backward_and_update_ops() {
     let w = f(&[3, 3, 3, 8]);
     assert_eq!(
         shapes(
-            &Op::Conv2dBwdData { geom: G3 },
+            &Op::Conv(ConvOp::Conv2dBwdData { geom: G3 }),
             &[dy.clone(), w.clone()],
             Some(&x)
         ),
         vec![x.clone()]
     );
     assert!(infer_outputs(
-        &Op::Conv2dBwdData { geom: G3 },
+        &Op::Conv(ConvOp::Conv2dBwdData { geom: G3 }),
         &[dy.clone(), w.clone()],
         None
     )
     .is_err());
     assert_eq!(
         shapes(
-            &Op::Conv2dBwdWeight { geom: G3 },
+            &Op::Conv(ConvOp::Conv2dBwdWeight { geom: G3 }),
             &[x.clone(), dy.clone()],
             None
         ),
         vec![w.clone()]
     );
-    assert_eq!(shapes(&Op::BiasGrad, &[dy.clone()], None), vec![f(&[8])]);
     assert_eq!(
-        shapes(&Op::DenseBwdData, &[f(&[2, 6]), f(&[4, 6])], None),
+        shapes(&Op::Optim(OptimOp::BiasGrad), &[dy.clone()], None),
+        vec![f(&[8])]
+    );
+    assert_eq!(
+        shapes(
+            &Op::Dense(DenseOp::DenseBwdData),
+            &[f(&[2, 6]), f(&[4, 6])],
+            None
+        ),
         vec![f(&[2, 4])]
     );
     assert_eq!(
-        shapes(&Op::DenseBwdWeight, &[f(&[2, 4]), f(&[2, 6])], None),
+        shapes(
+            &Op::Dense(DenseOp::DenseBwdWeight),
+            &[f(&[2, 4]), f(&[2, 6])],
+            None
+        ),
         vec![f(&[4, 6])]
     );
     let py = f(&[2, 2, 2, 3]);
     let am = TensorType::new(vec![2, 2, 2, 3], DType::U8);
     assert_eq!(
         shapes(
-            &Op::MaxPoolBwd { geom: POOL },
+            &Op::Pool(PoolOp::MaxPoolBwd { geom: POOL }),
             &[py.clone(), am.clone()],
             Some(&x)
         ),
@@ -151,67 +203,79 @@ fn backward_and_update_ops() {
     // 4x4 also pools to 2x2 (floor): both are consistent, the hint decides.
     let x4 = f(&[2, 4, 4, 3]);
     assert_eq!(
-        shapes(&Op::AvgPoolBwd { geom: POOL }, &[py.clone()], Some(&x4)),
+        shapes(
+            &Op::Pool(PoolOp::AvgPoolBwd { geom: POOL }),
+            &[py.clone()],
+            Some(&x4)
+        ),
         vec![x4]
     );
     assert!(infer_outputs(
-        &Op::AvgPoolBwd { geom: POOL },
+        &Op::Pool(PoolOp::AvgPoolBwd { geom: POOL }),
         &[py.clone()],
         Some(&f(&[2, 6, 6, 3]))
     )
     .is_err());
     assert!(infer_outputs(
-        &Op::MaxPoolBwd { geom: POOL },
+        &Op::Pool(PoolOp::MaxPoolBwd { geom: POOL }),
         &[py.clone(), py.clone()],
         Some(&x)
     )
     .is_err());
     assert_eq!(
-        shapes(&Op::GlobalAvgPoolBwd, &[f(&[2, 3])], Some(&x)),
+        shapes(&Op::Pool(PoolOp::GlobalAvgPoolBwd), &[f(&[2, 3])], Some(&x)),
         vec![x.clone()]
     );
     assert_eq!(
         shapes(
-            &Op::UnaryBwd(UnaryKind::Gelu),
+            &Op::Elementwise(ElementwiseOp::UnaryBwd(UnaryKind::Gelu)),
             &[x.clone(), x.clone()],
             None
         ),
         vec![x.clone()]
     );
     assert_eq!(
-        shapes(&Op::DropoutBwd { p: 0.1, salt: 2 }, &[x.clone()], None),
+        shapes(
+            &Op::Elementwise(ElementwiseOp::DropoutBwd { p: 0.1, salt: 2 }),
+            &[x.clone()],
+            None
+        ),
         vec![x.clone()]
     );
     assert_eq!(
-        shapes(&Op::MseLossBwd, &[f(&[2, 3]), f(&[2, 3])], None),
+        shapes(
+            &Op::Loss(LossOp::MseLossBwd),
+            &[f(&[2, 3]), f(&[2, 3])],
+            None
+        ),
         vec![f(&[2, 3])]
     );
-    let sgd = Op::Update {
+    let sgd = Op::Optim(OptimOp::Update {
         rule: UpdateRule::Sgd {
             lr: 0.1,
             momentum: 0.9,
             weight_decay: 0.0,
             nesterov: false,
         },
-    };
+    });
     assert_eq!(
         shapes(&sgd, &[w.clone(), w.clone(), w.clone()], None),
         vec![w.clone(), w.clone()]
     );
     assert!(infer_outputs(&sgd, &[w.clone(), w.clone()], None).is_err());
-    let plain = Op::Update {
+    let plain = Op::Optim(OptimOp::Update {
         rule: UpdateRule::Sgd {
             lr: 0.1,
             momentum: 0.0,
             weight_decay: 0.0,
             nesterov: false,
         },
-    };
+    });
     assert_eq!(
         shapes(&plain, &[w.clone(), w.clone()], None),
         vec![w.clone()]
     );
-    let adam = Op::Update {
+    let adam = Op::Optim(OptimOp::Update {
         rule: UpdateRule::Adam {
             lr: 0.1,
             beta1: 0.9,
@@ -220,7 +284,7 @@ fn backward_and_update_ops() {
             weight_decay: 0.0,
             decoupled: true,
         },
-    };
+    });
     assert_eq!(
         shapes(&adam, &[w.clone(), w.clone(), w.clone(), w.clone()], None),
         vec![w.clone(); 3]
@@ -234,4 +298,43 @@ fn every_op_output_count_matches_num_outputs() {
     let leaf = Op::Param { name: "w".into() };
     assert_eq!(shapes(&leaf, &[], Some(&f(&[3]))).len(), leaf.num_outputs());
     assert!(infer_outputs(&leaf, &[f(&[1])], Some(&f(&[3]))).is_err());
+}
+
+#[test]
+fn upsample_and_its_gradient() {
+    let x = f(&[2, 3, 5, 4]);
+    let up = Op::Pool(PoolOp::Upsample { factor: 3 });
+    let y = shapes(&up, &[x.clone()], None);
+    assert_eq!(y, vec![f(&[2, 9, 15, 4])]);
+    let bwd = Op::Pool(PoolOp::UpsampleBwd { factor: 3 });
+    assert_eq!(shapes(&bwd, &[y[0].clone()], None), vec![x.clone()]);
+    // a gradient whose extents are not multiples of the factor, a flat input, a zero factor
+    assert!(infer_outputs(&bwd, &[f(&[2, 9, 14, 4])], None).is_err());
+    assert!(infer_outputs(&up, &[f(&[2, 60])], None).is_err());
+    assert!(infer_outputs(
+        &Op::Pool(PoolOp::Upsample { factor: 0 }),
+        &[x.clone()],
+        None
+    )
+    .is_err());
+    // the runtime's check of a kernel's argument shapes is the same rule
+    assert!(up.check_args(&[x.shape.clone(), vec![2, 9, 15, 4]]).is_ok());
+    assert!(up
+        .check_args(&[x.shape.clone(), vec![2, 9, 16, 4]])
+        .is_err());
+}
+
+#[test]
+fn max_pool_windows_fit_their_one_byte_argmax() {
+    let x = f(&[1, 40, 40, 2]);
+    let big = PoolGeom {
+        size: 17,
+        stride: 17,
+    };
+    assert!(infer_outputs(&Op::Pool(PoolOp::MaxPool { geom: big }), &[x.clone()], None).is_err());
+    // average pooling keeps no argmax: any window
+    assert_eq!(
+        shapes(&Op::Pool(PoolOp::AvgPool { geom: big }), &[x], None),
+        vec![f(&[1, 2, 2, 2])]
+    );
 }

@@ -4,7 +4,7 @@
 use dmc_compiler::error::CompileError;
 use dmc_compiler::ir::TensorType;
 use dmc_compiler::lower::{lower, pad_before, stable_hash};
-use dmc_compiler::op::{ConvGeom, DType, Op};
+use dmc_compiler::op::{ConvGeom, ConvOp, DType, Op};
 use dmc_compiler::plan::Init;
 use dmc_compiler::testutil::{convnet, mlp, residual, sgd};
 use dmc_grammar::model::{Padding, ValueRef};
@@ -79,7 +79,7 @@ fn conv_geometry_and_label_reshape() {
     // k=2 'same' on 6: pad_total 1, all of it at the bottom/right.
     assert_eq!(
         g.node(conv2).op,
-        Op::Conv2d {
+        Op::Conv(ConvOp::Conv2d {
             geom: ConvGeom {
                 kh: 2,
                 kw: 2,
@@ -88,7 +88,7 @@ fn conv_geometry_and_label_reshape() {
                 pad_left: 0
             },
             bias: true
-        }
+        })
     );
     assert_eq!(g.node(conv2).outputs[0].shape, vec![3, 6, 6, 4]);
     // i32 labels declared [1] are reshaped to [N] for cross-entropy.

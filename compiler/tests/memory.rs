@@ -1,7 +1,7 @@
 //! Memory: best-fit placement near the liveness lower bound, in-place rewriting, the weight
 //! gradient fused with the optimizer update, the cap.
 
-use dmc_compiler::op::{Op, UpdateRule};
+use dmc_compiler::op::{ConvOp, DenseOp, ElementwiseOp, Op, OptimOp, UpdateRule};
 use dmc_compiler::plan::{BufferKind, Mode, Plan};
 use dmc_compiler::testutil::*;
 use dmc_compiler::{check_plan, compile, CompileError, CompileOptions, PlannerKind};
@@ -67,7 +67,9 @@ fn seed_arena_is_about_the_parameters() {
         // No whole-layer weight gradient anywhere: every update is fused.
         assert!(p.steps.iter().all(|s| !matches!(
             p.kernels[s.kernel].op,
-            Op::Update { .. } | Op::Conv2dBwdWeight { .. } | Op::DenseBwdWeight
+            Op::Optim(OptimOp::Update { .. })
+                | Op::Conv(ConvOp::Conv2dBwdWeight { .. })
+                | Op::Dense(DenseOp::DenseBwdWeight)
         )));
     }
 }
@@ -214,7 +216,7 @@ fn seed_never_holds_a_whole_layer_gradient() {
         .kernels
         .iter()
         .filter_map(|k| match k.op {
-            Op::Conv2dBwdWeightUpdate { chunk, .. } => Some(chunk),
+            Op::Conv(ConvOp::Conv2dBwdWeightUpdate { chunk, .. }) => Some(chunk),
             _ => None,
         })
         .collect();
@@ -239,33 +241,60 @@ fn rewrites_on_the_residual_fixture() {
     };
     // The two forward relus, both relu backward ops, the forward residual add and the
     // accumulation of the two gradients of the value used twice are all in place.
-    assert_eq!(count(&|o| matches!(o, Op::UnaryInPlace(_))), 2);
-    assert_eq!(count(&|o| matches!(o, Op::UnaryBwdInPlace(_))), 2);
-    assert_eq!(count(&|o| matches!(o, Op::AddInPlace)), 2);
     assert_eq!(
-        count(&|o| matches!(o, Op::Add | Op::Unary(_) | Op::UnaryBwd(_))),
-        0
+        count(&|o| matches!(o, Op::Elementwise(ElementwiseOp::UnaryInPlace(_)))),
+        2
     );
-    // Every update fused: 2 convs + 1 dense, each with a bias.
-    assert_eq!(count(&|o| matches!(o, Op::Conv2dBwdWeightUpdate { .. })), 2);
-    assert_eq!(count(&|o| matches!(o, Op::DenseBwdWeightUpdate { .. })), 1);
-    assert_eq!(count(&|o| matches!(o, Op::BiasGradUpdate { .. })), 3);
+    assert_eq!(
+        count(&|o| matches!(o, Op::Elementwise(ElementwiseOp::UnaryBwdInPlace(_)))),
+        2
+    );
+    assert_eq!(
+        count(&|o| matches!(o, Op::Elementwise(ElementwiseOp::AddInPlace))),
+        2
+    );
     assert_eq!(
         count(&|o| matches!(
             o,
-            Op::Update {
+            Op::Elementwise(ElementwiseOp::Add)
+                | Op::Elementwise(ElementwiseOp::Unary(_))
+                | Op::Elementwise(ElementwiseOp::UnaryBwd(_))
+        )),
+        0
+    );
+    // Every update fused: 2 convs + 1 dense, each with a bias.
+    assert_eq!(
+        count(&|o| matches!(o, Op::Conv(ConvOp::Conv2dBwdWeightUpdate { .. }))),
+        2
+    );
+    assert_eq!(
+        count(&|o| matches!(o, Op::Dense(DenseOp::DenseBwdWeightUpdate { .. }))),
+        1
+    );
+    assert_eq!(
+        count(&|o| matches!(o, Op::Optim(OptimOp::BiasGradUpdate { .. }))),
+        3
+    );
+    assert_eq!(
+        count(&|o| matches!(
+            o,
+            Op::Optim(OptimOp::Update {
                 rule: UpdateRule::Sgd { .. }
-            } | Op::Conv2dBwdWeight { .. }
-                | Op::DenseBwdWeight
-                | Op::BiasGrad
+            }) | Op::Conv(ConvOp::Conv2dBwdWeight { .. })
+                | Op::Dense(DenseOp::DenseBwdWeight)
+                | Op::Optim(OptimOp::BiasGrad)
         )),
         0
     );
     // In-place kernels bind one buffer for the written input: no `Out` parameter.
     for op in [
-        Op::UnaryInPlace(dmc_compiler::op::UnaryKind::Relu),
-        Op::AddInPlace,
-        Op::UnaryBwdInPlace(dmc_compiler::op::UnaryKind::Relu),
+        Op::Elementwise(ElementwiseOp::UnaryInPlace(
+            dmc_compiler::op::UnaryKind::Relu,
+        )),
+        Op::Elementwise(ElementwiseOp::AddInPlace),
+        Op::Elementwise(ElementwiseOp::UnaryBwdInPlace(
+            dmc_compiler::op::UnaryKind::Relu,
+        )),
     ] {
         let sig = op.signature();
         assert!(sig

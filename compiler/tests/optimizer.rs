@@ -1,7 +1,7 @@
 //! The optimizer pass: state leaves and update nodes per optimizer.
 
 use dmc_compiler::ir::Graph;
-use dmc_compiler::op::{Op, Role, UpdateRule};
+use dmc_compiler::op::{ConvOp, DenseOp, Op, OptimOp, Role, UpdateRule};
 use dmc_compiler::plan::{BufferKind, Init, Mode};
 use dmc_compiler::testutil::*;
 use dmc_compiler::{compile, compile_graph, CompileOptions};
@@ -27,7 +27,7 @@ fn check(opt: dmc_grammar::model::Optimizer, suffixes: &[&str]) {
         let updates: Vec<_> = g
             .nodes()
             .into_iter()
-            .filter(|n| matches!(g.node(*n).op, Op::Update { .. }))
+            .filter(|n| matches!(g.node(*n).op, Op::Optim(OptimOp::Update { .. })))
             .collect();
         assert_eq!(updates.len(), nparams, "{name}: one update per parameter");
         assert_eq!(g.opt_state.len(), nparams * suffixes.len(), "{name}");
@@ -66,7 +66,7 @@ fn check(opt: dmc_grammar::model::Optimizer, suffixes: &[&str]) {
         // Update steps pass the param and states as InOut and write nothing else.
         for st in &plan.steps {
             let k = &plan.kernels[st.kernel];
-            if matches!(k.op, Op::Update { .. }) {
+            if matches!(k.op, Op::Optim(OptimOp::Update { .. })) {
                 let roles: Vec<Role> = k.signature.params.iter().map(|p| p.role).collect();
                 assert_eq!(
                     roles.iter().filter(|r| **r == Role::InOut).count(),
@@ -108,12 +108,12 @@ fn lr_override_reaches_the_update_kernels() {
         .kernels
         .iter()
         .filter_map(|k| match &k.op {
-            Op::Update {
+            Op::Optim(OptimOp::Update {
                 rule: UpdateRule::Sgd { lr, .. },
-            } => Some(*lr),
-            Op::Conv2dBwdWeightUpdate { rule, .. }
-            | Op::DenseBwdWeightUpdate { rule, .. }
-            | Op::BiasGradUpdate { rule } => match rule {
+            }) => Some(*lr),
+            Op::Conv(ConvOp::Conv2dBwdWeightUpdate { rule, .. })
+            | Op::Dense(DenseOp::DenseBwdWeightUpdate { rule, .. })
+            | Op::Optim(OptimOp::BiasGradUpdate { rule }) => match rule {
                 UpdateRule::Sgd { lr, .. } | UpdateRule::Adam { lr, .. } => Some(*lr),
             },
             _ => None,
@@ -134,5 +134,5 @@ fn lr_override_reaches_the_update_kernels() {
     assert!(unfused
         .kernels
         .iter()
-        .any(|k| matches!(k.op, Op::Update { rule: UpdateRule::Sgd { lr, .. } } if lr == 0.5)));
+        .any(|k| matches!(k.op, Op::Optim(OptimOp::Update { rule: UpdateRule::Sgd { lr, .. } }) if lr == 0.5)));
 }

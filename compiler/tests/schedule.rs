@@ -1,6 +1,6 @@
 //! The schedule: in-place hazards respected, forward in program order, updates early.
 
-use dmc_compiler::op::{Op, Role};
+use dmc_compiler::op::{DenseOp, Op, Role};
 use dmc_compiler::plan::{Mode, Plan};
 use dmc_compiler::testutil::*;
 use dmc_compiler::{compile, CompileOptions};
@@ -32,7 +32,8 @@ fn dense_bwd_data_runs_before_the_weight_update() {
         .steps
         .iter()
         .position(|s| {
-            matches!(p.kernels[s.kernel].op, Op::DenseBwdData) && s.args[1] == p.params[2].buffer
+            matches!(p.kernels[s.kernel].op, Op::Dense(DenseOp::DenseBwdData))
+                && s.args[1] == p.params[2].buffer
         })
         .unwrap();
     assert_eq!(p.params[2].name, "dense_2.weight");

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use dmc_compiler::op::{Op, UpdateRule};
+use dmc_compiler::op::{ConvOp, Op, OptimOp, UpdateRule};
 use dmc_compiler::plan::{BufferKind, Mode, Plan};
 use dmc_compiler::testutil::seed;
 use dmc_compiler::{check_plan, compile, CompileError, CompileOptions};
@@ -41,9 +41,9 @@ fn seed_train_plan() {
         .filter(|s| {
             matches!(
                 p.kernels[s.kernel].op,
-                Op::Update {
+                Op::Optim(OptimOp::Update {
                     rule: UpdateRule::Sgd { .. }
-                }
+                })
             )
         })
         .count();
@@ -86,9 +86,9 @@ fn seed_eval_and_predict_plans() {
         check_plan(&p).unwrap();
         assert!(p.steps.iter().all(|s| !matches!(
             p.kernels[s.kernel].op,
-            Op::Update {
+            Op::Optim(OptimOp::Update {
                 rule: UpdateRule::Sgd { .. }
-            } | Op::Conv2dBwdData { .. }
+            }) | Op::Conv(ConvOp::Conv2dBwdData { .. })
         )));
         assert_eq!(p.targets.is_empty(), mode == Mode::Predict);
         let json = serde_json::to_string(&p).unwrap();

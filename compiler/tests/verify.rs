@@ -4,7 +4,7 @@
 use dmc_compiler::ctx::Ctx;
 use dmc_compiler::error::CompileError;
 use dmc_compiler::ir::{Edge, Graph};
-use dmc_compiler::op::DType;
+use dmc_compiler::op::{DType, ElementwiseOp};
 use dmc_compiler::passes::{run_passes, PIPELINE};
 use dmc_compiler::plan::Mode;
 use dmc_compiler::testutil::*;
@@ -197,7 +197,7 @@ fn rejects_read_of_a_value_after_its_in_place_update() {
         let w = find(g, "dense_3.weight");
         let upd = find(g, "dense_3.weight update");
         let t = g.add_node(
-            dmc_compiler::op::Op::Add,
+            dmc_compiler::op::Op::Elementwise(ElementwiseOp::Add),
             &[(w, 0), (upd, 0)],
             "reads old and new",
             dmc_compiler::ir::Phase::Update,

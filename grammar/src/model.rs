@@ -91,6 +91,10 @@ pub enum Layer {
     },
     /// `[h, w, c] -> [c]`
     GlobalAvgPool,
+    /// Nearest-neighbour upsampling: `[h, w, c] -> [h * factor, w * factor, c]`.
+    Upsample {
+        factor: usize,
+    },
     /// weight `[in, units]`, bias `[units]`; input must be flat `[in]`.
     Dense {
         units: usize,
@@ -105,6 +109,26 @@ pub enum Layer {
     Dropout {
         p: f32,
     },
+}
+
+impl Layer {
+    /// The name of the layer-table entry that builds this layer: what its automatic names are
+    /// numbered by (`conv2d_3`). Each arm must name the entry whose builder makes that variant;
+    /// the table's tests check it.
+    pub fn entry_name(&self) -> &'static str {
+        match self {
+            Layer::Conv2d { .. } => "conv2d",
+            Layer::MaxPool { .. } => "maxpool",
+            Layer::AvgPool { .. } => "avgpool",
+            Layer::GlobalAvgPool => "global_avgpool",
+            Layer::Upsample { .. } => "upsample",
+            Layer::Dense { .. } => "dense",
+            Layer::Flatten => "flatten",
+            Layer::Act(a) => a.name(),
+            Layer::Add => "add",
+            Layer::Dropout { .. } => "dropout",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

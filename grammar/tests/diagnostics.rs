@@ -57,6 +57,7 @@ fn cases() -> Vec<(&'static str, String)> {
         ("add_shape_mismatch", wrap("a = x |> conv2d(8, 3)\nb = x |> conv2d(16, 3)\nout = a + b |> flatten |> dense(1)")),
         ("dense_unflattened", wrap("out = x |> conv2d(8, 3) |> dense(1)")),
         ("pool_larger_than_input", wrap("out = x |> maxpool(4) |> maxpool(4) |> maxpool(2) |> flatten |> dense(1)")),
+        ("maxpool_window_over_256_positions", "input x: [40, 40, 1]\ntarget y: [1]\nout = x |> maxpool(17) |> flatten |> dense(1)\nloss mse(out, y)\ntrain { batch: 1, optimizer: sgd(lr: 0.01) }\n".to_string()),
         ("kernel_larger_than_input_valid", wrap("out = x |> conv2d(8, 32, padding: valid) |> flatten |> dense(1)")),
         ("conv_on_flat", wrap("out = x |> flatten |> conv2d(8, 3) |> dense(1)")),
         ("mse_shape_mismatch", wrap("out = x |> flatten |> dense(2)")),

@@ -58,6 +58,7 @@ fn variant(l: &Layer) -> String {
         Layer::MaxPool { .. } => "MaxPool".into(),
         Layer::AvgPool { .. } => "AvgPool".into(),
         Layer::GlobalAvgPool => "GlobalAvgPool".into(),
+        Layer::Upsample { .. } => "Upsample".into(),
         Layer::Dense { .. } => "Dense".into(),
         Layer::Flatten => "Flatten".into(),
         Layer::Act(a) => format!("Act({})", a.name()),

@@ -169,8 +169,9 @@ pub struct Plan {
 }
 
 /// The version of plan.json's shape. 2: one `Update { rule }` op for the unfused optimizer updates
-/// (was `SgdUpdate` / `AdamUpdate`).
-pub const FORMAT_VERSION: u32 = 2;
+/// (was `SgdUpdate` / `AdamUpdate`). 3: ops grouped by family (`{"Optim":{"Update":..}}`,
+/// `{"Conv":{"Conv2d":..}}`; see [`Op`](crate::op::Op)).
+pub const FORMAT_VERSION: u32 = 3;
 
 impl Plan {
     /// Whether the runtime reads buffer `id` after the last step: the output always, the loss

@@ -47,13 +47,13 @@ impl Saved {
 /// The kernel names of the four ops of one activation (`Op::kind_name`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UnaryOpNames {
-    /// `Op::Unary`, e.g. `relu`.
+    /// `ElementwiseOp::Unary`, e.g. `relu`.
     pub forward: &'static str,
-    /// `Op::UnaryBwd`, e.g. `relu_bwd`.
+    /// `ElementwiseOp::UnaryBwd`, e.g. `relu_bwd`.
     pub backward: &'static str,
-    /// `Op::UnaryInPlace`, e.g. `relu_inplace`.
+    /// `ElementwiseOp::UnaryInPlace`, e.g. `relu_inplace`.
     pub forward_inplace: &'static str,
-    /// `Op::UnaryBwdInPlace`, e.g. `relu_bwd_inplace`.
+    /// `ElementwiseOp::UnaryBwdInPlace`, e.g. `relu_bwd_inplace`.
     pub backward_inplace: &'static str,
 }
 

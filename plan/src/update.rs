@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 /// An optimizer update rule: the optimizer of a program (the language's `Optimizer`), of a plan
-/// (`Plan::optimizer`) and of every update op (`Op::Update`, the fused weight-gradient + update
+/// (`Plan::optimizer`) and of every update op (`OptimOp::Update`, the fused weight-gradient + update
 /// ops), with the semantics and state slots documented there. The rule of an op is
 /// [`UpdateRule::of`] (beside `Op`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

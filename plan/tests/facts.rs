@@ -1,9 +1,9 @@
 //! The facts the plan crate holds in one place hold together: every activation's name, kernel
 //! names, saved value, Rust formulas and CUDA statements agree with each other and with the ops'
 //! signatures; every update rule's state slots agree with its op's signature and aliasing; and the
-//! JSON shape of an update op is the one `FORMAT_VERSION` 2 names.
+//! JSON shape of an update op is the one `FORMAT_VERSION` 3 names.
 
-use dmc_plan::op::{Op, Role, UnaryKind, UpdateRule};
+use dmc_plan::op::{ElementwiseOp, Op, OptimOp, Role, UnaryKind, UpdateRule};
 use dmc_plan::plan::FORMAT_VERSION;
 use dmc_plan::unary::Saved;
 
@@ -21,10 +21,22 @@ fn every_activation_is_named_once_and_its_kernels_after_it() {
         assert_eq!(ops.backward, format!("{n}_bwd"));
         assert_eq!(ops.forward_inplace, format!("{n}_inplace"));
         assert_eq!(ops.backward_inplace, format!("{n}_bwd_inplace"));
-        assert_eq!(Op::Unary(k).kind_name(), ops.forward);
-        assert_eq!(Op::UnaryBwd(k).kind_name(), ops.backward);
-        assert_eq!(Op::UnaryInPlace(k).kind_name(), ops.forward_inplace);
-        assert_eq!(Op::UnaryBwdInPlace(k).kind_name(), ops.backward_inplace);
+        assert_eq!(
+            Op::Elementwise(ElementwiseOp::Unary(k)).kind_name(),
+            ops.forward
+        );
+        assert_eq!(
+            Op::Elementwise(ElementwiseOp::UnaryBwd(k)).kind_name(),
+            ops.backward
+        );
+        assert_eq!(
+            Op::Elementwise(ElementwiseOp::UnaryInPlace(k)).kind_name(),
+            ops.forward_inplace
+        );
+        assert_eq!(
+            Op::Elementwise(ElementwiseOp::UnaryBwdInPlace(k)).kind_name(),
+            ops.backward_inplace
+        );
     }
     assert_eq!(UnaryKind::from_name("swish"), None);
 }
@@ -33,10 +45,10 @@ fn every_activation_is_named_once_and_its_kernels_after_it() {
 fn the_backward_reads_the_saved_value_its_signature_names() {
     for k in UnaryKind::ALL {
         let saved = k.saved().param_name();
-        let bwd = Op::UnaryBwd(k).signature();
+        let bwd = Op::Elementwise(ElementwiseOp::UnaryBwd(k)).signature();
         assert_eq!(bwd.params[0].name, saved, "{}", k.name());
         assert_eq!(bwd.params[0].role, Role::In);
-        let inplace = Op::UnaryBwdInPlace(k).signature();
+        let inplace = Op::Elementwise(ElementwiseOp::UnaryBwdInPlace(k)).signature();
         assert_eq!(inplace.params[0].name, saved, "{}", k.name());
         assert_eq!(inplace.params[1].role, Role::InOut);
         // the CUDA statements read exactly what the Rust formulas read
@@ -102,7 +114,7 @@ fn rules() -> [UpdateRule; 4] {
 #[test]
 fn an_update_op_has_the_state_slots_of_its_rule() {
     for rule in rules() {
-        let op = Op::Update { rule };
+        let op = Op::Optim(OptimOp::Update { rule });
         let names: Vec<String> = op.signature().params.into_iter().map(|p| p.name).collect();
         let mut want = vec!["w".to_string(), "g".to_string()];
         want.extend(rule.state_names().iter().map(|s| s.to_string()));
@@ -117,7 +129,7 @@ fn an_update_op_has_the_state_slots_of_its_rule() {
         assert!(op.is_update());
         assert_eq!(op.kind_name(), rule.op_name());
     }
-    assert_eq!(UpdateRule::of(&Op::Add), None);
+    assert_eq!(UpdateRule::of(&Op::Elementwise(ElementwiseOp::Add)), None);
     assert_eq!(rules()[0].state_names(), &[] as &[&str]);
     assert_eq!(rules()[1].state_names(), &["v"]);
     assert_eq!(rules()[2].state_names(), &["m", "v"]);
@@ -125,12 +137,12 @@ fn an_update_op_has_the_state_slots_of_its_rule() {
 
 #[test]
 fn an_update_op_in_plan_json_carries_its_rule() {
-    assert_eq!(FORMAT_VERSION, 2);
-    let op = Op::Update { rule: rules()[1] };
+    assert_eq!(FORMAT_VERSION, 3);
+    let op = Op::Optim(OptimOp::Update { rule: rules()[1] });
     let json = serde_json::to_string(&op).expect("serialises");
     assert_eq!(
         json,
-        r#"{"Update":{"rule":{"Sgd":{"lr":0.1,"momentum":0.9,"weight_decay":0.0,"nesterov":false}}}}"#
+        r#"{"Optim":{"Update":{"rule":{"Sgd":{"lr":0.1,"momentum":0.9,"weight_decay":0.0,"nesterov":false}}}}}"#
     );
     let back: Op = serde_json::from_str(&json).expect("parses");
     assert_eq!(back, op);

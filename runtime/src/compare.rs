@@ -1,7 +1,7 @@
 //! What every cross-backend kernel check shares: random arguments in each slot's valid domain, and
 //! the comparison of a written argument with the CPU backend's, random batches for whole steps.
 
-use dmc_plan::op::{DType, Op, UpdateRule};
+use dmc_plan::op::{ConvOp, DType, DenseOp, Op, OptimOp, PoolOp, UpdateRule};
 use dmc_plan::plan::{Kernel, Plan};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -15,17 +15,17 @@ pub fn random_args(k: &Kernel, rng: &mut ChaCha8Rng) -> Vec<Vec<u8>> {
     let sig = k.op.signature();
     let adam = matches!(
         k.op,
-        Op::Update {
+        Op::Optim(OptimOp::Update {
             rule: UpdateRule::Adam { .. },
-        } | Op::Conv2dBwdWeightUpdate {
-            rule: UpdateRule::Adam { .. },
-            ..
-        } | Op::DenseBwdWeightUpdate {
+        }) | Op::Conv(ConvOp::Conv2dBwdWeightUpdate {
             rule: UpdateRule::Adam { .. },
             ..
-        } | Op::BiasGradUpdate {
+        }) | Op::Dense(DenseOp::DenseBwdWeightUpdate {
+            rule: UpdateRule::Adam { .. },
+            ..
+        }) | Op::Optim(OptimOp::BiasGradUpdate {
             rule: UpdateRule::Adam { .. }
-        }
+        })
     );
     sig.params
         .iter()
@@ -55,7 +55,9 @@ pub fn random_args(k: &Kernel, rng: &mut ChaCha8Rng) -> Vec<Vec<u8>> {
                 }
                 DType::U8 => {
                     let win = match k.op {
-                        Op::MaxPoolBwd { geom } => (geom.size * geom.size).clamp(1, 256),
+                        Op::Pool(PoolOp::MaxPoolBwd { geom }) => {
+                            (geom.size * geom.size).clamp(1, 256)
+                        }
                         _ => 256,
                     };
                     (0..n).map(|_| rng.random_range(0..win) as u8).collect()

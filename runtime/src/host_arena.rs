@@ -3,7 +3,7 @@
 //! shared by [`CudaBackend`](crate::cuda::CudaBackend) and [`EmuBackend`](crate::emu::EmuBackend).
 //! A backend only says how bytes move in and out.
 
-use dmc_plan::op::{DType, Op};
+use dmc_plan::op::{DType, LossOp, Op};
 use dmc_plan::plan::{BufferId, Plan};
 
 use crate::backend::{InputData, Params};
@@ -122,8 +122,11 @@ pub(crate) fn check_labels(
 ) -> Result<(), RuntimeError> {
     let Some((si, step, k)) = plan.steps.iter().enumerate().find_map(|(si, s)| {
         let k = &plan.kernels[s.kernel];
-        (matches!(k.op, Op::CrossEntropyLoss | Op::CrossEntropyLossBwd) && s.args.contains(&buffer))
-            .then_some((si, s, k))
+        (matches!(
+            k.op,
+            Op::Loss(LossOp::CrossEntropyLoss) | Op::Loss(LossOp::CrossEntropyLossBwd)
+        ) && s.args.contains(&buffer))
+        .then_some((si, s, k))
     }) else {
         return Ok(());
     };

@@ -23,7 +23,7 @@ fn counts_current_and_peak() {
     drop(v);
 
     // the arena is one allocation of the planned size
-    use dmc_plan::op::{DType, Op};
+    use dmc_plan::op::{DType, ElementwiseOp, LossOp, Op};
     use dmc_plan::plan::*;
     let n = 1 << 20; // 4 MiB buffers
     let mk = |id: usize, name: &str, kind, offset: u64, live| Buffer {
@@ -63,16 +63,16 @@ fn counts_current_and_peak() {
             Kernel {
                 id: 0,
                 name: "add".into(),
-                op: Op::Add,
+                op: Op::Elementwise(ElementwiseOp::Add),
                 arg_shapes: vec![sh.clone(); 3],
-                signature: Op::Add.signature(),
+                signature: Op::Elementwise(ElementwiseOp::Add).signature(),
             },
             Kernel {
                 id: 1,
                 name: "mse".into(),
-                op: Op::MseLoss,
+                op: Op::Loss(LossOp::MseLoss),
                 arg_shapes: vec![sh.clone(), sh.clone(), vec![1]],
-                signature: Op::MseLoss.signature(),
+                signature: Op::Loss(LossOp::MseLoss).signature(),
             },
         ],
         steps: vec![

@@ -1,7 +1,10 @@
 //! The executor on small hand-built plans: training makes progress, bindings and errors behave,
 //! poison mode is silent for a correct plan and loud for a wrong one.
 
-use dmc_plan::op::{ConvGeom, DType, Op, PoolGeom, UnaryKind, UpdateRule};
+use dmc_plan::op::{
+    ConvGeom, ConvOp, DType, DenseOp, ElementwiseOp, LossOp, Op, OptimOp, PoolGeom, PoolOp,
+    UnaryKind, UpdateRule,
+};
 use dmc_plan::plan::{
     Buffer, BufferKind, Init, IoBinding, Kernel, Mode, Optimizer, ParamBinding, Plan, Step,
     FORMAT_VERSION,
@@ -193,38 +196,43 @@ fn linear_plan() -> Plan {
     let dw = p.grad("dw", 6);
     let db = p.grad("db", 2);
     p.step(
-        Op::Dense { bias: true },
+        Op::Dense(DenseOp::Dense { bias: true }),
         &[&[4, 3], &[3, 2], &[2], &[4, 2]],
         &[x, w, b, y],
         "fc forward",
     );
     p.step(
-        Op::MseLoss,
+        Op::Loss(LossOp::MseLoss),
         &[&[4, 2], &[4, 2], &[1]],
         &[y, t, loss],
         "loss",
     );
     p.step(
-        Op::MseLossBwd,
+        Op::Loss(LossOp::MseLossBwd),
         &[&[4, 2], &[4, 2], &[4, 2]],
         &[y, t, dy],
         "loss backward",
     );
     p.step(
-        Op::DenseBwdWeight,
+        Op::Dense(DenseOp::DenseBwdWeight),
         &[&[4, 3], &[4, 2], &[3, 2]],
         &[x, dy, dw],
         "fc dw",
     );
-    p.step(Op::BiasGrad, &[&[4, 2], &[2]], &[dy, db], "fc db");
-    let sgd = Op::Update {
+    p.step(
+        Op::Optim(OptimOp::BiasGrad),
+        &[&[4, 2], &[2]],
+        &[dy, db],
+        "fc db",
+    );
+    let sgd = Op::Optim(OptimOp::Update {
         rule: UpdateRule::Sgd {
             lr: LR,
             momentum: MOM,
             weight_decay: 0.0,
             nesterov: false,
         },
-    };
+    });
     p.step(
         sgd.clone(),
         &[&[3, 2], &[3, 2], &[3, 2]],
@@ -577,72 +585,87 @@ fn conv_plan() -> Plan {
     let (xs, ws_s, ys): (&[usize], &[usize], &[usize]) =
         (&[2, 6, 6, 1], &[3, 3, 1, 4], &[2, 6, 6, 4]);
     p.step(
-        Op::Conv2d {
+        Op::Conv(ConvOp::Conv2d {
             geom: g,
             bias: true,
-        },
+        }),
         &[xs, ws_s, &[4], ys, &[648]],
         &[x, cw, cb, a, ws],
         "conv",
     );
-    p.step(Op::Unary(UnaryKind::Relu), &[ys, ys], &[a, r], "relu");
     p.step(
-        Op::MaxPool { geom: pg },
+        Op::Elementwise(ElementwiseOp::Unary(UnaryKind::Relu)),
+        &[ys, ys],
+        &[a, r],
+        "relu",
+    );
+    p.step(
+        Op::Pool(PoolOp::MaxPool { geom: pg }),
         &[ys, &[2, 3, 3, 4], &[2, 3, 3, 4]],
         &[r, pool, am],
         "pool",
     );
     p.step(
-        Op::Dense { bias: true },
+        Op::Dense(DenseOp::Dense { bias: true }),
         &[&[2, 36], &[36, 3], &[3], &[2, 3]],
         &[flat, fw, fb, logits],
         "fc",
     );
     p.step(
-        Op::CrossEntropyLoss,
+        Op::Loss(LossOp::CrossEntropyLoss),
         &[&[2, 3], &[2], &[1]],
         &[logits, lab, loss],
         "loss",
     );
     p.step(
-        Op::CrossEntropyLossBwd,
+        Op::Loss(LossOp::CrossEntropyLossBwd),
         &[&[2, 3], &[2], &[2, 3]],
         &[logits, lab, dl],
         "loss bwd",
     );
     p.step(
-        Op::DenseBwdWeight,
+        Op::Dense(DenseOp::DenseBwdWeight),
         &[&[2, 36], &[2, 3], &[36, 3]],
         &[flat, dl, dfw],
         "fc dw",
     );
-    p.step(Op::BiasGrad, &[&[2, 3], &[3]], &[dl, dfb], "fc db");
     p.step(
-        Op::DenseBwdData,
+        Op::Optim(OptimOp::BiasGrad),
+        &[&[2, 3], &[3]],
+        &[dl, dfb],
+        "fc db",
+    );
+    p.step(
+        Op::Dense(DenseOp::DenseBwdData),
         &[&[2, 3], &[36, 3], &[2, 36]],
         &[dl, fw, dp],
         "fc dx",
     );
     p.step(
-        Op::MaxPoolBwd { geom: pg },
+        Op::Pool(PoolOp::MaxPoolBwd { geom: pg }),
         &[&[2, 3, 3, 4], &[2, 3, 3, 4], ys],
         &[dp, am, dr],
         "pool bwd",
     );
     p.step(
-        Op::UnaryBwd(UnaryKind::Relu),
+        Op::Elementwise(ElementwiseOp::UnaryBwd(UnaryKind::Relu)),
         &[ys, ys, ys],
         &[r, dr, da],
         "relu bwd",
     );
     p.step(
-        Op::Conv2dBwdWeight { geom: g },
+        Op::Conv(ConvOp::Conv2dBwdWeight { geom: g }),
         &[xs, ys, ws_s, &[648]],
         &[x, da, dcw, ws2],
         "conv dw",
     );
-    p.step(Op::BiasGrad, &[ys, &[4]], &[da, dcb], "conv db");
-    let adam = Op::Update {
+    p.step(
+        Op::Optim(OptimOp::BiasGrad),
+        &[ys, &[4]],
+        &[da, dcb],
+        "conv db",
+    );
+    let adam = Op::Optim(OptimOp::Update {
         rule: UpdateRule::Adam {
             lr: 0.02,
             beta1: 0.9,
@@ -651,7 +674,7 @@ fn conv_plan() -> Plan {
             weight_decay: 0.01,
             decoupled: true,
         },
-    };
+    });
     for (i, (w, gw, shape)) in [
         (cw, dcw, &[3usize, 3, 1, 4][..]),
         (cb, dcb, &[4][..]),
@@ -743,12 +766,17 @@ fn dropout_plan(mode: Mode) -> Plan {
     let y = p.act("y", n);
     let loss = p.act("loss", 1);
     p.step(
-        Op::Dropout { p: 0.5, salt: 17 },
+        Op::Elementwise(ElementwiseOp::Dropout { p: 0.5, salt: 17 }),
         &[&[n], &[n]],
         &[x, y],
         "dropout",
     );
-    p.step(Op::MseLoss, &[&[n], &[n], &[1]], &[y, t, loss], "loss");
+    p.step(
+        Op::Loss(LossOp::MseLoss),
+        &[&[n], &[n], &[1]],
+        &[y, t, loss],
+        "loss",
+    );
     let mut plan = p.finish(
         loss,
         y,

@@ -13,7 +13,7 @@ use dmc_runtime::cpu::elementwise::{add, dropout, unary_bwd, unary_fwd, DropoutR
 use dmc_runtime::cpu::loss::{cross_entropy_loss, cross_entropy_loss_bwd, mse_loss, mse_loss_bwd};
 use dmc_runtime::cpu::pool::{
     avgpool_bwd, avgpool_fwd, global_avgpool_bwd, global_avgpool_fwd, maxpool_bwd, maxpool_fwd,
-    PoolDims,
+    upsample_bwd, upsample_fwd, PoolDims,
 };
 use rand::Rng;
 
@@ -290,6 +290,50 @@ fn global_avgpool_forward_matches_reference() {
     let mut y = vec![f32::NAN; n * c];
     global_avgpool_fwd(n, h * w, c, &x, &mut y);
     assert_close("gap", &y, &want, 1e-5, 1e-6);
+}
+
+#[test]
+fn upsample_forward_matches_reference_and_backward_matches_finite_differences() {
+    let mut r = rng(5);
+    for (n, h, w, c, f) in [
+        (2, 3, 5, 3, 2),
+        (1, 2, 3, 2, 3),
+        (1, 1, 1, 4, 1),
+        (3, 4, 2, 1, 4),
+    ] {
+        let d = PoolDims {
+            n,
+            h,
+            w,
+            c,
+            ho: h * f,
+            wo: w * f,
+        };
+        let x = randv(&mut r, n * h * w * c);
+        // y[n, i, j, c] = x[n, floor(i / f), floor(j / f), c], from the definition
+        let mut want = vec![0f64; n * h * f * w * f * c];
+        for b in 0..n {
+            for i in 0..h * f {
+                for j in 0..w * f {
+                    for ch in 0..c {
+                        want[((b * h * f + i) * w * f + j) * c + ch] =
+                            x[((b * h + i / f) * w + j / f) * c + ch] as f64;
+                    }
+                }
+            }
+        }
+        let mut y = vec![f32::NAN; want.len()];
+        upsample_fwd(f, &d, &x, &mut y);
+        assert_close(&format!("upsample {d:?}"), &y, &want, 0.0, 0.0);
+        let rr = randv(&mut r, y.len());
+        let mut dx = vec![f32::NAN; x.len()];
+        upsample_bwd(f, &d, &rr, &mut dx);
+        fd_check(&format!("upsample bwd {d:?}"), &x, &dx, 200, |x| {
+            let mut y = vec![0.0; rr.len()];
+            upsample_fwd(f, &d, x, &mut y);
+            dot(&y, &rr)
+        });
+    }
 }
 
 /// erf by its Maclaurin series (|x| < 3) or the asymptotic continued fraction of erfc: an

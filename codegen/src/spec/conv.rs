@@ -8,8 +8,9 @@ use dmc_plan::update::UpdateRule;
 
 use super::common::{numel, Site, Spec};
 use super::gemm::{gemm, split_k};
-use super::update::rule_ctx;
+use super::optim::rule_ctx;
 use crate::error::CodegenError;
+use dmc_plan::op::ConvOp;
 
 fn conv_ctx(kind: &str, g: &ConvGeom, x: &[usize], y: &[usize], bias: bool) -> Context {
     let mut ctx = Context::new();
@@ -110,4 +111,116 @@ pub(crate) fn backward_weight(
         rule_ctx(&mut sp.ctx, rule, "w", true);
     }
     Ok(sp)
+}
+
+/// The kernel of one op of the convolution family.
+pub(crate) fn spec(s: &Site, op: &ConvOp) -> Result<Spec, CodegenError> {
+    match op {
+        ConvOp::Conv2d { geom, bias } => forward(s, geom, *bias),
+        ConvOp::Conv2dBwdData { geom } => backward_data(s, geom),
+        ConvOp::Conv2dBwdWeight { geom } => backward_weight(s, geom, None),
+        ConvOp::Conv2dBwdWeightUpdate { geom, rule, .. } => backward_weight(s, geom, Some(rule)),
+    }
+}
+
+/// The zoo's convolutions: strided and padded with bias, unpadded without, both gradients, the
+/// fused update with SGD and Adam, and split-K shapes (a small grid over a long reduction).
+pub(crate) fn zoo() -> Vec<crate::zoo::Case> {
+    use crate::zoo::{adam, fused, sgd};
+    use dmc_plan::op::{conv_workspace_elems, Op};
+    let g2 = ConvGeom {
+        kh: 3,
+        kw: 3,
+        stride: 2,
+        pad_top: 1,
+        pad_left: 1,
+    };
+    let g1 = ConvGeom {
+        kh: 2,
+        kw: 2,
+        stride: 1,
+        pad_top: 0,
+        pad_left: 0,
+    };
+    let g3 = ConvGeom {
+        kh: 3,
+        kw: 3,
+        stride: 1,
+        pad_top: 1,
+        pad_left: 1,
+    };
+    let (x2, w2, y2) = (vec![2, 7, 9, 3], vec![3, 3, 3, 5], vec![2, 4, 5, 5]);
+    let ws2 = vec![conv_workspace_elems(&g2, &x2, &y2)];
+    let (x1, w1, y1) = (vec![1, 5, 5, 2], vec![2, 2, 2, 3], vec![1, 4, 4, 3]);
+    let ws1 = vec![conv_workspace_elems(&g1, &x1, &y1)];
+    let (xs, wss, ys) = (vec![1, 4, 4, 130], vec![3, 3, 130, 7], vec![1, 4, 4, 7]);
+    let wss_ = vec![conv_workspace_elems(&g3, &xs, &ys)];
+    let (xw, yw, ww) = (vec![5, 15, 15, 3], vec![5, 15, 15, 5], vec![3, 3, 3, 5]);
+    let wsw = vec![conv_workspace_elems(&g3, &xw, &yw)];
+    let c = |op: ConvOp| Op::Conv(op);
+    let mut v = vec![
+        (
+            c(ConvOp::Conv2d {
+                geom: g2,
+                bias: true,
+            }),
+            vec![x2.clone(), w2.clone(), vec![5], y2.clone(), ws2.clone()],
+        ),
+        (
+            c(ConvOp::Conv2d {
+                geom: g1,
+                bias: false,
+            }),
+            vec![x1.clone(), w1.clone(), y1.clone(), ws1],
+        ),
+        (
+            c(ConvOp::Conv2dBwdData { geom: g2 }),
+            vec![y2.clone(), w2.clone(), x2.clone()],
+        ),
+        (
+            c(ConvOp::Conv2dBwdWeight { geom: g2 }),
+            vec![x2.clone(), y2.clone(), w2.clone(), ws2],
+        ),
+        fused(
+            c(ConvOp::Conv2dBwdWeightUpdate {
+                geom: g2,
+                rule: sgd(0.9, true),
+                chunk: 2,
+            }),
+            vec![x2, y2],
+            w2,
+        ),
+        fused(
+            c(ConvOp::Conv2dBwdWeightUpdate {
+                geom: g1,
+                rule: adam(false),
+                chunk: 3,
+            }),
+            vec![x1, y1],
+            w1,
+        ),
+        (
+            c(ConvOp::Conv2d {
+                geom: g3,
+                bias: true,
+            }),
+            vec![xs, wss, vec![7], ys, wss_],
+        ),
+        (
+            c(ConvOp::Conv2dBwdWeight { geom: g3 }),
+            vec![xw.clone(), yw.clone(), ww.clone(), wsw],
+        ),
+    ];
+    for rule in [sgd(0.9, false), adam(true)] {
+        v.push(fused(
+            c(ConvOp::Conv2dBwdWeightUpdate {
+                geom: g3,
+                rule,
+                chunk: 5,
+            }),
+            vec![xw.clone(), yw.clone()],
+            ww.clone(),
+        ));
+    }
+    v
 }

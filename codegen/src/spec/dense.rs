@@ -7,8 +7,9 @@ use dmc_plan::update::UpdateRule;
 
 use super::common::{numel, Site, Spec};
 use super::gemm::gemm;
-use super::update::rule_ctx;
+use super::optim::rule_ctx;
 use crate::error::CodegenError;
+use dmc_plan::op::DenseOp;
 
 /// The context every dense kernel shares, given the slots of its weight `[K, M]` and of its
 /// `[rows, K]` input: (context, K, M, rows).
@@ -72,4 +73,56 @@ pub(crate) fn backward_weight(s: &Site, rule: Option<&UpdateRule>) -> Result<Spe
         rule_ctx(&mut sp.ctx, rule, "w", true);
     }
     Ok(sp)
+}
+
+/// The kernel of one op of the dense family.
+pub(crate) fn spec(s: &Site, op: &DenseOp) -> Result<Spec, CodegenError> {
+    match op {
+        DenseOp::Dense { bias } => forward(s, *bias),
+        DenseOp::DenseBwdData => backward_data(s),
+        DenseOp::DenseBwdWeight => backward_weight(s, None),
+        DenseOp::DenseBwdWeightUpdate { rule, .. } => backward_weight(s, Some(rule)),
+    }
+}
+
+/// The zoo's dense ops: with and without bias, both gradients, the fused update with SGD and
+/// Adam (one over a long reduction: the two-level summation).
+pub(crate) fn zoo() -> Vec<crate::zoo::Case> {
+    use crate::zoo::{adam, fused, sgd};
+    use dmc_plan::op::Op;
+    let d = |op: DenseOp| Op::Dense(op);
+    vec![
+        (
+            d(DenseOp::Dense { bias: true }),
+            vec![vec![4, 6], vec![6, 3], vec![3], vec![4, 3]],
+        ),
+        (
+            d(DenseOp::Dense { bias: false }),
+            vec![vec![4, 6], vec![6, 3], vec![4, 3]],
+        ),
+        (
+            d(DenseOp::DenseBwdData),
+            vec![vec![4, 3], vec![6, 3], vec![4, 6]],
+        ),
+        (
+            d(DenseOp::DenseBwdWeight),
+            vec![vec![4, 6], vec![4, 3], vec![6, 3]],
+        ),
+        fused(
+            d(DenseOp::DenseBwdWeightUpdate {
+                rule: sgd(0.0, false),
+                chunk: 2,
+            }),
+            vec![vec![4, 6], vec![4, 3]],
+            vec![6, 3],
+        ),
+        fused(
+            d(DenseOp::DenseBwdWeightUpdate {
+                rule: adam(true),
+                chunk: 1,
+            }),
+            vec![vec![5000, 3], vec![5000, 2]],
+            vec![3, 2],
+        ),
+    ]
 }

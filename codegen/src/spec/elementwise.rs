@@ -9,6 +9,7 @@ use dmc_plan::unary::UnaryKind;
 
 use super::common::{f32_lit, numel, per_element, Site, Spec};
 use crate::error::CodegenError;
+use dmc_plan::op::ElementwiseOp;
 
 const TEMPLATE: &str = "elementwise.cu.tera";
 
@@ -124,4 +125,63 @@ pub(crate) fn global_avgpool_bwd(s: &Site) -> Result<Spec, CodegenError> {
     sp.ctx.insert("c", &dx[3]);
     sp.ctx.insert("hw", &(dx[1] * dx[2]));
     Ok(sp)
+}
+
+/// The kernel of one op of the elementwise family.
+pub(crate) fn spec(s: &Site, op: &ElementwiseOp) -> Result<Spec, CodegenError> {
+    match op {
+        ElementwiseOp::Unary(kind) => unary(s, *kind),
+        ElementwiseOp::UnaryBwd(kind) => unary_bwd(s, *kind),
+        ElementwiseOp::UnaryInPlace(kind) => unary_inplace(s, *kind),
+        ElementwiseOp::UnaryBwdInPlace(kind) => unary_bwd_inplace(s, *kind),
+        ElementwiseOp::Add => binary(s),
+        ElementwiseOp::AddInPlace => add_inplace(s),
+        ElementwiseOp::Dropout { p, salt } => dropout(s, ("x", "y"), *p, *salt),
+        ElementwiseOp::DropoutBwd { p, salt } => dropout(s, ("dy", "dx"), *p, *salt),
+        ElementwiseOp::DropoutInPlace { p, salt } => dropout(s, ("x", "x"), *p, *salt),
+        ElementwiseOp::DropoutBwdInPlace { p, salt } => dropout(s, ("dy", "dy"), *p, *salt),
+    }
+}
+
+/// The zoo's elementwise ops: every activation forward and backward, out of place and in place,
+/// the sums and dropout (odd sizes: partly filled blocks).
+pub(crate) fn zoo() -> Vec<crate::zoo::Case> {
+    let e = vec![3, 17];
+    let n = vec![1000];
+    let w = |op: ElementwiseOp| Op::Elementwise(op);
+    let mut v = vec![
+        (w(ElementwiseOp::Add), vec![n.clone(), n.clone(), n.clone()]),
+        (
+            w(ElementwiseOp::Dropout { p: 0.3, salt: 7 }),
+            vec![n.clone(), n.clone()],
+        ),
+        (
+            w(ElementwiseOp::DropoutBwd { p: 0.3, salt: 7 }),
+            vec![n.clone(), n.clone()],
+        ),
+    ];
+    for kind in UnaryKind::ALL {
+        v.push((w(ElementwiseOp::Unary(kind)), vec![e.clone(), e.clone()]));
+        v.push((
+            w(ElementwiseOp::UnaryBwd(kind)),
+            vec![e.clone(), e.clone(), e.clone()],
+        ));
+    }
+    for kind in UnaryKind::ALL {
+        v.push((w(ElementwiseOp::UnaryInPlace(kind)), vec![e.clone()]));
+        v.push((
+            w(ElementwiseOp::UnaryBwdInPlace(kind)),
+            vec![e.clone(), e.clone()],
+        ));
+    }
+    v.push((w(ElementwiseOp::AddInPlace), vec![n.clone(), n.clone()]));
+    v.push((
+        w(ElementwiseOp::DropoutInPlace { p: 0.3, salt: 7 }),
+        vec![n.clone()],
+    ));
+    v.push((
+        w(ElementwiseOp::DropoutBwdInPlace { p: 0.3, salt: 7 }),
+        vec![n],
+    ));
+    v
 }

@@ -3,6 +3,7 @@
 
 use super::common::{numel, per_element, reduction, Site, Spec};
 use crate::error::CodegenError;
+use dmc_plan::op::LossOp;
 
 const TEMPLATE: &str = "loss.cu.tera";
 
@@ -36,4 +37,35 @@ pub(crate) fn cross_entropy_bwd(s: &Site) -> Result<Spec, CodegenError> {
     sp.ctx.insert("rows", &rows);
     sp.ctx.insert("classes", &classes);
     Ok(sp)
+}
+
+/// The kernel of one op of the loss family.
+pub(crate) fn spec(s: &Site, op: &LossOp) -> Result<Spec, CodegenError> {
+    match op {
+        LossOp::MseLoss => mse(s),
+        LossOp::MseLossBwd => super::elementwise::binary(s),
+        LossOp::CrossEntropyLoss => cross_entropy(s),
+        LossOp::CrossEntropyLossBwd => cross_entropy_bwd(s),
+    }
+}
+
+/// The zoo's losses and their gradients.
+pub(crate) fn zoo() -> Vec<crate::zoo::Case> {
+    use dmc_plan::op::Op;
+    let l = |op: LossOp| Op::Loss(op);
+    vec![
+        (l(LossOp::MseLoss), vec![vec![4, 3], vec![4, 3], vec![1]]),
+        (
+            l(LossOp::MseLossBwd),
+            vec![vec![4, 3], vec![4, 3], vec![4, 3]],
+        ),
+        (
+            l(LossOp::CrossEntropyLoss),
+            vec![vec![5, 7], vec![5], vec![1]],
+        ),
+        (
+            l(LossOp::CrossEntropyLossBwd),
+            vec![vec![5, 7], vec![5], vec![5, 7]],
+        ),
+    ]
 }

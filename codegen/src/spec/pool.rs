@@ -1,9 +1,11 @@
-//! Pooling: max and average pooling and their gradients, global average pooling (`pool.cu.tera`).
+//! Pooling: max and average pooling and their gradients, global average pooling, nearest
+//! upsampling and its gradient (`pool.cu.tera`).
 
 use dmc_plan::op::PoolGeom;
 
 use super::common::{numel, per_element, Site, Spec};
 use crate::error::CodegenError;
+use dmc_plan::op::PoolOp;
 
 /// A pooling kernel over the `x` / `y` shapes of its window geometry, one thread per element of
 /// `threads_over`.
@@ -50,4 +52,75 @@ pub(crate) fn global(s: &Site) -> Result<Spec, CodegenError> {
     s.rank(x, 4, "x")?;
     let g = PoolGeom { size: 1, stride: 1 };
     pool(s, &g, x, x, x[0] * x[3])
+}
+
+/// `Upsample` (x, y) or `UpsampleBwd` (dy, dx) by `factor`: `slots` are (small image, large
+/// image); one thread per output element (the backward sums its f x f block of dy).
+fn upsample(s: &Site, factor: usize, slots: (usize, usize)) -> Result<Spec, CodegenError> {
+    let (small, large) = (s.shape(slots.0)?, s.shape(slots.1)?);
+    s.rank(small, 4, "small image")?;
+    s.rank(large, 4, "large image")?;
+    let g = PoolGeom {
+        size: factor,
+        stride: factor,
+    };
+    let out = if slots.1 == 1 { large } else { small };
+    pool(s, &g, small, large, numel(out))
+}
+
+/// The kernel of one op of the pooling family.
+pub(crate) fn spec(s: &Site, op: &PoolOp) -> Result<Spec, CodegenError> {
+    match op {
+        PoolOp::MaxPool { geom } | PoolOp::AvgPool { geom } => forward(s, geom),
+        PoolOp::MaxPoolBwd { geom } => backward(s, geom, 2),
+        PoolOp::AvgPoolBwd { geom } => backward(s, geom, 1),
+        PoolOp::GlobalAvgPool => global(s),
+        PoolOp::GlobalAvgPoolBwd => super::elementwise::global_avgpool_bwd(s),
+        PoolOp::Upsample { factor } => upsample(s, *factor, (0, 1)),
+        PoolOp::UpsampleBwd { factor } => upsample(s, *factor, (1, 0)),
+    }
+}
+
+/// The zoo's pooling ops: max (two geometries) and average pooling, global average pooling, and
+/// their gradients.
+pub(crate) fn zoo() -> Vec<crate::zoo::Case> {
+    use dmc_plan::op::Op;
+    let p2 = PoolGeom { size: 2, stride: 2 };
+    let p3 = PoolGeom { size: 3, stride: 2 };
+    let p = |op: PoolOp| Op::Pool(op);
+    vec![
+        (
+            p(PoolOp::MaxPool { geom: p2 }),
+            vec![vec![2, 5, 5, 3], vec![2, 2, 2, 3], vec![2, 2, 2, 3]],
+        ),
+        (
+            p(PoolOp::MaxPool { geom: p3 }),
+            vec![vec![1, 7, 7, 2], vec![1, 3, 3, 2], vec![1, 3, 3, 2]],
+        ),
+        (
+            p(PoolOp::MaxPoolBwd { geom: p3 }),
+            vec![vec![1, 3, 3, 2], vec![1, 3, 3, 2], vec![1, 7, 7, 2]],
+        ),
+        (
+            p(PoolOp::AvgPool { geom: p3 }),
+            vec![vec![1, 7, 7, 2], vec![1, 3, 3, 2]],
+        ),
+        (
+            p(PoolOp::AvgPoolBwd { geom: p3 }),
+            vec![vec![1, 3, 3, 2], vec![1, 7, 7, 2]],
+        ),
+        (p(PoolOp::GlobalAvgPool), vec![vec![2, 3, 4, 5], vec![2, 5]]),
+        (
+            p(PoolOp::GlobalAvgPoolBwd),
+            vec![vec![2, 5], vec![2, 3, 4, 5]],
+        ),
+        (
+            p(PoolOp::Upsample { factor: 2 }),
+            vec![vec![2, 3, 5, 3], vec![2, 6, 10, 3]],
+        ),
+        (
+            p(PoolOp::UpsampleBwd { factor: 3 }),
+            vec![vec![1, 6, 9, 2], vec![1, 2, 3, 2]],
+        ),
+    ]
 }

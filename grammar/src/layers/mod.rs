@@ -3,13 +3,18 @@
 //! type name and other spellings; the checker, the "did you mean" suggestions, the summary and the
 //! fuzz tests read it. Activations get one entry each from [`Activation::ALL`].
 //!
-//! Adding a layer: a [`Layer`] variant in `model.rs`, one entry in [`table`], its builder in
-//! `build.rs`, and its arm in [`layer_name`]; `grammar/tests/layers.rs` checks every entry.
+//! Adding a layer: a [`Layer`] variant in `model.rs` (with its arm in [`Layer::entry_name`]), and
+//! one entry plus its builder in the module of its family (`conv.rs`, `pool.rs`, `dense.rs`,
+//! `elementwise.rs`; the table concatenates them); `grammar/tests/layers.rs` checks every entry.
 
 pub mod args;
 pub mod build;
+mod conv;
+mod dense;
+mod elementwise;
+mod pool;
 
-use args::{ArgKind as K, ArgValue as V, Args, Param};
+use args::{Args, Param};
 use build::{Built, Input};
 
 use crate::diag::Error;
@@ -86,115 +91,14 @@ impl LayerDef {
     }
 }
 
-/// `maxpool` and `avgpool`: a square window, moved by its size unless told otherwise.
-const POOL_PARAMS: &[Param] = &[
-    Param::required("size", K::Count),
-    Param::same_as("stride", K::Count, "size"),
-];
-
-/// The table, in the order the language reference lists the layers.
+/// The table, in the order the language reference lists the layers: each family's entries
+/// (with their builders) are in the family's module.
 fn table() -> Vec<LayerDef> {
-    let mut t = vec![
-        LayerDef {
-            name: "conv2d",
-            inputs: Inputs::One,
-            params: const {
-                &[
-                    Param::required("filters", K::Count),
-                    Param::required("kernel", K::Count),
-                    Param::optional("stride", K::Count, V::Count(1)),
-                    Param::optional("padding", K::Choice(&["same", "valid"]), V::Choice("same")),
-                    Param::optional("bias", K::Flag, V::Flag(true)),
-                    Param::optional("activation", K::Activation, V::Activation(None)),
-                ]
-            },
-            build: Build::Layer(build::conv2d),
-            example: Some("x |> conv2d(64, 3)   # filters, kernel"),
-            doc:
-                "2-D convolution over an image [h, w, c], square kernel, weight [k, k, c, filters]",
-            summary: "Conv2D",
-            aliases: &["convolution2d"],
-        },
-        LayerDef {
-            name: "maxpool",
-            inputs: Inputs::One,
-            params: POOL_PARAMS,
-            build: Build::Layer(build::maxpool),
-            example: Some("x |> maxpool(2)"),
-            doc: "maximum over square 'valid' windows of an image",
-            summary: "MaxPool",
-            aliases: &["maxpooling2d", "maxpool2d"],
-        },
-        LayerDef {
-            name: "avgpool",
-            inputs: Inputs::One,
-            params: POOL_PARAMS,
-            build: Build::Layer(build::avgpool),
-            example: Some("x |> avgpool(2)"),
-            doc: "mean over square 'valid' windows of an image",
-            summary: "AvgPool",
-            aliases: &["averagepooling2d", "avgpool2d"],
-        },
-        LayerDef {
-            name: "global_avgpool",
-            inputs: Inputs::One,
-            params: &[],
-            build: Build::Layer(build::global_avgpool),
-            example: None,
-            doc: "mean over the height and width of an image: [h, w, c] -> [c]",
-            summary: "GlobalAvgPool",
-            aliases: &["globalaveragepooling2d", "adaptiveavgpool2d"],
-        },
-        LayerDef {
-            name: "dense",
-            inputs: Inputs::One,
-            params: const {
-                &[
-                    Param::required("units", K::Count),
-                    Param::optional("bias", K::Flag, V::Flag(true)),
-                    Param::optional("activation", K::Activation, V::Activation(None)),
-                ]
-            },
-            build: Build::Layer(build::dense),
-            example: Some("x |> dense(10)"),
-            doc: "fully connected layer on a flat input [n], weight [n, units]",
-            summary: "Dense",
-            aliases: &["linear", "fullyconnected", "fc"],
-        },
-        LayerDef {
-            name: "flatten",
-            inputs: Inputs::One,
-            params: &[],
-            build: Build::Layer(build::flatten),
-            example: None,
-            doc: "all dimensions into one: [d1, ..., dk] -> [d1 * ... * dk]",
-            summary: "Flatten",
-            aliases: &["reshape"],
-        },
-    ];
+    let mut t = conv::defs();
+    t.extend(pool::defs());
+    t.extend(dense::defs());
     t.extend(Activation::ALL.map(activation));
-    t.extend([
-        LayerDef {
-            name: "add",
-            inputs: Inputs::Sum,
-            params: &[],
-            build: Build::Layer(build::add),
-            example: None,
-            doc: "elementwise sum of two values of the same shape (also written `a + b`)",
-            summary: "Add",
-            aliases: &[],
-        },
-        LayerDef {
-            name: "dropout",
-            inputs: Inputs::One,
-            params: const { &[Param::required("p", K::Number)] },
-            build: Build::Layer(build::dropout),
-            example: Some("x |> dropout(0.5)"),
-            doc: "inverted dropout in training: drops each unit with probability p, 0 <= p < 1",
-            summary: "Dropout",
-            aliases: &[],
-        },
-    ]);
+    t.extend(elementwise::defs());
     t
 }
 
@@ -237,17 +141,7 @@ pub fn sum() -> Option<&'static LayerDef> {
 /// (`conv2d_3`). Each arm must name the entry whose builder makes that variant; the table's tests
 /// check it.
 pub fn layer_name(layer: &Layer) -> &'static str {
-    match layer {
-        Layer::Conv2d { .. } => "conv2d",
-        Layer::MaxPool { .. } => "maxpool",
-        Layer::AvgPool { .. } => "avgpool",
-        Layer::GlobalAvgPool => "global_avgpool",
-        Layer::Dense { .. } => "dense",
-        Layer::Flatten => "flatten",
-        Layer::Act(a) => a.name(),
-        Layer::Add => "add",
-        Layer::Dropout { .. } => "dropout",
-    }
+    layer.entry_name()
 }
 
 /// The summary's type name of `layer` (`Conv2D`).

@@ -19,7 +19,10 @@ use std::cell::RefCell;
 use dmc_plan::op::{ConvGeom, CONV_CHUNK_ROWS};
 use rayon::prelude::*;
 
+use super::executor::{state_slices, Args, Ctx};
 use super::gemm::{sgemm, View};
+use super::optim::update_block;
+use dmc_plan::op::ConvOp;
 
 /// Sizes of one convolution: x `[n,h,w,ci]`, y `[n,ho,wo,co]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -375,5 +378,63 @@ pub fn conv2d_bwd_weight_chunked(
         }
         apply(c0, nc, block);
         c0 += nc;
+    }
+}
+
+/// Runs one step of an op of the convolution family: the step's arguments, taken by signature slot,
+/// handed to the kernels above.
+///
+/// # Safety
+/// As [`exec`](super::executor::exec): a validated step, exclusive access to the arena; each
+/// mutable slice is taken only for a slot with role Out, InOut or Workspace.
+pub(super) unsafe fn exec(op: &ConvOp, a: &Args, ctx: &Ctx) -> () {
+    // SAFETY: (all calls below) see this function's contract; slot indices follow the signature.
+    unsafe {
+        match op {
+            ConvOp::Conv2d { geom, bias } => {
+                let d = ConvDims::from_shapes(a.shape(0), a.shape(if *bias { 3 } else { 2 }));
+                let (b, yi) = if *bias {
+                    (Some(a.f32(2)), 3)
+                } else {
+                    (None, 2)
+                };
+                conv2d_fwd(
+                    geom,
+                    &d,
+                    a.f32(0),
+                    a.f32(1),
+                    b,
+                    a.f32_mut(yi),
+                    a.f32_mut(yi + 1),
+                );
+            }
+            ConvOp::Conv2dBwdData { geom } => {
+                let d = ConvDims::from_shapes(a.shape(2), a.shape(0));
+                conv2d_bwd_data(geom, &d, a.f32(0), a.f32(1), a.f32_mut(2));
+            }
+            ConvOp::Conv2dBwdWeight { geom } => {
+                let d = ConvDims::from_shapes(a.shape(0), a.shape(1));
+                conv2d_bwd_weight(geom, &d, a.f32(0), a.f32(1), a.f32_mut(2), a.f32_mut(3));
+            }
+            ConvOp::Conv2dBwdWeightUpdate { geom, rule, chunk } => {
+                let d = ConvDims::from_shapes(a.shape(0), a.shape(1));
+                let ns = rule.state_names().len();
+                let w = a.f32_mut(2);
+                let mut states = state_slices(a, 3, ns);
+                let co = d.co;
+                conv2d_bwd_weight_chunked(
+                    geom,
+                    &d,
+                    a.f32(0),
+                    a.f32(1),
+                    *chunk,
+                    a.f32_mut(3 + ns),
+                    a.f32_mut(4 + ns),
+                    |c0, nc, gw| {
+                        update_block(rule, ctx.step_counter, w, co, c0, nc, gw, &mut states[..ns])
+                    },
+                );
+            }
+        }
     }
 }

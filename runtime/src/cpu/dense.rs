@@ -2,7 +2,10 @@
 
 use rayon::prelude::*;
 
+use super::executor::{state_slices, Args, Ctx};
 use super::gemm::{sgemm, View};
+use super::optim::update_block;
+use dmc_plan::op::DenseOp;
 
 /// `y[N,M] = x[N,K] w[K,M] (+ b[M])`.
 pub fn dense_fwd(
@@ -105,5 +108,62 @@ pub fn dense_bwd_weight_chunked(
         sgemm(1.0, View::rm_t(x, n, k), dyv, 0.0, block, nc, 1);
         apply(c0, nc, block);
         c0 += nc;
+    }
+}
+
+/// Runs one step of an op of the dense family: the step's arguments, taken by signature slot,
+/// handed to the kernels above.
+///
+/// # Safety
+/// As [`exec`](super::executor::exec): a validated step, exclusive access to the arena; each
+/// mutable slice is taken only for a slot with role Out, InOut or Workspace.
+pub(super) unsafe fn exec(op: &DenseOp, a: &Args, ctx: &Ctx) -> () {
+    // SAFETY: (all calls below) see this function's contract; slot indices follow the signature.
+    unsafe {
+        match op {
+            DenseOp::Dense { bias } => {
+                let w = a.shape(1);
+                let (k, m) = (w[0], w[1]);
+                let n = a.shape(0).iter().product::<usize>() / k.max(1);
+                let (b, yi) = if *bias {
+                    (Some(a.f32(2)), 3)
+                } else {
+                    (None, 2)
+                };
+                dense_fwd(n, k, m, a.f32(0), a.f32(1), b, a.f32_mut(yi));
+            }
+            DenseOp::DenseBwdData => {
+                let w = a.shape(1);
+                let (k, m) = (w[0], w[1]);
+                let n = a.shape(0).iter().product::<usize>() / m.max(1);
+                dense_bwd_data(n, k, m, a.f32(0), a.f32(1), a.f32_mut(2));
+            }
+            DenseOp::DenseBwdWeight => {
+                let dw = a.shape(2);
+                let (k, m) = (dw[0], dw[1]);
+                let n = a.shape(0).iter().product::<usize>() / k.max(1);
+                dense_bwd_weight(n, k, m, a.f32(0), a.f32(1), a.f32_mut(2));
+            }
+            DenseOp::DenseBwdWeightUpdate { rule, chunk } => {
+                let ws = a.shape(2);
+                let (k, m) = (ws[0], ws[1]);
+                let n = a.shape(0).iter().product::<usize>() / k.max(1);
+                let ns = rule.state_names().len();
+                let w = a.f32_mut(2);
+                let mut states = state_slices(a, 3, ns);
+                dense_bwd_weight_chunked(
+                    n,
+                    k,
+                    m,
+                    a.f32(0),
+                    a.f32(1),
+                    *chunk,
+                    a.f32_mut(3 + ns),
+                    |c0, nc, gw| {
+                        update_block(rule, ctx.step_counter, w, m, c0, nc, gw, &mut states[..ns])
+                    },
+                );
+            }
+        }
     }
 }

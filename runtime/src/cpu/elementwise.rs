@@ -3,8 +3,11 @@
 
 use dmc_plan::op::UnaryKind;
 
+use super::executor::{Args, Ctx};
 use super::par::for_chunks;
 use crate::hash::mix64;
+use dmc_plan::op::ElementwiseOp;
+use dmc_plan::plan::Mode;
 
 /// y = f(x).
 pub fn unary_fwd(kind: UnaryKind, x: &[f32], y: &mut [f32]) {
@@ -136,4 +139,49 @@ pub fn dropout_inplace(p: f32, rng: DropoutRng, x: &mut [f32]) {
             *x *= dropout_scale(p, &rng, (o + i) as u64);
         }
     });
+}
+
+/// Runs one step of an op of the elementwise family: the step's arguments, taken by signature slot,
+/// handed to the kernels above.
+///
+/// # Safety
+/// As [`exec`](super::executor::exec): a validated step, exclusive access to the arena; each
+/// mutable slice is taken only for a slot with role Out, InOut or Workspace.
+pub(super) unsafe fn exec(op: &ElementwiseOp, a: &Args, ctx: &Ctx) -> () {
+    // SAFETY: (all calls below) see this function's contract; slot indices follow the signature.
+    unsafe {
+        match op {
+            ElementwiseOp::Unary(kind) => unary_fwd(*kind, a.f32(0), a.f32_mut(1)),
+            ElementwiseOp::Add => add(a.f32(0), a.f32(1), a.f32_mut(2)),
+            ElementwiseOp::Dropout { p, salt } => {
+                if ctx.mode == Mode::Eval {
+                    a.f32_mut(1).copy_from_slice(a.f32(0));
+                } else {
+                    let rng = DropoutRng::new(ctx.seed, ctx.step_counter, *salt);
+                    dropout(*p, rng, a.f32(0), a.f32_mut(1));
+                }
+            }
+            ElementwiseOp::UnaryBwd(kind) => unary_bwd(*kind, a.f32(0), a.f32(1), a.f32_mut(2)),
+            ElementwiseOp::DropoutBwd { p, salt } => {
+                if ctx.mode == Mode::Eval {
+                    a.f32_mut(1).copy_from_slice(a.f32(0));
+                } else {
+                    let rng = DropoutRng::new(ctx.seed, ctx.step_counter, *salt);
+                    dropout(*p, rng, a.f32(0), a.f32_mut(1));
+                }
+            }
+            ElementwiseOp::UnaryInPlace(kind) => unary_fwd_inplace(*kind, a.f32_mut(0)),
+            ElementwiseOp::AddInPlace => add_inplace(a.f32_mut(0), a.f32(1)),
+            ElementwiseOp::DropoutInPlace { p, salt }
+            | ElementwiseOp::DropoutBwdInPlace { p, salt } => {
+                if ctx.mode != Mode::Eval {
+                    let rng = DropoutRng::new(ctx.seed, ctx.step_counter, *salt);
+                    dropout_inplace(*p, rng, a.f32_mut(0));
+                }
+            }
+            ElementwiseOp::UnaryBwdInPlace(kind) => {
+                unary_bwd_inplace(*kind, a.f32(0), a.f32_mut(1))
+            }
+        }
+    }
 }

@@ -2,7 +2,9 @@
 
 use rayon::prelude::*;
 
+use super::executor::{Args, Ctx};
 use super::par::{det_sum, for_chunks};
+use dmc_plan::op::LossOp;
 
 /// mean((pred - target)^2).
 pub fn mse_loss(pred: &[f32], target: &[f32]) -> f32 {
@@ -102,5 +104,30 @@ pub fn cross_entropy_loss_bwd(
                 *o = ((sm - oh) * inv_n) as f32;
             }
         });
+    Ok(())
+}
+
+/// Runs one step of an op of the loss family: the step's arguments, taken by signature slot,
+/// handed to the kernels above.
+///
+/// # Safety
+/// As [`exec`](super::executor::exec): a validated step, exclusive access to the arena; each
+/// mutable slice is taken only for a slot with role Out, InOut or Workspace.
+pub(super) unsafe fn exec(op: &LossOp, a: &Args, _ctx: &Ctx) -> Result<(), BadLabel> {
+    // SAFETY: (all calls below) see this function's contract; slot indices follow the signature.
+    unsafe {
+        match op {
+            LossOp::MseLoss => a.f32_mut(2)[0] = mse_loss(a.f32(0), a.f32(1)),
+            LossOp::CrossEntropyLoss => {
+                let c = a.shape(0)[1];
+                a.f32_mut(2)[0] = cross_entropy_loss(a.f32(0), a.i32(1), c)?;
+            }
+            LossOp::MseLossBwd => mse_loss_bwd(a.f32(0), a.f32(1), a.f32_mut(2)),
+            LossOp::CrossEntropyLossBwd => {
+                let c = a.shape(0)[1];
+                cross_entropy_loss_bwd(a.f32(0), a.i32(1), c, a.f32_mut(2))?;
+            }
+        }
+    }
     Ok(())
 }

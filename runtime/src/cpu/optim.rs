@@ -6,7 +6,10 @@
 use dmc_plan::op::UpdateRule;
 use rayon::prelude::*;
 
+use super::dense::bias_grad;
+use super::executor::{state_slices, Args, Ctx};
 use super::par::ELEM_CHUNK;
+use dmc_plan::op::OptimOp;
 
 /// An update rule at one step, per element. SGD: g' = g + wd*w; with momentum:
 /// v = momentum*v + g', step = nesterov ? g' + momentum*v : v; without: step = g'; w -= lr*step.
@@ -204,5 +207,35 @@ pub fn update_block(
                 }
             }),
         _ => unreachable!("state count checked above"),
+    }
+}
+
+/// Runs one step of an op of the optimizer family: the step's arguments, taken by signature slot,
+/// handed to the kernels above.
+///
+/// # Safety
+/// As [`exec`](super::executor::exec): a validated step, exclusive access to the arena; each
+/// mutable slice is taken only for a slot with role Out, InOut or Workspace.
+pub(super) unsafe fn exec(op: &OptimOp, a: &Args, ctx: &Ctx) -> () {
+    // SAFETY: (all calls below) see this function's contract; slot indices follow the signature.
+    unsafe {
+        match op {
+            OptimOp::BiasGrad => bias_grad(a.f32(0), a.f32_mut(1)),
+            OptimOp::Update { rule } => {
+                let ns = rule.state_names().len();
+                let w = a.f32_mut(0);
+                let mut states = state_slices(a, 2, ns);
+                update(rule, ctx.step_counter, w, a.f32(1), &mut states[..ns]);
+            }
+            OptimOp::BiasGradUpdate { rule } => {
+                let ns = rule.state_names().len();
+                let db = a.f32_mut(2 + ns);
+                bias_grad(a.f32(0), db);
+                let b = a.f32_mut(1);
+                let c = b.len();
+                let mut states = state_slices(a, 2, ns);
+                update_block(rule, ctx.step_counter, b, c, 0, c, db, &mut states[..ns]);
+            }
+        }
     }
 }

@@ -1,6 +1,9 @@
-//! Max / average / global-average pooling (NHWC, 'valid' windows) and their backward ops.
+//! Max / average / global-average pooling (NHWC, 'valid' windows), nearest-neighbour upsampling,
+//! and their backward ops.
 
+use super::executor::{Args, Ctx};
 use dmc_plan::op::PoolGeom;
+use dmc_plan::op::PoolOp;
 use rayon::prelude::*;
 
 /// Sizes of one pooling: x `[n,h,w,c]`, y `[n,ho,wo,c]`.
@@ -208,4 +211,102 @@ pub fn global_avgpool_bwd(n: usize, hw: usize, c: usize, dy: &[f32], dx: &mut [f
             }
         }
     });
+}
+
+/// Nearest-neighbour upsampling by `f`: `y[n, i, j, c] = x[n, i / f, j / f, c]`, with x
+/// `[n, h, w, c]` (`d.h`, `d.w`) and y `[n, h*f, w*f, c]` (`d.ho`, `d.wo`).
+pub fn upsample_fwd(f: usize, d: &PoolDims, x: &[f32], y: &mut [f32]) {
+    assert!(
+        f >= 1 && d.ho == d.h * f && d.wo == d.w * f,
+        "upsample: bad sizes"
+    );
+    assert_eq!(x.len(), d.n * d.h * d.w * d.c, "upsample: x size");
+    assert_eq!(y.len(), d.n * d.ho * d.wo * d.c, "upsample: y size");
+    let row = d.wo * d.c;
+    if row == 0 {
+        return;
+    }
+    y.par_chunks_mut(row).enumerate().for_each(|(r, yr)| {
+        let (n, oy) = (r / d.ho, r % d.ho);
+        let src = (n * d.h + oy / f) * d.w * d.c;
+        for (ox, px) in yr.chunks_exact_mut(d.c).enumerate() {
+            let s = src + (ox / f) * d.c;
+            px.copy_from_slice(&x[s..s + d.c]);
+        }
+    });
+}
+
+/// The gradient of [`upsample_fwd`]: `dx[n, i, j, c]` = the sum of dy over its f x f block, rows
+/// then columns (the order the CUDA kernel adds in).
+pub fn upsample_bwd(f: usize, d: &PoolDims, dy: &[f32], dx: &mut [f32]) {
+    assert!(
+        f >= 1 && d.ho == d.h * f && d.wo == d.w * f,
+        "upsample_bwd: bad sizes"
+    );
+    assert_eq!(dx.len(), d.n * d.h * d.w * d.c, "upsample_bwd: dx size");
+    assert_eq!(dy.len(), d.n * d.ho * d.wo * d.c, "upsample_bwd: dy size");
+    let row = d.w * d.c;
+    if row == 0 {
+        return;
+    }
+    dx.par_chunks_mut(row).enumerate().for_each(|(r, dxr)| {
+        let (n, iy) = (r / d.h, r % d.h);
+        for (ix, px) in dxr.chunks_exact_mut(d.c).enumerate() {
+            px.fill(0.0);
+            for wy in 0..f {
+                for wx in 0..f {
+                    let o = ((n * d.ho + iy * f + wy) * d.wo + ix * f + wx) * d.c;
+                    for (t, v) in px.iter_mut().zip(&dy[o..o + d.c]) {
+                        *t += *v;
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Runs one step of an op of the pooling family: the step's arguments, taken by signature slot,
+/// handed to the kernels above.
+///
+/// # Safety
+/// As [`exec`](super::executor::exec): a validated step, exclusive access to the arena; each
+/// mutable slice is taken only for a slot with role Out, InOut or Workspace.
+pub(super) unsafe fn exec(op: &PoolOp, a: &Args, _ctx: &Ctx) -> () {
+    // SAFETY: (all calls below) see this function's contract; slot indices follow the signature.
+    unsafe {
+        match op {
+            PoolOp::MaxPool { geom } => {
+                let d = PoolDims::from_shapes(a.shape(0), a.shape(1));
+                maxpool_fwd(geom, &d, a.f32(0), a.f32_mut(1), a.u8_mut(2));
+            }
+            PoolOp::AvgPool { geom } => {
+                let d = PoolDims::from_shapes(a.shape(0), a.shape(1));
+                avgpool_fwd(geom, &d, a.f32(0), a.f32_mut(1));
+            }
+            PoolOp::GlobalAvgPool => {
+                let x = a.shape(0);
+                global_avgpool_fwd(x[0], x[1] * x[2], x[3], a.f32(0), a.f32_mut(1));
+            }
+            PoolOp::MaxPoolBwd { geom } => {
+                let d = PoolDims::from_shapes(a.shape(2), a.shape(0));
+                maxpool_bwd(geom, &d, a.f32(0), a.u8(1), a.f32_mut(2));
+            }
+            PoolOp::AvgPoolBwd { geom } => {
+                let d = PoolDims::from_shapes(a.shape(1), a.shape(0));
+                avgpool_bwd(geom, &d, a.f32(0), a.f32_mut(1));
+            }
+            PoolOp::Upsample { factor } => {
+                let d = PoolDims::from_shapes(a.shape(0), a.shape(1));
+                upsample_fwd(*factor, &d, a.f32(0), a.f32_mut(1));
+            }
+            PoolOp::UpsampleBwd { factor } => {
+                let d = PoolDims::from_shapes(a.shape(1), a.shape(0));
+                upsample_bwd(*factor, &d, a.f32(0), a.f32_mut(1));
+            }
+            PoolOp::GlobalAvgPoolBwd => {
+                let x = a.shape(1);
+                global_avgpool_bwd(x[0], x[1] * x[2], x[3], a.f32(0), a.f32_mut(1));
+            }
+        }
+    }
 }

@@ -9,6 +9,7 @@ use dmc_plan::update::UpdateRule;
 
 use super::common::{f32_lit, numel, per_element, Site, Spec};
 use crate::error::CodegenError;
+use dmc_plan::op::OptimOp;
 
 /// The context of `update.cuh.tera` for `rule`, updating the buffer `target` (`w` or `b`) and the
 /// state slots named by [`UpdateRule::state_names`], and `fused_update` (a gradient kernel that
@@ -69,4 +70,66 @@ pub(crate) fn bias_grad(s: &Site, rule: Option<&UpdateRule>) -> Result<Spec, Cod
         rule_ctx(&mut sp.ctx, rule, "b", true);
     }
     Ok(sp)
+}
+
+/// The kernel of one op of the optimizer family.
+pub(crate) fn spec(s: &Site, op: &OptimOp) -> Result<Spec, CodegenError> {
+    match op {
+        OptimOp::Update { rule } => update(s, rule),
+        OptimOp::BiasGrad => bias_grad(s, None),
+        OptimOp::BiasGradUpdate { rule } => bias_grad(s, Some(rule)),
+    }
+}
+
+/// The zoo's optimizer ops: the bias gradient, every update rule flavour (SGD plain / momentum /
+/// nesterov, Adam / AdamW) and the bias gradient fused with SGD and Adam.
+pub(crate) fn zoo() -> Vec<crate::zoo::Case> {
+    use crate::zoo::{adam, fused, sgd};
+    use dmc_plan::op::Op;
+    let o = |op: OptimOp| Op::Optim(op);
+    let sgd_plain = UpdateRule::Sgd {
+        lr: 0.1,
+        momentum: 0.0,
+        weight_decay: 0.0,
+        nesterov: false,
+    };
+    let sgd_nesterov = UpdateRule::Sgd {
+        lr: 0.01,
+        momentum: 0.9,
+        weight_decay: 1e-4,
+        nesterov: true,
+    };
+    let adam_l2 = UpdateRule::Adam {
+        lr: 1e-3,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+        weight_decay: 1e-4,
+        decoupled: false,
+    };
+    vec![
+        (o(OptimOp::BiasGrad), vec![vec![2, 3, 4, 5], vec![5]]),
+        (
+            o(OptimOp::Update { rule: sgd_plain }),
+            vec![vec![50], vec![50]],
+        ),
+        (
+            o(OptimOp::Update { rule: sgd_nesterov }),
+            vec![vec![50], vec![50], vec![50]],
+        ),
+        (o(OptimOp::Update { rule: adam(true) }), vec![vec![50]; 4]),
+        (o(OptimOp::Update { rule: adam_l2 }), vec![vec![50]; 4]),
+        fused(
+            o(OptimOp::BiasGradUpdate {
+                rule: sgd(0.9, false),
+            }),
+            vec![vec![2, 3, 4, 5]],
+            vec![5],
+        ),
+        fused(
+            o(OptimOp::BiasGradUpdate { rule: adam(false) }),
+            vec![vec![2, 3, 4, 5]],
+            vec![5],
+        ),
+    ]
 }

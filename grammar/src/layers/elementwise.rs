@@ -1,0 +1,68 @@
+//! Elementwise layers besides the activations: `add` (also `a + b`) and `dropout`.
+
+use super::args::{ArgKind as K, Args, Param};
+use super::build::{first, Built, Input};
+use super::{Build, Inputs, LayerDef};
+use crate::diag::{Error, Kind};
+use crate::limits::fmt_shape;
+use crate::model::Layer;
+
+/// The entries of this family, in the language reference's order.
+pub(super) fn defs() -> Vec<LayerDef> {
+    vec![
+        LayerDef {
+            name: "add",
+            inputs: Inputs::Sum,
+            params: &[],
+            build: Build::Layer(add),
+            example: None,
+            doc: "elementwise sum of two values of the same shape (also written `a + b`)",
+            summary: "Add",
+            aliases: &[],
+        },
+        LayerDef {
+            name: "dropout",
+            inputs: Inputs::One,
+            params: const { &[Param::required("p", K::Number)] },
+            build: Build::Layer(dropout),
+            example: Some("x |> dropout(0.5)"),
+            doc: "inverted dropout in training: drops each unit with probability p, 0 <= p < 1",
+            summary: "Dropout",
+            aliases: &[],
+        },
+    ]
+}
+
+/// `a + b`: two values of the same shape.
+pub fn add(inputs: &[Input<'_>], b: &Args) -> Result<Built, Error> {
+    let [a, bb] = inputs else {
+        return Err(Error::new(
+            Kind::Argument,
+            b.call,
+            format!("`add` takes exactly 2 values, got {}", inputs.len()),
+        )
+        .label("wrong number of values"));
+    };
+    if a.shape != bb.shape {
+        return Err(Error::new(Kind::Shape, bb.span, format!("cannot add values of shapes {} and {}", fmt_shape(a.shape), fmt_shape(bb.shape)))
+            .label(format!("this is {}", fmt_shape(bb.shape)))
+            .note(a.span, format!("this is {}", fmt_shape(a.shape)))
+            .help("`+` adds elementwise and needs equal shapes; for a residual connection, give the branch as many channels as its input (e.g. with a 1x1 `conv2d`)"));
+    }
+    Ok(Built::plain(Layer::Add, a.shape.to_vec()))
+}
+
+pub fn dropout(inputs: &[Input<'_>], b: &Args) -> Result<Built, Error> {
+    let p = b.number("p")?;
+    if !(0.0..1.0).contains(&p) {
+        return Err(Error::new(
+            Kind::Argument,
+            b.span("p"),
+            format!("dropout probability must be in [0, 1), found {p:?}"),
+        )
+        .label("out of range")
+        .help("`p` is the probability of dropping a unit, e.g. `dropout(0.5)`"));
+    }
+    let shape = first(inputs, b)?.shape.to_vec();
+    Ok(Built::plain(Layer::Dropout { p: p as f32 }, shape))
+}

@@ -1,0 +1,243 @@
+//! The convolution family: the forward, both gradients, and the weight gradient fused with its
+//! update. Weights are HWIO `[kh,kw,Ci,Co]`, images NHWC.
+
+use serde::{Deserialize, Serialize};
+
+use super::shape::{conv_extent, conv_extent_ok, err, numel, rank, states_like};
+use super::{p, ConvGeom, DType, OpFacts, ParamKind, Role, ShapeError, TensorType, UpdateRule};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ConvOp {
+    /// x[N,H,W,Ci], w[kh,kw,Ci,Co], (b[Co] if bias) -> y[N,Ho,Wo,Co].
+    /// Workspace: [`conv_workspace_elems`] f32 (im2col rows of a chunk).
+    Conv2d { geom: ConvGeom, bias: bool },
+    /// dy[N,Ho,Wo,Co], w[kh,kw,Ci,Co] -> dx[N,H,W,Ci] (reads w in place, flipped: no transposed copy)
+    Conv2dBwdData { geom: ConvGeom },
+    /// x[N,H,W,Ci], dy[N,Ho,Wo,Co] -> dw[kh,kw,Ci,Co]. Workspace as for `Conv2d`.
+    Conv2dBwdWeight { geom: ConvGeom },
+    /// x[N,H,W,Ci], dy[N,Ho,Wo,Co], w[kh,kw,Ci,Co] (InOut), state.. (InOut) -> w', state'..
+    /// For each block of `chunk` output channels (columns of the [K, Co] weight matrix,
+    /// K = kh*kw*Ci): the gradient of that block into the workspace `gw` [K x chunk], then the
+    /// update `rule` on that block of w and its state. Workspaces: `gw` (K*chunk), `cols` (as for
+    /// `Conv2d`). No whole-layer gradient is ever held.
+    Conv2dBwdWeightUpdate {
+        geom: ConvGeom,
+        rule: UpdateRule,
+        chunk: usize,
+    },
+}
+
+/// Rows of im2col processed per chunk by convolution kernels: the workspace holds
+/// `CONV_CHUNK_ROWS x (kh*kw*Ci)` f32 (or fewer rows when the whole problem is smaller).
+pub const CONV_CHUNK_ROWS: usize = 256;
+
+/// Workspace elements (f32) a convolution kernel needs, given x's full shape [N,H,W,Ci] and the
+/// output's [N,Ho,Wo,Co]. Shared by the planner (size of the workspace buffer) and the backends.
+pub fn conv_workspace_elems(geom: &ConvGeom, x_shape: &[usize], y_shape: &[usize]) -> usize {
+    let rows = y_shape[0] * y_shape[1] * y_shape[2];
+    let k = geom.kh * geom.kw * x_shape[3];
+    rows.min(CONV_CHUNK_ROWS) * k
+}
+
+/// x [N,H,W,Ci] and y (or dy) [N,Ho,Wo,Co] agree with the geometry.
+fn consistent(geom: &ConvGeom, x: &TensorType, y: &TensorType) -> Result<bool, ShapeError> {
+    rank(x, 4, "x")?;
+    rank(y, 4, "y")?;
+    Ok(x.shape[0] == y.shape[0]
+        && conv_extent_ok(x.shape[1], geom.kh, geom.stride, geom.pad_top, y.shape[1])
+        && conv_extent_ok(x.shape[2], geom.kw, geom.stride, geom.pad_left, y.shape[2]))
+}
+
+impl OpFacts for ConvOp {
+    fn params(&self) -> Vec<ParamKind> {
+        use DType::*;
+        use Role::*;
+        match self {
+            ConvOp::Conv2d { bias, .. } => {
+                let mut v = vec![p("x", In, F32), p("w", In, F32)];
+                if *bias {
+                    v.push(p("b", In, F32));
+                }
+                v.push(p("y", Out, F32));
+                v.push(p("cols", Workspace, F32));
+                v
+            }
+            ConvOp::Conv2dBwdData { .. } => {
+                vec![p("dy", In, F32), p("w", In, F32), p("dx", Out, F32)]
+            }
+            ConvOp::Conv2dBwdWeight { .. } => vec![
+                p("x", In, F32),
+                p("dy", In, F32),
+                p("dw", Out, F32),
+                p("cols", Workspace, F32),
+            ],
+            ConvOp::Conv2dBwdWeightUpdate { rule, .. } => {
+                let mut v = vec![p("x", In, F32), p("dy", In, F32), p("w", InOut, F32)];
+                v.extend(rule.state_names().iter().map(|s| p(s, InOut, F32)));
+                v.push(p("gw", Workspace, F32));
+                v.push(p("cols", Workspace, F32));
+                v
+            }
+        }
+    }
+
+    fn kind_name(&self) -> &'static str {
+        match self {
+            ConvOp::Conv2d { .. } => "conv2d",
+            ConvOp::Conv2dBwdData { .. } => "conv2d_bwd_data",
+            ConvOp::Conv2dBwdWeight { .. } => "conv2d_bwd_weight",
+            ConvOp::Conv2dBwdWeightUpdate { .. } => "conv2d_bwd_weight_update",
+        }
+    }
+
+    fn aliased_outputs(&self) -> Vec<(usize, usize)> {
+        match self {
+            ConvOp::Conv2d { .. }
+            | ConvOp::Conv2dBwdData { .. }
+            | ConvOp::Conv2dBwdWeight { .. } => {
+                vec![]
+            }
+            ConvOp::Conv2dBwdWeightUpdate { rule, .. } => {
+                (0..=rule.state_names().len()).map(|o| (o, o + 2)).collect()
+            }
+        }
+    }
+
+    fn workspace_elems(&self, s: &[Vec<usize>]) -> Vec<usize> {
+        let k_of =
+            |geom: &ConvGeom, x: &[usize]| geom.kh * geom.kw * x.get(3).copied().unwrap_or(0);
+        match self {
+            ConvOp::Conv2d { geom, bias } => {
+                let yi = if *bias { 3 } else { 2 };
+                match (s.first(), s.get(yi)) {
+                    (Some(x), Some(y)) if x.len() == 4 && y.len() == 4 => {
+                        vec![conv_workspace_elems(geom, x, y)]
+                    }
+                    _ => vec![0],
+                }
+            }
+            ConvOp::Conv2dBwdData { .. } => vec![],
+            ConvOp::Conv2dBwdWeight { geom } => match (s.first(), s.get(1)) {
+                (Some(x), Some(dy)) if x.len() == 4 && dy.len() == 4 => {
+                    vec![conv_workspace_elems(geom, x, dy)]
+                }
+                _ => vec![0],
+            },
+            ConvOp::Conv2dBwdWeightUpdate { geom, chunk, .. } => match (s.first(), s.get(1)) {
+                (Some(x), Some(dy)) if x.len() == 4 && dy.len() == 4 => {
+                    vec![k_of(geom, x) * chunk, conv_workspace_elems(geom, x, dy)]
+                }
+                _ => vec![0, 0],
+            },
+        }
+    }
+
+    fn infer(
+        &self,
+        inputs: &[TensorType],
+        hint: Option<&TensorType>,
+    ) -> Result<Vec<TensorType>, ShapeError> {
+        let f = TensorType::f32;
+        match self {
+            ConvOp::Conv2d { geom, bias } => {
+                let (x, w) = (&inputs[0], &inputs[1]);
+                rank(x, 4, "x")?;
+                rank(w, 4, "w")?;
+                if geom.stride == 0 {
+                    return err("convolution stride must be positive");
+                }
+                if w.shape[0] != geom.kh || w.shape[1] != geom.kw || w.shape[2] != x.shape[3] {
+                    return err(format!(
+                        "w {w} does not match kernel {}x{} over {} channels",
+                        geom.kh, geom.kw, x.shape[3]
+                    ));
+                }
+                if *bias && inputs[2].shape != [w.shape[3]] {
+                    return err(format!("bias {} must be [{}]", inputs[2], w.shape[3]));
+                }
+                let y = match hint {
+                    Some(h) => {
+                        if !consistent(geom, x, h)? || h.shape[3] != w.shape[3] {
+                            return err(format!(
+                                "output {h} inconsistent with x {x}, w {w}, {geom:?}"
+                            ));
+                        }
+                        h.shape.clone()
+                    }
+                    None => vec![
+                        x.shape[0],
+                        conv_extent(x.shape[1], geom.kh, geom.stride, geom.pad_top)?,
+                        conv_extent(x.shape[2], geom.kw, geom.stride, geom.pad_left)?,
+                        w.shape[3],
+                    ],
+                };
+                Ok(vec![f(y)])
+            }
+            ConvOp::Conv2dBwdData { geom } => {
+                let (dy, w) = (&inputs[0], &inputs[1]);
+                rank(dy, 4, "dy")?;
+                rank(w, 4, "w")?;
+                let Some(h) = hint else {
+                    return err("conv2d_bwd_data needs the expected output shape");
+                };
+                let ok = consistent(geom, h, dy)?
+                    && w.shape[0] == geom.kh
+                    && w.shape[1] == geom.kw
+                    && dy.shape[3] == w.shape[3]
+                    && h.shape[3] == w.shape[2];
+                if !ok {
+                    return err(format!("dx {h} inconsistent with dy {dy}, w {w}, {geom:?}"));
+                }
+                Ok(vec![f(h.shape.clone())])
+            }
+            ConvOp::Conv2dBwdWeight { geom } => {
+                let (x, dy) = (&inputs[0], &inputs[1]);
+                if !consistent(geom, x, dy)? {
+                    return err(format!("x {x} and dy {dy} inconsistent with {geom:?}"));
+                }
+                Ok(vec![f(vec![geom.kh, geom.kw, x.shape[3], dy.shape[3]])])
+            }
+            ConvOp::Conv2dBwdWeightUpdate { geom, chunk, .. } => {
+                let (x, dy, w) = (&inputs[0], &inputs[1], &inputs[2]);
+                if !consistent(geom, x, dy)?
+                    || w.shape != [geom.kh, geom.kw, x.shape[3], dy.shape[3]]
+                {
+                    return err(format!("x {x}, dy {dy}, w {w} inconsistent with {geom:?}"));
+                }
+                if *chunk == 0 || *chunk > dy.shape[3] {
+                    return err(format!("chunk {chunk} outside 1..={}", dy.shape[3]));
+                }
+                states_like(w, inputs, 3)?;
+                Ok(inputs[2..].to_vec())
+            }
+        }
+    }
+
+    fn flops(&self, ins: &[Vec<usize>], outs: &[Vec<usize>]) -> u64 {
+        let i = |k: usize| ins.get(k).map(|s| numel(s)).unwrap_or(0);
+        let o = |k: usize| outs.get(k).map(|s| numel(s)).unwrap_or(0);
+        match self {
+            // y[N,Ho,Wo,Co] = sum over kh*kw*Ci: 2 per multiply-add.
+            ConvOp::Conv2d { geom, bias } => {
+                let ci = ins.first().and_then(|x| x.get(3)).copied().unwrap_or(0) as u64;
+                let k = (geom.kh * geom.kw) as u64 * ci;
+                2 * o(0) * k + if *bias { o(0) } else { 0 }
+            }
+            // dx[N,H,W,Ci] from dy and w: as many multiply-adds as the forward.
+            ConvOp::Conv2dBwdData { geom } => {
+                let ci = ins.get(1).and_then(|w| w.get(2)).copied().unwrap_or(0) as u64;
+                2 * i(0) * (geom.kh * geom.kw) as u64 * ci
+            }
+            // dw[kh,kw,Ci,Co] = sum over N*Ho*Wo (and the update: 4 per weight).
+            ConvOp::Conv2dBwdWeight { geom } | ConvOp::Conv2dBwdWeightUpdate { geom, .. } => {
+                let ci = ins.first().and_then(|x| x.get(3)).copied().unwrap_or(0) as u64;
+                let upd = if matches!(self, ConvOp::Conv2dBwdWeightUpdate { .. }) {
+                    4 * i(2)
+                } else {
+                    0
+                };
+                2 * i(1) * (geom.kh * geom.kw) as u64 * ci + upd
+            }
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! The elementwise family: activations ([`UnaryKind`]), sums and dropout, out of place and in
+//! place (made by the `inplace_elementwise` pass: the written input dies there), and backward.
+
+use serde::{Deserialize, Serialize};
+
+use super::shape::{numel, same};
+use super::{p, DType, OpFacts, ParamKind, Role, ShapeError, TensorType, UnaryKind};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ElementwiseOp {
+    /// y = f(x) elementwise.
+    Unary(UnaryKind),
+    /// (saved, dy) -> dx, `saved` being what [`UnaryKind::saved`] names: y for relu, tanh, sigmoid
+    /// (from the *output*, so the input need not be kept), x for gelu.
+    UnaryBwd(UnaryKind),
+    /// x -> x = f(x) (x is `InOut`: one buffer).
+    UnaryInPlace(UnaryKind),
+    /// saved, dy -> dy = f'(saved) * dy (dy is `InOut`); `saved` as for `UnaryBwd`.
+    UnaryBwdInPlace(UnaryKind),
+    /// y = a + b (same shapes). Also used to accumulate gradients of values used twice.
+    Add,
+    /// a, b -> a = a + b (a is `InOut`). Also the in-place gradient accumulation.
+    AddInPlace,
+    /// y = x * keep / (1-p), keep = (hash(seed, step, salt, index) >= p): the mask is regenerated
+    /// from a counter-based RNG in backward, never stored.
+    Dropout { p: f32, salt: u64 },
+    /// dy -> dx = dy * keep / (1-p), same mask as the forward.
+    DropoutBwd { p: f32, salt: u64 },
+    /// x -> x = x * keep / (1-p), the mask of `Dropout`.
+    DropoutInPlace { p: f32, salt: u64 },
+    /// dy -> dy = dy * keep / (1-p).
+    DropoutBwdInPlace { p: f32, salt: u64 },
+}
+
+impl OpFacts for ElementwiseOp {
+    fn params(&self) -> Vec<ParamKind> {
+        use DType::*;
+        use Role::*;
+        match self {
+            ElementwiseOp::Unary(_) | ElementwiseOp::Dropout { .. } => {
+                vec![p("x", In, F32), p("y", Out, F32)]
+            }
+            ElementwiseOp::UnaryBwd(k) => {
+                let saved = k.saved().param_name();
+                vec![p(saved, In, F32), p("dy", In, F32), p("dx", Out, F32)]
+            }
+            ElementwiseOp::UnaryInPlace(_) | ElementwiseOp::DropoutInPlace { .. } => {
+                vec![p("x", InOut, F32)]
+            }
+            ElementwiseOp::UnaryBwdInPlace(k) => {
+                let saved = k.saved().param_name();
+                vec![p(saved, In, F32), p("dy", InOut, F32)]
+            }
+            ElementwiseOp::Add => vec![p("a", In, F32), p("b", In, F32), p("y", Out, F32)],
+            ElementwiseOp::AddInPlace => vec![p("a", InOut, F32), p("b", In, F32)],
+            ElementwiseOp::DropoutBwd { .. } => vec![p("dy", In, F32), p("dx", Out, F32)],
+            ElementwiseOp::DropoutBwdInPlace { .. } => vec![p("dy", InOut, F32)],
+        }
+    }
+
+    fn kind_name(&self) -> &'static str {
+        match self {
+            ElementwiseOp::Unary(k) => k.op_names().forward,
+            ElementwiseOp::UnaryBwd(k) => k.op_names().backward,
+            ElementwiseOp::UnaryInPlace(k) => k.op_names().forward_inplace,
+            ElementwiseOp::UnaryBwdInPlace(k) => k.op_names().backward_inplace,
+            ElementwiseOp::Add => "add",
+            ElementwiseOp::AddInPlace => "add_inplace",
+            ElementwiseOp::Dropout { .. } => "dropout",
+            ElementwiseOp::DropoutBwd { .. } => "dropout_bwd",
+            ElementwiseOp::DropoutInPlace { .. } => "dropout_inplace",
+            ElementwiseOp::DropoutBwdInPlace { .. } => "dropout_bwd_inplace",
+        }
+    }
+
+    fn aliased_outputs(&self) -> Vec<(usize, usize)> {
+        match self {
+            ElementwiseOp::UnaryInPlace(_)
+            | ElementwiseOp::AddInPlace
+            | ElementwiseOp::DropoutInPlace { .. }
+            | ElementwiseOp::DropoutBwdInPlace { .. } => vec![(0, 0)],
+            ElementwiseOp::UnaryBwdInPlace(_) => vec![(0, 1)],
+            ElementwiseOp::Unary(_)
+            | ElementwiseOp::UnaryBwd(_)
+            | ElementwiseOp::Add
+            | ElementwiseOp::Dropout { .. }
+            | ElementwiseOp::DropoutBwd { .. } => vec![],
+        }
+    }
+
+    fn workspace_elems(&self, _shapes: &[Vec<usize>]) -> Vec<usize> {
+        vec![]
+    }
+
+    fn infer(
+        &self,
+        inputs: &[TensorType],
+        _hint: Option<&TensorType>,
+    ) -> Result<Vec<TensorType>, ShapeError> {
+        match self {
+            ElementwiseOp::Unary(_)
+            | ElementwiseOp::Dropout { .. }
+            | ElementwiseOp::DropoutBwd { .. }
+            | ElementwiseOp::UnaryInPlace(_)
+            | ElementwiseOp::DropoutInPlace { .. }
+            | ElementwiseOp::DropoutBwdInPlace { .. } => Ok(vec![inputs[0].clone()]),
+            ElementwiseOp::Add => {
+                same(&inputs[0], &inputs[1], "a, b")?;
+                Ok(vec![inputs[0].clone()])
+            }
+            ElementwiseOp::UnaryBwd(_) => {
+                same(&inputs[0], &inputs[1], "saved, dy")?;
+                Ok(vec![inputs[0].clone()])
+            }
+            ElementwiseOp::AddInPlace | ElementwiseOp::UnaryBwdInPlace(_) => {
+                same(&inputs[0], &inputs[1], "inputs")?;
+                Ok(vec![inputs[0].clone()])
+            }
+        }
+    }
+
+    fn flops(&self, ins: &[Vec<usize>], _outs: &[Vec<usize>]) -> u64 {
+        let i0 = ins.first().map(|s| numel(s)).unwrap_or(0);
+        match self {
+            ElementwiseOp::Unary(_)
+            | ElementwiseOp::UnaryInPlace(_)
+            | ElementwiseOp::Dropout { .. }
+            | ElementwiseOp::DropoutInPlace { .. }
+            | ElementwiseOp::DropoutBwd { .. }
+            | ElementwiseOp::DropoutBwdInPlace { .. }
+            | ElementwiseOp::Add
+            | ElementwiseOp::AddInPlace => i0,
+            ElementwiseOp::UnaryBwd(_) | ElementwiseOp::UnaryBwdInPlace(_) => 2 * i0,
+        }
+    }
+}

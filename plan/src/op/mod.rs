@@ -1,0 +1,406 @@
+//! The closed set of operations of the IR. Every IR node after autodiff is one kernel launch; the
+//! same `Op` value travels in the execution plan, and every backend matches on it exhaustively.
+//!
+//! Shapes below are *full* shapes, batch first (NHWC for images). All tensors are f32 unless
+//! stated otherwise. Argument order in the comments is the order of the node's inputs and of the
+//! kernel signature ([`Op::signature`]).
+
+mod conv;
+mod dense;
+mod elementwise;
+mod loss;
+mod optim;
+mod pool;
+pub mod shape;
+
+use serde::{Deserialize, Serialize};
+
+pub use conv::{conv_workspace_elems, ConvOp, CONV_CHUNK_ROWS};
+pub use dense::DenseOp;
+pub use elementwise::ElementwiseOp;
+pub use loss::LossOp;
+pub use optim::OptimOp;
+pub use pool::{PoolOp, MAX_ARGMAX_WINDOW};
+use shape::{err, need_hint, numel};
+pub use shape::{fmt_types, ShapeError, TensorType};
+
+pub use crate::unary::UnaryKind;
+/// The optimizer a program names: the update rule of its update ops (the language's name for it).
+pub use crate::update::UpdateRule as Optimizer;
+pub use crate::update::UpdateRule;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DType {
+    F32,
+    I32,
+    /// Compact indices (max-pool argmax within its window).
+    U8,
+}
+
+impl DType {
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 | DType::I32 => 4,
+            DType::U8 => 1,
+        }
+    }
+}
+
+/// 2-D convolution geometry shared by the forward and the two backward ops.
+/// Padding is explicit (top/left); bottom/right padding follows from the output size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ConvGeom {
+    pub kh: usize,
+    pub kw: usize,
+    pub stride: usize,
+    pub pad_top: usize,
+    pub pad_left: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PoolGeom {
+    pub size: usize,
+    pub stride: usize,
+}
+
+/// The closed set of operations. Leaves and `Reshape` have no kernel; every other op belongs to
+/// one family, whose enum lists its ops and whose [`OpFacts`] give their facts (signature,
+/// aliasing, workspaces, kernel name, shape rule, FLOPs) in one file each: `conv.rs`, `dense.rs`,
+/// `pool.rs`, `elementwise.rs`, `loss.rs`, `optim.rs`. Code generation and the CPU backend are
+/// organised by the same families.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Op {
+    // ---- leaves (no kernel: their buffers are filled by the runtime) ----
+    /// A batch input or target, fed by the runtime before each step.
+    Input { name: String },
+    /// A trainable parameter; persistent across steps.
+    Param { name: String },
+    /// Optimizer state (velocity, Adam moments); persistent, zero-initialised.
+    OptState { name: String },
+    /// Same elements, another shape: no kernel, the output aliases the input's buffer.
+    Reshape,
+
+    // ---- kernels, by family ----
+    /// 2-D convolutions: forward, both gradients, the weight gradient fused with its update.
+    Conv(ConvOp),
+    /// Matrix products of dense layers: forward, both gradients, the fused weight update.
+    Dense(DenseOp),
+    /// Pooling windows and their backward.
+    Pool(PoolOp),
+    /// Elementwise maps (activations, add, dropout), out of place and in place, and backward.
+    Elementwise(ElementwiseOp),
+    /// Losses and their gradients.
+    Loss(LossOp),
+    /// The optimizer's update and the bias gradient (alone or fused with its update).
+    Optim(OptimOp),
+}
+
+/// The facts of one family of ops, each an exhaustive `match` over the family's enum: adding an
+/// op to a family means one arm in each (the compiler lists the missing ones).
+pub trait OpFacts {
+    /// The kernel signature's parameters: inputs in node-input order (`In`, or `InOut` when an
+    /// output aliases them), then the outputs with their own buffer (`Out`), then workspaces.
+    fn params(&self) -> Vec<ParamKind>;
+    /// Short kernel-style name, e.g. `conv2d`, `sgd_update`.
+    fn kind_name(&self) -> &'static str;
+    /// Outputs written into the buffer of an input, as `(output, input)` pairs.
+    fn aliased_outputs(&self) -> Vec<(usize, usize)>;
+    /// Elements (f32) of each `Workspace` parameter, given the full shapes of the other
+    /// signature parameters (signature order, workspaces left out).
+    fn workspace_elems(&self, shapes: &[Vec<usize>]) -> Vec<usize>;
+    /// The shape rule: output types from input types (arity and dtypes already checked against
+    /// [`OpFacts::params`]). `hint` is the expected type of output 0, required by the ops whose
+    /// output is not a function of their inputs (see [`Op::infer_outputs`]).
+    fn infer(
+        &self,
+        inputs: &[TensorType],
+        hint: Option<&TensorType>,
+    ) -> Result<Vec<TensorType>, ShapeError>;
+    /// Floating-point operations of one launch, given the full shapes of the node's inputs (slot
+    /// order) and outputs. A multiply-add counts 2; elementwise work one per element read.
+    fn flops(&self, ins: &[Vec<usize>], outs: &[Vec<usize>]) -> u64;
+}
+
+impl UpdateRule {
+    /// The rule of an unfused update op (`None` for any other op).
+    pub fn of(op: &Op) -> Option<UpdateRule> {
+        match op {
+            Op::Optim(OptimOp::Update { rule }) => Some(*rule),
+            _ => None,
+        }
+    }
+}
+
+/// How a kernel uses one of its arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Role {
+    In,
+    Out,
+    /// Read and overwritten in place (optimizer updates).
+    InOut,
+    /// Scratch, dead after the kernel.
+    Workspace,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SigParam {
+    pub name: String,
+    pub role: Role,
+    pub dtype: DType,
+}
+
+/// The one description of a kernel's arguments: the CPU backend binds buffers in this order, and the
+/// CUDA backend derives both the generated parameter list and the launch arguments from it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Signature {
+    pub params: Vec<SigParam>,
+}
+
+/// One parameter of a kernel signature as [`Op::params`] describes it: name, role, dtype (the
+/// [`SigParam`] of the plan, without allocating its name).
+pub type ParamKind = (&'static str, Role, DType);
+
+pub(crate) fn p(name: &'static str, role: Role, dtype: DType) -> ParamKind {
+    (name, role, dtype)
+}
+
+impl Op {
+    /// The family facts of a kernel op; `None` for leaves and `Reshape`, which have no kernel.
+    pub fn facts(&self) -> Option<&dyn OpFacts> {
+        match self {
+            Op::Input { .. } | Op::Param { .. } | Op::OptState { .. } | Op::Reshape => None,
+            Op::Conv(o) => Some(o),
+            Op::Dense(o) => Some(o),
+            Op::Pool(o) => Some(o),
+            Op::Elementwise(o) => Some(o),
+            Op::Loss(o) => Some(o),
+            Op::Optim(o) => Some(o),
+        }
+    }
+
+    /// Leaves have no kernel: their buffers are filled by the runtime.
+    pub fn is_leaf(&self) -> bool {
+        matches!(
+            self,
+            Op::Input { .. } | Op::Param { .. } | Op::OptState { .. }
+        )
+    }
+
+    /// Outputs that must be written into the buffer of an input (`(output, input)` pairs):
+    /// the in-place ops, the optimizer updates, and `Reshape`, which is a view.
+    pub fn aliased_outputs(&self) -> Vec<(usize, usize)> {
+        match (self, self.facts()) {
+            (Op::Reshape, _) => vec![(0, 0)],
+            (_, Some(f)) => f.aliased_outputs(),
+            (_, None) => vec![],
+        }
+    }
+
+    /// The kernel signature: inputs in node-input order (`In`, or `InOut` when an output aliases
+    /// them), then the outputs that have their own buffer (`Out`), then the workspace, if any.
+    /// Leaves and `Reshape` have no kernel and an empty signature.
+    pub fn signature(&self) -> Signature {
+        Signature {
+            params: self
+                .params()
+                .into_iter()
+                .map(|(name, role, dtype)| SigParam {
+                    name: name.to_string(),
+                    role,
+                    dtype,
+                })
+                .collect(),
+        }
+    }
+
+    /// The parameters of [`Op::signature`] (the one table of them), for the callers that only
+    /// need roles and dtypes: the arity checks of every node, many times per compilation.
+    pub fn params(&self) -> Vec<ParamKind> {
+        self.facts().map(|f| f.params()).unwrap_or_default()
+    }
+
+    /// Number of node inputs (= the `In`/`InOut` params of the signature, or 1 for `Reshape`).
+    pub fn num_inputs(&self) -> usize {
+        self.num_inputs_of(&self.params())
+    }
+
+    /// [`Op::num_inputs`], given the op's [`Op::params`] (for callers that already built them).
+    pub fn num_inputs_of(&self, params: &[ParamKind]) -> usize {
+        match self {
+            Op::Reshape => 1,
+            _ => params
+                .iter()
+                .filter(|(_, role, _)| matches!(role, Role::In | Role::InOut))
+                .count(),
+        }
+    }
+
+    /// Number of node outputs (`Out` + `InOut` params, or 1 for leaves and `Reshape`).
+    pub fn num_outputs(&self) -> usize {
+        self.num_outputs_of(&self.params())
+    }
+
+    /// [`Op::num_outputs`], given the op's [`Op::params`].
+    pub fn num_outputs_of(&self, params: &[ParamKind]) -> usize {
+        match self {
+            Op::Input { .. } | Op::Param { .. } | Op::OptState { .. } | Op::Reshape => 1,
+            _ => params
+                .iter()
+                .filter(|(_, role, _)| matches!(role, Role::Out | Role::InOut))
+                .count(),
+        }
+    }
+
+    /// Whether the op overwrites a parameter with its update (a root of the training step).
+    pub fn is_update(&self) -> bool {
+        matches!(
+            self,
+            Op::Optim(OptimOp::Update { .. } | OptimOp::BiasGradUpdate { .. })
+                | Op::Conv(ConvOp::Conv2dBwdWeightUpdate { .. })
+                | Op::Dense(DenseOp::DenseBwdWeightUpdate { .. })
+        )
+    }
+
+    /// Elements (f32) of each `Workspace` parameter of the signature, in order, given the full
+    /// shapes of the other signature parameters (signature order, workspaces left out). Shared by
+    /// the planner (workspace buffer sizes) and the backends (checking them).
+    pub fn workspace_elems(&self, s: &[Vec<usize>]) -> Vec<usize> {
+        self.facts()
+            .map(|f| f.workspace_elems(s))
+            .unwrap_or_default()
+    }
+
+    /// Short kernel-style name, e.g. `conv2d`, `sgd_update`.
+    pub fn kind_name(&self) -> &'static str {
+        match (self, self.facts()) {
+            (Op::Input { .. }, _) => "input",
+            (Op::Param { .. }, _) => "param",
+            (Op::OptState { .. }, _) => "opt_state",
+            (Op::Reshape, _) => "reshape",
+            (_, Some(f)) => f.kind_name(),
+            (_, None) => "none",
+        }
+    }
+
+    /// FLOPs of one launch, given the full shapes of the node's inputs (slot order) and outputs;
+    /// 0 for leaves and views.
+    pub fn flops(&self, ins: &[Vec<usize>], outs: &[Vec<usize>]) -> u64 {
+        self.facts().map(|f| f.flops(ins, outs)).unwrap_or(0)
+    }
+
+    /// Output types of the op applied to values of types `inputs`: the one shape rule, used by
+    /// the compiler's IR and, through [`Op::check_args`], by every backend's plan check.
+    ///
+    /// `hint` is the expected type of output 0. Most ops ignore it; it is required by the ops whose
+    /// output shape is not a function of their inputs (leaves, `Reshape`, the pooling/conv
+    /// backward-data ops, whose input extent is lost by the floor division, and the convolution,
+    /// whose bottom padding is implicit) — for those, the hint is checked for consistency with the
+    /// inputs and returned.
+    pub fn infer_outputs(
+        &self,
+        inputs: &[TensorType],
+        hint: Option<&TensorType>,
+    ) -> Result<Vec<TensorType>, ShapeError> {
+        self.infer_outputs_with(&self.params(), inputs, hint)
+    }
+
+    /// [`Op::infer_outputs`], given the op's signature parameters [`Op::params`] (for the
+    /// compiler's verifier, which builds them once per node for the arity checks too).
+    pub fn infer_outputs_with(
+        &self,
+        params: &[ParamKind],
+        inputs: &[TensorType],
+        hint: Option<&TensorType>,
+    ) -> Result<Vec<TensorType>, ShapeError> {
+        let Some(facts) = self.facts() else {
+            if matches!(self, Op::Reshape) {
+                if inputs.len() != 1 {
+                    return err(format!("expects 1 input, got {}", inputs.len()));
+                }
+                let h = need_hint(hint, self.kind_name())?;
+                if h.numel() != inputs[0].numel() || h.dtype != inputs[0].dtype {
+                    return err(format!("cannot reshape {} to {h}", inputs[0]));
+                }
+                return Ok(vec![h.clone()]);
+            }
+            if !inputs.is_empty() {
+                return err("a leaf has no inputs");
+            }
+            return Ok(vec![need_hint(hint, self.kind_name())?.clone()]);
+        };
+        // Arity and dtypes from the signature (the single source of truth for both).
+        let ins: Vec<_> = params
+            .iter()
+            .filter(|(_, role, _)| matches!(role, Role::In | Role::InOut))
+            .collect();
+        if ins.len() != inputs.len() {
+            return err(format!(
+                "expects {} inputs, got {}",
+                ins.len(),
+                inputs.len()
+            ));
+        }
+        for ((name, _, dtype), t) in ins.iter().zip(inputs) {
+            if *dtype != t.dtype {
+                return err(format!("input `{name}` must be {dtype:?}, got {t}"));
+            }
+        }
+        facts.infer(inputs, hint)
+    }
+
+    /// The runtime's shape check of one kernel of a plan: `shapes` holds one shape per signature
+    /// parameter (signature order). The outputs must be what [`Op::infer_outputs`] gives for the
+    /// inputs (output 0 as the hint), and each workspace at least [`Op::workspace_elems`].
+    /// Leaves and `Reshape` (no kernel) pass.
+    pub fn check_args(&self, shapes: &[Vec<usize>]) -> Result<(), ShapeError> {
+        if self.facts().is_none() {
+            return Ok(());
+        }
+        let params = self.params();
+        if shapes.len() != params.len() {
+            return err(format!(
+                "{} argument shapes for {} signature parameters",
+                shapes.len(),
+                params.len()
+            ));
+        }
+        let mut inputs = vec![];
+        let mut outputs = vec![];
+        let mut first_ws = params.len();
+        for (i, ((_, role, dtype), s)) in params.iter().zip(shapes).enumerate() {
+            let t = TensorType::new(s.clone(), *dtype);
+            match role {
+                Role::In => inputs.push(t),
+                Role::InOut => {
+                    inputs.push(t.clone());
+                    outputs.push(t);
+                }
+                Role::Out => outputs.push(t),
+                Role::Workspace => first_ws = first_ws.min(i),
+            }
+        }
+        let inferred = self.infer_outputs_with(&params, &inputs, outputs.first())?;
+        if inferred != outputs {
+            return err(format!(
+                "outputs {}, but the inputs {} give {}",
+                fmt_types(&outputs),
+                fmt_types(&inputs),
+                fmt_types(&inferred)
+            ));
+        }
+        let need = self.workspace_elems(&shapes[..first_ws]);
+        if shapes.len() - first_ws != need.len() {
+            return err(format!(
+                "{} workspaces, expected {}",
+                shapes.len() - first_ws,
+                need.len()
+            ));
+        }
+        for (s, n) in shapes[first_ws..].iter().zip(&need) {
+            if (numel(s) as usize) < *n {
+                return err(format!("workspace {s:?} < {n} elements"));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,118 @@
+//! The optimizer family: the update of one parameter, and the bias gradient (alone, or fused with
+//! its update by the `fuse_weight_update` pass). Updates are in place: their outputs alias the
+//! parameter and its state.
+
+use serde::{Deserialize, Serialize};
+
+use super::shape::{err, numel, states_like};
+use super::{p, DType, OpFacts, ParamKind, Role, ShapeError, TensorType, UpdateRule};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum OptimOp {
+    /// The update `rule` of one parameter: w, g, state.. -> w', state'.. with w' aliasing w and
+    /// each state' its state ([`UpdateRule::state_names`]: none, v, or m and v).
+    /// SGD, PyTorch semantics: g' = g + wd*w; v = momentum*v + g'; step = nesterov ? g' + momentum*v
+    /// : v; w -= lr*step. Momentum 0: w -= lr*g' (no state).
+    /// Adam: t = the runtime's 1-based step counter. decoupled (AdamW): w -= lr*wd*w first; else
+    /// g += wd*w. m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; mh = m/(1-b1^t); vh = v/(1-b2^t);
+    /// w -= lr * mh / (sqrt(vh) + eps)
+    Update { rule: UpdateRule },
+    /// dy[.., C] -> db[C] = sum over every leading axis
+    BiasGrad,
+    /// dy[.., C], b[C] (InOut), state.. (InOut) -> b', state'..; db (workspace [C]) = sum dy, then
+    /// the update.
+    BiasGradUpdate { rule: UpdateRule },
+}
+
+impl OpFacts for OptimOp {
+    fn params(&self) -> Vec<ParamKind> {
+        use DType::*;
+        use Role::*;
+        match self {
+            OptimOp::Update { rule } => {
+                let mut v = vec![p("w", InOut, F32), p("g", In, F32)];
+                v.extend(rule.state_names().iter().map(|s| p(s, InOut, F32)));
+                v
+            }
+            OptimOp::BiasGrad => vec![p("dy", In, F32), p("db", Out, F32)],
+            OptimOp::BiasGradUpdate { rule } => {
+                let mut v = vec![p("dy", In, F32), p("b", InOut, F32)];
+                v.extend(rule.state_names().iter().map(|s| p(s, InOut, F32)));
+                v.push(p("db", Workspace, F32));
+                v
+            }
+        }
+    }
+
+    fn kind_name(&self) -> &'static str {
+        match self {
+            OptimOp::Update { rule } => rule.op_name(),
+            OptimOp::BiasGrad => "bias_grad",
+            OptimOp::BiasGradUpdate { .. } => "bias_grad_update",
+        }
+    }
+
+    fn aliased_outputs(&self) -> Vec<(usize, usize)> {
+        match self {
+            OptimOp::Update { rule } => (0..=rule.state_names().len())
+                .map(|o| (o, if o == 0 { 0 } else { o + 1 }))
+                .collect(),
+            OptimOp::BiasGrad => vec![],
+            OptimOp::BiasGradUpdate { rule } => {
+                (0..=rule.state_names().len()).map(|o| (o, o + 1)).collect()
+            }
+        }
+    }
+
+    fn workspace_elems(&self, s: &[Vec<usize>]) -> Vec<usize> {
+        match self {
+            OptimOp::Update { .. } | OptimOp::BiasGrad => vec![],
+            OptimOp::BiasGradUpdate { .. } => {
+                vec![s.get(1).map(|b| b.iter().product()).unwrap_or(0)]
+            }
+        }
+    }
+
+    fn infer(
+        &self,
+        inputs: &[TensorType],
+        _hint: Option<&TensorType>,
+    ) -> Result<Vec<TensorType>, ShapeError> {
+        match self {
+            OptimOp::Update { .. } => {
+                states_like(&inputs[0], inputs, 1)?;
+                Ok(self
+                    .aliased_outputs()
+                    .iter()
+                    .map(|(_, i)| inputs[*i].clone())
+                    .collect())
+            }
+            OptimOp::BiasGrad => match inputs[0].shape.last() {
+                Some(c) => Ok(vec![TensorType::f32(vec![*c])]),
+                None => err("dy must have rank >= 1"),
+            },
+            OptimOp::BiasGradUpdate { .. } => {
+                let (dy, b) = (&inputs[0], &inputs[1]);
+                if dy.shape.last().map(|c| vec![*c]) != Some(b.shape.clone()) {
+                    return err(format!("dy {dy} and bias {b} inconsistent"));
+                }
+                states_like(b, inputs, 2)?;
+                Ok(inputs[1..].to_vec())
+            }
+        }
+    }
+
+    fn flops(&self, ins: &[Vec<usize>], _outs: &[Vec<usize>]) -> u64 {
+        let i = |k: usize| ins.get(k).map(|s| numel(s)).unwrap_or(0);
+        match self {
+            OptimOp::Update {
+                rule: UpdateRule::Sgd { .. },
+            } => 4 * i(0),
+            OptimOp::Update {
+                rule: UpdateRule::Adam { .. },
+            } => 10 * i(0),
+            OptimOp::BiasGrad => i(0),
+            OptimOp::BiasGradUpdate { .. } => i(0) + 4 * i(1),
+        }
+    }
+}

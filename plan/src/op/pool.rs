@@ -1,0 +1,182 @@
+//! The pooling family: windows over NHWC images (and nearest-neighbour upsampling, the inverse
+//! of a window's reduction), and their backward.
+
+use serde::{Deserialize, Serialize};
+
+use super::shape::{err, numel, pooled, rank, same};
+use super::{p, DType, OpFacts, ParamKind, PoolGeom, Role, ShapeError, TensorType};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum PoolOp {
+    /// x[N,H,W,C] -> y[N,Ho,Wo,C], argmax u8[N,Ho,Wo,C] (row-major index dy*size+dx inside the
+    /// window of the maximum; first maximum wins). Windows are 'valid' (floor); at most
+    /// [`MAX_ARGMAX_WINDOW`] positions per window.
+    MaxPool { geom: PoolGeom },
+    /// x[N,H,W,C] -> y[N,Ho,Wo,C], mean over each valid window.
+    AvgPool { geom: PoolGeom },
+    /// x[N,H,W,C] -> y[N,C]
+    GlobalAvgPool,
+    /// dy[N,Ho,Wo,C], argmax u8[N,Ho,Wo,C] -> dx[N,H,W,C] (scatter-add into the argmax position)
+    MaxPoolBwd { geom: PoolGeom },
+    /// dy[N,Ho,Wo,C] -> dx[N,H,W,C]
+    AvgPoolBwd { geom: PoolGeom },
+    /// dy[N,C] -> dx[N,H,W,C] = dy / (H*W) broadcast
+    GlobalAvgPoolBwd,
+    /// x[N,H,W,C] -> y[N,H*f,W*f,C], nearest neighbour: y[n,i,j,c] = x[n,i/f,j/f,c] (`f` = `factor`).
+    Upsample { factor: usize },
+    /// dy[N,H*f,W*f,C] -> dx[N,H,W,C] = the sum of dy over each f x f block (rows, then columns).
+    UpsampleBwd { factor: usize },
+}
+
+/// Positions a max-pool window may have: its argmax is a `u8`.
+pub const MAX_ARGMAX_WINDOW: usize = 256;
+
+fn argmax_fits(g: &PoolGeom) -> Result<(), ShapeError> {
+    if g.size.saturating_mul(g.size) > MAX_ARGMAX_WINDOW {
+        return err(format!(
+            "max-pool window {0}x{0} has more than {MAX_ARGMAX_WINDOW} positions",
+            g.size
+        ));
+    }
+    Ok(())
+}
+
+impl OpFacts for PoolOp {
+    fn params(&self) -> Vec<ParamKind> {
+        use DType::*;
+        use Role::*;
+        match self {
+            PoolOp::MaxPool { .. } => vec![p("x", In, F32), p("y", Out, F32), p("argmax", Out, U8)],
+            PoolOp::AvgPool { .. } | PoolOp::GlobalAvgPool => {
+                vec![p("x", In, F32), p("y", Out, F32)]
+            }
+            PoolOp::MaxPoolBwd { .. } => {
+                vec![p("dy", In, F32), p("argmax", In, U8), p("dx", Out, F32)]
+            }
+            PoolOp::AvgPoolBwd { .. } | PoolOp::GlobalAvgPoolBwd | PoolOp::UpsampleBwd { .. } => {
+                vec![p("dy", In, F32), p("dx", Out, F32)]
+            }
+            PoolOp::Upsample { .. } => vec![p("x", In, F32), p("y", Out, F32)],
+        }
+    }
+
+    fn kind_name(&self) -> &'static str {
+        match self {
+            PoolOp::MaxPool { .. } => "maxpool",
+            PoolOp::AvgPool { .. } => "avgpool",
+            PoolOp::GlobalAvgPool => "global_avgpool",
+            PoolOp::MaxPoolBwd { .. } => "maxpool_bwd",
+            PoolOp::AvgPoolBwd { .. } => "avgpool_bwd",
+            PoolOp::GlobalAvgPoolBwd => "global_avgpool_bwd",
+            PoolOp::Upsample { .. } => "upsample",
+            PoolOp::UpsampleBwd { .. } => "upsample_bwd",
+        }
+    }
+
+    fn aliased_outputs(&self) -> Vec<(usize, usize)> {
+        vec![]
+    }
+
+    fn workspace_elems(&self, _shapes: &[Vec<usize>]) -> Vec<usize> {
+        vec![]
+    }
+
+    fn infer(
+        &self,
+        inputs: &[TensorType],
+        hint: Option<&TensorType>,
+    ) -> Result<Vec<TensorType>, ShapeError> {
+        let f = TensorType::f32;
+        match self {
+            PoolOp::MaxPool { geom } => {
+                rank(&inputs[0], 4, "x")?;
+                argmax_fits(geom)?;
+                let y = pooled(&inputs[0].shape, geom)?;
+                Ok(vec![f(y.clone()), TensorType::new(y, DType::U8)])
+            }
+            PoolOp::AvgPool { geom } => {
+                rank(&inputs[0], 4, "x")?;
+                Ok(vec![f(pooled(&inputs[0].shape, geom)?)])
+            }
+            PoolOp::GlobalAvgPool => {
+                let x = &inputs[0];
+                rank(x, 4, "x")?;
+                if x.shape[1] * x.shape[2] == 0 {
+                    return err(format!("global pooling over an empty image {x}"));
+                }
+                Ok(vec![f(vec![x.shape[0], x.shape[3]])])
+            }
+            PoolOp::MaxPoolBwd { geom } | PoolOp::AvgPoolBwd { geom } => {
+                let dy = &inputs[0];
+                rank(dy, 4, "dy")?;
+                if let PoolOp::MaxPoolBwd { .. } = self {
+                    argmax_fits(geom)?;
+                    same(dy, &inputs[1], "dy, argmax")?;
+                }
+                let Some(h) = hint else {
+                    return err(format!(
+                        "{} needs the expected output shape",
+                        self.kind_name()
+                    ));
+                };
+                rank(h, 4, "dx")?;
+                if pooled(&h.shape, geom)? != dy.shape {
+                    return err(format!("dx {h} does not pool to dy {dy}"));
+                }
+                Ok(vec![f(h.shape.clone())])
+            }
+            PoolOp::Upsample { factor } => {
+                let x = &inputs[0];
+                rank(x, 4, "x")?;
+                let k = *factor;
+                match (x.shape[1].checked_mul(k), x.shape[2].checked_mul(k)) {
+                    (Some(h), Some(w)) if k >= 1 => Ok(vec![f(vec![x.shape[0], h, w, x.shape[3]])]),
+                    _ => err(format!("cannot upsample {x} by {k}")),
+                }
+            }
+            PoolOp::UpsampleBwd { factor } => {
+                let dy = &inputs[0];
+                rank(dy, 4, "dy")?;
+                let k = *factor;
+                if k == 0 || dy.shape[1] % k != 0 || dy.shape[2] % k != 0 {
+                    return err(format!("dy {dy} is not upsampled by {k}"));
+                }
+                Ok(vec![f(vec![
+                    dy.shape[0],
+                    dy.shape[1] / k,
+                    dy.shape[2] / k,
+                    dy.shape[3],
+                ])])
+            }
+            PoolOp::GlobalAvgPoolBwd => {
+                let dy = &inputs[0];
+                rank(dy, 2, "dy")?;
+                let Some(h) = hint else {
+                    return err("global_avgpool_bwd needs the expected output shape");
+                };
+                rank(h, 4, "dx")?;
+                if h.shape[0] != dy.shape[0]
+                    || h.shape[3] != dy.shape[1]
+                    || h.shape[1] * h.shape[2] == 0
+                {
+                    return err(format!("dx {h} inconsistent with dy {dy}"));
+                }
+                Ok(vec![f(h.shape.clone())])
+            }
+        }
+    }
+
+    fn flops(&self, ins: &[Vec<usize>], outs: &[Vec<usize>]) -> u64 {
+        match self {
+            PoolOp::MaxPool { .. } | PoolOp::AvgPool { .. } | PoolOp::GlobalAvgPool => {
+                ins.first().map(|s| numel(s)).unwrap_or(0)
+            }
+            PoolOp::MaxPoolBwd { .. } | PoolOp::AvgPoolBwd { .. } | PoolOp::GlobalAvgPoolBwd => {
+                outs.first().map(|s| numel(s)).unwrap_or(0)
+            }
+            // a copy: no arithmetic; its backward adds f*f values per input element
+            PoolOp::Upsample { .. } => 0,
+            PoolOp::UpsampleBwd { .. } => ins.first().map(|s| numel(s)).unwrap_or(0),
+        }
+    }
+}

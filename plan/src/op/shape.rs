@@ -1,0 +1,155 @@
+//! The type of a value (full shape and element type) and the helpers of the ops' shape rules
+//! ([`Op::infer_outputs`](super::Op::infer_outputs)): the one shape rule, called by the compiler's
+//! IR (lowering, autodiff, the verifier around every pass) and by every backend's plan check
+//! ([`Op::check_args`](super::Op::check_args)).
+
+use std::fmt;
+
+use super::{DType, PoolGeom};
+
+/// Type of one value: full shape (batch first) and element type.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TensorType {
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+}
+
+impl TensorType {
+    pub fn new(shape: Vec<usize>, dtype: DType) -> Self {
+        TensorType { shape, dtype }
+    }
+    pub fn f32(shape: Vec<usize>) -> Self {
+        TensorType {
+            shape,
+            dtype: DType::F32,
+        }
+    }
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+    pub fn bytes(&self) -> u64 {
+        (self.numel() * self.dtype.size()) as u64
+    }
+}
+
+impl fmt::Display for TensorType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = match self.dtype {
+            DType::F32 => "f32",
+            DType::I32 => "i32",
+            DType::U8 => "u8",
+        };
+        let dims: Vec<String> = self.shape.iter().map(|d| d.to_string()).collect();
+        write!(f, "{d}[{}]", dims.join(","))
+    }
+}
+
+/// Formats a list of types as `f32[1,2], i32[1]`.
+pub fn fmt_types(ts: &[TensorType]) -> String {
+    ts.iter()
+        .map(|t| t.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// An op applied to values whose types break its shape rule (the message names what is wrong).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ShapeError(pub String);
+
+pub(crate) fn err<T>(msg: impl Into<String>) -> Result<T, ShapeError> {
+    Err(ShapeError(msg.into()))
+}
+
+pub(crate) fn rank(t: &TensorType, r: usize, what: &str) -> Result<(), ShapeError> {
+    if t.shape.len() != r {
+        return err(format!("{what} must have rank {r}, got {t}"));
+    }
+    Ok(())
+}
+
+pub(crate) fn same(a: &TensorType, b: &TensorType, what: &str) -> Result<(), ShapeError> {
+    if a.shape != b.shape {
+        return err(format!("{what}: shapes differ ({a} vs {b})"));
+    }
+    Ok(())
+}
+
+/// The states of an update (inputs from `first` on) all have the shape of the updated tensor `w`.
+pub(crate) fn states_like(
+    w: &TensorType,
+    inputs: &[TensorType],
+    first: usize,
+) -> Result<(), ShapeError> {
+    for (i, t) in inputs.iter().enumerate().skip(first) {
+        same(w, t, &format!("updated tensor, state {i}"))?;
+    }
+    Ok(())
+}
+
+pub(crate) fn need_hint<'a>(
+    hint: Option<&'a TensorType>,
+    kind_name: &str,
+) -> Result<&'a TensorType, ShapeError> {
+    hint.ok_or_else(|| ShapeError(format!("{kind_name} needs the expected output shape")))
+}
+
+/// Output extents a convolution may have along one axis: with explicit top padding `pad`, the
+/// bottom padding is `pad` or `pad + 1` (TF 'same' puts the odd pixel at the bottom).
+pub(crate) fn conv_extent_ok(
+    input: usize,
+    k: usize,
+    stride: usize,
+    pad: usize,
+    out: usize,
+) -> bool {
+    if stride == 0 {
+        return false;
+    }
+    let lo = (input + 2 * pad).checked_sub(k).map(|r| r / stride + 1);
+    let hi = (input + 2 * pad + 1).checked_sub(k).map(|r| r / stride + 1);
+    out >= 1 && (lo == Some(out) || hi == Some(out))
+}
+
+/// The default (symmetric padding) output extent of a convolution.
+pub(crate) fn conv_extent(
+    input: usize,
+    k: usize,
+    stride: usize,
+    pad: usize,
+) -> Result<usize, ShapeError> {
+    if stride == 0 {
+        return err("convolution stride must be positive");
+    }
+    match (input + 2 * pad).checked_sub(k) {
+        Some(r) => Ok(r / stride + 1),
+        None => err(format!(
+            "kernel {k} larger than padded input {}",
+            input + 2 * pad
+        )),
+    }
+}
+
+fn pool_extent(input: usize, g: &PoolGeom) -> Result<usize, ShapeError> {
+    if g.stride == 0 || g.size == 0 {
+        return err("pool size and stride must be positive");
+    }
+    match input.checked_sub(g.size) {
+        Some(r) => Ok(r / g.stride + 1),
+        None => err(format!("pool window {} larger than input {input}", g.size)),
+    }
+}
+
+/// The output shape of a 'valid' (floor) pooling window over `x` [N,H,W,C].
+pub(crate) fn pooled(x: &[usize], g: &PoolGeom) -> Result<Vec<usize>, ShapeError> {
+    Ok(vec![
+        x[0],
+        pool_extent(x[1], g)?,
+        pool_extent(x[2], g)?,
+        x[3],
+    ])
+}
+
+pub(crate) fn numel(s: &[usize]) -> u64 {
+    s.iter().map(|d| *d as u64).product()
+}
