@@ -511,3 +511,26 @@ fn max_batch_has_no_hidden_ceiling() {
     let (code, _, err) = dmc(&["plan", &p, "--vram-cap", "1GiB", "--batch", &b.to_string()]);
     assert_eq!(code, 0, "{err}");
 }
+
+/// A pool window the checker accepts must run: `avgpool(17)` was refused by the runtime's own
+/// shape check ("bad pool geometry") after compiling; a `maxpool(17)` window, whose argmax does
+/// not fit a byte, is now the checker's clear error instead of a "bad plan" at run time.
+#[test]
+fn large_pool_windows_run_or_are_refused_by_the_checker() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let prog = |pool: &str| {
+        format!(
+            "input x: [40, 40, 3]\ntarget y: [10]\nout = x |> {pool}(17) |> flatten |> dense(10)\n\
+             loss mse(out, y)\ntrain {{ batch: 2, optimizer: sgd(lr: 0.01) }}\n"
+        )
+    };
+    let avg = write_program(dir.path(), "avg.dm", &prog("avgpool"));
+    let (code, _, err) = dmc(&["run", &avg, "-q", "--steps", "1", "--synthetic-samples", "4"]);
+    assert_eq!(code, 0, "{err}");
+    let max = write_program(dir.path(), "max.dm", &prog("maxpool"));
+    let (code, _, err) = dmc(&["run", &max, "-q", "--steps", "1", "--synthetic-samples", "4"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("max.dm:3:"), "{err}");
+    assert!(err.contains("16x16"), "{err}");
+    assert!(!err.contains("bad plan"), "{err}");
+}

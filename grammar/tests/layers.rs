@@ -74,6 +74,7 @@ fn all_variants() -> BTreeSet<String> {
         "MaxPool",
         "AvgPool",
         "GlobalAvgPool",
+        "Upsample",
         "Dense",
         "Flatten",
         "Add",
