@@ -525,10 +525,26 @@ fn large_pool_windows_run_or_are_refused_by_the_checker() {
         )
     };
     let avg = write_program(dir.path(), "avg.dm", &prog("avgpool"));
-    let (code, _, err) = dmc(&["run", &avg, "-q", "--steps", "1", "--synthetic-samples", "4"]);
+    let (code, _, err) = dmc(&[
+        "run",
+        &avg,
+        "-q",
+        "--steps",
+        "1",
+        "--synthetic-samples",
+        "4",
+    ]);
     assert_eq!(code, 0, "{err}");
     let max = write_program(dir.path(), "max.dm", &prog("maxpool"));
-    let (code, _, err) = dmc(&["run", &max, "-q", "--steps", "1", "--synthetic-samples", "4"]);
+    let (code, _, err) = dmc(&[
+        "run",
+        &max,
+        "-q",
+        "--steps",
+        "1",
+        "--synthetic-samples",
+        "4",
+    ]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("max.dm:3:"), "{err}");
     assert!(err.contains("16x16"), "{err}");

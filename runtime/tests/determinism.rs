@@ -6,9 +6,10 @@ mod common;
 use common::*;
 use dmc_plan::op::UnaryKind;
 use dmc_runtime::cpu::conv::{conv2d_bwd_data, conv2d_bwd_weight, conv2d_fwd};
-use dmc_runtime::cpu::dense::{bias_grad, dense_bwd_weight, dense_fwd};
+use dmc_runtime::cpu::dense::{dense_bwd_weight, dense_fwd};
 use dmc_runtime::cpu::elementwise::unary_fwd;
 use dmc_runtime::cpu::loss::{cross_entropy_loss, mse_loss};
+use dmc_runtime::cpu::optim::bias_grad;
 use dmc_runtime::cpu::pool::global_avgpool_fwd;
 
 fn bits(v: &[f32]) -> Vec<u32> {

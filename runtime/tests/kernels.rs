@@ -8,9 +8,10 @@ use common::*;
 use dmc_plan::op::{PoolGeom, UnaryKind, CONV_CHUNK_ROWS};
 use dmc_plan::unary::Saved;
 use dmc_runtime::cpu::conv::{conv2d_bwd_data, conv2d_bwd_weight};
-use dmc_runtime::cpu::dense::{bias_grad, dense_bwd_data, dense_bwd_weight, dense_fwd};
+use dmc_runtime::cpu::dense::{dense_bwd_data, dense_bwd_weight, dense_fwd};
 use dmc_runtime::cpu::elementwise::{add, dropout, unary_bwd, unary_fwd, DropoutRng};
 use dmc_runtime::cpu::loss::{cross_entropy_loss, cross_entropy_loss_bwd, mse_loss, mse_loss_bwd};
+use dmc_runtime::cpu::optim::bias_grad;
 use dmc_runtime::cpu::pool::{
     avgpool_bwd, avgpool_fwd, global_avgpool_bwd, global_avgpool_fwd, maxpool_bwd, maxpool_fwd,
     upsample_bwd, upsample_fwd, PoolDims,

@@ -125,8 +125,8 @@ pub(crate) fn spec(s: &Site, op: &ConvOp) -> Result<Spec, CodegenError> {
 
 /// The zoo's convolutions: strided and padded with bias, unpadded without, both gradients, the
 /// fused update with SGD and Adam, and split-K shapes (a small grid over a long reduction).
-pub(crate) fn zoo() -> Vec<crate::zoo::Case> {
-    use crate::zoo::{adam, fused, sgd};
+pub(crate) fn zoo() -> Vec<super::cases::Case> {
+    use super::cases::{adam, fused, sgd};
     use dmc_plan::op::{conv_workspace_elems, Op};
     let g2 = ConvGeom {
         kh: 3,

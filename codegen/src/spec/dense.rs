@@ -87,8 +87,8 @@ pub(crate) fn spec(s: &Site, op: &DenseOp) -> Result<Spec, CodegenError> {
 
 /// The zoo's dense ops: with and without bias, both gradients, the fused update with SGD and
 /// Adam (one over a long reduction: the two-level summation).
-pub(crate) fn zoo() -> Vec<crate::zoo::Case> {
-    use crate::zoo::{adam, fused, sgd};
+pub(crate) fn zoo() -> Vec<super::cases::Case> {
+    use super::cases::{adam, fused, sgd};
     use dmc_plan::op::Op;
     let d = |op: DenseOp| Op::Dense(op);
     vec![

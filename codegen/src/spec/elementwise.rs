@@ -145,7 +145,7 @@ pub(crate) fn spec(s: &Site, op: &ElementwiseOp) -> Result<Spec, CodegenError> {
 
 /// The zoo's elementwise ops: every activation forward and backward, out of place and in place,
 /// the sums and dropout (odd sizes: partly filled blocks).
-pub(crate) fn zoo() -> Vec<crate::zoo::Case> {
+pub(crate) fn zoo() -> Vec<super::cases::Case> {
     let e = vec![3, 17];
     let n = vec![1000];
     let w = |op: ElementwiseOp| Op::Elementwise(op);

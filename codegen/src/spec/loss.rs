@@ -50,7 +50,7 @@ pub(crate) fn spec(s: &Site, op: &LossOp) -> Result<Spec, CodegenError> {
 }
 
 /// The zoo's losses and their gradients.
-pub(crate) fn zoo() -> Vec<crate::zoo::Case> {
+pub(crate) fn zoo() -> Vec<super::cases::Case> {
     use dmc_plan::op::Op;
     let l = |op: LossOp| Op::Loss(op);
     vec![

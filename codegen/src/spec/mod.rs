@@ -2,6 +2,7 @@
 //! each op to the module of its family (`conv`, `dense`, `pool`, `elementwise`, `loss`, `optim`),
 //! whose own `spec` matches the family's ops exhaustively (the pieces they share are [`common`]).
 
+pub(crate) mod cases;
 pub(crate) mod common;
 pub(crate) mod conv;
 pub(crate) mod dense;

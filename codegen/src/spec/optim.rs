@@ -83,8 +83,8 @@ pub(crate) fn spec(s: &Site, op: &OptimOp) -> Result<Spec, CodegenError> {
 
 /// The zoo's optimizer ops: the bias gradient, every update rule flavour (SGD plain / momentum /
 /// nesterov, Adam / AdamW) and the bias gradient fused with SGD and Adam.
-pub(crate) fn zoo() -> Vec<crate::zoo::Case> {
-    use crate::zoo::{adam, fused, sgd};
+pub(crate) fn zoo() -> Vec<super::cases::Case> {
+    use super::cases::{adam, fused, sgd};
     use dmc_plan::op::Op;
     let o = |op: OptimOp| Op::Optim(op);
     let sgd_plain = UpdateRule::Sgd {

@@ -83,7 +83,7 @@ pub(crate) fn spec(s: &Site, op: &PoolOp) -> Result<Spec, CodegenError> {
 
 /// The zoo's pooling ops: max (two geometries) and average pooling, global average pooling, and
 /// their gradients.
-pub(crate) fn zoo() -> Vec<crate::zoo::Case> {
+pub(crate) fn zoo() -> Vec<super::cases::Case> {
     use dmc_plan::op::Op;
     let p2 = PoolGeom { size: 2, stride: 2 };
     let p3 = PoolGeom { size: 3, stride: 2 };

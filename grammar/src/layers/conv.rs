@@ -2,7 +2,7 @@
 
 use super::args::{ArgKind as K, ArgValue as V, Args, Param};
 use super::build::{first, image, weight_and_bias, Built, Input};
-use super::{Build, Inputs, LayerDef};
+use super::def::{Build, Inputs, LayerDef};
 use crate::diag::{Error, Kind};
 use crate::limits::elems;
 use crate::model::{Layer, Padding};

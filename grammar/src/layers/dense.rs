@@ -2,7 +2,7 @@
 
 use super::args::{ArgKind as K, ArgValue as V, Args, Param};
 use super::build::{first, weight_and_bias, Built, Input};
-use super::{Build, Inputs, LayerDef};
+use super::def::{Build, Inputs, LayerDef};
 use crate::diag::{Error, Kind};
 use crate::limits::{elems, fmt_shape};
 use crate::model::Layer;

@@ -2,7 +2,7 @@
 
 use super::args::{ArgKind as K, Args, Param};
 use super::build::{first, Built, Input};
-use super::{Build, Inputs, LayerDef};
+use super::def::{Build, Inputs, LayerDef};
 use crate::diag::{Error, Kind};
 use crate::limits::fmt_shape;
 use crate::model::Layer;

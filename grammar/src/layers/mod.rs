@@ -10,86 +10,15 @@
 pub mod args;
 pub mod build;
 mod conv;
+mod def;
 mod dense;
 mod elementwise;
 mod pool;
 
-use args::{Args, Param};
-use build::{Built, Input};
+pub use def::{Build, Inputs, LayerDef};
 
-use crate::diag::Error;
 use crate::model::{Activation, Layer};
 use std::sync::OnceLock;
-
-/// How a layer receives its input values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Inputs {
-    /// One value, piped in (`x |> dense(10)`) or given first (`dense(x, 10)`); the other arguments
-    /// bind to the signature.
-    One,
-    /// The elementwise sum: two values, as `add(a, b)`, `a |> add(b)` or `a + b`; no other
-    /// arguments.
-    Sum,
-}
-
-/// How an entry builds its layer.
-#[derive(Debug, Clone, Copy)]
-pub enum Build {
-    /// A builder of `build.rs`.
-    Layer(build::Builder),
-    /// An activation: same shape, [`Layer::Act`].
-    Activation(Activation),
-}
-
-/// One layer operation of the language.
-#[derive(Debug, Clone, Copy)]
-pub struct LayerDef {
-    /// The name a program writes (`conv2d`); also the prefix of its automatic layer names
-    /// (`conv2d_1`).
-    pub name: &'static str,
-    pub inputs: Inputs,
-    /// Arguments after the input value(s), in positional order.
-    pub params: &'static [Param],
-    pub build: Build,
-    /// A use of the layer, shown when a required argument is missing (`None`: the layer has no
-    /// required argument). Written as a pipeline stage applied to `x`; anything after `#` is a
-    /// comment.
-    pub example: Option<&'static str>,
-    /// One line saying what the layer computes.
-    pub doc: &'static str,
-    /// Type name in `dmc summary` (Keras' name where there is one).
-    pub summary: &'static str,
-    /// Other frameworks' spellings, lower case without `_`, suggested as this layer.
-    pub aliases: &'static [&'static str],
-}
-
-impl LayerDef {
-    /// Builds the layer for `inputs` and the bound arguments.
-    pub fn build(&self, inputs: &[Input<'_>], args: &Args) -> Result<Built, Error> {
-        match self.build {
-            Build::Layer(f) => f(inputs, args),
-            Build::Activation(a) => build::activation(a, inputs, args),
-        }
-    }
-
-    /// The signature as the language reference writes it:
-    /// `maxpool(size, stride: size)`, `add(a, b)`, `flatten`.
-    pub fn signature_text(&self) -> String {
-        let mut parts: Vec<String> = match self.inputs {
-            Inputs::One => vec![],
-            Inputs::Sum => vec!["a".into(), "b".into()],
-        };
-        parts.extend(self.params.iter().map(|p| match p.default_text() {
-            Some(d) => format!("{}: {d}", p.name),
-            None => p.name.to_string(),
-        }));
-        if parts.is_empty() {
-            self.name.to_string()
-        } else {
-            format!("{}({})", self.name, parts.join(", "))
-        }
-    }
-}
 
 /// The table, in the order the language reference lists the layers: each family's entries
 /// (with their builders) are in the family's module.

@@ -3,7 +3,7 @@
 
 use super::args::{ArgKind as K, Args, Param};
 use super::build::{first, image, Built, Input};
-use super::{Build, Inputs, LayerDef};
+use super::def::{Build, Inputs, LayerDef};
 use crate::diag::{Error, Kind};
 use crate::limits::elems;
 use crate::model::{Layer, Shape};

@@ -3,8 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::facts::{p, ConvGeom, DType, OpFacts, ParamKind, Role, ShapeError, TensorType};
 use super::shape::{conv_extent, conv_extent_ok, err, numel, rank, states_like};
-use super::{p, ConvGeom, DType, OpFacts, ParamKind, Role, ShapeError, TensorType, UpdateRule};
+use crate::update::UpdateRule;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ConvOp {

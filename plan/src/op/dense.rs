@@ -3,8 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::facts::{p, DType, OpFacts, ParamKind, Role, ShapeError, TensorType};
 use super::shape::{err, numel, rank, states_like};
-use super::{p, DType, OpFacts, ParamKind, Role, ShapeError, TensorType, UpdateRule};
+use crate::update::UpdateRule;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum DenseOp {

@@ -3,8 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::facts::{p, DType, OpFacts, ParamKind, Role, ShapeError, TensorType};
 use super::shape::{numel, same};
-use super::{p, DType, OpFacts, ParamKind, Role, ShapeError, TensorType, UnaryKind};
+use crate::unary::UnaryKind;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ElementwiseOp {

@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::facts::{p, DType, OpFacts, ParamKind, Role, ShapeError, TensorType};
 use super::shape::{err, numel, rank, same};
-use super::{p, DType, OpFacts, ParamKind, Role, ShapeError, TensorType};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum LossOp {

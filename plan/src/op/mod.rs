@@ -8,12 +8,18 @@
 mod conv;
 mod dense;
 mod elementwise;
+mod facts;
 mod loss;
 mod optim;
 mod pool;
 pub mod shape;
 
 use serde::{Deserialize, Serialize};
+
+pub use facts::{
+    fmt_types, ConvGeom, DType, OpFacts, ParamKind, PoolGeom, Role, ShapeError, SigParam,
+    Signature, TensorType,
+};
 
 pub use conv::{conv_workspace_elems, ConvOp, CONV_CHUNK_ROWS};
 pub use dense::DenseOp;
@@ -22,46 +28,11 @@ pub use loss::LossOp;
 pub use optim::OptimOp;
 pub use pool::{PoolOp, MAX_ARGMAX_WINDOW};
 use shape::{err, need_hint, numel};
-pub use shape::{fmt_types, ShapeError, TensorType};
 
 pub use crate::unary::UnaryKind;
 /// The optimizer a program names: the update rule of its update ops (the language's name for it).
 pub use crate::update::UpdateRule as Optimizer;
 pub use crate::update::UpdateRule;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum DType {
-    F32,
-    I32,
-    /// Compact indices (max-pool argmax within its window).
-    U8,
-}
-
-impl DType {
-    pub fn size(self) -> usize {
-        match self {
-            DType::F32 | DType::I32 => 4,
-            DType::U8 => 1,
-        }
-    }
-}
-
-/// 2-D convolution geometry shared by the forward and the two backward ops.
-/// Padding is explicit (top/left); bottom/right padding follows from the output size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct ConvGeom {
-    pub kh: usize,
-    pub kw: usize,
-    pub stride: usize,
-    pub pad_top: usize,
-    pub pad_left: usize,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct PoolGeom {
-    pub size: usize,
-    pub stride: usize,
-}
 
 /// The closed set of operations. Leaves and `Reshape` have no kernel; every other op belongs to
 /// one family, whose enum lists its ops and whose [`OpFacts`] give their facts (signature,
@@ -94,33 +65,6 @@ pub enum Op {
     /// The optimizer's update and the bias gradient (alone or fused with its update).
     Optim(OptimOp),
 }
-
-/// The facts of one family of ops, each an exhaustive `match` over the family's enum: adding an
-/// op to a family means one arm in each (the compiler lists the missing ones).
-pub trait OpFacts {
-    /// The kernel signature's parameters: inputs in node-input order (`In`, or `InOut` when an
-    /// output aliases them), then the outputs with their own buffer (`Out`), then workspaces.
-    fn params(&self) -> Vec<ParamKind>;
-    /// Short kernel-style name, e.g. `conv2d`, `sgd_update`.
-    fn kind_name(&self) -> &'static str;
-    /// Outputs written into the buffer of an input, as `(output, input)` pairs.
-    fn aliased_outputs(&self) -> Vec<(usize, usize)>;
-    /// Elements (f32) of each `Workspace` parameter, given the full shapes of the other
-    /// signature parameters (signature order, workspaces left out).
-    fn workspace_elems(&self, shapes: &[Vec<usize>]) -> Vec<usize>;
-    /// The shape rule: output types from input types (arity and dtypes already checked against
-    /// [`OpFacts::params`]). `hint` is the expected type of output 0, required by the ops whose
-    /// output is not a function of their inputs (see [`Op::infer_outputs`]).
-    fn infer(
-        &self,
-        inputs: &[TensorType],
-        hint: Option<&TensorType>,
-    ) -> Result<Vec<TensorType>, ShapeError>;
-    /// Floating-point operations of one launch, given the full shapes of the node's inputs (slot
-    /// order) and outputs. A multiply-add counts 2; elementwise work one per element read.
-    fn flops(&self, ins: &[Vec<usize>], outs: &[Vec<usize>]) -> u64;
-}
-
 impl UpdateRule {
     /// The rule of an unfused update op (`None` for any other op).
     pub fn of(op: &Op) -> Option<UpdateRule> {
@@ -130,40 +74,6 @@ impl UpdateRule {
         }
     }
 }
-
-/// How a kernel uses one of its arguments.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Role {
-    In,
-    Out,
-    /// Read and overwritten in place (optimizer updates).
-    InOut,
-    /// Scratch, dead after the kernel.
-    Workspace,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct SigParam {
-    pub name: String,
-    pub role: Role,
-    pub dtype: DType,
-}
-
-/// The one description of a kernel's arguments: the CPU backend binds buffers in this order, and the
-/// CUDA backend derives both the generated parameter list and the launch arguments from it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Signature {
-    pub params: Vec<SigParam>,
-}
-
-/// One parameter of a kernel signature as [`Op::params`] describes it: name, role, dtype (the
-/// [`SigParam`] of the plan, without allocating its name).
-pub type ParamKind = (&'static str, Role, DType);
-
-pub(crate) fn p(name: &'static str, role: Role, dtype: DType) -> ParamKind {
-    (name, role, dtype)
-}
-
 impl Op {
     /// The family facts of a kernel op; `None` for leaves and `Reshape`, which have no kernel.
     pub fn facts(&self) -> Option<&dyn OpFacts> {

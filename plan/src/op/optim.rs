@@ -4,8 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::facts::{p, DType, OpFacts, ParamKind, Role, ShapeError, TensorType};
 use super::shape::{err, numel, states_like};
-use super::{p, DType, OpFacts, ParamKind, Role, ShapeError, TensorType, UpdateRule};
+use crate::update::UpdateRule;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum OptimOp {

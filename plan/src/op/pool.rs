@@ -3,8 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::facts::{p, DType, OpFacts, ParamKind, PoolGeom, Role, ShapeError, TensorType};
 use super::shape::{err, numel, pooled, rank, same};
-use super::{p, DType, OpFacts, ParamKind, PoolGeom, Role, ShapeError, TensorType};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum PoolOp {
@@ -138,7 +138,7 @@ impl OpFacts for PoolOp {
                 let dy = &inputs[0];
                 rank(dy, 4, "dy")?;
                 let k = *factor;
-                if k == 0 || dy.shape[1] % k != 0 || dy.shape[2] % k != 0 {
+                if k == 0 || !dy.shape[1].is_multiple_of(k) || !dy.shape[2].is_multiple_of(k) {
                     return err(format!("dy {dy} is not upsampled by {k}"));
                 }
                 Ok(vec![f(vec![

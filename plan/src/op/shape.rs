@@ -1,61 +1,8 @@
-//! The type of a value (full shape and element type) and the helpers of the ops' shape rules
-//! ([`Op::infer_outputs`](super::Op::infer_outputs)): the one shape rule, called by the compiler's
-//! IR (lowering, autodiff, the verifier around every pass) and by every backend's plan check
-//! ([`Op::check_args`](super::Op::check_args)).
+//! The helpers of the ops' shape rules ([`Op::infer_outputs`](super::Op::infer_outputs)): the one
+//! shape rule, called by the compiler's IR (lowering, autodiff, the verifier around every pass) and
+//! by every backend's plan check ([`Op::check_args`](super::Op::check_args)).
 
-use std::fmt;
-
-use super::{DType, PoolGeom};
-
-/// Type of one value: full shape (batch first) and element type.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct TensorType {
-    pub shape: Vec<usize>,
-    pub dtype: DType,
-}
-
-impl TensorType {
-    pub fn new(shape: Vec<usize>, dtype: DType) -> Self {
-        TensorType { shape, dtype }
-    }
-    pub fn f32(shape: Vec<usize>) -> Self {
-        TensorType {
-            shape,
-            dtype: DType::F32,
-        }
-    }
-    pub fn numel(&self) -> usize {
-        self.shape.iter().product()
-    }
-    pub fn bytes(&self) -> u64 {
-        (self.numel() * self.dtype.size()) as u64
-    }
-}
-
-impl fmt::Display for TensorType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let d = match self.dtype {
-            DType::F32 => "f32",
-            DType::I32 => "i32",
-            DType::U8 => "u8",
-        };
-        let dims: Vec<String> = self.shape.iter().map(|d| d.to_string()).collect();
-        write!(f, "{d}[{}]", dims.join(","))
-    }
-}
-
-/// Formats a list of types as `f32[1,2], i32[1]`.
-pub fn fmt_types(ts: &[TensorType]) -> String {
-    ts.iter()
-        .map(|t| t.to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// An op applied to values whose types break its shape rule (the message names what is wrong).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ShapeError(pub String);
+use super::facts::{PoolGeom, ShapeError, TensorType};
 
 pub(crate) fn err<T>(msg: impl Into<String>) -> Result<T, ShapeError> {
     Err(ShapeError(msg.into()))

@@ -9,7 +9,8 @@ use std::collections::HashMap;
 use dmc_plan::op::DType;
 use dmc_plan::plan::{Buffer, BufferId, Plan};
 
-use super::executor::{exec, Args, Ctx};
+use super::args::{Args, Ctx};
+use super::executor::exec;
 use crate::arena::Arena;
 use crate::backend::{Backend, InputData, Params};
 use crate::error::RuntimeError;

@@ -19,7 +19,7 @@ use std::cell::RefCell;
 use dmc_plan::op::{ConvGeom, CONV_CHUNK_ROWS};
 use rayon::prelude::*;
 
-use super::executor::{state_slices, Args, Ctx};
+use super::args::{state_slices, Args, Ctx};
 use super::gemm::{sgemm, View};
 use super::optim::update_block;
 use dmc_plan::op::ConvOp;
@@ -387,7 +387,7 @@ pub fn conv2d_bwd_weight_chunked(
 /// # Safety
 /// As [`exec`](super::executor::exec): a validated step, exclusive access to the arena; each
 /// mutable slice is taken only for a slot with role Out, InOut or Workspace.
-pub(super) unsafe fn exec(op: &ConvOp, a: &Args, ctx: &Ctx) -> () {
+pub(super) unsafe fn exec(op: &ConvOp, a: &Args, ctx: &Ctx) {
     // SAFETY: (all calls below) see this function's contract; slot indices follow the signature.
     unsafe {
         match op {

@@ -2,7 +2,7 @@
 
 use rayon::prelude::*;
 
-use super::executor::{state_slices, Args, Ctx};
+use super::args::{state_slices, Args, Ctx};
 use super::gemm::{sgemm, View};
 use super::optim::update_block;
 use dmc_plan::op::DenseOp;
@@ -51,27 +51,6 @@ pub fn dense_bwd_weight(n: usize, k: usize, m: usize, x: &[f32], dy: &[f32], dw:
     sgemm(1.0, View::rm_t(x, n, k), View::rm(dy, n, m), 0.0, dw, m, 1);
 }
 
-/// `db[C]` = sum of `dy[R, C]` over its rows. Parallel over column blocks; every column is summed
-/// serially in row order (deterministic, no scratch).
-pub fn bias_grad(dy: &[f32], db: &mut [f32]) {
-    let c = db.len();
-    if c == 0 {
-        return;
-    }
-    assert_eq!(dy.len() % c, 0, "bias_grad: dy size");
-    const COLS: usize = 16;
-    db.par_chunks_mut(COLS).enumerate().for_each(|(bi, dbc)| {
-        let c0 = bi * COLS;
-        let nc = dbc.len();
-        dbc.fill(0.0);
-        for row in dy.chunks_exact(c) {
-            for (o, v) in dbc.iter_mut().zip(&row[c0..c0 + nc]) {
-                *o += *v;
-            }
-        }
-    });
-}
-
 /// The weight gradient `x[N,K]^T dy[N,M]` by blocks of `chunk` columns: for each block
 /// `c0..c0+nc`, `gw[K, nc]` (the first `K*nc` floats of the workspace) receives that block of
 /// the gradient and `apply(c0, nc, gw)` consumes it (the optimizer update of those columns).
@@ -117,7 +96,7 @@ pub fn dense_bwd_weight_chunked(
 /// # Safety
 /// As [`exec`](super::executor::exec): a validated step, exclusive access to the arena; each
 /// mutable slice is taken only for a slot with role Out, InOut or Workspace.
-pub(super) unsafe fn exec(op: &DenseOp, a: &Args, ctx: &Ctx) -> () {
+pub(super) unsafe fn exec(op: &DenseOp, a: &Args, ctx: &Ctx) {
     // SAFETY: (all calls below) see this function's contract; slot indices follow the signature.
     unsafe {
         match op {

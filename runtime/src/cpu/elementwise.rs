@@ -3,7 +3,7 @@
 
 use dmc_plan::op::UnaryKind;
 
-use super::executor::{Args, Ctx};
+use super::args::{Args, Ctx};
 use super::par::for_chunks;
 use crate::hash::mix64;
 use dmc_plan::op::ElementwiseOp;
@@ -147,7 +147,7 @@ pub fn dropout_inplace(p: f32, rng: DropoutRng, x: &mut [f32]) {
 /// # Safety
 /// As [`exec`](super::executor::exec): a validated step, exclusive access to the arena; each
 /// mutable slice is taken only for a slot with role Out, InOut or Workspace.
-pub(super) unsafe fn exec(op: &ElementwiseOp, a: &Args, ctx: &Ctx) -> () {
+pub(super) unsafe fn exec(op: &ElementwiseOp, a: &Args, ctx: &Ctx) {
     // SAFETY: (all calls below) see this function's contract; slot indices follow the signature.
     unsafe {
         match op {

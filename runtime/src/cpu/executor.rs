@@ -6,6 +6,7 @@
 use dmc_plan::op::Op;
 use dmc_plan::plan::{Buffer, BufferKind, Kernel, Mode, Step, ALIGN};
 
+use super::args::{Args, Ctx};
 use super::loss::BadLabel;
 use crate::arena::Arena;
 use crate::error::RuntimeError;
@@ -16,79 +17,6 @@ fn numel(shape: &[usize]) -> usize {
 
 fn bad(msg: impl Into<String>) -> RuntimeError {
     RuntimeError::BadPlan(msg.into())
-}
-
-/// What a step reads besides its arguments: the 1-based training step and the seed (Adam's `t`,
-/// the dropout key) and the plan's mode (dropout is the identity in `Eval`).
-pub(super) struct Ctx {
-    pub(super) step_counter: u64,
-    pub(super) seed: u64,
-    pub(super) mode: Mode,
-}
-
-/// One step's arguments: the arena base, the plan's buffers, the step and its kernel.
-pub(super) struct Args<'p> {
-    pub(super) base: *mut u8,
-    pub(super) buffers: &'p [Buffer],
-    pub(super) kernel: &'p Kernel,
-    pub(super) step: &'p Step,
-}
-
-impl<'p> Args<'p> {
-    pub(super) fn shape(&self, i: usize) -> &'p [usize] {
-        &self.kernel.arg_shapes[i]
-    }
-    pub(super) fn ptr(&self, i: usize) -> *mut u8 {
-        let b = &self.buffers[self.step.args[i]];
-        // SAFETY: the offset was validated to lie inside the arena.
-        unsafe { self.base.add(b.offset as usize) }
-    }
-    /// # Safety
-    /// Argument `i` must be a validated f32 argument not written through another slice meanwhile.
-    pub(super) unsafe fn f32<'a>(&self, i: usize) -> &'a [f32] {
-        // SAFETY: per the caller's contract and `validate` (aligned, in bounds, large enough).
-        unsafe { std::slice::from_raw_parts(self.ptr(i) as *const f32, numel(self.shape(i))) }
-    }
-    /// # Safety
-    /// Argument `i` must be a validated written f32 argument that overlaps no other argument.
-    #[allow(clippy::mut_from_ref)]
-    pub(super) unsafe fn f32_mut<'a>(&self, i: usize) -> &'a mut [f32] {
-        // SAFETY: per the caller's contract and `validate`.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr(i) as *mut f32, numel(self.shape(i))) }
-    }
-    /// # Safety
-    /// As `f32`, for an i32 argument.
-    pub(super) unsafe fn i32<'a>(&self, i: usize) -> &'a [i32] {
-        // SAFETY: per the caller's contract and `validate`.
-        unsafe { std::slice::from_raw_parts(self.ptr(i) as *const i32, numel(self.shape(i))) }
-    }
-    /// # Safety
-    /// As `f32`, for a u8 argument.
-    pub(super) unsafe fn u8<'a>(&self, i: usize) -> &'a [u8] {
-        // SAFETY: per the caller's contract and `validate`.
-        unsafe { std::slice::from_raw_parts(self.ptr(i) as *const u8, numel(self.shape(i))) }
-    }
-    /// # Safety
-    /// As `f32_mut`, for a u8 argument.
-    #[allow(clippy::mut_from_ref)]
-    pub(super) unsafe fn u8_mut<'a>(&self, i: usize) -> &'a mut [u8] {
-        // SAFETY: per the caller's contract and `validate`.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr(i), numel(self.shape(i))) }
-    }
-}
-
-/// The optimizer-state arguments `first..first+n` (n <= 2) as mutable slices, without allocating
-/// (the unused entries are empty).
-///
-/// # Safety
-/// As [`Args::f32_mut`] for each of those arguments (validated `InOut` slots, pairwise disjoint).
-pub(super) unsafe fn state_slices<'a>(a: &Args, first: usize, n: usize) -> [&'a mut [f32]; 2] {
-    let mut out: [&'a mut [f32]; 2] = [&mut [], &mut []];
-    for (i, o) in out.iter_mut().enumerate().take(n) {
-        // SAFETY: per this function's contract.
-        *o = unsafe { a.f32_mut(first + i) };
-    }
-    out
 }
 
 /// Runs one step.

@@ -2,7 +2,7 @@
 
 use rayon::prelude::*;
 
-use super::executor::{Args, Ctx};
+use super::args::{Args, Ctx};
 use super::par::{det_sum, for_chunks};
 use dmc_plan::op::LossOp;
 

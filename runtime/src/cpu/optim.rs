@@ -6,8 +6,7 @@
 use dmc_plan::op::UpdateRule;
 use rayon::prelude::*;
 
-use super::dense::bias_grad;
-use super::executor::{state_slices, Args, Ctx};
+use super::args::{state_slices, Args, Ctx};
 use super::par::ELEM_CHUNK;
 use dmc_plan::op::OptimOp;
 
@@ -210,13 +209,34 @@ pub fn update_block(
     }
 }
 
+/// `db[C]` = sum of `dy[R, C]` over its rows. Parallel over column blocks; every column is summed
+/// serially in row order (deterministic, no scratch).
+pub fn bias_grad(dy: &[f32], db: &mut [f32]) {
+    let c = db.len();
+    if c == 0 {
+        return;
+    }
+    assert_eq!(dy.len() % c, 0, "bias_grad: dy size");
+    const COLS: usize = 16;
+    db.par_chunks_mut(COLS).enumerate().for_each(|(bi, dbc)| {
+        let c0 = bi * COLS;
+        let nc = dbc.len();
+        dbc.fill(0.0);
+        for row in dy.chunks_exact(c) {
+            for (o, v) in dbc.iter_mut().zip(&row[c0..c0 + nc]) {
+                *o += *v;
+            }
+        }
+    });
+}
+
 /// Runs one step of an op of the optimizer family: the step's arguments, taken by signature slot,
 /// handed to the kernels above.
 ///
 /// # Safety
 /// As [`exec`](super::executor::exec): a validated step, exclusive access to the arena; each
 /// mutable slice is taken only for a slot with role Out, InOut or Workspace.
-pub(super) unsafe fn exec(op: &OptimOp, a: &Args, ctx: &Ctx) -> () {
+pub(super) unsafe fn exec(op: &OptimOp, a: &Args, ctx: &Ctx) {
     // SAFETY: (all calls below) see this function's contract; slot indices follow the signature.
     unsafe {
         match op {

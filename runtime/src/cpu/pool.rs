@@ -1,7 +1,7 @@
 //! Max / average / global-average pooling (NHWC, 'valid' windows), nearest-neighbour upsampling,
 //! and their backward ops.
 
-use super::executor::{Args, Ctx};
+use super::args::{Args, Ctx};
 use dmc_plan::op::PoolGeom;
 use dmc_plan::op::PoolOp;
 use rayon::prelude::*;
@@ -271,7 +271,7 @@ pub fn upsample_bwd(f: usize, d: &PoolDims, dy: &[f32], dx: &mut [f32]) {
 /// # Safety
 /// As [`exec`](super::executor::exec): a validated step, exclusive access to the arena; each
 /// mutable slice is taken only for a slot with role Out, InOut or Workspace.
-pub(super) unsafe fn exec(op: &PoolOp, a: &Args, _ctx: &Ctx) -> () {
+pub(super) unsafe fn exec(op: &PoolOp, a: &Args, _ctx: &Ctx) {
     // SAFETY: (all calls below) see this function's contract; slot indices follow the signature.
     unsafe {
         match op {

@@ -1,0 +1,47 @@
+//! What the op families' zoo cases (`zoo()` in each `spec/<family>.rs`, numbered by
+//! [`crate::zoo::zoo`]) share: the case type and the update rules and fused-update shapes.
+
+use dmc_plan::op::{ConvOp, DenseOp, Op, OptimOp, UpdateRule};
+
+/// One zoo case: the op and one shape per signature parameter.
+pub(crate) type Case = (Op, Vec<Vec<usize>>);
+
+/// SGD with weight decay, `momentum` and `nesterov` as given.
+pub(crate) fn sgd(momentum: f32, nesterov: bool) -> UpdateRule {
+    UpdateRule::Sgd {
+        lr: 0.01,
+        momentum,
+        weight_decay: 1e-4,
+        nesterov,
+    }
+}
+
+/// Adam with weight decay, `decoupled` (AdamW) as given.
+pub(crate) fn adam(decoupled: bool) -> UpdateRule {
+    UpdateRule::Adam {
+        lr: 1e-3,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+        weight_decay: 0.01,
+        decoupled,
+    }
+}
+
+/// A weight gradient fused with its update: the signature's shapes are the inputs, then as many
+/// state slots as the rule has (shaped as the updated tensor `upd`), then the workspaces per
+/// [`Op::workspace_elems`].
+pub(crate) fn fused(op: Op, ins: Vec<Vec<usize>>, upd: Vec<usize>) -> Case {
+    let ns = match &op {
+        Op::Conv(ConvOp::Conv2dBwdWeightUpdate { rule, .. })
+        | Op::Dense(DenseOp::DenseBwdWeightUpdate { rule, .. })
+        | Op::Optim(OptimOp::BiasGradUpdate { rule }) => rule.state_names().len(),
+        _ => 0,
+    };
+    let mut s = ins;
+    s.push(upd.clone());
+    s.extend(std::iter::repeat_n(upd, ns));
+    let ws = op.workspace_elems(&s);
+    s.extend(ws.into_iter().map(|n| vec![n]));
+    (op, s)
+}
