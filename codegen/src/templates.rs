@@ -1,14 +1,23 @@
 //! The `tera` templates of the generated kernels and the emulator's host header, embedded at build
 //! time from this crate's `templates/` directory.
 
-/// The templates, embedded (name, text). `prelude.cuh.tera`, `gemm.cuh.tera` and
-/// `update.cuh.tera` (the per-element optimizer update) are included by the others.
+/// The templates, embedded (name, text). `prelude.cuh.tera`, `gemm.cuh.tera`, `epilogue.cuh.tera`
+/// (a GEMM's fused epilogue) and `update.cuh.tera` (the per-element optimizer update) are included
+/// by the others.
 pub const TEMPLATES: &[(&str, &str)] = &[
     (
         "prelude.cuh.tera",
         include_str!("../templates/prelude.cuh.tera"),
     ),
     ("gemm.cuh.tera", include_str!("../templates/gemm.cuh.tera")),
+    (
+        "activation.cuh.tera",
+        include_str!("../templates/activation.cuh.tera"),
+    ),
+    (
+        "epilogue.cuh.tera",
+        include_str!("../templates/epilogue.cuh.tera"),
+    ),
     (
         "elementwise.cu.tera",
         include_str!("../templates/elementwise.cu.tera"),

@@ -14,7 +14,7 @@ use crate::ctx::Ctx;
 use crate::error::CompileError;
 use crate::fxhash::FxHashMap;
 use crate::ir::{Graph, Phase, Value};
-use crate::op::{ConvOp, DenseOp, ElementwiseOp, LossOp, Op, OptimOp, PoolOp};
+use crate::op::{ConvOp, DenseOp, ElementwiseOp, Epilogue, LossOp, Op, OptimOp, PoolOp};
 use crate::plan::Mode;
 use dmc_plan::unary::Saved;
 
@@ -48,14 +48,18 @@ pub fn vjp(
         // d/dx of a leaf: nothing to propagate.
         Op::Input { .. } | Op::Param { .. } | Op::OptState { .. } => {}
         // d/dx conv(x,w)+b: dx = conv_bwd_data(dy, w); dw = conv_bwd_weight(x, dy); db = sum dy
-        Op::Conv(ConvOp::Conv2d { geom, .. }) => {
+        Op::Conv(ConvOp::Conv2d { geom, epi, .. }) if epi.is_none() => {
             let dy = dy.ok_or_else(missing)?;
             if want(0) {
                 let hint = g.ty(x[0]).clone();
                 let name = gname(x[0], g);
                 out[0] = Some((
                     g.add_node(
-                        Op::Conv(ConvOp::Conv2dBwdData { geom: *geom }),
+                        Op::Conv(ConvOp::Conv2dBwdData {
+                            geom: *geom,
+                            epi: Epilogue::NONE,
+                            in_place: false,
+                        }),
                         &[dy, x[1]],
                         name,
                         bw,
@@ -86,13 +90,15 @@ pub fn vjp(
             }
         }
         // d/dx xw+b: dx = dy w^T; dw = x^T dy; db = sum_n dy
-        Op::Dense(DenseOp::Dense { .. }) => {
+        Op::Dense(DenseOp::Dense { epi, .. }) if epi.is_none() => {
             let dy = dy.ok_or_else(missing)?;
             if want(0) {
                 let name = gname(x[0], g);
                 out[0] = Some((
                     g.add_node(
-                        Op::Dense(DenseOp::DenseBwdData),
+                        Op::Dense(DenseOp::DenseBwdData {
+                            epi: Epilogue::NONE,
+                        }),
                         &[dy, x[1]],
                         name,
                         bw,
@@ -267,11 +273,16 @@ pub fn vjp(
                 ));
             }
         }
-        // d/dx of backward and update ops: second-order autodiff is not supported.
-        Op::Conv(ConvOp::Conv2dBwdData { .. })
+        // d/dx of backward and update ops: second-order autodiff is not supported; fused ops
+        // (`fuse_epilogues` runs after autodiff) are not differentiated either.
+        Op::Conv(ConvOp::Conv2d { .. })
+        | Op::Dense(DenseOp::Dense { .. })
+        | Op::Pool(PoolOp::GlobalAvgPoolBwdAct(_))
+        | Op::Pool(PoolOp::GlobalAvgPoolBwdActInPlace(_))
+        | Op::Conv(ConvOp::Conv2dBwdData { .. })
         | Op::Conv(ConvOp::Conv2dBwdWeight { .. })
         | Op::Optim(OptimOp::BiasGrad)
-        | Op::Dense(DenseOp::DenseBwdData)
+        | Op::Dense(DenseOp::DenseBwdData { .. })
         | Op::Dense(DenseOp::DenseBwdWeight)
         | Op::Pool(PoolOp::MaxPoolBwd { .. })
         | Op::Pool(PoolOp::AvgPoolBwd { .. })

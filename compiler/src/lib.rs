@@ -17,6 +17,7 @@ pub mod dump;
 pub mod emit;
 pub mod error;
 pub mod fit;
+pub mod fuse;
 pub mod fxhash;
 pub mod ir;
 pub mod lower;

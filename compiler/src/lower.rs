@@ -7,7 +7,9 @@ use dmc_grammar::model::{self, Layer, LossKind, Model, Padding, ValueRef};
 
 use crate::error::CompileError;
 use crate::ir::{Graph, ParamMeta, Phase, TensorType, Value};
-use crate::op::{ConvGeom, ConvOp, DType, DenseOp, ElementwiseOp, LossOp, Op, PoolGeom, PoolOp};
+use crate::op::{
+    ConvGeom, ConvOp, DType, DenseOp, ElementwiseOp, Epilogue, LossOp, Op, PoolGeom, PoolOp,
+};
 use crate::plan::Init;
 
 fn dtype(d: model::DType) -> DType {
@@ -233,6 +235,7 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
                     Op::Conv(ConvOp::Conv2d {
                         geom,
                         bias: *has_bias,
+                        epi: Epilogue::NONE,
                     }),
                     &want(*has_bias)?,
                     name,
@@ -241,7 +244,10 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
                 )?
             }
             Layer::Dense { bias: has_bias, .. } => g.add_node(
-                Op::Dense(DenseOp::Dense { bias: *has_bias }),
+                Op::Dense(DenseOp::Dense {
+                    bias: *has_bias,
+                    epi: Epilogue::NONE,
+                }),
                 &want(*has_bias)?,
                 name,
                 ph,

@@ -18,9 +18,10 @@ use crate::alias::BufferRoots;
 use crate::autodiff::autodiff;
 use crate::ctx::Ctx;
 use crate::error::CompileError;
+use crate::fuse::fuse_epilogues;
 use crate::fxhash::FxHashMap;
 use crate::ir::{Graph, Phase, Value};
-use crate::op::{ConvOp, DenseOp, ElementwiseOp, Op, OptimOp, UpdateRule};
+use crate::op::{ConvOp, DenseOp, ElementwiseOp, Op, OptimOp, PoolOp, UpdateRule};
 use crate::optimizer::optimizer_update;
 use crate::plan::Mode;
 use crate::remat::rematerialize;
@@ -57,6 +58,11 @@ pub const MEMORY: Pipeline = &[
     // inputs, which it may rewire to recomputed copies), before in place, so that the in-place
     // rule sees the recomputed copies' consumers; nothing after it merges nodes.
     ("rematerialize", rematerialize),
+    // After rematerialization (its stage analysis sees one node per layer op, and its recomputed
+    // copies are fused like the originals), before in place (fusion removes the elementwise ops
+    // in-place rewriting would apply to, and changes who reads what): elementwise work into the
+    // GEMM that produces its input, the bias gradient into the weight gradient's kernel.
+    ("fuse_epilogues", fuse_epilogues),
     // Last: decides in place on the final graph by the rule "the input's only consumer is this
     // op" (schedule-independent); nothing after it adds a reader.
     ("inplace_elementwise", inplace_elementwise),
@@ -197,6 +203,8 @@ pub fn fuse_weight_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError
                         geom: *geom,
                         rule,
                         chunk: co,
+                        bias: false,
+                        keep_old: false,
                     }),
                     vec![gins[0], gins[1], ins[0]],
                 )
@@ -204,7 +212,11 @@ pub fn fuse_weight_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError
             Op::Dense(DenseOp::DenseBwdWeight) => {
                 let m = g.ty(ins[0]).shape[1];
                 (
-                    Op::Dense(DenseOp::DenseBwdWeightUpdate { rule, chunk: m }),
+                    Op::Dense(DenseOp::DenseBwdWeightUpdate {
+                        rule,
+                        chunk: m,
+                        bias: false,
+                    }),
                     vec![gins[0], gins[1], ins[0]],
                 )
             }
@@ -247,18 +259,29 @@ pub fn fuse_weight_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError
 /// (not a leaf), neither `v` nor any view of it is the loss or the output, nothing but `n` reads
 /// `v` or a view of it, and no other input of `n` lives in the same buffer. `roots` are the
 /// buffer roots of `g` as it is now.
-fn dies_here(g: &Graph, roots: &mut BufferRoots, n: NodeIndex, v: Value) -> bool {
+///
+/// With `first`, other readers are allowed too where `first` says they always run before `n`
+/// (`first[c]`: `c` is an ancestor of the output and `n` a descendant of it).
+fn dies_after(
+    g: &Graph,
+    roots: &mut BufferRoots,
+    n: NodeIndex,
+    v: Value,
+    first: Option<&[bool]>,
+) -> bool {
     let root = roots.root(v);
     if g.node(root.0).op.is_leaf() {
         return false;
     }
+    let runs_before =
+        |c: NodeIndex| first.is_some_and(|f| f.get(c.index()).copied().unwrap_or(false));
     for w in view_closure(g, v) {
         if w == g.output || Some(w) == g.loss {
             return false;
         }
         if g.consumers(w)
             .iter()
-            .any(|(c, _)| *c != n && !matches!(g.node(*c).op, Op::Reshape))
+            .any(|(c, _)| *c != n && !matches!(g.node(*c).op, Op::Reshape) && !runs_before(*c))
         {
             return false;
         }
@@ -274,7 +297,8 @@ fn dies_here(g: &Graph, roots: &mut BufferRoots, n: NodeIndex, v: Value) -> bool
 /// Pass (`ctx.inplace`): elementwise ops (activations, add, dropout, their backward ops, gradient
 /// accumulation) write into an input that dies there: `Unary`/`Dropout`/`DropoutBwd` into x/dy,
 /// `UnaryBwd` into dy, `Add` into whichever operand dies (swapped into slot 0; a + b == b + a
-/// exactly). The written input becomes `InOut` in the kernel signature: one buffer.
+/// exactly), the fused `GlobalAvgPoolBwdAct` into its saved value. The written input becomes
+/// `InOut` in the kernel signature: one buffer.
 pub fn inplace_elementwise(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> {
     if !ctx.inplace {
         return Ok(false);
@@ -283,6 +307,21 @@ pub fn inplace_elementwise(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileErro
     // Kept up to date as ops become in place (their output then lives in the written input), so
     // later decisions see the same buffers `Graph::buffer_root` would, without walking chains.
     let mut roots = BufferRoots::new(g);
+    // For the folded pool backward (which reads the value the forward pool read): the nodes that
+    // always run before it, when it descends from the output (every backward node does).
+    let gap = g
+        .nodes()
+        .into_iter()
+        .any(|n| matches!(g.node(n).op, Op::Pool(PoolOp::GlobalAvgPoolBwdAct(_))));
+    let (before_out, after_out) = if gap {
+        let o = g.output.0;
+        (
+            crate::fuse::reach(g, o, Direction::Incoming),
+            crate::fuse::reach(g, o, Direction::Outgoing),
+        )
+    } else {
+        (vec![], vec![])
+    };
     for n in g.nodes() {
         let op = g.node(n).op.clone();
         let (new, slots): (Op, &[usize]) = match op {
@@ -303,11 +342,16 @@ pub fn inplace_elementwise(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileErro
             Op::Elementwise(ElementwiseOp::Add) => {
                 (Op::Elementwise(ElementwiseOp::AddInPlace), &[0, 1])
             }
+            Op::Pool(PoolOp::GlobalAvgPoolBwdAct(k)) => {
+                (Op::Pool(PoolOp::GlobalAvgPoolBwdActInPlace(k)), &[1])
+            }
             _ => continue,
         };
+        let first = (matches!(new, Op::Pool(_)) && after_out.get(n.index()) == Some(&true))
+            .then_some(before_out.as_slice());
         let Some(&slot) = slots.iter().find(|&&i| {
             g.input(n, i)
-                .is_some_and(|v| dies_here(g, &mut roots, n, v))
+                .is_some_and(|v| dies_after(g, &mut roots, n, v, first))
         }) else {
             continue;
         };

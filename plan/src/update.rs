@@ -48,6 +48,17 @@ impl UpdateRule {
         }
     }
 
+    /// The names of a bias' state in a weight-gradient op that updates the bias too (the fused
+    /// `Conv2dBwdWeightUpdate`/`DenseBwdWeightUpdate` with `bias`): [`UpdateRule::state_names`]
+    /// prefixed by `b_`, so that one kernel's parameters stay distinct.
+    pub fn bias_state_names(&self) -> &'static [&'static str] {
+        match self {
+            UpdateRule::Sgd { momentum, .. } if *momentum != 0.0 => &["b_v"],
+            UpdateRule::Sgd { .. } => &[],
+            UpdateRule::Adam { .. } => &["b_m", "b_v"],
+        }
+    }
+
     /// The kernel name of its unfused update op (`Op::kind_name`).
     pub fn op_name(&self) -> &'static str {
         match self {

@@ -35,7 +35,7 @@ pub fn random_args(k: &Kernel, rng: &mut ChaCha8Rng) -> Vec<Vec<u8>> {
             match p.dtype {
                 DType::F32 => {
                     // Adam's second moment (the state slot `v`) must be >= 0
-                    let nonneg = adam && p.name == "v";
+                    let nonneg = adam && (p.name == "v" || p.name == "b_v");
                     (0..n)
                         .flat_map(|_| {
                             let v: f32 = if nonneg {

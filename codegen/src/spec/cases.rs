@@ -45,3 +45,19 @@ pub(crate) fn fused(op: Op, ins: Vec<Vec<usize>>, upd: Vec<usize>) -> Case {
     s.extend(ws.into_iter().map(|n| vec![n]));
     (op, s)
 }
+
+/// A weight gradient fused with its update and the bias gradient (`bias`): as [`fused`], with the
+/// bias `b` (and as many state slots as the rule has, shaped as `b`) after the weight's state.
+pub(crate) fn fused_bias(op: Op, ins: Vec<Vec<usize>>, upd: Vec<usize>, b: Vec<usize>) -> Case {
+    let ns = match &op {
+        Op::Conv(ConvOp::Conv2dBwdWeightUpdate { rule, .. })
+        | Op::Dense(DenseOp::DenseBwdWeightUpdate { rule, .. }) => rule.state_names().len(),
+        _ => 0,
+    };
+    let mut s = ins;
+    s.extend(std::iter::repeat_n(upd, ns + 1));
+    s.extend(std::iter::repeat_n(b, ns + 1));
+    let ws = op.workspace_elems(&s);
+    s.extend(ws.into_iter().map(|n| vec![n]));
+    (op, s)
+}

@@ -3,12 +3,13 @@
 
 use tera::Context;
 
-use dmc_plan::op::{ConvGeom, Role};
+use dmc_plan::op::{ConvGeom, Epilogue, EpilogueSide, Role};
 use dmc_plan::update::UpdateRule;
 
 use super::common::{numel, Site, Spec};
+use super::epilogue::epilogue_ctx;
 use super::gemm::{gemm, split_k};
-use super::optim::rule_ctx;
+use super::optim::{bias_ctx, rule_ctx};
 use crate::error::CodegenError;
 use dmc_plan::op::ConvOp;
 
@@ -28,19 +29,27 @@ fn conv_ctx(kind: &str, g: &ConvGeom, x: &[usize], y: &[usize], bias: bool) -> C
     ctx.insert("pad_top", &g.pad_top);
     ctx.insert("pad_left", &g.pad_left);
     ctx.insert("bias", &bias);
+    ctx.insert("fused_epi", &false);
     ctx
 }
 
-/// `Conv2d`: x, w, (b), y, cols.
-pub(crate) fn forward(s: &Site, geom: &ConvGeom, bias: bool) -> Result<Spec, CodegenError> {
-    let (x, y) = (s.shape(0)?, s.shape(if bias { 3 } else { 2 })?);
+/// `Conv2d`: x, w, (b), (r), y, cols.
+pub(crate) fn forward(
+    s: &Site,
+    geom: &ConvGeom,
+    bias: bool,
+    epi: &Epilogue,
+) -> Result<Spec, CodegenError> {
+    let yi = ConvOp::y_slot(bias, epi);
+    let (x, y) = (s.shape(0)?, s.shape(yi)?);
     s.rank(x, 4, "x")?;
     s.rank(y, 4, "y")?;
-    let ctx = conv_ctx(s.kind(), geom, x, y, bias);
+    let mut ctx = conv_ctx(s.kind(), geom, x, y, bias);
+    epilogue_ctx(&mut ctx, epi, EpilogueSide::Forward);
     let gk = geom.kh * geom.kw * x[3];
     let gm = y[0] * y[1] * y[2];
     // the im2col workspace (the CPU's) holds the partial sums of a split-K
-    let ws = numel(s.shape(if bias { 4 } else { 3 })?);
+    let ws = numel(s.shape(yi + 1)?);
     gemm(
         s,
         "conv2d_fwd.cu.tera",
@@ -51,12 +60,20 @@ pub(crate) fn forward(s: &Site, geom: &ConvGeom, bias: bool) -> Result<Spec, Cod
     )
 }
 
-/// `Conv2dBwdData`: dy, w, dx.
-pub(crate) fn backward_data(s: &Site, geom: &ConvGeom) -> Result<Spec, CodegenError> {
-    let (dy, dx) = (s.shape(0)?, s.shape(2)?);
+/// `Conv2dBwdData`: dy, w, (g), (saved), dx; in place, dx is written over saved.
+pub(crate) fn backward_data(
+    s: &Site,
+    geom: &ConvGeom,
+    epi: &Epilogue,
+    in_place: bool,
+) -> Result<Spec, CodegenError> {
+    let dxi = 2 + epi.num_inputs(EpilogueSide::DataGradient) - in_place as usize;
+    let (dy, dx) = (s.shape(0)?, s.shape(dxi)?);
     s.rank(dy, 4, "dy")?;
     s.rank(dx, 4, "dx")?;
-    let ctx = conv_ctx(s.kind(), geom, dx, dy, false);
+    let mut ctx = conv_ctx(s.kind(), geom, dx, dy, false);
+    epilogue_ctx(&mut ctx, epi, EpilogueSide::DataGradient);
+    ctx.insert("dx", if in_place { "saved" } else { "dx" });
     let gk = geom.kh * geom.kw * dy[3];
     gemm(
         s,
@@ -70,11 +87,13 @@ pub(crate) fn backward_data(s: &Site, geom: &ConvGeom) -> Result<Spec, CodegenEr
 
 /// `Conv2dBwdWeight` (`rule` none) or `Conv2dBwdWeightUpdate`: x, dy, then dw (or the updated w):
 /// the same GEMM; the fused kernel applies the update where the unfused one stores the gradient
-/// (its workspaces stay unused).
+/// (its workspaces stay unused). With `bias`, the fused kernel also sums dy's columns and updates
+/// the bias.
 pub(crate) fn backward_weight(
     s: &Site,
     geom: &ConvGeom,
     rule: Option<&UpdateRule>,
+    (bias, keep_old): (bool, bool),
 ) -> Result<Spec, CodegenError> {
     let (x, dy) = (s.shape(0)?, s.shape(1)?);
     s.rank(x, 4, "x")?;
@@ -109,25 +128,39 @@ pub(crate) fn backward_weight(
     )?;
     if let Some(rule) = rule {
         rule_ctx(&mut sp.ctx, rule, "w", true);
+        if bias {
+            bias_ctx(&mut sp.ctx, rule);
+        }
     }
+    sp.ctx.insert("keep_old", &keep_old);
     Ok(sp)
 }
 
 /// The kernel of one op of the convolution family.
 pub(crate) fn spec(s: &Site, op: &ConvOp) -> Result<Spec, CodegenError> {
     match op {
-        ConvOp::Conv2d { geom, bias } => forward(s, geom, *bias),
-        ConvOp::Conv2dBwdData { geom } => backward_data(s, geom),
-        ConvOp::Conv2dBwdWeight { geom } => backward_weight(s, geom, None),
-        ConvOp::Conv2dBwdWeightUpdate { geom, rule, .. } => backward_weight(s, geom, Some(rule)),
+        ConvOp::Conv2d { geom, bias, epi } => forward(s, geom, *bias, epi),
+        ConvOp::Conv2dBwdData {
+            geom,
+            epi,
+            in_place,
+        } => backward_data(s, geom, epi, *in_place),
+        ConvOp::Conv2dBwdWeight { geom } => backward_weight(s, geom, None, (false, false)),
+        ConvOp::Conv2dBwdWeightUpdate {
+            geom,
+            rule,
+            bias,
+            keep_old,
+            ..
+        } => backward_weight(s, geom, Some(rule), (*bias, *keep_old)),
     }
 }
 
 /// The zoo's convolutions: strided and padded with bias, unpadded without, both gradients, the
 /// fused update with SGD and Adam, and split-K shapes (a small grid over a long reduction).
 pub(crate) fn zoo() -> Vec<super::cases::Case> {
-    use super::cases::{adam, fused, sgd};
-    use dmc_plan::op::{conv_workspace_elems, Op};
+    use super::cases::{adam, fused, fused_bias, sgd};
+    use dmc_plan::op::{conv_workspace_elems, Op, UnaryKind};
     let g2 = ConvGeom {
         kh: 3,
         kw: 3,
@@ -163,6 +196,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
             c(ConvOp::Conv2d {
                 geom: g2,
                 bias: true,
+                epi: Epilogue::NONE,
             }),
             vec![x2.clone(), w2.clone(), vec![5], y2.clone(), ws2.clone()],
         ),
@@ -170,11 +204,16 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
             c(ConvOp::Conv2d {
                 geom: g1,
                 bias: false,
+                epi: Epilogue::NONE,
             }),
             vec![x1.clone(), w1.clone(), y1.clone(), ws1],
         ),
         (
-            c(ConvOp::Conv2dBwdData { geom: g2 }),
+            c(ConvOp::Conv2dBwdData {
+                geom: g2,
+                epi: Epilogue::NONE,
+                in_place: false,
+            }),
             vec![y2.clone(), w2.clone(), x2.clone()],
         ),
         (
@@ -186,25 +225,30 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
                 geom: g2,
                 rule: sgd(0.9, true),
                 chunk: 2,
+                bias: false,
+                keep_old: false,
             }),
-            vec![x2, y2],
-            w2,
+            vec![x2.clone(), y2.clone()],
+            w2.clone(),
         ),
         fused(
             c(ConvOp::Conv2dBwdWeightUpdate {
                 geom: g1,
                 rule: adam(false),
                 chunk: 3,
+                bias: false,
+                keep_old: false,
             }),
-            vec![x1, y1],
-            w1,
+            vec![x1.clone(), y1.clone()],
+            w1.clone(),
         ),
         (
             c(ConvOp::Conv2d {
                 geom: g3,
                 bias: true,
+                epi: Epilogue::NONE,
             }),
-            vec![xs, wss, vec![7], ys, wss_],
+            vec![xs.clone(), wss.clone(), vec![7], ys.clone(), wss_.clone()],
         ),
         (
             c(ConvOp::Conv2dBwdWeight { geom: g3 }),
@@ -217,10 +261,88 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
                 geom: g3,
                 rule,
                 chunk: 5,
+                bias: false,
+                keep_old: false,
             }),
             vec![xw.clone(), yw.clone()],
             ww.clone(),
         ));
     }
+    // Fused epilogues (`fuse_epilogues`): residual + activation, an activation alone over a
+    // split-K forward (the epilogue in the reduction entry), the data gradient's accumulation +
+    // activation backward and its activation backward alone; the bias gradient in the weight
+    // gradient (one of them split-K).
+    let epi = |add: bool, act: UnaryKind| Epilogue {
+        add,
+        act: Some(act),
+    };
+    let (xs, wss, ys) = (vec![1, 4, 4, 130], vec![3, 3, 130, 7], vec![1, 4, 4, 7]);
+    let wss_ = vec![conv_workspace_elems(&g3, &xs, &ys)];
+    let ws2 = vec![conv_workspace_elems(&g2, &x2, &y2)];
+    v.push((
+        c(ConvOp::Conv2d {
+            geom: g2,
+            bias: true,
+            epi: epi(true, UnaryKind::Relu),
+        }),
+        vec![x2.clone(), w2.clone(), vec![5], y2.clone(), y2.clone(), ws2],
+    ));
+    v.push((
+        c(ConvOp::Conv2d {
+            geom: g3,
+            bias: true,
+            epi: epi(false, UnaryKind::Gelu),
+        }),
+        vec![xs, wss, vec![7], ys, wss_],
+    ));
+    v.push((
+        c(ConvOp::Conv2dBwdData {
+            geom: g2,
+            epi: epi(true, UnaryKind::Relu),
+            in_place: false,
+        }),
+        vec![y2.clone(), w2.clone(), x2.clone(), x2.clone(), x2.clone()],
+    ));
+    v.push((
+        c(ConvOp::Conv2dBwdData {
+            geom: g1,
+            epi: epi(false, UnaryKind::Tanh),
+            in_place: false,
+        }),
+        vec![y1.clone(), w1.clone(), x1.clone(), x1.clone()],
+    ));
+    // the data gradient written over its saved value (after the update that kept the old weights)
+    v.push((
+        c(ConvOp::Conv2dBwdData {
+            geom: g2,
+            epi: epi(true, UnaryKind::Sigmoid),
+            in_place: true,
+        }),
+        vec![y2.clone(), w2.clone(), x2.clone(), x2.clone()],
+    ));
+    v.push(fused_bias(
+        c(ConvOp::Conv2dBwdWeightUpdate {
+            geom: g2,
+            rule: sgd(0.9, true),
+            chunk: 2,
+            bias: true,
+            keep_old: true,
+        }),
+        vec![x2.clone(), y2.clone()],
+        w2.clone(),
+        vec![5],
+    ));
+    v.push(fused_bias(
+        c(ConvOp::Conv2dBwdWeightUpdate {
+            geom: g3,
+            rule: adam(true),
+            chunk: 5,
+            bias: true,
+            keep_old: false,
+        }),
+        vec![xw, yw],
+        ww,
+        vec![5],
+    ));
     v
 }

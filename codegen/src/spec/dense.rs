@@ -6,10 +6,11 @@ use tera::Context;
 use dmc_plan::update::UpdateRule;
 
 use super::common::{numel, Site, Spec};
+use super::epilogue::epilogue_ctx;
 use super::gemm::gemm;
-use super::optim::rule_ctx;
+use super::optim::{bias_ctx, rule_ctx};
 use crate::error::CodegenError;
-use dmc_plan::op::DenseOp;
+use dmc_plan::op::{DenseOp, Epilogue, EpilogueSide};
 
 /// The context every dense kernel shares, given the slots of its weight `[K, M]` and of its
 /// `[rows, K]` input: (context, K, M, rows).
@@ -27,13 +28,15 @@ fn dense_ctx(
     ctx.insert("k_in", &kin);
     ctx.insert("m_out", &mout);
     ctx.insert("rows", &rows);
+    ctx.insert("fused_epi", &false);
     Ok((ctx, kin, mout, rows))
 }
 
-/// `Dense`: x, w, (b), y.
-pub(crate) fn forward(s: &Site, bias: bool) -> Result<Spec, CodegenError> {
+/// `Dense`: x, w, (b), (r), y.
+pub(crate) fn forward(s: &Site, bias: bool, epi: &Epilogue) -> Result<Spec, CodegenError> {
     let (mut ctx, kin, mout, rows) = dense_ctx(s, 1, 0)?;
     ctx.insert("bias", &bias);
+    epilogue_ctx(&mut ctx, epi, EpilogueSide::Forward);
     gemm(
         s,
         "matmul.cu.tera",
@@ -44,9 +47,11 @@ pub(crate) fn forward(s: &Site, bias: bool) -> Result<Spec, CodegenError> {
     )
 }
 
-/// `DenseBwdData`: dy, w, dx.
-pub(crate) fn backward_data(s: &Site) -> Result<Spec, CodegenError> {
-    let (ctx, kin, mout, rows) = dense_ctx(s, 1, 2)?;
+/// `DenseBwdData`: dy, w, (g), (saved), dx.
+pub(crate) fn backward_data(s: &Site, epi: &Epilogue) -> Result<Spec, CodegenError> {
+    let dxi = 2 + epi.num_inputs(EpilogueSide::DataGradient);
+    let (mut ctx, kin, mout, rows) = dense_ctx(s, 1, dxi)?;
+    epilogue_ctx(&mut ctx, epi, EpilogueSide::DataGradient);
     gemm(
         s,
         "matmul.cu.tera",
@@ -58,8 +63,13 @@ pub(crate) fn backward_data(s: &Site) -> Result<Spec, CodegenError> {
 }
 
 /// `DenseBwdWeight` (`rule` none) or `DenseBwdWeightUpdate` (the workspace stays unused): x, dy,
-/// then dw (or the updated w).
-pub(crate) fn backward_weight(s: &Site, rule: Option<&UpdateRule>) -> Result<Spec, CodegenError> {
+/// then dw (or the updated w); with `bias`, the fused kernel also sums dy's columns and updates the
+/// bias.
+pub(crate) fn backward_weight(
+    s: &Site,
+    rule: Option<&UpdateRule>,
+    bias: bool,
+) -> Result<Spec, CodegenError> {
     let (ctx, kin, mout, rows) = dense_ctx(s, 2, 0)?;
     let mut sp = gemm(
         s,
@@ -71,6 +81,9 @@ pub(crate) fn backward_weight(s: &Site, rule: Option<&UpdateRule>) -> Result<Spe
     )?;
     if let Some(rule) = rule {
         rule_ctx(&mut sp.ctx, rule, "w", true);
+        if bias {
+            bias_ctx(&mut sp.ctx, rule);
+        }
     }
     Ok(sp)
 }
@@ -78,30 +91,42 @@ pub(crate) fn backward_weight(s: &Site, rule: Option<&UpdateRule>) -> Result<Spe
 /// The kernel of one op of the dense family.
 pub(crate) fn spec(s: &Site, op: &DenseOp) -> Result<Spec, CodegenError> {
     match op {
-        DenseOp::Dense { bias } => forward(s, *bias),
-        DenseOp::DenseBwdData => backward_data(s),
-        DenseOp::DenseBwdWeight => backward_weight(s, None),
-        DenseOp::DenseBwdWeightUpdate { rule, .. } => backward_weight(s, Some(rule)),
+        DenseOp::Dense { bias, epi } => forward(s, *bias, epi),
+        DenseOp::DenseBwdData { epi } => backward_data(s, epi),
+        DenseOp::DenseBwdWeight => backward_weight(s, None, false),
+        DenseOp::DenseBwdWeightUpdate { rule, bias, .. } => backward_weight(s, Some(rule), *bias),
     }
 }
 
 /// The zoo's dense ops: with and without bias, both gradients, the fused update with SGD and
 /// Adam (one over a long reduction: the two-level summation).
 pub(crate) fn zoo() -> Vec<super::cases::Case> {
-    use super::cases::{adam, fused, sgd};
-    use dmc_plan::op::Op;
+    use super::cases::{adam, fused, fused_bias, sgd};
+    use dmc_plan::op::{Op, UnaryKind};
     let d = |op: DenseOp| Op::Dense(op);
+    let epi = |add: bool, act: UnaryKind| Epilogue {
+        add,
+        act: Some(act),
+    };
     vec![
         (
-            d(DenseOp::Dense { bias: true }),
+            d(DenseOp::Dense {
+                bias: true,
+                epi: Epilogue::NONE,
+            }),
             vec![vec![4, 6], vec![6, 3], vec![3], vec![4, 3]],
         ),
         (
-            d(DenseOp::Dense { bias: false }),
+            d(DenseOp::Dense {
+                bias: false,
+                epi: Epilogue::NONE,
+            }),
             vec![vec![4, 6], vec![6, 3], vec![4, 3]],
         ),
         (
-            d(DenseOp::DenseBwdData),
+            d(DenseOp::DenseBwdData {
+                epi: Epilogue::NONE,
+            }),
             vec![vec![4, 3], vec![6, 3], vec![4, 6]],
         ),
         (
@@ -112,6 +137,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
             d(DenseOp::DenseBwdWeightUpdate {
                 rule: sgd(0.0, false),
                 chunk: 2,
+                bias: false,
             }),
             vec![vec![4, 6], vec![4, 3]],
             vec![6, 3],
@@ -120,9 +146,51 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
             d(DenseOp::DenseBwdWeightUpdate {
                 rule: adam(true),
                 chunk: 1,
+                bias: false,
             }),
             vec![vec![5000, 3], vec![5000, 2]],
             vec![3, 2],
+        ),
+        // fused epilogues and the fused bias gradient (`fuse_epilogues`)
+        (
+            d(DenseOp::Dense {
+                bias: true,
+                epi: epi(true, UnaryKind::Sigmoid),
+            }),
+            vec![vec![4, 6], vec![6, 3], vec![3], vec![4, 3], vec![4, 3]],
+        ),
+        (
+            d(DenseOp::Dense {
+                bias: false,
+                epi: epi(false, UnaryKind::Silu),
+            }),
+            vec![vec![4, 6], vec![6, 3], vec![4, 3]],
+        ),
+        (
+            d(DenseOp::DenseBwdData {
+                epi: epi(true, UnaryKind::Relu),
+            }),
+            vec![vec![4, 3], vec![6, 3], vec![4, 6], vec![4, 6], vec![4, 6]],
+        ),
+        fused_bias(
+            d(DenseOp::DenseBwdWeightUpdate {
+                rule: sgd(0.9, false),
+                chunk: 2,
+                bias: true,
+            }),
+            vec![vec![4, 6], vec![4, 3]],
+            vec![6, 3],
+            vec![3],
+        ),
+        fused_bias(
+            d(DenseOp::DenseBwdWeightUpdate {
+                rule: adam(false),
+                chunk: 1,
+                bias: true,
+            }),
+            vec![vec![5000, 3], vec![5000, 2]],
+            vec![3, 2],
+            vec![2],
         ),
     ]
 }

@@ -127,6 +127,23 @@ pub(crate) fn global_avgpool_bwd(s: &Site) -> Result<Spec, CodegenError> {
     Ok(sp)
 }
 
+/// `GlobalAvgPoolBwdAct` (dy[N,C], saved -> dx) and its in-place form (dy, saved -> saved): the
+/// activation's backward of the broadcast gradient, one thread per element of saved.
+pub(crate) fn global_avgpool_bwd_act(
+    s: &Site,
+    k: UnaryKind,
+    in_place: bool,
+) -> Result<Spec, CodegenError> {
+    let saved = s.shape(1)?;
+    s.rank(saved, 4, "saved")?;
+    let mut sp = per_element(s, TEMPLATE, numel(saved))?;
+    sp.ctx.insert("c", &saved[3]);
+    sp.ctx.insert("hw", &(saved[1] * saved[2]));
+    sp.ctx.insert("out", if in_place { "saved" } else { "dx" });
+    super::epilogue::act_ctx(&mut sp.ctx, k);
+    Ok(sp)
+}
+
 /// The kernel of one op of the elementwise family.
 pub(crate) fn spec(s: &Site, op: &ElementwiseOp) -> Result<Spec, CodegenError> {
     match op {

@@ -106,6 +106,8 @@ pub(crate) fn gemm(
     ctx.insert("b_k_fastest", &b_k_fastest);
     // a fused weight-gradient + update kernel sets this (and the `update.cuh.tera` entries)
     ctx.insert("fused_update", &false);
+    // a fused weight-gradient + update kernel that also took the bias gradient sets this
+    ctx.insert("fused_bias", &false);
     let gy = gn.div_ceil(t.bn as usize).max(1);
     if gy > 65535 {
         return Err(CodegenError::Grid {

@@ -7,6 +7,7 @@ pub(crate) mod common;
 pub(crate) mod conv;
 pub(crate) mod dense;
 pub(crate) mod elementwise;
+pub(crate) mod epilogue;
 pub(crate) mod gemm;
 pub(crate) mod loss;
 pub(crate) mod optim;

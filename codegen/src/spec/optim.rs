@@ -51,6 +51,13 @@ pub(crate) fn rule_ctx(ctx: &mut Context, rule: &UpdateRule, target: &str, fused
     }
 }
 
+/// The bias of a weight-gradient kernel that fused the bias gradient and its update
+/// (`fused_bias`): the bias state slots ([`UpdateRule::bias_state_names`]) for `BIAS_STORE`.
+pub(crate) fn bias_ctx(ctx: &mut Context, rule: &UpdateRule) {
+    ctx.insert("fused_bias", &true);
+    ctx.insert("bias_states", rule.bias_state_names());
+}
+
 /// `Update`: w, g, state.. -> w', state'.., one thread per weight.
 pub(crate) fn update(s: &Site, rule: &UpdateRule) -> Result<Spec, CodegenError> {
     let mut sp = per_element(s, "optim.cu.tera", numel(s.shape(0)?))?;

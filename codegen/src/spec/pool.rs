@@ -76,6 +76,10 @@ pub(crate) fn spec(s: &Site, op: &PoolOp) -> Result<Spec, CodegenError> {
         PoolOp::AvgPoolBwd { geom } => backward(s, geom, 1),
         PoolOp::GlobalAvgPool => global(s),
         PoolOp::GlobalAvgPoolBwd => super::elementwise::global_avgpool_bwd(s),
+        PoolOp::GlobalAvgPoolBwdAct(k) => super::elementwise::global_avgpool_bwd_act(s, *k, false),
+        PoolOp::GlobalAvgPoolBwdActInPlace(k) => {
+            super::elementwise::global_avgpool_bwd_act(s, *k, true)
+        }
         PoolOp::Upsample { factor } => upsample(s, *factor, (0, 1)),
         PoolOp::UpsampleBwd { factor } => upsample(s, *factor, (1, 0)),
     }
@@ -112,6 +116,16 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         (p(PoolOp::GlobalAvgPool), vec![vec![2, 3, 4, 5], vec![2, 5]]),
         (
             p(PoolOp::GlobalAvgPoolBwd),
+            vec![vec![2, 5], vec![2, 3, 4, 5]],
+        ),
+        (
+            p(PoolOp::GlobalAvgPoolBwdAct(dmc_plan::op::UnaryKind::Relu)),
+            vec![vec![2, 5], vec![2, 3, 4, 5], vec![2, 3, 4, 5]],
+        ),
+        (
+            p(PoolOp::GlobalAvgPoolBwdActInPlace(
+                dmc_plan::op::UnaryKind::Gelu,
+            )),
             vec![vec![2, 5], vec![2, 3, 4, 5]],
         ),
         (

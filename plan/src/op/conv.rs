@@ -3,17 +3,34 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::epilogue::{Epilogue, EpilogueSide};
 use super::facts::{p, ConvGeom, DType, OpFacts, ParamKind, Role, ShapeError, TensorType};
 use super::shape::{conv_extent, conv_extent_ok, err, numel, rank, states_like};
 use crate::update::UpdateRule;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ConvOp {
-    /// x[N,H,W,Ci], w[kh,kw,Ci,Co], (b[Co] if bias) -> y[N,Ho,Wo,Co].
+    /// x[N,H,W,Ci], w[kh,kw,Ci,Co], (b[Co] if bias), (r[N,Ho,Wo,Co] if `epi.add`) ->
+    /// y[N,Ho,Wo,Co] = epi.act(conv + b + r) ([`Epilogue`], forward side).
     /// Workspace: [`conv_workspace_elems`] f32 (im2col rows of a chunk).
-    Conv2d { geom: ConvGeom, bias: bool },
-    /// dy[N,Ho,Wo,Co], w[kh,kw,Ci,Co] -> dx[N,H,W,Ci] (reads w in place, flipped: no transposed copy)
-    Conv2dBwdData { geom: ConvGeom },
+    Conv2d {
+        geom: ConvGeom,
+        bias: bool,
+        #[serde(default, skip_serializing_if = "Epilogue::is_none")]
+        epi: Epilogue,
+    },
+    /// dy[N,Ho,Wo,Co], w[kh,kw,Ci,Co], (g[N,H,W,Ci] if `epi.add`), (saved[N,H,W,Ci] if `epi.act`)
+    /// -> dx[N,H,W,Ci] = epi.act'(saved) * (conv^T(dy, w) + g) (reads w in place, flipped: no
+    /// transposed copy). With `in_place` (an activation's backward only), dx is written over
+    /// `saved` (InOut): each element of saved is read by the epilogue of the same element of dx
+    /// only, so the GEMM may overwrite it.
+    Conv2dBwdData {
+        geom: ConvGeom,
+        #[serde(default, skip_serializing_if = "Epilogue::is_none")]
+        epi: Epilogue,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        in_place: bool,
+    },
     /// x[N,H,W,Ci], dy[N,Ho,Wo,Co] -> dw[kh,kw,Ci,Co]. Workspace as for `Conv2d`.
     Conv2dBwdWeight { geom: ConvGeom },
     /// x[N,H,W,Ci], dy[N,Ho,Wo,Co], w[kh,kw,Ci,Co] (InOut), state.. (InOut) -> w', state'..
@@ -21,11 +38,28 @@ pub enum ConvOp {
     /// K = kh*kw*Ci): the gradient of that block into the workspace `gw` [K x chunk], then the
     /// update `rule` on that block of w and its state. Workspaces: `gw` (K*chunk), `cols` (as for
     /// `Conv2d`). No whole-layer gradient is ever held.
+    /// With `bias` (the bias gradient fused in by `fuse_epilogues`): b[Co] (InOut) and its state
+    /// (InOut, [`UpdateRule::bias_state_names`]) follow the weight's state, and a third workspace
+    /// `db` [Co] receives db = sum of dy over every leading axis before b's update.
+    /// With `keep_old`, the weights before the update are written to the output `w_old` (Out,
+    /// after the InOut ones), so that the data gradient can run after the update (see
+    /// `fuse_epilogues`, "update first").
     Conv2dBwdWeightUpdate {
         geom: ConvGeom,
         rule: UpdateRule,
         chunk: usize,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        bias: bool,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        keep_old: bool,
     },
+}
+
+impl ConvOp {
+    /// Signature slot of the forward's output `y` (after x, w, b, r).
+    pub fn y_slot(bias: bool, epi: &Epilogue) -> usize {
+        2 + bias as usize + epi.num_inputs(EpilogueSide::Forward)
+    }
 }
 
 /// Rows of im2col processed per chunk by convolution kernels: the workspace holds
@@ -54,17 +88,24 @@ impl OpFacts for ConvOp {
         use DType::*;
         use Role::*;
         match self {
-            ConvOp::Conv2d { bias, .. } => {
+            ConvOp::Conv2d { bias, epi, .. } => {
                 let mut v = vec![p("x", In, F32), p("w", In, F32)];
                 if *bias {
                     v.push(p("b", In, F32));
                 }
+                v.extend(epi.params(EpilogueSide::Forward));
                 v.push(p("y", Out, F32));
                 v.push(p("cols", Workspace, F32));
                 v
             }
-            ConvOp::Conv2dBwdData { .. } => {
-                vec![p("dy", In, F32), p("w", In, F32), p("dx", Out, F32)]
+            ConvOp::Conv2dBwdData { epi, in_place, .. } => {
+                let mut v = vec![p("dy", In, F32), p("w", In, F32)];
+                v.extend(epi.params(EpilogueSide::DataGradient));
+                match v.last_mut() {
+                    Some(saved) if *in_place && saved.0 == "saved" => saved.1 = InOut,
+                    _ => v.push(p("dx", Out, F32)),
+                }
+                v
             }
             ConvOp::Conv2dBwdWeight { .. } => vec![
                 p("x", In, F32),
@@ -72,11 +113,26 @@ impl OpFacts for ConvOp {
                 p("dw", Out, F32),
                 p("cols", Workspace, F32),
             ],
-            ConvOp::Conv2dBwdWeightUpdate { rule, .. } => {
+            ConvOp::Conv2dBwdWeightUpdate {
+                rule,
+                bias,
+                keep_old,
+                ..
+            } => {
                 let mut v = vec![p("x", In, F32), p("dy", In, F32), p("w", InOut, F32)];
                 v.extend(rule.state_names().iter().map(|s| p(s, InOut, F32)));
+                if *bias {
+                    v.push(p("b", InOut, F32));
+                    v.extend(rule.bias_state_names().iter().map(|s| p(s, InOut, F32)));
+                }
+                if *keep_old {
+                    v.push(p("w_old", Out, F32));
+                }
                 v.push(p("gw", Workspace, F32));
                 v.push(p("cols", Workspace, F32));
+                if *bias {
+                    v.push(p("db", Workspace, F32));
+                }
                 v
             }
         }
@@ -93,13 +149,19 @@ impl OpFacts for ConvOp {
 
     fn aliased_outputs(&self) -> Vec<(usize, usize)> {
         match self {
+            ConvOp::Conv2dBwdData {
+                epi,
+                in_place: true,
+                ..
+            } => vec![(0, 2 + epi.add as usize)],
             ConvOp::Conv2d { .. }
             | ConvOp::Conv2dBwdData { .. }
             | ConvOp::Conv2dBwdWeight { .. } => {
                 vec![]
             }
-            ConvOp::Conv2dBwdWeightUpdate { rule, .. } => {
-                (0..=rule.state_names().len()).map(|o| (o, o + 2)).collect()
+            ConvOp::Conv2dBwdWeightUpdate { rule, bias, .. } => {
+                let n = (1 + rule.state_names().len()) * (1 + *bias as usize);
+                (0..n).map(|o| (o, o + 2)).collect()
             }
         }
     }
@@ -108,8 +170,8 @@ impl OpFacts for ConvOp {
         let k_of =
             |geom: &ConvGeom, x: &[usize]| geom.kh * geom.kw * x.get(3).copied().unwrap_or(0);
         match self {
-            ConvOp::Conv2d { geom, bias } => {
-                let yi = if *bias { 3 } else { 2 };
+            ConvOp::Conv2d { geom, bias, epi } => {
+                let yi = ConvOp::y_slot(*bias, epi);
                 match (s.first(), s.get(yi)) {
                     (Some(x), Some(y)) if x.len() == 4 && y.len() == 4 => {
                         vec![conv_workspace_elems(geom, x, y)]
@@ -124,12 +186,20 @@ impl OpFacts for ConvOp {
                 }
                 _ => vec![0],
             },
-            ConvOp::Conv2dBwdWeightUpdate { geom, chunk, .. } => match (s.first(), s.get(1)) {
-                (Some(x), Some(dy)) if x.len() == 4 && dy.len() == 4 => {
-                    vec![k_of(geom, x) * chunk, conv_workspace_elems(geom, x, dy)]
+            ConvOp::Conv2dBwdWeightUpdate {
+                geom, chunk, bias, ..
+            } => {
+                let mut v = match (s.first(), s.get(1)) {
+                    (Some(x), Some(dy)) if x.len() == 4 && dy.len() == 4 => {
+                        vec![k_of(geom, x) * chunk, conv_workspace_elems(geom, x, dy)]
+                    }
+                    _ => vec![0, 0],
+                };
+                if *bias {
+                    v.push(s.get(1).and_then(|dy| dy.get(3)).copied().unwrap_or(0));
                 }
-                _ => vec![0, 0],
-            },
+                v
+            }
         }
     }
 
@@ -140,7 +210,7 @@ impl OpFacts for ConvOp {
     ) -> Result<Vec<TensorType>, ShapeError> {
         let f = TensorType::f32;
         match self {
-            ConvOp::Conv2d { geom, bias } => {
+            ConvOp::Conv2d { geom, bias, epi } => {
                 let (x, w) = (&inputs[0], &inputs[1]);
                 rank(x, 4, "x")?;
                 rank(w, 4, "w")?;
@@ -172,10 +242,19 @@ impl OpFacts for ConvOp {
                         w.shape[3],
                     ],
                 };
-                Ok(vec![f(y)])
+                let y = f(y);
+                epi.check(&y, &inputs[2 + *bias as usize..])?;
+                Ok(vec![y])
             }
-            ConvOp::Conv2dBwdData { geom } => {
+            ConvOp::Conv2dBwdData {
+                geom,
+                epi,
+                in_place,
+            } => {
                 let (dy, w) = (&inputs[0], &inputs[1]);
+                if *in_place && epi.act.is_none() {
+                    return err("an in-place data gradient needs an activation's saved value");
+                }
                 rank(dy, 4, "dy")?;
                 rank(w, 4, "w")?;
                 let Some(h) = hint else {
@@ -189,7 +268,9 @@ impl OpFacts for ConvOp {
                 if !ok {
                     return err(format!("dx {h} inconsistent with dy {dy}, w {w}, {geom:?}"));
                 }
-                Ok(vec![f(h.shape.clone())])
+                let dx = f(h.shape.clone());
+                epi.check(&dx, &inputs[2..])?;
+                Ok(vec![dx])
             }
             ConvOp::Conv2dBwdWeight { geom } => {
                 let (x, dy) = (&inputs[0], &inputs[1]);
@@ -198,7 +279,13 @@ impl OpFacts for ConvOp {
                 }
                 Ok(vec![f(vec![geom.kh, geom.kw, x.shape[3], dy.shape[3]])])
             }
-            ConvOp::Conv2dBwdWeightUpdate { geom, chunk, .. } => {
+            ConvOp::Conv2dBwdWeightUpdate {
+                geom,
+                chunk,
+                bias,
+                rule,
+                keep_old,
+            } => {
                 let (x, dy, w) = (&inputs[0], &inputs[1], &inputs[2]);
                 if !consistent(geom, x, dy)?
                     || w.shape != [geom.kh, geom.kw, x.shape[3], dy.shape[3]]
@@ -208,8 +295,20 @@ impl OpFacts for ConvOp {
                 if *chunk == 0 || *chunk > dy.shape[3] {
                     return err(format!("chunk {chunk} outside 1..={}", dy.shape[3]));
                 }
-                states_like(w, inputs, 3)?;
-                Ok(inputs[2..].to_vec())
+                let ns = rule.state_names().len();
+                states_like(w, &inputs[..3 + ns], 3)?;
+                if *bias {
+                    let b = &inputs[3 + ns];
+                    if b.shape != [dy.shape[3]] {
+                        return err(format!("bias {b} must be [{}]", dy.shape[3]));
+                    }
+                    states_like(b, inputs, 4 + ns)?;
+                }
+                let mut outs = inputs[2..].to_vec();
+                if *keep_old {
+                    outs.push(w.clone());
+                }
+                Ok(outs)
             }
         }
     }
@@ -219,23 +318,26 @@ impl OpFacts for ConvOp {
         let o = |k: usize| outs.get(k).map(|s| numel(s)).unwrap_or(0);
         match self {
             // y[N,Ho,Wo,Co] = sum over kh*kw*Ci: 2 per multiply-add.
-            ConvOp::Conv2d { geom, bias } => {
+            ConvOp::Conv2d { geom, bias, epi } => {
                 let ci = ins.first().and_then(|x| x.get(3)).copied().unwrap_or(0) as u64;
                 let k = (geom.kh * geom.kw) as u64 * ci;
-                2 * o(0) * k + if *bias { o(0) } else { 0 }
+                2 * o(0) * k + if *bias { o(0) } else { 0 } + epi.flops(o(0))
             }
             // dx[N,H,W,Ci] from dy and w: as many multiply-adds as the forward.
-            ConvOp::Conv2dBwdData { geom } => {
+            ConvOp::Conv2dBwdData { geom, epi, .. } => {
                 let ci = ins.get(1).and_then(|w| w.get(2)).copied().unwrap_or(0) as u64;
-                2 * i(0) * (geom.kh * geom.kw) as u64 * ci
+                2 * i(0) * (geom.kh * geom.kw) as u64 * ci + epi.flops(o(0))
             }
             // dw[kh,kw,Ci,Co] = sum over N*Ho*Wo (and the update: 4 per weight).
             ConvOp::Conv2dBwdWeight { geom } | ConvOp::Conv2dBwdWeightUpdate { geom, .. } => {
                 let ci = ins.first().and_then(|x| x.get(3)).copied().unwrap_or(0) as u64;
-                let upd = if matches!(self, ConvOp::Conv2dBwdWeightUpdate { .. }) {
-                    4 * i(2)
-                } else {
-                    0
+                let upd = match self {
+                    ConvOp::Conv2dBwdWeightUpdate { bias, rule, .. } => {
+                        // the update (4 per weight), and the fused bias: its column sum and update
+                        let b = i(3 + rule.state_names().len());
+                        4 * i(2) + if *bias { i(1) + 4 * b } else { 0 }
+                    }
+                    _ => 0,
                 };
                 2 * i(1) * (geom.kh * geom.kw) as u64 * ci + upd
             }

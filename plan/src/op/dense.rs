@@ -3,21 +3,46 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::epilogue::{Epilogue, EpilogueSide};
 use super::facts::{p, DType, OpFacts, ParamKind, Role, ShapeError, TensorType};
 use super::shape::{err, numel, rank, states_like};
 use crate::update::UpdateRule;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum DenseOp {
-    /// x[N,K], w[K,M], (b[M] if bias) -> y[N,M].
-    Dense { bias: bool },
-    /// dy[N,M], w[K,M] -> dx[N,K] = dy w^T
-    DenseBwdData,
+    /// x[N,K], w[K,M], (b[M] if bias), (r[N,M] if `epi.add`) -> y[N,M] = epi.act(x w + b + r)
+    /// ([`Epilogue`], forward side).
+    Dense {
+        bias: bool,
+        #[serde(default, skip_serializing_if = "Epilogue::is_none")]
+        epi: Epilogue,
+    },
+    /// dy[N,M], w[K,M], (g[N,K] if `epi.add`), (saved[N,K] if `epi.act`) -> dx[N,K] =
+    /// epi.act'(saved) * (dy w^T + g)
+    DenseBwdData {
+        #[serde(default, skip_serializing_if = "Epilogue::is_none")]
+        epi: Epilogue,
+    },
     /// x[N,K], dy[N,M] -> dw[K,M] = x^T dy
     DenseBwdWeight,
     /// x[N,K], dy[N,M], w[K,M] (InOut), state.. (InOut) -> w', state'..; gradient in blocks of
     /// `chunk` columns into the workspace `gw` [K x chunk], each block updated at once.
-    DenseBwdWeightUpdate { rule: UpdateRule, chunk: usize },
+    /// With `bias` (fused in by `fuse_epilogues`): b[M] (InOut) and its state (InOut,
+    /// [`UpdateRule::bias_state_names`]) follow the weight's state, and a second workspace `db`
+    /// [M] receives db = sum of dy over the batch before b's update.
+    DenseBwdWeightUpdate {
+        rule: UpdateRule,
+        chunk: usize,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        bias: bool,
+    },
+}
+
+impl DenseOp {
+    /// Signature slot of the forward's output `y` (after x, w, b, r).
+    pub fn y_slot(bias: bool, epi: &Epilogue) -> usize {
+        2 + bias as usize + epi.num_inputs(EpilogueSide::Forward)
+    }
 }
 
 impl OpFacts for DenseOp {
@@ -25,20 +50,33 @@ impl OpFacts for DenseOp {
         use DType::*;
         use Role::*;
         match self {
-            DenseOp::Dense { bias } => {
+            DenseOp::Dense { bias, epi } => {
                 let mut v = vec![p("x", In, F32), p("w", In, F32)];
                 if *bias {
                     v.push(p("b", In, F32));
                 }
+                v.extend(epi.params(EpilogueSide::Forward));
                 v.push(p("y", Out, F32));
                 v
             }
-            DenseOp::DenseBwdData => vec![p("dy", In, F32), p("w", In, F32), p("dx", Out, F32)],
+            DenseOp::DenseBwdData { epi } => {
+                let mut v = vec![p("dy", In, F32), p("w", In, F32)];
+                v.extend(epi.params(EpilogueSide::DataGradient));
+                v.push(p("dx", Out, F32));
+                v
+            }
             DenseOp::DenseBwdWeight => vec![p("x", In, F32), p("dy", In, F32), p("dw", Out, F32)],
-            DenseOp::DenseBwdWeightUpdate { rule, .. } => {
+            DenseOp::DenseBwdWeightUpdate { rule, bias, .. } => {
                 let mut v = vec![p("x", In, F32), p("dy", In, F32), p("w", InOut, F32)];
                 v.extend(rule.state_names().iter().map(|s| p(s, InOut, F32)));
+                if *bias {
+                    v.push(p("b", InOut, F32));
+                    v.extend(rule.bias_state_names().iter().map(|s| p(s, InOut, F32)));
+                }
                 v.push(p("gw", Workspace, F32));
+                if *bias {
+                    v.push(p("db", Workspace, F32));
+                }
                 v
             }
         }
@@ -47,7 +85,7 @@ impl OpFacts for DenseOp {
     fn kind_name(&self) -> &'static str {
         match self {
             DenseOp::Dense { .. } => "dense",
-            DenseOp::DenseBwdData => "dense_bwd_data",
+            DenseOp::DenseBwdData { .. } => "dense_bwd_data",
             DenseOp::DenseBwdWeight => "dense_bwd_weight",
             DenseOp::DenseBwdWeightUpdate { .. } => "dense_bwd_weight_update",
         }
@@ -55,18 +93,27 @@ impl OpFacts for DenseOp {
 
     fn aliased_outputs(&self) -> Vec<(usize, usize)> {
         match self {
-            DenseOp::Dense { .. } | DenseOp::DenseBwdData | DenseOp::DenseBwdWeight => vec![],
-            DenseOp::DenseBwdWeightUpdate { rule, .. } => {
-                (0..=rule.state_names().len()).map(|o| (o, o + 2)).collect()
+            DenseOp::Dense { .. } | DenseOp::DenseBwdData { .. } | DenseOp::DenseBwdWeight => {
+                vec![]
+            }
+            DenseOp::DenseBwdWeightUpdate { rule, bias, .. } => {
+                let n = (1 + rule.state_names().len()) * (1 + *bias as usize);
+                (0..n).map(|o| (o, o + 2)).collect()
             }
         }
     }
 
     fn workspace_elems(&self, s: &[Vec<usize>]) -> Vec<usize> {
         match self {
-            DenseOp::Dense { .. } | DenseOp::DenseBwdData | DenseOp::DenseBwdWeight => vec![],
-            DenseOp::DenseBwdWeightUpdate { chunk, .. } => {
-                vec![s.get(2).and_then(|w| w.first()).copied().unwrap_or(0) * chunk]
+            DenseOp::Dense { .. } | DenseOp::DenseBwdData { .. } | DenseOp::DenseBwdWeight => {
+                vec![]
+            }
+            DenseOp::DenseBwdWeightUpdate { chunk, bias, .. } => {
+                let mut v = vec![s.get(2).and_then(|w| w.first()).copied().unwrap_or(0) * chunk];
+                if *bias {
+                    v.push(s.get(1).and_then(|dy| dy.get(1)).copied().unwrap_or(0));
+                }
+                v
             }
         }
     }
@@ -78,7 +125,7 @@ impl OpFacts for DenseOp {
     ) -> Result<Vec<TensorType>, ShapeError> {
         let f = TensorType::f32;
         match self {
-            DenseOp::Dense { bias } => {
+            DenseOp::Dense { bias, epi } => {
                 let (x, w) = (&inputs[0], &inputs[1]);
                 rank(x, 2, "x")?;
                 rank(w, 2, "w")?;
@@ -88,16 +135,20 @@ impl OpFacts for DenseOp {
                 if *bias && inputs[2].shape != [w.shape[1]] {
                     return err(format!("bias {} must be [{}]", inputs[2], w.shape[1]));
                 }
-                Ok(vec![f(vec![x.shape[0], w.shape[1]])])
+                let y = f(vec![x.shape[0], w.shape[1]]);
+                epi.check(&y, &inputs[2 + *bias as usize..])?;
+                Ok(vec![y])
             }
-            DenseOp::DenseBwdData => {
+            DenseOp::DenseBwdData { epi } => {
                 let (dy, w) = (&inputs[0], &inputs[1]);
                 rank(dy, 2, "dy")?;
                 rank(w, 2, "w")?;
                 if dy.shape[1] != w.shape[1] {
                     return err(format!("dy {dy} and w {w}: output dimensions differ"));
                 }
-                Ok(vec![f(vec![dy.shape[0], w.shape[0]])])
+                let dx = f(vec![dy.shape[0], w.shape[0]]);
+                epi.check(&dx, &inputs[2..])?;
+                Ok(vec![dx])
             }
             DenseOp::DenseBwdWeight => {
                 let (x, dy) = (&inputs[0], &inputs[1]);
@@ -108,7 +159,7 @@ impl OpFacts for DenseOp {
                 }
                 Ok(vec![f(vec![x.shape[1], dy.shape[1]])])
             }
-            DenseOp::DenseBwdWeightUpdate { chunk, .. } => {
+            DenseOp::DenseBwdWeightUpdate { chunk, bias, rule } => {
                 let (x, dy, w) = (&inputs[0], &inputs[1], &inputs[2]);
                 rank(x, 2, "x")?;
                 rank(dy, 2, "dy")?;
@@ -118,7 +169,15 @@ impl OpFacts for DenseOp {
                 if *chunk == 0 || *chunk > dy.shape[1] {
                     return err(format!("chunk {chunk} outside 1..={}", dy.shape[1]));
                 }
-                states_like(w, inputs, 3)?;
+                let ns = rule.state_names().len();
+                states_like(w, &inputs[..3 + ns], 3)?;
+                if *bias {
+                    let b = &inputs[3 + ns];
+                    if b.shape != [dy.shape[1]] {
+                        return err(format!("bias {b} must be [{}]", dy.shape[1]));
+                    }
+                    states_like(b, inputs, 4 + ns)?;
+                }
                 Ok(inputs[2..].to_vec())
             }
         }
@@ -128,20 +187,22 @@ impl OpFacts for DenseOp {
         let i = |k: usize| ins.get(k).map(|s| numel(s)).unwrap_or(0);
         let o = |k: usize| outs.get(k).map(|s| numel(s)).unwrap_or(0);
         match self {
-            DenseOp::Dense { bias } => {
+            DenseOp::Dense { bias, epi } => {
                 let k = ins.first().and_then(|x| x.get(1)).copied().unwrap_or(0) as u64;
-                2 * o(0) * k + if *bias { o(0) } else { 0 }
+                2 * o(0) * k + if *bias { o(0) } else { 0 } + epi.flops(o(0))
             }
-            DenseOp::DenseBwdData => {
+            DenseOp::DenseBwdData { epi } => {
                 let k = ins.get(1).and_then(|w| w.first()).copied().unwrap_or(0) as u64;
-                2 * i(0) * k
+                2 * i(0) * k + epi.flops(o(0))
             }
             DenseOp::DenseBwdWeight | DenseOp::DenseBwdWeightUpdate { .. } => {
                 let k = ins.first().and_then(|x| x.get(1)).copied().unwrap_or(0) as u64;
-                let upd = if matches!(self, DenseOp::DenseBwdWeightUpdate { .. }) {
-                    4 * i(2)
-                } else {
-                    0
+                let upd = match self {
+                    DenseOp::DenseBwdWeightUpdate { bias, rule, .. } => {
+                        let b = i(3 + rule.state_names().len());
+                        4 * i(2) + if *bias { i(1) + 4 * b } else { 0 }
+                    }
+                    _ => 0,
                 };
                 2 * i(1) * k + upd
             }

@@ -8,6 +8,7 @@
 mod conv;
 mod dense;
 mod elementwise;
+mod epilogue;
 mod facts;
 mod loss;
 mod optim;
@@ -24,6 +25,7 @@ pub use facts::{
 pub use conv::{conv_workspace_elems, ConvOp, CONV_CHUNK_ROWS};
 pub use dense::DenseOp;
 pub use elementwise::ElementwiseOp;
+pub use epilogue::{Epilogue, EpilogueSide};
 pub use loss::LossOp;
 pub use optim::OptimOp;
 pub use pool::{PoolOp, MAX_ARGMAX_WINDOW};

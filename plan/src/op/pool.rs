@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::facts::{p, DType, OpFacts, ParamKind, PoolGeom, Role, ShapeError, TensorType};
 use super::shape::{err, numel, pooled, rank, same};
+use crate::unary::UnaryKind;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum PoolOp {
@@ -22,6 +23,13 @@ pub enum PoolOp {
     AvgPoolBwd { geom: PoolGeom },
     /// dy[N,C] -> dx[N,H,W,C] = dy / (H*W) broadcast
     GlobalAvgPoolBwd,
+    /// dy[N,C], saved[N,H,W,C] -> dx[N,H,W,C] = act'(saved) * dy / (H*W): the backward of an
+    /// activation whose output was globally average-pooled, with the broadcast folded in (made by
+    /// `fuse_epilogues`: the broadcast gradient is never materialised). `saved` is what
+    /// [`UnaryKind::saved`] names.
+    GlobalAvgPoolBwdAct(UnaryKind),
+    /// The same, written over `saved` (InOut; made by `inplace_elementwise` where `saved` dies).
+    GlobalAvgPoolBwdActInPlace(UnaryKind),
     /// x[N,H,W,C] -> y[N,H*f,W*f,C], nearest neighbour: y[n,i,j,c] = x[n,i/f,j/f,c] (`f` = `factor`).
     Upsample { factor: usize },
     /// dy[N,H*f,W*f,C] -> dx[N,H,W,C] = the sum of dy over each f x f block (rows, then columns).
@@ -57,6 +65,12 @@ impl OpFacts for PoolOp {
                 vec![p("dy", In, F32), p("dx", Out, F32)]
             }
             PoolOp::Upsample { .. } => vec![p("x", In, F32), p("y", Out, F32)],
+            PoolOp::GlobalAvgPoolBwdAct(_) => {
+                vec![p("dy", In, F32), p("saved", In, F32), p("dx", Out, F32)]
+            }
+            PoolOp::GlobalAvgPoolBwdActInPlace(_) => {
+                vec![p("dy", In, F32), p("saved", InOut, F32)]
+            }
         }
     }
 
@@ -70,11 +84,16 @@ impl OpFacts for PoolOp {
             PoolOp::GlobalAvgPoolBwd => "global_avgpool_bwd",
             PoolOp::Upsample { .. } => "upsample",
             PoolOp::UpsampleBwd { .. } => "upsample_bwd",
+            PoolOp::GlobalAvgPoolBwdAct(_) => "global_avgpool_bwd_act",
+            PoolOp::GlobalAvgPoolBwdActInPlace(_) => "global_avgpool_bwd_act_inplace",
         }
     }
 
     fn aliased_outputs(&self) -> Vec<(usize, usize)> {
-        vec![]
+        match self {
+            PoolOp::GlobalAvgPoolBwdActInPlace(_) => vec![(0, 1)],
+            _ => vec![],
+        }
     }
 
     fn workspace_elems(&self, _shapes: &[Vec<usize>]) -> Vec<usize> {
@@ -163,6 +182,18 @@ impl OpFacts for PoolOp {
                 }
                 Ok(vec![f(h.shape.clone())])
             }
+            PoolOp::GlobalAvgPoolBwdAct(_) | PoolOp::GlobalAvgPoolBwdActInPlace(_) => {
+                let (dy, saved) = (&inputs[0], &inputs[1]);
+                rank(dy, 2, "dy")?;
+                rank(saved, 4, "saved")?;
+                if saved.shape[0] != dy.shape[0]
+                    || saved.shape[3] != dy.shape[1]
+                    || saved.shape[1] * saved.shape[2] == 0
+                {
+                    return err(format!("saved {saved} inconsistent with dy {dy}"));
+                }
+                Ok(vec![f(saved.shape.clone())])
+            }
         }
     }
 
@@ -177,6 +208,10 @@ impl OpFacts for PoolOp {
             // a copy: no arithmetic; its backward adds f*f values per input element
             PoolOp::Upsample { .. } => 0,
             PoolOp::UpsampleBwd { .. } => ins.first().map(|s| numel(s)).unwrap_or(0),
+            // the broadcast and the activation's backward: two per element
+            PoolOp::GlobalAvgPoolBwdAct(_) | PoolOp::GlobalAvgPoolBwdActInPlace(_) => {
+                2 * outs.first().map(|s| numel(s)).unwrap_or(0)
+            }
         }
     }
 }

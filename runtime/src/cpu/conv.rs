@@ -20,9 +20,10 @@ use dmc_plan::op::{ConvGeom, CONV_CHUNK_ROWS};
 use rayon::prelude::*;
 
 use super::args::{state_slices, Args, Ctx};
+use super::epilogue;
 use super::gemm::{sgemm, View};
-use super::optim::update_block;
-use dmc_plan::op::ConvOp;
+use super::optim::{bias_grad_update, update_block};
+use dmc_plan::op::{ConvOp, Epilogue, EpilogueSide};
 
 /// Sizes of one convolution: x `[n,h,w,ci]`, y `[n,ho,wo,co]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,6 +182,22 @@ pub fn conv2d_fwd(
     y: &mut [f32],
     cols: &mut [f32],
 ) {
+    conv2d_fwd_epi(g, d, x, w, b, (&Epilogue::NONE, None), y, cols)
+}
+
+/// [`conv2d_fwd`] with an epilogue: `y = epi.act(conv(x, w) + b + r)`, applied to each chunk of
+/// output rows right after its GEMM (`r` given when `epi.add`).
+#[allow(clippy::too_many_arguments)]
+pub fn conv2d_fwd_epi(
+    g: &ConvGeom,
+    d: &ConvDims,
+    x: &[f32],
+    w: &[f32],
+    b: Option<&[f32]>,
+    (epi, r): (&Epilogue, Option<&[f32]>),
+    y: &mut [f32],
+    cols: &mut [f32],
+) {
     d.check(g, x.len(), w.len(), y.len());
     let (k, co, rows, cr) = (d.k(g), d.co, d.rows(), d.chunk_rows());
     assert!(cols.len() >= cr * k, "conv: workspace too small");
@@ -210,6 +227,15 @@ pub fn conv2d_fwd(
             co,
             1,
         );
+        if !epi.is_none() {
+            let rc = r.map(|r| &r[r0 * co..(r0 + nr) * co]);
+            yc.par_chunks_mut(co.max(1) * 16)
+                .enumerate()
+                .for_each(|(i, part)| {
+                    let o = i * co.max(1) * 16;
+                    epilogue::forward_block(epi, part, rc.map(|r| &r[o..o + part.len()]));
+                });
+        }
         r0 += nr;
     }
 }
@@ -222,6 +248,20 @@ thread_local! {
     /// The `dcols` tile of `conv2d_bwd_data`, reused across calls: a fixed O(tile) buffer per
     /// thread, not proportional to the batch (the op's signature has no planned workspace).
     static DCOLS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// One image of the saved value of an in-place `conv2d_bwd_data` (dx written over it): the
+    /// image's saved values, kept while its dx is accumulated. O(one image) per thread.
+    static SAVED_IMAGE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Where the epilogue of [`conv2d_bwd_data_epi`] finds the activation's saved value.
+#[derive(Clone, Copy)]
+pub enum SavedIn<'a> {
+    /// No activation.
+    None,
+    /// Its own buffer.
+    Buffer(&'a [f32]),
+    /// In dx itself on entry (in place: dx is written over it).
+    Dx,
 }
 
 /// dx = conv^T(dy, w): the gradient w.r.t. the input (overwrites `dx`).
@@ -230,6 +270,20 @@ thread_local! {
 /// w^T` (one sgemm, w read transposed by strides), then col2im scatter-adds `dcols` into dx in a
 /// fixed order (deterministic).
 pub fn conv2d_bwd_data(g: &ConvGeom, d: &ConvDims, dy: &[f32], w: &[f32], dx: &mut [f32]) {
+    conv2d_bwd_data_epi(g, d, dy, w, (&Epilogue::NONE, None, SavedIn::None), dx)
+}
+
+/// [`conv2d_bwd_data`] with an epilogue: `dx = epi.act'(saved) * (conv^T(dy, w) + g)`, applied to
+/// each image's block of dx once it is complete (`g`, `saved` given as `epi` asks; with
+/// [`SavedIn::Dx`] the image's saved values are kept aside while its dx is accumulated).
+pub fn conv2d_bwd_data_epi(
+    g: &ConvGeom,
+    d: &ConvDims,
+    dy: &[f32],
+    w: &[f32],
+    (epi, ga, saved): (&Epilogue, Option<&[f32]>, SavedIn),
+    dx: &mut [f32],
+) {
     d.check(g, dx.len(), w.len(), dy.len());
     let (ci, co, k) = (d.ci, d.co, d.k(g));
     let img = d.h * d.w * ci;
@@ -240,8 +294,34 @@ pub fn conv2d_bwd_data(g: &ConvGeom, d: &ConvDims, dy: &[f32], w: &[f32], dx: &m
     let t_rows = (BWD_DATA_TILE_ELEMS / k.max(1)).clamp(1, CONV_CHUNK_ROWS);
     let (h, wd) = (d.h as isize, d.w as isize);
     dx.par_chunks_mut(img).enumerate().for_each(|(n, dxn)| {
+        // in place: this image's saved values aside (taken out of the thread-local for the
+        // duration, as the tile below: a task stolen meanwhile uses a buffer of its own)
+        let mut kept = match saved {
+            SavedIn::Dx => {
+                let mut v = SAVED_IMAGE.with(|c| c.take());
+                v.clear();
+                v.extend_from_slice(dxn);
+                Some(v)
+            }
+            _ => None,
+        };
         dxn.fill(0.0);
+        let ga = ga.map(|t| &t[n * img..(n + 1) * img]);
+        let done = |dxn: &mut [f32], kept: &Option<Vec<f32>>| {
+            let sv = match saved {
+                SavedIn::Buffer(t) => Some(&t[n * img..(n + 1) * img]),
+                SavedIn::Dx => kept.as_deref(),
+                SavedIn::None => None,
+            };
+            if !epi.is_none() {
+                epilogue::backward_block(epi, dxn, ga, sv);
+            }
+        };
         if co == 0 || k == 0 || per_img == 0 {
+            done(dxn, &kept);
+            if let Some(v) = kept.take() {
+                SAVED_IMAGE.with(|c| c.replace(v));
+            }
             return;
         }
         let dyn_ = &dy[n * per_img * co..(n + 1) * per_img * co];
@@ -291,6 +371,10 @@ pub fn conv2d_bwd_data(g: &ConvGeom, d: &ConvDims, dy: &[f32], w: &[f32], dx: &m
                 tile
             });
         });
+        done(dxn, &kept);
+        if let Some(v) = kept.take() {
+            SAVED_IMAGE.with(|c| c.replace(v));
+        }
     });
 }
 
@@ -391,49 +475,89 @@ pub(super) unsafe fn exec(op: &ConvOp, a: &Args, ctx: &Ctx) {
     // SAFETY: (all calls below) see this function's contract; slot indices follow the signature.
     unsafe {
         match op {
-            ConvOp::Conv2d { geom, bias } => {
-                let d = ConvDims::from_shapes(a.shape(0), a.shape(if *bias { 3 } else { 2 }));
-                let (b, yi) = if *bias {
-                    (Some(a.f32(2)), 3)
-                } else {
-                    (None, 2)
-                };
-                conv2d_fwd(
+            ConvOp::Conv2d { geom, bias, epi } => {
+                let yi = ConvOp::y_slot(*bias, epi);
+                let d = ConvDims::from_shapes(a.shape(0), a.shape(yi));
+                let b = bias.then(|| a.f32(2));
+                let r = epi.add.then(|| a.f32(2 + *bias as usize));
+                conv2d_fwd_epi(
                     geom,
                     &d,
                     a.f32(0),
                     a.f32(1),
                     b,
+                    (epi, r),
                     a.f32_mut(yi),
                     a.f32_mut(yi + 1),
                 );
             }
-            ConvOp::Conv2dBwdData { geom } => {
-                let d = ConvDims::from_shapes(a.shape(2), a.shape(0));
-                conv2d_bwd_data(geom, &d, a.f32(0), a.f32(1), a.f32_mut(2));
+            ConvOp::Conv2dBwdData {
+                geom,
+                epi,
+                in_place,
+            } => {
+                // in place, dx is the saved value's slot (the last input)
+                let dxi = 2 + epi.num_inputs(EpilogueSide::DataGradient) - *in_place as usize;
+                let d = ConvDims::from_shapes(a.shape(dxi), a.shape(0));
+                let ga = epi.add.then(|| a.f32(2));
+                let saved = match (epi.act, in_place) {
+                    (None, _) => SavedIn::None,
+                    (Some(_), true) => SavedIn::Dx,
+                    (Some(_), false) => SavedIn::Buffer(a.f32(2 + epi.add as usize)),
+                };
+                conv2d_bwd_data_epi(
+                    geom,
+                    &d,
+                    a.f32(0),
+                    a.f32(1),
+                    (epi, ga, saved),
+                    a.f32_mut(dxi),
+                );
             }
             ConvOp::Conv2dBwdWeight { geom } => {
                 let d = ConvDims::from_shapes(a.shape(0), a.shape(1));
                 conv2d_bwd_weight(geom, &d, a.f32(0), a.f32(1), a.f32_mut(2), a.f32_mut(3));
             }
-            ConvOp::Conv2dBwdWeightUpdate { geom, rule, chunk } => {
+            ConvOp::Conv2dBwdWeightUpdate {
+                geom,
+                rule,
+                chunk,
+                bias,
+                keep_old,
+            } => {
                 let d = ConvDims::from_shapes(a.shape(0), a.shape(1));
                 let ns = rule.state_names().len();
                 let w = a.f32_mut(2);
                 let mut states = state_slices(a, 3, ns);
                 let co = d.co;
+                // after the weight's and (when fused) the bias' InOut slots: w_old (with
+                // keep_old), then the workspaces
+                let old = 3 + ns + if *bias { 1 + ns } else { 0 };
+                let mut w_old = keep_old.then(|| a.f32_mut(old));
+                let ws = old + *keep_old as usize;
                 conv2d_bwd_weight_chunked(
                     geom,
                     &d,
                     a.f32(0),
                     a.f32(1),
                     *chunk,
-                    a.f32_mut(3 + ns),
-                    a.f32_mut(4 + ns),
+                    a.f32_mut(ws),
+                    a.f32_mut(ws + 1),
                     |c0, nc, gw| {
+                        if let Some(wo) = w_old.as_deref_mut() {
+                            for (o, i) in wo.chunks_exact_mut(co).zip(w.chunks_exact(co)) {
+                                o[c0..c0 + nc].copy_from_slice(&i[c0..c0 + nc]);
+                            }
+                        }
                         update_block(rule, ctx.step_counter, w, co, c0, nc, gw, &mut states[..ns])
                     },
                 );
+                if *bias {
+                    let mut bstates = state_slices(a, 4 + ns, ns);
+                    let b = a.f32_mut(3 + ns);
+                    let db = a.f32_mut(ws + 2);
+                    bias_grad_update(rule, ctx.step_counter, a.f32(1), b, db, &mut bstates[..ns]);
+                }
             }
         }
     }

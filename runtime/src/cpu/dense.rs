@@ -3,9 +3,10 @@
 use rayon::prelude::*;
 
 use super::args::{state_slices, Args, Ctx};
+use super::epilogue;
 use super::gemm::{sgemm, View};
-use super::optim::update_block;
-use dmc_plan::op::DenseOp;
+use super::optim::{bias_grad_update, update_block};
+use dmc_plan::op::{DenseOp, EpilogueSide};
 
 /// `y[N,M] = x[N,K] w[K,M] (+ b[M])`.
 pub fn dense_fwd(
@@ -100,22 +101,26 @@ pub(super) unsafe fn exec(op: &DenseOp, a: &Args, ctx: &Ctx) {
     // SAFETY: (all calls below) see this function's contract; slot indices follow the signature.
     unsafe {
         match op {
-            DenseOp::Dense { bias } => {
+            DenseOp::Dense { bias, epi } => {
                 let w = a.shape(1);
                 let (k, m) = (w[0], w[1]);
                 let n = a.shape(0).iter().product::<usize>() / k.max(1);
-                let (b, yi) = if *bias {
-                    (Some(a.f32(2)), 3)
-                } else {
-                    (None, 2)
-                };
-                dense_fwd(n, k, m, a.f32(0), a.f32(1), b, a.f32_mut(yi));
+                let yi = DenseOp::y_slot(*bias, epi);
+                let b = bias.then(|| a.f32(2));
+                let y = a.f32_mut(yi);
+                dense_fwd(n, k, m, a.f32(0), a.f32(1), b, y);
+                let r = epi.add.then(|| a.f32(2 + *bias as usize));
+                epilogue::forward_all(epi, y, r);
             }
-            DenseOp::DenseBwdData => {
+            DenseOp::DenseBwdData { epi } => {
                 let w = a.shape(1);
                 let (k, m) = (w[0], w[1]);
                 let n = a.shape(0).iter().product::<usize>() / m.max(1);
-                dense_bwd_data(n, k, m, a.f32(0), a.f32(1), a.f32_mut(2));
+                let dx = a.f32_mut(2 + epi.num_inputs(EpilogueSide::DataGradient));
+                dense_bwd_data(n, k, m, a.f32(0), a.f32(1), dx);
+                let ga = epi.add.then(|| a.f32(2));
+                let saved = epi.act.map(|_| a.f32(2 + epi.add as usize));
+                epilogue::backward_all(epi, dx, ga, saved);
             }
             DenseOp::DenseBwdWeight => {
                 let dw = a.shape(2);
@@ -123,13 +128,15 @@ pub(super) unsafe fn exec(op: &DenseOp, a: &Args, ctx: &Ctx) {
                 let n = a.shape(0).iter().product::<usize>() / k.max(1);
                 dense_bwd_weight(n, k, m, a.f32(0), a.f32(1), a.f32_mut(2));
             }
-            DenseOp::DenseBwdWeightUpdate { rule, chunk } => {
+            DenseOp::DenseBwdWeightUpdate { rule, chunk, bias } => {
                 let ws = a.shape(2);
                 let (k, m) = (ws[0], ws[1]);
                 let n = a.shape(0).iter().product::<usize>() / k.max(1);
                 let ns = rule.state_names().len();
                 let w = a.f32_mut(2);
                 let mut states = state_slices(a, 3, ns);
+                // workspaces after the weight's and (when fused) the bias' InOut slots
+                let wsi = 3 + ns + if *bias { 1 + ns } else { 0 };
                 dense_bwd_weight_chunked(
                     n,
                     k,
@@ -137,11 +144,17 @@ pub(super) unsafe fn exec(op: &DenseOp, a: &Args, ctx: &Ctx) {
                     a.f32(0),
                     a.f32(1),
                     *chunk,
-                    a.f32_mut(3 + ns),
+                    a.f32_mut(wsi),
                     |c0, nc, gw| {
                         update_block(rule, ctx.step_counter, w, m, c0, nc, gw, &mut states[..ns])
                     },
                 );
+                if *bias {
+                    let mut bstates = state_slices(a, 4 + ns, ns);
+                    let b = a.f32_mut(3 + ns);
+                    let db = a.f32_mut(wsi + 1);
+                    bias_grad_update(rule, ctx.step_counter, a.f32(1), b, db, &mut bstates[..ns]);
+                }
             }
         }
     }

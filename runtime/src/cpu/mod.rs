@@ -7,7 +7,8 @@
 //!   batch: the im2col of `Conv2d`/`Conv2dBwdWeight` lives in the planned workspace buffer. The
 //!   memory outside the arena is O(threads x tile): matrixmultiply's packing buffers, the
 //!   per-thread `dcols` tile of `Conv2dBwdData` ([`conv::BWD_DATA_TILE_ELEMS`] floats, reused),
-//!   rayon's bookkeeping.
+//!   one image of the saved value of an in-place `Conv2dBwdData` per thread (the image's saved
+//!   values while its dx is accumulated over them), rayon's bookkeeping.
 //! * GEMMs go through `matrixmultiply::sgemm` (single-threaded, split into row or column blocks over
 //!   rayon when large: one thread pool); transposed operands are strided views
 //!   ([`gemm::View::rm_t`]), never copies.
@@ -26,6 +27,7 @@ pub mod backend;
 pub mod conv;
 pub mod dense;
 pub mod elementwise;
+pub mod epilogue;
 pub mod executor;
 pub mod gemm;
 pub mod loss;

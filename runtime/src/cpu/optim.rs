@@ -230,6 +230,22 @@ pub fn bias_grad(dy: &[f32], db: &mut [f32]) {
     });
 }
 
+/// The bias gradient `db = sum dy` (into the workspace `db`) and the update of `b` and its
+/// `states` with it: `BiasGradUpdate`, and the bias part of a weight-gradient op that fused it.
+pub fn bias_grad_update(
+    rule: &UpdateRule,
+    t: u64,
+    dy: &[f32],
+    b: &mut [f32],
+    db: &mut [f32],
+    states: &mut [&mut [f32]],
+) {
+    let c = b.len();
+    let db = &mut db[..c];
+    bias_grad(dy, db);
+    update_block(rule, t, b, c, 0, c, db, states);
+}
+
 /// Runs one step of an op of the optimizer family: the step's arguments, taken by signature slot,
 /// handed to the kernels above.
 ///
@@ -250,11 +266,9 @@ pub(super) unsafe fn exec(op: &OptimOp, a: &Args, ctx: &Ctx) {
             OptimOp::BiasGradUpdate { rule } => {
                 let ns = rule.state_names().len();
                 let db = a.f32_mut(2 + ns);
-                bias_grad(a.f32(0), db);
                 let b = a.f32_mut(1);
-                let c = b.len();
                 let mut states = state_slices(a, 2, ns);
-                update_block(rule, ctx.step_counter, b, c, 0, c, db, &mut states[..ns]);
+                bias_grad_update(rule, ctx.step_counter, a.f32(0), b, db, &mut states[..ns]);
             }
         }
     }

@@ -3,7 +3,7 @@
 
 use super::args::{Args, Ctx};
 use dmc_plan::op::PoolGeom;
-use dmc_plan::op::PoolOp;
+use dmc_plan::op::{PoolOp, UnaryKind};
 use rayon::prelude::*;
 
 /// Sizes of one pooling: x `[n,h,w,c]`, y `[n,ho,wo,c]`.
@@ -213,6 +213,64 @@ pub fn global_avgpool_bwd(n: usize, hw: usize, c: usize, dy: &[f32], dx: &mut [f
     });
 }
 
+/// `dx[N,H,W,C] = k'(saved) * dy[N,C] / (H*W)`: [`global_avgpool_bwd`] followed by the backward
+/// of the activation `k` (the same two formulas in the same order), without the broadcast
+/// gradient in memory. `saved` is what [`UnaryKind::saved`] names.
+pub fn global_avgpool_bwd_act(
+    k: UnaryKind,
+    (n, hw, c): (usize, usize, usize),
+    dy: &[f32],
+    saved: &[f32],
+    dx: &mut [f32],
+) {
+    assert_eq!(dx.len(), n * hw * c, "global_avgpool_bwd_act: dx size");
+    assert_eq!(saved.len(), dx.len(), "global_avgpool_bwd_act: saved size");
+    assert_eq!(dy.len(), n * c, "global_avgpool_bwd_act: dy size");
+    if c == 0 || hw == 0 {
+        return;
+    }
+    let inv = 1.0 / hw as f32;
+    dx.par_chunks_mut(hw * c).enumerate().for_each(|(i, dxn)| {
+        let dyr = &dy[i * c..(i + 1) * c];
+        let sn = &saved[i * hw * c..(i + 1) * hw * c];
+        for (px, sp) in dxn.chunks_exact_mut(c).zip(sn.chunks_exact(c)) {
+            for ((o, v), s) in px.iter_mut().zip(dyr).zip(sp) {
+                *o = k.backward(*s, *v * inv);
+            }
+        }
+    });
+}
+
+/// [`global_avgpool_bwd_act`] written over `saved` (each element read before it is written).
+pub fn global_avgpool_bwd_act_inplace(
+    k: UnaryKind,
+    (n, hw, c): (usize, usize, usize),
+    dy: &[f32],
+    saved: &mut [f32],
+) {
+    assert_eq!(
+        saved.len(),
+        n * hw * c,
+        "global_avgpool_bwd_act: saved size"
+    );
+    assert_eq!(dy.len(), n * c, "global_avgpool_bwd_act: dy size");
+    if c == 0 || hw == 0 {
+        return;
+    }
+    let inv = 1.0 / hw as f32;
+    saved
+        .par_chunks_mut(hw * c)
+        .enumerate()
+        .for_each(|(i, sn)| {
+            let dyr = &dy[i * c..(i + 1) * c];
+            for px in sn.chunks_exact_mut(c) {
+                for (s, v) in px.iter_mut().zip(dyr) {
+                    *s = k.backward(*s, *v * inv);
+                }
+            }
+        });
+}
+
 /// Nearest-neighbour upsampling by `f`: `y[n, i, j, c] = x[n, i / f, j / f, c]`, with x
 /// `[n, h, w, c]` (`d.h`, `d.w`) and y `[n, h*f, w*f, c]` (`d.ho`, `d.wo`).
 pub fn upsample_fwd(f: usize, d: &PoolDims, x: &[f32], y: &mut [f32]) {
@@ -306,6 +364,20 @@ pub(super) unsafe fn exec(op: &PoolOp, a: &Args, _ctx: &Ctx) {
             PoolOp::GlobalAvgPoolBwd => {
                 let x = a.shape(1);
                 global_avgpool_bwd(x[0], x[1] * x[2], x[3], a.f32(0), a.f32_mut(1));
+            }
+            PoolOp::GlobalAvgPoolBwdAct(k) => {
+                let x = a.shape(1);
+                let dx = a.f32_mut(2);
+                global_avgpool_bwd_act(*k, (x[0], x[1] * x[2], x[3]), a.f32(0), a.f32(1), dx);
+            }
+            PoolOp::GlobalAvgPoolBwdActInPlace(k) => {
+                let x = a.shape(1);
+                global_avgpool_bwd_act_inplace(
+                    *k,
+                    (x[0], x[1] * x[2], x[3]),
+                    a.f32(0),
+                    a.f32_mut(1),
+                );
             }
         }
     }

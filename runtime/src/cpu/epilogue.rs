@@ -1,0 +1,64 @@
+//! The GEMM epilogues ([`Epilogue`]) on the CPU: applied to a block of a GEMM's output right after
+//! the block is computed (while it is in cache), element by element with the plan's formulas
+//! ([`Epilogue::forward`], [`Epilogue::backward`]), which are the unfused elementwise kernels'
+//! in the same order: a fused step is bit-identical to the unfused one.
+
+use dmc_plan::op::Epilogue;
+
+use super::par::for_chunks;
+
+/// `y[i] = epi.forward(y[i], r[i])`: `y` a block of the forward's output (bias already added),
+/// `r` the same block of the residual (when `epi.add`).
+pub fn forward_block(epi: &Epilogue, y: &mut [f32], r: Option<&[f32]>) {
+    match r {
+        Some(r) => {
+            assert_eq!(r.len(), y.len(), "epilogue: residual size");
+            for (v, &r) in y.iter_mut().zip(r) {
+                *v = epi.forward(*v, Some(r));
+            }
+        }
+        None => {
+            for v in y.iter_mut() {
+                *v = epi.forward(*v, None);
+            }
+        }
+    }
+}
+
+/// `dx[i] = epi.backward(dx[i], g[i], saved[i])`: `dx` a block of the data gradient, `g` and
+/// `saved` the same block of the epilogue's extra inputs (when present).
+pub fn backward_block(epi: &Epilogue, dx: &mut [f32], g: Option<&[f32]>, saved: Option<&[f32]>) {
+    for s in [g, saved].into_iter().flatten() {
+        assert_eq!(s.len(), dx.len(), "epilogue: input size");
+    }
+    for (i, v) in dx.iter_mut().enumerate() {
+        *v = epi.backward(*v, g.map(|g| g[i]), saved.map(|s| s[i]));
+    }
+}
+
+/// [`forward_block`] over a whole output, in parallel.
+pub fn forward_all(epi: &Epilogue, y: &mut [f32], r: Option<&[f32]>) {
+    if epi.is_none() {
+        return;
+    }
+    for_chunks(y, |o, yc| {
+        let n = yc.len();
+        forward_block(epi, yc, r.map(|r| &r[o..o + n]));
+    });
+}
+
+/// [`backward_block`] over a whole data gradient, in parallel.
+pub fn backward_all(epi: &Epilogue, dx: &mut [f32], g: Option<&[f32]>, saved: Option<&[f32]>) {
+    if epi.is_none() {
+        return;
+    }
+    for_chunks(dx, |o, dc| {
+        let n = dc.len();
+        backward_block(
+            epi,
+            dc,
+            g.map(|g| &g[o..o + n]),
+            saved.map(|s| &s[o..o + n]),
+        );
+    });
+}
