@@ -170,8 +170,10 @@ pub struct Plan {
 
 /// The version of plan.json's shape. 2: one `Update { rule }` op for the unfused optimizer updates
 /// (was `SgdUpdate` / `AdamUpdate`). 3: ops grouped by family (`{"Optim":{"Update":..}}`,
-/// `{"Conv":{"Conv2d":..}}`; see [`Op`](crate::op::Op)).
-pub const FORMAT_VERSION: u32 = 3;
+/// `{"Conv":{"Conv2d":..}}`; see [`Op`](crate::op::Op)). 4: fused ops (`fuse_epilogues`): an
+/// `epi` on the GEMMs, `bias`/`keep_old` on the fused weight updates, `in_place` on the conv data
+/// gradient, `GlobalAvgPoolBwdAct`; each field absent when off, so unfused ops read as in 3.
+pub const FORMAT_VERSION: u32 = 4;
 
 impl Plan {
     /// Whether the runtime reads buffer `id` after the last step: the output always, the loss

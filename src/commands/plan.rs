@@ -48,6 +48,10 @@ pub struct Args {
     pub max_batch: bool,
 }
 
+/// Plans with more kernels than this are not compiled a second time without fusion for the
+/// report's comparison line.
+const UNFUSED_COMPARISON_MAX_STEPS: usize = 5_000;
+
 pub fn run(args: Args) -> Result<(), CliError> {
     let model = load_model(&args.file)?;
     let opts = args.plan.options(Mode::Train, VERIFY)?;
@@ -106,6 +110,18 @@ pub fn run(args: Args) -> Result<(), CliError> {
         strategy: i.strategy,
         sequence: i.sequence,
     });
+    // The same program without fusion, for the comparison line (kernels and bytes moved); not
+    // for huge programs, whose plans take seconds each.
+    if opts.fuse && plan.steps.len() <= UNFUSED_COMPARISON_MAX_STEPS {
+        let unfused = dmc_compiler::CompileOptions {
+            fuse: false,
+            cap: None,
+            ..opts.clone()
+        };
+        if let Ok(p) = dmc_compiler::compile(&model, &unfused) {
+            report.unfused_traffic = Some(dmc_compiler::report::traffic(&p));
+        }
+    }
     if args.json {
         println!("{}", render_json(&report));
     } else {

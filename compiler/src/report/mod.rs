@@ -196,6 +196,46 @@ pub struct MemoryReport {
     /// Why and how rematerialization was applied (filled by the caller that compiled the plan).
     #[serde(default)]
     pub remat: Option<RematSummary>,
+    /// Kernel launches and the bytes they move, by [`traffic`].
+    #[serde(default)]
+    pub traffic: Traffic,
+    /// The same for the program's plan without fusion (`--no-fuse`), when the caller compiled it
+    /// for comparison.
+    #[serde(default)]
+    pub unfused_traffic: Option<Traffic>,
+}
+
+/// Kernel launches of one step and the global-memory bytes they move at least: every argument
+/// of every kernel once (an input read, an output written, an in-place argument read and
+/// written; workspaces not counted). Fusion lowers both: a folded elementwise op no longer
+/// reads and writes its activation-sized operands.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Traffic {
+    pub kernels: usize,
+    pub bytes: u64,
+}
+
+/// The [`Traffic`] of one step of `plan`.
+pub fn traffic(plan: &Plan) -> Traffic {
+    use crate::op::Role;
+    let mut bytes = 0u64;
+    for st in &plan.steps {
+        let Some(k) = plan.kernels.get(st.kernel) else {
+            continue;
+        };
+        for (p, b) in k.signature.params.iter().zip(&st.args) {
+            let n = plan.buffers.get(*b).map_or(0, |b| b.bytes);
+            bytes += match p.role {
+                Role::In | Role::Out => n,
+                Role::InOut => 2 * n,
+                Role::Workspace => 0,
+            };
+        }
+    }
+    Traffic {
+        kernels: plan.steps.len(),
+        bytes,
+    }
 }
 
 /// One forward node that is recomputed.
@@ -581,5 +621,7 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
         recompute_flops,
         recomputed,
         remat: None,
+        traffic: traffic(plan),
+        unfused_traffic: None,
     }
 }

@@ -128,6 +128,26 @@ pub fn render_text(r: &MemoryReport, cap: Option<u64>) -> String {
         r.steps,
         r.buffers
     );
+    let t = &r.traffic;
+    let _ = write!(
+        s,
+        "kernels per step: {}, moving at least {} ({} B: each kernel argument once)",
+        t.kernels,
+        human(t.bytes),
+        thousands(t.bytes)
+    );
+    match &r.unfused_traffic {
+        Some(u) => {
+            let _ = writeln!(
+                s,
+                "; without fusion (--no-fuse): {} kernels, {} ({} B)",
+                u.kernels,
+                human(u.bytes),
+                thousands(u.bytes)
+            );
+        }
+        None => s.push('\n'),
+    }
     s.push('\n');
 
     let p = &r.peak;
