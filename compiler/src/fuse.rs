@@ -76,7 +76,8 @@ enum OutputMap {
 
 type Rule = fn(&Graph, NodeIndex) -> Option<Fusion>;
 
-/// Applies `rule` to every node (in index order, so deterministic), rewriting each fusion found.
+/// Applies `rule` to every node (in index order, so deterministic), rewriting each fusion found
+/// that keeps the graph acyclic with its scheduling gates ([`waits_for`]).
 fn fuse_each(g: &mut Graph, rule: Rule) -> Result<bool, CompileError> {
     let mut changed = false;
     for n in g.nodes() {
@@ -84,11 +85,69 @@ fn fuse_each(g: &mut Graph, rule: Rule) -> Result<bool, CompileError> {
             continue;
         }
         if let Some(f) = rule(g, n) {
+            if f.inputs
+                .iter()
+                .any(|v| waits_for(g, v.0, &[f.into, f.absorb]))
+            {
+                continue;
+            }
             apply(g, f)?;
             changed = true;
         }
     }
     Ok(changed)
+}
+
+/// How many nodes [`waits_for`] visits before it gives up (and the fusion is not made).
+const WAIT_SEARCH_LIMIT: usize = 20_000;
+
+/// Whether node `n` can run only after one of `nodes`: some path leads from them to `n` along
+/// data edges, scheduling gates (`Graph::not_before`, set by rematerialization: a recomputed node
+/// waits for the backward step before it) and in-place hazards (an op that overwrites a value
+/// waits for that value's other readers). A node fused from `nodes` must not read such a value: it
+/// would have to run before itself (in the unfused graph the read happened later, in the other
+/// node). Without gates no such path exists (updates, the only in-place writers here, are read by
+/// nothing), so this is free then; with gates a search that grows too large answers yes.
+fn waits_for(g: &Graph, n: NodeIndex, nodes: &[NodeIndex]) -> bool {
+    if g.not_before.is_empty() {
+        return false;
+    }
+    let mut gated_on: crate::fxhash::FxHashMap<NodeIndex, Vec<NodeIndex>> = Default::default();
+    for (m, gate) in &g.not_before {
+        for x in gate {
+            gated_on.entry(*x).or_default().push(*m);
+        }
+    }
+    let mut stack: Vec<NodeIndex> = nodes.to_vec();
+    let mut seen = crate::fxhash::FxHashMap::<NodeIndex, ()>::default();
+    while let Some(m) = stack.pop() {
+        if m == n && !nodes.contains(&m) {
+            return true;
+        }
+        if seen.insert(m, ()).is_some() {
+            continue;
+        }
+        if seen.len() > WAIT_SEARCH_LIMIT {
+            return true;
+        }
+        stack.extend(g.g.neighbors_directed(m, petgraph::Direction::Outgoing));
+        stack.extend(gated_on.get(&m).into_iter().flatten().copied());
+        // the in-place writers of what m reads
+        for v in g.inputs(m) {
+            for (c, slot) in g.consumers(v) {
+                if c != m
+                    && g.node(c)
+                        .op
+                        .aliased_outputs()
+                        .iter()
+                        .any(|(_, i)| *i == slot)
+                {
+                    stack.push(c);
+                }
+            }
+        }
+    }
+    false
 }
 
 /// The only consumer of `v`, if it has exactly one and is neither the output nor the loss.
@@ -445,6 +504,11 @@ fn update_first_pair(
         || saved == g.output
         || Some(saved) == g.loss
     {
+        return None;
+    }
+    // the update must not read anything that waits for the data gradient (rematerialization's
+    // gates), since the data gradient will wait for the update
+    if g.inputs(u).iter().any(|v| waits_for(g, v.0, &[d])) {
         return None;
     }
     let others_first = g.consumers(saved).iter().all(|(c, _)| {

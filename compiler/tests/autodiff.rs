@@ -94,7 +94,7 @@ fn no_gradients_for_inputs_and_targets() {
     // 3 dense layers, the first reads the input: only 2 backward-data ops.
     let g = train(&mlp(sgd(0.1)));
     assert_eq!(
-        count(&g, |o| matches!(o, Op::Dense(DenseOp::DenseBwdData))),
+        count(&g, |o| matches!(o, Op::Dense(DenseOp::DenseBwdData { .. }))),
         2
     );
     // 2 convs, the first reads the image: 1 backward-data op.

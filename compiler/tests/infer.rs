@@ -31,6 +31,7 @@ fn forward_ops() {
     let conv = Op::Conv(ConvOp::Conv2d {
         geom: G3,
         bias: true,
+        epi: Default::default(),
     });
     assert_eq!(
         shapes(&conv, &[x.clone(), f(&[3, 3, 3, 8]), f(&[8])], None),
@@ -40,6 +41,7 @@ fn forward_ops() {
     let s2 = Op::Conv(ConvOp::Conv2d {
         geom: ConvGeom { stride: 2, ..G3 },
         bias: false,
+        epi: Default::default(),
     });
     let y = f(&[2, 3, 3, 8]);
     assert_eq!(
@@ -77,7 +79,10 @@ fn forward_ops() {
     );
     assert!(infer_outputs(&Op::Reshape, &[x.clone()], Some(&f(&[2, 74]))).is_err());
     assert!(infer_outputs(&Op::Reshape, &[x.clone()], None).is_err());
-    let d = Op::Dense(DenseOp::Dense { bias: false });
+    let d = Op::Dense(DenseOp::Dense {
+        bias: false,
+        epi: Default::default(),
+    });
     assert_eq!(
         shapes(&d, &[f(&[2, 4]), f(&[4, 6])], None),
         vec![f(&[2, 6])]
@@ -150,14 +155,22 @@ fn backward_and_update_ops() {
     let w = f(&[3, 3, 3, 8]);
     assert_eq!(
         shapes(
-            &Op::Conv(ConvOp::Conv2dBwdData { geom: G3 }),
+            &Op::Conv(ConvOp::Conv2dBwdData {
+                geom: G3,
+                epi: Default::default(),
+                in_place: false,
+            }),
             &[dy.clone(), w.clone()],
             Some(&x)
         ),
         vec![x.clone()]
     );
     assert!(infer_outputs(
-        &Op::Conv(ConvOp::Conv2dBwdData { geom: G3 }),
+        &Op::Conv(ConvOp::Conv2dBwdData {
+            geom: G3,
+            epi: Default::default(),
+            in_place: false,
+        }),
         &[dy.clone(), w.clone()],
         None
     )
@@ -176,7 +189,9 @@ fn backward_and_update_ops() {
     );
     assert_eq!(
         shapes(
-            &Op::Dense(DenseOp::DenseBwdData),
+            &Op::Dense(DenseOp::DenseBwdData {
+                epi: Default::default(),
+            }),
             &[f(&[2, 6]), f(&[4, 6])],
             None
         ),

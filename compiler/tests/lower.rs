@@ -87,7 +87,8 @@ fn conv_geometry_and_label_reshape() {
                 pad_top: 0,
                 pad_left: 0
             },
-            bias: true
+            bias: true,
+            epi: Default::default(),
         })
     );
     assert_eq!(g.node(conv2).outputs[0].shape, vec![3, 6, 6, 4]);

@@ -32,8 +32,10 @@ fn dense_bwd_data_runs_before_the_weight_update() {
         .steps
         .iter()
         .position(|s| {
-            matches!(p.kernels[s.kernel].op, Op::Dense(DenseOp::DenseBwdData))
-                && s.args[1] == p.params[2].buffer
+            matches!(
+                p.kernels[s.kernel].op,
+                Op::Dense(DenseOp::DenseBwdData { .. })
+            ) && s.args[1] == p.params[2].buffer
         })
         .unwrap();
     assert_eq!(p.params[2].name, "dense_2.weight");

@@ -196,7 +196,10 @@ fn linear_plan() -> Plan {
     let dw = p.grad("dw", 6);
     let db = p.grad("db", 2);
     p.step(
-        Op::Dense(DenseOp::Dense { bias: true }),
+        Op::Dense(DenseOp::Dense {
+            bias: true,
+            epi: Default::default(),
+        }),
         &[&[4, 3], &[3, 2], &[2], &[4, 2]],
         &[x, w, b, y],
         "fc forward",
@@ -588,6 +591,7 @@ fn conv_plan() -> Plan {
         Op::Conv(ConvOp::Conv2d {
             geom: g,
             bias: true,
+            epi: Default::default(),
         }),
         &[xs, ws_s, &[4], ys, &[648]],
         &[x, cw, cb, a, ws],
@@ -606,7 +610,10 @@ fn conv_plan() -> Plan {
         "pool",
     );
     p.step(
-        Op::Dense(DenseOp::Dense { bias: true }),
+        Op::Dense(DenseOp::Dense {
+            bias: true,
+            epi: Default::default(),
+        }),
         &[&[2, 36], &[36, 3], &[3], &[2, 3]],
         &[flat, fw, fb, logits],
         "fc",
@@ -636,7 +643,9 @@ fn conv_plan() -> Plan {
         "fc db",
     );
     p.step(
-        Op::Dense(DenseOp::DenseBwdData),
+        Op::Dense(DenseOp::DenseBwdData {
+            epi: Default::default(),
+        }),
         &[&[2, 3], &[36, 3], &[2, 36]],
         &[dl, fw, dp],
         "fc dx",
