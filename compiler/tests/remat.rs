@@ -120,10 +120,11 @@ fn deep_convnet_fits_a_third_of_its_arena() {
         "no-remat {peak}, min {min} ({:.1}%)",
         100.0 * min as f64 / peak as f64
     );
-    assert!(min * 100 <= peak * 35, "min cap {min} of {peak}");
+    // (36.1% since fusion lowered the no-remat arena from 611 to 578 MB; the floor is unchanged)
+    assert!(min * 100 <= peak * 37, "min cap {min} of {peak}");
     // At 50% the optimum of the strategy family is 23.0% (BENCHMARKS.md, Rematerialization:
     // the chain is homogeneous, 9 activation-sized buffers fit, 11 of 17 convs are recomputed).
-    for (pct, max_recompute) in [(50u64, 23.5f64), (35, 45.0)] {
+    for (pct, max_recompute) in [(50u64, 23.5f64), (37, 45.0)] {
         let cap = peak * pct / 100;
         let (p, info) = compile_explained(&m, &opts(Some(cap), RematMode::Auto)).unwrap();
         check_plan(&p).unwrap();

@@ -49,11 +49,13 @@ fn verifier_accepts_every_fixture_after_every_pass() {
     }
 }
 
+/// The mlp's graph without fusion (whose separate activation nodes these tests corrupt).
 fn mlp_graph() -> Graph {
     compile_graph(
         &mlp(sgd(0.1)),
         &CompileOptions {
             verify: true,
+            fuse: false,
             ..Default::default()
         },
     )

@@ -47,16 +47,22 @@ pub(crate) fn fused(op: Op, ins: Vec<Vec<usize>>, upd: Vec<usize>) -> Case {
 }
 
 /// A weight gradient fused with its update and the bias gradient (`bias`): as [`fused`], with the
-/// bias `b` (and as many state slots as the rule has, shaped as `b`) after the weight's state.
+/// bias `b` (and as many state slots as the rule has, shaped as `b`) after the weight's state,
+/// then the old weights' output (`keep_old`).
 pub(crate) fn fused_bias(op: Op, ins: Vec<Vec<usize>>, upd: Vec<usize>, b: Vec<usize>) -> Case {
-    let ns = match &op {
-        Op::Conv(ConvOp::Conv2dBwdWeightUpdate { rule, .. })
-        | Op::Dense(DenseOp::DenseBwdWeightUpdate { rule, .. }) => rule.state_names().len(),
-        _ => 0,
+    let (ns, keep_old) = match &op {
+        Op::Conv(ConvOp::Conv2dBwdWeightUpdate { rule, keep_old, .. }) => {
+            (rule.state_names().len(), *keep_old)
+        }
+        Op::Dense(DenseOp::DenseBwdWeightUpdate { rule, .. }) => (rule.state_names().len(), false),
+        _ => (0, false),
     };
     let mut s = ins;
-    s.extend(std::iter::repeat_n(upd, ns + 1));
+    s.extend(std::iter::repeat_n(upd.clone(), ns + 1));
     s.extend(std::iter::repeat_n(b, ns + 1));
+    if keep_old {
+        s.push(upd);
+    }
     let ws = op.workspace_elems(&s);
     s.extend(ws.into_iter().map(|n| vec![n]));
     (op, s)
