@@ -3,7 +3,7 @@
 //! update kernels match the unfused ones to 1e-6 (whole-layer and one-column chunks); random
 //! networks under random feasible caps run without NaN under poison and equal the unplanned run.
 
-use dmc_compiler::op::{ConvOp, DType, DenseOp, ElementwiseOp, Op, OptimOp, Optimizer};
+use dmc_compiler::op::{ConvOp, DType, DenseOp, Op, OptimOp, Optimizer, Role};
 use dmc_compiler::plan::Plan;
 use dmc_compiler::testutil::*;
 use dmc_compiler::{compile, CompileError, CompileOptions, PlannerKind};
@@ -150,19 +150,12 @@ fn the_plans_really_differ() {
     let a = compile(&m, &planned(true)).unwrap();
     let b = compile(&m, &unplanned(true)).unwrap();
     assert!(a.arena_bytes < b.arena_bytes);
+    // kernels writing an input in place besides the optimizer updates (elementwise ops, the
+    // fused data gradient written over its saved value, the folded pool backward)
     let inplace = |p: &Plan| {
         p.kernels
             .iter()
-            .filter(|k| {
-                matches!(
-                    k.op,
-                    Op::Elementwise(ElementwiseOp::UnaryInPlace(_))
-                        | Op::Elementwise(ElementwiseOp::AddInPlace)
-                        | Op::Elementwise(ElementwiseOp::UnaryBwdInPlace(_))
-                        | Op::Elementwise(ElementwiseOp::DropoutInPlace { .. })
-                        | Op::Elementwise(ElementwiseOp::DropoutBwdInPlace { .. })
-                )
-            })
+            .filter(|k| !k.op.aliased_outputs().is_empty() && !k.op.is_update())
             .count()
     };
     assert!(inplace(&a) > 0);
@@ -297,19 +290,22 @@ proptest! {
 #[test]
 fn an_in_place_argument_overlapping_another_is_rejected() {
     let mut p = compile(&residual(sgd(0.1)), &planned(true)).unwrap();
-    let (si, _) = p
+    // a step writing one argument in place (not an update) and reading another
+    let (si, (w, r)) = p
         .steps
         .iter()
         .enumerate()
-        .find(|(_, s)| {
-            matches!(
-                p.kernels[s.kernel].op,
-                Op::Elementwise(ElementwiseOp::AddInPlace)
-            )
+        .find_map(|(i, s)| {
+            let op = &p.kernels[s.kernel].op;
+            let params = op.signature().params;
+            let w = params.iter().position(|q| q.role == Role::InOut)?;
+            let r = params.iter().position(|q| q.role == Role::In)?;
+            (!op.is_update()).then_some((i, (w, r)))
         })
         .unwrap();
-    // b := a: the kernel would read the buffer it writes through another argument.
-    p.steps[si].args[1] = p.steps[si].args[0];
+    // the read argument := the written one: the kernel would read the buffer it writes through
+    // another argument.
+    p.steps[si].args[r] = p.steps[si].args[w];
     let err = CpuBackend::new(p).err().expect("must be rejected");
     assert!(err.to_string().contains("overlaps"), "{err}");
 }
