@@ -43,12 +43,23 @@ pub struct LossLog {
 }
 
 impl LossLog {
-    /// Creates the file (none without `--loss-log`).
-    pub fn create(path: Option<&Path>) -> Result<LossLog, CliError> {
+    /// Creates the file (none without `--loss-log`), or appends to it (`append`: a resumed run,
+    /// whose steps go on from the last one logged).
+    pub fn create(path: Option<&Path>, append: bool) -> Result<LossLog, CliError> {
         let file = match path {
-            Some(p) => Some(BufWriter::new(File::create(p).map_err(|e| {
-                CliError::Usage(format!("--loss-log {}: {e}", p.display()))
-            })?)),
+            Some(p) => {
+                let f = if append {
+                    std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(p)
+                } else {
+                    File::create(p)
+                };
+                Some(BufWriter::new(f.map_err(|e| {
+                    CliError::Usage(format!("--loss-log {}: {e}", p.display()))
+                })?))
+            }
             None => None,
         };
         Ok(LossLog { file, error: None })
