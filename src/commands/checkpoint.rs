@@ -95,7 +95,11 @@ impl SavePolicy {
         loss: f64,
         best: Option<f64>,
     ) -> Result<(Option<f64>, bool), CliError> {
-        let improved = loss.is_finite() && best.map_or(true, |b| loss < b);
+        let improved = loss.is_finite()
+            && match best {
+                None => true,
+                Some(b) => loss < b,
+            };
         if !improved {
             return Ok((best, false));
         }

@@ -1,12 +1,14 @@
 //! Which tensor of another framework's file is which dmc parameter. The file's tensors are grouped
 //! into modules by name (`features.0.weight` and `features.0.bias` are module `features.0`;
-//! `dense_1/kernel:0` is `dense_1`; Keras 3's `layers/dense/vars/0` is `layers/dense`), and each
-//! parameter-holding layer of the program, in program order, takes
+//! `dense_1/kernel:0` is `dense_1`; Keras 3's `layers/dense/vars/0` is `layers/dense`). Then
 //!
-//! 1. the module of its own name, if that one fits (a file dmc exported, or one written with the
-//!    same layer names), else
-//! 2. the first unused module, in natural name order (`2` before `10`), whose weight and bias
-//!    have the shapes the layer needs in that framework's layout.
+//! 1. if every layer of the program has a module of its own name that fits, and the file has no
+//!    other module (a file dmc exported, or a model written with dmc's layer names), by name;
+//! 2. else every layer, in program order, takes the first unused module, in natural name order
+//!    (`2` before `10`), whose weight and bias have the shapes the layer needs in that
+//!    framework's layout. Names are never matched one by one here: Keras numbers its layers
+//!    `conv2d`, `conv2d_1`, ... where dmc has `conv2d_1`, `conv2d_2`, ..., so a shared name
+//!    need not be the same layer.
 //!
 //! Layers of distinct shapes are thus matched by shape alone, whatever the names; layers of equal
 //! shapes by the order of their names (the order of an `nn.Sequential`, of `layer1`, `layer2`).
@@ -214,16 +216,21 @@ pub fn match_layers(
     fw: Framework,
     file: &str,
 ) -> Result<Vec<(usize, MatchedBy)>, CliError> {
+    if mods.len() == layers.len() {
+        let by_name: Option<Vec<(usize, MatchedBy)>> = layers
+            .iter()
+            .map(|l| {
+                let i = mods.iter().position(|m| m.name == l.name)?;
+                fits(&mods[i], l, fw).then_some((i, MatchedBy::Name))
+            })
+            .collect();
+        if let Some(v) = by_name {
+            return Ok(v);
+        }
+    }
     let mut used = vec![false; mods.len()];
     let mut out = Vec::with_capacity(layers.len());
     for layer in layers {
-        if let Some(i) = mods.iter().position(|m| m.name == layer.name) {
-            if !used[i] && fits(&mods[i], layer, fw) {
-                used[i] = true;
-                out.push((i, MatchedBy::Name));
-                continue;
-            }
-        }
         let candidates: Vec<usize> = (0..mods.len())
             .filter(|&i| !used[i] && fits(&mods[i], layer, fw))
             .collect();
@@ -277,10 +284,15 @@ fn no_fit(
     };
     let hint = if unused.iter().any(|m| fits(m, layer, other)) {
         format!(
-            "; a module fits it in {}'s layout: is the file from {}? (--from {})",
+            "; a module fits it in {}'s layout: is the file from {}? (--from {}{})",
             other.name(),
             other.name(),
-            other.name()
+            other.name(),
+            if other == Framework::Keras {
+                "; a dmc weights file, in the same layouts, needs no import: pass it to --init"
+            } else {
+                ""
+            }
         )
     } else {
         String::new()

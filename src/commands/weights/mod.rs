@@ -55,6 +55,11 @@ pub struct ExportArgs {
     /// The framework to write for: its layouts and names.
     #[arg(long, value_enum)]
     pub to: Framework,
+    /// Name the tensors as in this file of the equivalent model (e.g. the state_dict of your
+    /// `nn.Sequential`, saved once), matched to the layers as `import` matches them; without it,
+    /// the names are dmc's layer names (`hidden1.weight`, `hidden1/kernel`).
+    #[arg(long, value_name = "FILE")]
+    pub like: Option<PathBuf>,
     /// Where to write (.safetensors).
     #[arg(long, short, value_name = "FILE")]
     pub output: PathBuf,
@@ -235,9 +240,28 @@ fn export(a: ExportArgs) -> Result<(), CliError> {
         .collect();
     let weights: HashMap<String, Vec<f32>> =
         io::load_weights(&a.init, &expected)?.into_iter().collect();
+    // The names of --like's tensors, per layer (weight, bias).
+    let like_names: Option<Vec<(String, Option<String>)>> = match &a.like {
+        None => None,
+        Some(like) => {
+            let lname = like.display().to_string();
+            let mods = modules(io::read_tensors(like, "weights file")?.tensors, &lname)?;
+            let matched = match_layers(&layers, &mods, a.to, &lname)?;
+            Some(
+                matched
+                    .iter()
+                    .map(|&(i, _)| {
+                        let m = &mods[i];
+                        let w = m.weight.as_ref().map(|t| t.0.clone()).unwrap_or_default();
+                        (w, m.bias.as_ref().map(|t| t.0.clone()))
+                    })
+                    .collect(),
+            )
+        }
+    };
     let mut rows = Vec::new();
     let mut out: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
-    for layer in &layers {
+    for (li, layer) in layers.iter().enumerate() {
         let pairs = [
             (Some(&layer.weight), false, layer.weight_conversion(a.to)),
             (layer.bias.as_ref(), true, Conversion::Same),
@@ -254,7 +278,11 @@ fn export(a: ExportArgs) -> Result<(), CliError> {
             let (shape, values) = conv
                 .from_dmc(&param.shape, data)
                 .map_err(|e| CliError::Message(format!("`{}`: {e}", param.name)))?;
-            let name = foreign_name(layer, is_bias, a.to);
+            let name = match like_names.as_ref().map(|v| &v[li]) {
+                Some((w, _)) if !is_bias => w.clone(),
+                Some((_, Some(b))) => b.clone(),
+                _ => foreign_name(layer, is_bias, a.to),
+            };
             rows.push(Row {
                 from: param.name.clone(),
                 from_shape: param.shape.clone(),
