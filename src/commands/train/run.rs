@@ -136,7 +136,8 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
         }
         None => None,
     };
-    let mut loss_log = LossLog::create(args.loss_log.as_deref(), args.resume)?;
+    let mut loss_log =
+        LossLog::create(args.loss_log.as_deref(), args.resume.then_some(done.steps))?;
     stop_before_training(save_path)?;
 
     if !c.quiet {
