@@ -451,9 +451,7 @@ fn write_safetensors(p: &Path, t: &BTreeMap<String, (String, Vec<u64>, Vec<u8>)>
         );
     }
     let mut h = serde_json::to_vec(&serde_json::Value::Object(header)).unwrap();
-    while h.len() % 8 != 0 {
-        h.push(b' ');
-    }
+    h.resize(h.len().div_ceil(8) * 8, b' ');
     let mut out = (h.len() as u64).to_le_bytes().to_vec();
     out.extend_from_slice(&h);
     out.extend_from_slice(&data);

@@ -78,13 +78,12 @@ impl SavePolicy {
         step: usize,
         best: Option<f64>,
     ) -> Result<bool, CliError> {
-        match self.every {
-            Some(n) if step > 0 && step % n == 0 => {
-                self.save_all(be, step, best)?;
-                Ok(true)
-            }
-            _ => Ok(false),
+        #[allow(clippy::manual_is_multiple_of)] // `is_multiple_of` needs Rust 1.87; MSRV is 1.80
+        let due = self.every.is_some_and(|n| step > 0 && step % n == 0);
+        if due {
+            self.save_all(be, step, best)?;
         }
+        Ok(due)
     }
 
     /// After an epoch's validation gave `loss`: with `--save-best` and `loss` below `best`, the

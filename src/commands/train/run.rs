@@ -14,7 +14,7 @@ use super::outcome::{self, Measured};
 use super::progress::{self, LossLog};
 use super::resume::{resume, save_policy};
 use super::setup::{compile, init_params, resolve_device};
-use super::steps::{self, Progress, Schedule, Validation};
+use super::steps::{self, Outputs, Progress, Schedule, Validation};
 use crate::commands::program::load_model;
 use crate::report::CliError;
 use crate::size::human;
@@ -169,10 +169,12 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
         &train,
         schedule,
         validation,
-        &pb,
-        &mut loss_log,
+        Outputs {
+            pb: &pb,
+            loss_log: &mut loss_log,
+            saves: &saves,
+        },
         &mut done,
-        &saves,
     );
     pb.finish_and_clear();
     let loss_log_error = loss_log.finish();

@@ -60,18 +60,29 @@ pub struct Validation<'a> {
     pub model: &'a Model,
 }
 
+/// Where the loop reports and saves: the bar, the loss log, the saves of `--save-every` and
+/// `--save-best`.
+pub struct Outputs<'a> {
+    pub pb: &'a ProgressBar,
+    pub loss_log: &'a mut LossLog,
+    pub saves: &'a SavePolicy,
+}
+
 /// Trains `be` on `train` by `schedule`, recording into `progress` (which holds what was done
-/// however the loop ends), the loss log and the bar.
+/// however the loop ends) and `out`.
 pub fn train(
     be: &mut dyn Backend,
     train: &Dataset,
     schedule: Schedule,
     mut val: Option<Validation<'_>>,
-    pb: &ProgressBar,
-    loss_log: &mut LossLog,
+    out: Outputs<'_>,
     progress: &mut Progress,
-    saves: &SavePolicy,
 ) -> Result<LoopEnd, CliError> {
+    let Outputs {
+        pb,
+        loss_log,
+        saves,
+    } = out;
     let Schedule {
         total_steps,
         epochs,
@@ -115,7 +126,10 @@ pub fn train(
             pb.inc(1);
             // The last step of an epoch is saved after the epoch's validation (below), so that
             // its state records that validation's best loss.
-            if step % per_epoch != 0 && saves.periodic(be, step, progress.best_val_loss)? {
+            #[allow(clippy::manual_is_multiple_of)]
+            // `is_multiple_of` needs Rust 1.87; MSRV is 1.80
+            let ends_epoch = step % per_epoch == 0;
+            if !ends_epoch && saves.periodic(be, step, progress.best_val_loss)? {
                 progress.saved_at = Some(step);
             }
         }
