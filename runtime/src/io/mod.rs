@@ -89,12 +89,21 @@ fn fmt_names_short(v: &[String]) -> String {
 }
 
 /// The command that converts a PyTorch/Keras file for a program (`dmc weights import`).
-pub fn import_command(path: &std::path::Path, framework: Option<&str>) -> String {
-    format!(
-        "`dmc weights import NET.dm {} --from {} -o converted.safetensors` (NET.dm: the program)",
+pub fn import_command(
+    path: &std::path::Path,
+    program: Option<&std::path::Path>,
+    framework: Option<&str>,
+) -> String {
+    let cmd = format!(
+        "`dmc weights import {} {} --from {} -o converted.safetensors`",
+        program.map_or("NET.dm".into(), |p| p.display().to_string()),
         path.display(),
         framework.unwrap_or("torch|keras")
-    )
+    );
+    match program {
+        Some(_) => cmd,
+        None => format!("{cmd} (NET.dm: the program)"),
+    }
 }
 
 /// Whether `a` holds the same dimensions as `b` in another order.
@@ -108,7 +117,12 @@ fn is_permutation(a: &[usize], b: &[usize]) -> bool {
 /// What to do about a parameter of the wrong shape: a transposed or permuted one is another
 /// framework's layout (PyTorch's OIHW convolutions, `[out, in]` Linear weights), which `dmc
 /// weights import` converts; anything else is another program's.
-fn shape_hint(path: &std::path::Path, found: &[usize], expected: &[usize]) -> String {
+fn shape_hint(
+    path: &std::path::Path,
+    program: Option<&std::path::Path>,
+    found: &[usize],
+    expected: &[usize],
+) -> String {
     if is_permutation(found, expected) {
         let what = if found.len() == 2 {
             "transposed, as PyTorch stores a Linear weight ([out, in]; dmc's dense weight is [in, out])"
@@ -119,7 +133,7 @@ fn shape_hint(path: &std::path::Path, found: &[usize], expected: &[usize]) -> St
         };
         format!(
             "the same dimensions {what}: the file is in another framework's layout; convert it with {}",
-            import_command(path, Some("torch"))
+            import_command(path, program, Some("torch"))
         )
     } else {
         "the weights were saved from a different program: pass the right --init file".to_string()
@@ -299,9 +313,11 @@ pub enum IoError {
         extra: Vec<String>,
     },
 
-    #[error("{path}: none of the file's {} tensor names ({}) is a parameter of the program (it expects {}); if the file was saved by PyTorch or Keras, convert it: {}", .found.len(), fmt_names_short(.found), fmt_names_short(.expected), import_command(.path, None))]
+    #[error("{path}: none of the file's {} tensor names ({}) is a parameter of the program (it expects {}); if the file was saved by PyTorch or Keras, convert it: {}", .found.len(), fmt_names_short(.found), fmt_names_short(.expected), import_command(.path, .program.as_deref(), None))]
     ForeignNames {
         path: PathBuf,
+        /// The program the weights were loaded for, when the caller knows it ([`IoError::for_program`]).
+        program: Option<PathBuf>,
         /// Every name in the file.
         found: Vec<String>,
         /// Every parameter the program expects.
@@ -314,9 +330,11 @@ pub enum IoError {
     #[error("{path}: the file has parameter(s) the program does not have: {}; the weights were saved from a different program: pass the right --init file", fmt_names(.extra))]
     UnexpectedParams { path: PathBuf, extra: Vec<String> },
 
-    #[error("{path}: `{name}`: file has {}, program expects {}; {}", fmt_shape(.found), fmt_shape(.expected), shape_hint(.path, .found, .expected))]
+    #[error("{path}: `{name}`: file has {}, program expects {}; {}", fmt_shape(.found), fmt_shape(.expected), shape_hint(.path, .program.as_deref(), .found, .expected))]
     ShapeMismatch {
         path: PathBuf,
+        /// As for [`IoError::ForeignNames`].
+        program: Option<PathBuf>,
         name: String,
         found: Vec<usize>,
         expected: Vec<usize>,
@@ -354,6 +372,19 @@ pub enum IoError {
 
     #[error("batch buffer for `{name}`: {reason} (internal error: a bug in the caller)")]
     BatchBuffer { name: String, reason: String },
+}
+
+impl IoError {
+    /// Names `program` (the `.dm` file) in the import command an error suggests, where it
+    /// suggests one.
+    pub fn for_program(mut self, program: &std::path::Path) -> IoError {
+        if let IoError::ForeignNames { program: p, .. }
+        | IoError::ShapeMismatch { program: p, .. } = &mut self
+        {
+            *p = Some(program.to_path_buf());
+        }
+        self
+    }
 }
 
 /// The element types the readers understand (safetensors and npy share them).

@@ -151,6 +151,7 @@ pub fn load_weights(
         }
         return Err(IoError::ForeignNames {
             path: path.to_path_buf(),
+            program: None,
             found: extra,
             expected: expected_names,
         });
@@ -187,6 +188,7 @@ pub fn load_weights(
         if view.shape() != shape.as_slice() {
             return Err(IoError::ShapeMismatch {
                 path: path.to_path_buf(),
+                program: None,
                 name: name.clone(),
                 found: view.shape().to_vec(),
                 expected: shape.clone(),

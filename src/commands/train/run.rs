@@ -120,7 +120,7 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     };
     be.set_poison(c.poison);
     be.set_halt_on_nonfinite_loss(true);
-    init_params(&mut be, c.init.as_deref(), seed)?;
+    init_params(&mut be, c.init.as_deref(), seed, &c.file)?;
     let mut done = Progress::default();
     if args.resume {
         resume(&mut be, &saves, &mut done, c.quiet)?;

@@ -238,8 +238,10 @@ fn export(a: ExportArgs) -> Result<(), CliError> {
         .params()
         .map(|p| (p.name.clone(), p.shape.clone()))
         .collect();
-    let weights: HashMap<String, Vec<f32>> =
-        io::load_weights(&a.init, &expected)?.into_iter().collect();
+    let weights: HashMap<String, Vec<f32>> = io::load_weights(&a.init, &expected)
+        .map_err(|e| e.for_program(&a.program))?
+        .into_iter()
+        .collect();
     // The names of --like's tensors, per layer (weight, bias).
     let like_names: Option<Vec<(String, Option<String>)>> = match &a.like {
         None => None,
