@@ -118,7 +118,7 @@ fn print_summary(plan: &Plan, progress: &Progress, saved: &Saved, measured: Meas
     let per_step =
         progress.step_time.as_secs_f64() / (progress.steps - progress.resumed_at).max(1) as f64;
     println!(
-        "{} steps, final loss {}, {} ms/step; memory: planned arena {} ({} B), measured peak {} B (arena {} B + {} B other allocations during steps){}",
+        "{} steps, final loss {}, {} ms/step; memory: planned arena {} ({} B), measured peak {} B (arena {} B + {} B other allocations during steps){}{}",
         progress.steps,
         match progress.last_loss {
             Some(l) => format!("{l:.6}"),
@@ -139,6 +139,13 @@ fn print_summary(plan: &Plan, progress: &Progress, saved: &Saved, measured: Meas
             Saved::Written(p) => format!(", weights saved to {}", p.display()),
             Saved::Skipped(why) => format!("; {why}"),
             Saved::NotAsked => String::new(),
+        },
+        match progress.resumed_at {
+            0 => String::new(),
+            k => format!(
+                "; resumed after step {k} ({} steps in this run)",
+                progress.steps - k
+            ),
         }
     );
 }

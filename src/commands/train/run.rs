@@ -124,6 +124,12 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     let mut done = Progress::default();
     if args.resume {
         resume(&mut be, &saves, &mut done, c.quiet)?;
+        if done.steps >= schedule.total_steps && !c.quiet {
+            eprintln!(
+                "note: the training state is at step {}, and {} steps were asked: nothing left to train (raise --steps or --epochs to go on)",
+                done.steps, schedule.total_steps
+            );
+        }
     }
     let mut val_be = match &val {
         Some(_) => {
