@@ -78,8 +78,16 @@ const COMMANDS: &[(&str, &[&str], &[&str])] = &[
             "--init",
             "--data",
             "--remat",
+            "--save-every",
         ],
-        &["--no-fuse", "--poison", "--verify", "--no-split-k"],
+        &[
+            "--no-fuse",
+            "--poison",
+            "--verify",
+            "--no-split-k",
+            "--resume",
+            "--save-best",
+        ],
     ),
     (
         "eval",

@@ -58,6 +58,14 @@ pub trait Backend {
     /// Every parameter: (name, shape, values), in plan order.
     fn params(&self) -> Result<Params<'_>, RuntimeError>;
 
+    /// Every optimizer state tensor (`conv3.weight.momentum`, Adam's moments): (name, shape,
+    /// values), in plan order. With the parameters and the step counter this is everything a
+    /// training step carries to the next one, so a checkpoint of both resumes exactly.
+    fn opt_states(&self) -> Result<Params<'_>, RuntimeError>;
+
+    /// Overwrites an optimizer state tensor (when resuming from a checkpoint).
+    fn set_opt_state(&mut self, name: &str, data: &[f32]) -> Result<(), RuntimeError>;
+
     /// Feeds a batch input or target (by name).
     fn set_input(&mut self, name: &str, data: InputData) -> Result<(), RuntimeError>;
 
@@ -98,6 +106,14 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
 
     fn params(&self) -> Result<Params<'_>, RuntimeError> {
         (**self).params()
+    }
+
+    fn opt_states(&self) -> Result<Params<'_>, RuntimeError> {
+        (**self).opt_states()
+    }
+
+    fn set_opt_state(&mut self, name: &str, data: &[f32]) -> Result<(), RuntimeError> {
+        (**self).set_opt_state(name, data)
     }
 
     fn set_input(&mut self, name: &str, data: InputData) -> Result<(), RuntimeError> {

@@ -4,7 +4,7 @@
 //! A backend only says how bytes move in and out.
 
 use dmc_plan::op::{DType, LossOp, Op};
-use dmc_plan::plan::{BufferId, Plan};
+use dmc_plan::plan::{BufferId, ParamBinding, Plan};
 
 use crate::backend::{InputData, Params};
 use crate::error::RuntimeError;
@@ -62,6 +62,20 @@ macro_rules! impl_backend_over_host_arena {
                 Ok(crate::host_arena::owned_params(
                     crate::host_arena::HostArena::params(self)?,
                 ))
+            }
+
+            fn opt_states(&self) -> Result<crate::backend::Params<'_>, crate::error::RuntimeError> {
+                Ok(crate::host_arena::owned_params(
+                    crate::host_arena::HostArena::opt_states(self)?,
+                ))
+            }
+
+            fn set_opt_state(
+                &mut self,
+                name: &str,
+                data: &[f32],
+            ) -> Result<(), crate::error::RuntimeError> {
+                crate::host_arena::HostArena::set_opt_state(self, name, data)
             }
 
             fn set_input(
@@ -262,7 +276,31 @@ pub trait HostArena {
             .iter()
             .find(|p| p.name == name)
             .ok_or_else(|| RuntimeError::UnknownParam(name.into()))?;
-        let n = numel(&p.shape);
+        let (shape, buffer) = (p.shape.clone(), p.buffer);
+        self.write_f32(name, &shape, buffer, data)
+    }
+
+    /// Overwrites an optimizer state tensor.
+    fn set_opt_state(&mut self, name: &str, data: &[f32]) -> Result<(), RuntimeError> {
+        let p = self
+            .plan()
+            .opt_state
+            .iter()
+            .find(|p| p.name == name)
+            .ok_or_else(|| RuntimeError::UnknownOptState(name.into()))?;
+        let (shape, buffer) = (p.shape.clone(), p.buffer);
+        self.write_f32(name, &shape, buffer, data)
+    }
+
+    /// Writes the f32 values of tensor `name` (of `shape`) into `buffer`.
+    fn write_f32(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        buffer: BufferId,
+        data: &[f32],
+    ) -> Result<(), RuntimeError> {
+        let n = numel(shape);
         if data.len() != n {
             return Err(RuntimeError::SizeMismatch {
                 name: name.into(),
@@ -270,15 +308,24 @@ pub trait HostArena {
                 got: data.len(),
             });
         }
-        let off = self.plan().buffers[p.buffer].offset;
+        let off = self.plan().buffers[buffer].offset;
         let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_ne_bytes()).collect();
         self.write_bytes(off, &bytes)
     }
 
     /// Every parameter, copied back: (name, shape, values), in plan order.
     fn params(&self) -> Result<Vec<NamedTensor>, RuntimeError> {
-        self.plan()
-            .params
+        self.read_tensors(&self.plan().params)
+    }
+
+    /// Every optimizer state tensor, copied back: (name, shape, values), in plan order.
+    fn opt_states(&self) -> Result<Vec<NamedTensor>, RuntimeError> {
+        self.read_tensors(&self.plan().opt_state)
+    }
+
+    /// The tensors of `bindings`, copied back.
+    fn read_tensors(&self, bindings: &[ParamBinding]) -> Result<Vec<NamedTensor>, RuntimeError> {
+        bindings
             .iter()
             .map(|p| {
                 let off = self.plan().buffers[p.buffer].offset;

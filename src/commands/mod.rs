@@ -18,6 +18,7 @@ mod plan_args;
 mod program;
 mod summary;
 mod train;
+mod weights;
 
 use crate::report::CliError;
 use clap::{Parser, Subcommand};
@@ -52,6 +53,10 @@ pub enum Command {
     /// Write the seeded synthetic data set `run` uses without --data to a .safetensors (or .npy)
     /// file, tensors named after the program's inputs and targets.
     Data(data::Args),
+    /// Weights from and to PyTorch and Keras: `import` converts their .safetensors files into
+    /// the program's weights, `export` writes the program's weights in their layouts.
+    #[command(subcommand)]
+    Weights(weights::Command),
     /// Check the generated CUDA kernels without a GPU: compile them with g++ against a host CUDA
     /// header, run them on the CPU and compare with the CPU backend.
     EmuCheck(emu_check::EmuCheckArgs),
@@ -71,6 +76,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Eval(a) => train::eval::run(&a),
         Command::Predict(a) => train::predict::run(&a),
         Command::Data(a) => data::run(&a),
+        Command::Weights(c) => weights::run(c),
         Command::GpuSelftest(a) => gpu_selftest::run(&a),
         Command::EmuCheck(a) => emu_check::run(&a),
     }

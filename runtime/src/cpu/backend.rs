@@ -364,6 +364,16 @@ impl Backend for CpuBackend {
             .collect())
     }
 
+    fn opt_states(&self) -> Result<Params<'_>, RuntimeError> {
+        Ok(CpuBackend::opt_states(self)
+            .map(|(n, s, d)| (n.to_string(), s.to_vec(), Cow::Borrowed(d)))
+            .collect())
+    }
+
+    fn set_opt_state(&mut self, name: &str, data: &[f32]) -> Result<(), RuntimeError> {
+        CpuBackend::set_opt_state(self, name, data)
+    }
+
     fn set_input(&mut self, name: &str, data: InputData) -> Result<(), RuntimeError> {
         CpuBackend::set_input(self, name, data)
     }

@@ -36,8 +36,10 @@
 //! # Ok::<(), dmc_runtime::io::IoError>(())
 //! ```
 
+pub mod checkpoint;
 pub mod data;
 pub mod files;
+pub mod interop;
 pub mod npy;
 pub mod predict;
 pub mod weights;
@@ -45,11 +47,13 @@ pub mod weights;
 use std::fmt;
 use std::path::PathBuf;
 
+pub use checkpoint::{load_checkpoint, save_checkpoint, state_path, Checkpoint, TrainState};
 pub use data::{epoch_order, BatchData, Dataset, Epoch, Task, TensorRole, TensorSpec};
 pub use files::{check_writable, remove_temp_files_in_flight, write_file_atomic};
+pub use interop::Conversion;
 pub use npy::{read_npy, write_npy_f32, write_npy_i32, NpyArray};
 pub use predict::{write_tensor, write_tensor_i32};
-pub use weights::{load_weights, save_weights};
+pub use weights::{load_weights, read_tensors, save_tensors, save_weights, NamedArray, TensorFile};
 
 pub(crate) use files::{atomic_write, read_file};
 
@@ -73,6 +77,67 @@ impl fmt::Display for NameList<'_> {
 
 fn fmt_names(v: &[String]) -> NameList<'_> {
     NameList(v)
+}
+
+/// At most the first eight names, then how many more.
+fn fmt_names_short(v: &[String]) -> String {
+    const SHOWN: usize = 8;
+    if v.len() <= SHOWN {
+        return fmt_names(v).to_string();
+    }
+    format!("{}, ... ({} more)", NameList(&v[..SHOWN]), v.len() - SHOWN)
+}
+
+/// The command that converts a PyTorch/Keras file for a program (`dmc weights import`).
+pub fn import_command(
+    path: &std::path::Path,
+    program: Option<&std::path::Path>,
+    framework: Option<&str>,
+) -> String {
+    let cmd = format!(
+        "`dmc weights import {} {} --from {} -o converted.safetensors`",
+        program.map_or("NET.dm".into(), |p| p.display().to_string()),
+        path.display(),
+        framework.unwrap_or("torch|keras")
+    );
+    match program {
+        Some(_) => cmd,
+        None => format!("{cmd} (NET.dm: the program)"),
+    }
+}
+
+/// Whether `a` holds the same dimensions as `b` in another order.
+fn is_permutation(a: &[usize], b: &[usize]) -> bool {
+    let (mut x, mut y) = (a.to_vec(), b.to_vec());
+    x.sort_unstable();
+    y.sort_unstable();
+    a != b && x == y
+}
+
+/// What to do about a parameter of the wrong shape: a transposed or permuted one is another
+/// framework's layout (PyTorch's OIHW convolutions, `[out, in]` Linear weights), which `dmc
+/// weights import` converts; anything else is another program's.
+fn shape_hint(
+    path: &std::path::Path,
+    program: Option<&std::path::Path>,
+    found: &[usize],
+    expected: &[usize],
+) -> String {
+    if is_permutation(found, expected) {
+        let what = if found.len() == 2 {
+            "transposed, as PyTorch stores a Linear weight ([out, in]; dmc's dense weight is [in, out])"
+        } else if found.len() == 4 {
+            "permuted, as PyTorch stores a convolution weight (OIHW; dmc's is HWIO)"
+        } else {
+            "permuted"
+        };
+        format!(
+            "the same dimensions {what}: the file is in another framework's layout; convert it with {}",
+            import_command(path, program, Some("torch"))
+        )
+    } else {
+        "the weights were saved from a different program: pass the right --init file".to_string()
+    }
 }
 
 fn fmt_suggestions(v: &[(String, String)]) -> String {
@@ -248,12 +313,28 @@ pub enum IoError {
         extra: Vec<String>,
     },
 
+    #[error("{path}: none of the file's {} tensor names ({}) is a parameter of the program (it expects {}); if the file was saved by PyTorch or Keras, convert it: {}", .found.len(), fmt_names_short(.found), fmt_names_short(.expected), import_command(.path, .program.as_deref(), None))]
+    ForeignNames {
+        path: PathBuf,
+        /// The program the weights were loaded for, when the caller knows it ([`IoError::for_program`]).
+        program: Option<PathBuf>,
+        /// Every name in the file.
+        found: Vec<String>,
+        /// Every parameter the program expects.
+        expected: Vec<String>,
+    },
+
+    #[error("{path} is not a usable training checkpoint: {reason}; resume from the checkpoint of the same program and settings, or start from its weights with --init instead of --resume")]
+    BadCheckpoint { path: PathBuf, reason: String },
+
     #[error("{path}: the file has parameter(s) the program does not have: {}; the weights were saved from a different program: pass the right --init file", fmt_names(.extra))]
     UnexpectedParams { path: PathBuf, extra: Vec<String> },
 
-    #[error("{path}: `{name}`: file has {}, program expects {}; the weights were saved from a different program: pass the right --init file", fmt_shape(.found), fmt_shape(.expected))]
+    #[error("{path}: `{name}`: file has {}, program expects {}; {}", fmt_shape(.found), fmt_shape(.expected), shape_hint(.path, .program.as_deref(), .found, .expected))]
     ShapeMismatch {
         path: PathBuf,
+        /// As for [`IoError::ForeignNames`].
+        program: Option<PathBuf>,
         name: String,
         found: Vec<usize>,
         expected: Vec<usize>,
@@ -291,6 +372,19 @@ pub enum IoError {
 
     #[error("batch buffer for `{name}`: {reason} (internal error: a bug in the caller)")]
     BatchBuffer { name: String, reason: String },
+}
+
+impl IoError {
+    /// Names `program` (the `.dm` file) in the import command an error suggests, where it
+    /// suggests one.
+    pub fn for_program(mut self, program: &std::path::Path) -> IoError {
+        if let IoError::ForeignNames { program: p, .. }
+        | IoError::ShapeMismatch { program: p, .. } = &mut self
+        {
+            *p = Some(program.to_path_buf());
+        }
+        self
+    }
 }
 
 /// The element types the readers understand (safetensors and npy share them).

@@ -42,12 +42,19 @@ pub(crate) fn write_safetensors(
     path: &Path,
     views: &[(String, RawView<'_>)],
 ) -> Result<(), IoError> {
-    let bytes =
-        safetensors::serialize(views.iter().map(|(n, v)| (n.as_str(), v)), None).map_err(|e| {
-            IoError::Write {
-                path: path.to_path_buf(),
-                source: std::io::Error::other(e.to_string()),
-            }
+    write_safetensors_with(path, views, None)
+}
+
+/// [`write_safetensors`] with `metadata` in the header.
+pub(crate) fn write_safetensors_with(
+    path: &Path,
+    views: &[(String, RawView<'_>)],
+    metadata: Option<HashMap<String, String>>,
+) -> Result<(), IoError> {
+    let bytes = safetensors::serialize(views.iter().map(|(n, v)| (n.as_str(), v)), metadata)
+        .map_err(|e| IoError::Write {
+            path: path.to_path_buf(),
+            source: std::io::Error::other(e.to_string()),
         })?;
     atomic_write(path, |w| std::io::Write::write_all(w, &bytes))
 }
@@ -59,6 +66,16 @@ pub(crate) fn write_safetensors(
 /// and is not a regular file (a device, a FIFO) is never replaced; a symbolic link is written
 /// through (see [`super::files`]).
 pub fn save_weights(path: &Path, tensors: &[(String, Vec<usize>, &[f32])]) -> Result<(), IoError> {
+    save_tensors(path, tensors, None)
+}
+
+/// [`save_weights`] with `metadata` (string pairs) in the file's header (`__metadata__`): the
+/// same checks (shapes, unique names, finite values) and the same atomic write.
+pub fn save_tensors(
+    path: &Path,
+    tensors: &[(String, Vec<usize>, &[f32])],
+    metadata: Option<HashMap<String, String>>,
+) -> Result<(), IoError> {
     let mut views = Vec::with_capacity(tensors.len());
     let mut seen = HashSet::new();
     for (name, shape, data) in tensors {
@@ -93,7 +110,7 @@ pub fn save_weights(path: &Path, tensors: &[(String, Vec<usize>, &[f32])]) -> Re
             },
         ));
     }
-    write_safetensors(path, &views)
+    write_safetensors_with(path, &views, metadata)
 }
 
 /// Loads parameters from a `.safetensors` file and checks them against the program:
@@ -123,6 +140,22 @@ pub fn load_weights(
         .filter(|n| !expected_set.contains(n.as_str()))
         .cloned()
         .collect();
+    if !missing.is_empty() && missing.len() == expected_set.len() && !extra.is_empty() {
+        // Not one name in common: not a renamed layer but another naming scheme (`0.weight`,
+        // `conv2d/kernel`), so no "did you mean" but the converter.
+        let mut expected_names: Vec<String> = Vec::new();
+        for (n, _) in expected {
+            if !expected_names.contains(n) {
+                expected_names.push(n.clone());
+            }
+        }
+        return Err(IoError::ForeignNames {
+            path: path.to_path_buf(),
+            program: None,
+            found: extra,
+            expected: expected_names,
+        });
+    }
     if !missing.is_empty() {
         let suggestions = missing
             .iter()
@@ -155,6 +188,7 @@ pub fn load_weights(
         if view.shape() != shape.as_slice() {
             return Err(IoError::ShapeMismatch {
                 path: path.to_path_buf(),
+                program: None,
                 name: name.clone(),
                 found: view.shape().to_vec(),
                 expected: shape.clone(),
@@ -187,4 +221,72 @@ pub fn load_weights(
         out.push((name.clone(), values));
     }
     Ok(out)
+}
+
+/// A float tensor of a weights file, whatever its name: (name, shape, values as f32).
+pub type NamedArray = (String, Vec<usize>, Vec<f32>);
+
+/// A whole safetensors file: every tensor (float dtypes converted to f32; names sorted) and the
+/// header's metadata (empty when there is none).
+pub struct TensorFile {
+    pub tensors: Vec<NamedArray>,
+    pub metadata: HashMap<String, String>,
+}
+
+/// Reads every tensor of a `.safetensors` file, whatever the names (for `dmc weights import` and
+/// checkpoints); `what` names the file in errors ("weights file"). Every tensor must be a float
+/// type and finite.
+pub fn read_tensors(path: &Path, what: &'static str) -> Result<TensorFile, IoError> {
+    let bytes = read_file(path, what)?;
+    let bad = |e| IoError::Safetensors {
+        path: path.to_path_buf(),
+        source: e,
+        hint: WEIGHTS_HINT,
+    };
+    let (_, header) = SafeTensors::read_metadata(&bytes).map_err(bad)?;
+    let metadata = header.metadata().clone().unwrap_or_default();
+    let st = SafeTensors::deserialize(&bytes).map_err(bad)?;
+    let mut tensors = Vec::with_capacity(st.len());
+    for (name, view) in st.iter() {
+        tensors.push((name.to_string(), decode_float_tensor(path, name, &view)?));
+    }
+    tensors.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(TensorFile {
+        tensors: tensors
+            .into_iter()
+            .map(|(n, (shape, v))| (n, shape, v))
+            .collect(),
+        metadata,
+    })
+}
+
+/// A tensor's shape and values as f32, refusing non-float dtypes and non-finite values.
+fn decode_float_tensor(
+    path: &Path,
+    name: &str,
+    view: &safetensors::tensor::TensorView<'_>,
+) -> Result<(Vec<usize>, Vec<f32>), IoError> {
+    let elem = ElemType::from_safetensors(view.dtype());
+    let Some(values) = elem.and_then(|t| decode_f32(t, view.data())) else {
+        return Err(IoError::DtypeMismatch {
+            path: path.to_path_buf(),
+            name: name.to_string(),
+            found: elem
+                .map(|t| t.name().to_string())
+                .unwrap_or_else(|| format!("{:?}", view.dtype())),
+            expected: "a float type (f32, f64, f16, bf16)".into(),
+            hint: "weights are float tensors: convert it to float32 or leave it out of the file"
+                .into(),
+        });
+    };
+    if let Some((i, v)) = values.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+        return Err(IoError::NonFinite {
+            path: path.to_path_buf(),
+            name: name.to_string(),
+            index: i,
+            value: *v,
+            hint: "the weights diverged when they were saved: use an earlier checkpoint or re-initialise",
+        });
+    }
+    Ok((view.shape().to_vec(), values))
 }

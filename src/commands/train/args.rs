@@ -75,6 +75,19 @@ pub struct RunArgs {
     /// after training started; never untrained or non-finite weights, nor the ones that gave a NaN loss).
     #[arg(long, value_name = "FILE")]
     pub save: Option<PathBuf>,
+    /// Also save every N steps: the training state (FILE.state.safetensors beside --save FILE:
+    /// weights, optimizer state, step counter), then the weights; --resume continues from it.
+    #[arg(long, value_name = "N", requires = "save", value_parser = clap::value_parser!(u64).range(1..))]
+    pub save_every: Option<u64>,
+    /// --save FILE holds the weights of the lowest validation loss (written after each epoch's
+    /// validation that improves on it, not at the end); needs --val or --val-split.
+    #[arg(long, requires = "save")]
+    pub save_best: bool,
+    /// Continue the run whose training state is beside --save (FILE.state.safetensors): weights,
+    /// optimizer state, step counter and data order; the same command with --resume ends with the
+    /// weights an uninterrupted run would have (bit for bit). --steps/--epochs count from step 0.
+    #[arg(long, requires = "save", conflicts_with = "init")]
+    pub resume: bool,
     /// Samples in the synthetic data set used without --data.
     #[arg(long, default_value_t = SYNTHETIC_SAMPLES)]
     pub synthetic_samples: usize,

@@ -22,7 +22,7 @@ pub fn run(args: &EvalArgs) -> Result<(), CliError> {
     let batch = plan.batch;
     let ds = DataRequest::new(c, &plan, &model, args.synthetic_samples, seed).load()?;
     let mut be = dmc_runtime::open_backend(kind, plan, &c.codegen.options())?;
-    init_params(&mut be, c.init.as_deref(), seed)?;
+    init_params(&mut be, c.init.as_deref(), seed, &c.file)?;
     let m = evaluate(&mut be, &model, &ds, batch)?;
     println!("{}", fmt_metrics(&m));
     Ok(())

@@ -1,7 +1,7 @@
 //! `dmc run`, `dmc eval`, `dmc predict`: compile a program, bind data and weights, drive the
 //! backend. One job per module: the flags (`args`), what happens before the first step (`setup`),
 //! the data (`dataset`), the training loop (`steps`) and its progress bar and loss log
-//! (`progress`), what happens after it (`outcome`), metrics over a data set (`metrics`), and one
+//! (`progress`), the saving flags and `--resume` (`resume`), what happens after it (`outcome`), metrics over a data set (`metrics`), and one
 //! module per command (`run`, `eval`, `predict`).
 
 pub mod args;
@@ -11,6 +11,7 @@ mod metrics;
 mod outcome;
 pub mod predict;
 mod progress;
+mod resume;
 pub mod run;
 mod setup;
 mod steps;

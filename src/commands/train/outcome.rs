@@ -9,7 +9,7 @@ use dmc_runtime::Backend;
 
 use super::args::RunArgs;
 use super::steps::{LoopEnd, Progress};
-use crate::commands::checkpoint::{self, Saved};
+use crate::commands::checkpoint::{SavePolicy, Saved};
 use crate::report::CliError;
 use crate::size::human;
 
@@ -24,13 +24,14 @@ pub struct Measured {
 /// the first write error of `--loss-log`.
 pub fn finish(
     args: &RunArgs,
-    plan: &Plan,
+    saves: &SavePolicy,
     be: &dyn Backend,
     ended: Result<LoopEnd, CliError>,
     progress: &Progress,
     loss_log_error: Option<String>,
     measured: Measured,
 ) -> Result<(), CliError> {
+    let plan = be.plan();
     let save_path = args.save.as_deref();
     // Save, whatever ended the loop (the rules are in `checkpoint`), except after a non-finite
     // loss: the weights now in the arena are the ones that produced it.
@@ -47,7 +48,13 @@ pub fn finish(
             )),
             None => Saved::NotAsked,
         }),
-        _ => checkpoint::save_after_training(be, save_path, progress.steps, args.steps == Some(0)),
+        _ => saves.after_training(
+            be,
+            progress.steps,
+            progress.saved_at != Some(progress.steps),
+            args.steps == Some(0),
+            progress.best_val_loss,
+        ),
     };
     let ended = match ended {
         Ok(end) => end,
@@ -108,9 +115,10 @@ fn print_summary(plan: &Plan, progress: &Progress, saved: &Saved, measured: Meas
     // The arena was allocated once, before the steps; everything else the steps allocated is on top.
     let extra = dmc_runtime::alloc::peak().saturating_sub(measured.base);
     let total = measured.arena as u64 + extra as u64;
-    let per_step = progress.step_time.as_secs_f64() / progress.steps.max(1) as f64;
+    let per_step =
+        progress.step_time.as_secs_f64() / (progress.steps - progress.resumed_at).max(1) as f64;
     println!(
-        "{} steps, final loss {}, {} ms/step; memory: planned arena {} ({} B), measured peak {} B (arena {} B + {} B other allocations during steps){}",
+        "{} steps, final loss {}, {} ms/step; memory: planned arena {} ({} B), measured peak {} B (arena {} B + {} B other allocations during steps){}{}",
         progress.steps,
         match progress.last_loss {
             Some(l) => format!("{l:.6}"),
@@ -131,6 +139,13 @@ fn print_summary(plan: &Plan, progress: &Progress, saved: &Saved, measured: Meas
             Saved::Written(p) => format!(", weights saved to {}", p.display()),
             Saved::Skipped(why) => format!("; {why}"),
             Saved::NotAsked => String::new(),
+        },
+        match progress.resumed_at {
+            0 => String::new(),
+            k => format!(
+                "; resumed after step {k} ({} steps in this run)",
+                progress.steps - k
+            ),
         }
     );
 }

@@ -43,14 +43,36 @@ pub struct LossLog {
 }
 
 impl LossLog {
-    /// Creates the file (none without `--loss-log`).
-    pub fn create(path: Option<&Path>) -> Result<LossLog, CliError> {
-        let file = match path {
-            Some(p) => Some(BufWriter::new(File::create(p).map_err(|e| {
-                CliError::Usage(format!("--loss-log {}: {e}", p.display()))
-            })?)),
-            None => None,
+    /// Creates the file (none without `--loss-log`); for a run resumed after step `resumed_at`,
+    /// keeps the lines of the steps up to it (a killed run may have logged steps past its last
+    /// saved state, which the resumed run runs again) and goes on after them.
+    pub fn create(path: Option<&Path>, resumed_at: Option<usize>) -> Result<LossLog, CliError> {
+        let Some(p) = path else {
+            return Ok(LossLog {
+                file: None,
+                error: None,
+            });
         };
+        let err = |e: std::io::Error| CliError::Usage(format!("--loss-log {}: {e}", p.display()));
+        // Only a regular file is read back (not a FIFO or /dev/zero).
+        let regular = std::fs::metadata(p).is_ok_and(|m| m.is_file());
+        let kept: String = match resumed_at {
+            Some(at) if regular => std::fs::read_to_string(p)
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| {
+                    l.split_whitespace()
+                        .next()
+                        .and_then(|s| s.parse::<usize>().ok())
+                        .is_some_and(|step| step <= at)
+                })
+                .map(|l| format!("{l}\n"))
+                .collect(),
+            _ => String::new(),
+        };
+        let mut w = BufWriter::new(File::create(p).map_err(err)?);
+        w.write_all(kept.as_bytes()).map_err(err)?;
+        let file = Some(w);
         Ok(LossLog { file, error: None })
     }
 

@@ -12,8 +12,9 @@ use super::args::RunArgs;
 use super::dataset::{seed_or_default, DataRequest};
 use super::outcome::{self, Measured};
 use super::progress::{self, LossLog};
+use super::resume::{resume, save_policy};
 use super::setup::{compile, init_params, resolve_device};
-use super::steps::{self, Progress, Schedule, Validation};
+use super::steps::{self, Outputs, Progress, Schedule, Validation};
 use crate::commands::program::load_model;
 use crate::report::CliError;
 use crate::size::human;
@@ -109,6 +110,7 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     let request = DataRequest::new(c, &plan, &model, args.synthetic_samples, seed);
     let (train, val) = load_sets(args, request)?;
     let schedule = schedule(args, &model, train.len(), plan.batch, seed)?;
+    let saves = save_policy(args, &plan, train.len(), seed)?;
 
     let before_arena = dmc_runtime::alloc::current();
     let mut be = dmc_runtime::open_backend(kind, plan.clone(), &c.codegen.options())?;
@@ -118,7 +120,17 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     };
     be.set_poison(c.poison);
     be.set_halt_on_nonfinite_loss(true);
-    init_params(&mut be, c.init.as_deref(), seed)?;
+    init_params(&mut be, c.init.as_deref(), seed, &c.file)?;
+    let mut done = Progress::default();
+    if args.resume {
+        resume(&mut be, &saves, &mut done, c.quiet)?;
+        if done.steps >= schedule.total_steps && !c.quiet {
+            eprintln!(
+                "note: the training state is at step {}, and {} steps were asked: nothing left to train (raise --steps or --epochs to go on)",
+                done.steps, schedule.total_steps
+            );
+        }
+    }
     let mut val_be = match &val {
         Some(_) => {
             let eval_plan = compile(&model, c, &c.plan.beside_training(), Mode::Eval)?;
@@ -130,7 +142,8 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
         }
         None => None,
     };
-    let mut loss_log = LossLog::create(args.loss_log.as_deref())?;
+    let mut loss_log =
+        LossLog::create(args.loss_log.as_deref(), args.resume.then_some(done.steps))?;
     stop_before_training(save_path)?;
 
     if !c.quiet {
@@ -145,10 +158,10 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
         );
     }
     let pb = progress::bar(schedule.total_steps, c.quiet);
+    pb.set_position(done.steps.min(schedule.total_steps) as u64);
 
     dmc_runtime::alloc::reset_peak();
     let base = dmc_runtime::alloc::current();
-    let mut done = Progress::default();
     let validation = match (val_be.as_mut(), val.as_ref()) {
         (Some(backend), Some(data)) => Some(Validation {
             backend,
@@ -162,15 +175,18 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
         &train,
         schedule,
         validation,
-        &pb,
-        &mut loss_log,
+        Outputs {
+            pb: &pb,
+            loss_log: &mut loss_log,
+            saves: &saves,
+        },
         &mut done,
     );
     pb.finish_and_clear();
     let loss_log_error = loss_log.finish();
     outcome::finish(
         args,
-        &plan,
+        &saves,
         &be,
         ended,
         &done,

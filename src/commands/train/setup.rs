@@ -49,8 +49,14 @@ pub fn compile(
     Ok(dmc_compiler::compile(model, &opts)?)
 }
 
-/// Initialises the parameters: seeded He/Glorot, then (with `--init`) the saved weights.
-pub fn init_params(be: &mut dyn Backend, init: Option<&Path>, seed: u64) -> Result<(), CliError> {
+/// Initialises the parameters: seeded He/Glorot, then (with `--init`) the saved weights of
+/// `program` (named in the errors that suggest `dmc weights import`).
+pub fn init_params(
+    be: &mut dyn Backend,
+    init: Option<&Path>,
+    seed: u64,
+    program: &Path,
+) -> Result<(), CliError> {
     be.init_params(seed)?;
     if let Some(p) = init {
         let expected: Vec<(String, Vec<usize>)> = be
@@ -59,7 +65,8 @@ pub fn init_params(be: &mut dyn Backend, init: Option<&Path>, seed: u64) -> Resu
             .iter()
             .map(|p| (p.name.clone(), p.shape.clone()))
             .collect();
-        for (name, data) in io::load_weights(p, &expected)? {
+        let weights = io::load_weights(p, &expected).map_err(|e| e.for_program(program))?;
+        for (name, data) in weights {
             be.set_param(&name, &data)?;
         }
     }

@@ -1,5 +1,8 @@
 //! The training loop of `dmc run`: epochs of shuffled batches through the backend, stopping at the
-//! requested step count, on a signal, or at a non-finite loss, with validation after each epoch.
+//! requested step count, on a signal, or at a non-finite loss, with validation after each epoch
+//! and the saves of `--save-every` / `--save-best` on the way. A resumed run starts at the step
+//! its state recorded: the data order of an epoch is a function of (seed, epoch), so that epoch's
+//! batches are drawn again and the ones already trained on are skipped.
 
 use std::time::{Duration, Instant};
 
@@ -11,6 +14,7 @@ use indicatif::ProgressBar;
 use super::dataset::Feeder;
 use super::metrics::{evaluate, fmt_metrics};
 use super::progress::{say, LossLog};
+use crate::commands::checkpoint::SavePolicy;
 use crate::report::CliError;
 
 /// How the training loop ended (errors aside).
@@ -26,10 +30,18 @@ pub enum LoopEnd {
 /// What the loop has done so far; read after it ended, whatever ended it.
 #[derive(Default)]
 pub struct Progress {
-    /// Completed steps: their loss was finite and their update ran.
+    /// Completed steps: their loss was finite and their update ran (those of the run this one
+    /// resumed included).
     pub steps: usize,
+    /// The steps completed before this process started (a resumed run's).
+    pub resumed_at: usize,
     pub last_loss: Option<f32>,
+    /// Wall time of this process's steps.
     pub step_time: Duration,
+    /// The lowest validation loss so far.
+    pub best_val_loss: Option<f64>,
+    /// The step after which this process last saved the training state and weights.
+    pub saved_at: Option<usize>,
 }
 
 /// How many steps, over how many epochs.
@@ -48,27 +60,47 @@ pub struct Validation<'a> {
     pub model: &'a Model,
 }
 
+/// Where the loop reports and saves: the bar, the loss log, the saves of `--save-every` and
+/// `--save-best`.
+pub struct Outputs<'a> {
+    pub pb: &'a ProgressBar,
+    pub loss_log: &'a mut LossLog,
+    pub saves: &'a SavePolicy,
+}
+
 /// Trains `be` on `train` by `schedule`, recording into `progress` (which holds what was done
-/// however the loop ends), the loss log and the bar.
+/// however the loop ends) and `out`.
 pub fn train(
     be: &mut dyn Backend,
     train: &Dataset,
     schedule: Schedule,
     mut val: Option<Validation<'_>>,
-    pb: &ProgressBar,
-    loss_log: &mut LossLog,
+    out: Outputs<'_>,
     progress: &mut Progress,
 ) -> Result<LoopEnd, CliError> {
+    let Outputs {
+        pb,
+        loss_log,
+        saves,
+    } = out;
     let Schedule {
         total_steps,
         epochs,
         batch,
         seed,
     } = schedule;
+    let per_epoch = (train.len() / batch).max(1);
+    let first_epoch = progress.steps / per_epoch;
     let mut feeder = Feeder::new(be.plan(), true);
-    for epoch in 0..epochs {
+    for epoch in first_epoch..epochs {
         let order = train.epoch(batch, seed, epoch as u64)?;
-        for idx in order.batches() {
+        // A resumed run goes on in the middle of the epoch it stopped in.
+        let skip = if epoch == first_epoch {
+            progress.steps % per_epoch
+        } else {
+            0
+        };
+        for idx in order.batches().skip(skip) {
             if progress.steps >= total_steps {
                 return Ok(LoopEnd::Finished);
             }
@@ -88,19 +120,38 @@ pub fn train(
             }
             progress.steps = step;
             progress.last_loss = Some(loss);
-            let sps = (progress.steps * batch) as f64 / progress.step_time.as_secs_f64().max(1e-9);
+            let sps = ((progress.steps - progress.resumed_at) * batch) as f64
+                / progress.step_time.as_secs_f64().max(1e-9);
             pb.set_message(format!("loss {loss:.6}  {sps:.1} samples/s"));
             pb.inc(1);
+            // The last step of an epoch is saved after the epoch's validation (below), so that
+            // its state records that validation's best loss.
+            #[allow(clippy::manual_is_multiple_of)]
+            // `is_multiple_of` needs Rust 1.87; MSRV is 1.80
+            let ends_epoch = step % per_epoch == 0;
+            if !ends_epoch && saves.periodic(be, step, progress.best_val_loss)? {
+                progress.saved_at = Some(step);
+            }
         }
         if let Some(v) = val.as_mut() {
             for (name, _, data) in be.params()? {
                 v.backend.set_param(&name, &data)?;
             }
             let m = evaluate(v.backend, v.model, v.data, batch)?;
+            let (best, saved) = saves.after_validation(be, m.loss, progress.best_val_loss)?;
+            progress.best_val_loss = best;
             say(
                 pb,
-                format!("epoch {}: validation {}", epoch + 1, fmt_metrics(&m)),
+                format!(
+                    "epoch {}: validation {}{}",
+                    epoch + 1,
+                    fmt_metrics(&m),
+                    if saved { " (best so far: saved)" } else { "" }
+                ),
             );
+        }
+        if saves.periodic(be, progress.steps, progress.best_val_loss)? {
+            progress.saved_at = Some(progress.steps);
         }
     }
     Ok(LoopEnd::Finished)
