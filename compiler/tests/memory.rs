@@ -285,20 +285,23 @@ fn rewrites_on_the_residual_fixture() {
     assert_eq!(
         count(&|o| matches!(
             o,
-            Op::Conv(ConvOp::Conv2dBwdWeightUpdate {
-                keep_old: true,
-                ..
-            })
+            Op::Conv(ConvOp::Conv2dBwdWeightUpdate { keep_old: true, .. })
         )),
         1
     );
     // Every update fused: 2 convs + 1 dense, each with its bias in the same kernel.
     assert_eq!(
-        count(&|o| matches!(o, Op::Conv(ConvOp::Conv2dBwdWeightUpdate { bias: true, .. }))),
+        count(&|o| matches!(
+            o,
+            Op::Conv(ConvOp::Conv2dBwdWeightUpdate { bias: true, .. })
+        )),
         2
     );
     assert_eq!(
-        count(&|o| matches!(o, Op::Dense(DenseOp::DenseBwdWeightUpdate { bias: true, .. }))),
+        count(&|o| matches!(
+            o,
+            Op::Dense(DenseOp::DenseBwdWeightUpdate { bias: true, .. })
+        )),
         1
     );
     assert_eq!(
