@@ -42,7 +42,8 @@ fn count(p: &Plan, f: impl Fn(&Op) -> bool) -> usize {
     ops(p).into_iter().filter(|o| f(o)).count()
 }
 
-/// A separate activation, activation backward, bias gradient or broadcast pool backward kernel.
+/// A separate activation, activation backward, bias gradient or global-average-pool backward
+/// kernel.
 fn separate_elementwise(o: &Op) -> bool {
     matches!(
         o,
@@ -154,7 +155,7 @@ fn examples_train_exactly_like_their_unfused_plans() {
 /// Residual dense and conv blocks, every activation (gelu and silu read their input in the
 /// backward, so their forward stays a kernel of its own), Adam (bias state fused too), values
 /// used twice in the backward (accumulation into a data-gradient epilogue), and a global average
-/// pool after an activation.
+/// pool and an average pool after an activation.
 const EVERY_PATH: &str = "
 input  x: [6, 6, 3]
 target y: int
@@ -166,7 +167,7 @@ block rc(x) {
   h = x |> conv2d(4, 3, activation: sigmoid)
   return relu(x + conv2d(h, 4, 3))
 }
-h = x |> conv2d(4, 3, activation: gelu) |> rc |> rc |> conv2d(4, 3) |> silu |> conv2d(4, 3) |> tanh |> global_avgpool
+h = x |> conv2d(4, 3, activation: gelu) |> rc |> avgpool(2) |> rc |> conv2d(4, 3) |> silu |> conv2d(4, 3) |> tanh |> global_avgpool
 out = h |> dense(8, activation: relu) |> rd |> dense(3)
 loss cross_entropy(out, y)
 train { batch: 3, optimizer: adam(lr: 0.01, weight_decay: 0.01) }
@@ -201,6 +202,7 @@ fn every_epilogue_path_trains_exactly_like_the_unfused_plan() {
         o,
         Op::Pool(PoolOp::GlobalAvgPoolBwdAct(_) | PoolOp::GlobalAvgPoolBwdActInPlace(_))
     )));
+    assert!(has(&|o| matches!(o, Op::Pool(PoolOp::AvgPoolBwdAct { .. }))));
     // gelu's backward reads its input, which the convolution's output is: that output has a
     // second reader, so the forward activation stays a kernel of its own
     assert!(has(&|o| matches!(

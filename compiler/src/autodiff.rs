@@ -279,6 +279,7 @@ pub fn vjp(
         | Op::Dense(DenseOp::Dense { .. })
         | Op::Pool(PoolOp::GlobalAvgPoolBwdAct(_))
         | Op::Pool(PoolOp::GlobalAvgPoolBwdActInPlace(_))
+        | Op::Pool(PoolOp::AvgPoolBwdAct { .. })
         | Op::Conv(ConvOp::Conv2dBwdData { .. })
         | Op::Conv(ConvOp::Conv2dBwdWeight { .. })
         | Op::Optim(OptimOp::BiasGrad)

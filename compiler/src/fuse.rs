@@ -10,6 +10,7 @@
 //! - **broadcast backward**: `GlobalAvgPoolBwd` followed by an activation's backward becomes one
 //!   `GlobalAvgPoolBwdAct` reading the `[N, C]` gradient: the activation-sized broadcast is never
 //!   materialised (and `inplace_elementwise` may then write the result over the saved value);
+//!   `AvgPoolBwd` and an activation's backward become one `AvgPoolBwdAct` (one pass over dx);
 //! - **bias gradient**: a `BiasGradUpdate` reading the same output gradient as a fused weight
 //!   update (`Conv2dBwdWeightUpdate` / `DenseBwdWeightUpdate`, same rule, matching channels)
 //!   joins it: one kernel reads dy once for both.
@@ -260,6 +261,9 @@ fn fold_activation(g: &Graph, n: NodeIndex) -> Option<Fusion> {
             let mut inputs = g.inputs(d.0);
             let op = match &g.node(d.0).op {
                 Op::Pool(PoolOp::GlobalAvgPoolBwd) => Op::Pool(PoolOp::GlobalAvgPoolBwdAct(k)),
+                Op::Pool(PoolOp::AvgPoolBwd { geom }) => {
+                    Op::Pool(PoolOp::AvgPoolBwdAct { geom: *geom, act: k })
+                }
                 Op::Conv(ConvOp::Conv2dBwdData { epi, .. })
                 | Op::Dense(DenseOp::DenseBwdData { epi })
                     if epi.act.is_none() && d.1 == 0 =>

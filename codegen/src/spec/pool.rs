@@ -80,6 +80,11 @@ pub(crate) fn spec(s: &Site, op: &PoolOp) -> Result<Spec, CodegenError> {
         PoolOp::GlobalAvgPoolBwdActInPlace(k) => {
             super::elementwise::global_avgpool_bwd_act(s, *k, true)
         }
+        PoolOp::AvgPoolBwdAct { geom, act } => {
+            let mut sp = backward(s, geom, 2)?;
+            super::epilogue::act_ctx(&mut sp.ctx, *act);
+            Ok(sp)
+        }
         PoolOp::Upsample { factor } => upsample(s, *factor, (0, 1)),
         PoolOp::UpsampleBwd { factor } => upsample(s, *factor, (1, 0)),
     }
@@ -127,6 +132,13 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
                 dmc_plan::op::UnaryKind::Gelu,
             )),
             vec![vec![2, 5], vec![2, 3, 4, 5]],
+        ),
+        (
+            p(PoolOp::AvgPoolBwdAct {
+                geom: p3,
+                act: dmc_plan::op::UnaryKind::Tanh,
+            }),
+            vec![vec![1, 3, 3, 2], vec![1, 7, 7, 2], vec![1, 7, 7, 2]],
         ),
         (
             p(PoolOp::Upsample { factor: 2 }),

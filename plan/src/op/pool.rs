@@ -30,6 +30,10 @@ pub enum PoolOp {
     GlobalAvgPoolBwdAct(UnaryKind),
     /// The same, written over `saved` (InOut; made by `inplace_elementwise` where `saved` dies).
     GlobalAvgPoolBwdActInPlace(UnaryKind),
+    /// dy[N,Ho,Wo,C], saved[N,H,W,C] -> dx[N,H,W,C] = act'(saved) * avgpool_bwd(dy): the
+    /// backward of an activation whose output was average-pooled, folded into the pool's
+    /// backward (made by `fuse_epilogues`: one pass instead of two over dx).
+    AvgPoolBwdAct { geom: PoolGeom, act: UnaryKind },
     /// x[N,H,W,C] -> y[N,H*f,W*f,C], nearest neighbour: y[n,i,j,c] = x[n,i/f,j/f,c] (`f` = `factor`).
     Upsample { factor: usize },
     /// dy[N,H*f,W*f,C] -> dx[N,H,W,C] = the sum of dy over each f x f block (rows, then columns).
@@ -71,6 +75,9 @@ impl OpFacts for PoolOp {
             PoolOp::GlobalAvgPoolBwdActInPlace(_) => {
                 vec![p("dy", In, F32), p("saved", InOut, F32)]
             }
+            PoolOp::AvgPoolBwdAct { .. } => {
+                vec![p("dy", In, F32), p("saved", In, F32), p("dx", Out, F32)]
+            }
         }
     }
 
@@ -86,6 +93,7 @@ impl OpFacts for PoolOp {
             PoolOp::UpsampleBwd { .. } => "upsample_bwd",
             PoolOp::GlobalAvgPoolBwdAct(_) => "global_avgpool_bwd_act",
             PoolOp::GlobalAvgPoolBwdActInPlace(_) => "global_avgpool_bwd_act_inplace",
+            PoolOp::AvgPoolBwdAct { .. } => "avgpool_bwd_act",
         }
     }
 
@@ -194,6 +202,15 @@ impl OpFacts for PoolOp {
                 }
                 Ok(vec![f(saved.shape.clone())])
             }
+            PoolOp::AvgPoolBwdAct { geom, .. } => {
+                let (dy, saved) = (&inputs[0], &inputs[1]);
+                rank(dy, 4, "dy")?;
+                rank(saved, 4, "saved")?;
+                if pooled(&saved.shape, geom)? != dy.shape {
+                    return err(format!("saved {saved} does not pool to dy {dy}"));
+                }
+                Ok(vec![f(saved.shape.clone())])
+            }
         }
     }
 
@@ -209,9 +226,9 @@ impl OpFacts for PoolOp {
             PoolOp::Upsample { .. } => 0,
             PoolOp::UpsampleBwd { .. } => ins.first().map(|s| numel(s)).unwrap_or(0),
             // the broadcast and the activation's backward: two per element
-            PoolOp::GlobalAvgPoolBwdAct(_) | PoolOp::GlobalAvgPoolBwdActInPlace(_) => {
-                2 * outs.first().map(|s| numel(s)).unwrap_or(0)
-            }
+            PoolOp::GlobalAvgPoolBwdAct(_)
+            | PoolOp::GlobalAvgPoolBwdActInPlace(_)
+            | PoolOp::AvgPoolBwdAct { .. } => 2 * outs.first().map(|s| numel(s)).unwrap_or(0),
         }
     }
 }

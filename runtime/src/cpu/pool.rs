@@ -370,6 +370,17 @@ pub(super) unsafe fn exec(op: &PoolOp, a: &Args, _ctx: &Ctx) {
                 let dx = a.f32_mut(2);
                 global_avgpool_bwd_act(*k, (x[0], x[1] * x[2], x[3]), a.f32(0), a.f32(1), dx);
             }
+            PoolOp::AvgPoolBwdAct { geom, act } => {
+                let d = PoolDims::from_shapes(a.shape(1), a.shape(0));
+                let dx = a.f32_mut(2);
+                avgpool_bwd(geom, &d, a.f32(0), dx);
+                let saved = a.f32(1);
+                super::par::for_chunks(dx, |o, dc| {
+                    for (g, s) in dc.iter_mut().zip(&saved[o..]) {
+                        *g = act.backward(*s, *g);
+                    }
+                });
+            }
             PoolOp::GlobalAvgPoolBwdActInPlace(k) => {
                 let x = a.shape(1);
                 global_avgpool_bwd_act_inplace(
