@@ -202,7 +202,10 @@ fn every_epilogue_path_trains_exactly_like_the_unfused_plan() {
         o,
         Op::Pool(PoolOp::GlobalAvgPoolBwdAct(_) | PoolOp::GlobalAvgPoolBwdActInPlace(_))
     )));
-    assert!(has(&|o| matches!(o, Op::Pool(PoolOp::AvgPoolBwdAct { .. }))));
+    assert!(has(&|o| matches!(
+        o,
+        Op::Pool(PoolOp::AvgPoolBwdAct { .. })
+    )));
     // gelu's backward reads its input, which the convolution's output is: that output has a
     // second reader, so the forward activation stays a kernel of its own
     assert!(has(&|o| matches!(

@@ -261,9 +261,10 @@ fn fold_activation(g: &Graph, n: NodeIndex) -> Option<Fusion> {
             let mut inputs = g.inputs(d.0);
             let op = match &g.node(d.0).op {
                 Op::Pool(PoolOp::GlobalAvgPoolBwd) => Op::Pool(PoolOp::GlobalAvgPoolBwdAct(k)),
-                Op::Pool(PoolOp::AvgPoolBwd { geom }) => {
-                    Op::Pool(PoolOp::AvgPoolBwdAct { geom: *geom, act: k })
-                }
+                Op::Pool(PoolOp::AvgPoolBwd { geom }) => Op::Pool(PoolOp::AvgPoolBwdAct {
+                    geom: *geom,
+                    act: k,
+                }),
                 Op::Conv(ConvOp::Conv2dBwdData { epi, .. })
                 | Op::Dense(DenseOp::DenseBwdData { epi })
                     if epi.act.is_none() && d.1 == 0 =>

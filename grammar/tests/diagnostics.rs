@@ -119,7 +119,10 @@ fn catalogue() {
                 .collect();
             let list = format!("expected one of `none`, {}", names.join(", "));
             assert!(text.contains(&list), "{name}: {text}");
-            text.replace(&list, "expected one of `none`, <every activation of UnaryKind::ALL>")
+            text.replace(
+                &list,
+                "expected one of `none`, <every activation of UnaryKind::ALL>",
+            )
         } else {
             text
         };

@@ -22,7 +22,7 @@ use rayon::prelude::*;
 use super::args::{state_slices, Args, Ctx};
 use super::epilogue;
 use super::gemm::{sgemm, View};
-use super::optim::{bias_grad_update, update_block};
+use super::optim::update_block;
 use dmc_plan::op::{ConvOp, Epilogue, EpilogueSide};
 
 /// Sizes of one convolution: x `[n,h,w,ci]`, y `[n,ho,wo,co]`.
@@ -413,7 +413,9 @@ pub fn conv2d_bwd_weight(
 /// the `[K, Co]` weight matrix): for each block `c0..c0+nc`, `gw[K, nc]` (the first `K*nc`
 /// floats of the workspace) receives that block of the gradient (im2col chunks in `cols`, as
 /// [`conv2d_bwd_weight`]) and `apply(c0, nc, gw)` consumes it (the optimizer update of those
-/// columns). Never holds more than one block; im2col is redone per block.
+/// columns). Never holds more than one block; im2col is redone per block. With `db` (the fused
+/// bias gradient), the column sums of dy are added into it while each row chunk of dy is in cache
+/// for its GEMM (every column summed in row order, as [`bias_grad`](super::optim::bias_grad)).
 #[allow(clippy::too_many_arguments)]
 pub fn conv2d_bwd_weight_chunked(
     g: &ConvGeom,
@@ -421,7 +423,7 @@ pub fn conv2d_bwd_weight_chunked(
     x: &[f32],
     dy: &[f32],
     chunk: usize,
-    gw: &mut [f32],
+    (gw, mut db): (&mut [f32], Option<&mut [f32]>),
     cols: &mut [f32],
     mut apply: impl FnMut(usize, usize, &[f32]),
 ) {
@@ -433,6 +435,10 @@ pub fn conv2d_bwd_weight_chunked(
         gw.len() >= k * chunk.min(co),
         "conv: gradient workspace too small"
     );
+    if let Some(db) = db.as_deref_mut() {
+        assert!(db.len() >= co, "conv: bias workspace too small");
+        db[..co].fill(0.0);
+    }
     let mut c0 = 0;
     while c0 < co {
         let nc = chunk.min(co - c0);
@@ -458,6 +464,14 @@ pub fn conv2d_bwd_weight_chunked(
                 nc,
                 1,
             );
+            if let Some(db) = db.as_deref_mut() {
+                let dbc = &mut db[c0..c0 + nc];
+                for row in dy[r0 * co..(r0 + nr) * co].chunks_exact(co) {
+                    for (o, v) in dbc.iter_mut().zip(&row[c0..c0 + nc]) {
+                        *o += *v;
+                    }
+                }
+            }
             r0 += nr;
         }
         apply(c0, nc, block);
@@ -535,13 +549,14 @@ pub(super) unsafe fn exec(op: &ConvOp, a: &Args, ctx: &Ctx) {
                 let old = 3 + ns + if *bias { 1 + ns } else { 0 };
                 let mut w_old = keep_old.then(|| a.f32_mut(old));
                 let ws = old + *keep_old as usize;
+                let mut db = bias.then(|| a.f32_mut(ws + 2));
                 conv2d_bwd_weight_chunked(
                     geom,
                     &d,
                     a.f32(0),
                     a.f32(1),
                     *chunk,
-                    a.f32_mut(ws),
+                    (a.f32_mut(ws), db.as_deref_mut()),
                     a.f32_mut(ws + 1),
                     |c0, nc, gw| {
                         if let Some(wo) = w_old.as_deref_mut() {
@@ -552,11 +567,11 @@ pub(super) unsafe fn exec(op: &ConvOp, a: &Args, ctx: &Ctx) {
                         update_block(rule, ctx.step_counter, w, co, c0, nc, gw, &mut states[..ns])
                     },
                 );
-                if *bias {
+                // the bias, with the column sums gathered during the weight gradient
+                if let Some(db) = db {
                     let mut bstates = state_slices(a, 4 + ns, ns);
                     let b = a.f32_mut(3 + ns);
-                    let db = a.f32_mut(ws + 2);
-                    bias_grad_update(rule, ctx.step_counter, a.f32(1), b, db, &mut bstates[..ns]);
+                    update_block(rule, ctx.step_counter, b, co, 0, co, db, &mut bstates[..ns]);
                 }
             }
         }
