@@ -46,7 +46,9 @@ use std::fmt;
 use std::path::PathBuf;
 
 pub use data::{epoch_order, BatchData, Dataset, Epoch, Task, TensorRole, TensorSpec};
-pub use files::{check_writable, remove_temp_files_in_flight, write_file_atomic};
+pub use files::{
+    check_writable, remove_temp_files_in_flight, write_file_atomic, write_file_atomic_with,
+};
 pub use npy::{read_npy, write_npy_f32, write_npy_i32, NpyArray};
 pub use predict::{write_tensor, write_tensor_i32};
 pub use weights::{load_weights, save_weights};
