@@ -70,7 +70,8 @@ pub fn emit(
     ctx: &Ctx,
     planner: PlannerKind,
 ) -> Result<Plan, CompileError> {
-    let mut bufs: Vec<Buf> = vec![];
+    // About two buffers a step (an output, a workspace): reserved, not grown by doubling.
+    let mut bufs: Vec<Buf> = Vec::with_capacity(2 * order.len() + g.params.len() + 8);
     let mut of: ValueMap<BufferId> = ValueMap::new(g);
     let new_buf = |bufs: &mut Vec<Buf>, g: &Graph, v: Value| -> BufferId {
         let t = g.ty(v);
@@ -108,7 +109,7 @@ pub fn emit(
     // per kind: deduplication and naming without scanning every kernel at every step.
     let mut same_shapes: FxHashMap<(&'static str, u64), Vec<usize>> = FxHashMap::default();
     let mut kinds: FxHashMap<&'static str, usize> = FxHashMap::default();
-    let mut steps: Vec<Step> = vec![];
+    let mut steps: Vec<Step> = Vec::with_capacity(order.len());
     // The argument shapes of the current step; reused (most steps reuse a kernel, so the shapes
     // are only compared), cloned into a new kernel.
     let mut shapes: Vec<Vec<usize>> = vec![];
