@@ -7,6 +7,7 @@
 #   NS="1000 2000 4000" PROGRAMS="relu dense" bench/compile-scaling.sh
 #   LIMIT=60 bench/compile-scaling.sh                # skip larger N of a program once a run takes > 60 s
 #   CAP=1 bench/compile-scaling.sh                   # also `dmc plan --vram-cap` (rematerialization)
+#   COMPILE=1 bench/compile-scaling.sh               # also `dmc compile -o DIR` (plan.json + kernels)
 #
 # Each time is "wall seconds (CPU seconds, user + sys)"; on a shared machine the CPU time is the
 # steadier of the two.
@@ -25,6 +26,7 @@ NS=${NS:-"1000 2000 4000 8000 16000 32000 100000"}
 PROGRAMS=${PROGRAMS:-"relu dense conv residual"}
 LIMIT=${LIMIT:-120}
 CAP=${CAP:-0}
+COMPILE=${COMPILE:-0}
 if [ "$DMC" = target/release/dmc ] && [ -z "${NO_BUILD:-}" ]; then
     cargo build --release --bin dmc >&2
 fi
@@ -60,13 +62,18 @@ for p in $PROGRAMS; do
     echo
     echo "### $p"
     echo
+    head="| N | check: wall (CPU) s | plan: wall (CPU) s | arena |"
+    rule="|---:|---:|---:|---:|"
     if [ "$CAP" = 1 ]; then
-        echo "| N | check: wall (CPU) s | plan: wall (CPU) s | arena | plan --vram-cap: wall (CPU) s | capped arena |"
-        echo "|---:|---:|---:|---:|---:|---:|"
-    else
-        echo "| N | check: wall (CPU) s | plan: wall (CPU) s | arena |"
-        echo "|---:|---:|---:|---:|"
+        head="$head plan --vram-cap: wall (CPU) s | capped arena |"
+        rule="$rule---:|---:|"
     fi
+    if [ "$COMPILE" = 1 ]; then
+        head="$head compile: wall (CPU) s |"
+        rule="$rule---:|"
+    fi
+    echo "$head"
+    echo "$rule"
     skip=0
     for n in $NS; do
         if [ $skip = 1 ]; then
@@ -82,6 +89,11 @@ for p in $PROGRAMS; do
             tcap=$(secs "$DMC" plan --json --vram-cap $((arena / 2)) "$f")
             carena=$(grep -o '"arena_bytes": *[0-9]*' "$work/out" | head -1 | grep -o '[0-9]*$' || true)
             row="$row | $tcap | ${carena:-?}"
+        fi
+        if [ "$COMPILE" = 1 ]; then
+            rm -rf "$work/out-dir"
+            row="$row | $(secs "$DMC" compile "$f" -o "$work/out-dir")"
+            rm -rf "$work/out-dir"
         fi
         echo "$row |"
         for t in "$tc" "$tp"; do

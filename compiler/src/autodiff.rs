@@ -18,6 +18,12 @@ use crate::op::{ConvOp, DenseOp, ElementwiseOp, Epilogue, LossOp, Op, OptimOp, P
 use crate::plan::Mode;
 use dmc_plan::unary::Saved;
 
+/// What [`vjp`] keeps of the node it differentiates while it adds nodes to the graph.
+struct NodeHead {
+    op: Op,
+    name: String,
+}
+
 /// Gradient contributions of one node for each of its input slots (`None`: not needed).
 type Grads = Vec<Option<Value>>;
 
@@ -30,7 +36,14 @@ pub fn vjp(
     dy: Option<Value>,
     need: &[bool],
 ) -> Result<Grads, CompileError> {
-    let node = g.node(n).clone();
+    // The op and the name (not the output types: cloning them is most of a node's allocations).
+    let node = {
+        let nd = g.node(n);
+        NodeHead {
+            op: nd.op.clone(),
+            name: nd.name.clone(),
+        }
+    };
     let x: Vec<Value> = g.inputs(n);
     let nin = x.len();
     let mut out: Grads = vec![None; nin];

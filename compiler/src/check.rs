@@ -65,9 +65,8 @@ pub fn check_plan(plan: &Plan) -> Result<(), PlanCheckError> {
     // live together, hence (unless an overlap was already reported) disjoint in bytes, so the
     // new one overlaps one of them iff it overlaps its neighbour below or above in offset order.
     let live_range = |b: &crate::plan::Buffer| plan.held(b);
-    let mut by_start: Vec<usize> = (0..plan.buffers.len())
-        .filter(|i| plan.buffers[*i].bytes > 0)
-        .collect();
+    let mut by_start: Vec<usize> = Vec::with_capacity(plan.buffers.len());
+    by_start.extend((0..plan.buffers.len()).filter(|i| plan.buffers[*i].bytes > 0));
     by_start.sort_by_key(|i| (live_range(&plan.buffers[*i]).0, *i));
     // Live buffers by offset: offset -> (end, id); and (last live step, offset), earliest first.
     let mut active: BTreeMap<u64, (u64, usize)> = BTreeMap::new();

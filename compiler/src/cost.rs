@@ -37,9 +37,11 @@ pub fn step_flops(plan: &Plan, s: usize) -> u64 {
     let Some(step) = plan.steps.get(s) else {
         return 0;
     };
-    let Some(k) = plan.kernels.get(step.kernel) else {
-        return 0;
-    };
+    plan.kernels.get(step.kernel).map(kernel_flops).unwrap_or(0)
+}
+
+/// FLOPs of one launch of kernel `k` (every step of the kernel costs this: [`step_flops`]).
+pub fn kernel_flops(k: &crate::plan::Kernel) -> u64 {
     let mut ins = vec![];
     let mut outs = vec![];
     for (p, shape) in k.signature.params.iter().zip(&k.arg_shapes) {

@@ -13,7 +13,7 @@ use std::hash::{Hash, Hasher};
 
 use petgraph::stable_graph::NodeIndex;
 
-use crate::alias::BufferRoots;
+use crate::alias::{BufferRoots, ValueMap};
 use crate::ctx::Ctx;
 use crate::error::CompileError;
 use crate::fxhash::{FxHashMap, FxHasher};
@@ -70,8 +70,9 @@ pub fn emit(
     ctx: &Ctx,
     planner: PlannerKind,
 ) -> Result<Plan, CompileError> {
-    let mut bufs: Vec<Buf> = vec![];
-    let mut of: FxHashMap<Value, BufferId> = FxHashMap::default();
+    // About two buffers a step (an output, a workspace): reserved, not grown by doubling.
+    let mut bufs: Vec<Buf> = Vec::with_capacity(2 * order.len() + g.params.len() + 8);
+    let mut of: ValueMap<BufferId> = ValueMap::new(g);
     let new_buf = |bufs: &mut Vec<Buf>, g: &Graph, v: Value| -> BufferId {
         let t = g.ty(v);
         let kind = kind_of(g, v);
@@ -108,7 +109,7 @@ pub fn emit(
     // per kind: deduplication and naming without scanning every kernel at every step.
     let mut same_shapes: FxHashMap<(&'static str, u64), Vec<usize>> = FxHashMap::default();
     let mut kinds: FxHashMap<&'static str, usize> = FxHashMap::default();
-    let mut steps: Vec<Step> = vec![];
+    let mut steps: Vec<Step> = Vec::with_capacity(order.len());
     // The argument shapes of the current step; reused (most steps reuse a kernel, so the shapes
     // are only compared), cloned into a new kernel.
     let mut shapes: Vec<Vec<usize>> = vec![];
@@ -127,7 +128,7 @@ pub fn emit(
         let aliased = op.aliased_outputs();
         for v in &ins {
             let root = roots.root(*v);
-            let id = *of.get(&root).ok_or_else(|| {
+            let id = *of.get(root).ok_or_else(|| {
                 CompileError::Internal(format!(
                     "step {s} `{}` reads `{}` before it is produced",
                     node.name,
@@ -214,12 +215,11 @@ pub fn emit(
     }
 
     // The loss and the output are read by the runtime after the last step.
-    let mut lookup =
-        |of: &FxHashMap<Value, BufferId>, v: Value| -> Result<BufferId, CompileError> {
-            of.get(&roots.root(v)).copied().ok_or_else(|| {
-                CompileError::Internal(format!("`{}` has no buffer", value_name(g, v)))
-            })
-        };
+    let mut lookup = |of: &ValueMap<BufferId>, v: Value| -> Result<BufferId, CompileError> {
+        of.get(roots.root(v))
+            .copied()
+            .ok_or_else(|| CompileError::Internal(format!("`{}` has no buffer", value_name(g, v))))
+    };
     let output_buf = lookup(&of, g.output)?;
     bufs[output_buf].pinned = true;
     let loss_buf = match g.loss {

@@ -249,6 +249,8 @@ pub fn compile_with(model: &Model, opts: &CompileOptions, ctx: &Ctx) -> Result<P
             });
         }
     }
+    // Freed before the check (its memory is then reused rather than fresh pages faulted in).
+    drop(g);
     if opts.verify {
         check_plan(&plan)?;
     }

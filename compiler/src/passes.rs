@@ -190,7 +190,15 @@ pub fn fuse_weight_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError
         };
         let ins = g.inputs(u);
         let Some(&grad) = ins.get(1) else { continue };
-        if g.consumers(grad) != vec![(u, 1)] || grad.1 != 0 {
+        // The gradient's only consumer is the update (slot 1).
+        let mut readers =
+            g.g.edges_directed(grad.0, Direction::Outgoing)
+                .filter(|e| e.weight().src_output == grad.1);
+        let only_update = matches!(
+            (readers.next(), readers.next()),
+            (Some(e), None) if e.target() == u && e.weight().dst_input == 1
+        );
+        if !only_update || grad.1 != 0 {
             continue;
         }
         let gins = g.inputs(grad.0);

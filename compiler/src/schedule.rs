@@ -17,9 +17,8 @@ use petgraph::stable_graph::NodeIndex;
 use petgraph::visit::{EdgeRef, IntoEdgeReferences};
 use petgraph::Direction;
 
-use crate::alias::BufferRoots;
+use crate::alias::{BufferRoots, ValueMap};
 use crate::error::CompileError;
-use crate::fxhash::FxHashMap;
 use crate::ir::{Graph, Value};
 use crate::op::Op;
 
@@ -52,6 +51,14 @@ pub fn view_closure(g: &Graph, v: Value) -> Vec<Value> {
 /// overwrites a value `reader` reads. Errors if these constraints and the data dependencies
 /// together form a cycle (no valid order exists).
 pub fn hazard_order(g: &Graph) -> Result<Vec<(NodeIndex, NodeIndex)>, String> {
+    let cons = hazard_constraints(g);
+    check_acyclic(g, &cons)?;
+    Ok(cons)
+}
+
+/// The in-place hazard constraints of [`hazard_order`], sorted, without checking that an order
+/// exists (the scheduler finds out by itself, and only then asks [`hazard_order`] why).
+fn hazard_constraints(g: &Graph) -> Vec<(NodeIndex, NodeIndex)> {
     let mut cons = vec![];
     for u in g.g.node_indices() {
         let op = &g.node(u).op;
@@ -75,6 +82,11 @@ pub fn hazard_order(g: &Graph) -> Result<Vec<(NodeIndex, NodeIndex)>, String> {
     }
     cons.sort();
     cons.dedup();
+    cons
+}
+
+/// Errors if the data edges of `g` and the constraints `cons` together form a cycle.
+fn check_acyclic(g: &Graph, cons: &[(NodeIndex, NodeIndex)]) -> Result<(), String> {
     // Acyclicity of data + hazard edges (Kahn, over node indices; the edges as one sorted
     // (source, target) list, a predecessor counting once however many edges it has to a node).
     // Kahn over the data and hazard edges in one adjacency array built by counting (a node's
@@ -128,7 +140,7 @@ pub fn hazard_order(g: &Graph) -> Result<Vec<(NodeIndex, NodeIndex)>, String> {
             stuck.join(", ")
         ));
     }
-    Ok(cons)
+    Ok(())
 }
 
 /// The kernel that produces the buffer contents of `v` (through views), if any.
@@ -146,21 +158,57 @@ fn kernel_producer(g: &Graph, mut v: Value) -> Option<NodeIndex> {
 
 /// Orders the kernel nodes of `g` (see the module doc).
 pub fn schedule(g: &Graph) -> Result<Vec<NodeIndex>, CompileError> {
-    let hazards = hazard_order(g).map_err(CompileError::Schedule)?;
+    // Not `hazard_order`: its acyclicity check is a second pass over the graph (the verifier
+    // already made it); an order that cannot be completed below is diagnosed by it instead.
+    let hazards = hazard_constraints(g);
     let kernels: Vec<NodeIndex> = g.g.node_indices().filter(|n| g.is_kernel(*n)).collect();
-    // Everything per node is indexed by node index (only kernels have entries).
+    // Everything per node is indexed by node index (only kernels have entries); lists per node
+    // are flat arrays ([`Lists`]: a million small vectors would cost more to allocate and free
+    // than the scheduling itself).
     let bound = g.node_bound();
-    let mut preds: Vec<Vec<usize>> = vec![vec![]; bound];
-    for &n in &kernels {
-        for v in g.inputs(n) {
-            if let Some(p) = kernel_producer(g, v) {
-                preds[n.index()].push(p.index());
+    let mut roots = BufferRoots::new(g);
+    // (kernel, a kernel it must run after): data, hazards, rematerialization hints.
+    let mut pred_pairs: Vec<(usize, usize)> = Vec::with_capacity(kernels.len() * 3);
+    // The distinct buffers (roots) each kernel reads, sorted; and per buffer, how many kernels
+    // still have to read it.
+    let mut reads_first = vec![0usize; bound + 1];
+    let mut reads_items: Vec<Value> = Vec::with_capacity(kernels.len() * 3);
+    let mut readers: ValueMap<usize> = ValueMap::new(g);
+    // `kernels` is in index order: the next one to reach.
+    let mut ki = 0;
+    for i in 0..bound {
+        if kernels.get(ki).is_some_and(|n| n.index() == i) {
+            let n = kernels[ki];
+            ki += 1;
+            let start = reads_items.len();
+            for v in g.inputs(n) {
+                if let Some(p) = kernel_producer(g, v) {
+                    pred_pairs.push((i, p.index()));
+                }
+                reads_items.push(roots.root(v));
+            }
+            reads_items[start..].sort_unstable();
+            let mut k = start;
+            for j in start..reads_items.len() {
+                if j == start || reads_items[j] != reads_items[k - 1] {
+                    reads_items[k] = reads_items[j];
+                    k += 1;
+                }
+            }
+            reads_items.truncate(k);
+            for r in &reads_items[start..] {
+                *readers.get_or_insert_with(*r, || 0) += 1;
             }
         }
+        reads_first[i + 1] = reads_items.len();
     }
+    let reads = Lists {
+        first: reads_first,
+        items: reads_items,
+    };
     for (r, u) in hazards {
         if g.is_kernel(r) && g.is_kernel(u) {
-            preds[u.index()].push(r.index());
+            pred_pairs.push((u.index(), r.index()));
         }
     }
     // Rematerialization hints: a recomputation waits for the backward step before it.
@@ -170,43 +218,26 @@ pub fn schedule(g: &Graph) -> Result<Vec<NodeIndex>, CompileError> {
         }
         for a in after {
             if g.g.contains_node(*a) && g.is_kernel(*a) {
-                preds[n.index()].push(a.index());
+                pred_pairs.push((n.index(), a.index()));
             }
         }
     }
-    let mut succs: Vec<Vec<usize>> = vec![vec![]; bound];
+    pred_pairs.sort_unstable();
+    pred_pairs.dedup();
     let mut indeg: Vec<usize> = vec![0; bound];
-    for &n in &kernels {
-        let ps = &mut preds[n.index()];
-        ps.sort_unstable();
-        ps.dedup();
-        indeg[n.index()] = ps.len();
-        for &p in ps.iter() {
-            succs[p].push(n.index());
-        }
+    for &(n, _) in &pred_pairs {
+        indeg[n] += 1;
     }
+    let succs = Lists::from_pairs(bound, pred_pairs.iter().map(|&(n, p)| (p, n)));
+    drop(pred_pairs);
 
     // Memory bookkeeping per buffer (root value): bytes, remaining distinct kernel readers.
-    let mut roots = BufferRoots::new(g);
     let pinned: BTreeSet<Value> = g
         .loss
         .iter()
         .chain(std::iter::once(&g.output))
         .map(|v| roots.root(*v))
         .collect();
-    // The distinct buffers (roots) each kernel reads, sorted; and per buffer, how many kernels
-    // still have to read it.
-    let mut reads: Vec<Vec<Value>> = vec![vec![]; bound];
-    let mut readers: FxHashMap<Value, usize> = FxHashMap::default();
-    for &n in &kernels {
-        let mut rs: Vec<Value> = g.inputs(n).into_iter().map(|v| roots.root(v)).collect();
-        rs.sort_unstable();
-        rs.dedup();
-        for r in &rs {
-            *readers.entry(*r).or_default() += 1;
-        }
-        reads[n.index()] = rs;
-    }
     let freeable = |r: &Value| g.is_kernel(r.0) && !pinned.contains(r);
     // Bytes each kernel allocates: its outputs that are not written into an input.
     let mut alloc: Vec<i64> = vec![0; bound];
@@ -237,9 +268,10 @@ pub fn schedule(g: &Graph) -> Result<Vec<NodeIndex>, CompileError> {
     while !ready.is_empty() {
         let mut best: Option<(i64, usize)> = None;
         for &n in &ready {
-            let freed: i64 = reads[n]
+            let freed: i64 = reads
+                .get(n)
                 .iter()
-                .filter(|r| freeable(r) && readers.get(r) == Some(&1))
+                .filter(|r| freeable(r) && readers.get(**r) == Some(&1))
                 .map(|r| g.ty(*r).bytes() as i64)
                 .sum();
             let net = freed - alloc[n];
@@ -256,12 +288,12 @@ pub fn schedule(g: &Graph) -> Result<Vec<NodeIndex>, CompileError> {
         };
         ready.remove(&n);
         order.push(NodeIndex::new(n));
-        for r in &reads[n] {
-            if let Some(c) = readers.get_mut(r) {
+        for r in reads.get(n) {
+            if let Some(c) = readers.get_mut(*r) {
                 *c -= 1;
             }
         }
-        for &s in &succs[n] {
+        for &s in succs.get(n) {
             indeg[s] -= 1;
             if indeg[s] == 0 {
                 ready.insert(s);
@@ -269,9 +301,45 @@ pub fn schedule(g: &Graph) -> Result<Vec<NodeIndex>, CompileError> {
         }
     }
     if order.len() != kernels.len() {
+        hazard_order(g).map_err(CompileError::Schedule)?;
         return Err(CompileError::Schedule(
             "the kernel graph has a cycle".into(),
         ));
     }
     Ok(order)
+}
+
+/// Lists per node index in one array: the list of node `n` is `items[first[n]..first[n + 1]]`.
+struct Lists<T> {
+    first: Vec<usize>,
+    items: Vec<T>,
+}
+
+impl<T: Copy + Default> Lists<T> {
+    /// The lists of `bound` nodes holding each `(node, item)` pair's item, in pair order.
+    fn from_pairs(bound: usize, pairs: impl Iterator<Item = (usize, T)> + Clone) -> Self {
+        let mut first = vec![0usize; bound + 1];
+        for (n, _) in pairs.clone() {
+            first[n + 1] += 1;
+        }
+        for n in 0..bound {
+            first[n + 1] += first[n];
+        }
+        let mut fill = first.clone();
+        let mut items = vec![T::default(); first[bound]];
+        for (n, t) in pairs {
+            items[fill[n]] = t;
+            fill[n] += 1;
+        }
+        Lists { first, items }
+    }
+}
+
+impl<T> Lists<T> {
+    fn get(&self, n: usize) -> &[T] {
+        match (self.first.get(n), self.first.get(n + 1)) {
+            (Some(&a), Some(&b)) => &self.items[a..b],
+            _ => &[],
+        }
+    }
 }

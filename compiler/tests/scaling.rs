@@ -5,7 +5,9 @@
 //! minutes; it takes seconds now. Nothing here is timed: the work of the buffer-root queries is
 //! counted instead.
 
-use dmc_compiler::alias::BufferRoots;
+use dmc_compiler::alias::{BufferRoots, ValueMap, ValueSlots};
+use dmc_compiler::ir::{Phase, TensorType};
+use dmc_compiler::op::Op;
 use dmc_compiler::plan::Mode;
 use dmc_compiler::remat::MAX_DP_STAGES;
 use dmc_compiler::{check_plan, compile, compile_explained, compile_graph, CompileOptions};
@@ -128,6 +130,49 @@ fn buffer_roots_agree_with_walking_alias_chains() {
             }
         }
     }
+}
+
+/// The dense numbering behind the per-value tables of scheduling and emission: every value of
+/// the graph gets its own slot in `0..len`, values the graph did not have get none, and a
+/// `ValueMap` keeps entries for both kinds.
+#[test]
+fn value_slots_number_every_value_once() {
+    let path = format!("{}/../examples/resnet_small.dm", env!("CARGO_MANIFEST_DIR"));
+    let src = std::fs::read_to_string(&path).unwrap();
+    let m = dmc_grammar::compile_source(&src, &path).unwrap();
+    let mut g = compile_graph(&m, &opts(Mode::Train)).unwrap();
+    let slots = ValueSlots::new(&g);
+    let mut seen = vec![false; slots.len()];
+    let mut values = 0;
+    for x in g.nodes() {
+        for o in 0..g.node(x).outputs.len() {
+            let s = slots.slot((x, o)).unwrap();
+            assert!(!seen[s], "slot {s} given twice");
+            seen[s] = true;
+            values += 1;
+        }
+        assert_eq!(slots.slot((x, g.node(x).outputs.len())), None);
+    }
+    assert_eq!(values, slots.len());
+    let mut map: ValueMap<usize> = ValueMap::new(&g);
+    let old = (g.nodes()[3], 0);
+    let new = g.add_leaf(
+        Op::Input {
+            name: "late".into(),
+        },
+        TensorType::f32(vec![1]),
+        "late",
+        Phase::Forward,
+    );
+    assert_eq!(slots.slot((new, 0)), None);
+    map.insert(old, 7);
+    map.insert((new, 0), 8);
+    *map.get_or_insert_with((new, 0), || 0) += 1;
+    *map.get_or_insert_with((g.nodes()[4], 0), || 5) += 1;
+    assert_eq!(map.get(old), Some(&7));
+    assert_eq!(map.get((new, 0)), Some(&9));
+    assert_eq!(map.get((g.nodes()[4], 0)), Some(&6));
+    assert_eq!(map.get((g.nodes()[5], 0)), None);
 }
 
 /// A chain longer than the DP plans stage by stage is planned on groups of stages: under half of

@@ -45,7 +45,11 @@ pub fn reset_peak() {
 
 fn added(n: usize) {
     let c = CURRENT.fetch_add(n, Ordering::Relaxed) + n;
-    PEAK.fetch_max(c, Ordering::Relaxed);
+    // Most allocations do not raise the peak: a plain load then, not a read-modify-write (an
+    // allocation-heavy compile makes millions of them).
+    if c > PEAK.load(Ordering::Relaxed) {
+        PEAK.fetch_max(c, Ordering::Relaxed);
+    }
 }
 
 fn removed(n: usize) {

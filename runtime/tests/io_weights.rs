@@ -1,9 +1,11 @@
-//! Weights: atomic save, writability check, strict load.
+//! Weights: atomic save, writability check, strict load; the streaming atomic write plans use.
 
 use std::fs;
 use std::path::Path;
 
-use dmc_runtime::io::{check_writable, load_weights, save_weights, IoError};
+use dmc_runtime::io::{
+    check_writable, load_weights, save_weights, write_file_atomic_with, IoError,
+};
 use safetensors::{Dtype, SafeTensors};
 
 fn entries(dir: &Path) -> Vec<String> {
@@ -389,4 +391,30 @@ fn save_onto_directory_leaves_it_untouched() {
         vec!["w.safetensors"],
         "temp file left behind"
     );
+}
+
+/// A file written as it is produced (plan.json) lands whole, and an error while writing leaves
+/// the old file as it was and no temp file behind.
+#[test]
+fn streamed_atomic_write_is_all_or_nothing() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("plan.json");
+    write_file_atomic_with(&path, |w| {
+        for i in 0..10_000 {
+            writeln!(w, "line {i}")?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    let text = fs::read_to_string(&path).unwrap();
+    assert_eq!(text.lines().count(), 10_000);
+    assert!(text.ends_with("line 9999\n"));
+    let err = write_file_atomic_with(&path, |w| {
+        writeln!(w, "partial")?;
+        Err(std::io::Error::other("serialiser failed"))
+    });
+    assert!(err.is_err());
+    assert_eq!(fs::read_to_string(&path).unwrap(), text);
+    assert_eq!(entries(dir.path()), vec!["plan.json".to_string()]);
 }

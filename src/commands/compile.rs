@@ -50,11 +50,12 @@ pub fn run(args: Args) -> Result<(), CliError> {
             args.out.display()
         ))
     })?;
-    let json = serde_json::to_vec_pretty(&plan)
-        .map_err(|e| CliError::Message(format!("cannot serialise the plan: {e}")))?;
     let path = args.out.join("plan.json");
-    // the runtime's one atomic write: temp file, fsync, rename; never over a non-regular file
-    io::write_file_atomic(&path, &json)?;
+    // the runtime's one atomic write: temp file, fsync, rename; never over a non-regular file.
+    // Serialised straight into the file: the plan of a deep network is hundreds of MB of JSON.
+    io::write_file_atomic_with(&path, |w| {
+        serde_json::to_writer_pretty(w, &plan).map_err(std::io::Error::from)
+    })?;
     write_kernels(
         &plan,
         &args.out,
@@ -71,5 +72,9 @@ pub fn run(args: Args) -> Result<(), CliError> {
         plan.arena_bytes,
         path.display()
     );
+    // The process ends next: freeing the plan's and the model's millions of allocations (a deep
+    // network's) one by one would only cost time.
+    std::mem::forget(plan);
+    std::mem::forget(model);
     Ok(())
 }

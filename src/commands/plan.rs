@@ -9,10 +9,11 @@ use std::path::PathBuf;
 
 use dmc_compiler::plan::Mode;
 use dmc_compiler::report::{
-    memory_report, render_json, render_svg, render_sweep_svg, render_sweep_text, render_text,
+    memory_report, render_svg, render_sweep_svg, render_sweep_text, render_text, write_json,
     RematSummary,
 };
 use dmc_runtime::io::write_file_atomic;
+use std::io::Write;
 
 use super::plan_args::{PlanArgs, RematArg, VERIFY};
 use super::program::load_model;
@@ -123,7 +124,12 @@ pub fn run(args: Args) -> Result<(), CliError> {
         }
     }
     if args.json {
-        println!("{}", render_json(&report));
+        // Serialised straight to stdout: a deep network's report is hundreds of MB of JSON.
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        write_json(&mut out, &report)
+            .and_then(|()| writeln!(out))
+            .and_then(|()| out.flush())
+            .map_err(|e| CliError::Message(format!("cannot write the report: {e}")))?;
     } else {
         print!("{}", render_text(&report, args.plan.vram_cap));
     }
@@ -135,5 +141,10 @@ pub fn run(args: Args) -> Result<(), CliError> {
             println!("timeline written to {}", path.display());
         }
     }
+    // The process ends next: freeing the plan's, the report's and the model's millions of
+    // allocations (a deep network's) one by one would only cost time.
+    std::mem::forget(report);
+    std::mem::forget(plan);
+    std::mem::forget(model);
     Ok(())
 }

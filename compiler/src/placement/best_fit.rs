@@ -371,10 +371,16 @@ fn best_fit_in_start_order(items: &[Item], order: &[usize]) -> (Vec<u64>, u64) {
 /// its remaining ties by input index, so the result is deterministic.
 fn ordering(strategy: &str, items: &[Item]) -> Vec<usize> {
     let mut order: Vec<usize> = (0..items.len()).collect();
+    // The keys are computed once per item, not at every comparison; (key, index) pairs are
+    // distinct, so an unstable sort gives the same order as a stable one.
     let by = |key: &dyn Fn(&Item) -> (u128, u128, u128)| {
-        let mut o = order.clone();
-        o.sort_by_key(|&k| (key(&items[k]), k));
-        o
+        let mut keyed: Vec<((u128, u128, u128), usize)> = items
+            .iter()
+            .enumerate()
+            .map(|(k, it)| (key(it), k))
+            .collect();
+        keyed.sort_unstable();
+        keyed.into_iter().map(|(_, k)| k).collect::<Vec<usize>>()
     };
     // Keys are sorted ascending; "descending" keys are stored as `MAX - value`.
     let desc = |v: u128| u128::MAX - v;

@@ -23,7 +23,7 @@ pub mod svg;
 pub mod text;
 
 pub use svg::{render_svg, render_sweep_svg, RenderError};
-pub use text::{human, render_json, render_sweep_text, render_text, thousands};
+pub use text::{human, render_json, render_sweep_text, render_text, thousands, write_json};
 
 /// Bytes per category: one field per [`BufferKind`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -298,18 +298,23 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
     // Per (offset, bytes): the buffers first seen there, and the latest step any of them is
     // occupied (a buffer starting after it overlaps none of them: no scan; in a plan, buffers
     // reusing the same bytes come in step order, so that is the common case).
-    let mut at_bytes: FxHashMap<(u64, u64), (Vec<usize>, usize)> = FxHashMap::default();
+    // (The first buffer is kept apart from the rest: most places hold one, and a vector each
+    // would be a million allocations in a deep network.)
+    let mut at_bytes: FxHashMap<(u64, u64), (usize, Vec<usize>, usize)> = FxHashMap::default();
     for (i, b) in plan.buffers.iter().enumerate() {
         if b.bytes == 0 {
             continue;
         }
         let (lo, hi) = full(b);
-        let (same, last) = at_bytes.entry((b.offset, b.bytes)).or_default();
-        let root = if same.is_empty() || lo > *last {
+        let (first, more, last) =
+            at_bytes
+                .entry((b.offset, b.bytes))
+                .or_insert((usize::MAX, vec![], 0));
+        let root = if *first == usize::MAX || lo > *last {
             None
         } else {
-            same.iter()
-                .copied()
+            std::iter::once(*first)
+                .chain(more.iter().copied())
                 .find(|&k| matches!(occupied[k], Some((l, h)) if l <= hi && lo <= h))
         };
         *last = (*last).max(hi);
@@ -327,7 +332,8 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
                     of_name: plan.buffers[k].name.clone(),
                 });
             }
-            None => same.push(i),
+            None if *first == usize::MAX => *first = i,
+            None => more.push(i),
         }
     }
     let live_at = |i: usize, t: usize| matches!(occupied[i], Some((l, h)) if l <= t && t <= h);
@@ -510,30 +516,37 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
 
     // Per-layer rows, in the order their first buffer is written (persistent buffers count from
     // the first step that reads them).
-    let mut first_use: FxHashMap<&str, usize> = FxHashMap::default();
-    let mut rows: FxHashMap<&str, LayerRow> = FxHashMap::default();
+    // A layer's first use is the first step any of its buffers is an argument of: per buffer by
+    // one pass over the steps, then the least over the layer's buffers.
+    let mut first_step: Vec<usize> = vec![usize::MAX; plan.buffers.len()];
     for (s, step) in plan.steps.iter().enumerate() {
         for &a in &step.args {
-            if let Some(b) = plan.buffers.get(a) {
-                if b.kind != BufferKind::Input {
-                    first_use.entry(layer_name(b)).or_insert(s);
-                }
+            if let Some(f) = first_step.get_mut(a) {
+                *f = (*f).min(s);
             }
         }
     }
-    for b in &plan.buffers {
+    // layer -> (first use, row)
+    let mut rows: FxHashMap<&str, (usize, LayerRow)> = FxHashMap::default();
+    for (i, b) in plan.buffers.iter().enumerate() {
         if b.kind == BufferKind::Input {
             continue;
         }
         let name = layer_name(b);
-        let row = rows.entry(name).or_insert_with(|| LayerRow {
-            layer: name.to_string(),
-            kept_for_backward: 0,
-            parameters: 0,
-            optimizer_state: 0,
-            largest_transient: 0,
-            largest_transient_name: String::new(),
+        let (first, row) = rows.entry(name).or_insert_with(|| {
+            (
+                usize::MAX,
+                LayerRow {
+                    layer: name.to_string(),
+                    kept_for_backward: 0,
+                    parameters: 0,
+                    optimizer_state: 0,
+                    largest_transient: 0,
+                    largest_transient_name: String::new(),
+                },
+            )
         });
+        *first = (*first).min(first_step[i]);
         match b.kind {
             BufferKind::Parameter => row.parameters += b.bytes,
             BufferKind::OptimizerState => row.optimizer_state += b.bytes,
@@ -551,16 +564,7 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
         }
     }
     // (first use, row): layer names are distinct, so the order is total.
-    let mut layers: Vec<(usize, LayerRow)> = rows
-        .into_values()
-        .map(|r| {
-            let first = first_use
-                .get(r.layer.as_str())
-                .copied()
-                .unwrap_or(usize::MAX);
-            (first, r)
-        })
-        .collect();
+    let mut layers: Vec<(usize, LayerRow)> = rows.into_values().collect();
     layers.sort_unstable_by(|(fa, a), (fb, b)| (fa, &a.layer).cmp(&(fb, &b.layer)));
     let layers: Vec<LayerRow> = layers.into_iter().map(|(_, r)| r).collect();
 
@@ -570,16 +574,19 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
     } else {
         plan.arena_bytes as f64 / lower_bound_bytes as f64 - 1.0
     };
-    let step_flops: u64 = (0..nsteps).map(|t| crate::cost::step_flops(plan, t)).sum();
+    // Per kernel (a step costs its kernel's FLOPs; many steps share a kernel).
+    let kflops: Vec<u64> = plan.kernels.iter().map(crate::cost::kernel_flops).collect();
+    let flops_of = |st: &crate::plan::Step| kflops.get(st.kernel).copied().unwrap_or(0);
+    let step_flops: u64 = plan.steps.iter().map(flops_of).sum();
     let mut recomputed: Vec<Recomputed> = vec![];
     // Index in `recomputed` of each name.
     let mut recomputed_at: FxHashMap<String, usize> = FxHashMap::default();
     let mut recompute_flops = 0u64;
-    for (t, st) in plan.steps.iter().enumerate() {
+    for st in &plan.steps {
         if !crate::cost::is_recompute(&st.label) {
             continue;
         }
-        let f = crate::cost::step_flops(plan, t);
+        let f = flops_of(st);
         recompute_flops += f;
         let name = st
             .label

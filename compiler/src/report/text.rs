@@ -457,6 +457,12 @@ pub fn render_json(r: &MemoryReport) -> String {
     serde_json::to_string_pretty(r).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
 }
 
+/// [`render_json`] written to `w` as it is serialised (the same bytes; no string of the whole
+/// report, which is hundreds of MB for a deep network).
+pub fn write_json(w: &mut impl std::io::Write, r: &MemoryReport) -> std::io::Result<()> {
+    serde_json::to_writer_pretty(w, r).map_err(std::io::Error::from)
+}
+
 /// The sweep as text: one row per cap, dmc's recompute against sqrt(n) and checkpoint-all.
 pub fn render_sweep_text(sw: &Sweep) -> String {
     let mut s = String::new();

@@ -287,6 +287,15 @@ pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> Result<(), IoError> {
     atomic_write(path, |w| w.write_all(bytes))
 }
 
+/// [`write_file_atomic`] of what `write` writes into the (buffered) temp file, for output too
+/// large to build in memory first (the plan of a deep network: hundreds of MB of JSON).
+pub fn write_file_atomic_with(
+    path: &Path,
+    write: impl FnOnce(&mut std::io::BufWriter<fs::File>) -> std::io::Result<()>,
+) -> Result<(), IoError> {
+    atomic_write(path, write)
+}
+
 /// Checks, before training starts, that `path` can be written: it is not a directory, device,
 /// FIFO or other non-regular file (a symbolic link is checked at the file it names), its directory
 /// exists and a file can be created there (a temp file is created and deleted).

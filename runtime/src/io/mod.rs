@@ -49,7 +49,9 @@ use std::path::PathBuf;
 
 pub use checkpoint::{load_checkpoint, save_checkpoint, state_path, Checkpoint, TrainState};
 pub use data::{epoch_order, BatchData, Dataset, Epoch, Task, TensorRole, TensorSpec};
-pub use files::{check_writable, remove_temp_files_in_flight, write_file_atomic};
+pub use files::{
+    check_writable, remove_temp_files_in_flight, write_file_atomic, write_file_atomic_with,
+};
 pub use interop::Conversion;
 pub use npy::{read_npy, write_npy_f32, write_npy_i32, NpyArray};
 pub use predict::{write_tensor, write_tensor_i32};
