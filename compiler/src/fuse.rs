@@ -86,10 +86,8 @@ fn fuse_each(g: &mut Graph, rule: Rule) -> Result<bool, CompileError> {
             continue;
         }
         if let Some(f) = rule(g, n) {
-            if f.inputs
-                .iter()
-                .any(|v| waits_for(g, v.0, &[f.into, f.absorb]))
-            {
+            let producers: Vec<NodeIndex> = f.inputs.iter().map(|v| v.0).collect();
+            if waits_for(g, &producers, &[f.into, f.absorb]) {
                 continue;
             }
             apply(g, f)?;
@@ -102,14 +100,14 @@ fn fuse_each(g: &mut Graph, rule: Rule) -> Result<bool, CompileError> {
 /// How many nodes [`waits_for`] visits before it gives up (and the fusion is not made).
 const WAIT_SEARCH_LIMIT: usize = 20_000;
 
-/// Whether node `n` can run only after one of `nodes`: some path leads from them to `n` along
+/// Whether one of the nodes `targets` can run only after one of `nodes`: some path leads from them to it along
 /// data edges, scheduling gates (`Graph::not_before`, set by rematerialization: a recomputed node
 /// waits for the backward step before it) and in-place hazards (an op that overwrites a value
 /// waits for that value's other readers). A node fused from `nodes` must not read such a value: it
 /// would have to run before itself (in the unfused graph the read happened later, in the other
 /// node). Without gates no such path exists (updates, the only in-place writers here, are read by
 /// nothing), so this is free then; with gates a search that grows too large answers yes.
-fn waits_for(g: &Graph, n: NodeIndex, nodes: &[NodeIndex]) -> bool {
+fn waits_for(g: &Graph, targets: &[NodeIndex], nodes: &[NodeIndex]) -> bool {
     if g.not_before.is_empty() {
         return false;
     }
@@ -122,7 +120,7 @@ fn waits_for(g: &Graph, n: NodeIndex, nodes: &[NodeIndex]) -> bool {
     let mut stack: Vec<NodeIndex> = nodes.to_vec();
     let mut seen = crate::fxhash::FxHashMap::<NodeIndex, ()>::default();
     while let Some(m) = stack.pop() {
-        if m == n && !nodes.contains(&m) {
+        if targets.contains(&m) && !nodes.contains(&m) {
             return true;
         }
         if seen.insert(m, ()).is_some() {
@@ -513,7 +511,8 @@ fn update_first_pair(
     }
     // the update must not read anything that waits for the data gradient (rematerialization's
     // gates), since the data gradient will wait for the update
-    if g.inputs(u).iter().any(|v| waits_for(g, v.0, &[d])) {
+    let producers: Vec<NodeIndex> = g.inputs(u).iter().map(|v| v.0).collect();
+    if waits_for(g, &producers, &[d]) {
         return None;
     }
     let others_first = g.consumers(saved).iter().all(|(c, _)| {

@@ -71,9 +71,13 @@ impl Epilogue {
         v
     }
 
-    /// Number of extra inputs ([`Epilogue::params`]).
+    /// Number of extra inputs ([`Epilogue::params`]; without building them: the CPU executor asks
+    /// on every step).
     pub fn num_inputs(&self, side: EpilogueSide) -> usize {
-        self.params(side).len()
+        match side {
+            EpilogueSide::Forward => self.add as usize,
+            EpilogueSide::DataGradient => self.add as usize + self.act.is_some() as usize,
+        }
     }
 
     /// The shape rule of the extra inputs: each has the output's shape.
