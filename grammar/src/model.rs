@@ -181,6 +181,10 @@ pub struct TrainConfig {
     /// Optional defaults a `.dm` file may give for the CLI (`--epochs`, `--seed`).
     pub epochs: Option<usize>,
     pub seed: Option<u64>,
+    /// `shuffle: false` keeps the data in file order every epoch (the CLI's `--no-shuffle`);
+    /// unset (`None`) or `true` reshuffles every epoch.
+    #[serde(default)]
+    pub shuffle: Option<bool>,
 }
 
 /// A checked program.

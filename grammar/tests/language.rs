@@ -303,3 +303,27 @@ fn int_labels_with_shape_one_and_number_values() {
     assert_eq!(m.nodes[1].layer, Layer::Act(Activation::Gelu));
     assert_eq!(m.nodes[1].name, "dense_1_gelu");
 }
+
+#[test]
+fn train_shuffle_setting() {
+    let body = "input x: [4]\ntarget y: [1]\nout = x |> dense(1)\nloss mse(out, y)\n";
+    let m = ok(&format!("{body}train {{ batch: 4, optimizer: sgd }}"));
+    assert_eq!(m.train.shuffle, None);
+    let m = ok(&format!(
+        "{body}train {{ batch: 4, optimizer: sgd, shuffle: false }}"
+    ));
+    assert_eq!(m.train.shuffle, Some(false));
+    let m = ok(&format!(
+        "{body}train {{ batch: 4, optimizer: sgd, shuffle = true }}"
+    ));
+    assert_eq!(m.train.shuffle, Some(true));
+    for bad in ["shuffle: 0", "shuffle: no", "shuffle: (true)"] {
+        let src = format!("{body}train {{ batch: 4, optimizer: sgd, {bad} }}");
+        let d = compile_source(&src, "test.dm").expect_err(bad);
+        let text = render_plain(&d);
+        assert!(
+            text.contains("`shuffle` must be `true` or `false`"),
+            "{bad}: {text}"
+        );
+    }
+}

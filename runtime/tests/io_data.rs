@@ -1,11 +1,13 @@
 //! Training data: loading, checks, synthetic data, splitting, batching.
 
+mod npyfile;
+use npyfile::encode_npy;
+
 use std::fs;
 use std::path::Path;
 
 use dmc_plan::op::DType;
 use dmc_runtime::io::data::BatchData;
-use dmc_runtime::io::npy::encode_npy;
 use dmc_runtime::io::{epoch_order, Dataset, Epoch, IoError, Task, TensorSpec};
 use safetensors::Dtype;
 
@@ -259,13 +261,16 @@ fn dtype_rules() {
     let d = load((Dtype::F64, f64b(&xd)), (Dtype::U8, vec![1, 2])).unwrap();
     assert_eq!(d.tensor_f32("x").unwrap(), xs(2).as_slice());
     assert_eq!(d.tensor_i32("y").unwrap(), &[1, 2]);
-    // Integer inputs rejected.
+    // Integer inputs rejected without a scale, saying how to give one.
     let e = load((Dtype::I32, i32b(&[0; 12])), (Dtype::I32, i32b(&[0, 0]))).unwrap_err();
     assert!(
-        matches!(&e, IoError::DtypeMismatch { name, .. } if name == "x"),
+        matches!(&e, IoError::NeedsScale { name, found, .. } if name == "x" && found == "i32"),
         "{e:?}"
     );
-    assert!(e.to_string().contains("float32"), "{e}");
+    assert!(
+        e.to_string().contains("--scale x=1/255") && e.to_string().contains("float32"),
+        "{e}"
+    );
     // Integral float labels accepted, others rejected.
     let d = load(xf(), (Dtype::F32, f32b(&[2.0, 0.0]))).unwrap();
     assert_eq!(d.tensor_i32("y").unwrap(), &[2, 0]);
@@ -454,7 +459,7 @@ fn split_sizes_and_determinism() {
     let (tr2, va2) = d.split(0.2, 3).unwrap();
     assert_eq!((&tr, &va), (&tr2, &va2));
     let mut all: Vec<f32> = tr.tensor_f32("x").unwrap().to_vec();
-    all.extend_from_slice(va.tensor_f32("x").unwrap());
+    all.extend_from_slice(&va.tensor_f32("x").unwrap());
     all.sort_by(f32::total_cmp);
     assert_eq!(all, xv);
     let (_, va3) = d.split(0.2, 4).unwrap();

@@ -119,6 +119,7 @@ fn identity() -> TrainState {
         samples: 96,
         optimizer: "Adam { lr: 0.001 }".into(),
         best_val_loss: Some(0.123_456_789_012_345_67),
+        shuffle: false,
     }
 }
 

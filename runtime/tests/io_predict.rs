@@ -1,9 +1,12 @@
 //! Predictions and `.npy` files: round trips, format choice, atomicity.
 
+mod npyfile;
+use npyfile::encode_npy;
+
 use std::fs;
 use std::path::Path;
 
-use dmc_runtime::io::npy::{encode_npy, parse_npy};
+use dmc_runtime::io::npy::parse_npy;
 use dmc_runtime::io::{
     read_npy, write_npy_f32, write_npy_i32, write_tensor, write_tensor_i32, ElemType, IoError,
 };

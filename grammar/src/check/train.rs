@@ -1,4 +1,5 @@
-//! The `train { ... }` section: batch size, epochs, seed and the optimizer with its settings.
+//! The `train { ... }` section: batch size, epochs, seed, shuffling and the optimizer with its
+//! settings.
 
 use super::args::{bind, Sig};
 use super::names::{suggest, OPTIMIZERS};
@@ -29,7 +30,7 @@ impl Checker<'_> {
     }
 
     pub(super) fn train(&self, t: &TrainSection) -> Result<TrainConfig, Error> {
-        const FIELDS: &[&str] = &["batch", "optimizer", "epochs", "seed"];
+        const FIELDS: &[&str] = &["batch", "optimizer", "epochs", "seed", "shuffle"];
         let mut seen: HashMap<&str, &Field> = HashMap::new();
         for f in &t.fields {
             let Some(key) = FIELDS.iter().find(|k| **k == f.name.name) else {
@@ -41,9 +42,9 @@ impl Checker<'_> {
                 .label("unknown setting");
                 e = match suggest(&f.name.name, FIELDS.iter().copied()) {
                     Some(s) => e.help(format!(
-                        "did you mean `{s}`? the settings are: batch, optimizer, epochs, seed"
+                        "did you mean `{s}`? the settings are: batch, optimizer, epochs, seed, shuffle"
                     )),
-                    None => e.help("the settings are: batch, optimizer, epochs, seed"),
+                    None => e.help("the settings are: batch, optimizer, epochs, seed, shuffle"),
                 };
                 return Err(e);
             };
@@ -92,6 +93,24 @@ impl Checker<'_> {
         }
         let epochs = int_field("epochs", 1)?.map(|e| e as usize);
         let seed = int_field("seed", 0)?.map(|s| s as u64);
+        let shuffle = match seen.get("shuffle") {
+            None => None,
+            Some(f) => match self.const_eval(&f.value)? {
+                Val::Sym(s) if s == "true" => Some(true),
+                Val::Sym(s) if s == "false" => Some(false),
+                other => {
+                    return Err(err(
+                        Kind::Training,
+                        f.value.span,
+                        format!(
+                            "`shuffle` must be `true` or `false`, found {}",
+                            describe(&other)
+                        ),
+                    )
+                    .label("expected `true` or `false`"))
+                }
+            },
+        };
         let Some(of) = seen.get("optimizer") else {
             return Err(missing("optimizer", "sgd(lr: 0.01)"));
         };
@@ -101,6 +120,7 @@ impl Checker<'_> {
             optimizer,
             epochs,
             seed,
+            shuffle,
         })
     }
 

@@ -12,7 +12,7 @@
 //! 4. the system loader by name (`libnvrtc.so.13`, `libnvrtc.so.12`, `libnvrtc.so`).
 //!
 //! The cache lives in `$DMC_CACHE_DIR` or `~/.cache/dmc`, keyed by SHA-256 of (source, options,
-//! arch, NVRTC version); entries are written atomically (temp file + rename) and carry a SHA-256
+//! arch, NVRTC version); entries are written atomically (`io::files::replace_file`) and carry a SHA-256
 //! checksum of their payload: a corrupt entry is recompiled, never trusted.
 
 use std::ffi::{c_char, c_int, CStr, CString};
@@ -407,18 +407,15 @@ pub fn read_entry(path: &Path) -> Option<Compiled> {
     decode(&std::fs::read(path).ok()?)
 }
 
-/// Writes a cache entry atomically (temp file in the same directory, then rename).
+/// Writes a cache entry atomically (the crate's one atomic writer, without fsync: an entry
+/// carries a checksum and a damaged one is recompiled).
 pub fn write_entry(path: &Path, c: &Compiled) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(
-        ".{}.tmp.{}",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("entry"),
-        std::process::id()
-    ));
-    std::fs::write(&tmp, encode(c))?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let bytes = encode(c);
+    crate::io::files::replace_file(path, crate::io::files::Durability::Cache, |w| {
+        std::io::Write::write_all(w, &bytes)
     })
 }
 

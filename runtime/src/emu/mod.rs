@@ -17,7 +17,6 @@ pub mod check;
 use std::ffi::{c_char, CStr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use dmc_codegen::{render_plan, CodegenOptions, CudaKernel};
@@ -186,18 +185,10 @@ pub struct EmuKernel {
     _lib: libloading::Library,
 }
 
+/// A cache file, atomically (the crate's one atomic writer; no fsync: entries are checksummed).
 fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(
-        ".{}.tmp.{}.{}",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("entry"),
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
+    crate::io::files::replace_file(path, crate::io::files::Durability::Cache, |w| {
+        std::io::Write::write_all(w, bytes)
     })
 }
 
@@ -267,12 +258,13 @@ pub fn compile_with(k: &CudaKernel, dir: &Path, switch: Switch) -> Result<EmuKer
     }
     let cpp = dir.join(format!("{key}.cpp"));
     write_atomic(&cpp, src.as_bytes()).map_err(cache_err)?;
-    static N: AtomicU64 = AtomicU64::new(0);
-    let tmp = dir.join(format!(
-        ".{key}.so.tmp.{}.{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
+    // The compiler's output goes to a scratch file (removed when `tmp` drops, on every path);
+    // the entry is then written from its bytes by the one atomic writer.
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!(".{key}.so.build."))
+        .tempfile_in(dir)
+        .map_err(cache_err)?
+        .into_temp_path();
     let out = Command::new(&cxx.path)
         .args(&flags)
         .arg("-o")
@@ -286,7 +278,6 @@ pub fn compile_with(k: &CudaKernel, dir: &Path, switch: Switch) -> Result<EmuKer
             reason: e.to_string(),
         })?;
     if !out.status.success() {
-        let _ = std::fs::remove_file(&tmp);
         let mut log = String::from_utf8_lossy(&out.stderr).into_owned();
         if log.len() > 8000 {
             let mut cut = 8000;
@@ -307,7 +298,8 @@ pub fn compile_with(k: &CudaKernel, dir: &Path, switch: Switch) -> Result<EmuKer
     // unchecked entry.
     let bytes = std::fs::read(&tmp).map_err(cache_err)?;
     write_atomic(&sum, hex(&Sha256::digest(&bytes)).as_bytes()).map_err(cache_err)?;
-    std::fs::rename(&tmp, &so).map_err(cache_err)?;
+    write_atomic(&so, &bytes).map_err(cache_err)?;
+    drop(tmp);
     let (lib, launch) = load(k, &so).map_err(|message| EmuError::Load {
         kernel: k.name.clone(),
         path: so.display().to_string(),

@@ -45,6 +45,14 @@ pub struct TrainState {
     pub optimizer: String,
     /// The lowest validation loss seen so far (for `--save-best`).
     pub best_val_loss: Option<f64>,
+    /// Whether every epoch reshuffles the data (`false`: file order, `--no-shuffle`). States
+    /// written before the setting existed were shuffled runs.
+    #[serde(default = "shuffled")]
+    pub shuffle: bool,
+}
+
+fn shuffled() -> bool {
+    true
 }
 
 /// Tensors of a checkpoint: (name, shape, values).

@@ -2,7 +2,8 @@
 //!
 //! * reads refuse what is not a regular file (a FIFO, `/dev/zero`, a socket: they may never end)
 //!   and files larger than this machine's memory, before reading anything;
-//! * writes are atomic (a temp file `.<name>.tmp.<pid>` in the target's directory, fsync, rename),
+//! * writes are atomic, all through one function ([`replace_file`]: a `tempfile` temp file
+//!   `.<name>.tmp.<pid>.<random>` in the target's directory, fsync, `persist`, a rename),
 //!   never replace something that is not a regular file (a device node, a FIFO, a directory), and
 //!   write *through* a symbolic link to the regular file it names (the link stays a link);
 //! * a temp file is removed on every error path; the temp files being written are registered, so a
@@ -33,7 +34,7 @@ pub fn remove_temp_files_in_flight() {
     }
 }
 
-/// Registers a temp file while it exists; deregisters (and removes it, if still there) on drop.
+/// Registers a temp file while it exists; deregisters it on drop.
 struct InFlight(PathBuf);
 
 impl InFlight {
@@ -47,8 +48,7 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        // After a successful rename the temp path no longer exists: this is a no-op then.
-        let _ = fs::remove_file(&self.0);
+        // The temp file itself is removed by `tempfile` (on error) or renamed (on success).
         if let Ok(mut l) = IN_FLIGHT.lock() {
             l.retain(|p| p != &self.0);
         }
@@ -193,11 +193,6 @@ fn temp_prefix(path: &Path) -> String {
     format!(".{name}.tmp.")
 }
 
-/// The temp file used for an atomic write of `path`: `.<name>.tmp.<pid>` in the same directory.
-pub(crate) fn temp_path(path: &Path) -> PathBuf {
-    dir_of(path).join(format!("{}{}", temp_prefix(path), std::process::id()))
-}
-
 /// Whether process `pid` is alive (on Unix: it exists, even if owned by someone else).
 fn process_alive(pid: u32) -> bool {
     #[cfg(unix)]
@@ -216,8 +211,8 @@ fn process_alive(pid: u32) -> bool {
     }
 }
 
-/// Removes `.<name>.tmp.<pid>` files next to `path` left by processes that no longer exist (a save
-/// killed by SIGKILL or a power loss). Best effort: errors are ignored.
+/// Removes `.<name>.tmp.<pid>[.<random>]` files next to `path` left by processes that no longer
+/// exist (a save killed by SIGKILL or a power loss). Best effort: errors are ignored.
 pub(crate) fn sweep_stale_temps(path: &Path) {
     let prefix = temp_prefix(path);
     let Ok(entries) = fs::read_dir(dir_of(path)) else {
@@ -228,6 +223,7 @@ pub(crate) fn sweep_stale_temps(path: &Path) {
         let Some(pid) = name
             .to_str()
             .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(|rest| rest.split('.').next())
             .and_then(|p| p.parse::<u32>().ok())
         else {
             continue;
@@ -239,38 +235,67 @@ pub(crate) fn sweep_stale_temps(path: &Path) {
     }
 }
 
-/// Writes a file atomically: `write` fills a temp file in the target's directory, which is then
-/// fsynced and renamed over the target ([`write_target`]: `path`, or the regular file a link at
-/// `path` names). On any error the temp file is removed and the target is untouched.
+/// Whether an atomic write waits for its data to reach the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Durability {
+    /// fsync the file before the rename and the directory after it: for what the user asked to
+    /// save (weights, checkpoints, predictions, plans).
+    Synced,
+    /// No fsync: for cache entries, which carry a checksum and are rebuilt when damaged.
+    Cache,
+}
+
+/// The one atomic file writer of dmc: `write` fills a temp file `.<name>.tmp.<pid>.<random>`
+/// ([`tempfile::Builder`]) in the directory of `target`, which is then (with
+/// [`Durability::Synced`]) fsynced and renamed over `target` (`NamedTempFile::persist`). On any
+/// error, or a panic in `write`, the temp file is removed and `target` is untouched. The temp file
+/// is registered while it exists, so that a signal handler ending the process removes it too
+/// ([`remove_temp_files_in_flight`]). `target` must already be resolved ([`write_target`]); the
+/// callers that write into a cache create the directory first.
+pub(crate) fn replace_file(
+    target: &Path,
+    durability: Durability,
+    write: impl FnOnce(&mut std::io::BufWriter<fs::File>) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let prefix = format!("{}{}.", temp_prefix(target), std::process::id());
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(&prefix).rand_bytes(6);
+    // As a file created by `File::create` (0666 less the umask), not tempfile's private 0600:
+    // saved weights stay readable by whoever could read them before.
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+    let tmp = builder.tempfile_in(dir_of(target))?;
+    let (file, tmp) = tmp.into_parts();
+    let _registered = InFlight::new(tmp.to_path_buf());
+    let mut w = std::io::BufWriter::new(file);
+    write(&mut w)?;
+    w.flush()?;
+    let file = w.into_inner().map_err(|e| e.into_error())?;
+    if durability == Durability::Synced {
+        file.sync_all()?;
+    }
+    drop(file);
+    tmp.persist(target).map_err(|e| e.error)?;
+    if durability == Durability::Synced {
+        // Make the rename durable (best effort: not every platform can fsync a directory).
+        if let Ok(d) = fs::File::open(dir_of(target)) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
+}
+
+/// Writes a file the user asked for atomically (see [`replace_file`], fsynced): refuses a target
+/// that is not a regular file ([`write_target`]: `path`, or the regular file a link at `path`
+/// names), sweeps the temp files of killed earlier saves, and turns a failure into an [`IoError`]
+/// that says what to do.
 pub(crate) fn atomic_write(
     path: &Path,
     write: impl FnOnce(&mut std::io::BufWriter<fs::File>) -> std::io::Result<()>,
 ) -> Result<(), IoError> {
     let target = write_target(path)?;
     sweep_stale_temps(&target);
-    let tmp = temp_path(&target);
-    let guard = InFlight::new(tmp.clone());
-    let result = (|| -> std::io::Result<()> {
-        let file = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)?;
-        let mut w = std::io::BufWriter::new(file);
-        write(&mut w)?;
-        w.flush()?;
-        let file = w.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()?;
-        drop(file);
-        fs::rename(&tmp, &target)?;
-        // Make the rename durable (best effort: not every platform can fsync a directory).
-        if let Ok(d) = fs::File::open(dir_of(&target)) {
-            let _ = d.sync_all();
-        }
-        Ok(())
-    })();
-    drop(guard);
-    result.map_err(|e| {
+    replace_file(&target, Durability::Synced, write).map_err(|e| {
         // A missing or unwritable directory gets the clearer diagnosis of `check_writable`.
         match check_writable(path) {
             Err(diagnosed) => diagnosed,

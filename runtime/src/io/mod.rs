@@ -1,11 +1,12 @@
-//! File input/output of the runtime: training data (`.safetensors` or `.npy`), weights
+//! File input/output of the runtime: training data (`.safetensors`, `.npz` or `.npy`), weights
 //! (`.safetensors`, written atomically), predictions, and the errors of all of them.
 //!
 //! Every error is an [`IoError`] whose message says what went wrong, where (the file and, where it
 //! applies, the tensor) and what to do about it.
 //!
-//! The `.npy` reader/writer is hand-written ([`npy`]): the format is a short text header plus raw
-//! little-endian data, and the maintained crate (`npyz`) pulls in a parser generator we do not need.
+//! `.npy` headers are read and written by the `npyz` crate ([`npy`] maps its dtypes and checks
+//! sizes); `.npz` archives are opened with `zip` (stored and deflated members, as numpy writes
+//! them). Data files are memory-mapped and, where the layout allows, read in place.
 //!
 //! A training loop uses it like this (the batch buffers are allocated once):
 //!
@@ -48,7 +49,10 @@ use std::fmt;
 use std::path::PathBuf;
 
 pub use checkpoint::{load_checkpoint, save_checkpoint, state_path, Checkpoint, TrainState};
-pub use data::{epoch_order, BatchData, Dataset, Epoch, Task, TensorRole, TensorSpec};
+pub use data::{
+    epoch_order, parse_scale, BatchData, DataMemory, Dataset, Epoch, LoadOptions, Task, TensorRole,
+    TensorSpec,
+};
 pub use files::{
     check_writable, remove_temp_files_in_flight, write_file_atomic, write_file_atomic_with,
 };
@@ -142,6 +146,39 @@ fn shape_hint(
     }
 }
 
+/// What to do about data samples of the wrong shape: the same dimensions in another order need a
+/// transpose (a reshape would keep the bytes in place and scramble the samples); channels first
+/// (NCHW) for a channels-last (NHWC) program is the common case, said in numpy's words.
+fn sample_shape_hint(found: &[usize], expected: &[usize]) -> String {
+    let sample = found.get(1..).unwrap_or(&[]);
+    let dims = |s: &[usize]| s.iter().map(|d| format!(",{d}")).collect::<String>();
+    if is_permutation(sample, expected) {
+        if sample.len() == 3 && sample[0] == expected[2] && sample[1..] == expected[..2] {
+            return format!(
+                "the data looks channels-first (NCHW: [samples{}]) and the program takes channels last (NHWC: [samples{}]): transpose it, e.g. numpy x.transpose(0, 2, 3, 1) or torch x.permute(0, 2, 3, 1); a reshape would scramble the pixels",
+                dims(sample),
+                dims(expected)
+            );
+        }
+        // The axis of each expected dimension in the data's sample (sizes may repeat: the first
+        // unused match).
+        let mut used = vec![false; sample.len()];
+        let mut axes = vec!["0".to_string()];
+        for d in expected {
+            if let Some(k) = (0..sample.len()).find(|&k| !used[k] && sample[k] == *d) {
+                used[k] = true;
+                axes.push((k + 1).to_string());
+            }
+        }
+        return format!(
+            "the same dimensions in another order: transpose the data to [samples{}], e.g. numpy x.transpose({}); a reshape would scramble the samples",
+            dims(expected),
+            axes.join(", ")
+        );
+    }
+    format!("reshape the data to [samples{}]", dims(expected))
+}
+
 fn fmt_suggestions(v: &[(String, String)]) -> String {
     if v.is_empty() {
         return String::new();
@@ -219,6 +256,19 @@ pub enum IoError {
     #[error("{path} is not a valid .npy file: {reason}; re-save it with numpy.save(path, array)")]
     Npy { path: PathBuf, reason: String },
 
+    #[error("{path} is not a usable .npz archive: {reason}; re-save it with numpy.savez(path, x=inputs, y=labels) (or savez_compressed)")]
+    Npz { path: PathBuf, reason: String },
+
+    #[error("{path}: input `{name}` holds {found} values (integers, e.g. image pixels), which the program reads as f32 only with an explicit scale; pass --scale {name}=1/255 (each value is multiplied by the factor: 1/255 maps bytes 0..255 to [0, 1]), or store floats, e.g. (x / 255).astype(np.float32)")]
+    NeedsScale {
+        path: PathBuf,
+        name: String,
+        found: String,
+    },
+
+    #[error("--scale `{arg}`: {reason}; write it as NAME=FACTOR with NAME an input of the program, e.g. --scale image=1/255")]
+    BadScale { arg: String, reason: String },
+
     #[error("{path}: unsupported file type; {expected}")]
     UnsupportedFormat {
         path: PathBuf,
@@ -244,7 +294,7 @@ pub enum IoError {
         second: PathBuf,
     },
 
-    #[error("{path}: tensor `{name}` has shape {} (samples first), so each sample is {}, but the program expects each sample to be {}; reshape the data to [samples{}]", fmt_shape(.found), fmt_shape(&.found[1.min(.found.len())..]), fmt_shape(.expected), .expected.iter().map(|d| format!(",{d}")).collect::<String>())]
+    #[error("{path}: tensor `{name}` has shape {} (samples first), so each sample is {}, but the program expects each sample to be {}; {}", fmt_shape(.found), fmt_shape(&.found[1.min(.found.len())..]), fmt_shape(.expected), sample_shape_hint(.found, .expected))]
     SampleShapeMismatch {
         path: PathBuf,
         name: String,

@@ -45,8 +45,10 @@ fn check_len(name: &str, shape: &[usize], len: usize) -> Result<(), IoError> {
 /// `.npy` file (which has no names), chosen by the extension.
 pub fn write_tensor(path: &Path, name: &str, shape: &[usize], data: &[f32]) -> Result<(), IoError> {
     check_len(name, shape, data.len())?;
-    let bytes = f32_bytes(data);
-    write_bytes(path, name, shape, Dtype::F32, "<f4", bytes)
+    if let Format::Npy = format_of(path)? {
+        return npy::write_npy_f32(path, shape, data);
+    }
+    write_safetensors_one(path, name, shape, Dtype::F32, f32_bytes(data))
 }
 
 /// Writes one i32 tensor (e.g. predicted class indices), like [`write_tensor`].
@@ -57,30 +59,29 @@ pub fn write_tensor_i32(
     data: &[i32],
 ) -> Result<(), IoError> {
     check_len(name, shape, data.len())?;
+    if let Format::Npy = format_of(path)? {
+        return npy::write_npy_i32(path, shape, data);
+    }
     let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
-    write_bytes(path, name, shape, Dtype::I32, "<i4", bytes)
+    write_safetensors_one(path, name, shape, Dtype::I32, bytes)
 }
 
-fn write_bytes(
+fn write_safetensors_one(
     path: &Path,
     name: &str,
     shape: &[usize],
     dtype: Dtype,
-    descr: &str,
     bytes: Vec<u8>,
 ) -> Result<(), IoError> {
-    match format_of(path)? {
-        Format::Npy => npy::write_npy_bytes(path, descr, shape, &bytes),
-        Format::Safetensors => write_safetensors(
-            path,
-            &[(
-                name.to_string(),
-                RawView {
-                    dtype,
-                    shape: shape.to_vec(),
-                    bytes: Cow::Owned(bytes),
-                },
-            )],
-        ),
-    }
+    write_safetensors(
+        path,
+        &[(
+            name.to_string(),
+            RawView {
+                dtype,
+                shape: shape.to_vec(),
+                bytes: Cow::Owned(bytes),
+            },
+        )],
+    )
 }

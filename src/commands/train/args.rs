@@ -10,6 +10,10 @@ use crate::commands::plan_args::PlanArgs;
 /// Samples in the synthetic data set `dmc run` trains on without `--data` (and `dmc data` writes).
 pub const SYNTHETIC_SAMPLES: usize = 1024;
 
+fn parse_scale_arg(arg: &str) -> Result<(String, f32), String> {
+    dmc_runtime::io::parse_scale(arg).map_err(|e| e.to_string())
+}
+
 /// Where to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Device {
@@ -37,10 +41,15 @@ pub struct CommonArgs {
     /// Weights to start from (.safetensors; names as `conv3.weight`).
     #[arg(long, value_name = "FILE")]
     pub init: Option<PathBuf>,
-    /// Data: a .safetensors file, a directory of <name>.npy, or `x=a.npy,y=b.npy`; tensors named after
-    /// the program's inputs and targets, first dimension = samples.
+    /// Data: a .safetensors file, a .npz archive, a directory of <name>.npy, or `x=a.npy,y=b.npy`;
+    /// tensors named after the program's inputs and targets, first dimension = samples. The file
+    /// is memory-mapped (read in place where its layout allows): do not modify it during the run.
     #[arg(long, value_name = "FILE")]
     pub data: Option<String>,
+    /// Multiply input NAME by FACTOR as it is read, e.g. `--scale image=1/255` for uint8 pixels
+    /// (integer inputs need one); repeatable, one per input.
+    #[arg(long, value_name = "NAME=FACTOR", value_parser = parse_scale_arg)]
+    pub scale: Vec<(String, f32)>,
     /// Seed for initialisation, synthetic data, shuffling and dropout.
     #[arg(long)]
     pub seed: Option<u64>,
@@ -88,6 +97,13 @@ pub struct RunArgs {
     /// weights an uninterrupted run would have (bit for bit). --steps/--epochs count from step 0.
     #[arg(long, requires = "save", conflicts_with = "init")]
     pub resume: bool,
+    /// Keep the data in file order: every epoch is the same batches in the same order (by default
+    /// every epoch reshuffles, seeded). Overrides the program's `train { shuffle: true }`.
+    #[arg(long, conflicts_with = "shuffle")]
+    pub no_shuffle: bool,
+    /// Reshuffle every epoch even if the program says `train { shuffle: false }`.
+    #[arg(long)]
+    pub shuffle: bool,
     /// Samples in the synthetic data set used without --data.
     #[arg(long, default_value_t = SYNTHETIC_SAMPLES)]
     pub synthetic_samples: usize,

@@ -6,7 +6,7 @@ use std::path::Path;
 use dmc_compiler::op::DType;
 use dmc_compiler::plan::Plan;
 use dmc_grammar::model::{LossKind, Model};
-use dmc_runtime::io::{Dataset, Task, TensorRole, TensorSpec};
+use dmc_runtime::io::{Dataset, LoadOptions, Task, TensorRole, TensorSpec};
 use dmc_runtime::{Backend, InputData};
 
 use super::args::CommonArgs;
@@ -47,6 +47,8 @@ pub struct DataRequest<'a> {
     pub plan: &'a Plan,
     pub model: &'a Model,
     pub data: Option<&'a str>,
+    /// `--scale NAME=FACTOR` of the inputs.
+    pub scales: &'a [(String, f32)],
     pub synthetic_samples: usize,
     pub seed: u64,
     /// No notes on stderr.
@@ -68,6 +70,7 @@ impl<'a> DataRequest<'a> {
             plan,
             model,
             data: common.data.as_deref(),
+            scales: &common.scale,
             synthetic_samples,
             seed,
             quiet: common.quiet,
@@ -83,7 +86,10 @@ impl<'a> DataRequest<'a> {
         }
         let ds = match self.data {
             Some(d) => {
-                let ds = Dataset::load(Path::new(d), &specs)?;
+                let opts = LoadOptions {
+                    scales: self.scales.to_vec(),
+                };
+                let ds = Dataset::load_with(Path::new(d), &specs, &opts)?;
                 if !ds.ignored().is_empty() && !self.quiet {
                     eprintln!(
                         "note: ignoring tensors not used by the program: {}",
@@ -93,6 +99,11 @@ impl<'a> DataRequest<'a> {
                 ds
             }
             None => {
+                if let Some((name, _)) = self.scales.first() {
+                    return Err(CliError::Usage(format!(
+                        "--scale {name}=...: there is no --data to scale (the synthetic data is f32 already); pass --data FILE or drop --scale"
+                    )));
+                }
                 let (samples, seed) = (self.synthetic_samples, self.seed);
                 let task = task_of(self.model);
                 if !self.quiet {

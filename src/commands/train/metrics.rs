@@ -29,6 +29,8 @@ pub fn evaluate(
     let target = &plan.targets[0].name;
     let per = plan.output.shape[1..].iter().product::<usize>().max(1);
     let (mut loss_sum, mut correct, mut n) = (0f64, 0usize, 0usize);
+    // Regression targets (held in memory: only inputs are read in place from a mapped file).
+    let targets_f32 = ds.tensor_f32(target);
     for b in 0..epoch.num_batches() {
         let idx = epoch.batch(b);
         feeder.feed(be, ds, idx)?;
@@ -38,7 +40,7 @@ pub fn evaluate(
             let row = &out[j * per..(j + 1) * per];
             match model.loss.kind {
                 LossKind::Mse => {
-                    let t = ds.tensor_f32(target).unwrap_or(&[]);
+                    let t = targets_f32.as_deref().unwrap_or(&[]);
                     let tr = &t[sample * per..(sample + 1) * per];
                     let se: f64 = row
                         .iter()

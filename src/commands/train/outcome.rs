@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use dmc_compiler::plan::Plan;
+use dmc_runtime::io::DataMemory;
 use dmc_runtime::Backend;
 
 use super::args::RunArgs;
@@ -18,6 +19,19 @@ use crate::size::human;
 pub struct Measured {
     pub arena: usize,
     pub base: usize,
+    /// The host memory of the training (and validation) data.
+    pub data: DataMemory,
+}
+
+/// The data's host memory, in words: `12.0 MB (12000000 B: 11.9 MB mapped from the data file, 80.0 kB in memory)`.
+pub fn describe_data_memory(m: &DataMemory) -> String {
+    format!(
+        "{} ({} B: {} mapped from the data file, {} in memory)",
+        human(m.total()),
+        m.total(),
+        human(m.mapped),
+        human(m.in_memory)
+    )
 }
 
 /// Saves and reports after the loop ended as `ended`, having done `progress`; `loss_log_error` is
@@ -118,7 +132,7 @@ fn print_summary(plan: &Plan, progress: &Progress, saved: &Saved, measured: Meas
     let per_step =
         progress.step_time.as_secs_f64() / (progress.steps - progress.resumed_at).max(1) as f64;
     println!(
-        "{} steps, final loss {}, {} ms/step; memory: planned arena {} ({} B), measured peak {} B (arena {} B + {} B other allocations during steps){}{}",
+        "{} steps, final loss {}, {} ms/step; memory: planned arena {} ({} B), measured peak {} B (arena {} B + {} B other allocations during steps), host data {}{}{}",
         progress.steps,
         match progress.last_loss {
             Some(l) => format!("{l:.6}"),
@@ -135,6 +149,7 @@ fn print_summary(plan: &Plan, progress: &Progress, saved: &Saved, measured: Meas
         total,
         measured.arena,
         extra,
+        describe_data_memory(&measured.data),
         match saved {
             Saved::Written(p) => format!(", weights saved to {}", p.display()),
             Saved::Skipped(why) => format!("; {why}"),

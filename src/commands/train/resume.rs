@@ -1,7 +1,7 @@
 //! `dmc run`'s saving flags as a [`SavePolicy`], and `--resume`: the training state beside
 //! `--save` loaded into the backend (parameters, optimizer state) and into the loop's
 //! [`Progress`] (step counter, best validation loss), after checking that it was saved by the same
-//! run (program, optimizer, seed, batch, training samples).
+//! run (program, optimizer, seed, batch, training samples, shuffling).
 
 use dmc_compiler::plan::Plan;
 use dmc_runtime::io::{self, TrainState};
@@ -18,6 +18,7 @@ pub fn save_policy(
     plan: &Plan,
     samples: usize,
     seed: u64,
+    shuffle: bool,
 ) -> Result<SavePolicy, CliError> {
     if args.save_best && args.val.is_none() && args.val_split.is_none() {
         return Err(CliError::Usage(
@@ -46,6 +47,7 @@ pub fn save_policy(
             samples,
             optimizer: format!("{:?}", plan.optimizer),
             best_val_loss: None,
+            shuffle,
         },
     })
 }
@@ -96,9 +98,23 @@ pub fn resume(
             differences.push(format!("{what} {a} (now {b})"));
         }
     }
+    if was.shuffle != now.shuffle {
+        let order = |s: bool| {
+            if s {
+                "shuffled"
+            } else {
+                "file-order (--no-shuffle)"
+            }
+        };
+        differences.push(format!(
+            "{} data (now {})",
+            order(was.shuffle),
+            order(now.shuffle)
+        ));
+    }
     if !differences.is_empty() {
         return Err(CliError::Usage(format!(
-            "--resume: {} was saved by a run with {}, so this run would not continue it; pass the same --seed, --batch, --lr, --data and --val-split as that run, or start from its weights with --init instead of --resume",
+            "--resume: {} was saved by a run with {}, so this run would not continue it; pass the same --seed, --batch, --lr, --data, --val-split and --no-shuffle as that run, or start from its weights with --init instead of --resume",
             path.display(),
             differences.join(", ")
         )));

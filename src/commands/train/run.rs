@@ -65,7 +65,31 @@ fn schedule(
         epochs,
         batch,
         seed,
+        shuffle: shuffles(args, model),
     })
+}
+
+/// Whether every epoch reshuffles: `--no-shuffle`/`--shuffle`, else the program's
+/// `train { shuffle }`, else yes.
+pub fn shuffles(args: &RunArgs, model: &Model) -> bool {
+    if args.no_shuffle {
+        return false;
+    }
+    args.shuffle || model.train.shuffle.unwrap_or(true)
+}
+
+/// The host memory of the training and validation data (a file both map counted once: a
+/// `--val-split` shares the file's mapping between its two parts).
+fn data_memory(train: &Dataset, val: Option<&Dataset>) -> io::DataMemory {
+    let mut m = train.memory();
+    if let Some(v) = val {
+        let vm = v.memory();
+        m.in_memory += vm.in_memory;
+        if !train.shares_files_with(v) {
+            m.mapped += vm.mapped;
+        }
+    }
+    m
 }
 
 /// The training data and the validation data (`--val`, `--val-split`, or none).
@@ -110,7 +134,8 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     let request = DataRequest::new(c, &plan, &model, args.synthetic_samples, seed);
     let (train, val) = load_sets(args, request)?;
     let schedule = schedule(args, &model, train.len(), plan.batch, seed)?;
-    let saves = save_policy(args, &plan, train.len(), seed)?;
+    let saves = save_policy(args, &plan, train.len(), seed, schedule.shuffle)?;
+    let data_memory = data_memory(&train, val.as_ref());
 
     let before_arena = dmc_runtime::alloc::current();
     let mut be = dmc_runtime::open_backend(kind, plan.clone(), &c.codegen.options())?;
@@ -148,13 +173,15 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
 
     if !c.quiet {
         eprintln!(
-            "training {} on {} samples: {} steps of batch {} ({} steps per epoch), arena {}",
+            "training {} on {} samples: {} steps of batch {} ({} steps per epoch{}), arena {}, host data {}",
             c.file.display(),
             train.len(),
             schedule.total_steps,
             schedule.batch,
             train.len() / schedule.batch,
-            human(plan.arena_bytes)
+            if schedule.shuffle { "" } else { ", in file order" },
+            human(plan.arena_bytes),
+            outcome::describe_data_memory(&data_memory),
         );
     }
     let pb = progress::bar(schedule.total_steps, c.quiet);
@@ -191,6 +218,10 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
         ended,
         &done,
         loss_log_error,
-        Measured { arena, base },
+        Measured {
+            arena,
+            base,
+            data: data_memory,
+        },
     )
 }

@@ -1,4 +1,4 @@
-//! The training loop of `dmc run`: epochs of shuffled batches through the backend, stopping at the
+//! The training loop of `dmc run`: epochs of shuffled (or, `--no-shuffle`, file-order) batches through the backend, stopping at the
 //! requested step count, on a signal, or at a non-finite loss, with validation after each epoch
 //! and the saves of `--save-every` / `--save-best` on the way. A resumed run starts at the step
 //! its state recorded: the data order of an epoch is a function of (seed, epoch), so that epoch's
@@ -51,6 +51,8 @@ pub struct Schedule {
     pub epochs: usize,
     pub batch: usize,
     pub seed: u64,
+    /// Reshuffle every epoch (else file order: `--no-shuffle`).
+    pub shuffle: bool,
 }
 
 /// The validation of each epoch: an eval backend, its data, and the program (for its loss).
@@ -88,12 +90,17 @@ pub fn train(
         epochs,
         batch,
         seed,
+        shuffle,
     } = schedule;
     let per_epoch = (train.len() / batch).max(1);
     let first_epoch = progress.steps / per_epoch;
     let mut feeder = Feeder::new(be.plan(), true);
     for epoch in first_epoch..epochs {
-        let order = train.epoch(batch, seed, epoch as u64)?;
+        let order = if shuffle {
+            train.epoch(batch, seed, epoch as u64)?
+        } else {
+            train.epoch_in_order(batch)?
+        };
         // A resumed run goes on in the middle of the epoch it stopped in.
         let skip = if epoch == first_epoch {
             progress.steps % per_epoch

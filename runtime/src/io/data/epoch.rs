@@ -1,5 +1,6 @@
 //! Seeded sample orders: the per-epoch permutation of the samples ([`epoch_order`]) and its cut
-//! into fixed-size batches ([`Epoch`]), the same on every platform for the same seed.
+//! into fixed-size batches ([`Epoch`]), the same on every platform for the same seed; and the
+//! unshuffled file order ([`Epoch::in_order`]).
 
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -45,6 +46,18 @@ impl Epoch {
         order.truncate(samples / batch_size * batch_size);
         Epoch {
             order,
+            batch_size,
+            samples,
+        }
+    }
+
+    /// The samples in file order, `samples / batch_size` full batches; the remainder is dropped
+    /// (a training epoch without shuffling: every epoch the same batches, in the same order).
+    /// Panics if `batch_size` is 0.
+    pub fn in_order(samples: usize, batch_size: usize) -> Epoch {
+        assert!(batch_size > 0, "batch size must be positive");
+        Epoch {
+            order: (0..samples / batch_size * batch_size).collect(),
             batch_size,
             samples,
         }

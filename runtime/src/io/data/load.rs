@@ -1,37 +1,151 @@
-//! Reading a dataset from files: a `.safetensors` file, a directory of `<name>.npy` files, or a
-//! list of `.npy` files; every tensor checked against its [`TensorSpec`] (names, shapes, sample
-//! counts, dtypes, values) and converted to f32 inputs / i32 labels.
+//! Reading a dataset from files: a `.safetensors` file, a `.npz` archive, a directory of
+//! `<name>.npy` files, or a list of `.npy` files; every tensor checked against its [`TensorSpec`]
+//! (names, shapes, sample counts, dtypes, values) and converted to f32 inputs / i32 labels.
+//!
+//! Files are memory-mapped ([`MappedFile`]): an input stored as little-endian f32 (or uint8 with
+//! a `--scale`) in C order is read in place batch by batch, so the file is held once; anything
+//! else (f64/f16 inputs, labels, big-endian or Fortran-order arrays, compressed `.npz` members)
+//! is converted into memory at load, and the mapping is released when no column uses it.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use dmc_plan::op::DType;
 use safetensors::SafeTensors;
 
-use super::{Column, Dataset, TensorSpec};
-use crate::io::{closest, decode_f32, decode_wide, npy, read_file, ElemType, IoError, Wide};
+use super::mapped::{Mapped, MappedFile, Stored};
+use super::{Column, Dataset, TensorRole, TensorSpec};
+use crate::io::{closest, decode_f32, decode_wide, npy, ElemType, IoError, Wide};
 
 const DATA_HINT: &str = "re-export the dataset";
 
+/// How to read a data set beyond its specs: the `--scale` of integer inputs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LoadOptions {
+    /// `(input name, factor)`: the input's values are multiplied by the factor as they are read
+    /// (needed for integer inputs, e.g. uint8 pixels with `1/255`).
+    pub scales: Vec<(String, f32)>,
+}
+
+/// Parses a `--scale` argument, `NAME=FACTOR`, where the factor is a number (`0.5`, `3.9e-3`) or
+/// a fraction (`1/255`); it must be finite and not zero.
+pub fn parse_scale(arg: &str) -> Result<(String, f32), IoError> {
+    let bad = |reason: String| IoError::BadScale {
+        arg: arg.to_string(),
+        reason,
+    };
+    let (name, factor) = arg
+        .split_once('=')
+        .ok_or_else(|| bad("it has no `=`".into()))?;
+    let (name, factor) = (name.trim(), factor.trim());
+    if name.is_empty() {
+        return Err(bad("the input name before `=` is empty".into()));
+    }
+    let num = |t: &str| {
+        t.trim()
+            .parse::<f64>()
+            .map_err(|_| bad(format!("`{}` is not a number", t.trim())))
+    };
+    let value = match factor.split_once('/') {
+        Some((a, b)) => {
+            let d = num(b)?;
+            if d == 0.0 {
+                return Err(bad("the fraction divides by zero".into()));
+            }
+            num(a)? / d
+        }
+        None => num(factor)?,
+    };
+    let v = value as f32;
+    if !v.is_finite() || v == 0.0 {
+        return Err(bad(format!(
+            "the factor {value} is {} as an f32",
+            if v == 0.0 { "zero" } else { "not finite" }
+        )));
+    }
+    Ok((name.to_string(), v))
+}
+
+/// Where a found tensor's bytes are.
+enum Bytes {
+    /// In a mapped file, from `offset`, `len` bytes, little-endian C order.
+    InPlace {
+        file: Arc<MappedFile>,
+        offset: usize,
+        len: usize,
+    },
+    /// Converted or decompressed into memory.
+    Owned(Vec<u8>),
+}
+
 /// A tensor found in the data, before conversion.
-struct Found<'a> {
+struct Found {
     file: PathBuf,
     shape: Vec<usize>,
     elem: ElemType,
-    bytes: std::borrow::Cow<'a, [u8]>,
+    bytes: Bytes,
+}
+
+impl Found {
+    fn bytes(&self) -> &[u8] {
+        match &self.bytes {
+            Bytes::InPlace { file, offset, len } => &file.bytes()[*offset..*offset + *len],
+            Bytes::Owned(v) => v,
+        }
+    }
 }
 
 impl Dataset {
+    /// [`Dataset::load_with`] without options (no `--scale`).
+    pub fn load(path: &Path, specs: &[TensorSpec]) -> Result<Dataset, IoError> {
+        Self::load_with(path, specs, &LoadOptions::default())
+    }
+
     /// Loads data for `specs` from:
     /// - a `.safetensors` file whose tensors are named after the inputs/targets, samples first;
+    /// - a `.npz` archive (`numpy.savez`/`savez_compressed`) whose arrays are named so;
     /// - a directory holding `<name>.npy` for each spec;
     /// - one `.npy` file or a comma-separated list of them, `x=a.npy,y=b.npy` (explicit names) or
     ///   `x.npy,y.npy` (named by file stem).
     ///
     /// Extra tensors are ignored (see [`Dataset::ignored`]). Inputs accept f32/f64/f16/bf16
-    /// (converted to f32, must be finite); labels accept any integer type or integral floats
+    /// (converted to f32, must be finite), and integer types (uint8 pixels) with a scale in
+    /// `opts` (each value times the factor); labels accept any integer type or integral floats
     /// (converted to i32, must be `>= 0`). A per-sample shape may differ from the program's only
     /// by size-1 dimensions (e.g. labels `[N, 1]` for `[]`).
-    pub fn load(path: &Path, specs: &[TensorSpec]) -> Result<Dataset, IoError> {
+    pub fn load_with(
+        path: &Path,
+        specs: &[TensorSpec],
+        opts: &LoadOptions,
+    ) -> Result<Dataset, IoError> {
+        for (name, _) in &opts.scales {
+            if !specs
+                .iter()
+                .any(|s| &s.name == name && s.role == TensorRole::Input)
+            {
+                let inputs: Vec<String> = specs
+                    .iter()
+                    .filter(|s| s.role == TensorRole::Input)
+                    .map(|s| s.name.clone())
+                    .collect();
+                return Err(IoError::BadScale {
+                    arg: name.clone(),
+                    reason: format!(
+                        "`{name}` is not an input of the program (its inputs: {})",
+                        crate::io::NameList(&inputs)
+                    ),
+                });
+            }
+        }
+        let scale_of = |s: &TensorSpec| {
+            opts.scales
+                .iter()
+                .rev()
+                .find(|(n, _)| *n == s.name)
+                .map(|&(_, f)| f)
+        };
+        let scales: Vec<Option<f32>> = specs.iter().map(scale_of).collect();
+        let specs_scales = (specs, scales.as_slice());
         for s in specs {
             if s.dtype != DType::F32 && s.dtype != DType::I32 {
                 return Err(IoError::UnsupportedSpecDtype {
@@ -46,15 +160,16 @@ impl Dataset {
             .and_then(|e| e.to_str())
             .map(str::to_ascii_lowercase);
         if path.is_dir() {
-            return Self::load_npy_dir(path, specs);
+            return Self::load_npy_dir(path, specs_scales);
         }
         if path.is_file() {
             return match ext.as_deref() {
-                Some("safetensors") => Self::load_safetensors(path, specs),
-                Some("npy") => Self::load_npy_list(&text, specs),
+                Some("safetensors") => Self::load_safetensors(path, specs_scales),
+                Some("npz") => Self::load_npz(path, specs_scales),
+                Some("npy") => Self::load_npy_list(&text, specs_scales),
                 _ => Err(IoError::UnsupportedFormat {
                     path: path.to_path_buf(),
-                    expected: "pass a .safetensors file, a directory of <name>.npy files, or a list like x=a.npy,y=b.npy",
+                    expected: "pass a .safetensors file, a .npz archive, a directory of <name>.npy files, or a list like x=a.npy,y=b.npy",
                 }),
             };
         }
@@ -67,7 +182,7 @@ impl Dataset {
             });
         }
         if text.contains(',') || text.contains('=') || ext.as_deref() == Some("npy") {
-            return Self::load_npy_list(&text, specs);
+            return Self::load_npy_list(&text, specs_scales);
         }
         Err(IoError::NotFound {
             path: path.to_path_buf(),
@@ -75,14 +190,16 @@ impl Dataset {
         })
     }
 
-    fn load_safetensors(path: &Path, specs: &[TensorSpec]) -> Result<Dataset, IoError> {
-        let bytes = read_file(path, "data file")?;
+    fn load_safetensors(path: &Path, ss: SpecsScales<'_>) -> Result<Dataset, IoError> {
+        let specs = ss.0;
+        let map = MappedFile::open(path, "data file")?;
+        let bytes = map.bytes();
         let st_err = |e| IoError::Safetensors {
             path: path.to_path_buf(),
             source: e,
             hint: DATA_HINT,
         };
-        let st = SafeTensors::deserialize(&bytes).map_err(st_err)?;
+        let st = SafeTensors::deserialize(bytes).map_err(st_err)?;
         let mut names: Vec<String> = st.names().into_iter().map(str::to_string).collect();
         names.sort();
         let mut found = Vec::new();
@@ -99,21 +216,102 @@ impl Dataset {
                     expected: expected_dtype(s).into(),
                     hint: dtype_hint(s).into(),
                 })?;
+            // The view borrows the map: its offset in the file.
+            let offset = v.data().as_ptr() as usize - bytes.as_ptr() as usize;
             found.push(Found {
                 file: path.to_path_buf(),
                 shape: v.shape().to_vec(),
                 elem,
-                bytes: std::borrow::Cow::Borrowed(v.data()),
+                bytes: Bytes::InPlace {
+                    file: map.clone(),
+                    offset,
+                    len: v.data().len(),
+                },
             });
         }
         let ignored = names
             .into_iter()
             .filter(|n| !specs.iter().any(|s| &s.name == n))
             .collect();
-        Self::assemble(path.display().to_string(), path, specs, found, ignored)
+        Self::assemble(path.display().to_string(), path, ss, found, ignored)
     }
 
-    fn load_npy_dir(dir: &Path, specs: &[TensorSpec]) -> Result<Dataset, IoError> {
+    fn load_npz(path: &Path, ss: SpecsScales<'_>) -> Result<Dataset, IoError> {
+        let specs = ss.0;
+        let map = MappedFile::open(path, "data file")?;
+        let npz_err = |reason: String| IoError::Npz {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let mut zip = zip::ZipArchive::new(std::io::Cursor::new(map.bytes()))
+            .map_err(|e| npz_err(format!("not a zip archive ({e})")))?;
+        let mut names: Vec<String> = zip
+            .file_names()
+            .filter_map(|n| n.strip_suffix(".npy"))
+            .map(str::to_string)
+            .collect();
+        names.sort();
+        let mut found = Vec::new();
+        for s in specs {
+            if !names.contains(&s.name) {
+                return Err(missing(path.display().to_string(), s, specs, &names));
+            }
+            let member = format!("{}.npy", s.name);
+            let mut f = zip
+                .by_name(&member)
+                .map_err(|e| npz_err(format!("cannot read `{member}`: {e}")))?;
+            let member_err = |reason: String| npz_err(format!("`{member}`: {reason}"));
+            let stored = f.compression() == zip::CompressionMethod::Stored;
+            let found_here = if stored {
+                // `numpy.savez`: the member's bytes lie in the archive as they are: map them.
+                let start =
+                    usize::try_from(f.data_start()).map_err(|_| member_err("too large".into()))?;
+                let size = usize::try_from(f.size()).map_err(|_| member_err("too large".into()))?;
+                let end = start
+                    .checked_add(size)
+                    .filter(|&e| e <= map.bytes().len())
+                    .ok_or_else(|| member_err("truncated archive".into()))?;
+                let l = npy::layout(&map.bytes()[start..end]).map_err(member_err)?;
+                let bytes = if l.in_place() {
+                    Bytes::InPlace {
+                        file: map.clone(),
+                        offset: start + l.data_start,
+                        len: size - l.data_start,
+                    }
+                } else {
+                    Bytes::Owned(npy::data_le_c(&map.bytes()[start..end], &l).into_owned())
+                };
+                Found {
+                    file: path.to_path_buf(),
+                    shape: l.shape,
+                    elem: l.dtype,
+                    bytes,
+                }
+            } else {
+                // `numpy.savez_compressed`: decompressed into memory.
+                let mut raw = Vec::new();
+                std::io::Read::read_to_end(&mut f, &mut raw)
+                    .map_err(|e| member_err(format!("cannot decompress it ({e})")))?;
+                let l = npy::layout(&raw).map_err(member_err)?;
+                let bytes = npy::data_le_c(&raw, &l).into_owned();
+                Found {
+                    file: path.to_path_buf(),
+                    shape: l.shape,
+                    elem: l.dtype,
+                    bytes: Bytes::Owned(bytes),
+                }
+            };
+            found.push(found_here);
+        }
+        let ignored = names
+            .into_iter()
+            .filter(|n| !specs.iter().any(|s| &s.name == n))
+            .collect();
+        Self::assemble(path.display().to_string(), path, ss, found, ignored)
+    }
+
+    fn load_npy_dir(dir: &Path, ss: SpecsScales<'_>) -> Result<Dataset, IoError> {
+        let specs = ss.0;
         let mut present: Vec<String> = std::fs::read_dir(dir)
             .map_err(|e| IoError::Read {
                 path: dir.to_path_buf(),
@@ -141,10 +339,11 @@ impl Dataset {
             .into_iter()
             .filter(|n| !specs.iter().any(|s| &s.name == n))
             .collect();
-        Self::assemble(dir.display().to_string(), dir, specs, found, ignored)
+        Self::assemble(dir.display().to_string(), dir, ss, found, ignored)
     }
 
-    fn load_npy_list(arg: &str, specs: &[TensorSpec]) -> Result<Dataset, IoError> {
+    fn load_npy_list(arg: &str, ss: SpecsScales<'_>) -> Result<Dataset, IoError> {
+        let specs = ss.0;
         let mut given: Vec<(String, PathBuf)> = Vec::new();
         for entry in arg.split(',').map(str::trim).filter(|e| !e.is_empty()) {
             let (name, file) = match entry.split_once('=') {
@@ -208,15 +407,15 @@ impl Dataset {
             .into_iter()
             .filter(|n| !specs.iter().any(|s| &s.name == n))
             .collect();
-        Self::assemble(arg.to_string(), Path::new(arg), specs, found, ignored)
+        Self::assemble(arg.to_string(), Path::new(arg), ss, found, ignored)
     }
 
     /// Checks shapes, sample counts, dtypes and values, and converts.
     fn assemble(
         source: String,
         where_: &Path,
-        specs: &[TensorSpec],
-        found: Vec<Found<'_>>,
+        (specs, scales): SpecsScales<'_>,
+        found: Vec<Found>,
         ignored: Vec<String>,
     ) -> Result<Dataset, IoError> {
         for (s, f) in specs.iter().zip(&found) {
@@ -247,8 +446,8 @@ impl Dataset {
             });
         }
         let mut columns = Vec::with_capacity(specs.len());
-        for (s, f) in specs.iter().zip(found) {
-            columns.push(convert(s, &f)?);
+        for ((s, f), scale) in specs.iter().zip(found).zip(scales) {
+            columns.push(convert(s, f, *scale)?);
         }
         Ok(Dataset {
             source,
@@ -286,13 +485,30 @@ fn missing(source_desc: String, s: &TensorSpec, specs: &[TensorSpec], found: &[S
     }
 }
 
-fn read_npy_found(file: &Path) -> Result<Found<'static>, IoError> {
-    let a = npy::read_npy(file)?;
+/// The specs and the `--scale` of each.
+type SpecsScales<'a> = (&'a [TensorSpec], &'a [Option<f32>]);
+
+/// A `.npy` file, mapped: its data in place when little-endian C order, else converted.
+fn read_npy_found(file: &Path) -> Result<Found, IoError> {
+    let map = MappedFile::open(file, "npy file")?;
+    let l = npy::layout(map.bytes()).map_err(|reason| IoError::Npy {
+        path: file.to_path_buf(),
+        reason,
+    })?;
+    let bytes = if l.in_place() {
+        Bytes::InPlace {
+            file: map.clone(),
+            offset: l.data_start,
+            len: map.bytes().len() - l.data_start,
+        }
+    } else {
+        Bytes::Owned(npy::data_le_c(map.bytes(), &l).into_owned())
+    };
     Ok(Found {
         file: file.to_path_buf(),
-        shape: a.shape,
-        elem: a.dtype,
-        bytes: std::borrow::Cow::Owned(a.data),
+        shape: l.shape,
+        elem: l.dtype,
+        bytes,
     })
 }
 
@@ -312,7 +528,7 @@ fn dtype_hint(s: &TensorSpec) -> &'static str {
     }
 }
 
-fn convert(s: &TensorSpec, f: &Found<'_>) -> Result<Column, IoError> {
+fn convert(s: &TensorSpec, f: Found, scale: Option<f32>) -> Result<Column, IoError> {
     let mismatch = || IoError::DtypeMismatch {
         path: f.file.clone(),
         name: s.name.clone(),
@@ -326,8 +542,8 @@ fn convert(s: &TensorSpec, f: &Found<'_>) -> Result<Column, IoError> {
                 return Err(mismatch());
             }
             let len = s.sample_len().max(1);
-            let mut out = Vec::with_capacity(f.bytes.len() / f.elem.size());
-            for (i, w) in decode_wide(f.elem, &f.bytes).into_iter().enumerate() {
+            let mut out = Vec::with_capacity(f.bytes().len() / f.elem.size());
+            for (i, w) in decode_wide(f.elem, f.bytes()).into_iter().enumerate() {
                 let v = match w {
                     Wide::Int(v) => v,
                     Wide::Float(x) => {
@@ -367,15 +583,63 @@ fn convert(s: &TensorSpec, f: &Found<'_>) -> Result<Column, IoError> {
             Ok(Column::I32(out))
         }
         _ => {
-            let v = decode_f32(f.elem, &f.bytes).ok_or_else(mismatch)?;
-            if let Some((i, x)) = v.iter().enumerate().find(|(_, x)| !x.is_finite()) {
-                return Err(IoError::NonFinite {
+            let non_finite = |index: usize, value: f32| {
+                IoError::NonFinite {
+                path: f.file.clone(),
+                name: s.name.clone(),
+                index,
+                value,
+                hint: "clean the data (replace or drop NaN/Inf; f64 values beyond the f32 range become Inf)",
+            }
+            };
+            let input = s.role == TensorRole::Input;
+            let is_int = !f.elem.is_float() && f.elem != ElemType::Bool;
+            if input && is_int && scale.is_none() {
+                return Err(IoError::NeedsScale {
                     path: f.file.clone(),
                     name: s.name.clone(),
-                    index: i,
-                    value: *x,
-                    hint: "clean the data (replace or drop NaN/Inf; f64 values beyond the f32 range become Inf)",
+                    found: f.elem.name().to_string(),
                 });
+            }
+            // In place: little-endian f32, or uint8 (times the scale), in a mapped file.
+            let stored = match f.elem {
+                ElemType::F32 => Some(Stored::F32),
+                ElemType::U8 => Some(Stored::U8),
+                _ => None,
+            };
+            if let (true, Some(stored), Bytes::InPlace { file, offset, .. }) =
+                (input, stored, &f.bytes)
+            {
+                let m = Mapped {
+                    file: file.clone(),
+                    offset: *offset,
+                    stored,
+                    scale: scale.unwrap_or(1.0),
+                    sample_len: s.sample_len(),
+                    stored_samples: f.shape[0],
+                    rows: None,
+                };
+                if let Some((i, x)) = m.first_non_finite() {
+                    return Err(non_finite(i, x));
+                }
+                return Ok(Column::Mapped(m));
+            }
+            let mut v = if input && is_int {
+                decode_wide(f.elem, f.bytes())
+                    .into_iter()
+                    .map(|w| match w {
+                        Wide::Int(i) => i as f32,
+                        Wide::Float(x) => x as f32,
+                    })
+                    .collect()
+            } else {
+                decode_f32(f.elem, f.bytes()).ok_or_else(mismatch)?
+            };
+            if let Some(k) = scale {
+                v.iter_mut().for_each(|x| *x *= k);
+            }
+            if let Some((i, x)) = v.iter().enumerate().find(|(_, x)| !x.is_finite()) {
+                return Err(non_finite(i, *x));
             }
             Ok(Column::F32(v))
         }

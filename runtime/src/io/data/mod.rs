@@ -7,7 +7,8 @@
 //!
 //! Batching: the plan has a fixed batch size, so a training epoch runs `samples / batch` full
 //! batches of a seeded permutation and **drops the last partial batch** (its samples land in other
-//! batches in other epochs, since every epoch reshuffles). For evaluation/prediction over every
+//! batches in other epochs, since every epoch reshuffles); [`Dataset::epoch_in_order`] is the
+//! unshuffled epoch (file order, the same every epoch: `--no-shuffle`). For evaluation/prediction over every
 //! sample, [`Dataset::in_order_padded`] pads the last batch by repeating samples and says how many
 //! entries of each batch are real.
 //!
@@ -16,6 +17,7 @@
 
 mod epoch;
 mod load;
+mod mapped;
 mod synthetic;
 
 use std::borrow::Cow;
@@ -26,6 +28,9 @@ use dmc_plan::plan::{IoBinding, Plan};
 use safetensors::Dtype;
 
 pub use epoch::{epoch_order, Epoch};
+pub use load::{parse_scale, LoadOptions};
+
+use mapped::Mapped;
 
 use epoch::{permutation, rng};
 
@@ -116,6 +121,26 @@ pub enum Task {
 enum Column {
     F32(Vec<f32>),
     I32(Vec<i32>),
+    /// f32 inputs read from a memory-mapped file batch by batch (little-endian f32, or uint8
+    /// times a scale).
+    Mapped(Mapped),
+}
+
+/// The host memory a dataset holds (for `dmc run`'s report).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DataMemory {
+    /// Bytes of the data files mapped in place (each file once): read from the file as the
+    /// batches touch them, shared with the page cache, not copied.
+    pub mapped: u64,
+    /// Bytes held in memory: converted values (f32 inputs from other dtypes, i32 labels, the
+    /// synthetic set) and the sample indices of a split.
+    pub in_memory: u64,
+}
+
+impl DataMemory {
+    pub fn total(&self) -> u64 {
+        self.mapped + self.in_memory
+    }
 }
 
 /// A freshly allocated batch (see [`Dataset::fill_f32`] / [`Dataset::fill_i32`] for the
@@ -160,6 +185,7 @@ impl Dataset {
             shape.extend_from_slice(&s.per_sample_shape);
             let (dtype, bytes) = match col {
                 Column::F32(v) => (Dtype::F32, f32_bytes(v)),
+                Column::Mapped(m) => (Dtype::F32, f32_bytes(&m.to_vec())),
                 Column::I32(v) => (Dtype::I32, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
             };
             views.push((
@@ -175,8 +201,14 @@ impl Dataset {
             Format::Safetensors => write_safetensors(path, &views),
             Format::Npy => match views.as_slice() {
                 [(_, v)] => {
-                    let descr = if v.dtype == Dtype::I32 { "<i4" } else { "<f4" };
-                    npy::write_npy_bytes(path, descr, &v.shape, &v.bytes)
+                    let words = v.bytes.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);
+                    if v.dtype == Dtype::I32 {
+                        let data: Vec<i32> = words.map(i32::from_le_bytes).collect();
+                        npy::write_npy_i32(path, &v.shape, &data)
+                    } else {
+                        let data: Vec<f32> = words.map(f32::from_le_bytes).collect();
+                        npy::write_npy_f32(path, &v.shape, &data)
+                    }
                 }
                 _ => Err(IoError::UnsupportedFormat {
                     path: path.to_path_buf(),
@@ -211,19 +243,66 @@ impl Dataset {
             })
     }
 
-    /// All values of an f32 tensor (samples first).
-    pub fn tensor_f32(&self, name: &str) -> Option<&[f32]> {
+    /// All values of an f32 tensor (samples first): borrowed when held in memory, decoded (a copy)
+    /// when the tensor is read in place from a mapped file.
+    pub fn tensor_f32(&self, name: &str) -> Option<Cow<'_, [f32]>> {
         match self.column(name).ok()?.1 {
-            Column::F32(v) => Some(v),
+            Column::F32(v) => Some(Cow::Borrowed(v)),
+            Column::Mapped(m) => Some(Cow::Owned(m.to_vec())),
             Column::I32(_) => None,
         }
+    }
+
+    /// Whether tensor `name` is read in place from a memory-mapped file (not copied into memory).
+    pub fn is_mapped(&self, name: &str) -> bool {
+        matches!(self.column(name), Ok((_, Column::Mapped(_))))
+    }
+
+    /// The host memory the data holds: mapped file bytes (each file once) and in-memory copies.
+    pub fn memory(&self) -> DataMemory {
+        let mut m = DataMemory::default();
+        for c in &self.columns {
+            match c {
+                Column::F32(v) => m.in_memory += (v.len() * 4) as u64,
+                Column::I32(v) => m.in_memory += (v.len() * 4) as u64,
+                Column::Mapped(c) => m.in_memory += c.index_bytes() as u64,
+            }
+        }
+        m.mapped = self
+            .mapped_files()
+            .iter()
+            .map(|f| f.bytes().len() as u64)
+            .sum();
+        m
+    }
+
+    /// The distinct files the columns are mapped from.
+    fn mapped_files(&self) -> Vec<&std::sync::Arc<mapped::MappedFile>> {
+        let mut files: Vec<&std::sync::Arc<mapped::MappedFile>> = Vec::new();
+        for c in &self.columns {
+            if let Column::Mapped(c) = c {
+                if !files.iter().any(|f| std::sync::Arc::ptr_eq(f, &c.file)) {
+                    files.push(&c.file);
+                }
+            }
+        }
+        files
+    }
+
+    /// Whether `other` reads from a file this dataset maps too (the parts of a split do).
+    pub fn shares_files_with(&self, other: &Dataset) -> bool {
+        let mine = self.mapped_files();
+        other
+            .mapped_files()
+            .iter()
+            .any(|f| mine.iter().any(|m| std::sync::Arc::ptr_eq(f, m)))
     }
 
     /// All values of an i32 tensor (samples first).
     pub fn tensor_i32(&self, name: &str) -> Option<&[i32]> {
         match self.column(name).ok()?.1 {
             Column::I32(v) => Some(v),
-            Column::F32(_) => None,
+            Column::F32(_) | Column::Mapped(_) => None,
         }
     }
 
@@ -280,14 +359,19 @@ impl Dataset {
         let (s, col) = self.column(name)?;
         let len = s.sample_len();
         self.check_batch(name, indices, out.len(), len)?;
-        let Column::F32(v) = col else {
-            return Err(IoError::BatchBuffer {
-                name: name.to_string(),
-                reason: "the tensor holds i32 values, not f32".into(),
-            });
-        };
-        for (dst, &i) in out.chunks_exact_mut(len.max(1)).zip(indices) {
-            dst.copy_from_slice(&v[i * len..(i + 1) * len]);
+        match col {
+            Column::F32(v) => {
+                for (dst, &i) in out.chunks_exact_mut(len.max(1)).zip(indices) {
+                    dst.copy_from_slice(&v[i * len..(i + 1) * len]);
+                }
+            }
+            Column::Mapped(m) => m.fill(indices, out),
+            Column::I32(_) => {
+                return Err(IoError::BatchBuffer {
+                    name: name.to_string(),
+                    reason: "the tensor holds i32 values, not f32".into(),
+                })
+            }
         }
         Ok(())
     }
@@ -321,14 +405,18 @@ impl Dataset {
             });
         }
         self.check_batch(name, indices, out.len() / 4, len)?;
-        let mut dst = out.chunks_exact_mut(4);
-        for &i in indices {
-            for k in i * len..(i + 1) * len {
+        let mut sample = vec![0f32; if let Column::Mapped(_) = col { len } else { 0 }];
+        for (dst, &i) in out.chunks_exact_mut((len * 4).max(1)).zip(indices) {
+            if let Column::Mapped(m) = col {
+                m.fill(&[i], &mut sample);
+            }
+            for (k, d) in dst.chunks_exact_mut(4).enumerate() {
                 let b = match col {
-                    Column::F32(v) => v[k].to_ne_bytes(),
-                    Column::I32(v) => v[k].to_ne_bytes(),
+                    Column::F32(v) => v[i * len + k].to_ne_bytes(),
+                    Column::I32(v) => v[i * len + k].to_ne_bytes(),
+                    Column::Mapped(_) => sample[k].to_ne_bytes(),
                 };
-                dst.next().unwrap().copy_from_slice(&b);
+                d.copy_from_slice(&b);
             }
         }
         Ok(())
@@ -339,7 +427,7 @@ impl Dataset {
         let (s, col) = self.column(name)?;
         let n = indices.len() * s.sample_len();
         match col {
-            Column::F32(_) => {
+            Column::F32(_) | Column::Mapped(_) => {
                 let mut v = vec![0f32; n];
                 self.fill_f32(name, indices, &mut v)?;
                 Ok(BatchData::F32(v))
@@ -352,7 +440,8 @@ impl Dataset {
         }
     }
 
-    /// The samples `indices` (in that order) as a new dataset.
+    /// The samples `indices` (in that order) as a new dataset (a tensor read in place from a mapped
+    /// file stays there: only the sample indices are new).
     pub fn subset(&self, indices: &[usize]) -> Dataset {
         let columns = self
             .specs
@@ -373,6 +462,7 @@ impl Dataset {
                             .flat_map(|&i| v[i * l..(i + 1) * l].iter().copied())
                             .collect(),
                     ),
+                    Column::Mapped(m) => Column::Mapped(m.subset(indices)),
                 }
             })
             .collect();
@@ -415,6 +505,13 @@ impl Dataset {
     pub fn epoch(&self, batch_size: usize, seed: u64, epoch: u64) -> Result<Epoch, IoError> {
         self.check_batch_size(batch_size)?;
         Ok(Epoch::shuffled(self.samples, batch_size, seed, epoch))
+    }
+
+    /// A training epoch in file order (no shuffle; the last partial batch is dropped): every epoch
+    /// is the same batches in the same order.
+    pub fn epoch_in_order(&self, batch_size: usize) -> Result<Epoch, IoError> {
+        self.check_batch_size(batch_size)?;
+        Ok(Epoch::in_order(self.samples, batch_size))
     }
 
     /// Every sample in order, the last batch padded (for evaluation and prediction).
