@@ -97,10 +97,8 @@ const COMMANDS: &[(&str, &[&str], &[&str])] = &[
             "--init",
             "--data",
             "--vram-cap",
-            "--remat",
-            "--lr",
         ],
-        &["--poison", "--no-fuse", "--no-split-k", "--verify"],
+        &["--poison", "--no-split-k", "--verify"],
     ),
     (
         "predict",
@@ -111,10 +109,8 @@ const COMMANDS: &[(&str, &[&str], &[&str])] = &[
             "--data",
             "-o",
             "--vram-cap",
-            "--remat",
-            "--lr",
         ],
-        &["--poison", "--no-fuse", "--no-split-k", "--verify"],
+        &["--poison", "--no-split-k", "--verify", "--softmax"],
     ),
 ];
 

@@ -2,7 +2,7 @@
 
 use super::program::load_model;
 use crate::report::CliError;
-use dmc_grammar::summary::thousands;
+use thousands::Separable;
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
@@ -17,7 +17,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         "{}: ok ({} layers, {} parameters)",
         args.file.display(),
         model.nodes.len(),
-        thousands(model.param_count())
+        model.param_count().separate_with_commas()
     );
     Ok(())
 }
