@@ -246,7 +246,7 @@ fn eval_and_predict_refuse_flags_that_mean_nothing_for_them() {
         "-o",
         &p(&d.path().join("o.npy")),
     ]);
-    assert_eq!(code, 2, "{err}");
+    assert_eq!(code, 1, "{err}");
     assert!(err.contains("drop --seed"), "{err}");
 }
 

@@ -217,7 +217,9 @@ pub fn train(
             }
             None => None,
         };
-        epoch_line(pb, epoch, epochs, &stats, None, validation);
+        // A resumed epoch's metrics cover only the steps this process ran.
+        let partial = (skip > 0).then_some(per_epoch);
+        epoch_line(pb, epoch, epochs, &stats, partial, validation);
         if saves.periodic(be, progress.steps, progress.best_val_loss)? {
             progress.saved_at = Some(progress.steps);
         }
