@@ -17,6 +17,18 @@ fn final_loss(out: &str) -> f64 {
         .expect("a number")
 }
 
+/// `(X, Y)` of the first `loss X, accuracy Y%` in `text`.
+fn loss_and_accuracy(text: &str) -> (f64, f64) {
+    let after = |key: &str, end: char| -> f64 {
+        text.split(key)
+            .nth(1)
+            .and_then(|s| s.split(end).next())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no `{key}` number in {text:?}"))
+    };
+    (after("loss ", ','), after("accuracy ", '%'))
+}
+
 /// The last `validation loss X, accuracy Y%` line of a run.
 fn last_validation(err: &str) -> (f64, f64) {
     let line = err
@@ -24,20 +36,7 @@ fn last_validation(err: &str) -> (f64, f64) {
         .rev()
         .find(|l| l.contains("validation loss"))
         .expect("a validation line");
-    let line = line.split("validation ").nth(1).expect("validation metrics");
-    let loss = line
-        .split("loss ")
-        .nth(1)
-        .and_then(|s| s.split(',').next())
-        .and_then(|s| s.parse().ok())
-        .expect("loss");
-    let acc = line
-        .split("accuracy ")
-        .nth(1)
-        .and_then(|s| s.split('%').next())
-        .and_then(|s| s.parse().ok())
-        .expect("acc");
-    (loss, acc)
+    loss_and_accuracy(line.split("validation ").nth(1).expect("validation metrics"))
 }
 
 fn tmp() -> tempfile::TempDir {
@@ -532,14 +531,8 @@ fn a_data_file_that_does_not_exist_is_not_found() {
 
 /// `(train loss, train accuracy %, samples)` of an `epoch ...: train loss X, accuracy Y% (N samples)` line.
 fn epoch_train_metrics(line: &str) -> (f64, f64, usize) {
-    let m = line.split("train loss ").nth(1).expect("train metrics");
-    let loss = m.split(',').next().and_then(|s| s.parse().ok()).expect("loss");
-    let acc = m
-        .split("accuracy ")
-        .nth(1)
-        .and_then(|s| s.split('%').next())
-        .and_then(|s| s.parse().ok())
-        .expect("accuracy");
+    let m = line.split("train loss").nth(1).expect("train metrics");
+    let (loss, acc) = loss_and_accuracy(&format!("loss{m}"));
     let n = m
         .split('(')
         .nth(1)
@@ -587,18 +580,7 @@ fn every_epoch_prints_its_train_loss_and_accuracy_which_match_an_independent_eva
 
     let (code, out, err) = dmc(&["eval", "examples/mlp.dm", "--seed", "5"]);
     assert_eq!(code, 0, "{err}");
-    let eval_loss: f64 = out
-        .split("loss ")
-        .nth(1)
-        .and_then(|s| s.split(',').next())
-        .and_then(|s| s.parse().ok())
-        .expect("eval loss");
-    let eval_acc: f64 = out
-        .split("accuracy ")
-        .nth(1)
-        .and_then(|s| s.split('%').next())
-        .and_then(|s| s.parse().ok())
-        .expect("eval accuracy");
+    let (eval_loss, eval_acc) = loss_and_accuracy(&out);
     assert_eq!(acc, eval_acc, "train {} vs eval {out}", lines[0]);
     assert!((loss - eval_loss).abs() < 1e-4, "train {} vs eval {out}", lines[0]);
     // An accuracy that changes nothing would still be a poor test: this one is not trivially 0 or 100.
