@@ -159,42 +159,28 @@ fn eval_and_predict_use_saved_weights() {
     assert_eq!(code, 0, "{err}");
     let (code, out, err) = dmc(&["eval", "examples/mlp.dm", "--init", &p(&w), "-q"]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("accuracy"), "{out}");
-    let acc: f64 = out
-        .split("accuracy ")
-        .nth(1)
-        .and_then(|s| s.split('%').next())
-        .and_then(|s| s.parse().ok())
-        .expect("acc");
+    let (_, acc) = loss_and_accuracy(&out);
     assert!(acc > 90.0, "{out}");
+    let predict = |file: &Path, extra: &[&str]| {
+        let (init, out) = (p(&w), p(file));
+        let args = [
+            &["predict", "examples/mlp.dm", "--init", &init, "-o", &out, "-q"][..],
+            extra,
+        ]
+        .concat();
+        let (code, out, err) = dmc(&args);
+        assert_eq!(code, 0, "{err}");
+        out
+    };
     let pred = d.path().join("pred.npy");
-    let (code, out, err) = dmc(&[
-        "predict",
-        "examples/mlp.dm",
-        "--init",
-        &p(&w),
-        "-o",
-        &p(&pred),
-        "-q",
-    ]);
-    assert_eq!(code, 0, "{err}");
+    let out = predict(&pred, &[]);
     assert!(out.contains("wrote 64 predictions of shape [10]"), "{out}");
     assert!(out.contains("logits"), "predict says what it wrote: {out}");
     let arr = dmc_runtime::io::read_npy(&pred).expect("npy");
     assert_eq!(arr.shape, vec![64, 10]);
     // --softmax: each row is the softmax of the logits row (computed here in f64).
     let probs = d.path().join("probs.npy");
-    let (code, out, err) = dmc(&[
-        "predict",
-        "examples/mlp.dm",
-        "--init",
-        &p(&w),
-        "-o",
-        &p(&probs),
-        "--softmax",
-        "-q",
-    ]);
-    assert_eq!(code, 0, "{err}");
+    let out = predict(&probs, &["--softmax"]);
     assert!(out.contains("probabilities"), "{out}");
     let f32s = |a: &dmc_runtime::io::NpyArray| -> Vec<f32> {
         a.data
