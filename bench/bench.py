@@ -388,30 +388,26 @@ def worker(a):
 # Driver
 
 
-DMC_LINE = re.compile(
-    r"(\d+) steps, final loss (\S+), ([\d.]+) ms/step; memory: planned arena .*?\((\d+) B\), "
-    r"measured peak (\d+) B")
-
-
 def run_dmc(dmc, file, workdir, steps, device, extra):
     log = os.path.join(workdir, "dmc-loss.txt")
+    summary = os.path.join(workdir, "dmc-summary.json")
     cmd = [dmc, "run", file, "--data", os.path.join(workdir, "data.safetensors"),
            "--init", os.path.join(workdir, "init.safetensors"), "--steps", str(steps),
-           "--loss-log", log, "--device", device, "-q"] + extra
+           "--loss-log", log, "--summary-json", summary, "--device", device, "-q"] + extra
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if out.returncode != 0:
         raise SystemExit(f"dmc failed: {' '.join(cmd)}\n{out.stdout}\n{out.stderr}")
-    m = DMC_LINE.search(out.stdout)
-    if not m:
-        raise SystemExit(f"cannot parse dmc's final line: {out.stdout!r}")
+    with open(summary) as f:
+        s = json.load(f)
     losses, times = [], []
     with open(log) as f:
         for line in f:
             _, l, ms = line.split()
             losses.append(float(l))
             times.append(float(ms))
-    return dict(cmd=cmd, line=out.stdout.strip(), mean_ms=float(m.group(3)), arena=int(m.group(4)),
-                peak=int(m.group(5)), losses=losses, times_ms=times)
+    return dict(cmd=cmd, line=out.stdout.strip(), mean_ms=float(s["ms_per_step"]),
+                arena=int(s["planned_arena_bytes"]), peak=int(s["measured_peak_bytes"]),
+                losses=losses, times_ms=times)
 
 
 def run_worker(example, mode, workdir, steps, device, threads, profile):

@@ -63,21 +63,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     Ok(bytes.round() as u64)
 }
 
-/// Format bytes as a short binary size, e.g. `787.9 MiB`.
-pub fn human(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut i = 0;
-    while v >= 1024.0 && i + 1 < UNITS.len() {
-        v /= 1024.0;
-        i += 1;
-    }
-    if i == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{v:.1} {}", UNITS[i])
-    }
-}
+pub use dmc_compiler::report::human;
 
 #[cfg(test)]
 mod tests {

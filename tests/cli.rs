@@ -66,7 +66,7 @@ fn errors_exit_1_with_a_rendered_diagnostic() {
 
 #[test]
 fn plan_of_seed_is_pinned_and_within_one_percent_of_the_parameters() {
-    let (code, out, err) = dmc(&["plan", "examples/seed.dm"]);
+    let (code, out, err) = dmc(&["plan", "examples/seed.dm", "--verbose"]);
     assert_eq!(code, 0, "{err}");
     insta::assert_snapshot!("cli_seed_plan", out);
     let arena: u64 = out
@@ -80,7 +80,45 @@ fn plan_of_seed_is_pinned_and_within_one_percent_of_the_parameters() {
         arena <= 834_413_138,
         "arena {arena} > 1.01 x parameter bytes"
     );
-    assert!(out.contains("conventional"), "{out}");
+    assert!(out.contains("Keep-everything baseline"), "{out}");
+    // Without --verbose: the verdict only, which is the first lines of the verbose report.
+    let (code, short, err) = dmc(&["plan", "examples/seed.dm"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(short.lines().count() <= 10, "{short}");
+    assert!(short.contains("no cap given"), "{short}");
+    assert!(short.contains("--verbose"), "{short}");
+    let verdict: Vec<&str> = short.lines().filter(|l| !l.contains("--verbose")).collect();
+    assert!(
+        out.starts_with(&(verdict.join("\n") + "\n")),
+        "{short}\n---\n{out}"
+    );
+}
+
+#[test]
+fn plan_verdict_says_whether_the_cap_fits_and_what_recomputation_costs() {
+    // deep_convnet's arena without recomputation is 550.7 MiB: under a 300 MB cap it recomputes.
+    let (code, out, err) = dmc(&["plan", "examples/deep_convnet.dm", "--vram-cap", "300MB"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.lines().count() <= 10, "{out}");
+    let first: Vec<&str> = out.lines().take(4).collect();
+    assert!(first[1].contains("fits the cap of 286.1 MiB"), "{out}");
+    let remat = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("recomputation:"))
+        .expect("a recomputation line");
+    assert!(
+        remat.contains("saves") && remat.contains("more FLOPs"),
+        "{out}"
+    );
+    // The arena it names is under the cap.
+    let arena: u64 = first[0]
+        .split('(')
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .map(|s| s.replace(',', ""))
+        .and_then(|s| s.parse().ok())
+        .expect("arena bytes on the first line");
+    assert!(arena <= 300_000_000, "{out}");
 }
 
 #[test]
@@ -120,7 +158,13 @@ fn plan_timeline_is_svg() {
 #[test]
 fn plan_explains_remat_sweeps_and_finds_the_largest_batch() {
     // resnet_small's arena without recomputation is 1.4 MB: 1.25 MB needs remat.
-    let (code, out, err) = dmc(&["plan", "examples/resnet_small.dm", "--vram-cap", "1.25MB"]);
+    let (code, out, err) = dmc(&[
+        "plan",
+        "examples/resnet_small.dm",
+        "--vram-cap",
+        "1.25MB",
+        "--verbose",
+    ]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("Rematerialization"), "{out}");
     assert!(out.contains("memory saved"), "{out}");

@@ -211,28 +211,52 @@ fn npz_data_and_the_data_memory_report() {
     let net = net.to_str().expect("utf-8");
     let order: Vec<usize> = (0..SAMPLES).collect();
     let data = npy_data(&d.path().join("a"), &order);
-    let (reference, out) = losses(d.path(), &[net, "--data", &data, "--steps", "4"]);
+    let json = d.path().join("summary.json");
+    let json_s = json.to_str().expect("utf-8");
+    let data_bytes = |out: &str| {
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).expect("summary")).expect("json");
+        assert!(out.contains("host data "), "{out}");
+        (
+            v["data_mapped_bytes"].as_u64().expect("mapped"),
+            v["data_in_memory_bytes"].as_u64().expect("in memory"),
+        )
+    };
+    let (reference, out) = losses(
+        d.path(),
+        &[
+            net,
+            "--data",
+            &data,
+            "--steps",
+            "4",
+            "--summary-json",
+            json_s,
+        ],
+    );
     // The report: x.npy mapped in place, the f32 targets (16 x 4 B) in memory.
     let x_len = std::fs::metadata(d.path().join("a/x.npy"))
         .expect("x")
         .len();
-    let total = x_len + (SAMPLES * 4) as u64;
-    assert!(
-        out.contains(&format!("host data ")) && out.contains(&format!("({total} B: ")),
-        "{out}"
-    );
-    // The same arrays in an .npz archive: the same run.
+    assert_eq!(data_bytes(&out), (x_len, (SAMPLES * 4) as u64));
+    // The same arrays in an .npz archive: the same run, the archive mapped.
     let read = |n: &str| std::fs::read(d.path().join("a").join(n)).expect("npy");
     let arc = d.path().join("d.npz");
     npz(&arc, &[("x", read("x.npy")), ("y", read("y.npy"))]);
+    let arc_s = arc.to_str().expect("utf-8");
     let (from_npz, out) = losses(
         d.path(),
-        &[net, "--data", arc.to_str().expect("utf-8"), "--steps", "4"],
+        &[
+            net,
+            "--data",
+            arc_s,
+            "--steps",
+            "4",
+            "--summary-json",
+            json_s,
+        ],
     );
     assert_eq!(from_npz, reference);
     let arc_len = std::fs::metadata(&arc).expect("npz").len();
-    assert!(
-        out.contains(&format!("({} B: ", arc_len + (SAMPLES * 4) as u64)),
-        "{out}"
-    );
+    assert_eq!(data_bytes(&out), (arc_len, (SAMPLES * 4) as u64));
 }

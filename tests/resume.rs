@@ -268,11 +268,25 @@ fn adam_and_save_best_resume_across_epochs() {
     let tail = |log: &str| -> Vec<String> {
         log.lines()
             .filter(|l| l.starts_with("epoch 2") || l.starts_with("epoch 3"))
+            .filter_map(|l| l.split("; validation ").nth(1))
             .map(str::to_string)
             .collect()
     };
     assert_eq!(tail(&full).len(), 2, "{full}");
     assert_eq!(tail(&full), tail(&resumed));
+    // Epoch 3 ran whole in the resumed process: its train metrics are the full run's too; epoch 2
+    // resumed inside, and its line says how many of its steps it covers.
+    let line = |log: &str, e: &str| -> String {
+        log.lines()
+            .find(|l| l.starts_with(e))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(line(&full, "epoch 3/3: "), line(&resumed, "epoch 3/3: "));
+    assert!(
+        line(&resumed, "epoch 2/3 (").contains(" of its "),
+        "{resumed}"
+    );
 }
 
 #[test]

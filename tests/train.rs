@@ -17,6 +17,18 @@ fn final_loss(out: &str) -> f64 {
         .expect("a number")
 }
 
+/// `(X, Y)` of the first `loss X, accuracy Y%` in `text`.
+fn loss_and_accuracy(text: &str) -> (f64, f64) {
+    let after = |key: &str, end: char| -> f64 {
+        text.split(key)
+            .nth(1)
+            .and_then(|s| s.split(end).next())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no `{key}` number in {text:?}"))
+    };
+    (after("loss ", ','), after("accuracy ", '%'))
+}
+
 /// The last `validation loss X, accuracy Y%` line of a run.
 fn last_validation(err: &str) -> (f64, f64) {
     let line = err
@@ -24,19 +36,11 @@ fn last_validation(err: &str) -> (f64, f64) {
         .rev()
         .find(|l| l.contains("validation loss"))
         .expect("a validation line");
-    let loss = line
-        .split("loss ")
-        .nth(1)
-        .and_then(|s| s.split(',').next())
-        .and_then(|s| s.parse().ok())
-        .expect("loss");
-    let acc = line
-        .split("accuracy ")
-        .nth(1)
-        .and_then(|s| s.split('%').next())
-        .and_then(|s| s.parse().ok())
-        .expect("acc");
-    (loss, acc)
+    loss_and_accuracy(
+        line.split("validation ")
+            .nth(1)
+            .expect("validation metrics"),
+    )
 }
 
 fn tmp() -> tempfile::TempDir {
@@ -159,28 +163,88 @@ fn eval_and_predict_use_saved_weights() {
     assert_eq!(code, 0, "{err}");
     let (code, out, err) = dmc(&["eval", "examples/mlp.dm", "--init", &p(&w), "-q"]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("accuracy"), "{out}");
-    let acc: f64 = out
-        .split("accuracy ")
-        .nth(1)
-        .and_then(|s| s.split('%').next())
-        .and_then(|s| s.parse().ok())
-        .expect("acc");
+    let (_, acc) = loss_and_accuracy(&out);
     assert!(acc > 90.0, "{out}");
+    let predict = |file: &Path, extra: &[&str]| {
+        let (init, out) = (p(&w), p(file));
+        let args = [
+            &[
+                "predict",
+                "examples/mlp.dm",
+                "--init",
+                &init,
+                "-o",
+                &out,
+                "-q",
+            ][..],
+            extra,
+        ]
+        .concat();
+        let (code, out, err) = dmc(&args);
+        assert_eq!(code, 0, "{err}");
+        out
+    };
     let pred = d.path().join("pred.npy");
-    let (code, out, err) = dmc(&[
+    let out = predict(&pred, &[]);
+    assert!(out.contains("wrote 64 predictions of shape [10]"), "{out}");
+    assert!(out.contains("logits"), "predict says what it wrote: {out}");
+    let arr = dmc_runtime::io::read_npy(&pred).expect("npy");
+    assert_eq!(arr.shape, vec![64, 10]);
+    // --softmax: each row is the softmax of the logits row (computed here in f64).
+    let probs = d.path().join("probs.npy");
+    let out = predict(&probs, &["--softmax"]);
+    assert!(out.contains("probabilities"), "{out}");
+    let f32s = |a: &dmc_runtime::io::NpyArray| -> Vec<f32> {
+        a.data
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
+    };
+    let logits = f32s(&arr);
+    let pr = f32s(&dmc_runtime::io::read_npy(&probs).expect("npy"));
+    for (l, q) in logits.chunks(10).zip(pr.chunks(10)) {
+        let m = l.iter().fold(f64::MIN, |a, &b| a.max(b as f64));
+        let z: f64 = l.iter().map(|&v| (v as f64 - m).exp()).sum();
+        for (&lv, &qv) in l.iter().zip(q) {
+            let want = (lv as f64 - m).exp() / z;
+            assert!((qv as f64 - want).abs() < 1e-6, "{qv} vs {want}");
+        }
+        let sum: f64 = q.iter().map(|&v| v as f64).sum();
+        assert!((sum - 1.0).abs() < 1e-5, "{sum}");
+    }
+}
+
+#[test]
+fn eval_and_predict_refuse_flags_that_mean_nothing_for_them() {
+    for cmd in ["eval", "predict"] {
+        for flag in ["--no-fuse", "--lr=0.1", "--remat=off"] {
+            let (code, _, err) = dmc(&[cmd, "examples/mlp.dm", flag]);
+            assert_eq!(code, 2, "{cmd} {flag}: {err}");
+            let name = flag.split('=').next().unwrap_or(flag);
+            assert!(
+                err.contains(&format!("unexpected argument '{name}'")),
+                "{cmd} {flag}: {err}"
+            );
+        }
+    }
+    // --seed only seeds fresh weights and synthetic data: with --init and --data it is refused.
+    let d = tmp();
+    let x = d.path().join("image.npy");
+    dmc_runtime::io::write_npy_f32(&x, &[4, 784], &[0.5; 4 * 784]).expect("x");
+    let (code, _, err) = dmc(&[
         "predict",
         "examples/mlp.dm",
         "--init",
-        &p(&w),
+        "w.safetensors",
+        "--data",
+        &p(&x),
+        "--seed",
+        "3",
         "-o",
-        &p(&pred),
-        "-q",
+        &p(&d.path().join("o.npy")),
     ]);
-    assert_eq!(code, 0, "{err}");
-    assert!(out.contains("wrote 64 predictions of shape [10]"), "{out}");
-    let arr = dmc_runtime::io::read_npy(&pred).expect("npy");
-    assert_eq!(arr.shape, vec![64, 10]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("drop --seed"), "{err}");
 }
 
 #[test]
@@ -461,4 +525,97 @@ fn a_data_file_that_does_not_exist_is_not_found() {
         );
         assert!(!err.contains("has no tensor"), "{data}: {err}");
     }
+}
+
+/// `(train loss, train accuracy %, samples)` of an `epoch ...: train loss X, accuracy Y% (N samples)` line.
+fn epoch_train_metrics(line: &str) -> (f64, f64, usize) {
+    let m = line.split("train loss").nth(1).expect("train metrics");
+    let (loss, acc) = loss_and_accuracy(&format!("loss{m}"));
+    let n = m
+        .split('(')
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|s| s.parse().ok())
+        .expect("samples");
+    (loss, acc, n)
+}
+
+#[test]
+fn every_epoch_prints_its_train_loss_and_accuracy_which_match_an_independent_eval() {
+    // With a learning rate of 1e-30 the weights do not move, so the epoch's running train metrics
+    // (one epoch = every synthetic sample once) must equal `dmc eval` of the same initial weights
+    // on the same data: the accuracy exactly, the loss to rounding.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("loss.txt");
+    let (code, _, err) = dmc(&[
+        "run",
+        "examples/mlp.dm",
+        "--epochs",
+        "2",
+        "--lr",
+        "1e-30",
+        "--seed",
+        "5",
+        "--loss-log",
+        &log.display().to_string(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    // stderr is not a terminal here: the lines are printed anyway, one per epoch.
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("epoch ")).collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(
+        lines[0].starts_with("epoch 1/2: ") && lines[1].starts_with("epoch 2/2: "),
+        "{err}"
+    );
+    let (loss, acc, n) = epoch_train_metrics(lines[0]);
+    assert_eq!(n, 1024, "{err}");
+    // The train loss is the mean of the epoch's step losses (the loss log).
+    let steps: Vec<f64> = std::fs::read_to_string(&log)
+        .expect("loss log")
+        .lines()
+        .take(16)
+        .map(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .and_then(|s| s.parse().ok())
+                .expect("loss")
+        })
+        .collect();
+    let mean = steps.iter().sum::<f64>() / steps.len() as f64;
+    assert!((loss - mean).abs() < 1e-5, "{loss} vs {mean}");
+
+    let (code, out, err) = dmc(&["eval", "examples/mlp.dm", "--seed", "5"]);
+    assert_eq!(code, 0, "{err}");
+    let (eval_loss, eval_acc) = loss_and_accuracy(&out);
+    assert_eq!(acc, eval_acc, "train {} vs eval {out}", lines[0]);
+    assert!(
+        (loss - eval_loss).abs() < 1e-4,
+        "train {} vs eval {out}",
+        lines[0]
+    );
+    // An accuracy that changes nothing would still be a poor test: this one is not trivially 0 or 100.
+    assert!(acc > 0.0 && acc < 100.0, "{acc}");
+}
+
+#[test]
+fn a_run_stopped_inside_an_epoch_says_how_much_of_it_the_line_covers() {
+    let (code, out, err) = dmc(&["run", "examples/mlp.dm", "--steps", "5"]);
+    assert_eq!(code, 0, "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("epoch 1/1 (5 of its 16 steps): train loss "))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert_eq!(epoch_train_metrics(line).2, 5 * 64, "{line}");
+    // The run ends with the memory line, in one unit.
+    let last = out.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("memory: planned ") && last.ends_with("no --vram-cap given"),
+        "{out}"
+    );
+    let units: std::collections::BTreeSet<&str> = last
+        .split_whitespace()
+        .filter(|w| w.trim_end_matches([',', ';', ')']).ends_with("iB"))
+        .map(|w| w.trim_end_matches([',', ';', ')']))
+        .collect();
+    assert_eq!(units.len(), 1, "{last}");
 }

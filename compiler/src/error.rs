@@ -48,13 +48,13 @@ pub enum CompileError {
     #[error(
         "parameters {} + optimizer state {} + smallest working set {} = {} > cap {}; \
          the smallest cap that works is {} ({} bytes): pass --vram-cap {}MiB or more",
-        fmt_bytes(*params),
-        fmt_bytes(*opt_state),
-        fmt_bytes(*working_set),
-        fmt_bytes(*needed),
-        fmt_bytes(*cap),
-        fmt_bytes(*needed),
-        fmt_thousands(*needed),
+        crate::report::human(*params),
+        crate::report::human(*opt_state),
+        crate::report::human(*working_set),
+        crate::report::human(*needed),
+        crate::report::human(*cap),
+        crate::report::human(*needed),
+        crate::report::thousands(*needed),
         needed.div_ceil(1 << 20)
     )]
     CapExceeded {
@@ -224,36 +224,6 @@ pub enum PlanCheckError {
     },
     #[error("binding `{name}`: {msg}")]
     Binding { name: String, msg: String },
-}
-
-/// `1234` -> `1.2 KiB`; one decimal (dropped when zero), binary units.
-pub fn fmt_bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        return format!("{b} B");
-    }
-    let s = format!("{v:.1}");
-    let s = s.strip_suffix(".0").unwrap_or(&s).to_string();
-    format!("{s} {}", UNITS[u])
-}
-
-/// `827359744` -> `827,359,744`.
-pub fn fmt_thousands(n: u64) -> String {
-    let d = n.to_string();
-    let mut out = String::new();
-    for (i, c) in d.chars().enumerate() {
-        if i > 0 && matches!((d.len() - i) % 3, 0) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 impl From<VerifyError> for CompileError {

@@ -239,7 +239,7 @@ fn remat_report_explains_the_choice() {
         strategy: info.strategy,
         sequence: info.sequence,
     });
-    let text = dmc_compiler::report::render_text(&r, Some(cap));
+    let text = dmc_compiler::report::render_text(&r, Some(cap), true);
     assert!(
         text.contains("Rematerialization") && text.contains("memory saved"),
         "{text}"

@@ -106,7 +106,7 @@ fn seed_report_text() {
     let p = seed_plan();
     let r = memory_report(&p);
     check_invariants(&p, &r);
-    insta::assert_snapshot!("seed_report", render_text(&r, Some(4 << 30)));
+    insta::assert_snapshot!("seed_report", render_text(&r, Some(4 << 30), true));
 }
 
 #[test]
@@ -156,9 +156,9 @@ fn invariants_on_all_fixtures_and_modes() {
                 let p = plan_of(&m, mode);
                 let r = memory_report(&p);
                 check_invariants(&p, &r);
-                let text = render_text(&r, None);
+                let text = render_text(&r, None, true);
                 assert!(text.contains("Peak of live bytes"), "{name} {mode:?}");
-                assert_eq!(text, render_text(&r, None), "deterministic");
+                assert_eq!(text, render_text(&r, None, true), "deterministic");
                 if mode == Mode::Train {
                     // Momentum / Adam keep state: the conventional column counts it.
                     assert!(r.conventional.optimizer_state > 0, "{name}");
@@ -188,7 +188,7 @@ fn svg_is_valid_and_shows_the_cap() {
     let texts = parse_svg(&svg);
     for want in [
         "cap 3.0 GiB",
-        "step",
+        "kernel",
         "live MiB",
         "parameters",
         "activations",
@@ -209,6 +209,67 @@ fn svg_is_valid_and_shows_the_cap() {
     assert!(!texts.iter().any(|t| t.starts_with("cap ")));
     assert!(!svg.contains("#D62728"));
     assert_eq!(svg, render_svg(&r, None).unwrap(), "deterministic");
+}
+
+/// The numeric tick labels of an SVG's axes: (y-axis labels bottom to top, x-axis labels left to right).
+fn axis_ticks(svg: &str) -> (Vec<f64>, Vec<f64>) {
+    let doc = roxmltree::Document::parse(svg).expect("well-formed");
+    let mut y: Vec<(f64, f64)> = vec![];
+    let mut x: Vec<(f64, f64)> = vec![];
+    for n in doc.descendants().filter(|n| n.has_tag_name("text")) {
+        let Ok(v) = n.text().unwrap_or("").trim().parse::<f64>() else {
+            continue;
+        };
+        let at = |a: &str| {
+            n.attribute(a)
+                .and_then(|s| s.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        match n.attribute("text-anchor") {
+            Some("end") => y.push((-at("y"), v)),
+            Some("middle") => x.push((at("x"), v)),
+            _ => {}
+        }
+    }
+    y.sort_by(|a, b| a.0.total_cmp(&b.0));
+    x.sort_by(|a, b| a.0.total_cmp(&b.0));
+    (
+        y.into_iter().map(|p| p.1).collect(),
+        x.into_iter().map(|p| p.1).collect(),
+    )
+}
+
+#[test]
+fn svg_axis_labels_are_distinct_and_increasing_for_small_programs_too() {
+    let mut plans: Vec<Plan> = small_fixtures(adam(1e-3))
+        .into_iter()
+        .map(|(_, m)| plan_of(&m, Mode::Train))
+        .collect();
+    plans.push(seed_plan());
+    for p in &plans {
+        let r = memory_report(p);
+        let svg = render_svg(&r, None).unwrap();
+        let (y, x) = axis_ticks(&svg);
+        assert!(y.len() >= 3, "{y:?}");
+        assert!(
+            y.windows(2).all(|w| w[0] < w[1]),
+            "y labels repeat or fall: {y:?}"
+        );
+        assert!(x.len() >= 2, "{x:?}");
+        assert!(
+            x.windows(2).all(|w| w[0] < w[1]),
+            "x labels repeat or fall: {x:?}"
+        );
+        assert!(
+            x.iter().all(|v| v.fract() == 0.0),
+            "kernel positions are whole: {x:?}"
+        );
+        let texts = parse_svg(&svg);
+        assert!(
+            texts.iter().any(|t| t.starts_with("kernel")),
+            "x axis names kernels"
+        );
+    }
 }
 
 #[test]
@@ -252,7 +313,7 @@ fn views_are_counted_once_and_reuse_is_not_a_view() {
     }
     assert!(r.lower_bound_bytes <= r.arena_bytes);
     assert!(r.peak.live.iter().all(|b| b.id != view.id));
-    assert!(render_text(&r, None).contains("(view)"));
+    assert!(render_text(&r, None, true).contains("(view)"));
     // ... while a later buffer reusing the same bytes after it died is counted on its own.
     let mut reuse = a.clone();
     reuse.name = "reuse".into();
@@ -281,7 +342,7 @@ fn a_plan_without_steps() {
     assert_eq!(r.peak.live.iter().map(|b| b.bytes).sum::<u64>(), persistent);
     assert!(r.timeline.is_empty());
     assert_eq!(r.backward_starts, None);
-    assert!(render_text(&r, Some(1)).contains("(no steps)"));
+    assert!(render_text(&r, Some(1), true).contains("(no steps)"));
     parse_svg(&render_svg(&r, Some(1)).unwrap());
 }
 

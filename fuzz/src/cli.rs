@@ -91,30 +91,13 @@ const COMMANDS: &[(&str, &[&str], &[&str])] = &[
     ),
     (
         "eval",
-        &[
-            "--batch",
-            "--seed",
-            "--init",
-            "--data",
-            "--vram-cap",
-            "--remat",
-            "--lr",
-        ],
-        &["--poison", "--no-fuse", "--no-split-k", "--verify"],
+        &["--batch", "--seed", "--init", "--data", "--vram-cap"],
+        &["--poison", "--no-split-k", "--verify"],
     ),
     (
         "predict",
-        &[
-            "--batch",
-            "--seed",
-            "--init",
-            "--data",
-            "-o",
-            "--vram-cap",
-            "--remat",
-            "--lr",
-        ],
-        &["--poison", "--no-fuse", "--no-split-k", "--verify"],
+        &["--batch", "--seed", "--init", "--data", "-o", "--vram-cap"],
+        &["--poison", "--no-split-k", "--verify", "--softmax"],
     ),
 ];
 

@@ -64,7 +64,7 @@ pub fn read_source_limited(path: &std::path::Path, limit: u64) -> Result<String,
             &file,
         )
     };
-    let th = |n: u64| summary::thousands(usize::try_from(n).unwrap_or(usize::MAX));
+    let th = |n: u64| thousands::Separable::separate_with_commas(&n);
     let too_large = |size: Option<u64>| {
         let size = match size {
             Some(n) => format!("{} bytes", th(n)),

@@ -2,35 +2,18 @@
 
 use crate::model::*;
 use serde_json::json;
+use thousands::Separable;
 
 /// Bytes per element (fp32).
 const F32: usize = 4;
 
-/// `1234567` -> `1,234,567`.
-pub fn thousands(n: usize) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        #[allow(clippy::manual_is_multiple_of)] // `is_multiple_of` needs Rust 1.87; MSRV is 1.80
-        let group_start = i > 0 && (s.len() - i) % 3 == 0;
-        if group_start {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 /// `826152612` -> `826,152,612 bytes (787.9 MiB)`.
 pub fn bytes_text(n: usize) -> String {
-    let (v, unit) = if n >= 1 << 30 {
-        (n as f64 / (1u64 << 30) as f64, "GiB")
-    } else if n >= 1 << 20 {
-        (n as f64 / (1u64 << 20) as f64, "MiB")
-    } else {
-        (n as f64 / 1024.0, "KiB")
-    };
-    format!("{} bytes ({v:.1} {unit})", thousands(n))
+    format!(
+        "{} bytes ({})",
+        n.separate_with_commas(),
+        bytesize::ByteSize(n as u64).display().iec()
+    )
 }
 
 /// Keras-style type name of a layer (from the layer table).
@@ -194,9 +177,9 @@ pub fn summary_text(model: &Model) -> String {
             [
                 format!("{} ({})", table_name(&r.name), r.kind),
                 shape_text(&r.shape),
-                thousands(r.params),
-                thousands(r.output_bytes),
-                thousands(r.param_bytes),
+                r.params.separate_with_commas(),
+                r.output_bytes.separate_with_commas(),
+                r.param_bytes.separate_with_commas(),
             ]
         })
         .collect();
@@ -281,7 +264,10 @@ pub fn summary_text(model: &Model) -> String {
     out.push_str(&line('='));
     out.push('\n');
     out.push_str(&format!("Layers:             {}\n", rows.len()));
-    out.push_str(&format!("Total params:       {}\n", thousands(t.params)));
+    out.push_str(&format!(
+        "Total params:       {}\n",
+        t.params.separate_with_commas()
+    ));
     out.push_str(&format!(
         "Param bytes (fp32): {}\n",
         bytes_text(t.param_bytes)

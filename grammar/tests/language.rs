@@ -317,7 +317,12 @@ fn train_shuffle_setting() {
         "{body}train {{ batch: 4, optimizer: sgd, shuffle = true }}"
     ));
     assert_eq!(m.train.shuffle, Some(true));
-    for bad in ["shuffle: 0", "shuffle: no", "shuffle: 1.5", "shuffle: (true, false)"] {
+    for bad in [
+        "shuffle: 0",
+        "shuffle: no",
+        "shuffle: 1.5",
+        "shuffle: (true, false)",
+    ] {
         let src = format!("{body}train {{ batch: 4, optimizer: sgd, {bad} }}");
         let d = compile_source(&src, "test.dm").expect_err(bad);
         let text = render_plain(&d);

@@ -2,8 +2,8 @@
 
 use super::program::load_model;
 use crate::report::CliError;
-use dmc_grammar::summary::thousands;
 use std::path::PathBuf;
+use thousands::Separable;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -17,7 +17,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         "{}: ok ({} layers, {} parameters)",
         args.file.display(),
         model.nodes.len(),
-        thousands(model.param_count())
+        model.param_count().separate_with_commas()
     );
     Ok(())
 }

@@ -9,7 +9,7 @@ use dmc_codegen::CodegenOptions;
 use dmc_compiler::plan::{Mode, Plan};
 use dmc_runtime::cuda::{self, selftest};
 
-use super::plan_args::{PlanArgs, VERIFY};
+use super::plan_args::{PlanArgs, StepArgs, VERIFY};
 use super::program::load_model;
 use crate::report::CliError;
 use crate::size::human;
@@ -65,7 +65,10 @@ struct Plans {
 
 fn plan_all(a: &SelftestArgs) -> Result<Plans, CliError> {
     let uncapped = PlanArgs {
-        vram_cap: None,
+        step: StepArgs {
+            vram_cap: None,
+            ..a.plan.step.clone()
+        },
         ..a.plan.clone()
     };
     let compile = |path: &Path, args: &PlanArgs, mode: Mode| -> Result<Plan, CliError> {
@@ -286,7 +289,12 @@ fn train_row(
     a: &SelftestArgs,
     dev: Option<&cuda::Device>,
 ) -> Result<Row, CliError> {
-    let cap = a.plan.vram_cap.map(human).unwrap_or_else(|| "none".into());
+    let cap = a
+        .plan
+        .step
+        .vram_cap
+        .map(human)
+        .unwrap_or_else(|| "none".into());
     let check = format!("train {} steps, cap {cap}", a.steps);
     let Some(d) = dev else {
         return Ok(Row {

@@ -1,6 +1,7 @@
-//! `dmc plan FILE`: compile the training step and explain its memory: the peak by category, the moment
-//! of the peak, the arena against its lower bound, a conventional framework's step for comparison, per
-//! layer what is kept for backward, and (with `--timeline`) an SVG of live bytes over the step.
+//! `dmc plan FILE`: compile the training step and explain its memory: first a verdict of a few lines
+//! (fits the cap or not, the peak, what recomputation chose), then with `--verbose` the details: the
+//! peak by category, the arena against its lower bound, the keep-everything baseline for comparison,
+//! per layer what is kept for backward; with `--timeline` an SVG of live bytes over the step.
 //! Under a `--vram-cap` the plan needs rematerialization for, it explains the choice (what is
 //! recomputed, at what cost, what it saves). `--sweep` prints (and with `--svg` draws) the
 //! memory / recompute trade-off; `--max-batch` finds the largest batch that fits the cap.
@@ -26,9 +27,13 @@ pub struct Args {
     pub file: PathBuf,
     #[command(flatten)]
     pub plan: PlanArgs,
-    /// The report as JSON (for tools).
+    /// The report as JSON (for tools): everything `--verbose` prints, and more.
     #[arg(long)]
     pub json: bool,
+    /// After the verdict, the details: the peak's categories and buffers, the arena, the
+    /// keep-everything baseline, views, recomputation, per layer, per step.
+    #[arg(long, short, conflicts_with = "json")]
+    pub verbose: bool,
     /// Draw live bytes over the step, stacked by category, with the cap, to this SVG file.
     #[arg(long, value_name = "FILE.svg")]
     pub timeline: Option<PathBuf>,
@@ -57,7 +62,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let model = load_model(&args.file)?;
     let opts = args.plan.options(Mode::Train, VERIFY)?;
     if args.max_batch {
-        let cap = args.plan.vram_cap.unwrap_or(u64::MAX);
+        let cap = args.plan.step.vram_cap.unwrap_or(u64::MAX);
         let found = dmc_compiler::max_batch(&model, &opts)?;
         match found {
             Some((b, arena)) => println!(
@@ -65,7 +70,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
                 args.file.display(),
                 human(cap),
                 human(arena),
-                if args.plan.remat == RematArg::Off {
+                if args.plan.train.remat == RematArg::Off {
                     "off"
                 } else {
                     "auto"
@@ -131,10 +136,13 @@ pub fn run(args: Args) -> Result<(), CliError> {
             .and_then(|()| out.flush())
             .map_err(|e| CliError::Message(format!("cannot write the report: {e}")))?;
     } else {
-        print!("{}", render_text(&report, args.plan.vram_cap));
+        print!(
+            "{}",
+            render_text(&report, args.plan.step.vram_cap, args.verbose)
+        );
     }
     if let Some(path) = &args.timeline {
-        let svg = render_svg(&report, args.plan.vram_cap)
+        let svg = render_svg(&report, args.plan.step.vram_cap)
             .map_err(|e| CliError::Message(format!("cannot draw the timeline: {e}")))?;
         write_file_atomic(path, svg.as_bytes())?;
         if !args.json {

@@ -13,17 +13,33 @@ use crate::size::parse_size;
 /// builds; `dmc data` and `plan --sweep` never do).
 pub const VERIFY: bool = true;
 
-/// `--batch`, `--vram-cap`, `--no-fuse`, `--remat`, `--lr`: what every plan-compiling command takes.
+/// `--batch`, `--vram-cap`, `--no-fuse`, `--remat`, `--lr`: what every plan-compiling command takes
+/// (`eval` and `predict` take only [`StepArgs`]: the others shape a training step).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct PlanArgs {
+    #[command(flatten)]
+    pub step: StepArgs,
+    #[command(flatten)]
+    pub train: TrainStepArgs,
+}
+
+/// `--batch` and `--vram-cap`: the plan flags of `eval` and `predict`, whose steps have no backward
+/// (so nothing to recompute, no update to fuse, no learning rate).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct StepArgs {
     /// Batch size (overrides the program's `train { batch }`).
     #[arg(long)]
     pub batch: Option<usize>,
     /// Memory cap for the planned arena, e.g. `900MB`, `1GiB`, `1.5G` or bytes.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub vram_cap: Option<u64>,
-    /// Keep whole per-layer weight gradients (no optimizer update fused into the backward), for
-    /// comparison with the default fused, chunked update.
+}
+
+/// `--no-fuse`, `--remat`, `--lr`: what shapes a training step beyond [`StepArgs`] (`dmc run`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct TrainStepArgs {
+    /// Keep whole per-layer weight gradients and unfused epilogues (no optimizer update fused
+    /// into the backward), for comparison with the default fused step.
     #[arg(long)]
     pub no_fuse: bool,
     /// Recompute forward values in the backward to fit `--vram-cap` (auto: only when needed).
@@ -36,11 +52,19 @@ pub struct PlanArgs {
 }
 
 impl PlanArgs {
+    /// The plan flags of `step` with the training flags `train` (the defaults for eval/predict).
+    pub fn from_parts(step: &StepArgs, train: &TrainStepArgs) -> PlanArgs {
+        PlanArgs {
+            step: step.clone(),
+            train: train.clone(),
+        }
+    }
+
     /// The compile options of the `mode` step. `verify` checks the IR after every pass and the
     /// emitted plan (each command says whether it wants that). `--lr` names the training step's
     /// optimizer update, so it is refused for an eval or predict step, which has none.
     pub fn options(&self, mode: Mode, verify: bool) -> Result<CompileOptions, CliError> {
-        if let (Some(lr), Mode::Eval | Mode::Predict) = (self.lr, mode) {
+        if let (Some(lr), Mode::Eval | Mode::Predict) = (self.train.lr, mode) {
             return Err(CliError::Usage(format!(
                 "--lr {lr}: the learning rate belongs to the training step's optimizer update, and the {} step has none; drop --lr",
                 mode_name(mode)
@@ -48,11 +72,11 @@ impl PlanArgs {
         }
         Ok(CompileOptions {
             mode,
-            batch: self.batch,
-            lr: self.lr,
-            cap: self.vram_cap,
-            fuse: !self.no_fuse,
-            remat: self.remat.into(),
+            batch: self.step.batch,
+            lr: self.train.lr,
+            cap: self.step.vram_cap,
+            fuse: !self.train.no_fuse,
+            remat: self.train.remat.into(),
             verify,
             ..CompileOptions::default()
         })
@@ -63,7 +87,10 @@ impl PlanArgs {
     /// training step has.
     pub fn beside_training(&self) -> PlanArgs {
         PlanArgs {
-            lr: None,
+            train: TrainStepArgs {
+                lr: None,
+                ..self.train.clone()
+            },
             ..self.clone()
         }
     }

@@ -20,7 +20,7 @@ const COLORS: [(u8, u8, u8); 6] = [
     (188, 189, 34),  // workspace: olive
 ];
 
-/// A chart of live bytes over the step (x: step index, y: MiB; KiB or bytes for small programs), stacked by category, with the
+/// A chart of live bytes over the step (x: kernel position in the step, y: MiB; KiB or bytes for small programs), stacked by category, with the
 /// arena size and, when given, the cap as horizontal lines; legend and axis labels. Pure SVG:
 /// text is emitted as `<text>` elements, no fonts are read.
 pub fn render_svg(r: &MemoryReport, cap: Option<u64>) -> Result<String, RenderError> {
@@ -50,7 +50,7 @@ pub fn render_svg(r: &MemoryReport, cap: Option<u64>) -> Result<String, RenderEr
         let root = SVGBackend::with_string(&mut out, (1100, 620)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| err(&e))?;
         let caption = format!(
-            "dmc: live bytes per step ({} mode, batch {}; peak {} at step {})",
+            "dmc: live bytes over one step ({} mode, batch {}; peak {} at kernel {})",
             mode_name(r.mode),
             r.batch,
             human(r.lower_bound_bytes),
@@ -63,12 +63,20 @@ pub fn render_svg(r: &MemoryReport, cap: Option<u64>) -> Result<String, RenderEr
             .y_label_area_size(80)
             .build_cartesian_2d(0f64..xmax, 0f64..top)
             .map_err(|e| err(&e))?;
+        // Tick labels with as many decimals as the tick spacing needs, so that no two read the
+        // same ("0, 0, 1, 2, 2" for a 3 MiB program); kernel positions are whole numbers, at most
+        // one tick per kernel.
+        let y_ticks = 8;
+        let decimals = (-(top / y_ticks as f64).log10().floor()).clamp(0.0, 6.0) as usize;
+        let x_ticks = (xmax as usize).clamp(1, 12) + 1;
         chart
             .configure_mesh()
-            .x_desc("step")
+            .x_desc("kernel, in the order the step runs them")
             .y_desc(format!("live {unit_name}"))
+            .x_labels(x_ticks)
+            .y_labels(y_ticks)
             .x_label_formatter(&|x| format!("{x:.0}"))
-            .y_label_formatter(&|y| format!("{y:.0}"))
+            .y_label_formatter(&|y| format!("{y:.decimals$}"))
             .label_style(("sans-serif", 13))
             .axis_desc_style(("sans-serif", 15))
             .light_line_style(RGBColor(235, 235, 235))

@@ -7,35 +7,16 @@ use super::{recompute_pct, MemoryReport, CATEGORIES};
 use crate::plan::{Mode, StepPhase};
 use crate::sweep::Sweep;
 
-/// `826152612` -> `826,152,612`.
+/// `826152612` -> `826,152,612`: how dmc writes every large count (the `thousands` crate).
 pub fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let head = match s.len() % 3 {
-        0 => 3.min(s.len()),
-        r => r,
-    };
-    let mut out = String::with_capacity(s.len() + s.len() / 3);
-    out.push_str(&s[..head]);
-    for chunk in s.as_bytes()[head..].chunks(3) {
-        out.push(',');
-        out.extend(chunk.iter().map(|&b| b as char));
-    }
-    out
+    use ::thousands::Separable;
+    n.separate_with_commas()
 }
 
-/// Binary units with one decimal: `612 B`, `1.5 KiB`, `787.9 MiB`, `2.3 GiB`.
+/// Binary units with one decimal: `612 B`, `1.5 KiB`, `787.9 MiB`, `2.3 GiB`: how dmc writes
+/// every byte size (the `bytesize` crate's IEC form).
 pub fn human(n: u64) -> String {
-    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut v = n as f64 / 1024.0;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    format!("{v:.1} {}", UNITS[u])
+    bytesize::ByteSize(n).display().iec().to_string()
 }
 
 fn pct(part: u64, whole: u64) -> String {
@@ -115,11 +96,115 @@ impl Table {
     }
 }
 
-/// The report as readable text: aligned columns, sizes as exact bytes and in binary units.
-/// Deterministic (no timings, no addresses). With `cap`, says whether the arena and the
-/// conventional estimate fit in it.
-pub fn render_text(r: &MemoryReport, cap: Option<u64>) -> String {
+/// The verdict of the report, at most ten lines: the arena against the cap (fits or not, spare),
+/// the peak's moment and its main categories, what rematerialization chose and what it costs, the
+/// arena against the keep-everything baseline, the kernels of a step; and where the details are.
+pub fn render_verdict(r: &MemoryReport, cap: Option<u64>) -> String {
     let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{} step, batch {}: arena {} ({} B), {:.2}% above the lower bound of any arena",
+        mode_name(r.mode),
+        r.batch,
+        human(r.arena_bytes),
+        thousands(r.arena_bytes),
+        r.fragmentation * 100.0
+    );
+    let _ = match cap {
+        Some(cap) if r.arena_bytes <= cap => writeln!(
+            s,
+            "  fits the cap of {}: {} spare",
+            human(cap),
+            human(cap - r.arena_bytes)
+        ),
+        Some(cap) => writeln!(
+            s,
+            "  does NOT fit the cap of {}: over by {}",
+            human(cap),
+            human(r.arena_bytes - cap)
+        ),
+        None => writeln!(s, "  no cap given (--vram-cap SIZE plans for one)"),
+    };
+    let p = &r.peak;
+    // The categories of the peak, largest first, those under 1% of it left out.
+    let mut cats: Vec<(&str, u64)> = CATEGORIES
+        .iter()
+        .map(|(k, name)| (*name, p.by_category.get(*k)))
+        .filter(|&(_, b)| b > 0 && b * 100 >= p.bytes)
+        .collect();
+    cats.sort_by(|a, b| b.1.cmp(&a.1));
+    let cats: Vec<String> = cats
+        .iter()
+        .map(|(n, b)| format!("{n} {}", human(*b)))
+        .collect();
+    let _ = writeln!(
+        s,
+        "  peak {} at step {} `{}` ({}): {}",
+        human(p.bytes),
+        p.step,
+        p.label,
+        phase_name(p.phase),
+        if cats.is_empty() {
+            "-".to_string()
+        } else {
+            cats.join(", ")
+        }
+    );
+    let _ = match &r.remat {
+        Some(m) => writeln!(
+            s,
+            "  recomputation: {} saves {} (arena without it {}) for {:.1}% more FLOPs",
+            m.strategy,
+            human(m.saved_bytes),
+            human(m.no_remat_arena),
+            recompute_pct(r)
+        ),
+        None if r.recompute_flops > 0 => writeln!(
+            s,
+            "  recomputation: {} FLOPs ({:.1}% more)",
+            thousands(r.recompute_flops),
+            recompute_pct(r)
+        ),
+        None if r.mode == Mode::Train => writeln!(s, "  recomputation: none needed"),
+        None => Ok(()),
+    };
+    if r.conventional.total > 0 {
+        let _ = writeln!(
+            s,
+            "  keep-everything baseline {} (every parameter gradient and saved activation at once): the arena is {} of it",
+            human(r.conventional.total),
+            pct(r.arena_bytes, r.conventional.total)
+        );
+    }
+    let t = &r.traffic;
+    let _ = write!(
+        s,
+        "  kernels per step: {}, moving at least {}",
+        t.kernels,
+        human(t.bytes)
+    );
+    let _ = match &r.unfused_traffic {
+        Some(u) => writeln!(
+            s,
+            " (without fusion: {} kernels, {})",
+            u.kernels,
+            human(u.bytes)
+        ),
+        None => writeln!(s),
+    };
+    s
+}
+
+/// The report as readable text: the [`render_verdict`], then (with `verbose`) the details in aligned
+/// columns, sizes as exact bytes and in binary units. Deterministic (no timings, no addresses).
+/// With `cap`, says whether the arena and the keep-everything baseline fit in it.
+pub fn render_text(r: &MemoryReport, cap: Option<u64>, verbose: bool) -> String {
+    let mut s = render_verdict(r, cap);
+    if !verbose {
+        s.push_str("  details (buffers at the peak, per layer, per step): --verbose; all of it as JSON: --json\n");
+        return s;
+    }
+    s.push('\n');
     let _ = writeln!(
         s,
         "dmc memory report: {} mode, batch {}, {} steps, {} buffers",
@@ -220,9 +305,12 @@ pub fn render_text(r: &MemoryReport, cap: Option<u64>) -> String {
     s.push('\n');
 
     let c = &r.conventional;
-    let _ = writeln!(s, "Conventional framework, same program (estimate)");
+    let _ = writeln!(
+        s,
+        "Keep-everything baseline, same program (a model of a framework's step, not a measurement)"
+    );
     let mut t = Table::new("<>><");
-    t.row(["", "conventional", "", "dmc at its peak"]);
+    t.row(["", "keep-everything", "", "dmc at its peak"]);
     let dmc = |v: u64| format!("{} ({})", thousands(v), human(v));
     let rows: [(&str, u64, Option<u64>); 6] = [
         ("parameters", c.parameters, Some(p.by_category.parameters)),
@@ -266,7 +354,7 @@ pub fn render_text(r: &MemoryReport, cap: Option<u64>) -> String {
     if c.total > 0 {
         let _ = writeln!(
             s,
-            "  dmc's lower bound is {} of the conventional estimate; its arena is {}.",
+            "  dmc's lower bound is {} of the baseline; its arena is {}.",
             pct(r.lower_bound_bytes, c.total),
             pct(r.arena_bytes, c.total)
         );
@@ -274,7 +362,7 @@ pub fn render_text(r: &MemoryReport, cap: Option<u64>) -> String {
     if let Some(cap) = cap {
         let _ = writeln!(
             s,
-            "  against the cap of {}: conventional {}, dmc arena {}.",
+            "  against the cap of {}: the baseline {}, dmc's arena {}.",
             human(cap),
             if c.total <= cap {
                 "fits"
@@ -290,12 +378,13 @@ pub fn render_text(r: &MemoryReport, cap: Option<u64>) -> String {
     }
     let _ = writeln!(
         s,
-        "  The conventional model: all parameters and optimizer state; a gradient for every\n  \
-         parameter, all alive at once; every activation the backward reads, kept from the forward\n  \
-         (no in-place updates, no recomputation); the inputs; the largest single workspace. It\n  \
-         leaves out activation gradients in flight and allocator overhead, so a real framework\n  \
-         needs at least this much. The dmc column is the breakdown at dmc's peak step (gradients\n  \
-         there include activation gradients, activations include transient ones)."
+        "  The baseline: all parameters and optimizer state; a whole gradient for every parameter,\n  \
+         all alive at once; every activation the backward reads, kept from the forward (no in-place\n  \
+         updates, no recomputation); the inputs; the largest single workspace. A model, not a bound:\n  \
+         a real framework holds more where it caches allocations or keeps activation gradients in\n  \
+         flight, and less where it frees gradients early (PyTorch with its optimizer step in the\n  \
+         backward measured below it: BENCHMARKS.md). The dmc column is the breakdown at dmc's peak\n  \
+         step (gradients there include activation gradients, activations include transient ones)."
     );
     s.push('\n');
 

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 
 use crate::commands::kernels::CodegenArgs;
-use crate::commands::plan_args::PlanArgs;
+use crate::commands::plan_args::{PlanArgs, StepArgs, TrainStepArgs};
 
 /// Samples in the synthetic data set `dmc run` trains on without `--data` (and `dmc data` writes).
 pub const SYNTHETIC_SAMPLES: usize = 1024;
@@ -32,7 +32,7 @@ pub struct CommonArgs {
     /// The program (.dm file).
     pub file: PathBuf,
     #[command(flatten)]
-    pub plan: PlanArgs,
+    pub step: StepArgs,
     #[command(flatten)]
     pub codegen: CodegenArgs,
     /// Device to run on.
@@ -50,7 +50,8 @@ pub struct CommonArgs {
     /// (integer inputs need one); repeatable, one per input.
     #[arg(long, value_name = "NAME=FACTOR", value_parser = parse_scale_arg)]
     pub scale: Vec<(String, f32)>,
-    /// Seed for initialisation, synthetic data, shuffling and dropout.
+    /// Seed for initialisation, synthetic data, shuffling and dropout (`eval` and `predict`: of the
+    /// fresh weights without --init and the synthetic data without --data, so not with both).
     #[arg(long)]
     pub seed: Option<u64>,
     /// Fill dead buffers with NaN after each kernel, so that a planning bug shows up as NaN.
@@ -68,6 +69,8 @@ pub struct CommonArgs {
 pub struct RunArgs {
     #[command(flatten)]
     pub common: CommonArgs,
+    #[command(flatten)]
+    pub train: TrainStepArgs,
     /// Number of training steps (default: one epoch, or the program's `epochs`).
     #[arg(long, conflicts_with = "epochs")]
     pub steps: Option<usize>,
@@ -112,6 +115,11 @@ pub struct RunArgs {
     /// parity checks (bench/).
     #[arg(long, value_name = "FILE")]
     pub loss_log: Option<PathBuf>,
+    /// Write the run's summary as JSON to FILE: steps, final loss, ms per step, and the planned
+    /// arena, the measured peak (arena + other allocations) and the cap in exact bytes (for
+    /// benchmarks: the printed lines round to one unit).
+    #[arg(long, value_name = "FILE.json")]
+    pub summary_json: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -133,4 +141,27 @@ pub struct PredictArgs {
     /// Samples in the synthetic data set used without --data.
     #[arg(long, default_value_t = 64)]
     pub synthetic_samples: usize,
+    /// Write probabilities (the softmax of each output row) instead of the raw outputs (logits).
+    #[arg(long)]
+    pub softmax: bool,
+}
+
+impl RunArgs {
+    /// The flags that shape the training step.
+    pub fn plan(&self) -> PlanArgs {
+        PlanArgs::from_parts(&self.common.step, &self.train)
+    }
+}
+
+impl CommonArgs {
+    /// The flags that shape an eval or predict step; `--seed` refused when it would change
+    /// nothing (weights from --init and data from --data).
+    pub fn inference_plan(&self, command: &str) -> Result<PlanArgs, crate::report::CliError> {
+        if let (Some(seed), Some(_), Some(_)) = (self.seed, &self.init, &self.data) {
+            return Err(crate::report::CliError::Usage(format!(
+                "--seed {seed}: `dmc {command}` seeds only the fresh weights used without --init and the synthetic data used without --data; with both given it changes nothing: drop --seed"
+            )));
+        }
+        Ok(PlanArgs::from_parts(&self.step, &TrainStepArgs::default()))
+    }
 }

@@ -18,7 +18,7 @@ pub fn run(args: &EvalArgs) -> Result<(), CliError> {
         eprintln!("warning: no --init given: evaluating freshly initialised weights");
     }
     let seed = seed_or_default(c.seed, &model);
-    let plan = compile(&model, c, &c.plan, Mode::Eval)?;
+    let plan = compile(&model, c, &c.inference_plan("eval")?, Mode::Eval)?;
     let batch = plan.batch;
     let ds = DataRequest::new(c, &plan, &model, args.synthetic_samples, seed).load()?;
     let mut be = dmc_runtime::open_backend(kind, plan, &c.codegen.options())?;

@@ -54,17 +54,7 @@ pub fn evaluate(
                     let m = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
                     let lse = m + row.iter().map(|&v| (v as f64 - m).exp()).sum::<f64>().ln();
                     loss_sum += lse - row[label] as f64;
-                    let arg = row
-                        .iter()
-                        .enumerate()
-                        .fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &v)| {
-                            if v > bv {
-                                (i, v)
-                            } else {
-                                (bi, bv)
-                            }
-                        })
-                        .0;
+                    let arg = argmax(row);
                     correct += usize::from(arg == label);
                 }
             }
@@ -78,6 +68,48 @@ pub fn evaluate(
         accuracy,
         samples: n,
     })
+}
+
+/// The index of the largest value of `row` (the first of equal ones): a classifier's prediction.
+pub fn argmax(row: &[f32]) -> usize {
+    row.iter()
+        .enumerate()
+        .fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &v)| {
+            if v > bv {
+                (i, v)
+            } else {
+                (bi, bv)
+            }
+        })
+        .0
+}
+
+/// How many samples of a training batch the network classified right, from the output of the
+/// step that trained on them (computed before that step's update): `None` when the loss is not a
+/// classification loss.
+pub fn batch_correct(
+    be: &dyn Backend,
+    model: &Model,
+    ds: &Dataset,
+    batch: &[usize],
+) -> Result<Option<usize>, CliError> {
+    if model.loss.kind != LossKind::CrossEntropy {
+        return Ok(None);
+    }
+    let plan = be.plan();
+    let per = plan.output.shape[1..].iter().product::<usize>().max(1);
+    let labels = ds.tensor_i32(&plan.targets[0].name).unwrap_or(&[]);
+    let out = be.output()?;
+    Ok(Some(
+        batch
+            .iter()
+            .enumerate()
+            .filter(|&(j, &sample)| {
+                let row = &out[j * per..(j + 1) * per];
+                labels.get(sample).map(|&l| l as usize) == Some(argmax(row))
+            })
+            .count(),
+    ))
 }
 
 /// `loss 0.123456, accuracy 97.50% (400 samples)`.

@@ -23,14 +23,18 @@ pub struct Measured {
     pub data: DataMemory,
 }
 
-/// The data's host memory, in words: `12.0 MB (12000000 B: 11.9 MB mapped from the data file, 80.0 kB in memory)`.
+/// The data's host memory, in words and one unit: `117.50 MiB (117.35 MiB mapped from the data
+/// file + 0.15 MiB in memory)` (the exact bytes are in `--summary-json`).
 pub fn describe_data_memory(m: &DataMemory) -> String {
+    data_phrase(m, Unit::for_max(m.total()))
+}
+
+fn data_phrase(m: &DataMemory, unit: Unit) -> String {
     format!(
-        "{} ({} B: {} mapped from the data file, {} in memory)",
-        human(m.total()),
-        m.total(),
-        human(m.mapped),
-        human(m.in_memory)
+        "{} ({} mapped from the data file + {} in memory)",
+        unit.fmt(m.total()),
+        unit.fmt(m.mapped),
+        unit.fmt(m.in_memory)
     )
 }
 
@@ -99,10 +103,11 @@ pub fn finish(
         return Err(CliError::Training(msg));
     }
     let saved = saved?;
-    print_summary(plan, progress, &saved, measured);
+    // The breakdown first (stderr), so that the run ends with its memory line.
     if !args.common.quiet {
         print_peak(plan);
     }
+    print_summary(args, plan, progress, &saved, measured)?;
     if let Some(e) = loss_log_error {
         let p = args.loss_log.as_deref().unwrap_or(Path::new("?"));
         return Err(CliError::Usage(format!(
@@ -124,15 +129,43 @@ pub fn finish(
     Ok(())
 }
 
-/// The one line on stdout: steps, final loss, time per step, planned and measured memory, saving.
-fn print_summary(plan: &Plan, progress: &Progress, saved: &Saved, measured: Measured) {
+/// What `dmc run` measured and planned, exactly: the `--summary-json` file.
+#[derive(Debug, serde::Serialize)]
+pub struct Summary {
+    pub steps: usize,
+    pub final_loss: Option<f32>,
+    pub ms_per_step: f64,
+    /// The arena the plan asks for.
+    pub planned_arena_bytes: u64,
+    /// The arena as allocated (device memory on a GPU, by `cuMemGetInfo`) plus everything else
+    /// the steps allocated on the host.
+    pub measured_peak_bytes: u64,
+    pub measured_arena_bytes: u64,
+    pub other_allocation_bytes: u64,
+    pub cap_bytes: Option<u64>,
+    /// Host memory of the data: bytes of the data files mapped in place (each once) ...
+    pub data_mapped_bytes: u64,
+    /// ... and bytes held in memory (converted values, labels, a split's indices).
+    pub data_in_memory_bytes: u64,
+}
+
+/// The two lines on stdout: steps, final loss, time per step and what was saved; then memory,
+/// planned against measured against the cap, all in one unit.
+fn print_summary(
+    args: &RunArgs,
+    plan: &Plan,
+    progress: &Progress,
+    saved: &Saved,
+    measured: Measured,
+) -> Result<(), CliError> {
     // The arena was allocated once, before the steps; everything else the steps allocated is on top.
-    let extra = dmc_runtime::alloc::peak().saturating_sub(measured.base);
-    let total = measured.arena as u64 + extra as u64;
+    let extra = dmc_runtime::alloc::peak().saturating_sub(measured.base) as u64;
+    let total = measured.arena as u64 + extra;
     let per_step =
         progress.step_time.as_secs_f64() / (progress.steps - progress.resumed_at).max(1) as f64;
+    let cap = args.common.step.vram_cap;
     println!(
-        "{} steps, final loss {}, {} ms/step; memory: planned arena {} ({} B), measured peak {} B (arena {} B + {} B other allocations during steps), host data {}{}{}",
+        "{} steps, final loss {}, {} ms/step{}{}",
         progress.steps,
         match progress.last_loss {
             Some(l) => format!("{l:.6}"),
@@ -144,12 +177,6 @@ fn print_summary(plan: &Plan, progress: &Progress, saved: &Saved, measured: Meas
             ms if ms < 10.0 => format!("{ms:.2}"),
             ms => format!("{ms:.1}"),
         },
-        human(plan.arena_bytes),
-        plan.arena_bytes,
-        total,
-        measured.arena,
-        extra,
-        describe_data_memory(&measured.data),
         match saved {
             Saved::Written(p) => format!(", weights saved to {}", p.display()),
             Saved::Skipped(why) => format!("; {why}"),
@@ -163,6 +190,73 @@ fn print_summary(plan: &Plan, progress: &Progress, saved: &Saved, measured: Meas
             ),
         }
     );
+    let unit = Unit::for_max(
+        plan.arena_bytes
+            .max(total)
+            .max(cap.unwrap_or(0))
+            .max(measured.data.total()),
+    );
+    println!(
+        "memory: planned {}, measured {} (arena {} + {} other allocations during steps); host data {}; {}",
+        unit.fmt(plan.arena_bytes),
+        unit.fmt(total),
+        unit.fmt(measured.arena as u64),
+        unit.fmt(extra),
+        data_phrase(&measured.data, unit),
+        match cap {
+            // The cap caps the arena (on a GPU, the device memory it took); the host's other
+            // allocations are beside it.
+            Some(c) if (measured.arena as u64) <= c => format!(
+                "cap {}: the arena fits, {} spare",
+                unit.fmt(c),
+                unit.fmt(c - measured.arena as u64)
+            ),
+            Some(c) => format!(
+                "cap {}: the arena as allocated is over it by {}",
+                unit.fmt(c),
+                unit.fmt(measured.arena as u64 - c)
+            ),
+            None => "no --vram-cap given".to_string(),
+        },
+    );
+    if let Some(path) = &args.summary_json {
+        let summary = Summary {
+            steps: progress.steps,
+            final_loss: progress.last_loss,
+            ms_per_step: per_step * 1e3,
+            planned_arena_bytes: plan.arena_bytes,
+            measured_peak_bytes: total,
+            measured_arena_bytes: measured.arena as u64,
+            other_allocation_bytes: extra,
+            cap_bytes: cap,
+            data_mapped_bytes: measured.data.mapped,
+            data_in_memory_bytes: measured.data.in_memory,
+        };
+        let json = serde_json::to_string_pretty(&summary)
+            .map_err(|e| CliError::Message(format!("cannot serialise the summary: {e}")))?;
+        dmc_runtime::io::write_file_atomic(path, format!("{json}\n").as_bytes())?;
+    }
+    Ok(())
+}
+
+/// One binary unit for every number of a line, chosen by the largest: KiB under 1 MiB, MiB under
+/// 10 GiB, else GiB; two decimals.
+#[derive(Clone, Copy)]
+struct Unit(&'static str, f64);
+
+impl Unit {
+    fn for_max(max: u64) -> Unit {
+        if max < 1 << 20 {
+            Unit("KiB", 1024.0)
+        } else if max < 10 << 30 {
+            Unit("MiB", (1u64 << 20) as f64)
+        } else {
+            Unit("GiB", (1u64 << 30) as f64)
+        }
+    }
+    fn fmt(self, bytes: u64) -> String {
+        format!("{:.2} {}", bytes as f64 / self.1, self.0)
+    }
 }
 
 /// The planned memory at the peak by category, on stderr.
@@ -170,7 +264,7 @@ fn print_peak(plan: &Plan) {
     let r = dmc_compiler::report::memory_report(plan);
     let p = &r.peak.by_category;
     eprintln!(
-        "memory at the peak (step {} `{}`): parameters {} + optimizer state {} + inputs {} + activations {} + gradients {} + workspace {} = {} (arena {}, {:.2}% above the lower bound); a conventional framework step would hold about {} (`dmc plan` explains)",
+        "memory at the peak (step {} `{}`): parameters {} + optimizer state {} + inputs {} + activations {} + gradients {} + workspace {} = {} (arena {}, {:.2}% above the lower bound); the keep-everything baseline would hold about {} (`dmc plan --verbose` explains)",
         r.peak.step,
         r.peak.label,
         human(p.parameters),

@@ -2,6 +2,7 @@
 //! file, one row per sample.
 
 use dmc_compiler::plan::Mode;
+use dmc_grammar::model::LossKind;
 use dmc_runtime::io;
 use dmc_runtime::Backend;
 
@@ -21,7 +22,7 @@ pub fn run(args: &PredictArgs) -> Result<(), CliError> {
         eprintln!("warning: no --init given: predicting with freshly initialised weights");
     }
     let seed = seed_or_default(c.seed, &model);
-    let plan = compile(&model, c, &c.plan, Mode::Predict)?;
+    let plan = compile(&model, c, &c.inference_plan("predict")?, Mode::Predict)?;
     let batch = plan.batch;
     let ds = DataRequest {
         with_targets: false,
@@ -39,14 +40,36 @@ pub fn run(args: &PredictArgs) -> Result<(), CliError> {
         be.run(1, seed)?;
         out.extend_from_slice(&be.output()?[..epoch.valid(b) * per]);
     }
+    if args.softmax {
+        for row in out.chunks_mut(per) {
+            softmax(row);
+        }
+    }
     let mut shape = vec![ds.len()];
     shape.extend_from_slice(&plan.output.shape[1..]);
     io::write_tensor(&args.output, &plan.output.name, &shape, &out)?;
+    let what = match (args.softmax, model.loss.kind) {
+        (true, _) => "probabilities: the softmax of each row".to_string(),
+        (false, LossKind::CrossEntropy) => format!(
+            "logits: `{}` before the softmax the loss applies; --softmax writes probabilities",
+            plan.output.name
+        ),
+        (false, LossKind::Mse) => format!("the values of `{}`", plan.output.name),
+    };
     println!(
-        "wrote {} predictions of shape {:?} to {}",
+        "wrote {} predictions of shape {:?} to {} ({what})",
         ds.len(),
         &shape[1..],
         args.output.display()
     );
     Ok(())
+}
+
+/// `row` replaced by its softmax, computed stably (the maximum subtracted first, in f64).
+fn softmax(row: &mut [f32]) {
+    let m = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
+    let sum: f64 = row.iter().map(|&v| (v as f64 - m).exp()).sum();
+    for v in row.iter_mut() {
+        *v = ((*v as f64 - m).exp() / sum) as f32;
+    }
 }

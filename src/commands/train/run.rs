@@ -128,7 +128,7 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     if let Some(p) = save_path {
         io::check_writable(p)?;
     }
-    let plan = compile(&model, c, &c.plan, Mode::Train)?;
+    let plan = compile(&model, c, &args.plan(), Mode::Train)?;
     stop_before_training(save_path)?;
 
     let request = DataRequest::new(c, &plan, &model, args.synthetic_samples, seed);
@@ -158,7 +158,7 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     }
     let mut val_be = match &val {
         Some(_) => {
-            let eval_plan = compile(&model, c, &c.plan.beside_training(), Mode::Eval)?;
+            let eval_plan = compile(&model, c, &args.plan().beside_training(), Mode::Eval)?;
             Some(dmc_runtime::open_backend(
                 kind,
                 eval_plan,
@@ -190,15 +190,12 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     dmc_runtime::alloc::reset_peak();
     let base = dmc_runtime::alloc::current();
     let validation = match (val_be.as_mut(), val.as_ref()) {
-        (Some(backend), Some(data)) => Some(Validation {
-            backend,
-            data,
-            model: &model,
-        }),
+        (Some(backend), Some(data)) => Some(Validation { backend, data }),
         _ => None,
     };
     let ended = steps::train(
         &mut be,
+        &model,
         &train,
         schedule,
         validation,

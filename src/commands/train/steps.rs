@@ -12,7 +12,7 @@ use dmc_runtime::Backend;
 use indicatif::ProgressBar;
 
 use super::dataset::Feeder;
-use super::metrics::{evaluate, fmt_metrics};
+use super::metrics::{batch_correct, evaluate, fmt_metrics};
 use super::progress::{say, LossLog};
 use crate::commands::checkpoint::SavePolicy;
 use crate::report::CliError;
@@ -55,11 +55,73 @@ pub struct Schedule {
     pub shuffle: bool,
 }
 
-/// The validation of each epoch: an eval backend, its data, and the program (for its loss).
+/// The validation of each epoch: an eval backend and its data.
 pub struct Validation<'a> {
     pub backend: &'a mut dyn Backend,
     pub data: &'a Dataset,
-    pub model: &'a Model,
+}
+
+/// One epoch's training metrics, from the steps as they ran: the mean of their losses and (for a
+/// classifier) the fraction of their samples the forward of the step classified right, before
+/// that step's update (Keras' running `accuracy`).
+#[derive(Default)]
+struct EpochStats {
+    steps: usize,
+    loss_sum: f64,
+    samples: usize,
+    correct: Option<usize>,
+}
+
+impl EpochStats {
+    fn add(&mut self, loss: f32, samples: usize, correct: Option<usize>) {
+        self.steps += 1;
+        self.loss_sum += loss as f64;
+        self.samples += samples;
+        self.correct = correct.map(|c| c + self.correct.unwrap_or(0));
+    }
+
+    /// `train loss 0.812345, accuracy 71.20% (768 samples)`.
+    fn text(&self) -> String {
+        let loss = self.loss_sum / self.steps.max(1) as f64;
+        match self.correct {
+            Some(c) => format!(
+                "train loss {loss:.6}, accuracy {:.2}% ({} samples)",
+                100.0 * c as f64 / self.samples.max(1) as f64,
+                self.samples
+            ),
+            None => format!("train loss {loss:.6} ({} samples)", self.samples),
+        }
+    }
+}
+
+/// Prints the line of epoch `epoch` (from 0) of `epochs`: `partial` of `per_epoch` steps when the
+/// run stops inside it, the validation metrics after it when there are some.
+fn epoch_line(
+    pb: &ProgressBar,
+    epoch: usize,
+    epochs: usize,
+    stats: &EpochStats,
+    partial: Option<usize>,
+    validation: Option<String>,
+) {
+    if stats.steps == 0 && validation.is_none() {
+        return;
+    }
+    say(
+        pb,
+        format!(
+            "epoch {}/{epochs}{}: {}{}",
+            epoch + 1,
+            match partial {
+                Some(per_epoch) => format!(" ({} of its {per_epoch} steps)", stats.steps),
+                None => String::new(),
+            },
+            stats.text(),
+            validation
+                .map(|v| format!("; validation {v}"))
+                .unwrap_or_default()
+        ),
+    );
 }
 
 /// Where the loop reports and saves: the bar, the loss log, the saves of `--save-every` and
@@ -74,6 +136,7 @@ pub struct Outputs<'a> {
 /// however the loop ends) and `out`.
 pub fn train(
     be: &mut dyn Backend,
+    model: &Model,
     train: &Dataset,
     schedule: Schedule,
     mut val: Option<Validation<'_>>,
@@ -107,12 +170,18 @@ pub fn train(
         } else {
             0
         };
+        let mut stats = EpochStats::default();
         for idx in order.batches().skip(skip) {
-            if progress.steps >= total_steps {
-                return Ok(LoopEnd::Finished);
-            }
-            if crate::signals::stop_requested() {
-                return Ok(LoopEnd::Interrupted);
+            let stop = if progress.steps >= total_steps {
+                Some(LoopEnd::Finished)
+            } else if crate::signals::stop_requested() {
+                Some(LoopEnd::Interrupted)
+            } else {
+                None
+            };
+            if let Some(end) = stop {
+                epoch_line(pb, epoch, epochs, &stats, Some(per_epoch), None);
+                return Ok(end);
             }
             feeder.feed(be, train, idx)?;
             let t0 = Instant::now();
@@ -127,6 +196,7 @@ pub fn train(
             }
             progress.steps = step;
             progress.last_loss = Some(loss);
+            stats.add(loss, idx.len(), batch_correct(be, model, train, idx)?);
             let sps = ((progress.steps - progress.resumed_at) * batch) as f64
                 / progress.step_time.as_secs_f64().max(1e-9);
             pb.set_message(format!("loss {loss:.6}  {sps:.1} samples/s"));
@@ -140,23 +210,25 @@ pub fn train(
                 progress.saved_at = Some(step);
             }
         }
-        if let Some(v) = val.as_mut() {
-            for (name, _, data) in be.params()? {
-                v.backend.set_param(&name, &data)?;
-            }
-            let m = evaluate(v.backend, v.model, v.data, batch)?;
-            let (best, saved) = saves.after_validation(be, m.loss, progress.best_val_loss)?;
-            progress.best_val_loss = best;
-            say(
-                pb,
-                format!(
-                    "epoch {}: validation {}{}",
-                    epoch + 1,
+        let validation = match val.as_mut() {
+            Some(v) => {
+                for (name, _, data) in be.params()? {
+                    v.backend.set_param(&name, &data)?;
+                }
+                let m = evaluate(v.backend, model, v.data, batch)?;
+                let (best, saved) = saves.after_validation(be, m.loss, progress.best_val_loss)?;
+                progress.best_val_loss = best;
+                Some(format!(
+                    "{}{}",
                     fmt_metrics(&m),
                     if saved { " (best so far: saved)" } else { "" }
-                ),
-            );
-        }
+                ))
+            }
+            None => None,
+        };
+        // A resumed epoch's metrics cover only the steps this process ran.
+        let partial = (skip > 0).then_some(per_epoch);
+        epoch_line(pb, epoch, epochs, &stats, partial, validation);
         if saves.periodic(be, progress.steps, progress.best_val_loss)? {
             progress.saved_at = Some(progress.steps);
         }
