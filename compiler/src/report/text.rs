@@ -132,7 +132,7 @@ pub fn render_verdict(r: &MemoryReport, cap: Option<u64>) -> String {
         .map(|(k, name)| (*name, p.by_category.get(*k)))
         .filter(|&(_, b)| b > 0 && b * 100 >= p.bytes)
         .collect();
-    cats.sort_by(|a, b| b.1.cmp(&a.1));
+    cats.sort_by_key(|b| std::cmp::Reverse(b.1));
     let cats: Vec<String> = cats
         .iter()
         .map(|(n, b)| format!("{n} {}", human(*b)))
