@@ -166,3 +166,24 @@ fn write_tensor_onto_directory_keeps_it() {
     assert_eq!(fs::read(target.join("keep")).unwrap(), b"old");
     assert_eq!(entries(dir.path()), vec!["out.npy"]);
 }
+
+#[test]
+fn npy_shapes_that_overflow_are_errors_not_panics() {
+    for shape in [
+        "(18446744073709551615, 2)",
+        "(4294967296, 4294967296)",
+        "(0, 4294967296, 4294967296)",
+        "(4294967296L, 4294967296L)",
+        "(99999999999999999999999, 1)",
+    ] {
+        let h = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}\n");
+        let mut b = b"\x93NUMPY\x01\x00".to_vec();
+        b.extend_from_slice(&(h.len() as u16).to_le_bytes());
+        b.extend_from_slice(h.as_bytes());
+        let e = parse_npy(&b).unwrap_err();
+        assert!(
+            e.contains("overflow") || e.contains("larger than"),
+            "{shape}: {e}"
+        );
+    }
+}

@@ -100,27 +100,65 @@ fn elem_type(t: &npyz::TypeStr) -> Result<(ElemType, bool), String> {
     Ok((ty, t.endianness() == Endianness::Big && ty.size() > 1))
 }
 
-/// Files written by Python 2's numpy give dimensions as longs, `(2L, 3L)`, which `npyz` does not
-/// parse: a copy of the magic and header with those `L`s blanked (same length, so the data offset
-/// is unchanged), or `None` when there are none.
-fn py2_shape(bytes: &[u8]) -> Option<Vec<u8>> {
+/// The header text of `.npy` bytes: `(start, end)` offsets, when its length field fits the bytes.
+fn header_span(bytes: &[u8]) -> Option<(usize, usize)> {
     let (hlen, hstart): (usize, usize) = match bytes.get(6)? {
-        1 => (
-            u16::from_le_bytes([*bytes.get(8)?, *bytes.get(9)?]) as usize,
-            10,
-        ),
+        1 => (u16::from_le_bytes([*bytes.get(8)?, *bytes.get(9)?]) as usize, 10),
         _ => (
             u32::from_le_bytes(bytes.get(8..12)?.try_into().ok()?) as usize,
             12,
         ),
     };
     let end = hstart.checked_add(hlen).filter(|&e| e <= bytes.len())?;
-    let mut head = bytes[..end].to_vec();
-    let text = std::str::from_utf8(&head[hstart..]).ok()?;
-    let shape = hstart + text.find("'shape'").or_else(|| text.find("\"shape\""))?;
-    let close = shape + text[shape - hstart..].find(')')?;
+    Some((hstart, end))
+}
+
+/// The byte range of the shape tuple's contents in the header (between its parentheses).
+fn shape_span(bytes: &[u8], (hstart, end): (usize, usize)) -> Option<(usize, usize)> {
+    let text = std::str::from_utf8(&bytes[hstart..end]).ok()?;
+    let key = text.find("'shape'").or_else(|| text.find("\"shape\""))?;
+    let open = key + text[key..].find('(')?;
+    let close = open + text[open..].find(')')?;
+    Some((hstart + open + 1, hstart + close))
+}
+
+/// Whether the dimensions of the shape tuple multiply past `u64` (npyz multiplies them unchecked,
+/// which panics in a debug build): refused before npyz sees them.
+fn shape_overflows(bytes: &[u8]) -> bool {
+    let Some((a, b)) = header_span(bytes).and_then(|h| shape_span(bytes, h)) else {
+        return false;
+    };
+    let text = String::from_utf8_lossy(&bytes[a..b]);
+    let mut product: u64 = 1;
+    for part in text.split(',') {
+        let digits = part.trim().trim_end_matches('L').trim();
+        if digits.is_empty() {
+            continue;
+        }
+        match digits.parse::<u64>() {
+            // npyz's strides multiply every dimension but one, zeros last or not: nonzero ones
+            // must fit together.
+            Ok(0) => {}
+            Ok(d) => match product.checked_mul(d) {
+                Some(p) => product = p,
+                None => return true,
+            },
+            // Larger than u64, or not a number: npyz refuses it with a message.
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
+/// Files written by Python 2's numpy give dimensions as longs, `(2L, 3L)`, which `npyz` does not
+/// parse: a copy of the magic and header with those `L`s blanked (same length, so the data offset
+/// is unchanged), or `None` when there are none.
+fn py2_shape(bytes: &[u8]) -> Option<Vec<u8>> {
+    let span = header_span(bytes)?;
+    let (a, b) = shape_span(bytes, span)?;
+    let mut head = bytes[..span.1].to_vec();
     let mut changed = false;
-    for i in shape + 1..close {
+    for i in a.max(1)..b {
         if head[i] == b'L' && head[i - 1].is_ascii_digit() {
             head[i] = b' ';
             changed = true;
@@ -137,6 +175,9 @@ pub(crate) fn layout(bytes: &[u8]) -> Result<NpyLayout, String> {
     }
     if &bytes[..6] != b"\x93NUMPY" {
         return Err("missing the \\x93NUMPY magic (not an .npy file?)".into());
+    }
+    if shape_overflows(bytes) {
+        return Err("shape overflows".into());
     }
     let prefix = py2_shape(bytes);
     let mut rest: &[u8] = prefix.as_deref().unwrap_or(bytes);
