@@ -59,10 +59,10 @@ pub(crate) fn write_safetensors_with(
     atomic_write(path, |w| std::io::Write::write_all(w, &bytes))
 }
 
-/// Saves parameters as a `.safetensors` file, atomically: the data goes to `.<name>.tmp.<pid>` in
-/// the same directory, is fsynced and renamed over `path`; on error the temp file is removed and
-/// an existing `path` is left untouched. Weights holding NaN or Inf are refused
-/// ([`IoError::NonFiniteWeights`]): a diverged run never replaces a good file. A `path` that exists
+/// Saves parameters as a `.safetensors` file, atomically: the data goes to
+/// `.<name>.tmp.<pid>.<random>` in the same directory, is fsynced and renamed over `path`; on error
+/// the temp file is removed and an existing `path` is left untouched. Weights holding NaN or Inf
+/// are refused ([`IoError::NonFiniteWeights`]): a diverged run never replaces a good file. A `path` that exists
 /// and is not a regular file (a device, a FIFO) is never replaced; a symbolic link is written
 /// through (see [`super::files`]).
 pub fn save_weights(path: &Path, tensors: &[(String, Vec<usize>, &[f32])]) -> Result<(), IoError> {
