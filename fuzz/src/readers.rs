@@ -1,7 +1,7 @@
 //! Mutated data and weights files through the readers.
 //!
-//! A case is a valid file (a `.safetensors` of inputs and labels, an `.npy` of f32 or i32, a
-//! weights file) with 1-4 byte-level mutations: bytes flipped or set to interesting values
+//! A case is a valid file (a `.safetensors` of inputs and labels, an `.npy` of f32 or i32, an
+//! `.npz` archive of one, stored or deflated, a weights file) with 1-4 byte-level mutations: bytes flipped or set to interesting values
 //! (0x00, 0xFF, 0x7F, the bytes of 2^32 or 2^64-1 in header fields), the file truncated or extended,
 //! header text edited (shapes, dtypes, offsets, `fortran_order`). Loading must return data or an
 //! `IoError`, never panic or abort, whatever the bytes say about sizes.
@@ -21,6 +21,10 @@ enum Kind {
     DataSafetensors,
     NpyF32,
     NpyI32,
+    /// `numpy.savez`: the `.npy` member stored as it is.
+    Npz,
+    /// `numpy.savez_compressed`: the member deflated.
+    NpzDeflated,
     Weights,
 }
 
@@ -42,6 +46,27 @@ fn valid_file(kind: Kind, dir: &Path) -> Result<(std::path::PathBuf, Vec<u8>), S
         Kind::NpyI32 => {
             let p = dir.join("seed-y.npy");
             io::write_npy_i32(&p, &[4], &[0, 1, 2, 1]).map_err(e)?;
+            p
+        }
+        Kind::Npz | Kind::NpzDeflated => {
+            let x = dir.join("seed-npz-x.npy");
+            io::write_npy_f32(&x, &[4, 3], &[0.75; 12]).map_err(e)?;
+            let member = std::fs::read(&x).map_err(|e| e.to_string())?;
+            let method = if matches!(kind, Kind::Npz) {
+                zip::CompressionMethod::Stored
+            } else {
+                zip::CompressionMethod::Deflated
+            };
+            let z = (|| -> zip::result::ZipResult<Vec<u8>> {
+                let mut z = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+                let opts = zip::write::SimpleFileOptions::default().compression_method(method);
+                z.start_file("x.npy", opts)?;
+                std::io::Write::write_all(&mut z, &member)?;
+                Ok(z.finish()?.into_inner())
+            })()
+            .map_err(|e| e.to_string())?;
+            let p = dir.join("seed-d.npz");
+            std::fs::write(&p, z).map_err(|e| e.to_string())?;
             p
         }
         Kind::Weights => {
@@ -145,6 +170,8 @@ pub fn run(cases: u64, seed: u64, case_file: &mut CaseFile) -> Report {
         Kind::DataSafetensors,
         Kind::NpyF32,
         Kind::NpyI32,
+        Kind::Npz,
+        Kind::NpzDeflated,
         Kind::Weights,
     ];
     let mut seeds = Vec::new();
@@ -181,6 +208,7 @@ pub fn run(cases: u64, seed: u64, case_file: &mut CaseFile) -> Report {
             Kind::DataSafetensors => "d.safetensors",
             Kind::NpyF32 => "x.npy",
             Kind::NpyI32 => "y.npy",
+            Kind::Npz | Kind::NpzDeflated => "d.npz",
             Kind::Weights => "w.safetensors",
         };
         let path = dir.path().join(name);
