@@ -103,7 +103,10 @@ fn elem_type(t: &npyz::TypeStr) -> Result<(ElemType, bool), String> {
 /// The header text of `.npy` bytes: `(start, end)` offsets, when its length field fits the bytes.
 fn header_span(bytes: &[u8]) -> Option<(usize, usize)> {
     let (hlen, hstart): (usize, usize) = match bytes.get(6)? {
-        1 => (u16::from_le_bytes([*bytes.get(8)?, *bytes.get(9)?]) as usize, 10),
+        1 => (
+            u16::from_le_bytes([*bytes.get(8)?, *bytes.get(9)?]) as usize,
+            10,
+        ),
         _ => (
             u32::from_le_bytes(bytes.get(8..12)?.try_into().ok()?) as usize,
             12,
