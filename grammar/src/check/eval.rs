@@ -44,6 +44,7 @@ impl Checker<'_> {
                 Ok(*r)
             }
             Val::Sym(s) => Err(self.unknown_name(s, span, Some(scope))),
+            Val::Poison => Err(Error::follow_on(span)),
             other => Err(err(
                 Kind::Argument,
                 span,
@@ -154,6 +155,7 @@ impl Checker<'_> {
                 let cv = self.eval(count, scope)?;
                 let n = match cv {
                     Val::Int(n) if n >= 1 => n as usize,
+                    Val::Poison => return Err(Error::follow_on(count.span)),
                     Val::Int(n) => {
                         return Err(err(
                             Kind::Argument,
@@ -177,18 +179,9 @@ impl Checker<'_> {
                 let mut cur = input;
                 for i in 1..=n {
                     self.frame().repeat.push(i);
-                    for s in body {
-                        let v = self.stage(s, cur, scope);
-                        let v = match v {
-                            Ok(v) => v,
-                            Err(e) => {
-                                self.frame().repeat.pop();
-                                return Err(e);
-                            }
-                        };
-                        cur = self.expect_tensor(&v, s.span, "a stage's result", scope)?;
-                    }
+                    let r = self.repeat_body(body, cur, scope);
                     self.frame().repeat.pop();
+                    cur = r?;
                 }
                 Ok(Val::Tensor(cur))
             }
@@ -197,5 +190,20 @@ impl Checker<'_> {
                     .label("not an operation"),
             ),
         }
+    }
+
+    /// One iteration of a `repeat`'s stages, from `input`.
+    fn repeat_body(
+        &mut self,
+        body: &[Expr],
+        input: ValueRef,
+        scope: &mut Scope,
+    ) -> Result<ValueRef, Error> {
+        let mut cur = input;
+        for s in body {
+            let v = self.stage(s, cur, scope)?;
+            cur = self.expect_tensor(&v, s.span, "a stage's result", scope)?;
+        }
+        Ok(cur)
     }
 }
