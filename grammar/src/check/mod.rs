@@ -32,7 +32,15 @@ use state::{err, Checker};
 /// Checks a parsed program and builds the [`Model`]; the error is the first one found (see
 /// [`check_all`] for all of them).
 pub fn check(prog: &Program, src: &str) -> Result<Model, Error> {
-    check_all(prog, src).map_err(|mut errs| errs.swap_remove(0))
+    check_all(prog, src).map_err(|errs| {
+        errs.into_iter().next().unwrap_or_else(|| {
+            err(
+                Kind::Name,
+                Span::new(0, 0),
+                "internal error: no error reported",
+            )
+        })
+    })
 }
 
 /// Checks a parsed program and builds the [`Model`], or returns every error found (at least one,
