@@ -261,3 +261,24 @@ fn independent_block_and_statement_errors_together() {
     assert!(msgs[1].contains("`h` is already defined"), "{msgs:?}");
     assert!(msgs[2].contains("no `train"), "{msgs:?}");
 }
+
+#[test]
+fn what_does_not_need_a_value_in_error_is_still_checked() {
+    // `h` is in error; the later stages' own mistakes (an unsupported activation, an unknown
+    // name in a sum) are reported, their shapes are not checked.
+    let src = "input x: [8]\n\
+               target y: [1]\n\
+               h = x |> dense(0)\n\
+               g = h |> relu |> dense(4, activation: elu) |> dense(4)\n\
+               s = g + nope\n\
+               k = dense(h, 2, bias: maybe)\n\
+               out = s + k |> dense(1)\n\
+               loss mse(out, y)\n\
+               train { batch: 4, optimizer: sgd }\n";
+    let errs = found(src);
+    let at: Vec<(usize, usize)> = errs.iter().map(|e| (e.0, e.1)).collect();
+    assert_eq!(at, [(3, 16), (4, 39), (5, 9), (6, 23)], "{errs:#?}");
+    assert!(errs[1].2.contains("unknown activation `elu`"), "{errs:?}");
+    assert!(errs[2].2.contains("unknown name `nope`"), "{errs:?}");
+    assert!(errs[3].2.contains("`bias` must be `true` or `false`"), "{errs:?}");
+}

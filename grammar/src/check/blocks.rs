@@ -149,7 +149,7 @@ impl<'a> Checker<'a> {
         scope: &mut Scope,
     ) -> Result<Val, Error> {
         let bname = &b.name.name;
-        if self.broken_blocks.contains(bname) {
+        if self.broken_blocks.contains(bname) || self.detached {
             // Its definition is reported.
             return Err(Error::follow_on(func.span));
         }

@@ -4,7 +4,7 @@
 use super::args::{bind, layer_args, Bound, Sig};
 use super::names::{LOSSES, OPTIMIZERS};
 use super::scope::{is_option_word, Scope, Val};
-use super::state::{err, Checker};
+use super::state::{err, Checker, NO_VALUE};
 use super::suggest::{suggest, unsupported_help};
 use crate::ast::*;
 use crate::diag::{Error, Kind};
@@ -126,6 +126,7 @@ impl Checker<'_> {
                 }
             }
         }
+        let mut no_input = false;
         let input = match piped {
             Some(r) => {
                 if let Some((Val::Tensor(_), s)) = positional.first() {
@@ -142,7 +143,13 @@ impl Checker<'_> {
                 r
             }
             None => match positional.first() {
-                Some((Val::Tensor(_) | Val::Sym(_) | Val::Poison, _)) => {
+                Some((Val::Poison, _)) => {
+                    // In error: the arguments are checked, nothing is built.
+                    positional.remove(0);
+                    no_input = true;
+                    NO_VALUE
+                }
+                Some((Val::Tensor(_) | Val::Sym(_), _)) => {
                     let (v, s) = positional.remove(0);
                     self.expect_tensor(&v, s, &format!("the input of `{name}`"), scope)?
                 }
@@ -161,6 +168,9 @@ impl Checker<'_> {
         let bound = bind(&Sig::of_layer(def), positional, kw, func, span)?;
         self.resolve_names(def, &bound, scope)?;
         let args = layer_args(def, &bound)?;
+        if no_input {
+            return Err(Error::follow_on(span));
+        }
         self.apply(def, &args, &[(input, span)], label, span)
     }
     /// A bare name given for an argument that is not an option word is a value the call cannot
@@ -234,6 +244,9 @@ impl Checker<'_> {
         label: Option<&Ident>,
         span: Span,
     ) -> Result<Val, Error> {
+        if self.detached || inputs.iter().any(|(r, _)| *r == NO_VALUE) {
+            return Err(Error::follow_on(span));
+        }
         let shapes: Vec<Shape> = inputs
             .iter()
             .map(|(r, _)| self.shape_of(*r).clone())

@@ -43,7 +43,17 @@ pub(super) struct Checker<'a> {
     /// Every name the program's expressions mention: after an error, a value is reported as
     /// unused only when it is mentioned nowhere (else the error is why it seems unused).
     pub(super) mentioned: HashSet<String>,
+    /// Checking the stages of a pipeline whose input is in error: their names and arguments are
+    /// checked, but nothing is built (their input is [`NO_VALUE`]).
+    pub(super) detached: bool,
 }
+
+/// The stand-in input of a call whose input is in error (see [`Checker::detached`]); it has no
+/// shape, and no layer is built from it.
+pub(super) const NO_VALUE: ValueRef = ValueRef::Input(usize::MAX);
+
+/// The shape of [`NO_VALUE`].
+static NO_SHAPE: Shape = Vec::new();
 
 /// Errors collected before checking stops (only [`crate::diag::MAX_SHOWN`] are shown; the rest
 /// are counted).
@@ -74,6 +84,7 @@ impl<'a> Checker<'a> {
             broken_blocks: HashSet::new(),
             seen: HashSet::new(),
             mentioned: HashSet::new(),
+            detached: false,
         }
     }
 
@@ -123,11 +134,12 @@ impl<'a> Checker<'a> {
     }
 
     pub(super) fn shape_of(&self, v: ValueRef) -> &Shape {
-        match v {
-            ValueRef::Input(i) => &self.inputs[i].shape,
-            ValueRef::Target(i) => &self.targets[i].shape,
-            ValueRef::Node(i) => &self.nodes[i].shape,
-        }
+        let shape = match v {
+            ValueRef::Input(i) => self.inputs.get(i).map(|d| &d.shape),
+            ValueRef::Target(i) => self.targets.get(i).map(|d| &d.shape),
+            ValueRef::Node(i) => self.nodes.get(i).map(|n| &n.shape),
+        };
+        shape.unwrap_or(&NO_SHAPE)
     }
 
     pub(super) fn frame(&mut self) -> &mut Frame {
