@@ -280,5 +280,8 @@ fn what_does_not_need_a_value_in_error_is_still_checked() {
     assert_eq!(at, [(3, 16), (4, 39), (5, 9), (6, 23)], "{errs:#?}");
     assert!(errs[1].2.contains("unknown activation `elu`"), "{errs:?}");
     assert!(errs[2].2.contains("unknown name `nope`"), "{errs:?}");
-    assert!(errs[3].2.contains("`bias` must be `true` or `false`"), "{errs:?}");
+    assert!(
+        errs[3].2.contains("`bias` must be `true` or `false`"),
+        "{errs:?}"
+    );
 }
