@@ -285,3 +285,19 @@ fn what_does_not_need_a_value_in_error_is_still_checked() {
         "{errs:?}"
     );
 }
+
+#[test]
+fn a_block_used_on_a_value_in_error_is_still_checked() {
+    let src = "input x: [28, 28, 1]\n\
+               target label: int\n\
+               w = 64\n\
+               block res(x) {\n  h = x |> conv2d(w, 3)\n  return x + h\n}\n\
+               h = x |> conv2d(16, 3, padding: sme) |> res\n\
+               logits = h |> flatten |> dense(10)\n\
+               loss cross_entropy(logits, label)\n\
+               train { batch: 32, optimizer: adam }\n";
+    let errs = found(src);
+    let at: Vec<(usize, usize)> = errs.iter().map(|e| (e.0, e.1)).collect();
+    assert_eq!(at, [(5, 19), (8, 33)], "{errs:#?}");
+    assert_eq!(errs[0].2, "`w` is not visible inside the block `res`");
+}

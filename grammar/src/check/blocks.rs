@@ -137,6 +137,9 @@ impl<'a> Checker<'a> {
         Ok(())
     }
 
+    /// Expands a use of block `b`. In a pipeline whose input is in error (see
+    /// [`Checker::detached`]) the piped parameter is a value in error and the body is checked
+    /// for what does not depend on it.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn expand_block(
         &mut self,
@@ -148,8 +151,30 @@ impl<'a> Checker<'a> {
         span: Span,
         scope: &mut Scope,
     ) -> Result<Val, Error> {
+        let detached = std::mem::replace(&mut self.detached, false);
+        let piped = match piped {
+            Some(_) if detached => Some(Val::Poison),
+            Some(p) => Some(Val::Tensor(p)),
+            None => None,
+        };
+        let r = self.expand(b, func, args, label, piped, span, scope);
+        self.detached = detached;
+        r
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn expand(
+        &mut self,
+        b: &'a BlockDef,
+        func: &Ident,
+        args: &[Arg],
+        label: Option<&Ident>,
+        piped: Option<Val>,
+        span: Span,
+        scope: &mut Scope,
+    ) -> Result<Val, Error> {
         let bname = &b.name.name;
-        if self.broken_blocks.contains(bname) || self.detached {
+        if self.broken_blocks.contains(bname) {
             // Its definition is reported.
             return Err(Error::follow_on(func.span));
         }
@@ -163,7 +188,7 @@ impl<'a> Checker<'a> {
         }
         let mut vals: Vec<Option<(Val, Span)>> = vec![None; b.params.len()];
         let mut next = 0;
-        if let Some(p) = piped {
+        if let Some(p) = piped.clone() {
             if b.params.is_empty() {
                 return Err(err(
                     Kind::Argument,
@@ -176,7 +201,7 @@ impl<'a> Checker<'a> {
                     "give it an input parameter: `block {bname}(x, ...)`"
                 )));
             }
-            vals[0] = Some((Val::Tensor(p), func.span));
+            vals[0] = Some((p, func.span));
             next = 1;
         }
         let mut seen_kw = false;

@@ -127,8 +127,18 @@ impl Checker<'_> {
                 }
                 let mut r = self.expect_tensor(&v, input.span, "the input of a pipeline", scope)?;
                 let mut out = Val::Tensor(r);
-                for st in stages {
-                    out = self.stage(st, r, scope)?;
+                for (i, st) in stages.iter().enumerate() {
+                    out = match self.stage(st, r, scope) {
+                        Ok(v) => v,
+                        Err(e) if e.is_follow_on() => return Err(e),
+                        Err(e) => {
+                            // The stages after one in error are checked as after a value in
+                            // error.
+                            self.report(e);
+                            self.detached_stages(&stages[i + 1..], scope)?;
+                            return Err(Error::follow_on(st.span));
+                        }
+                    };
                     r = self.expect_tensor(&out, st.span, "a stage's result", scope)?;
                 }
                 Ok(out)
