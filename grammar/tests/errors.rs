@@ -301,3 +301,41 @@ fn a_block_used_on_a_value_in_error_is_still_checked() {
     assert_eq!(at, [(5, 19), (8, 33)], "{errs:#?}");
     assert_eq!(errs[0].2, "`w` is not visible inside the block `res`");
 }
+
+#[test]
+fn syntax_errors_of_separate_statements_are_reported_together() {
+    let src = "input x: [4]\n\
+               target y: [1]\n\
+               h = x |> dense(4\n\
+               out = h |> 3\n\
+               loss mse(out, y)\n\
+               train { batch: 1, optimizer: sgd(lr: ) }\n";
+    let d = errors(src);
+    let kinds: Vec<&str> = d.all().map(|e| e.kind.code()).collect();
+    assert_eq!(kinds, ["dmc::syntax"; 3], "{}", render_plain(&d));
+    let lines: Vec<usize> = d.all().map(|e| e.line).collect();
+    assert_eq!(lines, [3, 4, 6], "{}", render_plain(&d));
+
+    // An error in a block whose body is not indented: its `return` and `}` are skipped, not
+    // reported as statements.
+    let src = "input x: [4]\n\
+               target y: [1]\n\
+               block b(x) {\nh = x |> dense(4\nreturn h\n}\n\
+               out = x |> b |> dense(1 2)\n\
+               loss mse(out, y)\n\
+               train { batch: 1, optimizer: sgd }\n";
+    let d = errors(src);
+    let lines: Vec<usize> = d.all().map(|e| e.line).collect();
+    assert_eq!(lines, [4, 7], "{}", render_plain(&d));
+
+    // A lexical error ends the text: it is reported, not the syntax error it causes.
+    let src = "input x: [4]\ntarget y: [1]\nh = x |> dense(4\nout = x |> dense(1 @\n";
+    let d = errors(src);
+    let msgs: Vec<&str> = d.all().map(|e| e.message.as_str()).collect();
+    assert_eq!(d.count(), 2, "{msgs:?}");
+    assert_eq!(
+        d.all().map(|e| e.line).collect::<Vec<_>>(),
+        [3, 4],
+        "{msgs:?}"
+    );
+}
