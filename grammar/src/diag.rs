@@ -284,6 +284,10 @@ impl miette::Diagnostic for One<'_> {
 /// are counted in [`Diagnostic::more`].
 pub const MAX_SHOWN: usize = 20;
 
+/// The most errors the parser and the checker collect: beyond, they stop, and the count of
+/// errors is a lower bound.
+pub const MAX_COLLECTED: usize = 1000;
+
 /// Lines longer than this (in characters) are rendered as windows around the labelled positions:
 /// miette cannot draw underlines beyond column 65,535, and a window is more readable anyway.
 pub const MAX_LINE_CHARS: usize = 240;
@@ -580,11 +584,13 @@ pub fn render_with(diag: &Diagnostic, theme: GraphicalTheme) -> String {
     }
     let n = diag.count();
     if n > 1 {
+        // Checking stopped there: there may be more.
+        let least = if n >= MAX_COLLECTED { "at least " } else { "" };
         if diag.more > 0 {
             let s = if diag.more == 1 { "" } else { "s" };
-            out.push_str(&format!("\n... and {} more error{s}\n", diag.more));
+            out.push_str(&format!("\n... and {least}{} more error{s}\n", diag.more));
         }
-        out.push_str(&format!("\n{n} errors in {}\n", diag.file));
+        out.push_str(&format!("\n{least}{n} errors in {}\n", diag.file));
     }
     out
 }

@@ -339,3 +339,20 @@ fn syntax_errors_of_separate_statements_are_reported_together() {
         "{msgs:?}"
     );
 }
+
+#[test]
+fn checking_stops_after_many_errors_and_says_so() {
+    let mut src = String::from("input x: [4]\ntarget y: [1]\n");
+    for i in 0..3000 {
+        src.push_str(&format!("v{i} = x |> dense(0)\n"));
+    }
+    src.push_str("out = x |> dense(1)\nloss mse(out, y)\ntrain { batch: 4, optimizer: sgd }\n");
+    let d = errors(&src);
+    assert_eq!(d.count(), dmc_grammar::diag::MAX_COLLECTED);
+    let text = render_plain(&d);
+    assert!(text.contains("... and at least 980 more errors"), "{text}");
+    assert!(
+        text.trim_end().ends_with("at least 1000 errors in net.dm"),
+        "{text}"
+    );
+}

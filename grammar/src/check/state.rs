@@ -57,7 +57,7 @@ static NO_SHAPE: Shape = Vec::new();
 
 /// Errors collected before checking stops (only [`crate::diag::MAX_SHOWN`] are shown; the rest
 /// are counted).
-const MAX_ERRORS: usize = 1000;
+const MAX_ERRORS: usize = crate::diag::MAX_COLLECTED;
 
 pub(super) fn err(kind: Kind, span: Span, msg: impl Into<String>) -> Error {
     Error::new(kind, span, msg)

@@ -8,7 +8,7 @@ use crate::diag::Error;
 use crate::lexer::{is_keyword, Tok};
 
 /// The most syntax errors collected before parsing stops.
-pub(super) const MAX_SYNTAX_ERRORS: usize = 1000;
+pub(super) const MAX_SYNTAX_ERRORS: usize = crate::diag::MAX_COLLECTED;
 
 impl P<'_> {
     /// The statements of the program, going on after an error (see the module's documentation).
