@@ -169,3 +169,34 @@ fn the_loss_must_come_after_its_prediction() {
         ],
     );
 }
+
+#[test]
+fn every_error_of_a_file_in_one_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("three.dm");
+    std::fs::write(
+        &path,
+        "input x: [4]\ntarget y: [1]\nh = x |> dens(8)\nout = h |> dense(1, activation: elu)\nloss mae(out, y)\ntrain { batch: 1, optimizer: sgd }\n",
+    )
+    .expect("write");
+    let p = path.display();
+    let err = fails(
+        &path,
+        &[
+            &format!("{p}:3:10"),
+            "unknown operation `dens`",
+            "did you mean `dense`?",
+            &format!("{p}:5:6"),
+            "`mae` is not supported yet (supported losses: mse, cross_entropy)",
+            // `h` is in error, but the activation does not depend on it.
+            &format!("{p}:4:33"),
+            "`elu` is not supported yet (supported activations: relu",
+        ],
+    );
+    assert!(!err.contains("did you mean `mse`"), "{err}");
+    assert!(!err.contains("did you mean `gelu`"), "{err}");
+    assert!(
+        err.trim_end().ends_with(&format!("3 errors in {p}")),
+        "{err}"
+    );
+}

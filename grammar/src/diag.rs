@@ -6,6 +6,7 @@ use miette::{
     SourceCode, SourceSpan, SpanContents,
 };
 use std::fmt;
+use std::sync::Arc;
 
 /// Category of a diagnostic; shown as its code (`dmc::syntax`, `dmc::shape`, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -48,6 +49,9 @@ pub struct Error {
     pub help: Option<String>,
     /// Secondary spans ("the call started here", "first defined here").
     pub notes: Vec<(Span, String)>,
+    /// A consequence of an error already reported (e.g. the use of a value whose definition
+    /// failed): not shown, only stops the work that depended on it.
+    pub(crate) follow_on: bool,
 }
 
 impl Error {
@@ -59,7 +63,18 @@ impl Error {
             label: String::new(),
             help: None,
             notes: Vec::new(),
+            follow_on: false,
         }
+    }
+    /// A [`follow-on`](Error::is_follow_on) error at `span`: never shown.
+    pub(crate) fn follow_on(span: Span) -> Self {
+        let mut e = Error::new(Kind::Name, span, "follow-on error");
+        e.follow_on = true;
+        e
+    }
+    /// Whether this error only follows from one already reported (and is not shown).
+    pub fn is_follow_on(&self) -> bool {
+        self.follow_on
     }
     pub fn label(mut self, label: impl Into<String>) -> Self {
         self.label = label.into();
@@ -77,6 +92,11 @@ impl Error {
 
 /// A diagnostic attached to its source file: implements [`miette::Diagnostic`] and
 /// [`std::error::Error`]. Render it with [`render_plain`] or any miette handler.
+///
+/// One diagnostic stands for every error found in a file: its own fields are the first error's
+/// (in source order), [`Diagnostic::related`] holds the others (at most [`MAX_SHOWN`] in all) and
+/// [`Diagnostic::more`] counts those left out; [`render_plain`] shows them all, and miette's
+/// handlers as related diagnostics.
 ///
 /// Rendering never fails on long input: lines longer than [`MAX_LINE_CHARS`] characters are shown
 /// as windows of [`WINDOW_CHARS`] characters around the labelled positions (with the real
@@ -96,6 +116,10 @@ pub struct Diagnostic {
     pub label: String,
     pub help: Option<String>,
     pub notes: Vec<(Span, String)>,
+    /// The other errors of the file, in source order (without their own `related`).
+    pub related: Vec<Diagnostic>,
+    /// How many more errors were found than are kept (beyond [`MAX_SHOWN`]).
+    pub more: usize,
     render: RenderSource,
     /// `span` and `notes` as byte ranges of the rendered text (see [`RenderSource`]).
     render_span: Span,
@@ -105,6 +129,40 @@ pub struct Diagnostic {
 impl Diagnostic {
     /// Attaches an [`Error`] to its file. Spans are clamped into the source and onto char boundaries.
     pub fn from_error(err: Error, src: &str, file: &str) -> Self {
+        Self::attach(err, &Arc::from(src), file)
+    }
+
+    /// Attaches every error of a file (see [`Diagnostic`]): they are sorted by position, repeats
+    /// (the same message at the same place, e.g. from two uses of a block) and
+    /// [follow-on errors](Error::is_follow_on) are left out, and at most [`MAX_SHOWN`] are kept.
+    /// `None` when no error is left.
+    pub fn from_errors(errs: Vec<Error>, src: &str, file: &str) -> Option<Self> {
+        let mut errs: Vec<Error> = errs.into_iter().filter(|e| !e.follow_on).collect();
+        // Stable: errors at one place keep the order they were found in.
+        errs.sort_by_key(|e| (e.span.start, e.span.end));
+        let mut seen = std::collections::HashSet::new();
+        errs.retain(|e| seen.insert((e.span, e.kind, e.message.clone())));
+        let more = errs.len().saturating_sub(MAX_SHOWN);
+        errs.truncate(MAX_SHOWN);
+        let src: Arc<str> = Arc::from(src);
+        let mut all = errs.into_iter().map(|e| Self::attach(e, &src, file));
+        let mut first = all.next()?;
+        first.related = all.collect();
+        first.more = more;
+        Some(first)
+    }
+
+    /// How many errors this diagnostic reports: itself, its related ones and those left out.
+    pub fn count(&self) -> usize {
+        1 + self.related.len() + self.more
+    }
+
+    /// This diagnostic and its related ones, in source order.
+    pub fn all(&self) -> impl Iterator<Item = &Diagnostic> {
+        std::iter::once(self).chain(&self.related)
+    }
+
+    fn attach(err: Error, src: &Arc<str>, file: &str) -> Self {
         let span = clamp(err.span, src);
         let (line, col) = line_col(src, span.start);
         let notes: Vec<(Span, String)> = err
@@ -115,7 +173,7 @@ impl Diagnostic {
         let spans: Vec<Span> = std::iter::once(span)
             .chain(notes.iter().map(|(s, _)| *s))
             .collect();
-        let render = RenderSource::new(file, src, &spans);
+        let render = RenderSource::new(file, src.clone(), &spans);
         let render_span = render.map_span(span);
         let render_notes = notes.iter().map(|(s, _)| render.map_span(*s)).collect();
         // A file error names the file: keep its path whole.
@@ -134,6 +192,8 @@ impl Diagnostic {
             label: shorten_words(&err.label),
             help: err.help.as_deref().map(shorten_words),
             notes,
+            related: Vec::new(),
+            more: 0,
             render,
             render_span,
             render_notes,
@@ -146,19 +206,14 @@ impl Diagnostic {
     }
 }
 
-impl miette::Diagnostic for Diagnostic {
-    fn code<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
-        Some(Box::new(self.kind.code()))
-    }
-    fn help<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
+impl Diagnostic {
+    fn miette_help(&self) -> Option<Box<dyn fmt::Display + '_>> {
         self.help
             .as_ref()
             .map(|h| Box::new(h) as Box<dyn fmt::Display>)
     }
-    fn source_code(&self) -> Option<&dyn SourceCode> {
-        Some(&self.render)
-    }
-    fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
+
+    fn miette_labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
         let label = if self.label.is_empty() {
             None
         } else {
@@ -174,6 +229,64 @@ impl miette::Diagnostic for Diagnostic {
         Some(Box::new(std::iter::once(primary).chain(notes)))
     }
 }
+
+impl miette::Diagnostic for Diagnostic {
+    fn code<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
+        Some(Box::new(self.kind.code()))
+    }
+    fn help<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
+        self.miette_help()
+    }
+    fn source_code(&self) -> Option<&dyn SourceCode> {
+        Some(&self.render)
+    }
+    fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
+        self.miette_labels()
+    }
+    fn related<'a>(&'a self) -> Option<Box<dyn Iterator<Item = &'a dyn miette::Diagnostic> + 'a>> {
+        if self.related.is_empty() {
+            return None;
+        }
+        Some(Box::new(
+            self.related.iter().map(|d| d as &dyn miette::Diagnostic),
+        ))
+    }
+}
+
+/// One error of a [`Diagnostic`], without its related ones (how [`render_with`] draws each).
+#[derive(Debug)]
+struct One<'a>(&'a Diagnostic);
+
+impl fmt::Display for One<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.message)
+    }
+}
+
+impl std::error::Error for One<'_> {}
+
+impl miette::Diagnostic for One<'_> {
+    fn code<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
+        Some(Box::new(self.0.kind.code()))
+    }
+    fn help<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
+        self.0.miette_help()
+    }
+    fn source_code(&self) -> Option<&dyn SourceCode> {
+        Some(&self.0.render)
+    }
+    fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
+        self.0.miette_labels()
+    }
+}
+
+/// The most errors of one file a [`Diagnostic`] keeps (and [`render_plain`] shows); the others
+/// are counted in [`Diagnostic::more`].
+pub const MAX_SHOWN: usize = 20;
+
+/// The most errors the parser and the checker collect: beyond, they stop, and the count of
+/// errors is a lower bound.
+pub const MAX_COLLECTED: usize = 1000;
 
 /// Lines longer than this (in characters) are rendered as windows around the labelled positions:
 /// miette cannot draw underlines beyond column 65,535, and a window is more readable anyway.
@@ -198,26 +311,27 @@ struct Seg {
 #[derive(Debug)]
 struct RenderSource {
     name: String,
-    orig: String,
+    /// Shared by the diagnostics of one file.
+    orig: Arc<str>,
     /// `None`: the source is rendered as it is.
     text: Option<(String, Vec<Seg>)>,
 }
 
 impl RenderSource {
     /// The ends of `spans` (the labels) stay visible.
-    fn new(name: &str, orig: &str, spans: &[Span]) -> Self {
+    fn new(name: &str, orig: Arc<str>, spans: &[Span]) -> Self {
         let bom = if orig.starts_with('\u{feff}') { 3 } else { 0 };
         let long = orig
             .split('\n')
             .any(|l| l.len() > MAX_LINE_CHARS && l.chars().count() > MAX_LINE_CHARS);
         let text = if bom > 0 || long || orig.contains('\r') {
-            Some(excerpt(orig, bom, spans))
+            Some(excerpt(&orig, bom, spans))
         } else {
             None
         };
         RenderSource {
             name: name.to_string(),
-            orig: orig.to_string(),
+            orig,
             text,
         }
     }
@@ -458,8 +572,25 @@ pub fn render_with(diag: &Diagnostic, theme: GraphicalTheme) -> String {
         .with_links(false)
         .without_syntax_highlighting();
     let mut out = String::new();
-    if handler.render_report(&mut out, diag).is_err() {
-        out = format!("{}:{}:{}: {}", diag.file, diag.line, diag.col, diag.message);
+    for (i, d) in diag.all().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let mut one = String::new();
+        if handler.render_report(&mut one, &One(d)).is_err() {
+            one = format!("{}:{}:{}: {}\n", d.file, d.line, d.col, d.message);
+        }
+        out.push_str(&one);
+    }
+    let n = diag.count();
+    if n > 1 {
+        // Checking stopped there: there may be more.
+        let least = if n >= MAX_COLLECTED { "at least " } else { "" };
+        if diag.more > 0 {
+            let s = if diag.more == 1 { "" } else { "s" };
+            out.push_str(&format!("\n... and {least}{} more error{s}\n", diag.more));
+        }
+        out.push_str(&format!("\n{least}{n} errors in {}\n", diag.file));
     }
     out
 }

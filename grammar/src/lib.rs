@@ -1,7 +1,7 @@
 //! The dmc model language: AST, parser, shape checker and diagnostics.
 //!
 //! Entry point: [`compile_source`] turns the text of a `.dm` file into a checked [`model::Model`]
-//! or a [`Diagnostic`]; [`render_plain`] renders a diagnostic; [`summary::summary_text`] and
+//! or a [`Diagnostic`] (with every error of the file); [`render_plain`] renders a diagnostic; [`summary::summary_text`] and
 //! [`summary::summary_json`] describe a model.
 //!
 //! Modules: [`lexer`] and [`parser`] (text to [`ast`]), [`check`] (AST to [`model::Model`]),
@@ -24,15 +24,30 @@ pub use diag::{render_plain, render_with, Diagnostic, Kind};
 pub use model::Model;
 pub use summary::{summary_json, summary_text};
 
-/// Parses and checks a program. `file` is the name shown in diagnostics.
+/// Parses and checks a program. `file` is the name shown in diagnostics. The diagnostic holds
+/// every syntax error (a program with one is not checked) or every error the checker found (see
+/// [`Diagnostic`]: the first, and the others in [`Diagnostic::related`]).
 pub fn compile_source(src: &str, file: &str) -> Result<Model, Diagnostic> {
-    let prog = parser::parse(src).map_err(|e| Diagnostic::from_error(e, src, file))?;
-    check::check(&prog, src).map_err(|e| Diagnostic::from_error(e, src, file))
+    let prog = parse_source(src, file)?;
+    check::check_all(&prog, src).map_err(|errs| diagnostic(errs, src, file))
 }
 
-/// Parses a program without checking it.
+/// Parses a program without checking it; the diagnostic holds every syntax error found (one per
+/// statement in error).
 pub fn parse_source(src: &str, file: &str) -> Result<ast::Program, Diagnostic> {
-    parser::parse(src).map_err(|e| Diagnostic::from_error(e, src, file))
+    parser::parse_all(src).map_err(|errs| diagnostic(errs, src, file))
+}
+
+/// The diagnostic of the errors `errs` (at least one) of `src`.
+fn diagnostic(errs: Vec<diag::Error>, src: &str, file: &str) -> Diagnostic {
+    Diagnostic::from_errors(errs, src, file).unwrap_or_else(|| {
+        let e = diag::Error::new(
+            Kind::Name,
+            model::Span::default(),
+            "internal error: no error reported",
+        );
+        Diagnostic::from_error(e, src, file)
+    })
 }
 
 /// The largest `.dm` program accepted, in bytes (16 MiB): a program is a few kilobytes; a larger

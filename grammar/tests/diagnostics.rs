@@ -87,6 +87,9 @@ fn cases() -> Vec<(&'static str, String)> {
         ("loss_before_definition", format!("{HEAD}loss mse(out, y)\nout = x |> flatten |> dense(1)\ntrain {{ batch: 1, optimizer: sgd(lr: 0.01) }}\n")),
         ("error_far_right", wrap(&format!("out = x |>{}conv2(8, 3) |> flatten |> dense(1)", " ".repeat(300)))),
         ("byte_order_mark", "\u{feff}input x [16, 16, 1]\n".to_string()),
+        // --- several errors in one file ---
+        ("three_mistakes", format!("{HEAD}a = x |> conv2d(8, 3, padding: sme)\nb = x |> conv2(8, 3)\nout = a + b |> flatten |> dense(1)\nloss mae(out, y)\ntrain {{ batch: 1, optimizer: adma }}\n")),
+        ("block_error_in_every_use", wrap("block b(x, c) {\n  h = x |> conv2d(c, 3, activation: elu)\n  return x + h\n}\nout = x |> b(1) |> b(1) |> flatten |> dense(1)")),
     ]
 }
 
@@ -106,26 +109,36 @@ fn catalogue() {
             "{name}: span out of range"
         );
         let text = render_plain(&diag);
-        assert!(
-            text.contains(&format!("bad.dm:{}:{}", diag.line, diag.col)),
-            "{name}: no file:line:col in\n{text}"
-        );
+        for d in diag.all() {
+            assert!(
+                d.span.start <= d.span.end && d.span.end <= src.len(),
+                "{name}: span out of range"
+            );
+            assert!(
+                text.contains(&format!("bad.dm:{}:{}", d.line, d.col)),
+                "{name}: no file:line:col in\n{text}"
+            );
+        }
         // The activation choices are `UnaryKind::ALL` (checked here), so that a new activation
         // does not change the snapshot.
-        let text = if name == "bad_activation" {
-            let names: Vec<String> = dmc_plan::unary::UnaryKind::ALL
-                .iter()
-                .map(|k| format!("`{}`", k.name()))
-                .collect();
-            let list = format!("expected one of `none`, {}", names.join(", "));
+        let all = "<every activation of UnaryKind::ALL>";
+        let names: Vec<String> = dmc_plan::unary::UnaryKind::ALL
+            .iter()
+            .map(|k| format!("`{}`", k.name()))
+            .collect();
+        let list = format!("expected one of `none`, {}", names.join(", "));
+        if name == "bad_activation" {
             assert!(text.contains(&list), "{name}: {text}");
-            text.replace(
-                &list,
-                "expected one of `none`, <every activation of UnaryKind::ALL>",
-            )
-        } else {
-            text
-        };
+        }
+        let text = text.replace(&list, &format!("expected one of `none`, {all}"));
+        let acts: Vec<&str> = dmc_plan::unary::UnaryKind::ALL
+            .iter()
+            .map(|k| k.name())
+            .collect();
+        let text = text.replace(
+            &format!("(supported activations: {})", acts.join(", ")),
+            &format!("(supported activations: {all})"),
+        );
         insta::assert_snapshot!(name, format!("{src}\n----\n{text}"));
     }
 }

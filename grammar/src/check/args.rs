@@ -1,9 +1,9 @@
 //! Arguments: binding a call's positional and keyword arguments to a signature, and reading the
 //! bound values as whole numbers, numbers, flags or choices.
 
-use super::names::suggest;
 use super::scope::{describe, Val};
 use super::state::err;
+use super::suggest::{suggest, unsupported_help};
 use crate::ast::Ident;
 use crate::diag::{Error, Kind};
 use crate::layers::args::{ArgDefault, ArgKind, ArgValue, Args};
@@ -52,6 +52,7 @@ impl Bound {
         let i = match v {
             Val::Int(i) => *i,
             Val::Float(f) if f.fract() == 0.0 && f.abs() < 1e15 => *f as i64,
+            Val::Poison => return Err(Error::follow_on(*span)),
             other => {
                 let mut e = err(
                     Kind::Argument,
@@ -92,6 +93,7 @@ impl Bound {
         match v {
             Val::Int(i) => Ok(*i as f64),
             Val::Float(f) => Ok(*f),
+            Val::Poison => Err(Error::follow_on(*span)),
             other => Err(err(
                 Kind::Argument,
                 *span,
@@ -107,6 +109,7 @@ impl Bound {
         match v {
             Val::Sym(s) if s == "true" => Ok(true),
             Val::Sym(s) if s == "false" => Ok(false),
+            Val::Poison => Err(Error::follow_on(*span)),
             other => Err(err(
                 Kind::Argument,
                 *span,
@@ -138,9 +141,12 @@ impl Bound {
                     .label(format!("expected one of {list}"));
                 if let Some(sg) = suggest(s, options.iter().copied()) {
                     e = e.help(format!("did you mean `{sg}`?"));
+                } else if let Some(h) = unsupported_help(s) {
+                    e = e.help(h);
                 }
                 Err(e)
             }
+            Val::Poison => Err(Error::follow_on(*span)),
             other => Err(err(
                 Kind::Argument,
                 *span,

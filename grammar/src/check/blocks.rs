@@ -11,37 +11,46 @@ use crate::model::{Span, ValueRef};
 use std::collections::{HashMap, HashSet};
 
 impl<'a> Checker<'a> {
-    pub(super) fn collect_blocks(&mut self, prog: &'a Program) -> Result<(), Error> {
+    /// Collects the blocks, recording the errors of their definitions: a block named like a
+    /// built-in or defined again is left out, a recursive one is marked broken.
+    pub(super) fn collect_blocks(&mut self, prog: &'a Program) {
         for item in &prog.items {
             let Item::Block(b) = item else { continue };
             if is_builtin(&b.name.name) {
-                return Err(err(
-                    Kind::Name,
-                    b.name.span,
-                    format!("`{}` is a built-in name", b.name.name),
-                )
-                .label("cannot be redefined")
-                .help("choose another name for the block"));
+                self.report(
+                    err(
+                        Kind::Name,
+                        b.name.span,
+                        format!("`{}` is a built-in name", b.name.name),
+                    )
+                    .label("cannot be redefined")
+                    .help("choose another name for the block"),
+                );
+                continue;
             }
             if let Some(prev) = self.blocks.get(&b.name.name) {
-                return Err(err(
+                let e = err(
                     Kind::Name,
                     b.name.span,
                     format!("block `{}` is defined twice", b.name.name),
                 )
                 .label("second definition")
-                .note(prev.name.span, "first definition"));
+                .note(prev.name.span, "first definition");
+                self.report(e);
+                continue;
             }
             let mut seen: HashMap<&str, Span> = HashMap::new();
             for p in &b.params {
                 if let Some(prev) = seen.insert(&p.name.name, p.name.span) {
-                    return Err(err(
-                        Kind::Name,
-                        p.name.span,
-                        format!("parameter `{}` appears twice", p.name.name),
-                    )
-                    .label("duplicate parameter")
-                    .note(prev, "first here"));
+                    self.report(
+                        err(
+                            Kind::Name,
+                            p.name.span,
+                            format!("parameter `{}` appears twice", p.name.name),
+                        )
+                        .label("duplicate parameter")
+                        .note(prev, "first here"),
+                    );
                 }
             }
             self.blocks.insert(b.name.name.clone(), b);
@@ -50,11 +59,20 @@ impl<'a> Checker<'a> {
         let mut names: Vec<&String> = self.blocks.keys().collect();
         names.sort();
         let mut done: HashSet<String> = HashSet::new();
+        let mut broken: HashSet<String> = HashSet::new();
+        let mut found = vec![];
         for n in names {
             let mut stack = vec![];
-            self.find_cycle(n, &mut stack, &mut done)?;
+            if let Err(e) = self.find_cycle(n, &mut stack, &mut done) {
+                // Every block of the cycle is broken (and reported once).
+                broken.insert(n.clone());
+                broken.extend(stack.into_iter().map(|(s, _)| s));
+                done.extend(broken.iter().cloned());
+                found.push(e);
+            }
         }
-        Ok(())
+        found.into_iter().for_each(|e| self.report(e));
+        self.broken_blocks = broken;
     }
 
     fn find_cycle(
@@ -119,6 +137,9 @@ impl<'a> Checker<'a> {
         Ok(())
     }
 
+    /// Expands a use of block `b`. In a pipeline whose input is in error (see
+    /// [`Checker::detached`]) the piped parameter is a value in error and the body is checked
+    /// for what does not depend on it.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn expand_block(
         &mut self,
@@ -130,7 +151,33 @@ impl<'a> Checker<'a> {
         span: Span,
         scope: &mut Scope,
     ) -> Result<Val, Error> {
+        let detached = std::mem::replace(&mut self.detached, false);
+        let piped = match piped {
+            Some(_) if detached => Some(Val::Poison),
+            Some(p) => Some(Val::Tensor(p)),
+            None => None,
+        };
+        let r = self.expand(b, func, args, label, piped, span, scope);
+        self.detached = detached;
+        r
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn expand(
+        &mut self,
+        b: &'a BlockDef,
+        func: &Ident,
+        args: &[Arg],
+        label: Option<&Ident>,
+        piped: Option<Val>,
+        span: Span,
+        scope: &mut Scope,
+    ) -> Result<Val, Error> {
         let bname = &b.name.name;
+        if self.broken_blocks.contains(bname) {
+            // Its definition is reported.
+            return Err(Error::follow_on(func.span));
+        }
         if self.frames.len() > MAX_BLOCK_DEPTH {
             return Err(err(
                 Kind::Name,
@@ -141,7 +188,7 @@ impl<'a> Checker<'a> {
         }
         let mut vals: Vec<Option<(Val, Span)>> = vec![None; b.params.len()];
         let mut next = 0;
-        if let Some(p) = piped {
+        if let Some(p) = piped.clone() {
             if b.params.is_empty() {
                 return Err(err(
                     Kind::Argument,
@@ -154,7 +201,7 @@ impl<'a> Checker<'a> {
                     "give it an input parameter: `block {bname}(x, ...)`"
                 )));
             }
-            vals[0] = Some((Val::Tensor(p), func.span));
+            vals[0] = Some((p, func.span));
             next = 1;
         }
         let mut seen_kw = false;
@@ -262,22 +309,26 @@ impl<'a> Checker<'a> {
             prefix: format!("{inst}."),
             repeat: vec![],
         });
+        let mark = self.errors.len();
         let res = self.block_body(b, &mut inner);
         self.frames.pop();
         // An error inside the block's body: also show which use of the block it came from
         // (shapes and arguments differ between uses).
-        let v = res.map_err(|mut e| {
+        let in_use = |mut e: Error| {
             let inside = e.span.start >= b.span.start && e.span.end <= b.span.end;
             let uses = e
                 .notes
                 .iter()
                 .filter(|(_, t)| t.starts_with("in this use of block"))
                 .count();
-            if inside && uses < 4 {
+            if inside && uses < 4 && !e.is_follow_on() {
                 e = e.note(span, format!("in this use of block `{bname}`"));
             }
             e
-        })?;
+        };
+        let found: Vec<Error> = self.errors.drain(mark..).map(in_use).collect();
+        self.errors.extend(found);
+        let v = res.map_err(in_use)?;
         if let Some(l) = label {
             // The instance name must be unique too (its layers are prefixed by it).
             if let Some(prev) = self.node_names.get(&inst) {
@@ -292,29 +343,23 @@ impl<'a> Checker<'a> {
         Ok(v)
     }
 
+    /// The body of a block instance: each statement in error is recorded (and its value poisoned),
+    /// the others are checked on; the error of the `return` is returned.
     fn block_body(&mut self, b: &'a BlockDef, inner: &mut Scope) -> Result<Val, Error> {
         for l in &b.body {
-            if let Some(p) = b.params.iter().find(|p| p.name.name == l.name.name) {
-                return Err(err(
-                    Kind::Name,
-                    l.name.span,
-                    format!(
-                        "`{}` is already a parameter of block `{}`",
-                        l.name.name, b.name.name
-                    ),
-                )
-                .label("defined again here")
-                .note(p.name.span, "parameter declared here")
-                .help("choose a new name (e.g. `h`)"));
+            if self.stop {
+                return Err(Error::follow_on(l.span));
             }
-            self.no_block_clash(&l.name)?;
-            let v = self.eval(&l.value, inner)?;
-            let v = self.storable(v, &l.value, inner)?;
-            inner.define(&l.name, v, "value")?;
+            let r = self.block_stmt(b, l, inner);
+            if self.recover(r).is_none() {
+                inner.mark_used(&l.value);
+                inner.poison(&l.name, "value");
+            }
         }
         let v = self.eval(&b.ret, inner)?;
         let v = match v {
             Val::Tensor(r) => Val::Tensor(r),
+            Val::Poison => Val::Poison,
             Val::Sym(s) => return Err(self.unknown_name(&s, b.ret.span, Some(inner))),
             other => {
                 return Err(err(
@@ -328,8 +373,29 @@ impl<'a> Checker<'a> {
                 .label("not a tensor"))
             }
         };
-        self.check_unused(inner, &format!(" in block `{}`", b.name.name))?;
+        self.check_unused(inner, &format!(" in block `{}`", b.name.name));
         Ok(v)
+    }
+
+    /// One statement `name = value` of a block's body.
+    fn block_stmt(&mut self, b: &'a BlockDef, l: &'a Let, inner: &mut Scope) -> Result<(), Error> {
+        if let Some(p) = b.params.iter().find(|p| p.name.name == l.name.name) {
+            return Err(err(
+                Kind::Name,
+                l.name.span,
+                format!(
+                    "`{}` is already a parameter of block `{}`",
+                    l.name.name, b.name.name
+                ),
+            )
+            .label("defined again here")
+            .note(p.name.span, "parameter declared here")
+            .help("choose a new name (e.g. `h`)"));
+        }
+        self.no_block_clash(&l.name)?;
+        let v = self.eval(&l.value, inner)?;
+        let v = self.storable(v, &l.value, inner)?;
+        inner.define(&l.name, v, "value")
     }
 }
 

@@ -2,7 +2,7 @@
 //! the calls of layers and blocks.
 
 use super::scope::{describe, is_option_word, Scope, Val};
-use super::state::{err, Checker};
+use super::state::{err, Checker, NO_VALUE};
 use crate::ast::*;
 use crate::diag::{Error, Kind};
 use crate::model::ValueRef;
@@ -44,6 +44,7 @@ impl Checker<'_> {
                 Ok(*r)
             }
             Val::Sym(s) => Err(self.unknown_name(s, span, Some(scope))),
+            Val::Poison => Err(Error::follow_on(span)),
             other => Err(err(
                 Kind::Argument,
                 span,
@@ -87,11 +88,28 @@ impl Checker<'_> {
                 let Some(first) = terms.first() else {
                     return Err(err(Kind::Syntax, e.span, "empty sum").label("nothing to add"));
                 };
-                let v = self.eval(first, scope)?;
-                let mut acc = self.expect_tensor(&v, first.span, "the left side of `+`", scope)?;
+                // Every term is checked, also when one is in error.
+                let mut refs = vec![];
+                let mut poisoned = false;
+                for (i, t) in terms.iter().enumerate() {
+                    let v = self.eval(t, scope)?;
+                    let side = if i == 0 { "left" } else { "right" };
+                    match v {
+                        Val::Poison => poisoned = true,
+                        v => refs.push(self.expect_tensor(
+                            &v,
+                            t.span,
+                            &format!("the {side} side of `+`"),
+                            scope,
+                        )?),
+                    }
+                }
+                if poisoned {
+                    return Ok(Val::Poison);
+                }
+                let mut acc = refs[0];
                 for (i, t) in terms.iter().enumerate().skip(1) {
-                    let vb = self.eval(t, scope)?;
-                    let rb = self.expect_tensor(&vb, t.span, "the right side of `+`", scope)?;
+                    let rb = refs[i];
                     let left = Span::new(first.span.start, terms[i - 1].span.end);
                     let span = Span::new(first.span.start, t.span.end);
                     acc = match self.add(acc, left, rb, t.span, span, None)? {
@@ -103,10 +121,24 @@ impl Checker<'_> {
             }
             ExprKind::Pipe(input, stages) => {
                 let v = self.eval(input, scope)?;
+                if v == Val::Poison {
+                    self.detached_stages(stages, scope)?;
+                    return Ok(Val::Poison);
+                }
                 let mut r = self.expect_tensor(&v, input.span, "the input of a pipeline", scope)?;
                 let mut out = Val::Tensor(r);
-                for st in stages {
-                    out = self.stage(st, r, scope)?;
+                for (i, st) in stages.iter().enumerate() {
+                    out = match self.stage(st, r, scope) {
+                        Ok(v) => v,
+                        Err(e) if e.is_follow_on() => return Err(e),
+                        Err(e) => {
+                            // The stages after one in error are checked as after a value in
+                            // error.
+                            self.report(e);
+                            self.detached_stages(&stages[i + 1..], scope)?;
+                            return Err(Error::follow_on(st.span));
+                        }
+                    };
                     r = self.expect_tensor(&out, st.span, "a stage's result", scope)?;
                 }
                 Ok(out)
@@ -154,6 +186,7 @@ impl Checker<'_> {
                 let cv = self.eval(count, scope)?;
                 let n = match cv {
                     Val::Int(n) if n >= 1 => n as usize,
+                    Val::Poison => return Err(Error::follow_on(count.span)),
                     Val::Int(n) => {
                         return Err(err(
                             Kind::Argument,
@@ -177,18 +210,9 @@ impl Checker<'_> {
                 let mut cur = input;
                 for i in 1..=n {
                     self.frame().repeat.push(i);
-                    for s in body {
-                        let v = self.stage(s, cur, scope);
-                        let v = match v {
-                            Ok(v) => v,
-                            Err(e) => {
-                                self.frame().repeat.pop();
-                                return Err(e);
-                            }
-                        };
-                        cur = self.expect_tensor(&v, s.span, "a stage's result", scope)?;
-                    }
+                    let r = self.repeat_body(body, cur, scope);
                     self.frame().repeat.pop();
+                    cur = r?;
                 }
                 Ok(Val::Tensor(cur))
             }
@@ -197,5 +221,37 @@ impl Checker<'_> {
                     .label("not an operation"),
             ),
         }
+    }
+
+    /// The stages of a pipeline whose input is in error: what they say without the input (unknown
+    /// operations, wrong arguments) is an error; what needs the input is not checked.
+    fn detached_stages(&mut self, stages: &[Expr], scope: &mut Scope) -> Result<(), Error> {
+        let was = std::mem::replace(&mut self.detached, true);
+        let mut r = Ok(());
+        for st in stages {
+            if let Err(e) = self.stage(st, NO_VALUE, scope) {
+                if !e.is_follow_on() {
+                    r = Err(e);
+                    break;
+                }
+            }
+        }
+        self.detached = was;
+        r
+    }
+
+    /// One iteration of a `repeat`'s stages, from `input`.
+    fn repeat_body(
+        &mut self,
+        body: &[Expr],
+        input: ValueRef,
+        scope: &mut Scope,
+    ) -> Result<ValueRef, Error> {
+        let mut cur = input;
+        for s in body {
+            let v = self.stage(s, cur, scope)?;
+            cur = self.expect_tensor(&v, s.span, "a stage's result", scope)?;
+        }
+        Ok(cur)
     }
 }

@@ -1,13 +1,14 @@
 //! Calls of the table's layers: dispatching a call to a block, a layer or an error, binding its
 //! arguments, building the layer through its table entry and emitting its node(s).
 
-use super::args::{bind, layer_args, Sig};
-use super::names::{suggest, LOSSES, OPTIMIZERS};
-use super::scope::{Scope, Val};
-use super::state::{err, Checker};
+use super::args::{bind, layer_args, Bound, Sig};
+use super::names::{LOSSES, OPTIMIZERS};
+use super::scope::{is_option_word, Scope, Val};
+use super::state::{err, Checker, NO_VALUE};
+use super::suggest::{suggest, unsupported_help};
 use crate::ast::*;
 use crate::diag::{Error, Kind};
-use crate::layers::args::Args;
+use crate::layers::args::{ArgKind, Args};
 use crate::layers::build::Input;
 use crate::layers::{self, Inputs, LayerDef};
 use crate::limits::elems;
@@ -91,9 +92,10 @@ impl Checker<'_> {
                 cands.push(n);
             }
             cands.extend(self.blocks.keys().map(|s| s.as_str()));
-            e = match suggest(name, cands.iter().copied()) {
-                Some(s) => e.help(format!("did you mean `{s}`?")),
-                None => e.help(format!(
+            e = match (suggest(name, cands.iter().copied()), unsupported_help(name)) {
+                (Some(s), _) => e.help(format!("did you mean `{s}`?")),
+                (None, Some(h)) => e.label("not an operation of dmc").help(h),
+                (None, None) => e.help(format!(
                     "the operations are: {}",
                     layers::names().collect::<Vec<_>>().join(", ")
                 )),
@@ -124,6 +126,7 @@ impl Checker<'_> {
                 }
             }
         }
+        let mut no_input = false;
         let input = match piped {
             Some(r) => {
                 if let Some((Val::Tensor(_), s)) = positional.first() {
@@ -140,7 +143,13 @@ impl Checker<'_> {
                 r
             }
             None => match positional.first() {
-                Some((Val::Tensor(_), _)) | Some((Val::Sym(_), _)) => {
+                Some((Val::Poison, _)) => {
+                    // In error: the arguments are checked, nothing is built.
+                    positional.remove(0);
+                    no_input = true;
+                    NO_VALUE
+                }
+                Some((Val::Tensor(_) | Val::Sym(_), _)) => {
                     let (v, s) = positional.remove(0);
                     self.expect_tensor(&v, s, &format!("the input of `{name}`"), scope)?
                 }
@@ -157,9 +166,34 @@ impl Checker<'_> {
             },
         };
         let bound = bind(&Sig::of_layer(def), positional, kw, func, span)?;
+        self.resolve_names(def, &bound, scope)?;
         let args = layer_args(def, &bound)?;
+        if no_input {
+            return Err(Error::follow_on(span));
+        }
         self.apply(def, &args, &[(input, span)], label, span)
     }
+    /// A bare name given for an argument that is not an option word is a value the call cannot
+    /// see: unknown, defined below, or (in a block) a top-level value. Said so, rather than that
+    /// the argument has the wrong type; for options (`padding: sme`) the option's error lists the
+    /// choices, unless the name is a top-level value used in a block.
+    fn resolve_names(&self, def: &LayerDef, bound: &Bound, scope: &Scope) -> Result<(), Error> {
+        for p in def.params {
+            let Some((Val::Sym(s), span)) = bound.get(p.name) else {
+                continue;
+            };
+            if is_option_word(s) {
+                continue;
+            }
+            let value_kind = matches!(p.kind, ArgKind::Count | ArgKind::Number);
+            let outside = scope.in_block.is_some() && self.top_names.contains_key(s);
+            if value_kind || outside {
+                return Err(self.unknown_name(s, *span, Some(scope)));
+            }
+        }
+        Ok(())
+    }
+
     /// `add(a, b)` or `a |> add(b)`.
     fn add_call(
         &mut self,
@@ -210,6 +244,9 @@ impl Checker<'_> {
         label: Option<&Ident>,
         span: Span,
     ) -> Result<Val, Error> {
+        if self.detached || inputs.iter().any(|(r, _)| *r == NO_VALUE) {
+            return Err(Error::follow_on(span));
+        }
         let shapes: Vec<Shape> = inputs
             .iter()
             .map(|(r, _)| self.shape_of(*r).clone())

@@ -1,16 +1,21 @@
 //! Lints on the whole expanded program: every value is used, every layer contributes to the
 //! loss, and something is trainable.
 
-use super::scope::Scope;
+use super::scope::{Scope, Val};
 use super::state::{err, Checker};
 use crate::diag::{Error, Kind};
 use crate::model::{Loss, ValueRef};
 
 impl Checker<'_> {
-    pub(super) fn check_unused(&self, scope: &Scope, where_: &str) -> Result<(), Error> {
+    /// Reports every value, input and target of `scope` that is never used (but not those whose
+    /// definition is in error, nor, after an error, those the program mentions).
+    pub(super) fn check_unused(&mut self, scope: &Scope, where_: &str) {
         for n in &scope.order {
-            let b = &scope.vars[n];
-            if b.used {
+            let Some(b) = scope.vars.get(n) else { continue };
+            if b.used || b.val == Val::Poison {
+                continue;
+            }
+            if !self.errors.is_empty() && self.mentioned.contains(n) {
                 continue;
             }
             let (msg, help) = match b.what {
@@ -28,11 +33,12 @@ impl Checker<'_> {
                     "every value must contribute to the loss; use it or remove it".to_string(),
                 ),
             };
-            return Err(err(Kind::Name, b.span, msg)
-                .label("defined here but never used")
-                .help(help));
+            self.report(
+                err(Kind::Name, b.span, msg)
+                    .label("defined here but never used")
+                    .help(help),
+            );
         }
-        Ok(())
     }
 
     /// Every layer must contribute to the loss' prediction.

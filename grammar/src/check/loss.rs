@@ -1,9 +1,10 @@
 //! The `loss` statement: its kind, prediction and target, and whether their shapes and types
 //! fit the loss.
 
-use super::names::{suggest, LOSSES};
+use super::names::LOSSES;
 use super::scope::{Scope, Val};
 use super::state::{err, Checker};
+use super::suggest::{suggest, unsupported_help};
 use crate::ast::LossStmt;
 use crate::diag::{Error, Kind};
 use crate::limits::fmt_shape;
@@ -21,9 +22,10 @@ impl Checker<'_> {
                     format!("unknown loss `{other}`"),
                 )
                 .label("not a loss");
-                e = match suggest(other, LOSSES.iter().copied()) {
-                    Some(s) => e.help(format!("did you mean `{s}`? the losses are `mse` and `cross_entropy`")),
-                    None => e.help("the losses are `mse(prediction, target)` and `cross_entropy(logits, labels)`"),
+                e = match (suggest(other, LOSSES.iter().copied()), unsupported_help(other)) {
+                    (Some(s), _) => e.help(format!("did you mean `{s}`? the losses are `mse` and `cross_entropy`")),
+                    (None, Some(h)) => e.label("not a loss of dmc").help(h),
+                    (None, None) => e.help("the losses are `mse(prediction, target)` and `cross_entropy(logits, labels)`"),
                 };
                 return Err(e);
             }
@@ -81,6 +83,7 @@ impl Checker<'_> {
         let target = match tv {
             Val::Tensor(r @ ValueRef::Target(_)) => r,
             Val::Sym(s) => return Err(self.unknown_name(&s, tspan, Some(scope))),
+            Val::Poison => return Err(Error::follow_on(tspan)),
             _ => {
                 return Err(err(
                     Kind::Training,

@@ -1,9 +1,11 @@
 //! The checker: expands blocks and `repeat`, resolves names, infers shapes and produces a
-//! [`Model`]. Every error is reported as a [`diag::Error`](crate::diag::Error) with a span.
+//! [`Model`]. Every error is reported as a [`diag::Error`](crate::diag::Error) with a span, and
+//! checking goes on after one (see [`check_all`]).
 //!
 //! This file walks the program's statements; the other modules of `check/` do one job each:
 //! `state` (the checker's state and the nodes it emits), `scope` (values and their bindings),
-//! `eval` (expressions and pipelines), `names` (built-in names and "did you mean"), `args`
+//! `eval` (expressions and pipelines), `names` (built-in names), `suggest` ("did you mean", and
+//! well-known names dmc does not have), `args`
 //! (binding a call's arguments to a signature), `layers` (calls of the table's layers), `blocks`
 //! (`block` definitions and their expansion), `loss`, `train` (the train section and optimizers)
 //! and `lints` (unused values, dead layers, nothing to train).
@@ -17,36 +19,85 @@ mod loss;
 mod names;
 mod scope;
 mod state;
+mod suggest;
 mod train;
 
 use crate::ast::*;
 use crate::diag::{Error, Kind};
 use crate::limits::{elems, MAX_DIM};
 use crate::model::*;
-use scope::{Scope, Val};
+use scope::{names_in, Scope, Val};
 use state::{err, Checker};
 
-/// Checks a parsed program and builds the [`Model`].
+/// Checks a parsed program and builds the [`Model`]; the error is the first one found (see
+/// [`check_all`] for all of them).
 pub fn check(prog: &Program, src: &str) -> Result<Model, Error> {
+    check_all(prog, src).map_err(|errs| {
+        errs.into_iter().next().unwrap_or_else(|| {
+            err(
+                Kind::Name,
+                Span::new(0, 0),
+                "internal error: no error reported",
+            )
+        })
+    })
+}
+
+/// Checks a parsed program and builds the [`Model`], or returns every error found (at least one,
+/// none of them a follow-on error; in the order found). Checking goes on after an error: a
+/// statement in error defines its value as an error value, whose uses are not reported again.
+pub fn check_all(prog: &Program, src: &str) -> Result<Model, Vec<Error>> {
     let mut c = Checker::new(last_char(src));
-    c.collect_blocks(prog)?;
+    match run(&mut c, prog) {
+        Some(m) if c.errors.is_empty() => Ok(m),
+        _ => {
+            let mut errs = std::mem::take(&mut c.errors);
+            errs.retain(|e| !e.is_follow_on());
+            if errs.is_empty() {
+                errs.push(err(
+                    Kind::Name,
+                    Span::new(0, 0),
+                    "internal error: the check failed without a reported error",
+                ));
+            }
+            Err(errs)
+        }
+    }
+}
+
+/// Walks the program's statements, recording errors in `c.errors`; `None` when no model can be
+/// built.
+fn run<'a>(c: &mut Checker<'a>, prog: &'a Program) -> Option<Model> {
+    c.collect_blocks(prog);
+    c.mentioned = mentioned(prog);
     let mut scope = Scope::default();
     // Where values are defined: a use before the definition is an error.
     let mut loss: Option<&LossStmt> = None;
     let mut train: Option<&TrainSection> = None;
+    let mut declares_input = false;
     for item in &prog.items {
         let name = match item {
             Item::Let(l) => &l.name,
             Item::Input(d) | Item::Target(d) => &d.name,
             _ => continue,
         };
+        declares_input |= matches!(item, Item::Input(_));
         scope.later.entry(name.name.clone()).or_insert(name.span);
     }
+    c.top_names = scope.later.clone();
     for item in &prog.items {
+        if c.stop {
+            break;
+        }
         match item {
             Item::Input(d) | Item::Target(d) => {
                 let is_input = matches!(item, Item::Input(_));
-                let decl = c.decl(d, is_input)?;
+                let what = if is_input { "input" } else { "target" };
+                let r = c.decl(d, is_input);
+                let Some(decl) = c.recover(r) else {
+                    scope.poison(&d.name, what);
+                    continue;
+                };
                 let v = if is_input {
                     c.inputs.push(decl);
                     Val::Tensor(ValueRef::Input(c.inputs.len() - 1))
@@ -54,78 +105,132 @@ pub fn check(prog: &Program, src: &str) -> Result<Model, Error> {
                     c.targets.push(decl);
                     Val::Tensor(ValueRef::Target(c.targets.len() - 1))
                 };
-                c.no_block_clash(&d.name)?;
-                scope.define(&d.name, v, if is_input { "input" } else { "target" })?;
+                let r = c.no_block_clash(&d.name);
+                if c.recover(r).is_some() {
+                    let r = scope.define(&d.name, v, what);
+                    c.recover(r);
+                }
             }
             Item::Let(l) => {
-                c.no_block_clash(&l.name)?;
-                let v = c.eval(&l.value, &mut scope)?;
-                let v = c.storable(v, &l.value, &scope)?;
-                scope.define(&l.name, v, "value")?;
+                let r = c.no_block_clash(&l.name);
+                if c.recover(r).is_none() {
+                    scope.mark_used(&l.value);
+                    continue;
+                }
+                let r = c
+                    .eval(&l.value, &mut scope)
+                    .and_then(|v| c.storable(v, &l.value, &scope));
+                match c.recover(r) {
+                    Some(v) => {
+                        let r = scope.define(&l.name, v, "value");
+                        c.recover(r);
+                    }
+                    None => {
+                        scope.mark_used(&l.value);
+                        scope.poison(&l.name, "value");
+                    }
+                }
             }
             Item::Block(_) => {}
-            Item::Loss(l) => {
-                if let Some(prev) = loss {
-                    return Err(err(
+            Item::Loss(l) => match loss {
+                Some(prev) => c.report(
+                    err(
                         Kind::Training,
                         l.span,
                         "the program has more than one `loss`",
                     )
                     .label("second loss")
                     .note(prev.span, "first loss here")
-                    .help("a model is trained on one loss; remove one of them"));
-                }
-                loss = Some(l);
-            }
-            Item::Train(t) => {
-                if let Some(prev) = train {
-                    return Err(err(
+                    .help("a model is trained on one loss; remove one of them"),
+                ),
+                None => loss = Some(l),
+            },
+            Item::Train(t) => match train {
+                Some(prev) => c.report(
+                    err(
                         Kind::Training,
                         t.span,
                         "the program has more than one `train` section",
                     )
                     .label("second section")
                     .note(prev.span, "first section here")
-                    .help("merge the settings into one `train { ... }`"));
-                }
-                train = Some(t);
-            }
+                    .help("merge the settings into one `train { ... }`"),
+                ),
+                None => train = Some(t),
+            },
         }
     }
-    if c.inputs.is_empty() {
-        return Err(
+    if c.stop {
+        return None;
+    }
+    if !declares_input {
+        c.report(
             err(Kind::Name, Span::new(0, 0), "the program declares no input")
                 .label("expected `input name: [dims]`")
                 .help("declare the network's input first, e.g. `input x: [28, 28, 1]`"),
         );
     }
-    let Some(loss_stmt) = loss else {
-        return Err(err(Kind::Training, c.eof, "the program has no `loss`")
-            .label("expected a `loss` statement after this")
-            .help("add e.g. `loss mse(out, y)` or `loss cross_entropy(logits, label)`"));
-    };
     // The loss is checked last (its layers are numbered after the program's), but sees only the
     // values defined above it.
-    scope.horizon = Some(loss_stmt.span.start);
-    let loss = c.loss(loss_stmt, &mut scope)?;
-    scope.horizon = None;
-    let Some(train) = train else {
-        return Err(err(
-            Kind::Training,
-            c.eof,
-            "the program has no `train { ... }` section",
-        )
-        .label("expected a `train` section after this")
-        .help("add e.g. `train { batch: 32, optimizer: sgd(lr: 0.01) }`"));
+    let loss = match loss {
+        Some(l) => {
+            scope.horizon = Some(l.span.start);
+            let r = c.loss(l, &mut scope);
+            scope.horizon = None;
+            let r = c.recover(r);
+            if r.is_none() {
+                l.args.iter().for_each(|a| scope.mark_used(&a.value));
+            }
+            r
+        }
+        None => {
+            c.report(
+                err(Kind::Training, c.eof, "the program has no `loss`")
+                    .label("expected a `loss` statement after this")
+                    .help("add e.g. `loss mse(out, y)` or `loss cross_entropy(logits, label)`"),
+            );
+            None
+        }
     };
-    let train = c.train(train)?;
-    c.check_unused(&scope, "")?;
-    c.check_dead(loss.pred)?;
-    c.check_trainable(&loss)?;
-    Ok(Model {
-        inputs: c.inputs,
-        targets: c.targets,
-        nodes: c.nodes,
+    let train = match train {
+        Some(t) => {
+            let r = c.train(t);
+            c.recover(r)
+        }
+        None => {
+            c.report(
+                err(
+                    Kind::Training,
+                    c.eof,
+                    "the program has no `train { ... }` section",
+                )
+                .label("expected a `train` section after this")
+                .help("add e.g. `train { batch: 32, optimizer: sgd(lr: 0.01) }`"),
+            );
+            None
+        }
+    };
+    if c.stop {
+        return None;
+    }
+    // Without a loss nothing is used: not worth saying.
+    if loss.is_some() || c.errors.is_empty() {
+        c.check_unused(&scope, "");
+    }
+    let (loss, train) = (loss?, train?);
+    // The layers of a statement in error are missing or dangling: these lints are for programs
+    // without errors.
+    if !c.errors.is_empty() {
+        return None;
+    }
+    let r = c
+        .check_dead(loss.pred)
+        .and_then(|()| c.check_trainable(&loss));
+    c.recover(r)?;
+    Some(Model {
+        inputs: std::mem::take(&mut c.inputs),
+        targets: std::mem::take(&mut c.targets),
+        nodes: std::mem::take(&mut c.nodes),
         output: loss.pred,
         loss,
         train,
@@ -172,6 +277,29 @@ impl Checker<'_> {
             span: d.span,
         })
     }
+}
+
+/// Every name mentioned in the program's expressions.
+fn mentioned(prog: &Program) -> std::collections::HashSet<String> {
+    let mut out = std::collections::HashSet::new();
+    let mut add = |n: &str| {
+        out.insert(n.to_string());
+    };
+    for item in &prog.items {
+        match item {
+            Item::Let(l) => names_in(&l.value, &mut add),
+            Item::Block(b) => {
+                let defaults = b.params.iter().filter_map(|p| p.default.as_ref());
+                let body = b.body.iter().map(|l| &l.value);
+                for e in defaults.chain(body).chain([&b.ret]) {
+                    names_in(e, &mut add);
+                }
+            }
+            Item::Loss(l) => l.args.iter().for_each(|a| names_in(&a.value, &mut add)),
+            Item::Input(_) | Item::Target(_) | Item::Train(_) => {}
+        }
+    }
+    out
 }
 
 /// Span of the last non-blank character of the source (where "missing ..." errors point).

@@ -1,8 +1,9 @@
-//! Names: the built-in names besides the layers (losses, optimizers), "did you mean"
-//! suggestions, and the errors about unknown, misplaced or clashing names.
+//! Names: the built-in names besides the layers (losses, optimizers) and the errors about
+//! unknown, misplaced or clashing names (their "did you mean" hints are in `suggest`).
 
 use super::scope::Scope;
 use super::state::{err, Checker};
+pub(super) use super::suggest::suggest;
 use crate::ast::Ident;
 use crate::diag::{Error, Kind};
 use crate::layers;
@@ -16,70 +17,6 @@ pub(super) const OPTIMIZERS: &[&str] = &["sgd", "adam", "adamw"];
 /// Whether `name` is a layer, a loss or an optimizer.
 pub(super) fn is_builtin(name: &str) -> bool {
     layers::find(name).is_some() || LOSSES.contains(&name) || OPTIMIZERS.contains(&name)
-}
-
-/// Edit distance for "did you mean" suggestions.
-fn distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let v = (prev[j] + usize::from(ca != *cb))
-                .min(prev[j + 1] + 1)
-                .min(cur[j] + 1);
-            cur.push(v);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
-}
-
-/// Keras / PyTorch spellings of the losses (compared in lower case, without `_`); the layers'
-/// are in their table entries.
-const LOSS_ALIASES: &[(&str, &str)] = &[
-    ("meansquarederror", "mse"),
-    ("mseloss", "mse"),
-    ("crossentropyloss", "cross_entropy"),
-    ("sparsecategoricalcrossentropy", "cross_entropy"),
-    ("categoricalcrossentropy", "cross_entropy"),
-    ("crossentropy", "cross_entropy"),
-    ("nllloss", "cross_entropy"),
-];
-
-/// The built-in name another framework spells `key` (lower case, without `_`).
-fn alias(key: &str) -> Option<&'static str> {
-    let layer = layers::layers()
-        .iter()
-        .find(|d| d.aliases.contains(&key))
-        .map(|d| d.name);
-    layer.or_else(|| {
-        LOSS_ALIASES
-            .iter()
-            .find(|(a, _)| *a == key)
-            .map(|(_, t)| *t)
-    })
-}
-
-/// The candidate `name` most likely stands for: another framework's spelling of it, the same
-/// name without `_` or in another case, or one within a small edit distance.
-pub(super) fn suggest<'x>(name: &str, cands: impl IntoIterator<Item = &'x str>) -> Option<String> {
-    let cands: Vec<&str> = cands.into_iter().collect();
-    let key: String = name.to_lowercase().chars().filter(|c| *c != '_').collect();
-    if let Some(target) = alias(&key) {
-        if cands.contains(&target) {
-            return Some(target.to_string());
-        }
-    }
-    if let Some(c) = cands.iter().find(|c| c.replace('_', "") == key) {
-        return Some(c.to_string());
-    }
-    let best = cands
-        .into_iter()
-        .map(|c| (distance(name, c), c))
-        .filter(|(d, c)| *d <= 2.max(c.len() / 3) && *d < c.len())
-        .min();
-    best.map(|(_, c)| c.to_string())
 }
 
 impl Checker<'_> {
@@ -120,15 +57,33 @@ impl Checker<'_> {
                 }
             }
             if let Some(b) = &s.in_block {
-                e = e.help(format!("a block only sees its parameters and its own values; pass `{name}` to block `{b}` as a parameter"));
-            }
-            if e.help.is_none() {
-                if let Some(sg) = suggest(name, s.vars.keys().map(|k| k.as_str())) {
-                    e = e.help(format!("did you mean `{sg}`?"));
+                if let Some(def) = self.top_names.get(name) {
+                    return self.not_in_block(name, b, span, *def);
                 }
+            }
+            if let Some(sg) = suggest(name, s.vars.keys().map(|k| k.as_str())) {
+                e = e.help(format!("did you mean `{sg}`?"));
+            } else if let Some(b) = &s.in_block {
+                e = e.help(format!(
+                    "a block sees only its parameters and its own values; to use a value from outside, pass it to block `{b}` as a parameter"
+                ));
             }
         }
         e
+    }
+
+    /// A use inside block `block` of `name`, a top-level value (defined at `def`).
+    fn not_in_block(&self, name: &str, block: &str, used: Span, def: Span) -> Error {
+        err(
+            Kind::Name,
+            used,
+            format!("`{name}` is not visible inside the block `{block}`"),
+        )
+        .label("defined outside the block")
+        .note(def, format!("`{name}` is defined here, at the top level"))
+        .help(format!(
+            "blocks see only their parameters and their own values; pass it as a parameter: add `{name}` to the parameters of `block {block}(...)` and give it at each use, e.g. `{block}(..., {name}: {name})`"
+        ))
     }
 
     /// A use of `name` at `used` before its definition at `def`.

@@ -1,6 +1,6 @@
 //! Values during checking and the scopes that bind names to them.
 
-use crate::ast::Ident;
+use crate::ast::{Expr, ExprKind, Ident};
 use crate::diag::{Error, Kind};
 use crate::layers::{self, args::ArgKind};
 use crate::model::{Activation, Span, ValueRef};
@@ -27,6 +27,9 @@ pub(super) enum Val {
     /// An unbound bare name: an option (`same`, `relu`, `true`) or an unknown name.
     Sym(String),
     Tuple(Vec<(Val, Span)>),
+    /// The value of a definition that failed (its error is reported): what uses it fails as a
+    /// follow-on error, so one mistake is reported once.
+    Poison,
 }
 
 /// How a value is named in diagnostics ("found the integer 3").
@@ -37,6 +40,7 @@ pub(super) fn describe(v: &Val) -> String {
         Val::Float(f) => format!("the number {f:?}"),
         Val::Sym(s) => format!("`{s}`"),
         Val::Tuple(_) => "a tuple".into(),
+        Val::Poison => "a value in error".into(),
     }
 }
 
@@ -92,5 +96,41 @@ impl Scope {
         );
         self.order.push(name.name.clone());
         Ok(())
+    }
+
+    /// After an error in a definition: binds `name` to [`Val::Poison`] (unless it is bound
+    /// already), so its uses are not reported again.
+    pub(super) fn poison(&mut self, name: &Ident, what: &'static str) {
+        if !self.vars.contains_key(&name.name) {
+            let _ = self.define(name, Val::Poison, what);
+        }
+    }
+
+    /// After an error in `e`: counts the names it mentions as used (what the failed statement
+    /// would have used is not reported as unused).
+    pub(super) fn mark_used(&mut self, e: &Expr) {
+        names_in(e, &mut |n| {
+            if let Some(b) = self.vars.get_mut(n) {
+                b.used = true;
+            }
+        });
+    }
+}
+
+/// Calls `f` with every bare name in `e` (values, options, bare stages).
+pub(super) fn names_in(e: &Expr, f: &mut dyn FnMut(&str)) {
+    match &e.kind {
+        ExprKind::Name(n) => f(n),
+        ExprKind::Call { args, .. } => args.iter().for_each(|a| names_in(&a.value, f)),
+        ExprKind::Tuple(items) | ExprKind::Add(items) => items.iter().for_each(|i| names_in(i, f)),
+        ExprKind::Pipe(a, stages) => {
+            names_in(a, f);
+            stages.iter().for_each(|i| names_in(i, f));
+        }
+        ExprKind::Repeat { count, body } => {
+            names_in(count, f);
+            body.iter().for_each(|i| names_in(i, f));
+        }
+        ExprKind::Int(_) | ExprKind::Float(_) => {}
     }
 }

@@ -5,7 +5,7 @@ use crate::ast::{BlockDef, Ident};
 use crate::diag::{Error, Kind};
 use crate::limits::{elems, MAX_NODES, MAX_STEPS};
 use crate::model::*;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 pub(super) struct Frame {
     /// Prefix of user-given layer names in this block instance, e.g. `res_1.` (empty at top level).
@@ -27,7 +27,37 @@ pub(super) struct Checker<'a> {
     pub(super) steps: usize,
     /// The last character of the source (where "missing ..." errors point).
     pub(super) eof: Span,
+    /// The errors found so far (checking goes on after an error, see [`Checker::recover`]).
+    pub(super) errors: Vec<Error>,
+    /// Set when checking cannot usefully go on (the network is too large, or too many errors):
+    /// every further step fails as a follow-on error.
+    pub(super) stop: bool,
+    /// The program's top-level values, inputs and targets with where they are defined (a block
+    /// does not see them: said so when a block uses one).
+    pub(super) top_names: HashMap<String, Span>,
+    /// Blocks whose definition is in error (recursive): their uses are not expanded.
+    pub(super) broken_blocks: HashSet<String>,
+    /// The errors recorded, by place and message: one found again (in another use of a block)
+    /// is not recorded twice.
+    seen: HashSet<(usize, usize, String)>,
+    /// Every name the program's expressions mention: after an error, a value is reported as
+    /// unused only when it is mentioned nowhere (else the error is why it seems unused).
+    pub(super) mentioned: HashSet<String>,
+    /// Checking the stages of a pipeline whose input is in error: their names and arguments are
+    /// checked, but nothing is built (their input is [`NO_VALUE`]).
+    pub(super) detached: bool,
 }
+
+/// The stand-in input of a call whose input is in error (see [`Checker::detached`]); it has no
+/// shape, and no layer is built from it.
+pub(super) const NO_VALUE: ValueRef = ValueRef::Input(usize::MAX);
+
+/// The shape of [`NO_VALUE`].
+static NO_SHAPE: Shape = Vec::new();
+
+/// Errors collected before checking stops (only [`crate::diag::MAX_SHOWN`] are shown; the rest
+/// are counted).
+const MAX_ERRORS: usize = crate::diag::MAX_COLLECTED;
 
 pub(super) fn err(kind: Kind, span: Span, msg: impl Into<String>) -> Error {
     Error::new(kind, span, msg)
@@ -48,12 +78,50 @@ impl<'a> Checker<'a> {
             }],
             steps: 0,
             eof,
+            errors: vec![],
+            stop: false,
+            top_names: HashMap::new(),
+            broken_blocks: HashSet::new(),
+            seen: HashSet::new(),
+            mentioned: HashSet::new(),
+            detached: false,
+        }
+    }
+
+    /// Records an error and goes on: the value of a failed step is `None`. Follow-on errors are
+    /// dropped (their cause is reported).
+    pub(super) fn recover<T>(&mut self, r: Result<T, Error>) -> Option<T> {
+        match r {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.report(e);
+                None
+            }
+        }
+    }
+
+    /// Records an error (not a follow-on one).
+    pub(super) fn report(&mut self, e: Error) {
+        if e.is_follow_on()
+            || !self
+                .seen
+                .insert((e.span.start, e.span.end, e.message.clone()))
+        {
+            return;
+        }
+        self.errors.push(e);
+        if self.errors.len() >= MAX_ERRORS {
+            self.stop = true;
         }
     }
 
     pub(super) fn step(&mut self, span: Span) -> Result<(), Error> {
+        if self.stop {
+            return Err(Error::follow_on(span));
+        }
         self.steps += 1;
         if self.steps > MAX_STEPS || self.nodes.len() > MAX_NODES {
+            self.stop = true;
             return Err(err(
                 Kind::Argument,
                 span,
@@ -66,11 +134,12 @@ impl<'a> Checker<'a> {
     }
 
     pub(super) fn shape_of(&self, v: ValueRef) -> &Shape {
-        match v {
-            ValueRef::Input(i) => &self.inputs[i].shape,
-            ValueRef::Target(i) => &self.targets[i].shape,
-            ValueRef::Node(i) => &self.nodes[i].shape,
-        }
+        let shape = match v {
+            ValueRef::Input(i) => self.inputs.get(i).map(|d| &d.shape),
+            ValueRef::Target(i) => self.targets.get(i).map(|d| &d.shape),
+            ValueRef::Node(i) => self.nodes.get(i).map(|n| &n.shape),
+        };
+        shape.unwrap_or(&NO_SHAPE)
     }
 
     pub(super) fn frame(&mut self) -> &mut Frame {
@@ -128,6 +197,7 @@ impl<'a> Checker<'a> {
             span,
         });
         if self.nodes.len() > MAX_NODES {
+            self.stop = true;
             return Err(err(
                 Kind::Argument,
                 span,

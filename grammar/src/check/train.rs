@@ -169,11 +169,13 @@ impl Checker<'_> {
                     format!("unknown optimizer `{other}`"),
                 )
                 .label("not an optimizer");
-                er = match suggest(other, OPTIMIZERS.iter().copied()) {
-                    Some(s) => er.help(format!(
+                let unsupported = super::suggest::unsupported_help(other);
+                er = match (suggest(other, OPTIMIZERS.iter().copied()), unsupported) {
+                    (Some(s), _) => er.help(format!(
                         "did you mean `{s}`? the optimizers are sgd, adam and adamw"
                     )),
-                    None => er.help("the optimizers are sgd, adam and adamw"),
+                    (None, Some(h)) => er.label("not an optimizer of dmc").help(h),
+                    (None, None) => er.help("the optimizers are sgd, adam and adamw"),
                 };
                 return Err(er);
             }

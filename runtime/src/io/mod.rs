@@ -593,23 +593,6 @@ pub(crate) fn decode_wide(ty: ElemType, bytes: &[u8]) -> Vec<Wide> {
         .collect()
 }
 
-/// Levenshtein distance (for "did you mean" suggestions).
-pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    let mut cur = vec![0; b.len() + 1];
-    for i in 1..=a.len() {
-        cur[0] = i;
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            cur[j] = (prev[j] + 1).min(cur[j - 1] + 1).min(prev[j - 1] + cost);
-        }
-        std::mem::swap(&mut prev, &mut cur);
-    }
-    prev[b.len()]
-}
-
 /// The closest candidate to `name`, if reasonably close (at most about half its length away).
 pub(crate) fn closest<'a>(
     name: &str,
@@ -618,7 +601,7 @@ pub(crate) fn closest<'a>(
     let limit = (name.chars().count() / 2).max(2);
     candidates
         .into_iter()
-        .map(|c| (edit_distance(name, c), c))
+        .map(|c| (strsim::levenshtein(name, c), c))
         .filter(|(d, _)| *d <= limit)
         .min_by_key(|(d, c)| (*d, c.to_string()))
         .map(|(_, c)| c.to_string())

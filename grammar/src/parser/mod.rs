@@ -1,17 +1,35 @@
 //! Recursive-descent parser of the `.dm` language.
 //!
 //! The parser pulls tokens from the lexer ([`crate::lexer`]) on demand (one token of lookahead
-//! beyond the current one), so it stops reading at the first error, and produces precise,
-//! user-facing errors ("expected `)` to close the call started at 3:14").
+//! beyond the current one), so it stops reading at a lexical error, and produces precise,
+//! user-facing errors ("expected `)` to close the call started at 3:14"). After a syntax error it
+//! goes on at the next statement that begins a line (`recover`).
+
+mod recover;
 
 use crate::ast::*;
 use crate::diag::{line_col, Error, Kind};
 use crate::lexer::{describe, is_keyword};
 pub use crate::lexer::{lex, Lexer, Tok, Token};
 
-/// Parses a whole program, lexing on demand: a lexical error is reported when the parser reaches
-/// it, so the first error in the text wins.
+/// Parses a whole program; the error is the first one (see [`parse_all`]).
 pub fn parse(src: &str) -> Result<Program, Error> {
+    parse_all(src).map_err(|errs| {
+        errs.into_iter().next().unwrap_or_else(|| {
+            Error::new(
+                Kind::Syntax,
+                Span::default(),
+                "internal error: no syntax error reported",
+            )
+        })
+    })
+}
+
+/// Parses a whole program, lexing on demand, or returns its syntax errors (at least one, in source
+/// order): one per statement in error, the parser going on at the next statement that begins a
+/// line. A lexical error ends the text: it is reported when the parser reaches it, instead of
+/// the syntax error it causes.
+pub fn parse_all(src: &str) -> Result<Program, Vec<Error>> {
     let mut lexer = Lexer::new(src);
     let mut lex_error = None;
     let first = pull(&mut lexer, &mut lex_error);
@@ -31,7 +49,11 @@ pub fn parse(src: &str) -> Result<Program, Error> {
     let r = p.program();
     // The parser saw the lexical error as the end of the file; report the error itself.
     match p.lex_error.take() {
-        Some(e) => Err(e),
+        Some(e) => {
+            let mut errs = r.err().unwrap_or_default();
+            errs.push(e);
+            Err(errs)
+        }
         None => r,
     }
 }
@@ -225,21 +247,6 @@ impl<'s> P<'s> {
             );
         }
         Ok(())
-    }
-
-    fn program(&mut self) -> R<Program> {
-        let mut items = Vec::new();
-        loop {
-            while self.eat_punct(";") {}
-            if self.peek().tok == Tok::Eof {
-                break;
-            }
-            items.push(self.item()?);
-        }
-        Ok(Program {
-            items,
-            len: self.src.len(),
-        })
     }
 
     fn item(&mut self) -> R<Item> {
