@@ -8,6 +8,9 @@
 #   LIMIT=60 bench/compile-scaling.sh                # skip larger N of a program once a run takes > 60 s
 #   CAP=1 bench/compile-scaling.sh                   # also `dmc plan --vram-cap` (rematerialization)
 #   COMPILE=1 bench/compile-scaling.sh               # also `dmc compile -o DIR` (plan.json + kernels)
+#   BASE=/tmp/dmc-base COMPILE=1 bench/compile-scaling.sh
+#                                                    # also time BASE right after each command of DMC
+#                                                    # (same program, same moment) and print CPU ratios
 #
 # Each time is "wall seconds (CPU seconds, user + sys)"; on a shared machine the CPU time is the
 # steadier of the two.
@@ -27,6 +30,7 @@ PROGRAMS=${PROGRAMS:-"relu dense conv residual"}
 LIMIT=${LIMIT:-120}
 CAP=${CAP:-0}
 COMPILE=${COMPILE:-0}
+BASE=${BASE:-}
 if [ "$DMC" = target/release/dmc ] && [ -z "${NO_BUILD:-}" ]; then
     cargo build --release --bin dmc >&2
 fi
@@ -57,7 +61,13 @@ secs() { # command... -> "wall s (CPU s)", or "fail: ..."
     fi
 }
 
+ratio() { # "wall (CPU)" "wall (CPU)" -> CPU of the first / CPU of the second
+    local a=${1#*(} b=${2#*(}
+    awk -v a="${a%)}" -v b="${b%)}" 'BEGIN{if (b + 0 > 0) printf "%.2f", a / b; else print "?"}'
+}
+
 echo "binary: $DMC ($(git rev-parse --short HEAD 2>/dev/null || echo '?')), $(nproc) cores, $(uname -m)"
+[ -n "$BASE" ] && echo "base: $BASE"
 for p in $PROGRAMS; do
     echo
     echo "### $p"
@@ -71,6 +81,14 @@ for p in $PROGRAMS; do
     if [ "$COMPILE" = 1 ]; then
         head="$head compile: wall (CPU) s |"
         rule="$rule---:|"
+    fi
+    if [ -n "$BASE" ]; then
+        head="$head BASE plan: wall (CPU) s | plan CPU / BASE |"
+        rule="$rule---:|---:|"
+        if [ "$COMPILE" = 1 ]; then
+            head="$head BASE compile: wall (CPU) s | compile CPU / BASE |"
+            rule="$rule---:|---:|"
+        fi
     fi
     echo "$head"
     echo "$rule"
@@ -92,8 +110,19 @@ for p in $PROGRAMS; do
         fi
         if [ "$COMPILE" = 1 ]; then
             rm -rf "$work/out-dir"
-            row="$row | $(secs "$DMC" compile "$f" -o "$work/out-dir")"
+            tk=$(secs "$DMC" compile "$f" -o "$work/out-dir")
+            row="$row | $tk"
             rm -rf "$work/out-dir"
+        fi
+        if [ -n "$BASE" ]; then
+            bp=$(secs "$BASE" plan --json "$f")
+            row="$row | $bp | $(ratio "$tp" "$bp")"
+            if [ "$COMPILE" = 1 ]; then
+                rm -rf "$work/out-dir"
+                bk=$(secs "$BASE" compile "$f" -o "$work/out-dir")
+                rm -rf "$work/out-dir"
+                row="$row | $bk | $(ratio "$tk" "$bk")"
+            fi
         fi
         echo "$row |"
         for t in "$tc" "$tp"; do

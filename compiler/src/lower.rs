@@ -1,8 +1,6 @@
 //! Lowering: a checked [`Model`] (per-sample shapes) plus a batch size becomes the forward IR
 //! graph (full shapes, batch first), ending in the loss node.
 
-use std::collections::HashSet;
-
 use dmc_grammar::model::{self, Layer, LossKind, Model, Padding, ValueRef};
 
 use crate::error::CompileError;
@@ -91,6 +89,12 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
     }
     check_size(model, batch)?;
     let mut g = Graph::new(batch);
+    // A node per layer, parameter, input and target (and the loss); about two edges a node.
+    let nleaves = model.inputs.len() + model.targets.len() + model.params().count();
+    g.reserve(
+        model.nodes.len() + nleaves + 1,
+        2 * model.nodes.len() + nleaves + 2,
+    );
     // Inputs (forward) and targets (read by the loss) are both fed by the runtime: `Op::Input` leaves.
     let mut leaves =
         |decls: &[model::TensorDecl], phase: Phase| -> Vec<petgraph::stable_graph::NodeIndex> {
@@ -126,7 +130,9 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
     };
 
     // Layers read by a ReLU-like activation (their weights get He initialisation).
-    let feeds_relu: HashSet<usize> = model
+    // (A flag per model node: a set would hash every node's index.)
+    let mut feeds_relu: Vec<bool> = vec![false; model.nodes.len()];
+    for i in model
         .nodes
         .iter()
         .filter(|m| matches!(m.layer, Layer::Act(a) if a.he_init()))
@@ -135,7 +141,11 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
             ValueRef::Node(i) => Some(*i),
             _ => None,
         })
-        .collect();
+    {
+        if let Some(f) = feeds_relu.get_mut(i) {
+            *f = true;
+        }
+    }
     for (idx, node) in model.nodes.iter().enumerate() {
         let ins: Vec<Value> = node
             .inputs
@@ -154,7 +164,7 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
             )));
         }
         // Parameter leaves: weight first, then bias.
-        let feeds_relu = feeds_relu.contains(&idx);
+        let feeds_relu = feeds_relu.get(idx).copied().unwrap_or(false);
         let mut weight = None;
         let mut bias = None;
         for p in &node.params {

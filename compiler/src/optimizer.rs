@@ -28,13 +28,19 @@ pub fn optimizer_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> 
     }
     let (op, suffixes) = update_op(&ctx.optimizer);
     let grads: Vec<(NodeIndex, Value)> = g.grads.iter().map(|(p, d)| (*p, *d)).collect();
+    // Per parameter: its state leaves and the update (reading the parameter, the gradient, the
+    // state).
+    g.reserve(
+        grads.len() * (suffixes.len() + 1),
+        grads.len() * (suffixes.len() + 2),
+    );
     let mut changed = false;
     for (p, d) in grads {
         let pname = g.node(p).name.clone();
         let pty = g.ty((p, 0)).clone();
         let mut ins = vec![(p, 0), d];
         for s in suffixes {
-            let name = format!("{pname}.{s}");
+            let name = [pname.as_str(), ".", s].concat();
             let leaf = g.add_leaf(
                 Op::OptState { name: name.clone() },
                 TensorType::f32(pty.shape.clone()),
@@ -47,7 +53,7 @@ pub fn optimizer_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> 
         g.add_node(
             op.clone(),
             &ins,
-            format!("{pname} update"),
+            [pname.as_str(), " update"].concat(),
             Phase::Update,
             None,
         )?;

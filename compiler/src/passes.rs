@@ -19,7 +19,6 @@ use crate::autodiff::autodiff;
 use crate::ctx::Ctx;
 use crate::error::CompileError;
 use crate::fuse::fuse_epilogues;
-use crate::fxhash::FxHashMap;
 use crate::ir::{Graph, Phase, Value};
 use crate::op::{ConvOp, DenseOp, ElementwiseOp, Op, OptimOp, PoolOp, UpdateRule};
 use crate::optimizer::optimizer_update;
@@ -180,10 +179,9 @@ pub fn fuse_weight_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError
     let mut changed = false;
     // Which parameters each gradient value is recorded for (to drop the records of a fused
     // gradient without scanning them all).
-    let mut grad_of: FxHashMap<Value, Vec<NodeIndex>> = FxHashMap::default();
-    for (p, d) in &g.grads {
-        grad_of.entry(*d).or_default().push(*p);
-    }
+    // (gradient, parameter), sorted: one vector, not a vector per gradient in a hash map.
+    let mut grad_of: Vec<(Value, NodeIndex)> = g.grads.iter().map(|(p, d)| (*d, *p)).collect();
+    grad_of.sort_unstable();
     for u in g.nodes() {
         let Some(rule) = UpdateRule::of(&g.node(u).op) else {
             continue;
@@ -255,7 +253,8 @@ pub fn fuse_weight_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError
         }
         g.g.remove_node(u);
         g.g.remove_node(grad.0);
-        for p in grad_of.remove(&grad).unwrap_or_default() {
+        let first = grad_of.partition_point(|(d, _)| *d < grad);
+        for &(_, p) in grad_of[first..].iter().take_while(|(d, _)| *d == grad) {
             g.grads.remove(&p);
         }
         changed = true;

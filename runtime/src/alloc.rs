@@ -1,4 +1,4 @@
-//! A counting global allocator: wraps [`System`] and tracks the bytes currently allocated and the
+//! A counting global allocator: wraps [`System`] (or, [`CountingOver`], another allocator) and tracks the bytes currently allocated and the
 //! peak since the last [`reset_peak`]. The `dmc` binary installs it with
 //! `#[global_allocator] static GLOBAL: CountingAlloc = CountingAlloc;` to report real memory next
 //! to the planned arena.
@@ -56,12 +56,42 @@ fn removed(n: usize) {
     CURRENT.fetch_sub(n, Ordering::Relaxed);
 }
 
+/// [`CountingAlloc`] over another allocator `A`: the same counters, `A` doing the allocating (the
+/// `dmc` binary counts over mimalloc, which allocates and frees a deep network's millions of
+/// small names and shapes faster than the system allocator).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CountingOver<A>(pub A);
+
 // SAFETY: every method forwards to `System` with the caller's arguments unchanged, so `System`'s
 // guarantees hold; the counters are only bookkeeping.
 unsafe impl GlobalAlloc for CountingAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded contract (non-zero-size layout guaranteed by the caller).
-        let p = unsafe { System.alloc(layout) };
+        unsafe { CountingOver(System).alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded contract.
+        unsafe { CountingOver(System).alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded contract (ptr was allocated by us, i.e. by System, with `layout`).
+        unsafe { CountingOver(System).dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: forwarded contract.
+        unsafe { CountingOver(System).realloc(ptr, layout, new_size) }
+    }
+}
+
+// SAFETY: every method forwards to `A` with the caller's arguments unchanged, so `A`'s guarantees
+// hold; the counters are only bookkeeping.
+unsafe impl<A: GlobalAlloc> GlobalAlloc for CountingOver<A> {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded contract (non-zero-size layout guaranteed by the caller).
+        let p = unsafe { self.0.alloc(layout) };
         if !p.is_null() {
             added(layout.size());
         }
@@ -70,7 +100,7 @@ unsafe impl GlobalAlloc for CountingAlloc {
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded contract.
-        let p = unsafe { System.alloc_zeroed(layout) };
+        let p = unsafe { self.0.alloc_zeroed(layout) };
         if !p.is_null() {
             added(layout.size());
         }
@@ -78,14 +108,14 @@ unsafe impl GlobalAlloc for CountingAlloc {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded contract (ptr was allocated by us, i.e. by System, with `layout`).
-        unsafe { System.dealloc(ptr, layout) };
+        // SAFETY: forwarded contract (ptr was allocated by us, i.e. by `A`, with `layout`).
+        unsafe { self.0.dealloc(ptr, layout) };
         removed(layout.size());
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: forwarded contract.
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        let p = unsafe { self.0.realloc(ptr, layout, new_size) };
         if !p.is_null() {
             if new_size >= layout.size() {
                 added(new_size - layout.size());

@@ -300,7 +300,8 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
     // reusing the same bytes come in step order, so that is the common case).
     // (The first buffer is kept apart from the rest: most places hold one, and a vector each
     // would be a million allocations in a deep network.)
-    let mut at_bytes: FxHashMap<(u64, u64), (usize, Vec<usize>, usize)> = FxHashMap::default();
+    let mut at_bytes: FxHashMap<(u64, u64), (usize, Vec<usize>, usize)> =
+        FxHashMap::with_capacity_and_hasher(plan.buffers.len(), Default::default());
     for (i, b) in plan.buffers.iter().enumerate() {
         if b.bytes == 0 {
             continue;

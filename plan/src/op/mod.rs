@@ -241,18 +241,15 @@ impl Op {
             return Ok(vec![need_hint(hint, self.kind_name())?.clone()]);
         };
         // Arity and dtypes from the signature (the single source of truth for both).
-        let ins: Vec<_> = params
+        // (An iterator, not a vector: this runs for every node a pass adds.)
+        let ins = params
             .iter()
-            .filter(|(_, role, _)| matches!(role, Role::In | Role::InOut))
-            .collect();
-        if ins.len() != inputs.len() {
-            return err(format!(
-                "expects {} inputs, got {}",
-                ins.len(),
-                inputs.len()
-            ));
+            .filter(|(_, role, _)| matches!(role, Role::In | Role::InOut));
+        let nins = ins.clone().count();
+        if nins != inputs.len() {
+            return err(format!("expects {nins} inputs, got {}", inputs.len()));
         }
-        for ((name, _, dtype), t) in ins.iter().zip(inputs) {
+        for ((name, _, dtype), t) in ins.zip(inputs) {
             if *dtype != t.dtype {
                 return err(format!("input `{name}` must be {dtype:?}, got {t}"));
             }
