@@ -87,11 +87,13 @@ pub(crate) fn kind_of(m: &fs::Metadata) -> &'static str {
     }
 }
 
-/// Reads a whole regular file. A missing file is [`IoError::NotFound`]; a FIFO, device or socket
-/// is [`IoError::NotRegularFile`] (nothing is read from it); a file larger than the machine's
-/// memory is [`IoError::TooLarge`].
-pub(crate) fn read_file(path: &Path, what: &'static str) -> Result<Vec<u8>, IoError> {
-    let read_err = |e: std::io::Error| {
+/// The error of reading `path` (the `what` of a command: "data", "weights"): [`IoError::NotFound`]
+/// for a missing file, else [`IoError::Read`].
+pub(crate) fn read_error<'a>(
+    path: &'a Path,
+    what: &'static str,
+) -> impl Fn(std::io::Error) -> IoError + Copy + 'a {
+    move |e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             IoError::NotFound {
                 path: path.to_path_buf(),
@@ -103,7 +105,14 @@ pub(crate) fn read_file(path: &Path, what: &'static str) -> Result<Vec<u8>, IoEr
                 source: e,
             }
         }
-    };
+    }
+}
+
+/// Reads a whole regular file. A missing file is [`IoError::NotFound`]; a FIFO, device or socket
+/// is [`IoError::NotRegularFile`] (nothing is read from it); a file larger than the machine's
+/// memory is [`IoError::TooLarge`].
+pub(crate) fn read_file(path: &Path, what: &'static str) -> Result<Vec<u8>, IoError> {
+    let read_err = read_error(path, what);
     let meta = fs::metadata(path).map_err(read_err)?;
     if !meta.is_file() {
         return Err(IoError::NotRegularFile {

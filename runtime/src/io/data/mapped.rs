@@ -25,19 +25,7 @@ impl MappedFile {
     /// Maps `path` read-only. A missing file is [`IoError::NotFound`], a FIFO/device/socket
     /// [`IoError::NotRegularFile`] (nothing is read from it).
     pub fn open(path: &Path, what: &'static str) -> Result<Arc<MappedFile>, IoError> {
-        let read_err = |e: std::io::Error| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                IoError::NotFound {
-                    path: path.to_path_buf(),
-                    what,
-                }
-            } else {
-                IoError::Read {
-                    path: path.to_path_buf(),
-                    source: e,
-                }
-            }
-        };
+        let read_err = crate::io::files::read_error(path, what);
         let meta = std::fs::metadata(path).map_err(read_err)?;
         if !meta.is_file() {
             return Err(IoError::NotRegularFile {
