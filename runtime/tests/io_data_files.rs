@@ -11,7 +11,7 @@ use dmc_runtime::io::{
     epoch_order, parse_scale, write_file_atomic, write_file_atomic_with, Dataset, Epoch, IoError,
     LoadOptions, TensorSpec,
 };
-use npyfile::{encode_npy, encode_npy_order, encode_npz, f32b, i32b};
+use npyfile::{encode_npy, encode_npy_order, encode_npz, entries, f32b, i32b};
 
 fn specs() -> Vec<TensorSpec> {
     vec![
@@ -324,15 +324,6 @@ fn non_finite_mapped_inputs_are_refused() {
     );
     let e = Dataset::load(dir.path(), &specs()).unwrap_err();
     assert!(matches!(e, IoError::NonFinite { index: 13, .. }), "{e:?}");
-}
-
-fn entries(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
 }
 
 #[test]

@@ -1,25 +1,15 @@
 //! Predictions and `.npy` files: round trips, format choice, atomicity.
 
 mod npyfile;
-use npyfile::encode_npy;
+use npyfile::{encode_npy, entries};
 
 use std::fs;
-use std::path::Path;
 
 use dmc_runtime::io::npy::parse_npy;
 use dmc_runtime::io::{
     read_npy, write_npy_f32, write_npy_i32, write_tensor, write_tensor_i32, ElemType, IoError,
 };
 use safetensors::{Dtype, SafeTensors};
-
-fn entries(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
 
 const SHAPES: &[&[usize]] = &[&[], &[1], &[7], &[2, 3], &[4, 1, 3, 2], &[0, 5]];
 

@@ -1,5 +1,8 @@
 //! Weights: atomic save, writability check, strict load; the streaming atomic write plans use.
 
+mod npyfile;
+use npyfile::entries;
+
 use std::fs;
 use std::path::Path;
 
@@ -7,15 +10,6 @@ use dmc_runtime::io::{
     check_writable, load_weights, save_weights, write_file_atomic_with, IoError,
 };
 use safetensors::{Dtype, SafeTensors};
-
-fn entries(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
 
 fn save(path: &Path, tensors: &[(&str, Vec<usize>, Vec<f32>)]) {
     let t: Vec<(String, Vec<usize>, &[f32])> = tensors

@@ -65,3 +65,13 @@ pub fn f32b(v: &[f32]) -> Vec<u8> {
 pub fn i32b(v: &[i32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
+
+/// The names in `dir`, sorted (to see which files a write left behind).
+pub fn entries(dir: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
