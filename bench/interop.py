@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """`dmc weights import|export` with real PyTorch, on the examples (the fixture-based test without PyTorch is
-tests/interop.rs; see docs/INTEROP.md).
+tests/it/interop.rs; see docs/INTEROP.md).
 
 For each example (bench.py's hand-written PyTorch modules):
   1. import: a PyTorch model (PyTorch's own initialisation) is saved as an `nn.Sequential`-style state_dict

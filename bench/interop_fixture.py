@@ -11,7 +11,7 @@ and computes the eval loss with that framework's forward pass written here in nu
            Linear weight [out, in], `torch.flatten` of NCHW (C, H, W order), `F.cross_entropy`/`F.mse_loss`;
   Keras:   NHWC activations, HWIO kernels, `x @ K + b` for a Dense kernel [in, out], `Flatten` of NHWC.
 
-tests/interop.rs imports each file with `dmc weights import`, runs `dmc eval` and compares the loss with
+tests/it/interop.rs imports each file with `dmc weights import`, runs `dmc eval` and compares the loss with
 the reference here (relative 1e-5). Each fixture also checks that it can tell a wrong conversion from the
 right one: the loss under a plausible mistake (rows flattened H,W,C for PyTorch; two equal-shaped layers
 swapped) must differ from the reference by more than 1e-3 relative.

@@ -213,7 +213,7 @@ pub fn compile_with(model: &Model, opts: &CompileOptions, ctx: &Ctx) -> Result<P
             changed = true;
         },
     }
-    if opts.verify && (changed || cfg!(debug_assertions)) {
+    if opts.verify && (changed || crate::options::CHECKED_BUILD) {
         verify::verify(&g, "chunk selection")?;
     }
     let plan = emit::emit(&g, &order, &ctx, opts.planner)?;

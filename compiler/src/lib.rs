@@ -46,7 +46,7 @@ pub use fit::{
     compile, compile_explained, compile_with, default_chunk_bytes, recompute_flops, RematInfo,
 };
 pub use ir::Graph;
-pub use options::{context, CompileOptions};
+pub use options::{context, CompileOptions, CHECKED_BUILD};
 pub use placement::PlannerKind;
 pub use plan::{Mode, Plan};
 pub use sweep::{max_batch, sweep, Sweep, SweepPoint};

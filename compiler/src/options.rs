@@ -7,6 +7,11 @@ use crate::ctx::{Ctx, RematMode, Strategy};
 use crate::placement::PlannerKind;
 use crate::plan::Mode;
 
+/// Whether this is a checked build: debug builds, and any build with the `verify-passes` feature
+/// (the workspace's tests enable it, so `cargo test --release` checks as a debug build does). A
+/// checked build verifies the IR after every pass, not once after them all.
+pub const CHECKED_BUILD: bool = cfg!(any(debug_assertions, feature = "verify-passes"));
+
 /// How to compile.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CompileOptions {
@@ -18,8 +23,8 @@ pub struct CompileOptions {
     /// Maximum arena size in bytes: the fused weight-gradient chunks shrink until the plan fits,
     /// else `compile` fails with [`crate::error::CompileError::CapExceeded`].
     pub cap: Option<u64>,
-    /// Verify the IR (before and after every pass in debug and test builds, once after the passes
-    /// in release builds: see [`crate::passes`]) and check the emitted plan.
+    /// Verify the IR (before and after every pass in a [`CHECKED_BUILD`], once after the passes
+    /// otherwise: see [`crate::passes`]) and check the emitted plan.
     pub verify: bool,
     /// Placement strategy (best-fit by default; `Trivial` for comparisons).
     pub planner: PlannerKind,
@@ -38,7 +43,7 @@ impl Default for CompileOptions {
             batch: None,
             lr: None,
             cap: None,
-            verify: cfg!(debug_assertions),
+            verify: CHECKED_BUILD,
             planner: PlannerKind::BestFit,
             fuse: true,
             inplace: true,

@@ -4,9 +4,10 @@
 //! autodiff, optimizer updates, fusion, dead code) and [`MEMORY`] (rematerialization and in
 //! place, on the built step). [`PIPELINE`] is the two in order. Passes that do not apply to the
 //! current mode return `Ok(false)`. When `ctx.verify` is set, [`run_pipeline`] verifies the graph
-//! in debug and test builds before the first pass and after every pass, naming the pass that broke
-//! it; release builds verify it once, after the passes, naming lowering and the passes that
-//! changed the graph (a debug build then finds the one). The verifier is linear, but on a network
+//! in checked builds ([`crate::options::CHECKED_BUILD`]: debug builds and the tests) before the
+//! first pass and after every pass, naming the pass that broke it; other builds verify it once,
+//! after the passes, naming lowering and the passes that changed the graph (a checked build then
+//! finds the one). The verifier is linear, but on a network
 //! of 100,000 layers each run of it is ~4% of a compile, and the plan checker checks the result of
 //! every compile independently.
 
@@ -86,7 +87,7 @@ pub fn run_pipelines(
     ctx: &Ctx,
     pipelines: &[&[(&str, Pass)]],
 ) -> Result<(), CompileError> {
-    let each = cfg!(debug_assertions);
+    let each = crate::options::CHECKED_BUILD;
     if ctx.verify && each {
         verify(g, "lower")?;
     }

@@ -9,7 +9,7 @@
 //! * [`readers`]: mutated `.safetensors` and `.npy` files through the data and weights loaders;
 //! * [`cli`]: random flags and values through the `dmc` binary (a crash is a signal or exit 101).
 //!
-//! `dmc-fuzz all` runs them (see `--help`); tests/fuzz.rs runs a bounded amount on every
+//! `dmc-fuzz all` runs them (see `--help`); tests/it/fuzz.rs runs a bounded amount on every
 //! `cargo test`.
 
 pub mod cli;

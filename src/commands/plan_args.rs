@@ -9,7 +9,7 @@ use crate::report::CliError;
 use crate::size::parse_size;
 
 /// Whether `compile`, `plan`, `emu-check` and `gpu-selftest` verify the IR after every pass and
-/// check the emitted plan (`run`, `eval` and `predict` do with `--verify`, and always in debug
+/// check the emitted plan (`run`, `eval` and `predict` do with `--verify`, and always in checked
 /// builds; `dmc data` and `plan --sweep` never do).
 pub const VERIFY: bool = true;
 

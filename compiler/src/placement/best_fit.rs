@@ -688,7 +688,7 @@ pub fn ordering_arena(reqs: &[Interval], align: u64, strategy: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     //! The internals' own properties (the public behaviour is tested in
-    //! `compiler/tests/placement.rs`).
+    //! `compiler/tests/it/placement.rs`).
     use super::*;
     use proptest::prelude::*;
 

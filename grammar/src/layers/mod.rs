@@ -5,7 +5,7 @@
 //!
 //! Adding a layer: a [`Layer`] variant in `model.rs` (with its arm in [`Layer::entry_name`]), and
 //! one entry plus its builder in the module of its family (`conv.rs`, `pool.rs`, `dense.rs`,
-//! `elementwise.rs`; the table concatenates them); `grammar/tests/layers.rs` checks every entry.
+//! `elementwise.rs`; the table concatenates them); `grammar/tests/it/layers.rs` checks every entry.
 
 pub mod args;
 pub mod build;

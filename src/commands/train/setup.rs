@@ -38,14 +38,14 @@ pub fn resolve_device(d: Device, quiet: bool) -> Result<BackendKind, CliError> {
 }
 
 /// Compiles the `mode` step of `model` under `plan` (the command's plan flags, or a variant of
-/// them), verifying with `--verify` and always in debug builds.
+/// them), verifying with `--verify` and always in a checked build ([`dmc_compiler::CHECKED_BUILD`]).
 pub fn compile(
     model: &Model,
     common: &CommonArgs,
     plan: &PlanArgs,
     mode: Mode,
 ) -> Result<Plan, CliError> {
-    let opts = plan.options(mode, common.verify || cfg!(debug_assertions))?;
+    let opts = plan.options(mode, common.verify || dmc_compiler::CHECKED_BUILD)?;
     Ok(dmc_compiler::compile(model, &opts)?)
 }
 

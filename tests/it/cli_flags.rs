@@ -4,7 +4,7 @@
 //! step has no optimizer update, and `dmc plan` refuses the flags its `--sweep` and `--max-batch`
 //! cannot honour instead of ignoring them.
 
-mod common;
+use crate::common;
 use common::{dmc, dmc_env};
 
 /// How a cap a plan cannot meet is refused.
@@ -216,7 +216,7 @@ fn lr_reaches_the_plan_and_is_refused_without_an_update() {
     for args in [
         &["compile", "examples/mlp.dm", "-o", &out, "--mode", "eval"][..],
         &["emu-check", "examples/mlp.dm", "--mode", "predict"][..],
-        // (`eval` and `predict` do not take --lr at all: tests/train.rs)
+        // (`eval` and `predict` do not take --lr at all: tests/it/train.rs)
     ] {
         let (rc, _, err) = dmc(&[args, &["--lr", "0.25"][..]].concat());
         assert_eq!(rc, 1, "{args:?}: {err}");

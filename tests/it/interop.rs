@@ -6,7 +6,7 @@
 //! file's own tensors, export -> import must give back the same bytes, and loading an unconverted
 //! file with --init must point to the importer.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

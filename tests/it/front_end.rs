@@ -2,7 +2,7 @@
 //! `file:line:col` (what and where). Every command that takes a program reads it through the same
 //! `load_model`; `check` and `summary` stand for them.
 
-mod common;
+use crate::common;
 use common::dmc;
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -1,6 +1,6 @@
 //! Training data: loading, checks, synthetic data, splitting, batching.
 
-mod npyfile;
+use crate::npyfile;
 use npyfile::encode_npy;
 
 use std::fs;

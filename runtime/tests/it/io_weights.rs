@@ -1,6 +1,6 @@
 //! Weights: atomic save, writability check, strict load; the streaming atomic write plans use.
 
-mod npyfile;
+use crate::npyfile;
 use npyfile::entries;
 
 use std::fs;

@@ -1,7 +1,7 @@
 //! Determinism: same inputs -> bit-identical outputs, across runs and thread counts; and the
 //! hand-run timing aids (ignored).
 
-mod common;
+use crate::common;
 
 use common::*;
 use dmc_plan::op::UnaryKind;
@@ -70,7 +70,7 @@ fn kernels_are_deterministic_across_runs_and_thread_counts() {
     }
 }
 
-/// Rough single-kernel timings: `cargo test -p dmc-runtime --test determinism -- --ignored --nocapture`.
+/// Rough single-kernel timings: `cargo test --release -p dmc-runtime --test it determinism -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn bench_kernels() {

@@ -16,7 +16,7 @@
 
 use std::path::Path;
 
-mod common;
+use crate::common;
 use common::dmc_env;
 
 use dmc_codegen::{render_kernel, render_plan, CodegenOptions};

@@ -1,6 +1,6 @@
 //! CLI-level tests of `dmc check` and `dmc summary`.
 
-mod common;
+use crate::common;
 use common::dmc;
 
 #[test]

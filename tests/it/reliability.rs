@@ -3,7 +3,7 @@
 //! do) or behave correctly, and no input may replace or lose an existing weights file except a
 //! successful save of finite weights from at least one completed step (or an explicit `--steps 0`).
 
-mod common;
+use crate::common;
 use common::dmc;
 
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
 //! Optimizers: 3 steps against the formulas in f64 scalar loops.
 
-mod common;
+use crate::common;
 
 use common::*;
 use dmc_plan::op::UpdateRule;

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-mod common;
+use crate::common;
 use common::dmc;
 
 /// The `final loss X` of a `dmc run` summary line.

@@ -5,10 +5,10 @@ use dmc_grammar::{compile_source, render_plain};
 use proptest::prelude::*;
 
 const EXAMPLES: [&str; 4] = [
-    include_str!("../../examples/seed.dm"),
-    include_str!("../../examples/mlp.dm"),
-    include_str!("../../examples/resnet_small.dm"),
-    include_str!("../../examples/deep_convnet.dm"),
+    include_str!("../../../examples/seed.dm"),
+    include_str!("../../../examples/mlp.dm"),
+    include_str!("../../../examples/resnet_small.dm"),
+    include_str!("../../../examples/deep_convnet.dm"),
 ];
 
 /// The examples, and variants that stress the reader and the renderer: a byte-order mark, lines

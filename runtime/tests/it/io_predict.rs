@@ -1,6 +1,6 @@
 //! Predictions and `.npy` files: round trips, format choice, atomicity.
 
-mod npyfile;
+use crate::npyfile;
 use npyfile::{encode_npy, entries};
 
 use std::fs;

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-mod common;
+use crate::common;
 use common::dmc;
 
 const SAMPLES: usize = 16;

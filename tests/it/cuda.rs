@@ -3,7 +3,7 @@
 //! end to end. Those that need NVRTC are ignored without it (the build script probes for it, see
 //! `runtime/build/probe.rs`), unless `CI` is set, where a missing NVRTC fails them.
 
-mod common;
+use crate::common;
 use common::dmc;
 
 /// NVRTC, which the tests marked `dmc_has_nvrtc` need: the build found it, or `CI` is set.

@@ -1,7 +1,7 @@
 //! Data files: `.npz` archives, uint8 inputs with a scale, memory-mapped reading and the memory it
 //! reports, the channels-first (NCHW) shape hint, file-order epochs, and the one atomic writer.
 
-mod npyfile;
+use crate::npyfile;
 
 use std::fs;
 use std::path::Path;

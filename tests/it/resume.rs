@@ -3,7 +3,7 @@
 //! and training-state files as one uninterrupted run; the state is refused when it belongs to
 //! another run; `--save-best` keeps the best validation loss across a resume.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

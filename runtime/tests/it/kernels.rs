@@ -2,7 +2,7 @@
 //! f64) and VJP kernels against central finite differences of the forward kernels. Optimizers:
 //! `optim_formulas.rs`; determinism and timing aids: `determinism.rs`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use dmc_plan::op::{PoolGeom, UnaryKind, CONV_CHUNK_ROWS};

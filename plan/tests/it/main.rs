@@ -1,0 +1,5 @@
+//! The integration tests of dmc-plan, one test binary: each module was a test file of its own,
+//! and one binary links the dependencies once instead of once per file.
+
+mod epilogue;
+mod facts;

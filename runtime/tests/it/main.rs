@@ -1,0 +1,16 @@
+//! The integration tests of dmc-runtime, one test binary: each module was a test file of its own,
+//! and one binary links the dependencies once instead of once per file.
+
+mod common;
+mod npyfile;
+
+mod determinism;
+mod executor;
+mod io_data;
+mod io_data_files;
+mod io_interop;
+mod io_predict;
+mod io_weights;
+mod kernels;
+mod optim_formulas;
+mod zoo_cpu;

@@ -1,0 +1,25 @@
+//! The integration tests of the dmc CLI and the whole pipeline, one test binary: each module was a test file of its own,
+//! and one binary links the dependencies once instead of once per file.
+
+mod common;
+
+mod cli;
+mod cli_flags;
+mod codegen;
+mod cuda;
+mod cuda_emu;
+mod data;
+mod front_end;
+mod fusion;
+mod fuzz;
+mod gradients;
+mod interop;
+mod memory;
+mod reliability;
+mod resume;
+mod runtime_memory;
+mod runtime_nvrtc;
+mod runtime_remat;
+mod runtime_seed;
+mod tour;
+mod train;
