@@ -210,3 +210,14 @@ fn rejects_read_of_a_value_after_its_in_place_update() {
     });
     assert!(msg.contains("in-place hazard"), "{msg}");
 }
+
+/// The tests run checked builds in every profile (`cargo test --release` included): the
+/// `verify-passes` feature the dev-dependencies turn on makes the pipeline verify after every pass.
+#[test]
+fn the_tests_are_checked_builds() {
+    assert!(
+        dmc_compiler::CHECKED_BUILD,
+        "the tests must verify the IR after every pass: is the `verify-passes` feature of \
+         dmc-compiler enabled by the dev-dependencies?"
+    );
+}
