@@ -22,7 +22,7 @@ pub enum Inputs {
 pub enum Build {
     /// A builder of `build.rs`.
     Layer(build::Builder),
-    /// An activation: same shape, [`Layer::Act`].
+    /// An activation: same shape, [`Layer::Act`](crate::model::Layer::Act).
     Activation(Activation),
 }
 
