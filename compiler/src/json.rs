@@ -17,12 +17,12 @@ use serde::Serialize;
 pub const PARALLEL_ELEMENTS: usize = 2048;
 
 /// A writer that adds `indent` after every newline it is given.
-struct Indented<'a, W: Write> {
+struct Indented<'a, W: Write + ?Sized> {
     inner: &'a mut W,
     indent: &'a [u8],
 }
 
-impl<W: Write> Write for Indented<'_, W> {
+impl<W: Write + ?Sized> Write for Indented<'_, W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.write_all(buf)?;
         Ok(buf.len())
@@ -44,7 +44,11 @@ impl<W: Write> Write for Indented<'_, W> {
 
 /// The elements of an array whose opening bracket is at nesting `depth`, as the pretty printer
 /// writes them between `[\n` and `\n<indent>]`: each on its own indented lines, `,\n` between.
-fn elements<T: Serialize>(w: &mut impl Write, items: &[T], depth: usize) -> io::Result<()> {
+fn elements<T: Serialize>(
+    w: &mut (impl Write + ?Sized),
+    items: &[T],
+    depth: usize,
+) -> io::Result<()> {
     let indent = vec![b' '; 2 * (depth + 1)];
     for (i, item) in items.iter().enumerate() {
         if i > 0 {
@@ -62,7 +66,7 @@ fn elements<T: Serialize>(w: &mut impl Write, items: &[T], depth: usize) -> io::
 
 /// The array `items` (its opening bracket at nesting `depth`) as the pretty printer writes it.
 pub fn write_array<T: Serialize + Sync>(
-    w: &mut impl Write,
+    w: &mut (impl Write + ?Sized),
     items: &[T],
     depth: usize,
 ) -> io::Result<()> {
