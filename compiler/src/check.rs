@@ -18,16 +18,37 @@ fn bytes_of(shape: &[usize], elem: u64) -> u64 {
         .fold(elem, |acc, d| acc.saturating_mul(*d as u64))
 }
 
-/// Checks `plan`; the first violation found is returned.
+/// Plans with more buffers than this are checked on two threads (the buffers and the steps).
+const PARALLEL_BUFFERS: usize = 4096;
+
+/// Checks `plan`; the first violation found is returned (in this order: the format version, the
+/// buffers and their overlaps, the kernels, the steps, the bindings).
 pub fn check_plan(plan: &Plan) -> Result<(), PlanCheckError> {
-    use PlanCheckError as E;
     if plan.format_version != FORMAT_VERSION {
-        return Err(E::FormatVersion {
+        return Err(PlanCheckError::FormatVersion {
             got: plan.format_version,
             expected: FORMAT_VERSION,
         });
     }
-    let nsteps = plan.steps.len();
+    // The two halves read the plan only and do not depend on each other's result (the steps'
+    // checks look buffers up with `get`): a large plan's run side by side, the buffers' error
+    // first as if run in order.
+    if plan.buffers.len() <= PARALLEL_BUFFERS {
+        return check_buffers(plan).and_then(|()| check_steps(plan));
+    }
+    std::thread::scope(|s| {
+        let buffers = s.spawn(|| check_buffers(plan));
+        let steps = check_steps(plan);
+        let buffers = buffers
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        buffers.and(steps)
+    })
+}
+
+/// The buffers: ids, alignment, arena bounds, live ranges, and no two live at once sharing a byte.
+fn check_buffers(plan: &Plan) -> Result<(), PlanCheckError> {
+    use PlanCheckError as E;
     // Buffers: ids, alignment, arena bounds, live ranges.
     for (i, b) in plan.buffers.iter().enumerate() {
         if b.id != i {
@@ -60,20 +81,41 @@ pub fn check_plan(plan: &Plan) -> Result<(), PlanCheckError> {
         }
     }
     // No two simultaneously live buffers share a byte (live as `Plan::held` says: persistent
-    // buffers always, inputs from the start, what the runtime reads after the steps to the end):
-    // a sweep over time. Buffers are taken by first live step; the ones still live then are all
-    // live together, hence (unless an overlap was already reported) disjoint in bytes, so the
-    // new one overlaps one of them iff it overlaps its neighbour below or above in offset order.
+    // buffers always, inputs from the start, what the runtime reads after the steps to the end).
+    // The buffers held for the whole run (the parameters and optimizer state: half of a deep
+    // network's buffers) are all live together with every other buffer: they are checked once,
+    // against each other by their order in offset, and each other buffer against them by a binary
+    // search. The others by a sweep over time: taken by first live step, the ones still live then
+    // are all live together, hence (unless an overlap was already reported) disjoint in bytes, so
+    // the new one overlaps one of them iff it overlaps its neighbour below or above in offset
+    // order.
     let live_range = |b: &crate::plan::Buffer| plan.held(b);
-    // (first live step, id), sorted: the keys computed once, not at every comparison.
+    let overlap = |i: usize, j: usize| {
+        let (x, y) = (i.min(j), i.max(j));
+        E::Overlap {
+            a: x,
+            a_name: plan.buffers[x].name.clone(),
+            b: y,
+            b_name: plan.buffers[y].name.clone(),
+        }
+    };
+    // Held throughout: (offset, end, id). The others: (first live step, id). Keys computed once,
+    // not at every comparison.
+    let mut always: Vec<(u64, u64, usize)> = vec![];
     let mut by_start: Vec<(usize, usize)> = Vec::with_capacity(plan.buffers.len());
-    by_start.extend(
-        plan.buffers
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| b.bytes > 0)
-            .map(|(i, b)| (live_range(b).0, i)),
-    );
+    for (i, b) in plan.buffers.iter().enumerate().filter(|(_, b)| b.bytes > 0) {
+        match live_range(b) {
+            (0, usize::MAX) => always.push((b.offset, b.offset.saturating_add(b.bytes), i)),
+            (start, _) => by_start.push((start, i)),
+        }
+    }
+    // Sorted by offset, two of them overlap iff some neighbours do (the one in between starts
+    // no later than the second, so before the first one's end). Once disjoint, their ends are in
+    // offset order too.
+    always.sort_unstable();
+    if let Some(w) = always.windows(2).find(|w| w[1].0 < w[0].1) {
+        return Err(overlap(w[0].2, w[1].2));
+    }
     by_start.sort_unstable();
     // Live buffers by offset: offset -> (end, id); and (last live step, offset), earliest first.
     let mut active: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
@@ -89,6 +131,12 @@ pub fn check_plan(plan: &Plan) -> Result<(), PlanCheckError> {
             active.remove(&off);
         }
         let bytes = (b.offset, b.offset.saturating_add(b.bytes));
+        // The first buffer held throughout that ends above this one's offset overlaps it iff it
+        // starts below this one's end.
+        let k = always.partition_point(|&(_, end, _)| end <= bytes.0);
+        if let Some(&(_, _, i)) = always.get(k).filter(|(off, _, _)| *off < bytes.1) {
+            return Err(overlap(i, j));
+        }
         let below = active
             .range(..b.offset)
             .next_back()
@@ -98,17 +146,19 @@ pub fn check_plan(plan: &Plan) -> Result<(), PlanCheckError> {
             .next()
             .filter(|(off, _)| **off < bytes.1);
         if let Some((_, &(_, i))) = below.or(above) {
-            let (x, y) = (i.min(j), i.max(j));
-            return Err(E::Overlap {
-                a: x,
-                a_name: plan.buffers[x].name.clone(),
-                b: y,
-                b_name: plan.buffers[y].name.clone(),
-            });
+            return Err(overlap(i, j));
         }
         active.insert(b.offset, (bytes.1, j));
         expiry.push(Reverse((last, b.offset)));
     }
+    Ok(())
+}
+
+/// The kernels, the steps (arguments, liveness, read-before-write, in-place hazards) and the
+/// bindings.
+fn check_steps(plan: &Plan) -> Result<(), PlanCheckError> {
+    use PlanCheckError as E;
+    let nsteps = plan.steps.len();
     // Kernels: signature is the op's, one shape per parameter.
     for (i, k) in plan.kernels.iter().enumerate() {
         let msg = if k.id != i {

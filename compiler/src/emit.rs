@@ -25,6 +25,9 @@ use crate::plan::{
     FORMAT_VERSION,
 };
 
+/// Plans with more buffers than this are placed on a second thread while their buffers are built.
+const PARALLEL_BUFFERS: usize = 4096;
+
 struct Buf {
     name: String,
     bytes: u64,
@@ -271,23 +274,40 @@ pub fn emit(
             }
         })
         .collect();
-    let placement = place(&reqs, planner);
-    let buffers: Vec<Buffer> = bufs
-        .into_iter()
-        .zip(&reqs)
-        .enumerate()
-        .map(|(id, (b, r))| Buffer {
-            id,
-            layer: crate::plan::layer_of(&b.name).to_string(),
-            name: b.name,
-            bytes: b.bytes,
-            dtype: b.dtype,
-            kind: b.kind,
-            offset: placement.offsets[id],
-            live: (r.start, r.end),
-            persistent: b.persistent,
+    // The plan's buffers, their offsets filled in once placed.
+    let build = |bufs: Vec<Buf>| -> Vec<Buffer> {
+        bufs.into_iter()
+            .zip(&reqs)
+            .enumerate()
+            .map(|(id, (b, r))| Buffer {
+                id,
+                layer: crate::plan::layer_of(&b.name).to_string(),
+                name: b.name,
+                bytes: b.bytes,
+                dtype: b.dtype,
+                kind: b.kind,
+                offset: 0,
+                live: (r.start, r.end),
+                persistent: b.persistent,
+            })
+            .collect()
+    };
+    // Many buffers: placed on a second thread while they are built (both only read `reqs`).
+    let (placement, mut buffers) = if reqs.len() > PARALLEL_BUFFERS {
+        std::thread::scope(|s| {
+            let placed = s.spawn(|| place(&reqs, planner));
+            let buffers = build(bufs);
+            let placement = placed
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (placement, buffers)
         })
-        .collect();
+    } else {
+        (place(&reqs, planner), build(bufs))
+    };
+    for (b, &offset) in buffers.iter_mut().zip(&placement.offsets) {
+        b.offset = offset;
+    }
 
     let mut io = |n: NodeIndex| -> Result<IoBinding, CompileError> {
         Ok(IoBinding {

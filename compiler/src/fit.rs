@@ -190,8 +190,8 @@ pub fn compile_explained(
 pub fn compile_with(model: &Model, opts: &CompileOptions, ctx: &Ctx) -> Result<Plan, CompileError> {
     let ctx = ctx.clone();
     let mut g = lower::lower(model, ctx.batch)?;
-    passes::run_pipeline(&mut g, &ctx)?;
-    let order = schedule::schedule(&g)?;
+    // (The scheduler runs while release builds verify the graph the passes left.)
+    let order = passes::run_pipeline_then(&mut g, &ctx, schedule::schedule)?;
     // Whether a chunk changed: as after a pass that changed nothing, release builds do not verify
     // the graph again unless it did (debug and test builds always do).
     let mut changed = false;

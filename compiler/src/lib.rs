@@ -20,6 +20,7 @@ pub mod fit;
 pub mod fuse;
 pub mod fxhash;
 pub mod ir;
+pub mod json;
 pub mod lower;
 pub mod optimizer;
 pub mod options;

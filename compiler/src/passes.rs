@@ -87,6 +87,27 @@ pub fn run_pipelines(
     ctx: &Ctx,
     pipelines: &[&[(&str, Pass)]],
 ) -> Result<(), CompileError> {
+    run_pipelines_then(g, ctx, pipelines, |_| Ok(()))
+}
+
+/// [`run_pipeline`], then `next` on the resulting graph (e.g. the scheduler). In unchecked builds
+/// (not [`crate::options::CHECKED_BUILD`]) the one verification after the passes runs on a second
+/// thread while `next` runs: both only read the graph. A verification error wins over `next`'s result, as if it had run first (and a
+/// panic of `next` on a graph the verifier rejects gives the verifier's error).
+pub fn run_pipeline_then<T: Send>(
+    g: &mut Graph,
+    ctx: &Ctx,
+    next: impl FnOnce(&Graph) -> Result<T, CompileError>,
+) -> Result<T, CompileError> {
+    run_pipelines_then(g, ctx, PIPELINE, next)
+}
+
+fn run_pipelines_then<T: Send>(
+    g: &mut Graph,
+    ctx: &Ctx,
+    pipelines: &[&[(&str, Pass)]],
+    next: impl FnOnce(&Graph) -> Result<T, CompileError>,
+) -> Result<T, CompileError> {
     let each = crate::options::CHECKED_BUILD;
     if ctx.verify && each {
         verify(g, "lower")?;
@@ -103,10 +124,20 @@ pub fn run_pipelines(
             unverified.push(name);
         }
     }
-    if ctx.verify && !each {
-        verify(g, &unverified.join(", "))?;
+    if !ctx.verify || each {
+        return next(g);
     }
-    Ok(())
+    let g: &Graph = g;
+    let passes = unverified.join(", ");
+    std::thread::scope(|s| {
+        let verified = s.spawn(|| verify(g, &passes));
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| next(g)));
+        let verified = verified
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        verified?;
+        result.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
 }
 
 /// Pass (predict): removes the loss node; the targets then die in dead-code elimination.

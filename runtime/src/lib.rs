@@ -13,6 +13,7 @@ mod hash;
 pub mod host_arena;
 pub mod init;
 pub mod io;
+pub mod mi_options;
 mod open;
 mod poison;
 pub mod validate;

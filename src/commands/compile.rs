@@ -43,7 +43,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
             dmc_compiler::graph_dump(&dmc_compiler::compile_graph(&model, &opts)?)
         );
     }
-    let plan = dmc_compiler::compile(&model, &opts)?;
+    let mut plan = dmc_compiler::compile(&model, &opts)?;
     fs::create_dir_all(&args.out).map_err(|e| {
         CliError::Message(format!(
             "cannot create the output directory `{}`: {e}",
@@ -52,10 +52,9 @@ pub fn run(args: Args) -> Result<(), CliError> {
     })?;
     let path = args.out.join("plan.json");
     // the runtime's one atomic write: temp file, fsync, rename; never over a non-regular file.
-    // Serialised straight into the file: the plan of a deep network is hundreds of MB of JSON.
-    io::write_file_atomic_with(&path, |w| {
-        serde_json::to_writer_pretty(w, &plan).map_err(std::io::Error::from)
-    })?;
+    // Serialised straight into the file: the plan of a deep network is hundreds of MB of JSON
+    // (`serde_json::to_writer_pretty`'s bytes, its largest arrays on two threads).
+    io::write_file_atomic_with(&path, |w| dmc_compiler::json::write_plan(w, &mut plan))?;
     write_kernels(
         &plan,
         &args.out,

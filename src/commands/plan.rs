@@ -131,7 +131,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     if args.json {
         // Serialised straight to stdout: a deep network's report is hundreds of MB of JSON.
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-        write_json(&mut out, &report)
+        write_json(&mut out, &mut report)
             .and_then(|()| writeln!(out))
             .and_then(|()| out.flush())
             .map_err(|e| CliError::Message(format!("cannot write the report: {e}")))?;

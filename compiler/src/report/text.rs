@@ -547,9 +547,23 @@ pub fn render_json(r: &MemoryReport) -> String {
 }
 
 /// [`render_json`] written to `w` as it is serialised (the same bytes; no string of the whole
-/// report, which is hundreds of MB for a deep network).
-pub fn write_json(w: &mut impl std::io::Write, r: &MemoryReport) -> std::io::Result<()> {
-    serde_json::to_writer_pretty(w, r).map_err(std::io::Error::from)
+/// report, which is hundreds of MB for a deep network), the per-layer rows and the timeline each
+/// on two threads ([`crate::json`]; taken out of `r` meanwhile, and put back).
+pub fn write_json(w: &mut impl std::io::Write, r: &mut MemoryReport) -> std::io::Result<()> {
+    use crate::json::{write_array, write_pretty_with};
+    let layers = std::mem::take(&mut r.layers);
+    let timeline = std::mem::take(&mut r.timeline);
+    let written = write_pretty_with(
+        w,
+        r,
+        &mut [
+            ("layers", &mut |w| write_array(w, &layers, 1)),
+            ("timeline", &mut |w| write_array(w, &timeline, 1)),
+        ],
+    );
+    r.layers = layers;
+    r.timeline = timeline;
+    written
 }
 
 /// The sweep as text: one row per cap, dmc's recompute against sqrt(n) and checkpoint-all.

@@ -220,6 +220,78 @@ fn catches_bad_bindings_and_fresh_writes_to_parameters() {
     assert!(check_plan(&p).is_err());
 }
 
+/// A transient buffer moved onto a parameter's bytes (the checker takes the buffers held for the
+/// whole step apart from the others).
+#[test]
+fn catches_a_transient_on_a_parameter() {
+    let mut p = plan();
+    let w = p.params[1].buffer;
+    let y = p.steps[0].args[3]; // dense_1's y, transient
+    assert!(!p.buffers[y].persistent && p.buffers[w].persistent);
+    p.buffers[y].offset = p.buffers[w].offset;
+    let (a, b) = (w.min(y), w.max(y));
+    assert!(
+        matches!(check_plan(&p), Err(E::Overlap { a: x, b: z, .. }) if (x, z) == (a, b)),
+        "{:?}",
+        check_plan(&p)
+    );
+}
+
+/// Some pair of simultaneously live buffers sharing a byte, by comparing every pair (the
+/// reference for the checker's sweep).
+fn naive_overlaps(p: &Plan) -> Vec<(usize, usize)> {
+    let mut out = vec![];
+    for (i, a) in p.buffers.iter().enumerate() {
+        for (j, b) in p.buffers.iter().enumerate().skip(i + 1) {
+            let (ra, rb) = (p.held(a), p.held(b));
+            let in_time = ra.0 <= rb.1 && rb.0 <= ra.1;
+            let in_bytes = a.bytes > 0
+                && b.bytes > 0
+                && a.offset < b.offset + b.bytes
+                && b.offset < a.offset + a.bytes;
+            if in_time && in_bytes {
+                out.push((i, j));
+            }
+        }
+    }
+    out
+}
+
+mod overlaps_like_the_pairwise_reference {
+    use super::*;
+    use dmc_compiler::plan::ALIGN;
+    use proptest::prelude::*;
+
+    /// The best-fit plan (buffers sharing bytes at disjoint times).
+    fn placed() -> Plan {
+        compile(&mlp(adam(1e-3)), &CompileOptions::default()).unwrap()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        /// Buffers moved to other aligned offsets inside the arena: the checker reports an
+        /// overlap iff one pair overlaps, and then one of those pairs.
+        #[test]
+        fn after_moving_buffers(moves in proptest::collection::vec((0usize..64, 0usize..64, 0u64..4), 1..4)) {
+            let mut p = placed();
+            check_plan(&p).unwrap();
+            let nb = p.buffers.len();
+            for (i, j, k) in moves {
+                let (i, j) = (i % nb, j % nb);
+                let off = p.buffers[j].offset + k * ALIGN;
+                if off + p.buffers[i].bytes <= p.arena_bytes {
+                    p.buffers[i].offset = off;
+                }
+            }
+            let want = naive_overlaps(&p);
+            match check_plan(&p) {
+                Err(E::Overlap { a, b, .. }) => prop_assert!(want.contains(&(a, b)), "{a} {b} not in {want:?}"),
+                other => prop_assert!(want.is_empty(), "{other:?} but {want:?} overlap"),
+            }
+        }
+    }
+}
+
 mod never_panics {
     use super::*;
     use proptest::prelude::*;

@@ -5,6 +5,7 @@ mod autodiff;
 mod check;
 mod fixtures;
 mod infer;
+mod json;
 mod lower;
 mod memory;
 mod optimizer;
