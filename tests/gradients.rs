@@ -165,6 +165,19 @@ fn mse_net_with_upsampling() {
 }
 
 #[test]
+fn mse_net_with_the_parametric_activations_and_softplus() {
+    check_gradients(
+        "input x: [6, 6, 2]
+         target y: [3]
+         h = x |> conv2d(4, 3, activation: leaky_relu(0.2)) |> elu(alpha: 0.7) |> maxpool(2)
+         out = h |> flatten |> dense(5, activation: softplus) |> leaky_relu |> dense(4, activation: elu) |> dense(3)
+         loss mse(out, y)
+         train { batch: 2, optimizer: sgd(lr: 1) }",
+        0,
+    );
+}
+
+#[test]
 fn the_gradient_test_can_fail() {
     // A wrong "gradient" (the update of a different learning rate) must be caught by the same check.
     let m = model(
