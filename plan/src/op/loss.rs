@@ -12,7 +12,7 @@ pub enum LossOp {
     /// pred, target -> dpred = 2 (pred - target) / numel
     MseLossBwd,
     /// logits[N,C], labels i32[N] -> loss[1] = mean_n(logsumexp(logits_n) - (1-e) logits_n[label_n]
-    /// - e/C sum_j logits_n[j]), `e` = `label_smoothing` (PyTorch's: the target is
+    /// minus e/C sum_j logits_n[j]), `e` = `label_smoothing` (PyTorch's: the target is
     /// (1-e) onehot + e/C), 0 for the plain cross-entropy.
     CrossEntropyLoss { label_smoothing: f32 },
     /// logits[N,C], labels i32[N] -> dlogits = (softmax(logits) - (1-e) onehot(label) - e/C) / N

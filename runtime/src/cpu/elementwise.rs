@@ -54,7 +54,7 @@ pub fn unary_bwd_inplace(kind: UnaryKind, saved: &[f32], dy: &mut [f32]) {
 /// in f64 (the max subtracted: no overflow for any finite x).
 pub fn softmax_fwd(c: usize, x: &[f32], y: &mut [f32]) {
     assert_eq!(x.len(), y.len(), "softmax: size");
-    assert!(c > 0 && x.len() % c == 0, "softmax: rows");
+    assert_eq!(x.len().checked_rem(c), Some(0), "softmax: rows");
     y.par_chunks_mut(c)
         .with_min_len(16)
         .zip(x.par_chunks(c))
@@ -71,7 +71,7 @@ pub fn softmax_fwd(c: usize, x: &[f32], y: &mut [f32]) {
 pub fn softmax_bwd(c: usize, y: &[f32], dy: &[f32], dx: &mut [f32]) {
     assert_eq!(y.len(), dx.len(), "softmax_bwd: size");
     assert_eq!(dy.len(), dx.len(), "softmax_bwd: size");
-    assert!(c > 0 && y.len() % c == 0, "softmax_bwd: rows");
+    assert_eq!(y.len().checked_rem(c), Some(0), "softmax_bwd: rows");
     dx.par_chunks_mut(c)
         .with_min_len(16)
         .zip(y.par_chunks(c).zip(dy.par_chunks(c)))
