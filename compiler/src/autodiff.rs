@@ -236,6 +236,15 @@ pub fn vjp(
                 ));
             }
         }
+        // d/dx softmax(x): y * (dy - sum_row(dy * y)), from the output
+        Op::Elementwise(ElementwiseOp::Softmax) => {
+            let dy = dy.ok_or_else(missing)?;
+            if want(0) {
+                let name = gname(x[0], g);
+                let op = Op::Elementwise(ElementwiseOp::SoftmaxBwd);
+                out[0] = Some((g.add_node(op, &[(n, 0), dy], name, bw, None)?, 0));
+            }
+        }
         // d/da (a+b) = dy, d/db (a+b) = dy
         Op::Elementwise(ElementwiseOp::Add) => {
             let dy = dy.ok_or_else(missing)?;
@@ -262,30 +271,33 @@ pub fn vjp(
                 ));
             }
         }
-        // d/dpred mean((pred-target)^2) = 2 (pred - target) / numel   (seeds the backward pass)
-        Op::Loss(LossOp::MseLoss) => {
+        // d/dpred of a loss (seeds the backward pass): mse 2 (pred - target) / numel; mae
+        // sign(pred - target) / numel; huber clamp(pred - target, -delta, delta) / numel;
+        // bce_with_logits (sigmoid(x) - t) / numel; cross-entropy (softmax(logits) - (1-e)
+        // onehot(label) - e/C) / N
+        Op::Loss(l) if !l.is_backward() => {
             if want(0) {
+                let bwd = match l {
+                    LossOp::MseLoss => LossOp::MseLossBwd,
+                    LossOp::MaeLoss => LossOp::MaeLossBwd,
+                    LossOp::HuberLoss { delta } => LossOp::HuberLossBwd { delta: *delta },
+                    LossOp::BceWithLogitsLoss => LossOp::BceWithLogitsLossBwd,
+                    LossOp::CrossEntropyLoss { label_smoothing } => LossOp::CrossEntropyLossBwd {
+                        label_smoothing: *label_smoothing,
+                    },
+                    LossOp::MseLossBwd
+                    | LossOp::MaeLossBwd
+                    | LossOp::HuberLossBwd { .. }
+                    | LossOp::BceWithLogitsLossBwd
+                    | LossOp::CrossEntropyLossBwd { .. } => {
+                        return Err(CompileError::Internal(format!(
+                            "`{}`: a loss' backward is not a loss",
+                            node.name
+                        )))
+                    }
+                };
                 let name = gname(x[0], g);
-                out[0] = Some((
-                    g.add_node(Op::Loss(LossOp::MseLossBwd), &[x[0], x[1]], name, bw, None)?,
-                    0,
-                ));
-            }
-        }
-        // d/dlogits CE = (softmax(logits) - onehot(label)) / N   (seeds the backward pass)
-        Op::Loss(LossOp::CrossEntropyLoss) => {
-            if want(0) {
-                let name = gname(x[0], g);
-                out[0] = Some((
-                    g.add_node(
-                        Op::Loss(LossOp::CrossEntropyLossBwd),
-                        &[x[0], x[1]],
-                        name,
-                        bw,
-                        None,
-                    )?,
-                    0,
-                ));
+                out[0] = Some((g.add_node(Op::Loss(bwd), &[x[0], x[1]], name, bw, None)?, 0));
             }
         }
         // d/dx of backward and update ops: second-order autodiff is not supported; fused ops
@@ -306,8 +318,8 @@ pub fn vjp(
         | Op::Pool(PoolOp::UpsampleBwd { .. })
         | Op::Elementwise(ElementwiseOp::UnaryBwd(_))
         | Op::Elementwise(ElementwiseOp::DropoutBwd { .. })
-        | Op::Loss(LossOp::MseLossBwd)
-        | Op::Loss(LossOp::CrossEntropyLossBwd)
+        | Op::Elementwise(ElementwiseOp::SoftmaxBwd)
+        | Op::Loss(_)
         | Op::Optim(OptimOp::Update { .. })
         | Op::Elementwise(ElementwiseOp::UnaryInPlace(_))
         | Op::Elementwise(ElementwiseOp::AddInPlace)

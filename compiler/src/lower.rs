@@ -303,6 +303,13 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
                 None,
             )?,
             Layer::Add => g.add_node(Op::Elementwise(ElementwiseOp::Add), &ins, name, ph, None)?,
+            Layer::Softmax => g.add_node(
+                Op::Elementwise(ElementwiseOp::Softmax),
+                &ins,
+                name,
+                ph,
+                None,
+            )?,
             Layer::Dropout { p } => g.add_node(
                 Op::Elementwise(ElementwiseOp::Dropout {
                     p: *p,
@@ -330,40 +337,33 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
     let pt = g.ty(pred).clone();
     let tt = g.ty(target).clone();
     let tname = g.node(target.0).name.clone();
-    let op = match model.loss.kind {
-        LossKind::Mse => {
-            if tt.shape != pt.shape {
-                let want = TensorType::new(pt.shape.clone(), tt.dtype);
-                target = (
-                    g.add_node(
-                        Op::Reshape,
-                        &[target],
-                        format!("{tname} (as {})", want),
-                        Phase::Loss,
-                        Some(&want),
-                    )?,
-                    0,
-                );
-            }
-            Op::Loss(LossOp::MseLoss)
-        }
-        LossKind::CrossEntropy => {
-            if tt.shape.len() != 1 {
-                let want = TensorType::new(vec![batch], tt.dtype);
-                target = (
-                    g.add_node(
-                        Op::Reshape,
-                        &[target],
-                        format!("{tname} (as {})", want),
-                        Phase::Loss,
-                        Some(&want),
-                    )?,
-                    0,
-                );
-            }
-            Op::Loss(LossOp::CrossEntropyLoss)
-        }
+    let loss_op = match model.loss.kind {
+        LossKind::Mse => LossOp::MseLoss,
+        LossKind::Mae => LossOp::MaeLoss,
+        LossKind::Huber { delta } => LossOp::HuberLoss { delta },
+        LossKind::BceWithLogits => LossOp::BceWithLogitsLoss,
+        LossKind::CrossEntropy { label_smoothing } => LossOp::CrossEntropyLoss { label_smoothing },
     };
+    let same_shape = loss_op.elementwise_target();
+    let op = Op::Loss(loss_op);
+    // The target as the loss reads it: the prediction's shape, or one label per sample.
+    let want = if same_shape {
+        TensorType::new(pt.shape.clone(), tt.dtype)
+    } else {
+        TensorType::new(vec![batch], tt.dtype)
+    };
+    if tt.shape != want.shape {
+        target = (
+            g.add_node(
+                Op::Reshape,
+                &[target],
+                format!("{tname} (as {})", want),
+                Phase::Loss,
+                Some(&want),
+            )?,
+            0,
+        );
+    }
     let loss = g.add_node(op, &[pred, target], "loss", Phase::Loss, None)?;
     g.loss = Some((loss, 0));
     g.output = resolve(&nodes, model.output)?;

@@ -1,5 +1,6 @@
 //! The optimizer pass: per parameter with a gradient, its optimizer-state leaves
-//! (`<param>.momentum`, or `<param>.adam_m` / `<param>.adam_v`) and one `Update`
+//! (`<param>.momentum`, `<param>.adam_m` / `<param>.adam_v`, RMSprop's `<param>.square_avg` (and
+//! `<param>.momentum_buffer`), Lion's `<param>.exp_avg`) and one `Update`
 //! node consuming `(param, grad, state...)`, whose outputs alias the param/state buffers.
 
 use petgraph::stable_graph::NodeIndex;
@@ -17,6 +18,12 @@ pub fn update_op(opt: &Optimizer) -> (Op, &'static [&'static str]) {
         Optimizer::Sgd { momentum, .. } if *momentum != 0.0 => &["momentum"],
         Optimizer::Sgd { .. } => &[],
         Optimizer::Adam { .. } => &["adam_m", "adam_v"],
+        // PyTorch's names of the state (`state[p]["square_avg"]`, ...)
+        Optimizer::RmsProp { momentum, .. } if *momentum != 0.0 => {
+            &["square_avg", "momentum_buffer"]
+        }
+        Optimizer::RmsProp { .. } => &["square_avg"],
+        Optimizer::Lion { .. } => &["exp_avg"],
     };
     (Op::Optim(OptimOp::Update { rule: *opt }), states)
 }

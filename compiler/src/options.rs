@@ -57,7 +57,10 @@ pub fn context(model: &Model, opts: &CompileOptions) -> Ctx {
     let mut optimizer = model.train.optimizer;
     if let Some(new) = opts.lr {
         match &mut optimizer {
-            Optimizer::Sgd { lr, .. } | Optimizer::Adam { lr, .. } => *lr = new.get(),
+            Optimizer::Sgd { lr, .. }
+            | Optimizer::Adam { lr, .. }
+            | Optimizer::RmsProp { lr, .. }
+            | Optimizer::Lion { lr, .. } => *lr = new.get(),
         }
     }
     Ctx {

@@ -46,6 +46,24 @@ pub fn optimizer_dm(opt: &Optimizer) -> String {
              weight_decay: {weight_decay:?})",
             if decoupled { "adamw" } else { "adam" }
         ),
+        Optimizer::RmsProp {
+            lr,
+            alpha,
+            eps,
+            weight_decay,
+            momentum,
+        } => format!(
+            "rmsprop(lr: {lr:?}, alpha: {alpha:?}, eps: {eps:?}, weight_decay: {weight_decay:?}, \
+             momentum: {momentum:?})"
+        ),
+        Optimizer::Lion {
+            lr,
+            beta1,
+            beta2,
+            weight_decay,
+        } => format!(
+            "lion(lr: {lr:?}, beta1: {beta1:?}, beta2: {beta2:?}, weight_decay: {weight_decay:?})"
+        ),
     }
 }
 

@@ -109,6 +109,8 @@ pub enum Layer {
     Dropout {
         p: f32,
     },
+    /// Softmax over the last axis (same shape).
+    Softmax,
 }
 
 impl Layer {
@@ -127,6 +129,7 @@ impl Layer {
             Layer::Act(a) => a.name(),
             Layer::Add => "add",
             Layer::Dropout { .. } => "dropout",
+            Layer::Softmax => "softmax",
         }
     }
 }
@@ -157,13 +160,41 @@ pub struct Node {
     pub span: Span,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum LossKind {
     /// mean over batch and elements of (pred - target)^2
     Mse,
     /// softmax cross-entropy over the last axis of `pred` (logits `[classes]`), integer labels
-    /// (target declared `[1]` or `[]`, dtype i32), mean over the batch.
-    CrossEntropy,
+    /// (target declared `[1]` or `[]`, dtype i32), mean over the batch; against the smoothed
+    /// target `(1 - label_smoothing) onehot + label_smoothing / classes` (PyTorch's), 0 by default.
+    CrossEntropy { label_smoothing: f32 },
+    /// mean over batch and elements of |pred - target| (PyTorch's `L1Loss`)
+    Mae,
+    /// mean of d^2/2 where |d| <= delta, else delta (|d| - delta/2), d = pred - target
+    /// (PyTorch's `HuberLoss`)
+    Huber { delta: f32 },
+    /// mean over batch and elements of the binary cross-entropy of sigmoid(logits) with float
+    /// targets of the prediction's shape (binary and multi-label; PyTorch's `BCEWithLogitsLoss`)
+    BceWithLogits,
+}
+
+impl LossKind {
+    /// Whether the loss takes integer class labels (a classification) rather than float targets
+    /// of the prediction's shape.
+    pub fn takes_labels(&self) -> bool {
+        matches!(self, LossKind::CrossEntropy { .. })
+    }
+
+    /// The loss' name in the language.
+    pub fn name(&self) -> &'static str {
+        match self {
+            LossKind::Mse => "mse",
+            LossKind::CrossEntropy { .. } => "cross_entropy",
+            LossKind::Mae => "mae",
+            LossKind::Huber { .. } => "huber",
+            LossKind::BceWithLogits => "bce_with_logits",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -129,16 +129,37 @@ fn optimizer_text(o: &Optimizer) -> String {
             "{}(lr: {lr}, betas: ({beta1}, {beta2}), eps: {eps:e}, weight_decay: {weight_decay})",
             if decoupled { "adamw" } else { "adam" }
         ),
+        Optimizer::RmsProp {
+            lr,
+            alpha,
+            eps,
+            weight_decay,
+            momentum,
+        } => format!(
+            "rmsprop(lr: {lr}, alpha: {alpha}, eps: {eps:e}, weight_decay: {weight_decay}, momentum: {momentum})"
+        ),
+        Optimizer::Lion {
+            lr,
+            beta1,
+            beta2,
+            weight_decay,
+        } => format!("lion(lr: {lr}, betas: ({beta1}, {beta2}), weight_decay: {weight_decay})"),
     }
 }
 
 fn loss_text(m: &Model) -> String {
-    let k = match m.loss.kind {
-        LossKind::Mse => "mse",
-        LossKind::CrossEntropy => "cross_entropy",
+    let k = m.loss.kind.name();
+    let opt = match m.loss.kind {
+        LossKind::Huber { delta } => format!(", delta: {delta}"),
+        LossKind::CrossEntropy { label_smoothing } if label_smoothing != 0.0 => {
+            format!(", label_smoothing: {label_smoothing}")
+        }
+        LossKind::Mse | LossKind::Mae | LossKind::BceWithLogits | LossKind::CrossEntropy { .. } => {
+            String::new()
+        }
     };
     format!(
-        "{k}({}, {})",
+        "{k}({}, {}{opt})",
         value_name(m, m.loss.pred),
         value_name(m, m.loss.target)
     )

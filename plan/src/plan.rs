@@ -173,7 +173,9 @@ pub struct Plan {
 /// `{"Conv":{"Conv2d":..}}`; see [`Op`](crate::op::Op)). 4: fused ops (`fuse_epilogues`): an
 /// `epi` on the GEMMs, `bias`/`keep_old` on the fused weight updates, `in_place` on the conv data
 /// gradient, `GlobalAvgPoolBwdAct`; each field absent when off, so unfused ops read as in 3.
-pub const FORMAT_VERSION: u32 = 4;
+/// 5: `CrossEntropyLoss { label_smoothing }` (was a unit variant), and the ops and rules added with
+/// it (activations with a parameter, `Softmax`, the MAE / Huber / BCE losses, RMSprop and Lion).
+pub const FORMAT_VERSION: u32 = 5;
 
 impl Plan {
     /// Whether the runtime reads buffer `id` after the last step: the output always, the loss

@@ -6,6 +6,11 @@
 //! [`UnaryKind::backward`]) and the CUDA code generator renders the same formulas in C
 //! ([`UnaryKind::cuda_forward`], [`UnaryKind::cuda_backward`]).
 //!
+//! Some activations have a parameter (`leaky_relu`'s negative slope, `elu`'s alpha): it is a field of
+//! the variant ([`Coef`], an `f32` compared and hashed by its bits), named and defaulted by
+//! [`UnaryKind::param`] (PyTorch's defaults), checked by [`UnaryKind::with_param`] and rendered into
+//! the CUDA C as a literal.
+//!
 //! GELU is the exact (erf) form, as PyTorch's and Keras' defaults:
 //! `gelu(x) = x * Phi(x)`, `Phi(x) = 0.5 * erfc(-x / sqrt(2))`, and its derivative
 //! `gelu'(x) = Phi(x) + x * phi(x)`, `phi(x) = exp(-x^2/2) / sqrt(2 pi)`, both evaluated in f64
@@ -13,6 +18,26 @@
 //! is tiny, stay relatively accurate).
 
 use serde::{Deserialize, Serialize};
+
+/// An activation's parameter: an `f32` that is equal to another, and hashes, by its bits (so an
+/// activation can be a key and an `Eq` field of an op). Serialised as the number.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Coef(pub f32);
+
+impl PartialEq for Coef {
+    fn eq(&self, other: &Coef) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+
+impl Eq for Coef {}
+
+impl std::hash::Hash for Coef {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.0.to_bits().hash(h)
+    }
+}
 
 /// An elementwise activation `y = f(x)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -23,6 +48,27 @@ pub enum UnaryKind {
     Gelu,
     /// SiLU (swish): `x * sigmoid(x)`, as PyTorch's `nn.SiLU` and Keras' `swish`.
     Silu,
+    /// `x` for x > 0, `alpha * x` otherwise (PyTorch's `nn.LeakyReLU(negative_slope)`, Keras'
+    /// `LeakyReLU(negative_slope)`); `alpha >= 0`.
+    LeakyRelu {
+        alpha: Coef,
+    },
+    /// `x` for x > 0, `alpha * (e^x - 1)` otherwise (PyTorch's `nn.ELU(alpha)`, Keras' `elu`);
+    /// `alpha > 0`.
+    Elu {
+        alpha: Coef,
+    },
+    /// `ln(1 + e^x)`, computed as `max(x, 0) + ln(1 + e^-|x|)` (PyTorch's `nn.Softplus()` with
+    /// beta 1, Keras' `softplus`).
+    Softplus,
+}
+
+/// The parameter of an activation that has one: its name in the language and its default.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct UnaryParam {
+    pub name: &'static str,
+    /// As the language writes it (the f32 the activation uses is this, rounded).
+    pub default: f64,
 }
 
 /// The value the backward of an activation reads besides the incoming gradient.
@@ -59,13 +105,79 @@ pub struct UnaryOpNames {
 
 impl UnaryKind {
     /// Every activation, in the order the language documents them.
-    pub const ALL: [UnaryKind; 5] = [
+    /// (Those with a parameter, with its default.)
+    pub const ALL: [UnaryKind; 8] = [
         UnaryKind::Relu,
         UnaryKind::Tanh,
         UnaryKind::Sigmoid,
         UnaryKind::Gelu,
         UnaryKind::Silu,
+        UnaryKind::LeakyRelu {
+            alpha: Coef(LEAKY_RELU_ALPHA as f32),
+        },
+        UnaryKind::Elu {
+            alpha: Coef(ELU_ALPHA as f32),
+        },
+        UnaryKind::Softplus,
     ];
+
+    /// Its parameter, if it has one: name and default (PyTorch's: 0.01 for `leaky_relu`, whose
+    /// Keras default is 0.3; 1.0 for `elu`, as Keras').
+    pub fn param(self) -> Option<UnaryParam> {
+        match self {
+            UnaryKind::LeakyRelu { .. } => Some(UnaryParam {
+                name: "alpha",
+                default: LEAKY_RELU_ALPHA,
+            }),
+            UnaryKind::Elu { .. } => Some(UnaryParam {
+                name: "alpha",
+                default: ELU_ALPHA,
+            }),
+            UnaryKind::Relu
+            | UnaryKind::Tanh
+            | UnaryKind::Sigmoid
+            | UnaryKind::Gelu
+            | UnaryKind::Silu
+            | UnaryKind::Softplus => None,
+        }
+    }
+
+    /// The value of its parameter (`None` when it has none).
+    pub fn param_value(self) -> Option<f32> {
+        match self {
+            UnaryKind::LeakyRelu { alpha } | UnaryKind::Elu { alpha } => Some(alpha.0),
+            UnaryKind::Relu
+            | UnaryKind::Tanh
+            | UnaryKind::Sigmoid
+            | UnaryKind::Gelu
+            | UnaryKind::Silu
+            | UnaryKind::Softplus => None,
+        }
+    }
+
+    /// This activation with its parameter set to `v`, or why `v` is not allowed (the backward
+    /// differentiates from the output, which needs `f` to keep the sign of `x`: `alpha >= 0` for
+    /// `leaky_relu`, `alpha > 0` for `elu`; and `v` must be a finite f32).
+    pub fn with_param(self, v: f64) -> Result<UnaryKind, String> {
+        let a = v as f32;
+        if !a.is_finite() {
+            return Err(format!("`alpha` = {v:?} is not a finite f32 number"));
+        }
+        match self {
+            UnaryKind::LeakyRelu { .. } if a >= 0.0 => Ok(UnaryKind::LeakyRelu { alpha: Coef(a) }),
+            UnaryKind::LeakyRelu { .. } => Err(format!(
+                "`leaky_relu`'s negative slope `alpha` must be zero or positive, found {v:?}"
+            )),
+            UnaryKind::Elu { .. } if a > 0.0 => Ok(UnaryKind::Elu { alpha: Coef(a) }),
+            UnaryKind::Elu { .. } => Err(format!("`elu`'s `alpha` must be positive, found {v:?}")),
+            UnaryKind::Relu
+            | UnaryKind::Tanh
+            | UnaryKind::Sigmoid
+            | UnaryKind::Gelu
+            | UnaryKind::Silu
+            | UnaryKind::Softplus => Err(format!("`{}` takes no parameter", self.name())),
+        }
+    }
 
     /// The name a `.dm` program uses, as a layer and as `activation: NAME`.
     pub fn name(self) -> &'static str {
@@ -80,6 +192,9 @@ impl UnaryKind {
             UnaryKind::Sigmoid => "Sigmoid",
             UnaryKind::Gelu => "GELU",
             UnaryKind::Silu => "SiLU",
+            UnaryKind::LeakyRelu { .. } => "LeakyReLU",
+            UnaryKind::Elu { .. } => "ELU",
+            UnaryKind::Softplus => "Softplus",
         }
     }
 
@@ -91,10 +206,13 @@ impl UnaryKind {
             UnaryKind::Sigmoid => "elementwise logistic function 1 / (1 + e^-x)",
             UnaryKind::Gelu => "elementwise GELU, x * Phi(x)",
             UnaryKind::Silu => "elementwise SiLU (swish), x * sigmoid(x)",
+            UnaryKind::LeakyRelu { .. } => "elementwise x if x > 0 else alpha * x (alpha >= 0)",
+            UnaryKind::Elu { .. } => "elementwise x if x > 0 else alpha * (e^x - 1) (alpha > 0)",
+            UnaryKind::Softplus => "elementwise ln(1 + e^x)",
         }
     }
 
-    /// The activation a `.dm` name stands for.
+    /// The activation a `.dm` name stands for (with its parameter's default).
     pub fn from_name(name: &str) -> Option<UnaryKind> {
         UnaryKind::ALL.into_iter().find(|a| a.name() == name)
     }
@@ -118,14 +236,33 @@ impl UnaryKind {
             ),
             UnaryKind::Gelu => n("gelu", "gelu_bwd", "gelu_inplace", "gelu_bwd_inplace"),
             UnaryKind::Silu => n("silu", "silu_bwd", "silu_inplace", "silu_bwd_inplace"),
+            UnaryKind::LeakyRelu { .. } => n(
+                "leaky_relu",
+                "leaky_relu_bwd",
+                "leaky_relu_inplace",
+                "leaky_relu_bwd_inplace",
+            ),
+            UnaryKind::Elu { .. } => n("elu", "elu_bwd", "elu_inplace", "elu_bwd_inplace"),
+            UnaryKind::Softplus => n(
+                "softplus",
+                "softplus_bwd",
+                "softplus_inplace",
+                "softplus_bwd_inplace",
+            ),
         }
     }
 
-    /// What the backward reads besides the gradient: relu, tanh and sigmoid differentiate from
-    /// their output, gelu and silu from their input.
+    /// What the backward reads besides the gradient: relu, tanh, sigmoid, leaky_relu (y > 0 iff
+    /// x > 0), elu (f' = y + alpha for x <= 0) and softplus (f' = sigmoid(x) = 1 - e^-y)
+    /// differentiate from their output, gelu and silu from their input.
     pub fn saved(self) -> Saved {
         match self {
-            UnaryKind::Relu | UnaryKind::Tanh | UnaryKind::Sigmoid => Saved::Output,
+            UnaryKind::Relu
+            | UnaryKind::Tanh
+            | UnaryKind::Sigmoid
+            | UnaryKind::LeakyRelu { .. }
+            | UnaryKind::Elu { .. }
+            | UnaryKind::Softplus => Saved::Output,
             UnaryKind::Gelu | UnaryKind::Silu => Saved::Input,
         }
     }
@@ -134,7 +271,12 @@ impl UnaryKind {
     /// (rectifier-like activations) rather than Glorot.
     pub fn he_init(self) -> bool {
         match self {
-            UnaryKind::Relu | UnaryKind::Gelu | UnaryKind::Silu => true,
+            UnaryKind::Relu
+            | UnaryKind::Gelu
+            | UnaryKind::Silu
+            | UnaryKind::LeakyRelu { .. }
+            | UnaryKind::Elu { .. }
+            | UnaryKind::Softplus => true,
             UnaryKind::Tanh | UnaryKind::Sigmoid => false,
         }
     }
@@ -158,6 +300,21 @@ impl UnaryKind {
                 (xd * phi_cdf(xd)) as f32
             }
             UnaryKind::Silu => x * sigmoid(x),
+            UnaryKind::LeakyRelu { alpha } => {
+                if x > 0.0 {
+                    x
+                } else {
+                    alpha.0 * x
+                }
+            }
+            UnaryKind::Elu { alpha } => {
+                if x > 0.0 {
+                    x
+                } else {
+                    alpha.0 * x.exp_m1()
+                }
+            }
+            UnaryKind::Softplus => x.max(0.0) + (-x.abs()).exp().ln_1p(),
         }
     }
 
@@ -186,13 +343,51 @@ impl UnaryKind {
                 let sg = sigmoid(s);
                 g * (sg * (1.0 + s * (1.0 - sg)))
             }
+            UnaryKind::LeakyRelu { alpha } => {
+                if s > 0.0 {
+                    g
+                } else {
+                    alpha.0 * g
+                }
+            }
+            // y = alpha (e^x - 1) <= 0: f'(x) = alpha e^x = y + alpha
+            UnaryKind::Elu { alpha } => {
+                if s > 0.0 {
+                    g
+                } else {
+                    g * (s + alpha.0)
+                }
+            }
+            // f'(x) = sigmoid(x) = 1 - e^-y
+            UnaryKind::Softplus => g * -(-s).exp_m1(),
         }
     }
 
     /// The CUDA C statements of [`UnaryKind::forward`] for element `i`, one per line: `{in}` stands
-    /// for the input array, `{out}` for the output array (the same array in place). The helpers
-    /// (`dmc_phi_cdf`, ...) are the generated kernels' prelude's.
-    pub fn cuda_forward(self) -> &'static str {
+    /// for the input array, `{out}` for the output array (the same array in place); the parameter
+    /// is written in as a literal. The helpers (`dmc_phi_cdf`, ...) are the generated kernels'
+    /// prelude's.
+    pub fn cuda_forward(self) -> String {
+        self.with_literal(self.cuda_forward_text())
+    }
+
+    /// The CUDA C statements of [`UnaryKind::backward`] for element `i`: `{saved}` stands for the
+    /// saved array ([`UnaryKind::saved`]), `{in}` for the incoming gradient, `{out}` for the
+    /// outgoing one (the same array in place); the parameter is written in as a literal.
+    pub fn cuda_backward(self) -> String {
+        self.with_literal(self.cuda_backward_text())
+    }
+
+    /// `text` with `{alpha}` replaced by the parameter as an exact CUDA float literal.
+    fn with_literal(self, text: &str) -> String {
+        match self.param_value() {
+            // `{:?}` of an f32 is the shortest text that reads back as the same f32
+            Some(v) => text.replace("{alpha}", &format!("{v:?}f")),
+            None => text.to_string(),
+        }
+    }
+
+    fn cuda_forward_text(self) -> &'static str {
         match self {
             UnaryKind::Relu => {
                 "const float v = {in}[i];\n\
@@ -212,13 +407,22 @@ impl UnaryKind {
                  const float s = v >= 0.0f ? 1.0f / (1.0f + expf(-v)) : expf(v) / (1.0f + expf(v));\n\
                  {out}[i] = v * s;"
             }
+            UnaryKind::LeakyRelu { .. } => {
+                "const float v = {in}[i];\n\
+                 {out}[i] = v > 0.0f ? v : {alpha} * v;"
+            }
+            UnaryKind::Elu { .. } => {
+                "const float v = {in}[i];\n\
+                 {out}[i] = v > 0.0f ? v : {alpha} * expm1f(v);"
+            }
+            UnaryKind::Softplus => {
+                "const float v = {in}[i];\n\
+                 {out}[i] = fmaxf(v, 0.0f) + log1pf(expf(-fabsf(v)));"
+            }
         }
     }
 
-    /// The CUDA C statements of [`UnaryKind::backward`] for element `i`: `{saved}` stands for the
-    /// saved array ([`UnaryKind::saved`]), `{in}` for the incoming gradient, `{out}` for the
-    /// outgoing one (the same array in place).
-    pub fn cuda_backward(self) -> &'static str {
+    fn cuda_backward_text(self) -> &'static str {
         match self {
             UnaryKind::Relu => {
                 "const float g = {in}[i];\n\
@@ -241,6 +445,19 @@ impl UnaryKind {
                 "const float v = {saved}[i];\n\
                  const float s = v >= 0.0f ? 1.0f / (1.0f + expf(-v)) : expf(v) / (1.0f + expf(v));\n\
                  {out}[i] = {in}[i] * (s * (1.0f + v * (1.0f - s)));"
+            }
+            UnaryKind::LeakyRelu { .. } => {
+                "const float g = {in}[i];\n\
+                 {out}[i] = {saved}[i] > 0.0f ? g : {alpha} * g;"
+            }
+            UnaryKind::Elu { .. } => {
+                "const float v = {saved}[i];\n\
+                 const float g = {in}[i];\n\
+                 {out}[i] = v > 0.0f ? g : g * (v + {alpha});"
+            }
+            UnaryKind::Softplus => {
+                "const float v = {saved}[i];\n\
+                 {out}[i] = {in}[i] * -expm1f(-v);"
             }
         }
     }
@@ -273,6 +490,11 @@ pub fn erfc(x: f64) -> f64 {
         2.0 - r
     }
 }
+
+/// `leaky_relu`'s default negative slope (PyTorch's; Keras' is 0.3).
+pub const LEAKY_RELU_ALPHA: f64 = 0.01;
+/// `elu`'s default alpha (PyTorch's and Keras').
+pub const ELU_ALPHA: f64 = 1.0;
 
 const FRAC_1_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
 

@@ -28,23 +28,48 @@ pub enum UpdateRule {
         weight_decay: f32,
         decoupled: bool,
     },
+    /// RMSprop, PyTorch's `torch.optim.RMSprop` (not centered): g += wd*w; v = alpha v + (1-alpha)
+    /// g^2; with momentum: buf = momentum buf + g / (sqrt(v) + eps), w -= lr buf; without:
+    /// w -= lr g / (sqrt(v) + eps).
+    RmsProp {
+        lr: f32,
+        alpha: f32,
+        eps: f32,
+        weight_decay: f32,
+        momentum: f32,
+    },
+    /// Lion (Chen et al. 2023; PyTorch `lion-pytorch` semantics): w *= 1 - lr wd; w -= lr
+    /// sign(beta1 m + (1-beta1) g); m = beta2 m + (1-beta2) g (sign(0) = 0). One state tensor.
+    Lion {
+        lr: f32,
+        beta1: f32,
+        beta2: f32,
+        weight_decay: f32,
+    },
 }
 
 impl UpdateRule {
     /// The learning rate.
     pub fn lr(&self) -> f32 {
         match self {
-            UpdateRule::Sgd { lr, .. } | UpdateRule::Adam { lr, .. } => *lr,
+            UpdateRule::Sgd { lr, .. }
+            | UpdateRule::Adam { lr, .. }
+            | UpdateRule::RmsProp { lr, .. }
+            | UpdateRule::Lion { lr, .. } => *lr,
         }
     }
 
     /// Names of the optimizer-state slots the rule reads and overwrites (after the weight):
-    /// the velocity, or Adam's two moments.
+    /// the velocity, Adam's two moments, RMSprop's square average (and its momentum buffer), or
+    /// Lion's one moment.
     pub fn state_names(&self) -> &'static [&'static str] {
         match self {
             UpdateRule::Sgd { momentum, .. } if *momentum != 0.0 => &["v"],
             UpdateRule::Sgd { .. } => &[],
             UpdateRule::Adam { .. } => &["m", "v"],
+            UpdateRule::RmsProp { momentum, .. } if *momentum != 0.0 => &["v", "buf"],
+            UpdateRule::RmsProp { .. } => &["v"],
+            UpdateRule::Lion { .. } => &["m"],
         }
     }
 
@@ -56,6 +81,28 @@ impl UpdateRule {
             UpdateRule::Sgd { momentum, .. } if *momentum != 0.0 => &["b_v"],
             UpdateRule::Sgd { .. } => &[],
             UpdateRule::Adam { .. } => &["b_m", "b_v"],
+            UpdateRule::RmsProp { momentum, .. } if *momentum != 0.0 => &["b_v", "b_buf"],
+            UpdateRule::RmsProp { .. } => &["b_v"],
+            UpdateRule::Lion { .. } => &["b_m"],
+        }
+    }
+
+    /// The state slots whose values are never negative (they are square averages: RMSprop's and
+    /// Adam's `v`), which random test data must respect.
+    pub fn nonnegative_states(&self) -> &'static [&'static str] {
+        match self {
+            UpdateRule::Adam { .. } | UpdateRule::RmsProp { .. } => &["v", "b_v"],
+            UpdateRule::Sgd { .. } | UpdateRule::Lion { .. } => &[],
+        }
+    }
+
+    /// FLOPs of the update of one element.
+    pub fn flops_per_elem(&self) -> u64 {
+        match self {
+            UpdateRule::Sgd { .. } => 4,
+            UpdateRule::Adam { .. } => 10,
+            UpdateRule::RmsProp { .. } => 8,
+            UpdateRule::Lion { .. } => 8,
         }
     }
 
@@ -64,6 +111,8 @@ impl UpdateRule {
         match self {
             UpdateRule::Sgd { .. } => "sgd_update",
             UpdateRule::Adam { .. } => "adam_update",
+            UpdateRule::RmsProp { .. } => "rmsprop_update",
+            UpdateRule::Lion { .. } => "lion_update",
         }
     }
 }

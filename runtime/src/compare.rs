@@ -1,7 +1,7 @@
 //! What every cross-backend kernel check shares: random arguments in each slot's valid domain, and
 //! the comparison of a written argument with the CPU backend's, random batches for whole steps.
 
-use dmc_plan::op::{ConvOp, DType, DenseOp, Op, OptimOp, PoolOp, UpdateRule};
+use dmc_plan::op::{ConvOp, DType, DenseOp, Op, OptimOp, PoolOp};
 use dmc_plan::plan::{Kernel, Plan};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -10,23 +10,17 @@ use crate::backend::InputData;
 use crate::error::RuntimeError;
 
 /// Random bytes for every signature slot of `k` (sized per its shapes): f32 in [-1, 1) (Adam's
-/// second moment in [0, 1)), labels in 0..classes, argmax indices inside the pool window.
+/// and RMSprop's second moments in [0, 1)), labels in 0..classes, argmax indices inside the pool window.
 pub fn random_args(k: &Kernel, rng: &mut ChaCha8Rng) -> Vec<Vec<u8>> {
     let sig = k.op.signature();
-    let adam = matches!(
-        k.op,
-        Op::Optim(OptimOp::Update {
-            rule: UpdateRule::Adam { .. },
-        }) | Op::Conv(ConvOp::Conv2dBwdWeightUpdate {
-            rule: UpdateRule::Adam { .. },
-            ..
-        }) | Op::Dense(DenseOp::DenseBwdWeightUpdate {
-            rule: UpdateRule::Adam { .. },
-            ..
-        }) | Op::Optim(OptimOp::BiasGradUpdate {
-            rule: UpdateRule::Adam { .. }
-        })
-    );
+    let rule = match &k.op {
+        Op::Optim(OptimOp::Update { rule })
+        | Op::Conv(ConvOp::Conv2dBwdWeightUpdate { rule, .. })
+        | Op::Dense(DenseOp::DenseBwdWeightUpdate { rule, .. })
+        | Op::Optim(OptimOp::BiasGradUpdate { rule }) => Some(rule),
+        _ => None,
+    };
+    let nonneg_states = rule.map_or(&[] as &[&str], |r| r.nonnegative_states());
     sig.params
         .iter()
         .enumerate()
@@ -34,8 +28,8 @@ pub fn random_args(k: &Kernel, rng: &mut ChaCha8Rng) -> Vec<Vec<u8>> {
             let n: usize = k.arg_shapes[i].iter().product();
             match p.dtype {
                 DType::F32 => {
-                    // Adam's second moment (the state slot `v`) must be >= 0
-                    let nonneg = adam && (p.name == "v" || p.name == "b_v");
+                    // a second moment (Adam's, RMSprop's state slot `v`) must be >= 0
+                    let nonneg = nonneg_states.contains(&p.name.as_str());
                     (0..n)
                         .flat_map(|_| {
                             let v: f32 = if nonneg {

@@ -138,7 +138,8 @@ pub(crate) fn check_labels(
         let k = &plan.kernels[s.kernel];
         (matches!(
             k.op,
-            Op::Loss(LossOp::CrossEntropyLoss) | Op::Loss(LossOp::CrossEntropyLossBwd)
+            Op::Loss(LossOp::CrossEntropyLoss { .. })
+                | Op::Loss(LossOp::CrossEntropyLossBwd { .. })
         ) && s.args.contains(&buffer))
         .then_some((si, s, k))
     }) else {

@@ -176,7 +176,7 @@ fn every_error_of_a_file_in_one_run() {
     let path = dir.path().join("three.dm");
     std::fs::write(
         &path,
-        "input x: [4]\ntarget y: [1]\nh = x |> dens(8)\nout = h |> dense(1, activation: elu)\nloss mae(out, y)\ntrain { batch: 1, optimizer: sgd }\n",
+        "input x: [4]\ntarget y: [1]\nh = x |> dens(8)\nout = h |> dense(1, activation: selu)\nloss hinge(out, y)\ntrain { batch: 1, optimizer: sgd }\n",
     )
     .expect("write");
     let p = path.display();
@@ -187,10 +187,10 @@ fn every_error_of_a_file_in_one_run() {
             "unknown operation `dens`",
             "did you mean `dense`?",
             &format!("{p}:5:6"),
-            "`mae` is not supported yet (supported losses: mse, cross_entropy)",
+            "`hinge` is not supported yet (supported losses: mse, cross_entropy, mae, huber,",
             // `h` is in error, but the activation does not depend on it.
             &format!("{p}:4:33"),
-            "`elu` is not supported yet (supported activations: relu",
+            "`selu` is not supported yet (supported activations: relu",
         ],
     );
     assert!(!err.contains("did you mean `mse`"), "{err}");

@@ -165,6 +165,62 @@ fn mse_net_with_upsampling() {
 }
 
 #[test]
+fn mse_net_with_the_parametric_activations_and_softplus() {
+    check_gradients(
+        "input x: [6, 6, 2]
+         target y: [3]
+         h = x |> conv2d(4, 3, activation: leaky_relu(0.2)) |> elu(alpha: 0.7) |> maxpool(2)
+         out = h |> flatten |> dense(5, activation: softplus) |> leaky_relu |> dense(4, activation: elu) |> dense(3)
+         loss mse(out, y)
+         train { batch: 2, optimizer: sgd(lr: 1) }",
+        0,
+    );
+}
+
+#[test]
+fn softmax_over_channels_and_over_features() {
+    check_gradients(
+        "input x: [5, 5, 2]
+         target y: [3]
+         out = x |> conv2d(4, 3) |> softmax |> flatten |> dense(3)
+         loss mse(out, y)
+         train { batch: 3, optimizer: sgd(lr: 1) }",
+        0,
+    );
+    check_gradients(
+        "input x: [6]
+         target y: [3]
+         out = x |> dense(5) |> softmax |> dense(3)
+         loss mse(out, y)
+         train { batch: 3, optimizer: sgd(lr: 1) }",
+        0,
+    );
+}
+
+#[test]
+fn the_new_losses() {
+    let net = |target: &str, loss: &str| {
+        format!(
+            "input x: [5, 5, 2]
+             {target}
+             out = x |> conv2d(3, 3, activation: tanh) |> flatten |> dense(3)
+             loss {loss}
+             train {{ batch: 3, optimizer: sgd(lr: 1) }}"
+        )
+    };
+    check_gradients(&net("target y: [3]", "huber(out, y, delta: 0.2)"), 0);
+    check_gradients(&net("target y: [3]", "bce_with_logits(out, y)"), 0);
+    check_gradients(&net("target y: [3]", "mae(out, y)"), 0);
+    check_gradients(
+        &net(
+            "target y: int",
+            "cross_entropy(out, y, label_smoothing: 0.3)",
+        ),
+        3,
+    );
+}
+
+#[test]
 fn the_gradient_test_can_fail() {
     // A wrong "gradient" (the update of a different learning rate) must be caught by the same check.
     let m = model(

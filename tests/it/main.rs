@@ -23,3 +23,4 @@ mod runtime_remat;
 mod runtime_seed;
 mod tour;
 mod train;
+mod train_losses_optim;

@@ -24,11 +24,12 @@ fn train(
     check_plan(&plan).expect("plan checker");
     let arena = plan.arena_bytes;
     let specs = TensorSpec::from_plan(&plan);
-    let task = match m.loss.kind {
-        dmc_grammar::model::LossKind::CrossEntropy => Task::Classification {
+    let task = if m.loss.kind.takes_labels() {
+        Task::Classification {
             classes: *m.shape(m.loss.pred).last().expect("classes"),
-        },
-        dmc_grammar::model::LossKind::Mse => Task::Regression,
+        }
+    } else {
+        Task::Regression
     };
     let ds = Dataset::synthetic(&specs, plan.batch * steps, 1, task).expect("data");
     let mut be = CpuBackend::new(plan.clone()).expect("backend");

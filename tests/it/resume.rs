@@ -290,6 +290,55 @@ fn adam_and_save_best_resume_across_epochs() {
 }
 
 #[test]
+fn rmsprop_and_lion_state_is_saved_and_resumed_bit_identically() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, opt, states) in [
+        (
+            "rmsprop",
+            "rmsprop(lr: 0.01, momentum: 0.9)",
+            &["square_avg", "momentum_buffer"][..],
+        ),
+        (
+            "lion",
+            "lion(lr: 0.0003, weight_decay: 0.1)",
+            &["exp_avg"][..],
+        ),
+    ] {
+        let prog = dir.path().join(format!("{name}.dm"));
+        std::fs::write(
+            &prog,
+            format!(
+                "input x: [12]\ntarget y: [2]\nout = x |> dense(8, activation: leaky_relu(0.1)) |> dense(2)\n\
+                 loss huber(out, y)\ntrain {{ batch: 8, optimizer: {opt}, seed: 3 }}\n"
+            ),
+        )
+        .unwrap();
+        let d = data(dir.path(), s(&prog), 64);
+        let (a, b) = (
+            dir.path().join(format!("{name}-a.safetensors")),
+            dir.path().join(format!("{name}-b.safetensors")),
+        );
+        let common = ["run", s(&prog), "--data", s(&d), "--save-every", "5", "-q"];
+        run_ok(&[&common[..], &["--steps", "20", "--save", s(&a)]].concat());
+        run_ok(&[&common[..], &["--steps", "7", "--save", s(&b)]].concat());
+        assert!(
+            bytes(&a) != bytes(&b),
+            "{name}: 7 steps must differ from 20"
+        );
+        run_ok(&[&common[..], &["--steps", "20", "--save", s(&b), "--resume"]].concat());
+        assert_same_files(&a, &b);
+        // the state file holds the optimizer's own tensors, under PyTorch's names
+        let st = String::from_utf8_lossy(&bytes(&state_of(&a))).to_string();
+        for s in states {
+            assert!(
+                st.contains(&format!(".{s}")),
+                "{name}: no `{s}` in the state"
+            );
+        }
+    }
+}
+
+#[test]
 fn resume_refuses_another_runs_state_and_says_why() {
     let dir = tempfile::tempdir().unwrap();
     let d = data(dir.path(), MLP, 320);

@@ -28,6 +28,27 @@ pub(crate) fn adam(decoupled: bool) -> UpdateRule {
     }
 }
 
+/// RMSprop with weight decay and `momentum` as given (PyTorch's alpha and eps).
+pub(crate) fn rmsprop(momentum: f32) -> UpdateRule {
+    UpdateRule::RmsProp {
+        lr: 1e-2,
+        alpha: 0.99,
+        eps: 1e-8,
+        weight_decay: 1e-4,
+        momentum,
+    }
+}
+
+/// Lion with weight decay (lion-pytorch's betas).
+pub(crate) fn lion() -> UpdateRule {
+    UpdateRule::Lion {
+        lr: 1e-4,
+        beta1: 0.9,
+        beta2: 0.99,
+        weight_decay: 0.1,
+    }
+}
+
 /// A weight gradient fused with its update: the signature's shapes are the inputs, then as many
 /// state slots as the rule has (shaped as the updated tensor `upd`), then the workspaces per
 /// [`Op::workspace_elems`].

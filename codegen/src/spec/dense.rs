@@ -98,10 +98,10 @@ pub(crate) fn spec(s: &Site, op: &DenseOp) -> Result<Spec, CodegenError> {
     }
 }
 
-/// The zoo's dense ops: with and without bias, both gradients, the fused update with SGD and
-/// Adam (one over a long reduction: the two-level summation).
+/// The zoo's dense ops: with and without bias, both gradients, the fused update with SGD, Adam
+/// (one over a long reduction: the two-level summation), RMSprop and Lion.
 pub(crate) fn zoo() -> Vec<super::cases::Case> {
-    use super::cases::{adam, fused, fused_bias, sgd};
+    use super::cases::{adam, fused, fused_bias, lion, rmsprop, sgd};
     use dmc_plan::op::{Op, UnaryKind};
     let d = |op: DenseOp| Op::Dense(op);
     let epi = |add: bool, act: UnaryKind| Epilogue {
@@ -191,6 +191,50 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
             vec![vec![5000, 3], vec![5000, 2]],
             vec![3, 2],
             vec![2],
+        ),
+        // an activation with a parameter in the epilogues, RMSprop and Lion fused with the bias
+        (
+            d(DenseOp::Dense {
+                bias: true,
+                epi: epi(
+                    false,
+                    UnaryKind::LeakyRelu {
+                        alpha: dmc_plan::unary::Coef(0.2),
+                    },
+                ),
+            }),
+            vec![vec![4, 6], vec![6, 3], vec![3], vec![4, 3]],
+        ),
+        (
+            d(DenseOp::DenseBwdData {
+                epi: epi(
+                    false,
+                    UnaryKind::Elu {
+                        alpha: dmc_plan::unary::Coef(0.5),
+                    },
+                ),
+            }),
+            vec![vec![4, 3], vec![6, 3], vec![4, 6], vec![4, 6]],
+        ),
+        fused_bias(
+            d(DenseOp::DenseBwdWeightUpdate {
+                rule: rmsprop(0.9),
+                chunk: 2,
+                bias: true,
+            }),
+            vec![vec![4, 6], vec![4, 3]],
+            vec![6, 3],
+            vec![3],
+        ),
+        fused_bias(
+            d(DenseOp::DenseBwdWeightUpdate {
+                rule: lion(),
+                chunk: 1,
+                bias: true,
+            }),
+            vec![vec![4, 6], vec![4, 3]],
+            vec![6, 3],
+            vec![3],
         ),
     ]
 }

@@ -1,6 +1,6 @@
 //! Elementwise kernels (`elementwise.cu.tera`), one thread per element: the activations and their
 //! gradients (their C statements are the activation's own, [`UnaryKind::cuda_forward`] /
-//! [`UnaryKind::cuda_backward`]), add, dropout, the MSE gradient, the global average pooling
+//! [`UnaryKind::cuda_backward`]), add, dropout, the softmax over the last axis (one thread per row), the MSE gradient, the global average pooling
 //! gradient. In-place ops render the out-of-place formulas with the written input as the output.
 
 use dmc_plan::op::{Op, Role};
@@ -61,7 +61,7 @@ fn in_place(s: &Site) -> Result<(Spec, String), CodegenError> {
 pub(crate) fn unary(s: &Site, kind: UnaryKind) -> Result<Spec, CodegenError> {
     let mut sp = out_of_place(s, "x", "y")?;
     sp.ctx
-        .insert("body", &body(kind.cuda_forward(), "x", "y", ""));
+        .insert("body", &body(&kind.cuda_forward(), "x", "y", ""));
     Ok(sp)
 }
 
@@ -70,7 +70,7 @@ pub(crate) fn unary_bwd(s: &Site, kind: UnaryKind) -> Result<Spec, CodegenError>
     let mut sp = out_of_place(s, "dy", "dx")?;
     let saved = kind.saved().param_name();
     sp.ctx
-        .insert("body", &body(kind.cuda_backward(), "dy", "dx", saved));
+        .insert("body", &body(&kind.cuda_backward(), "dy", "dx", saved));
     Ok(sp)
 }
 
@@ -78,7 +78,7 @@ pub(crate) fn unary_bwd(s: &Site, kind: UnaryKind) -> Result<Spec, CodegenError>
 pub(crate) fn unary_inplace(s: &Site, kind: UnaryKind) -> Result<Spec, CodegenError> {
     let (mut sp, io) = in_place(s)?;
     sp.ctx
-        .insert("body", &body(kind.cuda_forward(), &io, &io, ""));
+        .insert("body", &body(&kind.cuda_forward(), &io, &io, ""));
     Ok(sp)
 }
 
@@ -87,7 +87,7 @@ pub(crate) fn unary_bwd_inplace(s: &Site, kind: UnaryKind) -> Result<Spec, Codeg
     let (mut sp, io) = in_place(s)?;
     let saved = kind.saved().param_name();
     sp.ctx
-        .insert("body", &body(kind.cuda_backward(), &io, &io, saved));
+        .insert("body", &body(&kind.cuda_backward(), &io, &io, saved));
     Ok(sp)
 }
 
@@ -144,6 +144,15 @@ pub(crate) fn global_avgpool_bwd_act(
     Ok(sp)
 }
 
+/// `Softmax` (x -> y) and `SoftmaxBwd` (y, dy -> dx) over the last axis: one thread per row.
+pub(crate) fn softmax(s: &Site) -> Result<Spec, CodegenError> {
+    let y = s.last_shape()?;
+    let cols = y.last().copied().unwrap_or(1).max(1);
+    let mut sp = per_element(s, TEMPLATE, numel(y) / cols)?;
+    sp.ctx.insert("cols", &cols);
+    Ok(sp)
+}
+
 /// The kernel of one op of the elementwise family.
 pub(crate) fn spec(s: &Site, op: &ElementwiseOp) -> Result<Spec, CodegenError> {
     match op {
@@ -157,6 +166,7 @@ pub(crate) fn spec(s: &Site, op: &ElementwiseOp) -> Result<Spec, CodegenError> {
         ElementwiseOp::DropoutBwd { p, salt } => dropout(s, ("dy", "dx"), *p, *salt),
         ElementwiseOp::DropoutInPlace { p, salt } => dropout(s, ("x", "x"), *p, *salt),
         ElementwiseOp::DropoutBwdInPlace { p, salt } => dropout(s, ("dy", "dy"), *p, *salt),
+        ElementwiseOp::Softmax | ElementwiseOp::SoftmaxBwd => softmax(s),
     }
 }
 
@@ -191,6 +201,15 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
             vec![e.clone(), e.clone()],
         ));
     }
+    // rows of 7 (odd), and one row of 1000 on a [2, 1000] tensor
+    let rows = vec![5, 3, 7];
+    v.push((w(ElementwiseOp::Softmax), vec![rows.clone(), rows.clone()]));
+    v.push((
+        w(ElementwiseOp::SoftmaxBwd),
+        vec![rows.clone(), rows.clone(), rows],
+    ));
+    let wide = vec![2, 1000];
+    v.push((w(ElementwiseOp::Softmax), vec![wide.clone(), wide.clone()]));
     v.push((w(ElementwiseOp::AddInPlace), vec![n.clone(), n.clone()]));
     v.push((
         w(ElementwiseOp::DropoutInPlace { p: 0.3, salt: 7 }),

@@ -29,8 +29,8 @@ fn scalar_body(statements: &str) -> String {
 /// (backward) for `k` (either may be unused by a kernel).
 pub(crate) fn act_ctx(ctx: &mut Context, k: UnaryKind) {
     ctx.insert("act_name", k.name());
-    ctx.insert("act_fwd_body", &scalar_body(k.cuda_forward()));
-    ctx.insert("act_bwd_body", &scalar_body(k.cuda_backward()));
+    ctx.insert("act_fwd_body", &scalar_body(&k.cuda_forward()));
+    ctx.insert("act_bwd_body", &scalar_body(&k.cuda_backward()));
 }
 
 /// Inserts the epilogue of a GEMM kernel: `fused_epi` (whether there is one: the templates of

@@ -1,6 +1,6 @@
 //! Optimizer updates: the per-element update of one parameter (`optim.cu.tera`), the bias
 //! gradient alone or fused with its update (`bias_grad.cu.tera`), and the context of
-//! `update.cuh.tera` (the one per-element SGD / Adam update) that the fused convolution and dense
+//! `update.cuh.tera` (the one per-element SGD / Adam / RMSprop / Lion update) that the fused convolution and dense
 //! weight gradients share.
 
 use tera::Context;
@@ -48,6 +48,34 @@ pub(crate) fn rule_ctx(ctx: &mut Context, rule: &UpdateRule, target: &str, fused
             ctx.insert("weight_decay", &f32_lit(weight_decay));
             ctx.insert("decoupled", &decoupled);
         }
+        UpdateRule::RmsProp {
+            lr,
+            alpha,
+            eps,
+            weight_decay,
+            momentum,
+        } => {
+            ctx.insert("rule", "rmsprop");
+            ctx.insert("lr", &f32_lit(lr));
+            ctx.insert("alpha", &f32_lit(alpha));
+            ctx.insert("eps", &f32_lit(eps));
+            ctx.insert("weight_decay", &f32_lit(weight_decay));
+            ctx.insert("momentum", &(momentum != 0.0));
+            ctx.insert("momentum_value", &f32_lit(momentum));
+            ctx.insert("nesterov", &false);
+        }
+        UpdateRule::Lion {
+            lr,
+            beta1,
+            beta2,
+            weight_decay,
+        } => {
+            ctx.insert("rule", "lion");
+            ctx.insert("lr", &f32_lit(lr));
+            ctx.insert("beta1", &f32_lit(beta1));
+            ctx.insert("beta2", &f32_lit(beta2));
+            ctx.insert("weight_decay", &f32_lit(weight_decay));
+        }
     }
 }
 
@@ -89,9 +117,10 @@ pub(crate) fn spec(s: &Site, op: &OptimOp) -> Result<Spec, CodegenError> {
 }
 
 /// The zoo's optimizer ops: the bias gradient, every update rule flavour (SGD plain / momentum /
-/// nesterov, Adam / AdamW) and the bias gradient fused with SGD and Adam.
+/// nesterov, Adam / AdamW, RMSprop with and without momentum, Lion) and the bias gradient fused
+/// with SGD, Adam, RMSprop and Lion.
 pub(crate) fn zoo() -> Vec<super::cases::Case> {
-    use super::cases::{adam, fused, sgd};
+    use super::cases::{adam, fused, lion, rmsprop, sgd};
     use dmc_plan::op::Op;
     let o = |op: OptimOp| Op::Optim(op);
     let sgd_plain = UpdateRule::Sgd {
@@ -135,6 +164,19 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         ),
         fused(
             o(OptimOp::BiasGradUpdate { rule: adam(false) }),
+            vec![vec![2, 3, 4, 5]],
+            vec![5],
+        ),
+        (o(OptimOp::Update { rule: rmsprop(0.0) }), vec![vec![50]; 3]),
+        (o(OptimOp::Update { rule: rmsprop(0.9) }), vec![vec![50]; 4]),
+        (o(OptimOp::Update { rule: lion() }), vec![vec![50]; 3]),
+        fused(
+            o(OptimOp::BiasGradUpdate { rule: rmsprop(0.9) }),
+            vec![vec![2, 3, 4, 5]],
+            vec![5],
+        ),
+        fused(
+            o(OptimOp::BiasGradUpdate { rule: lion() }),
             vec![vec![2, 3, 4, 5]],
             vec![5],
         ),

@@ -126,21 +126,27 @@ fn forward_ops() {
     let labels = TensorType::new(vec![2], DType::I32);
     assert_eq!(
         shapes(
-            &Op::Loss(LossOp::CrossEntropyLoss),
+            &Op::Loss(LossOp::CrossEntropyLoss {
+                label_smoothing: 0.0
+            }),
             &[f(&[2, 3]), labels.clone()],
             None
         ),
         vec![f(&[1])]
     );
     assert!(infer_outputs(
-        &Op::Loss(LossOp::CrossEntropyLoss),
+        &Op::Loss(LossOp::CrossEntropyLoss {
+            label_smoothing: 0.0
+        }),
         &[f(&[2, 3]), f(&[2])],
         None
     )
     .is_err());
     assert_eq!(
         shapes(
-            &Op::Loss(LossOp::CrossEntropyLossBwd),
+            &Op::Loss(LossOp::CrossEntropyLossBwd {
+                label_smoothing: 0.0
+            }),
             &[f(&[2, 3]), labels],
             None
         ),

@@ -261,6 +261,10 @@ pub(super) fn layer_args(def: &LayerDef, b: &Bound) -> Result<Args, Error> {
             ArgKind::Number => ArgValue::Number(b.float(k, 0.0)?),
             ArgKind::Flag => ArgValue::Flag(b.boolean(k, false)?),
             ArgKind::Choice(options) => ArgValue::Choice(b.choice(k, options, "")?),
+            ArgKind::Activation if matches!(b.get(k), Some((Val::Act(_), _))) => match b.get(k) {
+                Some((Val::Act(a), _)) => ArgValue::Activation(Some(*a)),
+                _ => return Err(internal(def, k, b.call)),
+            },
             ArgKind::Activation => {
                 let mut choices = vec!["none"];
                 choices.extend(Activation::ALL.map(Activation::name));

@@ -109,7 +109,10 @@ impl Checker<'_> {
         let mut positional: Vec<(Val, Span)> = vec![];
         let mut kw: Vec<(&Ident, Val, Span)> = vec![];
         for a in args {
-            let v = self.eval(&a.value, scope)?;
+            let v = match self.activation_value(&a.value, scope) {
+                Some(v) => v?,
+                None => self.eval(&a.value, scope)?,
+            };
             match &a.name {
                 Some(n) => kw.push((n, v, a.value.span)),
                 None => {
@@ -173,6 +176,82 @@ impl Checker<'_> {
         }
         self.apply(def, &args, &[(input, span)], label, span)
     }
+    /// An activation with its parameter written as an argument, `activation: leaky_relu(0.2)`: a
+    /// call of an activation with numbers only (a layer call would have an input value). `None`
+    /// when `e` is not one.
+    fn activation_value(&mut self, e: &Expr, scope: &Scope) -> Option<Result<Val, Error>> {
+        let ExprKind::Call {
+            func,
+            args,
+            label: None,
+        } = &e.kind
+        else {
+            return None;
+        };
+        let a = Activation::from_name(&func.name)?;
+        if self.blocks.contains_key(func.name.as_str()) || scope.vars.contains_key(&func.name) {
+            return None;
+        }
+        let numbers = |x: &Arg| matches!(x.value.kind, ExprKind::Int(_) | ExprKind::Float(_));
+        if !args.iter().all(numbers) {
+            return None;
+        }
+        let Some(p) = a.param() else {
+            if args.is_empty() {
+                return Some(Ok(Val::Act(a)));
+            }
+            return Some(Err(err(
+                Kind::Argument,
+                args[0].span,
+                format!("the activation `{}` takes no parameter", a.name()),
+            )
+            .label("unexpected argument")
+            .help(format!("write `activation: {}`", a.name()))));
+        };
+        Some(self.activation_with_param(a, p, func, args, e.span))
+    }
+
+    /// `leaky_relu(0.2)` / `leaky_relu(alpha: 0.2)` as an argument: binds and checks the parameter.
+    fn activation_with_param(
+        &mut self,
+        a: Activation,
+        p: dmc_plan::unary::UnaryParam,
+        func: &Ident,
+        args: &[Arg],
+        span: Span,
+    ) -> Result<Val, Error> {
+        let sig = Sig {
+            op: a.name(),
+            params: vec![(p.name, true)],
+            example: None,
+        };
+        let mut positional = vec![];
+        let mut kw = vec![];
+        for x in args {
+            let v = match x.value.kind {
+                ExprKind::Int(i) => Val::Int(i),
+                ExprKind::Float(f) => Val::Float(f),
+                _ => Val::Poison,
+            };
+            match &x.name {
+                Some(n) => kw.push((n, v, x.value.span)),
+                None => positional.push((v, x.value.span)),
+            }
+        }
+        let b = bind(&sig, positional, kw, func, span)?;
+        let v = b.float(p.name, p.default)?;
+        let at = b.get(p.name).map_or(span, |(_, s)| *s);
+        a.with_param(v).map(Val::Act).map_err(|reason| {
+            err(Kind::Argument, at, reason)
+                .label("out of range")
+                .help(format!(
+                    "for example: `activation: {}({})`",
+                    a.name(),
+                    p.default
+                ))
+        })
+    }
+
     /// A bare name given for an argument that is not an option word is a value the call cannot
     /// see: unknown, defined below, or (in a block) a top-level value. Said so, rather than that
     /// the argument has the wrong type; for options (`padding: sme`) the option's error lists the

@@ -1,6 +1,7 @@
 //! The `loss` statement: its kind, prediction and target, and whether their shapes and types
 //! fit the loss.
 
+use super::args::{bind, Sig};
 use super::names::LOSSES;
 use super::scope::{Scope, Val};
 use super::state::{err, Checker};
@@ -12,9 +13,11 @@ use crate::model::*;
 
 impl Checker<'_> {
     pub(super) fn loss(&mut self, l: &LossStmt, scope: &mut Scope) -> Result<Loss, Error> {
-        let kind = match l.func.name.as_str() {
-            "mse" => LossKind::Mse,
-            "cross_entropy" => LossKind::CrossEntropy,
+        // The options each loss takes after (prediction, target), with their defaults.
+        let options: &'static [(&'static str, bool)] = match l.func.name.as_str() {
+            "mse" | "mae" | "bce_with_logits" => &[],
+            "huber" => &[("delta", true)],
+            "cross_entropy" => &[("label_smoothing", true)],
             other => {
                 let mut e = err(
                     Kind::Training,
@@ -22,26 +25,53 @@ impl Checker<'_> {
                     format!("unknown loss `{other}`"),
                 )
                 .label("not a loss");
-                e = match (suggest(other, LOSSES.iter().copied()), unsupported_help(other)) {
-                    (Some(s), _) => e.help(format!("did you mean `{s}`? the losses are `mse` and `cross_entropy`")),
+                let all = LOSSES
+                    .iter()
+                    .map(|l| format!("`{l}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                e = match (
+                    suggest(other, LOSSES.iter().copied()),
+                    unsupported_help(other),
+                ) {
+                    (Some(s), _) => e.help(format!("did you mean `{s}`? the losses are {all}")),
                     (None, Some(h)) => e.label("not a loss of dmc").help(h),
-                    (None, None) => e.help("the losses are `mse(prediction, target)` and `cross_entropy(logits, labels)`"),
+                    (None, None) => e.help(format!(
+                        "the losses are {all}, each written `loss NAME(prediction, target)`"
+                    )),
                 };
                 return Err(e);
             }
         };
         let fname = &l.func.name;
-        if let Some(a) = l.args.iter().find(|a| a.name.is_some()) {
+        let usage = match options.first() {
+            Some((o, _)) => format!("write `loss {fname}(prediction, target)` or `loss {fname}(prediction, target, {o}: ...)`"),
+            None => format!("write `loss {fname}(prediction, target)`"),
+        };
+        if let Some(a) = l.args.iter().take(2).find(|a| a.name.is_some()) {
             let n = a.name.as_ref().map(|n| n.name.clone()).unwrap_or_default();
-            return Err(err(
-                Kind::Argument,
-                a.span,
-                format!("`{fname}` has no argument `{n}`"),
-            )
-            .label("unknown argument")
-            .help(format!("write `loss {fname}(prediction, target)`")));
+            let known = options.iter().any(|(o, _)| *o == n);
+            let msg = if known {
+                format!("`{n}` comes after the prediction and the target")
+            } else {
+                format!("`{fname}` has no argument `{n}`")
+            };
+            return Err(err(Kind::Argument, a.span, msg)
+                .label("unknown argument")
+                .help(usage));
         }
-        if l.args.len() != 2 {
+        if let (true, Some(a)) = (options.is_empty(), l.args.get(2)) {
+            if let Some(n) = &a.name {
+                return Err(err(
+                    Kind::Argument,
+                    n.span,
+                    format!("`{fname}` has no argument `{}`", n.name),
+                )
+                .label("unknown argument")
+                .help(format!("`{fname}` takes no options: {usage}")));
+            }
+        }
+        if l.args.len() < 2 || (options.is_empty() && l.args.len() != 2) {
             return Err(err(
                 Kind::Argument,
                 l.span,
@@ -51,8 +81,9 @@ impl Checker<'_> {
                 ),
             )
             .label("wrong number of arguments")
-            .help(format!("write `loss {fname}(prediction, target)`")));
+            .help(usage));
         }
+        let kind = self.loss_kind(l, options)?;
         let pv = self.eval(&l.args[0].value, scope)?;
         let pspan = l.args[0].value.span;
         let pred = match pv {
@@ -100,21 +131,33 @@ impl Checker<'_> {
         };
         let t = self.targets[ti].clone();
         match kind {
-            LossKind::Mse => {
+            LossKind::Mse | LossKind::Mae | LossKind::Huber { .. } | LossKind::BceWithLogits => {
                 if t.dtype == DType::I32 {
-                    return Err(err(Kind::Training, tspan, format!("`mse` needs a float target, but `{}` is declared `int`", t.name))
-                        .label("integer labels")
-                        .note(t.span, "declared here")
-                        .help("use `cross_entropy` for class labels, or declare the target with a shape like `[1]`"));
+                    let hint = if kind == LossKind::BceWithLogits {
+                        "`bce_with_logits` takes float targets of the prediction's shape (0/1 or probabilities, one per output); for one class label per sample use `cross_entropy`".to_string()
+                    } else {
+                        "use `cross_entropy` for class labels, or declare the target with a shape like `[1]`".to_string()
+                    };
+                    return Err(err(
+                        Kind::Training,
+                        tspan,
+                        format!(
+                            "`{fname}` needs a float target, but `{}` is declared `int`",
+                            t.name
+                        ),
+                    )
+                    .label("integer labels")
+                    .note(t.span, "declared here")
+                    .help(hint));
                 }
                 if ps != t.shape {
-                    return Err(err(Kind::Shape, pspan, format!("`mse` compares a prediction of shape {} with a target of shape {}", fmt_shape(&ps), fmt_shape(&t.shape)))
+                    return Err(err(Kind::Shape, pspan, format!("`{fname}` compares a prediction of shape {} with a target of shape {}", fmt_shape(&ps), fmt_shape(&t.shape)))
                         .label(format!("prediction is {}", fmt_shape(&ps)))
                         .note(t.span, format!("target is {}", fmt_shape(&t.shape)))
                         .help("make the last layer produce the target's shape (e.g. `dense(1)` for `[1]`)"));
                 }
             }
-            LossKind::CrossEntropy => {
+            LossKind::CrossEntropy { .. } => {
                 if t.dtype != DType::I32 {
                     return Err(err(Kind::Training, tspan, format!("`cross_entropy` needs integer class labels, but `{}` is a float target", t.name))
                         .label("float target")
@@ -146,7 +189,7 @@ impl Checker<'_> {
                         "`cross_entropy` needs at least 2 classes, the prediction has 1",
                     )
                     .label("one logit")
-                    .help("use `mse` (or a `sigmoid` output) for a single output"));
+                    .help("use `bce_with_logits` (a binary classifier's single logit) or `mse` for a single output"));
                 }
             }
         }
@@ -155,6 +198,92 @@ impl Checker<'_> {
             pred,
             target,
             span: l.span,
+        })
+    }
+
+    /// The loss named by `l` with its options (the arguments after prediction and target, bound
+    /// to `options`), checked.
+    fn loss_kind(
+        &self,
+        l: &LossStmt,
+        options: &'static [(&'static str, bool)],
+    ) -> Result<LossKind, Error> {
+        let fname = l.func.name.as_str();
+        let op = LOSSES
+            .iter()
+            .copied()
+            .find(|n| *n == fname)
+            .unwrap_or("mse");
+        let sig = Sig {
+            op,
+            params: options.to_vec(),
+            example: None,
+        };
+        let mut positional = vec![];
+        let mut kw = vec![];
+        for a in &l.args[2..] {
+            let v = self.const_eval(&a.value)?;
+            match &a.name {
+                Some(n) => kw.push((n, v, a.value.span)),
+                None if kw.is_empty() => positional.push((v, a.value.span)),
+                None => {
+                    return Err(err(
+                        Kind::Argument,
+                        a.span,
+                        "positional argument after a keyword argument",
+                    )
+                    .label("positional")
+                    .help("put positional arguments first"))
+                }
+            }
+        }
+        let b = bind(&sig, positional, kw, &l.func, l.span)?;
+        let at = |k: &str| b.get(k).map_or(l.span, |(_, s)| *s);
+        let finite = |k: &str, v: f64| -> Result<f32, Error> {
+            let f = v as f32;
+            if f.is_finite() {
+                return Ok(f);
+            }
+            Err(err(
+                Kind::Argument,
+                at(k),
+                format!("`{k}` = {v:?} does not fit in f32"),
+            )
+            .label("out of f32 range"))
+        };
+        Ok(match fname {
+            "mae" => LossKind::Mae,
+            "bce_with_logits" => LossKind::BceWithLogits,
+            "huber" => {
+                let delta = b.float("delta", 1.0)?;
+                let d = finite("delta", delta)?;
+                if d <= 0.0 || delta.is_nan() {
+                    return Err(err(
+                        Kind::Argument,
+                        at("delta"),
+                        format!("`delta` must be positive, found {delta:?}"),
+                    )
+                    .label("out of range")
+                    .help("`delta` is where the loss turns from quadratic to linear, e.g. `delta: 1.0`"));
+                }
+                LossKind::Huber { delta: d }
+            }
+            "cross_entropy" => {
+                let e = b.float("label_smoothing", 0.0)?;
+                if !(0.0..=1.0).contains(&e) {
+                    return Err(err(
+                        Kind::Argument,
+                        at("label_smoothing"),
+                        format!("`label_smoothing` must be in [0, 1], found {e:?}"),
+                    )
+                    .label("out of range")
+                    .help("a typical value is `label_smoothing: 0.1`"));
+                }
+                LossKind::CrossEntropy {
+                    label_smoothing: e as f32,
+                }
+            }
+            _ => LossKind::Mse,
         })
     }
 }

@@ -10,9 +10,9 @@ use crate::layers;
 use crate::model::Span;
 
 /// The losses (`loss mse(out, y)`).
-pub(super) const LOSSES: &[&str] = &["mse", "cross_entropy"];
+pub(super) const LOSSES: &[&str] = &["mse", "cross_entropy", "mae", "huber", "bce_with_logits"];
 /// The optimizers (`optimizer: sgd(lr: 0.01)`).
-pub(super) const OPTIMIZERS: &[&str] = &["sgd", "adam", "adamw"];
+pub(super) const OPTIMIZERS: &[&str] = &["sgd", "adam", "adamw", "rmsprop", "lion"];
 
 /// Whether `name` is a layer, a loss or an optimizer.
 pub(super) fn is_builtin(name: &str) -> bool {

@@ -27,6 +27,8 @@ pub(super) enum Val {
     /// An unbound bare name: an option (`same`, `relu`, `true`) or an unknown name.
     Sym(String),
     Tuple(Vec<(Val, Span)>),
+    /// An activation with its parameter written as an argument (`activation: leaky_relu(0.2)`).
+    Act(Activation),
     /// The value of a definition that failed (its error is reported): what uses it fails as a
     /// follow-on error, so one mistake is reported once.
     Poison,
@@ -40,6 +42,10 @@ pub(super) fn describe(v: &Val) -> String {
         Val::Float(f) => format!("the number {f:?}"),
         Val::Sym(s) => format!("`{s}`"),
         Val::Tuple(_) => "a tuple".into(),
+        Val::Act(a) => match a.param_value() {
+            Some(v) => format!("the activation `{}({v})`", a.name()),
+            None => format!("the activation `{}`", a.name()),
+        },
         Val::Poison => "a value in error".into(),
     }
 }

@@ -12,7 +12,7 @@ use crate::model::*;
 use std::collections::HashMap;
 
 impl Checker<'_> {
-    fn const_eval(&self, e: &Expr) -> Result<Val, Error> {
+    pub(super) fn const_eval(&self, e: &Expr) -> Result<Val, Error> {
         match &e.kind {
             ExprKind::Int(i) => Ok(Val::Int(*i)),
             ExprKind::Float(f) => Ok(Val::Float(*f)),
@@ -142,7 +142,7 @@ impl Checker<'_> {
                 return Err(err(
                     Kind::Training,
                     e.span,
-                    "expected an optimizer such as `sgd(lr: 0.01)` or `adam(lr: 0.001)`",
+                    "expected an optimizer such as `sgd(lr: 0.01)`, `adam(lr: 0.001)`, `rmsprop(lr: 0.01)` or `lion(lr: 0.0001)`",
                 )
                 .label("not an optimizer"))
             }
@@ -162,6 +162,21 @@ impl Checker<'_> {
                 ("eps", true),
                 ("weight_decay", true),
             ],
+            "rmsprop" => &[
+                ("lr", true),
+                ("alpha", true),
+                ("eps", true),
+                ("weight_decay", true),
+                ("momentum", true),
+                ("centered", true),
+            ],
+            "lion" => &[
+                ("lr", true),
+                ("betas", true),
+                ("beta1", true),
+                ("beta2", true),
+                ("weight_decay", true),
+            ],
             other => {
                 let mut er = err(
                     Kind::Training,
@@ -172,10 +187,12 @@ impl Checker<'_> {
                 let unsupported = super::suggest::unsupported_help(other);
                 er = match (suggest(other, OPTIMIZERS.iter().copied()), unsupported) {
                     (Some(s), _) => er.help(format!(
-                        "did you mean `{s}`? the optimizers are sgd, adam and adamw"
+                        "did you mean `{s}`? the optimizers are sgd, adam, adamw, rmsprop and lion"
                     )),
                     (None, Some(h)) => er.label("not an optimizer of dmc").help(h),
-                    (None, None) => er.help("the optimizers are sgd, adam and adamw"),
+                    (None, None) => {
+                        er.help("the optimizers are sgd, adam, adamw, rmsprop and lion")
+                    }
                 };
                 return Err(er);
             }
@@ -188,10 +205,11 @@ impl Checker<'_> {
         let sig = Sig {
             op,
             params: params.to_vec(),
-            example: Some(if op == "sgd" {
-                "sgd(lr: 0.01, momentum: 0.9)"
-            } else {
-                "adam(lr: 0.001)"
+            example: Some(match op {
+                "sgd" => "sgd(lr: 0.01, momentum: 0.9)",
+                "rmsprop" => "rmsprop(lr: 0.01)",
+                "lion" => "lion(lr: 0.0001)",
+                _ => "adam(lr: 0.001)",
             }),
         };
         let mut positional = vec![];
@@ -262,7 +280,12 @@ impl Checker<'_> {
                 f32::MAX
             )))
         };
-        let lr_default = if op == "sgd" { 0.01 } else { 0.001 };
+        // PyTorch's defaults (lion-pytorch's for Lion)
+        let lr_default = match op {
+            "sgd" | "rmsprop" => 0.01,
+            "lion" => 1e-4,
+            _ => 0.001,
+        };
         let lr = b.float("lr", lr_default)?;
         range("lr", lr, 0.0, f64::INFINITY, false)?;
         let lr = LearningRate::new(lr).map_err(|reason| {
@@ -299,7 +322,32 @@ impl Checker<'_> {
                 nesterov,
             });
         }
-        let (mut beta1, mut beta2) = (0.9, 0.999);
+        if op == "rmsprop" {
+            let alpha = b.float("alpha", 0.99)?;
+            range("alpha", alpha, 0.0, 1.0, true)?;
+            let eps = b.float("eps", 1e-8)?;
+            range("eps", eps, 0.0, f64::INFINITY, false)?;
+            let weight_decay = b.float("weight_decay", 0.0)?;
+            range("weight_decay", weight_decay, 0.0, f64::INFINITY, true)?;
+            let momentum = b.float("momentum", 0.0)?;
+            range("momentum", momentum, 0.0, 1.0, true)?;
+            if b.boolean("centered", false)? {
+                let s = b.get("centered").map_or(e.span, |x| x.1);
+                return Err(
+                    err(Kind::Training, s, "centered RMSprop is not supported yet")
+                        .label("centered")
+                        .help("remove `centered: true` (PyTorch's default is `centered=False`)"),
+                );
+            }
+            return Ok(Optimizer::RmsProp {
+                lr: lr as f32,
+                alpha: as_f32("alpha", alpha)?,
+                eps: as_f32("eps", eps)?,
+                weight_decay: as_f32("weight_decay", weight_decay)?,
+                momentum: as_f32("momentum", momentum)?,
+            });
+        }
+        let (mut beta1, mut beta2) = (0.9, if op == "lion" { 0.99 } else { 0.999 });
         if let Some((v, s)) = b.get("betas") {
             if b.get("beta1").is_some() || b.get("beta2").is_some() {
                 return Err(err(
@@ -346,6 +394,16 @@ impl Checker<'_> {
             range("beta1", beta1, 0.0, 1.0, true)?;
             beta2 = b.float("beta2", beta2)?;
             range("beta2", beta2, 0.0, 1.0, true)?;
+        }
+        if op == "lion" {
+            let weight_decay = b.float("weight_decay", 0.0)?;
+            range("weight_decay", weight_decay, 0.0, f64::INFINITY, true)?;
+            return Ok(Optimizer::Lion {
+                lr: lr as f32,
+                beta1: as_f32("beta1", beta1)?,
+                beta2: as_f32("beta2", beta2)?,
+                weight_decay: as_f32("weight_decay", weight_decay)?,
+            });
         }
         let eps = b.float("eps", 1e-8)?;
         range("eps", eps, 0.0, f64::INFINITY, false)?;

@@ -115,8 +115,21 @@ pub(super) fn weight_and_bias(
     ps
 }
 
-/// The builder of every activation layer: the shape is unchanged.
+/// The builder of every activation layer: the shape is unchanged; an activation with a parameter
+/// takes it from its argument.
 pub fn activation(a: Activation, inputs: &[Input<'_>], b: &Args) -> Result<Built, Error> {
     let shape = first(inputs, b)?.shape.to_vec();
+    let a = match a.param() {
+        Some(p) => a.with_param(b.number(p.name)?).map_err(|reason| {
+            Error::new(Kind::Argument, b.span(p.name), reason)
+                .label("out of range")
+                .help(format!(
+                    "for example: `{}({})`",
+                    a.name(),
+                    a.param().map_or(0.0, |p| p.default)
+                ))
+        })?,
+        None => a,
+    };
     Ok(Built::plain(Layer::Act(a), shape))
 }

@@ -1,4 +1,5 @@
-//! Elementwise layers besides the activations: `add` (also `a + b`) and `dropout`.
+//! Elementwise layers besides the activations: `add` (also `a + b`), `dropout` and `softmax`
+//! (over the last axis).
 
 use super::args::{ArgKind as K, Args, Param};
 use super::build::{first, Built, Input};
@@ -30,7 +31,35 @@ pub(super) fn defs() -> Vec<LayerDef> {
             summary: "Dropout",
             aliases: &[],
         },
+        LayerDef {
+            name: "softmax",
+            inputs: Inputs::One,
+            params: &[],
+            build: Build::Layer(softmax),
+            example: None,
+            doc: "softmax over the last axis: e^x / sum e^x along it (each row sums to 1)",
+            summary: "Softmax",
+            aliases: &[],
+        },
     ]
+}
+
+/// `softmax`: over the last axis, whose length must be at least 1 (of any rank).
+pub fn softmax(inputs: &[Input<'_>], b: &Args) -> Result<Built, Error> {
+    let x = first(inputs, b)?;
+    if x.shape.last().copied().unwrap_or(0) == 0 {
+        return Err(Error::new(
+            Kind::Shape,
+            x.span,
+            format!(
+                "`softmax` needs a last axis to normalise over, the input is {}",
+                fmt_shape(x.shape)
+            ),
+        )
+        .label("no last axis")
+        .help("apply it to a value of shape `[n]` or `[h, w, c]`"));
+    }
+    Ok(Built::plain(Layer::Softmax, x.shape.to_vec()))
 }
 
 /// `a + b`: two values of the same shape.

@@ -31,12 +31,22 @@ fn table() -> Vec<LayerDef> {
     t
 }
 
-/// The entry of an activation layer.
+/// The entry of an activation layer: its parameter, if it has one, is an optional number
+/// (`leaky_relu(alpha: 0.01)`).
 fn activation(a: Activation) -> LayerDef {
+    let params: &'static [args::Param] = match a.param() {
+        // once per activation, when the table is built
+        Some(p) => Box::leak(Box::new([args::Param::optional(
+            p.name,
+            args::ArgKind::Number,
+            args::ArgValue::Number(p.default),
+        )])),
+        None => &[],
+    };
     LayerDef {
         name: a.name(),
         inputs: Inputs::One,
-        params: &[],
+        params,
         build: Build::Activation(a),
         example: None,
         doc: a.doc(),

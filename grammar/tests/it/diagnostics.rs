@@ -48,7 +48,7 @@ fn cases() -> Vec<(&'static str, String)> {
         ("zero_filters", wrap("out = x |> conv2d(0, 3) |> flatten |> dense(1)")),
         ("negative_units", wrap("out = x |> flatten |> dense(-4)")),
         ("bad_padding", wrap("out = x |> conv2d(8, 3, padding: sme) |> flatten |> dense(1)")),
-        ("bad_activation", wrap("out = x |> flatten |> dense(1, activation: softmax)")),
+        ("bad_activation", wrap("out = x |> flatten |> dense(1, activation: selu)")),
         ("dropout_out_of_range", wrap("out = x |> flatten |> dropout(1.0) |> dense(1)")),
         ("no_input_for_layer", wrap("out = dense(1)")),
         ("zero_dimension", "input x: [16, 0, 1]\n".to_string()),
@@ -65,7 +65,7 @@ fn cases() -> Vec<(&'static str, String)> {
         // --- loss and train ---
         ("missing_loss", format!("{HEAD}out = x |> flatten |> dense(1)\ntrain {{ batch: 1, optimizer: sgd(lr: 0.01) }}\n")),
         ("missing_train", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\n")),
-        ("unknown_loss", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mae(out, y)\ntrain {{ batch: 1, optimizer: sgd }}\n")),
+        ("unknown_loss", format!("{HEAD}out = x |> flatten |> dense(1)\nloss hinge(out, y)\ntrain {{ batch: 1, optimizer: sgd }}\n")),
         ("cross_entropy_float_labels", format!("{HEAD}out = x |> flatten |> dense(10)\nloss cross_entropy(out, y)\ntrain {{ batch: 1, optimizer: sgd }}\n")),
         ("cross_entropy_unflat_logits", "input x: [8, 8, 1]\ntarget label: int\nout = x |> conv2d(10, 3)\nloss cross_entropy(out, label)\ntrain { batch: 1, optimizer: sgd }\n".to_string()),
         ("mse_int_target", "input x: [8]\ntarget label: int\nout = x |> dense(1)\nloss mse(out, label)\ntrain { batch: 1, optimizer: sgd }\n".to_string()),
@@ -73,7 +73,7 @@ fn cases() -> Vec<(&'static str, String)> {
         ("missing_batch", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ optimizer: sgd }}\n")),
         ("duplicate_train_field", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, batch: 2, optimizer: sgd }}\n")),
         ("unknown_train_field", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimiser: sgd }}\n")),
-        ("unknown_optimizer", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: rmsprop(lr: 0.01) }}\n")),
+        ("unknown_optimizer", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: adagrad(lr: 0.01) }}\n")),
         ("bad_optimizer_kwarg", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: adam(learning_rate: 0.01) }}\n")),
         ("nesterov_without_momentum", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd(lr: 0.1, nesterov: true) }}\n")),
         ("negative_lr", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd(lr: -0.1) }}\n")),
@@ -88,8 +88,17 @@ fn cases() -> Vec<(&'static str, String)> {
         ("error_far_right", wrap(&format!("out = x |>{}conv2(8, 3) |> flatten |> dense(1)", " ".repeat(300)))),
         ("byte_order_mark", "\u{feff}input x [16, 16, 1]\n".to_string()),
         // --- several errors in one file ---
-        ("three_mistakes", format!("{HEAD}a = x |> conv2d(8, 3, padding: sme)\nb = x |> conv2(8, 3)\nout = a + b |> flatten |> dense(1)\nloss mae(out, y)\ntrain {{ batch: 1, optimizer: adma }}\n")),
-        ("block_error_in_every_use", wrap("block b(x, c) {\n  h = x |> conv2d(c, 3, activation: elu)\n  return x + h\n}\nout = x |> b(1) |> b(1) |> flatten |> dense(1)")),
+        ("three_mistakes", format!("{HEAD}a = x |> conv2d(8, 3, padding: sme)\nb = x |> conv2(8, 3)\nout = a + b |> flatten |> dense(1)\nloss hinge(out, y)\ntrain {{ batch: 1, optimizer: adma }}\n")),
+        // --- activations with a parameter, loss options, optimizers ---
+        ("activation_parameter_out_of_range", wrap("out = x |> flatten |> dense(4, activation: leaky_relu(-0.1)) |> dense(1)")),
+        ("activation_takes_no_parameter", wrap("out = x |> flatten |> dense(4, activation: relu(0.5)) |> dense(1)")),
+        ("elu_alpha_not_positive", wrap("out = x |> elu(alpha: 0) |> flatten |> dense(1)")),
+        ("huber_delta_not_positive", format!("{HEAD}out = x |> flatten |> dense(1)\nloss huber(out, y, delta: 0)\ntrain {{ batch: 1, optimizer: sgd }}\n")),
+        ("loss_option_of_another_loss", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y, delta: 1.0)\ntrain {{ batch: 1, optimizer: sgd }}\n")),
+        ("label_smoothing_out_of_range", "input x: [4]\ntarget y: int\nout = x |> dense(3)\nloss cross_entropy(out, y, label_smoothing: 1.5)\ntrain { batch: 1, optimizer: sgd }\n".to_string()),
+        ("bce_with_integer_labels", "input x: [4]\ntarget y: int\nout = x |> dense(1)\nloss bce_with_logits(out, y)\ntrain { batch: 1, optimizer: sgd }\n".to_string()),
+        ("rmsprop_centered", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: rmsprop(lr: 0.01, centered: true) }}\n")),
+        ("block_error_in_every_use", wrap("block b(x, c) {\n  h = x |> conv2d(c, 3, activation: selu)\n  return x + h\n}\nout = x |> b(1) |> b(1) |> flatten |> dense(1)")),
     ]
 }
 

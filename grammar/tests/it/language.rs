@@ -129,7 +129,12 @@ fn mlp_example() {
     assert_eq!(m.nodes[0].params[0].shape, vec![784, 256]);
     assert_eq!(m.targets[0].dtype, DType::I32);
     assert_eq!(m.targets[0].shape, Vec::<usize>::new());
-    assert_eq!(m.loss.kind, LossKind::CrossEntropy);
+    assert_eq!(
+        m.loss.kind,
+        LossKind::CrossEntropy {
+            label_smoothing: 0.0
+        }
+    );
     assert_eq!(m.train.epochs, Some(10));
     assert_eq!(m.train.seed, Some(1));
     assert_eq!(

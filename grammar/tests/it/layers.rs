@@ -64,6 +64,7 @@ fn variant(l: &Layer) -> String {
         Layer::Act(a) => format!("Act({})", a.name()),
         Layer::Add => "Add".into(),
         Layer::Dropout { .. } => "Dropout".into(),
+        Layer::Softmax => "Softmax".into(),
     }
 }
 
@@ -79,6 +80,7 @@ fn all_variants() -> BTreeSet<String> {
         "Flatten",
         "Add",
         "Dropout",
+        "Softmax",
     ]
     .iter()
     .map(|s| s.to_string())

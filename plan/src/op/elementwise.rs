@@ -1,10 +1,11 @@
-//! The elementwise family: activations ([`UnaryKind`]), sums and dropout, out of place and in
+//! The elementwise family: activations ([`UnaryKind`]), sums, dropout and the softmax over the
+//! last axis, out of place and in
 //! place (made by the `inplace_elementwise` pass: the written input dies there), and backward.
 
 use serde::{Deserialize, Serialize};
 
 use super::facts::{p, DType, OpFacts, ParamKind, Role, ShapeError, TensorType};
-use super::shape::{numel, same};
+use super::shape::{err, numel, same};
 use crate::unary::UnaryKind;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -31,6 +32,12 @@ pub enum ElementwiseOp {
     DropoutInPlace { p: f32, salt: u64 },
     /// dy -> dy = dy * keep / (1-p).
     DropoutBwdInPlace { p: f32, salt: u64 },
+    /// x[.., C] -> y = softmax over the last axis: `e^(x - max) / sum e^(x - max)` per row (the max
+    /// subtracted: stable for any finite x), the sum in f64.
+    Softmax,
+    /// (y, dy) -> dx = y * (dy - sum_row(dy * y)), from the forward's output (the input need not
+    /// be kept), the sum in f64.
+    SoftmaxBwd,
 }
 
 impl OpFacts for ElementwiseOp {
@@ -56,6 +63,8 @@ impl OpFacts for ElementwiseOp {
             ElementwiseOp::AddInPlace => vec![p("a", InOut, F32), p("b", In, F32)],
             ElementwiseOp::DropoutBwd { .. } => vec![p("dy", In, F32), p("dx", Out, F32)],
             ElementwiseOp::DropoutBwdInPlace { .. } => vec![p("dy", InOut, F32)],
+            ElementwiseOp::Softmax => vec![p("x", In, F32), p("y", Out, F32)],
+            ElementwiseOp::SoftmaxBwd => vec![p("y", In, F32), p("dy", In, F32), p("dx", Out, F32)],
         }
     }
 
@@ -71,6 +80,8 @@ impl OpFacts for ElementwiseOp {
             ElementwiseOp::DropoutBwd { .. } => "dropout_bwd",
             ElementwiseOp::DropoutInPlace { .. } => "dropout_inplace",
             ElementwiseOp::DropoutBwdInPlace { .. } => "dropout_bwd_inplace",
+            ElementwiseOp::Softmax => "softmax",
+            ElementwiseOp::SoftmaxBwd => "softmax_bwd",
         }
     }
 
@@ -85,7 +96,9 @@ impl OpFacts for ElementwiseOp {
             | ElementwiseOp::UnaryBwd(_)
             | ElementwiseOp::Add
             | ElementwiseOp::Dropout { .. }
-            | ElementwiseOp::DropoutBwd { .. } => vec![],
+            | ElementwiseOp::DropoutBwd { .. }
+            | ElementwiseOp::Softmax
+            | ElementwiseOp::SoftmaxBwd => vec![],
         }
     }
 
@@ -113,6 +126,25 @@ impl OpFacts for ElementwiseOp {
                 same(&inputs[0], &inputs[1], "saved, dy")?;
                 Ok(vec![inputs[0].clone()])
             }
+            ElementwiseOp::Softmax => {
+                if !matches!(inputs[0].shape.last(), Some(c) if *c > 0) {
+                    return err(format!(
+                        "softmax needs a non-empty last axis, got {}",
+                        inputs[0]
+                    ));
+                }
+                Ok(vec![inputs[0].clone()])
+            }
+            ElementwiseOp::SoftmaxBwd => {
+                same(&inputs[0], &inputs[1], "y, dy")?;
+                if !matches!(inputs[0].shape.last(), Some(c) if *c > 0) {
+                    return err(format!(
+                        "softmax needs a non-empty last axis, got {}",
+                        inputs[0]
+                    ));
+                }
+                Ok(vec![inputs[0].clone()])
+            }
             ElementwiseOp::AddInPlace | ElementwiseOp::UnaryBwdInPlace(_) => {
                 same(&inputs[0], &inputs[1], "inputs")?;
                 Ok(vec![inputs[0].clone()])
@@ -132,6 +164,9 @@ impl OpFacts for ElementwiseOp {
             | ElementwiseOp::Add
             | ElementwiseOp::AddInPlace => i0,
             ElementwiseOp::UnaryBwd(_) | ElementwiseOp::UnaryBwdInPlace(_) => 2 * i0,
+            // max, subtract, exp, sum, divide; the backward: product, sum, subtract, product
+            ElementwiseOp::Softmax => 5 * i0,
+            ElementwiseOp::SoftmaxBwd => 4 * i0,
         }
     }
 }

@@ -11,10 +11,53 @@ pub enum LossOp {
     MseLoss,
     /// pred, target -> dpred = 2 (pred - target) / numel
     MseLossBwd,
-    /// logits[N,C], labels i32[N] -> loss[1] = mean_n(logsumexp(logits_n) - logits_n[label_n])
-    CrossEntropyLoss,
-    /// logits[N,C], labels i32[N] -> dlogits = (softmax(logits) - onehot(label)) / N
-    CrossEntropyLossBwd,
+    /// logits[N,C], labels i32[N] -> loss[1] = mean_n(logsumexp(logits_n) - (1-e) logits_n[label_n]
+    /// minus e/C sum_j logits_n[j]), `e` = `label_smoothing` (PyTorch's: the target is
+    /// (1-e) onehot + e/C), 0 for the plain cross-entropy.
+    CrossEntropyLoss { label_smoothing: f32 },
+    /// logits[N,C], labels i32[N] -> dlogits = (softmax(logits) - (1-e) onehot(label) - e/C) / N
+    CrossEntropyLossBwd { label_smoothing: f32 },
+    /// pred[N,..], target[N,..] -> loss[1] = mean|pred - target| (PyTorch's `L1Loss`)
+    MaeLoss,
+    /// pred, target -> dpred = sign(pred - target) / numel (0 where they are equal)
+    MaeLossBwd,
+    /// pred, target -> loss[1] = mean(|d| <= delta ? d^2/2 : delta (|d| - delta/2)), d = pred -
+    /// target (PyTorch's `HuberLoss(delta)`)
+    HuberLoss { delta: f32 },
+    /// pred, target -> dpred = clamp(d, -delta, delta) / numel
+    HuberLossBwd { delta: f32 },
+    /// logits[N,..], target[N,..] (probabilities in [0, 1], same shape) -> loss[1] =
+    /// mean(max(x, 0) - x t + ln(1 + e^-|x|)) (PyTorch's `BCEWithLogitsLoss`, stable)
+    BceWithLogitsLoss,
+    /// logits, target -> dlogits = (sigmoid(x) - t) / numel
+    BceWithLogitsLossBwd,
+}
+
+impl LossOp {
+    /// Whether the op compares a prediction with a float target of its shape (mse, mae, huber,
+    /// bce_with_logits; cross-entropy takes class labels).
+    pub fn elementwise_target(&self) -> bool {
+        !matches!(
+            self,
+            LossOp::CrossEntropyLoss { .. } | LossOp::CrossEntropyLossBwd { .. }
+        )
+    }
+
+    /// Whether the op is a backward (the gradient of the prediction) rather than the loss.
+    pub fn is_backward(&self) -> bool {
+        match self {
+            LossOp::MseLoss
+            | LossOp::CrossEntropyLoss { .. }
+            | LossOp::MaeLoss
+            | LossOp::HuberLoss { .. }
+            | LossOp::BceWithLogitsLoss => false,
+            LossOp::MseLossBwd
+            | LossOp::CrossEntropyLossBwd { .. }
+            | LossOp::MaeLossBwd
+            | LossOp::HuberLossBwd { .. }
+            | LossOp::BceWithLogitsLossBwd => true,
+        }
+    }
 }
 
 impl OpFacts for LossOp {
@@ -22,24 +65,34 @@ impl OpFacts for LossOp {
         use DType::*;
         use Role::*;
         match self {
-            LossOp::MseLoss => vec![
+            LossOp::MseLoss | LossOp::MaeLoss | LossOp::HuberLoss { .. } => vec![
                 p("pred", In, F32),
                 p("target", In, F32),
                 p("loss", Out, F32),
             ],
-            LossOp::MseLossBwd => vec![
+            LossOp::MseLossBwd | LossOp::MaeLossBwd | LossOp::HuberLossBwd { .. } => vec![
                 p("pred", In, F32),
                 p("target", In, F32),
                 p("dpred", Out, F32),
             ],
-            LossOp::CrossEntropyLoss => vec![
+            LossOp::CrossEntropyLoss { .. } => vec![
                 p("logits", In, F32),
                 p("labels", In, I32),
                 p("loss", Out, F32),
             ],
-            LossOp::CrossEntropyLossBwd => vec![
+            LossOp::CrossEntropyLossBwd { .. } => vec![
                 p("logits", In, F32),
                 p("labels", In, I32),
+                p("dlogits", Out, F32),
+            ],
+            LossOp::BceWithLogitsLoss => vec![
+                p("logits", In, F32),
+                p("target", In, F32),
+                p("loss", Out, F32),
+            ],
+            LossOp::BceWithLogitsLossBwd => vec![
+                p("logits", In, F32),
+                p("target", In, F32),
                 p("dlogits", Out, F32),
             ],
         }
@@ -49,8 +102,14 @@ impl OpFacts for LossOp {
         match self {
             LossOp::MseLoss => "mse_loss",
             LossOp::MseLossBwd => "mse_loss_bwd",
-            LossOp::CrossEntropyLoss => "cross_entropy_loss",
-            LossOp::CrossEntropyLossBwd => "cross_entropy_loss_bwd",
+            LossOp::CrossEntropyLoss { .. } => "cross_entropy_loss",
+            LossOp::CrossEntropyLossBwd { .. } => "cross_entropy_loss_bwd",
+            LossOp::MaeLoss => "mae_loss",
+            LossOp::MaeLossBwd => "mae_loss_bwd",
+            LossOp::HuberLoss { .. } => "huber_loss",
+            LossOp::HuberLossBwd { .. } => "huber_loss_bwd",
+            LossOp::BceWithLogitsLoss => "bce_with_logits_loss",
+            LossOp::BceWithLogitsLossBwd => "bce_with_logits_loss_bwd",
         }
     }
 
@@ -69,18 +128,25 @@ impl OpFacts for LossOp {
     ) -> Result<Vec<TensorType>, ShapeError> {
         let f = TensorType::f32;
         match self {
-            LossOp::MseLoss | LossOp::MseLossBwd => {
+            LossOp::MseLoss
+            | LossOp::MseLossBwd
+            | LossOp::MaeLoss
+            | LossOp::MaeLossBwd
+            | LossOp::HuberLoss { .. }
+            | LossOp::HuberLossBwd { .. }
+            | LossOp::BceWithLogitsLoss
+            | LossOp::BceWithLogitsLossBwd => {
                 same(&inputs[0], &inputs[1], "pred, target")?;
                 if inputs[0].numel() == 0 {
                     return err(format!("empty prediction {}", inputs[0]));
                 }
-                Ok(vec![if matches!(self, LossOp::MseLoss) {
-                    f(vec![1])
-                } else {
+                Ok(vec![if self.is_backward() {
                     inputs[0].clone()
+                } else {
+                    f(vec![1])
                 }])
             }
-            LossOp::CrossEntropyLoss | LossOp::CrossEntropyLossBwd => {
+            LossOp::CrossEntropyLoss { .. } | LossOp::CrossEntropyLossBwd { .. } => {
                 let (l, y) = (&inputs[0], &inputs[1]);
                 rank(l, 2, "logits")?;
                 if y.shape != [l.shape[0]] {
@@ -92,10 +158,10 @@ impl OpFacts for LossOp {
                 if l.numel() == 0 {
                     return err(format!("empty logits {l}"));
                 }
-                Ok(vec![if matches!(self, LossOp::CrossEntropyLoss) {
-                    f(vec![1])
-                } else {
+                Ok(vec![if self.is_backward() {
                     l.clone()
+                } else {
+                    f(vec![1])
                 }])
             }
         }
@@ -104,8 +170,11 @@ impl OpFacts for LossOp {
     fn flops(&self, ins: &[Vec<usize>], _outs: &[Vec<usize>]) -> u64 {
         let i0 = ins.first().map(|s| numel(s)).unwrap_or(0);
         match self {
-            LossOp::MseLoss | LossOp::MseLossBwd => 3 * i0,
-            LossOp::CrossEntropyLoss | LossOp::CrossEntropyLossBwd => 4 * i0,
+            LossOp::MseLoss | LossOp::MseLossBwd | LossOp::MaeLoss | LossOp::MaeLossBwd => 3 * i0,
+            LossOp::HuberLoss { .. } | LossOp::HuberLossBwd { .. } => 4 * i0,
+            LossOp::CrossEntropyLoss { .. } | LossOp::CrossEntropyLossBwd { .. } => 4 * i0,
+            // max, product, exp, log1p (or sigmoid), sums
+            LossOp::BceWithLogitsLoss | LossOp::BceWithLogitsLossBwd => 6 * i0,
         }
     }
 }

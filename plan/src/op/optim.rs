@@ -17,6 +17,7 @@ pub enum OptimOp {
     /// Adam: t = the runtime's 1-based step counter. decoupled (AdamW): w -= lr*wd*w first; else
     /// g += wd*w. m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; mh = m/(1-b1^t); vh = v/(1-b2^t);
     /// w -= lr * mh / (sqrt(vh) + eps)
+    /// RMSprop and Lion: as [`UpdateRule::RmsProp`] and [`UpdateRule::Lion`] say.
     Update { rule: UpdateRule },
     /// dy[.., C] -> db[C] = sum over every leading axis
     BiasGrad,
@@ -106,12 +107,7 @@ impl OpFacts for OptimOp {
     fn flops(&self, ins: &[Vec<usize>], _outs: &[Vec<usize>]) -> u64 {
         let i = |k: usize| ins.get(k).map(|s| numel(s)).unwrap_or(0);
         match self {
-            OptimOp::Update {
-                rule: UpdateRule::Sgd { .. },
-            } => 4 * i(0),
-            OptimOp::Update {
-                rule: UpdateRule::Adam { .. },
-            } => 10 * i(0),
+            OptimOp::Update { rule } => rule.flops_per_elem() * i(0),
             OptimOp::BiasGrad => i(0),
             OptimOp::BiasGradUpdate { .. } => i(0) + 4 * i(1),
         }

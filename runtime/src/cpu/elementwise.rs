@@ -1,7 +1,8 @@
 //! Elementwise kernels: activations and their VJPs (each element by the activation's own
-//! [`UnaryKind::forward`] / [`UnaryKind::backward`]), add, dropout.
+//! [`UnaryKind::forward`] / [`UnaryKind::backward`]), add, dropout, the softmax over the last axis.
 
 use dmc_plan::op::UnaryKind;
+use rayon::prelude::*;
 
 use super::args::{Args, Ctx};
 use super::par::for_chunks;
@@ -47,6 +48,39 @@ pub fn unary_bwd_inplace(kind: UnaryKind, saved: &[f32], dy: &mut [f32]) {
             *d = kind.backward(s, *d);
         }
     });
+}
+
+/// y = softmax(x) over the last axis of `c` elements: `e^(x - max) / sum e^(x - max)` per row,
+/// in f64 (the max subtracted: no overflow for any finite x).
+pub fn softmax_fwd(c: usize, x: &[f32], y: &mut [f32]) {
+    assert_eq!(x.len(), y.len(), "softmax: size");
+    assert_eq!(x.len().checked_rem(c), Some(0), "softmax: rows");
+    y.par_chunks_mut(c)
+        .with_min_len(16)
+        .zip(x.par_chunks(c))
+        .for_each(|(yr, xr)| {
+            let m = xr.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
+            let s: f64 = xr.iter().map(|&v| (v as f64 - m).exp()).sum();
+            for (o, &v) in yr.iter_mut().zip(xr) {
+                *o = ((v as f64 - m).exp() / s) as f32;
+            }
+        });
+}
+
+/// dx = y * (dy - sum_row(dy * y)): the softmax's VJP from its output, the sum in f64.
+pub fn softmax_bwd(c: usize, y: &[f32], dy: &[f32], dx: &mut [f32]) {
+    assert_eq!(y.len(), dx.len(), "softmax_bwd: size");
+    assert_eq!(dy.len(), dx.len(), "softmax_bwd: size");
+    assert_eq!(y.len().checked_rem(c), Some(0), "softmax_bwd: rows");
+    dx.par_chunks_mut(c)
+        .with_min_len(16)
+        .zip(y.par_chunks(c).zip(dy.par_chunks(c)))
+        .for_each(|(dr, (yr, gr))| {
+            let dot: f64 = yr.iter().zip(gr).map(|(&y, &g)| y as f64 * g as f64).sum();
+            for (o, (&y, &g)) in dr.iter_mut().zip(yr.iter().zip(gr)) {
+                *o = (y as f64 * (g as f64 - dot)) as f32;
+            }
+        });
 }
 
 /// y = a + b.
@@ -181,6 +215,14 @@ pub(super) unsafe fn exec(op: &ElementwiseOp, a: &Args, ctx: &Ctx) {
             }
             ElementwiseOp::UnaryBwdInPlace(kind) => {
                 unary_bwd_inplace(*kind, a.f32(0), a.f32_mut(1))
+            }
+            ElementwiseOp::Softmax => {
+                let c = a.shape(0).last().copied().unwrap_or(1);
+                softmax_fwd(c, a.f32(0), a.f32_mut(1))
+            }
+            ElementwiseOp::SoftmaxBwd => {
+                let c = a.shape(0).last().copied().unwrap_or(1);
+                softmax_bwd(c, a.f32(0), a.f32(1), a.f32_mut(2))
             }
         }
     }

@@ -35,6 +35,105 @@ pub fn mse_loss_bwd(pred: &[f32], target: &[f32], dpred: &mut [f32]) {
     });
 }
 
+/// mean|pred - target| (PyTorch's `L1Loss`), in f64.
+pub fn mae_loss(pred: &[f32], target: &[f32]) -> f32 {
+    elementwise_mean(pred, target, |p, t| (p - t).abs())
+}
+
+/// dpred = sign(pred - target) / numel (0 where they are equal, as PyTorch).
+pub fn mae_loss_bwd(pred: &[f32], target: &[f32], dpred: &mut [f32]) {
+    let k = 1.0 / pred.len() as f32;
+    elementwise_grad(pred, target, dpred, |p, t| {
+        let d = p - t;
+        // NaN stays NaN
+        let s = if d > 0.0 {
+            1.0
+        } else if d < 0.0 {
+            -1.0
+        } else {
+            d * 0.0
+        };
+        k * s
+    });
+}
+
+/// mean(|d| <= delta ? d^2/2 : delta (|d| - delta/2)), d = pred - target (PyTorch's
+/// `HuberLoss(delta)`), in f64.
+pub fn huber_loss(delta: f32, pred: &[f32], target: &[f32]) -> f32 {
+    let dl = delta as f64;
+    elementwise_mean(pred, target, |p, t| {
+        let a = (p - t).abs();
+        if a <= dl {
+            0.5 * a * a
+        } else {
+            dl * (a - 0.5 * dl)
+        }
+    })
+}
+
+/// dpred = clamp(pred - target, -delta, delta) / numel.
+pub fn huber_loss_bwd(delta: f32, pred: &[f32], target: &[f32], dpred: &mut [f32]) {
+    let k = 1.0 / pred.len() as f32;
+    elementwise_grad(pred, target, dpred, |p, t| {
+        let d = p - t;
+        let c = if d > delta {
+            delta
+        } else if d < -delta {
+            -delta
+        } else {
+            d
+        };
+        k * c
+    });
+}
+
+/// mean(max(x, 0) - x t + ln(1 + e^-|x|)) over logits x and targets t of the same shape
+/// (PyTorch's `BCEWithLogitsLoss`), in f64.
+pub fn bce_with_logits_loss(logits: &[f32], target: &[f32]) -> f32 {
+    elementwise_mean(logits, target, |x, t| {
+        x.max(0.0) - x * t + (-x.abs()).exp().ln_1p()
+    })
+}
+
+/// dlogits = (sigmoid(x) - t) / numel.
+pub fn bce_with_logits_loss_bwd(logits: &[f32], target: &[f32], dlogits: &mut [f32]) {
+    let k = 1.0 / logits.len() as f32;
+    elementwise_grad(logits, target, dlogits, |x, t| {
+        let s = if x >= 0.0 {
+            1.0 / (1.0 + (-x).exp())
+        } else {
+            let e = x.exp();
+            e / (1.0 + e)
+        };
+        k * (s - t)
+    });
+}
+
+/// mean_i f(a_i, b_i), each term in f64, summed deterministically.
+fn elementwise_mean(a: &[f32], b: &[f32], f: impl Fn(f64, f64) -> f64 + Sync) -> f32 {
+    assert_eq!(a.len(), b.len(), "loss: size");
+    let n = a.len();
+    let s = det_sum(n, |r| {
+        a[r.clone()]
+            .iter()
+            .zip(&b[r])
+            .map(|(&x, &y)| f(x as f64, y as f64))
+            .sum()
+    });
+    (s / n as f64) as f32
+}
+
+/// out_i = f(a_i, b_i) in f32.
+fn elementwise_grad(a: &[f32], b: &[f32], out: &mut [f32], f: impl Fn(f32, f32) -> f32 + Sync) {
+    assert_eq!(a.len(), b.len(), "loss_bwd: size");
+    assert_eq!(a.len(), out.len(), "loss_bwd: size");
+    for_chunks(out, |o, oc| {
+        for ((d, &x), &y) in oc.iter_mut().zip(&a[o..]).zip(&b[o..]) {
+            *d = f(x, y);
+        }
+    });
+}
+
 /// A label outside `0..classes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BadLabel {
@@ -63,13 +162,31 @@ fn lse(row: &[f32]) -> (f64, f64) {
 
 /// `mean_n(logsumexp(logits_n) - logits_n[label_n])` for logits `[N, C]`.
 pub fn cross_entropy_loss(logits: &[f32], labels: &[i32], c: usize) -> Result<f32, BadLabel> {
+    cross_entropy_loss_smoothed(logits, labels, c, 0.0)
+}
+
+/// The cross-entropy against the smoothed target `(1-e) onehot + e/C` (PyTorch's
+/// `label_smoothing`): `mean_n(lse_n - (1-e) logits_n[label_n] - e/C sum_j logits_n[j])`; `e = 0`
+/// is [`cross_entropy_loss`].
+pub fn cross_entropy_loss_smoothed(
+    logits: &[f32],
+    labels: &[i32],
+    c: usize,
+    smoothing: f32,
+) -> Result<f32, BadLabel> {
     let n = labels.len();
     assert_eq!(logits.len(), n * c, "cross_entropy: size");
     check_labels(labels, c)?;
+    let e = smoothing as f64;
     let s = det_sum(n, |r| {
         r.map(|i| {
             let row = &logits[i * c..(i + 1) * c];
-            lse(row).1 - row[labels[i] as usize] as f64
+            let nll = lse(row).1 - row[labels[i] as usize] as f64;
+            if e == 0.0 {
+                return nll;
+            }
+            let mean: f64 = row.iter().map(|&v| v as f64).sum::<f64>() / c as f64;
+            (1.0 - e) * nll + e * (lse(row).1 - mean)
         })
         .sum()
     });
@@ -83,6 +200,19 @@ pub fn cross_entropy_loss_bwd(
     c: usize,
     dlogits: &mut [f32],
 ) -> Result<(), BadLabel> {
+    cross_entropy_loss_smoothed_bwd(logits, labels, c, 0.0, dlogits)
+}
+
+/// dlogits = (softmax(logits) - (1-e) onehot(label) - e/C) / N, the gradient of
+/// [`cross_entropy_loss_smoothed`].
+pub fn cross_entropy_loss_smoothed_bwd(
+    logits: &[f32],
+    labels: &[i32],
+    c: usize,
+    smoothing: f32,
+    dlogits: &mut [f32],
+) -> Result<(), BadLabel> {
+    let e = smoothing as f64;
     let n = labels.len();
     assert_eq!(logits.len(), n * c, "cross_entropy_bwd: size");
     assert_eq!(dlogits.len(), n * c, "cross_entropy_bwd: size");
@@ -101,7 +231,12 @@ pub fn cross_entropy_loss_bwd(
             for (j, (o, &v)) in d.iter_mut().zip(row).enumerate() {
                 let sm = (v as f64 - l).exp();
                 let oh = if j == labels[i] as usize { 1.0 } else { 0.0 };
-                *o = ((sm - oh) * inv_n) as f32;
+                let t = if e == 0.0 {
+                    oh
+                } else {
+                    (1.0 - e) * oh + e / c as f64
+                };
+                *o = ((sm - t) * inv_n) as f32;
             }
         });
     Ok(())
@@ -118,14 +253,26 @@ pub(super) unsafe fn exec(op: &LossOp, a: &Args, _ctx: &Ctx) -> Result<(), BadLa
     unsafe {
         match op {
             LossOp::MseLoss => a.f32_mut(2)[0] = mse_loss(a.f32(0), a.f32(1)),
-            LossOp::CrossEntropyLoss => {
+            LossOp::CrossEntropyLoss { label_smoothing } => {
                 let c = a.shape(0)[1];
-                a.f32_mut(2)[0] = cross_entropy_loss(a.f32(0), a.i32(1), c)?;
+                a.f32_mut(2)[0] =
+                    cross_entropy_loss_smoothed(a.f32(0), a.i32(1), c, *label_smoothing)?;
             }
             LossOp::MseLossBwd => mse_loss_bwd(a.f32(0), a.f32(1), a.f32_mut(2)),
-            LossOp::CrossEntropyLossBwd => {
+            LossOp::CrossEntropyLossBwd { label_smoothing } => {
                 let c = a.shape(0)[1];
-                cross_entropy_loss_bwd(a.f32(0), a.i32(1), c, a.f32_mut(2))?;
+                let (l, y) = (a.f32(0), a.i32(1));
+                cross_entropy_loss_smoothed_bwd(l, y, c, *label_smoothing, a.f32_mut(2))?;
+            }
+            LossOp::MaeLoss => a.f32_mut(2)[0] = mae_loss(a.f32(0), a.f32(1)),
+            LossOp::MaeLossBwd => mae_loss_bwd(a.f32(0), a.f32(1), a.f32_mut(2)),
+            LossOp::HuberLoss { delta } => a.f32_mut(2)[0] = huber_loss(*delta, a.f32(0), a.f32(1)),
+            LossOp::HuberLossBwd { delta } => {
+                huber_loss_bwd(*delta, a.f32(0), a.f32(1), a.f32_mut(2))
+            }
+            LossOp::BceWithLogitsLoss => a.f32_mut(2)[0] = bce_with_logits_loss(a.f32(0), a.f32(1)),
+            LossOp::BceWithLogitsLossBwd => {
+                bce_with_logits_loss_bwd(a.f32(0), a.f32(1), a.f32_mut(2))
             }
         }
     }

@@ -12,7 +12,8 @@ use dmc_plan::op::OptimOp;
 
 /// An update rule at one step, per element. SGD: g' = g + wd*w; with momentum:
 /// v = momentum*v + g', step = nesterov ? g' + momentum*v : v; without: step = g'; w -= lr*step.
-/// Adam / AdamW with bias correction for the step (computed once, here).
+/// Adam / AdamW with bias correction for the step (computed once, here). RMSprop and Lion as
+/// [`UpdateRule`] says.
 #[derive(Debug, Clone, Copy)]
 pub struct Elem {
     rule: UpdateRule,
@@ -29,7 +30,9 @@ impl Elem {
                 (1.0 - (beta1 as f64).powi(t)) as f32,
                 (1.0 - (beta2 as f64).powi(t)) as f32,
             ),
-            UpdateRule::Sgd { .. } => (1.0, 1.0),
+            UpdateRule::Sgd { .. } | UpdateRule::RmsProp { .. } | UpdateRule::Lion { .. } => {
+                (1.0, 1.0)
+            }
         };
         Elem {
             rule: *rule,
@@ -39,7 +42,8 @@ impl Elem {
     }
 
     /// Updates the weight `w` with its gradient `g` and its state values `s`, one per
-    /// [`UpdateRule::state_names`] (none or the velocity for SGD, m and v for Adam). A state count
+    /// [`UpdateRule::state_names`] (none or the velocity for SGD, m and v for Adam, v (and buf) for
+    /// RMSprop, m for Lion). A state count
     /// that does not match the rule leaves everything as it is (the callers check it first).
     #[inline(always)]
     pub fn apply<const N: usize>(&self, w: &mut f32, g: f32, mut s: [&mut f32; N]) {
@@ -89,6 +93,57 @@ impl Elem {
                 let mh = **m / self.bc1;
                 let vh = **v / self.bc2;
                 *w -= lr * mh / (vh.sqrt() + eps);
+            }
+            (
+                UpdateRule::RmsProp {
+                    lr,
+                    alpha,
+                    eps,
+                    weight_decay,
+                    ..
+                },
+                [v],
+            ) => {
+                let g = g + weight_decay * *w;
+                **v = alpha * **v + (1.0 - alpha) * g * g;
+                *w -= lr * (g / (v.sqrt() + eps));
+            }
+            (
+                UpdateRule::RmsProp {
+                    lr,
+                    alpha,
+                    eps,
+                    weight_decay,
+                    momentum,
+                },
+                [v, buf],
+            ) => {
+                let g = g + weight_decay * *w;
+                **v = alpha * **v + (1.0 - alpha) * g * g;
+                **buf = momentum * **buf + g / (v.sqrt() + eps);
+                *w -= lr * **buf;
+            }
+            (
+                UpdateRule::Lion {
+                    lr,
+                    beta1,
+                    beta2,
+                    weight_decay,
+                },
+                [m],
+            ) => {
+                *w *= 1.0 - lr * weight_decay;
+                let c = beta1 * **m + (1.0 - beta1) * g;
+                // sign(0) = 0, NaN stays NaN
+                let s = if c > 0.0 {
+                    1.0
+                } else if c < 0.0 {
+                    -1.0
+                } else {
+                    c * 0.0
+                };
+                *w -= lr * s;
+                **m = beta2 * **m + (1.0 - beta2) * g;
             }
             _ => {}
         }

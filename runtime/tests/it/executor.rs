@@ -619,13 +619,17 @@ fn conv_plan() -> Plan {
         "fc",
     );
     p.step(
-        Op::Loss(LossOp::CrossEntropyLoss),
+        Op::Loss(LossOp::CrossEntropyLoss {
+            label_smoothing: 0.0,
+        }),
         &[&[2, 3], &[2], &[1]],
         &[logits, lab, loss],
         "loss",
     );
     p.step(
-        Op::Loss(LossOp::CrossEntropyLossBwd),
+        Op::Loss(LossOp::CrossEntropyLossBwd {
+            label_smoothing: 0.0,
+        }),
         &[&[2, 3], &[2], &[2, 3]],
         &[logits, lab, dl],
         "loss bwd",

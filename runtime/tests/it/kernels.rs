@@ -369,6 +369,28 @@ fn unary_ref(kind: UnaryKind, x: f64) -> f64 {
         UnaryKind::Sigmoid => 1.0 / (1.0 + (-x).exp()),
         UnaryKind::Gelu => 0.5 * x * (1.0 + erf_ref(x / 2f64.sqrt())),
         UnaryKind::Silu => x / (1.0 + (-x).exp()),
+        UnaryKind::LeakyRelu { alpha } => {
+            if x > 0.0 {
+                x
+            } else {
+                alpha.0 as f64 * x
+            }
+        }
+        UnaryKind::Elu { alpha } => {
+            if x > 0.0 {
+                x
+            } else {
+                alpha.0 as f64 * (x.exp() - 1.0)
+            }
+        }
+        // ln(1 + e^x) = x + ln(1 + e^-x) for large x, in f64
+        UnaryKind::Softplus => {
+            if x > 30.0 {
+                x + (-x).exp()
+            } else {
+                (1.0 + x.exp()).ln()
+            }
+        }
     }
 }
 

@@ -12,5 +12,6 @@ mod io_interop;
 mod io_predict;
 mod io_weights;
 mod kernels;
+mod kernels_layers;
 mod optim_formulas;
 mod zoo_cpu;

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use dmc_compiler::op::DType;
 use dmc_compiler::plan::Plan;
-use dmc_grammar::model::{LossKind, Model};
+use dmc_grammar::model::Model;
 use dmc_runtime::io::{Dataset, LoadOptions, Task, TensorRole, TensorSpec};
 use dmc_runtime::{Backend, InputData};
 
@@ -21,11 +21,12 @@ pub fn seed_or_default(explicit: Option<u64>, model: &Model) -> u64 {
 
 /// What the program learns: classification (cross-entropy over its classes) or regression.
 pub fn task_of(model: &Model) -> Task {
-    match model.loss.kind {
-        LossKind::CrossEntropy => Task::Classification {
+    if model.loss.kind.takes_labels() {
+        Task::Classification {
             classes: model.shape(model.loss.pred).last().copied().unwrap_or(1),
-        },
-        LossKind::Mse => Task::Regression,
+        }
+    } else {
+        Task::Regression
     }
 }
 

@@ -38,36 +38,64 @@ pub fn evaluate(
         let out = be.output()?;
         for (j, &sample) in idx.iter().enumerate().take(epoch.valid(b)) {
             let row = &out[j * per..(j + 1) * per];
-            match model.loss.kind {
-                LossKind::Mse => {
-                    let t = targets_f32.as_deref().unwrap_or(&[]);
-                    let tr = &t[sample * per..(sample + 1) * per];
-                    let se: f64 = row
-                        .iter()
-                        .zip(tr)
-                        .map(|(a, b)| ((a - b) as f64).powi(2))
-                        .sum();
-                    loss_sum += se / per as f64;
-                }
-                LossKind::CrossEntropy => {
-                    let label = ds.tensor_i32(target).unwrap_or(&[])[sample] as usize;
-                    let m = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
-                    let lse = m + row.iter().map(|&v| (v as f64 - m).exp()).sum::<f64>().ln();
-                    loss_sum += lse - row[label] as f64;
-                    let arg = argmax(row);
-                    correct += usize::from(arg == label);
-                }
+            if let LossKind::CrossEntropy { label_smoothing } = model.loss.kind {
+                let label = ds.tensor_i32(target).unwrap_or(&[])[sample] as usize;
+                loss_sum += cross_entropy(row, label, label_smoothing as f64);
+                correct += usize::from(argmax(row) == label);
+            } else {
+                let t = targets_f32.as_deref().unwrap_or(&[]);
+                let tr = &t[sample * per..(sample + 1) * per];
+                let sum: f64 = row
+                    .iter()
+                    .zip(tr)
+                    .map(|(&a, &b)| elementwise_loss(model.loss.kind, a as f64, b as f64))
+                    .sum();
+                loss_sum += sum / per as f64;
             }
             n += 1;
         }
     }
-    let accuracy =
-        (model.loss.kind == LossKind::CrossEntropy).then(|| correct as f64 / n.max(1) as f64);
+    let accuracy = model
+        .loss
+        .kind
+        .takes_labels()
+        .then(|| correct as f64 / n.max(1) as f64);
     Ok(Metrics {
         loss: loss_sum / n.max(1) as f64,
         accuracy,
         samples: n,
     })
+}
+
+/// One sample's cross-entropy against the smoothed target `(1-e) onehot + e/C`, in f64 (the
+/// training kernel's formula).
+fn cross_entropy(row: &[f32], label: usize, e: f64) -> f64 {
+    let m = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
+    let lse = m + row.iter().map(|&v| (v as f64 - m).exp()).sum::<f64>().ln();
+    let nll = lse - row[label] as f64;
+    if e == 0.0 {
+        return nll;
+    }
+    let mean = row.iter().map(|&v| v as f64).sum::<f64>() / row.len().max(1) as f64;
+    (1.0 - e) * nll + e * (lse - mean)
+}
+
+/// One element's term of a loss that compares a prediction with a target of its shape.
+fn elementwise_loss(kind: LossKind, p: f64, t: f64) -> f64 {
+    match kind {
+        LossKind::Mse => (p - t).powi(2),
+        LossKind::Mae => (p - t).abs(),
+        LossKind::Huber { delta } => {
+            let (a, d) = ((p - t).abs(), delta as f64);
+            if a <= d {
+                0.5 * a * a
+            } else {
+                d * (a - 0.5 * d)
+            }
+        }
+        LossKind::BceWithLogits => p.max(0.0) - p * t + (-p.abs()).exp().ln_1p(),
+        LossKind::CrossEntropy { .. } => f64::NAN,
+    }
 }
 
 /// The index of the largest value of `row` (the first of equal ones): a classifier's prediction.
@@ -93,7 +121,7 @@ pub fn batch_correct(
     ds: &Dataset,
     batch: &[usize],
 ) -> Result<Option<usize>, CliError> {
-    if model.loss.kind != LossKind::CrossEntropy {
+    if !model.loss.kind.takes_labels() {
         return Ok(None);
     }
     let plan = be.plan();

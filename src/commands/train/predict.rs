@@ -50,11 +50,17 @@ pub fn run(args: &PredictArgs) -> Result<(), CliError> {
     io::write_tensor(&args.output, &plan.output.name, &shape, &out)?;
     let what = match (args.softmax, model.loss.kind) {
         (true, _) => "probabilities: the softmax of each row".to_string(),
-        (false, LossKind::CrossEntropy) => format!(
+        (false, LossKind::CrossEntropy { .. }) => format!(
             "logits: `{}` before the softmax the loss applies; --softmax writes probabilities",
             plan.output.name
         ),
-        (false, LossKind::Mse) => format!("the values of `{}`", plan.output.name),
+        (false, LossKind::BceWithLogits) => format!(
+            "logits: `{}` before the sigmoid the loss applies",
+            plan.output.name
+        ),
+        (false, LossKind::Mse | LossKind::Mae | LossKind::Huber { .. }) => {
+            format!("the values of `{}`", plan.output.name)
+        }
     };
     println!(
         "wrote {} predictions of shape {:?} to {} ({what})",

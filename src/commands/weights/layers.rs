@@ -120,7 +120,7 @@ fn flatten_origin(model: &Model, v: ValueRef, dense: &str) -> Result<Option<[usi
                     _ => flatten_origin(model, input, dense),
                 };
             }
-            Layer::Act(_) | Layer::Dropout { .. } => v = node.inputs[0],
+            Layer::Act(_) | Layer::Dropout { .. } | Layer::Softmax => v = node.inputs[0],
             Layer::Add => {
                 let a = flatten_origin(model, node.inputs[0], dense)?;
                 let b = flatten_origin(model, node.inputs[1], dense)?;
