@@ -130,7 +130,7 @@ fn run_pipelines_then<T: Send>(
     let g: &Graph = g;
     let passes = unverified.join(", ");
     std::thread::scope(|s| {
-        let verified = s.spawn(|| verify(g, &passes));
+        let verified = s.spawn(|| verify(g, &passes).map_err(CompileError::from));
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| next(g)));
         let verified = verified
             .join()

@@ -66,8 +66,12 @@ pub fn index_of(name: &str) -> Option<i32> {
 
 /// The current value of option `name`.
 pub fn get(name: &str) -> Option<i64> {
-    // SAFETY: `index_of` returned a valid option index of the linked mimalloc.
-    index_of(name).map(|i| i64::from(unsafe { mi_option_get(i) }))
+    index_of(name).map(|i| {
+        // SAFETY: `index_of` returned a valid option index of the linked mimalloc.
+        let v = unsafe { mi_option_get(i) };
+        #[allow(clippy::useless_conversion)] // `c_long` is `i64` here, `i32` on some targets
+        i64::from(v)
+    })
 }
 
 /// Sets option `name` to `value`; false (nothing set) if this mimalloc has no such option.

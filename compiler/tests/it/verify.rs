@@ -216,7 +216,7 @@ fn rejects_read_of_a_value_after_its_in_place_update() {
 #[test]
 fn the_tests_are_checked_builds() {
     assert!(
-        dmc_compiler::CHECKED_BUILD,
+        std::hint::black_box(dmc_compiler::CHECKED_BUILD),
         "the tests must verify the IR after every pass: is the `verify-passes` feature of \
          dmc-compiler enabled by the dev-dependencies?"
     );
