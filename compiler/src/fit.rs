@@ -190,10 +190,10 @@ pub fn compile_explained(
 pub fn compile_with(model: &Model, opts: &CompileOptions, ctx: &Ctx) -> Result<Plan, CompileError> {
     let ctx = ctx.clone();
     let mut g = lower::lower(model, ctx.batch)?;
-    // (The scheduler runs while release builds verify the graph the passes left.)
+    // (The scheduler runs while unchecked builds verify the graph the passes left.)
     let order = passes::run_pipeline_then(&mut g, &ctx, schedule::schedule)?;
-    // Whether a chunk changed: as after a pass that changed nothing, release builds do not verify
-    // the graph again unless it did (debug and test builds always do).
+    // Whether a chunk changed: as after a pass that changed nothing, unchecked builds do not verify
+    // the graph again unless it did (checked builds, `CHECKED_BUILD`, always do).
     let mut changed = false;
     match opts.cap {
         None => {
