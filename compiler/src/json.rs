@@ -16,29 +16,87 @@ use serde::Serialize;
 /// Arrays with more elements than this are printed on two threads.
 pub const PARALLEL_ELEMENTS: usize = 2048;
 
-/// A writer that adds `indent` after every newline it is given.
-struct Indented<'a, W: Write + ?Sized> {
-    inner: &'a mut W,
-    indent: &'a [u8],
+/// serde_json's `PrettyFormatter` (two spaces a level) started at nesting `level`: the bytes of a
+/// value printed alone by `to_writer_pretty` with every newline followed by `2 * level` more
+/// spaces, i.e. the value as it is printed at that depth of a document. (The pretty formatter's
+/// own methods, with its one `has_value` flag, and its indentation written in one piece.)
+struct Nested {
+    level: usize,
+    has_value: bool,
 }
 
-impl<W: Write + ?Sized> Write for Indented<'_, W> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.write_all(buf)?;
-        Ok(buf.len())
-    }
+/// Spaces for [`Nested::indent`], in pieces of at most this many.
+const SPACES: &[u8; 64] = &[b' '; 64];
 
-    fn write_all(&mut self, mut buf: &[u8]) -> io::Result<()> {
-        while let Some(i) = buf.iter().position(|&b| b == b'\n') {
-            self.inner.write_all(&buf[..=i])?;
-            self.inner.write_all(self.indent)?;
-            buf = &buf[i + 1..];
+impl Nested {
+    fn indent<W: ?Sized + Write>(&self, w: &mut W) -> io::Result<()> {
+        let mut n = 2 * self.level;
+        while n > 0 {
+            let k = n.min(SPACES.len());
+            w.write_all(&SPACES[..k])?;
+            n -= k;
         }
-        self.inner.write_all(buf)
+        Ok(())
     }
 
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
+    fn open<W: ?Sized + Write>(&mut self, w: &mut W, bracket: &[u8]) -> io::Result<()> {
+        self.level += 1;
+        self.has_value = false;
+        w.write_all(bracket)
+    }
+
+    fn close<W: ?Sized + Write>(&mut self, w: &mut W, bracket: &[u8]) -> io::Result<()> {
+        self.level -= 1;
+        if self.has_value {
+            w.write_all(b"\n")?;
+            self.indent(w)?;
+        }
+        w.write_all(bracket)
+    }
+
+    fn item<W: ?Sized + Write>(&mut self, w: &mut W, first: bool) -> io::Result<()> {
+        w.write_all(if first { b"\n" } else { b",\n" })?;
+        self.indent(w)
+    }
+}
+
+impl serde_json::ser::Formatter for Nested {
+    fn begin_array<W: ?Sized + Write>(&mut self, w: &mut W) -> io::Result<()> {
+        self.open(w, b"[")
+    }
+
+    fn end_array<W: ?Sized + Write>(&mut self, w: &mut W) -> io::Result<()> {
+        self.close(w, b"]")
+    }
+
+    fn begin_array_value<W: ?Sized + Write>(&mut self, w: &mut W, first: bool) -> io::Result<()> {
+        self.item(w, first)
+    }
+
+    fn end_array_value<W: ?Sized + Write>(&mut self, _w: &mut W) -> io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
+
+    fn begin_object<W: ?Sized + Write>(&mut self, w: &mut W) -> io::Result<()> {
+        self.open(w, b"{")
+    }
+
+    fn end_object<W: ?Sized + Write>(&mut self, w: &mut W) -> io::Result<()> {
+        self.close(w, b"}")
+    }
+
+    fn begin_object_key<W: ?Sized + Write>(&mut self, w: &mut W, first: bool) -> io::Result<()> {
+        self.item(w, first)
+    }
+
+    fn begin_object_value<W: ?Sized + Write>(&mut self, w: &mut W) -> io::Result<()> {
+        w.write_all(b": ")
+    }
+
+    fn end_object_value<W: ?Sized + Write>(&mut self, _w: &mut W) -> io::Result<()> {
+        self.has_value = true;
+        Ok(())
     }
 }
 
@@ -49,17 +107,23 @@ fn elements<T: Serialize>(
     items: &[T],
     depth: usize,
 ) -> io::Result<()> {
-    let indent = vec![b' '; 2 * (depth + 1)];
+    let at = Nested {
+        level: depth + 1,
+        has_value: false,
+    };
     for (i, item) in items.iter().enumerate() {
         if i > 0 {
             w.write_all(b",\n")?;
         }
-        w.write_all(&indent)?;
-        let mut out = Indented {
-            inner: w,
-            indent: &indent,
-        };
-        serde_json::to_writer_pretty(&mut out, item).map_err(io::Error::from)?;
+        at.indent(w)?;
+        let mut out = serde_json::Serializer::with_formatter(
+            &mut *w,
+            Nested {
+                level: depth + 1,
+                has_value: false,
+            },
+        );
+        item.serialize(&mut out).map_err(io::Error::from)?;
     }
     Ok(())
 }
@@ -99,12 +163,13 @@ pub fn write_array<T: Serialize + Sync>(
 }
 
 /// A large array of a value, taken out of it: the key the value has it under (a field of the
-/// top-level object) and a function writing it with [`write_array`] at depth 1.
+/// top-level object, or a dotted path of fields of objects, e.g. `peak.live`) and a function
+/// writing it with [`write_array`] at its depth (1 for a top-level field, 2 for `peak.live`).
 pub type Part<'a> = (&'a str, &'a mut dyn FnMut(&mut dyn Write) -> io::Result<()>);
 
 /// Writes `skeleton` (a value serialising to a JSON object) as `serde_json::to_writer_pretty`
 /// does, with each `(key, write)` of `parts` written by `write` in the place of the empty array
-/// the skeleton has under that top-level key. `parts` in the order of the keys in the output.
+/// the skeleton has under that key (path). `parts` in the order of the keys in the output.
 pub fn write_pretty_with(
     w: &mut dyn Write,
     skeleton: &impl Serialize,
@@ -113,23 +178,40 @@ pub fn write_pretty_with(
     let text = serde_json::to_vec_pretty(skeleton).map_err(io::Error::from)?;
     let mut rest: &[u8] = &text;
     for (key, write) in parts.iter_mut() {
-        // A top-level key is the only text at one indentation after a newline with this name.
-        let at = format!("\n  \"{key}\": []");
-        let Some(i) = find(rest, at.as_bytes()) else {
+        // A key at depth d is the only text at d indentations after a newline with this name,
+        // within the object of the path's previous key (the first text after that key's).
+        let mut from = 0;
+        let mut end = None;
+        let fields: Vec<&str> = key.split('.').collect();
+        for (d, field) in fields.iter().enumerate() {
+            let last = d + 1 == fields.len();
+            let at = format!(
+                "\n{}\"{field}\": {}",
+                "  ".repeat(d + 1),
+                if last { "[]" } else { "" }
+            );
+            let Some(i) = find(&rest[from..], at.as_bytes()) else {
+                end = None;
+                break;
+            };
+            from += i + at.len();
+            end = Some(from);
+        }
+        let Some(end) = end else {
             return Err(io::Error::other(format!(
-                "no empty top-level array `{key}` to write in"
+                "no empty array `{key}` to write in"
             )));
         };
-        let bracket = i + at.len() - 2;
+        let bracket = end - 2;
         w.write_all(&rest[..bracket])?;
         write(w)?;
-        rest = &rest[bracket + 2..];
+        rest = &rest[end..];
     }
     w.write_all(rest)
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
+    memchr::memmem::find(haystack, needle)
 }
 
 /// `plan` as `serde_json::to_writer_pretty` writes it, its buffers, steps, parameter and optimizer

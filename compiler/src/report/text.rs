@@ -547,20 +547,24 @@ pub fn render_json(r: &MemoryReport) -> String {
 }
 
 /// [`render_json`] written to `w` as it is serialised (the same bytes; no string of the whole
-/// report, which is hundreds of MB for a deep network), the per-layer rows and the timeline each
-/// on two threads ([`crate::json`]; taken out of `r` meanwhile, and put back).
+/// report, which is hundreds of MB for a deep network), the buffers live at the peak, the
+/// per-layer rows and the timeline each on two threads ([`crate::json`]; taken out of `r`
+/// meanwhile, and put back).
 pub fn write_json(w: &mut impl std::io::Write, r: &mut MemoryReport) -> std::io::Result<()> {
     use crate::json::{write_array, write_pretty_with};
+    let live = std::mem::take(&mut r.peak.live);
     let layers = std::mem::take(&mut r.layers);
     let timeline = std::mem::take(&mut r.timeline);
     let written = write_pretty_with(
         w,
         r,
         &mut [
+            ("peak.live", &mut |w| write_array(w, &live, 2)),
             ("layers", &mut |w| write_array(w, &layers, 1)),
             ("timeline", &mut |w| write_array(w, &timeline, 1)),
         ],
     );
+    r.peak.live = live;
     r.layers = layers;
     r.timeline = timeline;
     written

@@ -164,3 +164,78 @@ fn arrays_of_any_size_and_depth() {
     );
     assert!(r.is_err());
 }
+
+#[derive(Serialize)]
+struct Inner {
+    count: u32,
+    list: Vec<Nested>,
+}
+
+#[derive(Serialize)]
+struct Outer {
+    head: Inner,
+    list: Vec<u8>,
+    tail: Vec<u64>,
+}
+
+#[test]
+fn arrays_of_nested_objects_by_path() {
+    for n in [0, 1, PARALLEL_ELEMENTS + 1] {
+        let list: Vec<Nested> = (0..n)
+            .map(|i| Nested {
+                name: format!("m{i}"),
+                deep: vec![vec![i as u32; i % 2]],
+                text: "c",
+            })
+            .collect();
+        let tail: Vec<u64> = (0..n as u64).collect();
+        let doc = Outer {
+            head: Inner { count: 7, list },
+            list: vec![4, 5],
+            tail,
+        };
+        let want = serde_json::to_vec_pretty(&doc).unwrap();
+        let skeleton = Outer {
+            head: Inner {
+                count: 7,
+                list: vec![],
+            },
+            list: vec![4, 5],
+            tail: vec![],
+        };
+        let mut got = Vec::new();
+        write_pretty_with(
+            &mut got,
+            &skeleton,
+            &mut [
+                ("head.list", &mut |w| write_array(w, &doc.head.list, 2)),
+                ("tail", &mut |w| write_array(w, &doc.tail, 1)),
+            ],
+        )
+        .unwrap();
+        assert!(
+            got == want,
+            "n = {n}:\n{}\n---\n{}",
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(&want)
+        );
+    }
+    // `list` is not empty at the top level, and there is no `head.tail`.
+    let skeleton = Outer {
+        head: Inner {
+            count: 1,
+            list: vec![],
+        },
+        list: vec![1],
+        tail: vec![],
+    };
+    for key in ["list", "head.tail"] {
+        let mut got = Vec::new();
+        let r = write_pretty_with(
+            &mut got,
+            &skeleton,
+            &mut [(key, &mut |w| write_array(w, &[1u8], 1))],
+        );
+        assert!(r.is_err(), "{key}");
+    }
+}
