@@ -173,7 +173,9 @@ pub struct Plan {
 /// `{"Conv":{"Conv2d":..}}`; see [`Op`](crate::op::Op)). 4: fused ops (`fuse_epilogues`): an
 /// `epi` on the GEMMs, `bias`/`keep_old` on the fused weight updates, `in_place` on the conv data
 /// gradient, `GlobalAvgPoolBwdAct`; each field absent when off, so unfused ops read as in 3.
-pub const FORMAT_VERSION: u32 = 4;
+/// 5: `ConvGeom` with a stride, padding and dilation per axis (and side) and `groups`; `PoolGeom`'s
+/// `pad` (absent when 0); `GlobalMaxPool`.
+pub const FORMAT_VERSION: u32 = 5;
 
 impl Plan {
     /// Whether the runtime reads buffer `id` after the last step: the output always, the loss

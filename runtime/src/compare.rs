@@ -48,7 +48,15 @@ pub fn random_args(k: &Kernel, rng: &mut ChaCha8Rng) -> Vec<Vec<u8>> {
                         .collect()
                 }
                 DType::I32 => {
-                    let classes = k.arg_shapes[0].get(1).copied().unwrap_or(1).max(1) as i32;
+                    // class labels (the logits' second axis), or a global max-pool's argmax
+                    // (a pixel of dx [N,H,W,C])
+                    let classes = match k.op {
+                        Op::Pool(PoolOp::GlobalMaxPoolBwd) => k.arg_shapes.get(2).map_or(1, |s| {
+                            s.get(1).copied().unwrap_or(1) * s.get(2).copied().unwrap_or(1)
+                        }),
+                        _ => k.arg_shapes[0].get(1).copied().unwrap_or(1),
+                    };
+                    let classes = classes.clamp(1, i32::MAX as usize) as i32;
                     (0..n)
                         .flat_map(|_| rng.random_range(0..classes).to_ne_bytes())
                         .collect()
