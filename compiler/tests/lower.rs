@@ -80,7 +80,11 @@ fn conv_geometry_and_label_reshape() {
     assert_eq!(
         g.node(conv2).op,
         Op::Conv(ConvOp::Conv2d {
-            geom: ConvGeom::square(2, 1, 0),
+            geom: ConvGeom {
+                pad_bottom: 1,
+                pad_right: 1,
+                ..ConvGeom::square(2, 1, 0)
+            },
             bias: true,
             epi: Default::default(),
         })

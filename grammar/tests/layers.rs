@@ -78,6 +78,7 @@ fn all_variants() -> BTreeSet<String> {
         "MaxPool",
         "AvgPool",
         "GlobalAvgPool",
+        "GlobalMaxPool",
         "Upsample",
         "Dense",
         "Flatten",

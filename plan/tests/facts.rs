@@ -137,7 +137,7 @@ fn an_update_op_has_the_state_slots_of_its_rule() {
 
 #[test]
 fn an_update_op_in_plan_json_carries_its_rule() {
-    assert_eq!(FORMAT_VERSION, 4);
+    assert_eq!(FORMAT_VERSION, 5);
     let op = Op::Optim(OptimOp::Update { rule: rules()[1] });
     let json = serde_json::to_string(&op).expect("serialises");
     assert_eq!(

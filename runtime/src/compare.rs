@@ -61,15 +61,22 @@ pub fn random_args(k: &Kernel, rng: &mut ChaCha8Rng) -> Vec<Vec<u8>> {
                         .flat_map(|_| rng.random_range(0..classes).to_ne_bytes())
                         .collect()
                 }
-                DType::U8 => {
-                    let win = match k.op {
-                        Op::Pool(PoolOp::MaxPoolBwd { geom }) => {
-                            (geom.size * geom.size).clamp(1, 256)
-                        }
-                        _ => 256,
-                    };
-                    (0..n).map(|_| rng.random_range(0..win) as u8).collect()
-                }
+                DType::U8 => match k.op {
+                    // with padding, a position of the window's inner (size - 2 pad)^2 cells, which
+                    // every window holds inside the image (one in the padding is a corrupt argmax)
+                    Op::Pool(PoolOp::MaxPoolBwd { geom }) if geom.size > 2 * geom.pad => {
+                        let (s, p) = (geom.size, geom.pad);
+                        let inner = s - 2 * p;
+                        (0..n)
+                            .map(|_| {
+                                let (a, b) =
+                                    (rng.random_range(0..inner), rng.random_range(0..inner));
+                                ((p + a) * s + p + b).min(255) as u8
+                            })
+                            .collect()
+                    }
+                    _ => (0..n).map(|_| rng.random_range(0..=255u8)).collect(),
+                },
             }
         })
         .collect()

@@ -476,9 +476,9 @@ fn padded_pools_match_reference_and_finite_differences() {
         avgpool_fwd(&g, &d, &x, &mut ya);
         assert_close(&format!("avgpool {p:?}"), &ya, &avg, 1e-6, 1e-6);
         // all-negative inputs: a padded cell (zero) must never be the maximum
-        let neg: Vec<f32> = x.iter().map(|v| v - 10.0).collect();
+        let neg: Vec<f32> = x.iter().map(|v| v - 100.0).collect();
         maxpool_fwd(&g, &d, &neg, &mut y, &mut a);
-        assert!(y.iter().all(|v| *v < -8.0), "padding won a max {p:?}");
+        assert!(y.iter().all(|v| *v < -50.0), "padding won a max {p:?}");
 
         let rr = randv(&mut r, p.ylen());
         maxpool_fwd(&g, &d, &x, &mut y, &mut a);
