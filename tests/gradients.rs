@@ -172,9 +172,9 @@ fn cross_entropy_net_with_every_convolution_and_pooling_geometry() {
     check_gradients(
         "input x: [12, 11, 2]
          target y: int
-         h = x |> conv2d(4, 7, stride: 2, padding: 3, activation: tanh) |> maxpool(3, stride: 2, padding: 1)
+         h = x |> conv2d(4, 7, stride: 2, padding: 3, activation: tanh) |> maxpool(3, stride: 2, padding: 1) |> avgpool(2, stride: 1, padding: 1)
          d = h |> conv2d(8, 3, groups: 4, padding: 1, activation: sigmoid) |> conv2d(4, (1, 3), stride: (1, 2), padding: (0, 1, 1, 0))
-         e = d |> conv2d(4, 2, dilation: 2, padding: 1, groups: 2, activation: tanh) |> avgpool(2, stride: 1, padding: 1)
+         e = d |> conv2d(4, 2, dilation: 2, padding: 1, groups: 2, activation: tanh)
          logits = e |> global_maxpool |> dense(3)
          loss cross_entropy(logits, y)
          train { batch: 2, optimizer: sgd(lr: 1) }",
