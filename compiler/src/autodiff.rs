@@ -197,6 +197,24 @@ pub fn vjp(
                 ));
             }
         }
+        // d/dx max over h, w: dy at each channel's argmax pixel
+        Op::Pool(PoolOp::GlobalMaxPool) => {
+            let dy = dy.ok_or_else(missing)?;
+            if want(0) {
+                let hint = g.ty(x[0]).clone();
+                let name = gname(x[0], g);
+                out[0] = Some((
+                    g.add_node(
+                        Op::Pool(PoolOp::GlobalMaxPoolBwd),
+                        &[dy, (n, 1)],
+                        name,
+                        bw,
+                        Some(&hint),
+                    )?,
+                    0,
+                ));
+            }
+        }
         // d/dx upsample: each input pixel's gradient is the sum of dy over its f x f block
         Op::Pool(PoolOp::Upsample { factor }) => {
             let dy = dy.ok_or_else(missing)?;
@@ -315,6 +333,7 @@ pub fn vjp(
         | Op::Pool(PoolOp::MaxPoolBwd { .. })
         | Op::Pool(PoolOp::AvgPoolBwd { .. })
         | Op::Pool(PoolOp::GlobalAvgPoolBwd)
+        | Op::Pool(PoolOp::GlobalMaxPoolBwd)
         | Op::Pool(PoolOp::UpsampleBwd { .. })
         | Op::Elementwise(ElementwiseOp::UnaryBwd(_))
         | Op::Elementwise(ElementwiseOp::DropoutBwd { .. })

@@ -42,7 +42,7 @@ fn cases() -> Vec<(&'static str, String)> {
         ("loss_as_layer", wrap("out = x |> flatten |> mse")),
         // --- arguments ---
         ("missing_argument", wrap("out = x |> conv2d(8) |> flatten |> dense(1)")),
-        ("too_many_arguments", wrap("out = x |> maxpool(2, 2, 2) |> flatten |> dense(1)")),
+        ("too_many_arguments", wrap("out = x |> maxpool(2, 2, 0, 2) |> flatten |> dense(1)")),
         ("unknown_kwarg", wrap("out = x |> conv2d(8, 3, strides: 2) |> flatten |> dense(1)")),
         ("wrong_arg_type", wrap("out = x |> conv2d(8.5, 3) |> flatten |> dense(1)")),
         ("zero_filters", wrap("out = x |> conv2d(0, 3) |> flatten |> dense(1)")),
@@ -80,7 +80,13 @@ fn cases() -> Vec<(&'static str, String)> {
         ("two_losses", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd }}\n")),
         ("huge_kernel", wrap("out = x |> conv2d(2000000000, 2000000000) |> flatten |> dense(1)")),
         ("keras_spelling", wrap("out = x |> Conv2D(8, 3) |> flatten |> dense(1)")),
-        ("tuple_kernel", wrap("out = x |> conv2d(8, (3, 3)) |> flatten |> dense(1)")),
+        ("tuple_kernel", wrap("out = x |> conv2d(8, (3, 3, 3)) |> flatten |> dense(1)")),
+        ("tuple_pool_size", wrap("out = x |> maxpool((2, 2)) |> flatten |> dense(1)")),
+        ("pool_padding_over_half_the_window", wrap("out = x |> maxpool(2, padding: 2) |> flatten |> dense(1)")),
+        ("conv_groups_do_not_divide", wrap("out = x |> conv2d(8, 3) |> conv2d(6, 3, groups: 4) |> flatten |> dense(1)")),
+        ("padding_three_numbers", wrap("out = x |> conv2d(8, 3, padding: (1, 1, 1)) |> flatten |> dense(1)")),
+        ("negative_padding", wrap("out = x |> conv2d(8, 3, padding: (0, -1)) |> flatten |> dense(1)")),
+        ("dilated_kernel_larger_than_input", wrap("out = x |> conv2d(8, 3, dilation: (9, 1), padding: 1) |> flatten |> dense(1)")),
         ("no_parameters", wrap("out = x |> global_avgpool")),
         ("target_fed_to_layer", wrap("out = y |> dense(1)\nunused = x |> relu")),
         // --- order, long lines, byte-order mark ---

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::epilogue::{Epilogue, EpilogueSide};
 use super::facts::{p, ConvGeom, DType, OpFacts, ParamKind, Role, ShapeError, TensorType};
-use super::shape::{conv_extent, conv_extent_ok, err, numel, rank, states_like};
+use super::shape::{err, numel, rank, states_like};
 use crate::update::UpdateRule;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -68,19 +68,47 @@ pub const CONV_CHUNK_ROWS: usize = 256;
 
 /// Workspace elements (f32) a convolution kernel needs, given x's full shape [N,H,W,Ci] and the
 /// output's [N,Ho,Wo,Co]. Shared by the planner (size of the workspace buffer) and the backends.
+/// With groups, the rows hold one group's `kh*kw*Ci/groups` columns (the groups are done in turn).
 pub fn conv_workspace_elems(geom: &ConvGeom, x_shape: &[usize], y_shape: &[usize]) -> usize {
     let rows = y_shape[0] * y_shape[1] * y_shape[2];
-    let k = geom.kh * geom.kw * x_shape[3];
-    rows.min(CONV_CHUNK_ROWS) * k
+    rows.min(CONV_CHUNK_ROWS) * k_per_group(geom, x_shape)
+}
+
+/// The reduction length of one group: `kh*kw*Ci/groups` (x [N,H,W,Ci]).
+pub fn k_per_group(geom: &ConvGeom, x_shape: &[usize]) -> usize {
+    geom.kh * geom.kw * x_shape.get(3).copied().unwrap_or(0) / geom.groups.max(1)
+}
+
+/// The geometry is usable for x [N,H,W,Ci] and Co output channels: positive strides, dilation and
+/// groups, the groups dividing both channel counts.
+fn valid(geom: &ConvGeom, ci: usize, co: usize) -> Result<(), ShapeError> {
+    if geom.stride_h == 0 || geom.stride_w == 0 {
+        return err("convolution stride must be positive");
+    }
+    if geom.dil_h == 0 || geom.dil_w == 0 {
+        return err("convolution dilation must be positive");
+    }
+    if geom.groups == 0 || ci % geom.groups != 0 || co % geom.groups != 0 {
+        return err(format!(
+            "{} groups must divide both {ci} input and {co} output channels",
+            geom.groups
+        ));
+    }
+    Ok(())
 }
 
 /// x [N,H,W,Ci] and y (or dy) [N,Ho,Wo,Co] agree with the geometry.
 fn consistent(geom: &ConvGeom, x: &TensorType, y: &TensorType) -> Result<bool, ShapeError> {
     rank(x, 4, "x")?;
     rank(y, 4, "y")?;
+    valid(geom, x.shape[3], y.shape[3])?;
     Ok(x.shape[0] == y.shape[0]
-        && conv_extent_ok(x.shape[1], geom.kh, geom.stride, geom.pad_top, y.shape[1])
-        && conv_extent_ok(x.shape[2], geom.kw, geom.stride, geom.pad_left, y.shape[2]))
+        && geom.out_hw(x.shape[1], x.shape[2]) == Some((y.shape[1], y.shape[2])))
+}
+
+/// The weight [kh,kw,Ci/groups,Co] of the geometry over x [N,H,W,Ci] with Co outputs.
+fn weight_shape(geom: &ConvGeom, ci: usize, co: usize) -> [usize; 4] {
+    [geom.kh, geom.kw, ci / geom.groups.max(1), co]
 }
 
 impl OpFacts for ConvOp {
@@ -167,8 +195,6 @@ impl OpFacts for ConvOp {
     }
 
     fn workspace_elems(&self, s: &[Vec<usize>]) -> Vec<usize> {
-        let k_of =
-            |geom: &ConvGeom, x: &[usize]| geom.kh * geom.kw * x.get(3).copied().unwrap_or(0);
         match self {
             ConvOp::Conv2d { geom, bias, epi } => {
                 let yi = ConvOp::y_slot(*bias, epi);
@@ -191,7 +217,10 @@ impl OpFacts for ConvOp {
             } => {
                 let mut v = match (s.first(), s.get(1)) {
                     (Some(x), Some(dy)) if x.len() == 4 && dy.len() == 4 => {
-                        vec![k_of(geom, x) * chunk, conv_workspace_elems(geom, x, dy)]
+                        vec![
+                            k_per_group(geom, x) * chunk,
+                            conv_workspace_elems(geom, x, dy),
+                        ]
                     }
                     _ => vec![0, 0],
                 };
@@ -214,13 +243,11 @@ impl OpFacts for ConvOp {
                 let (x, w) = (&inputs[0], &inputs[1]);
                 rank(x, 4, "x")?;
                 rank(w, 4, "w")?;
-                if geom.stride == 0 {
-                    return err("convolution stride must be positive");
-                }
-                if w.shape[0] != geom.kh || w.shape[1] != geom.kw || w.shape[2] != x.shape[3] {
+                valid(geom, x.shape[3], w.shape[3])?;
+                if w.shape != weight_shape(geom, x.shape[3], w.shape[3]) {
                     return err(format!(
-                        "w {w} does not match kernel {}x{} over {} channels",
-                        geom.kh, geom.kw, x.shape[3]
+                        "w {w} does not match kernel {}x{} over {} channels in {} groups",
+                        geom.kh, geom.kw, x.shape[3], geom.groups
                     ));
                 }
                 if *bias && inputs[2].shape != [w.shape[3]] {
@@ -235,12 +262,15 @@ impl OpFacts for ConvOp {
                         }
                         h.shape.clone()
                     }
-                    None => vec![
-                        x.shape[0],
-                        conv_extent(x.shape[1], geom.kh, geom.stride, geom.pad_top)?,
-                        conv_extent(x.shape[2], geom.kw, geom.stride, geom.pad_left)?,
-                        w.shape[3],
-                    ],
+                    None => match geom.out_hw(x.shape[1], x.shape[2]) {
+                        Some((ho, wo)) => vec![x.shape[0], ho, wo, w.shape[3]],
+                        None => {
+                            return err(format!(
+                                "kernel {}x{} (dilated) larger than the padded input {x}, {geom:?}",
+                                geom.kh, geom.kw
+                            ))
+                        }
+                    },
                 };
                 let y = f(y);
                 epi.check(&y, &inputs[2 + *bias as usize..])?;
@@ -260,11 +290,9 @@ impl OpFacts for ConvOp {
                 let Some(h) = hint else {
                     return err("conv2d_bwd_data needs the expected output shape");
                 };
+                rank(h, 4, "dx")?;
                 let ok = consistent(geom, h, dy)?
-                    && w.shape[0] == geom.kh
-                    && w.shape[1] == geom.kw
-                    && dy.shape[3] == w.shape[3]
-                    && h.shape[3] == w.shape[2];
+                    && w.shape == weight_shape(geom, h.shape[3], dy.shape[3]);
                 if !ok {
                     return err(format!("dx {h} inconsistent with dy {dy}, w {w}, {geom:?}"));
                 }
@@ -277,7 +305,9 @@ impl OpFacts for ConvOp {
                 if !consistent(geom, x, dy)? {
                     return err(format!("x {x} and dy {dy} inconsistent with {geom:?}"));
                 }
-                Ok(vec![f(vec![geom.kh, geom.kw, x.shape[3], dy.shape[3]])])
+                Ok(vec![
+                    f(weight_shape(geom, x.shape[3], dy.shape[3]).to_vec()),
+                ])
             }
             ConvOp::Conv2dBwdWeightUpdate {
                 geom,
@@ -288,7 +318,7 @@ impl OpFacts for ConvOp {
             } => {
                 let (x, dy, w) = (&inputs[0], &inputs[1], &inputs[2]);
                 if !consistent(geom, x, dy)?
-                    || w.shape != [geom.kh, geom.kw, x.shape[3], dy.shape[3]]
+                    || w.shape != weight_shape(geom, x.shape[3], dy.shape[3])
                 {
                     return err(format!("x {x}, dy {dy}, w {w} inconsistent with {geom:?}"));
                 }
@@ -319,18 +349,18 @@ impl OpFacts for ConvOp {
         match self {
             // y[N,Ho,Wo,Co] = sum over kh*kw*Ci: 2 per multiply-add.
             ConvOp::Conv2d { geom, bias, epi } => {
-                let ci = ins.first().and_then(|x| x.get(3)).copied().unwrap_or(0) as u64;
-                let k = (geom.kh * geom.kw) as u64 * ci;
+                let k = ins.first().map_or(0, |x| k_per_group(geom, x)) as u64;
                 2 * o(0) * k + if *bias { o(0) } else { 0 } + epi.flops(o(0))
             }
-            // dx[N,H,W,Ci] from dy and w: as many multiply-adds as the forward.
+            // dx[N,H,W,Ci] from dy and w: as many multiply-adds as the forward (w's third axis is
+            // Ci per group).
             ConvOp::Conv2dBwdData { geom, epi, .. } => {
                 let ci = ins.get(1).and_then(|w| w.get(2)).copied().unwrap_or(0) as u64;
                 2 * i(0) * (geom.kh * geom.kw) as u64 * ci + epi.flops(o(0))
             }
             // dw[kh,kw,Ci,Co] = sum over N*Ho*Wo (and the update: 4 per weight).
             ConvOp::Conv2dBwdWeight { geom } | ConvOp::Conv2dBwdWeightUpdate { geom, .. } => {
-                let ci = ins.first().and_then(|x| x.get(3)).copied().unwrap_or(0) as u64;
+                let k = ins.first().map_or(0, |x| k_per_group(geom, x)) as u64;
                 let upd = match self {
                     ConvOp::Conv2dBwdWeightUpdate { bias, rule, .. } => {
                         // the update (4 per weight), and the fused bias: its column sum and update
@@ -339,7 +369,7 @@ impl OpFacts for ConvOp {
                     }
                     _ => 0,
                 };
-                2 * i(1) * (geom.kh * geom.kw) as u64 * ci + upd
+                2 * i(1) * k + upd
             }
         }
     }

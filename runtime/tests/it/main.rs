@@ -12,6 +12,7 @@ mod io_interop;
 mod io_predict;
 mod io_weights;
 mod kernels;
+mod kernels_geom;
 mod kernels_layers;
 mod optim_formulas;
 mod zoo_cpu;
