@@ -30,7 +30,8 @@ pub fn pad_before(padding: Padding, input: usize, k: usize, stride: usize) -> us
     padding.axis(true, input, k, stride).0
 }
 
-/// The convolution geometry of a `conv2d` layer over an `[N, H, W, C]` input.
+/// The convolution geometry of a `conv2d` layer over an `[N, H, W, C]` input (of a
+/// `conv_transpose2d`: of the convolution it transposes, the padding explicit).
 fn conv_geom(
     (kernel, stride, dilation): ((usize, usize), (usize, usize), (usize, usize)),
     padding: Padding,
@@ -263,6 +264,44 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
                         geom,
                         bias: *has_bias,
                         epi: Epilogue::NONE,
+                    }),
+                    &want(*has_bias)?,
+                    name,
+                    ph,
+                    Some(&hint),
+                )?
+            }
+            Layer::ConvTranspose2d {
+                kernel,
+                stride,
+                padding: (top, bottom, left, right),
+                output_padding,
+                dilation,
+                groups,
+                bias: has_bias,
+                ..
+            } => {
+                let xs = g.ty(ins[0]).shape.clone();
+                let positive = [
+                    kernel.0, kernel.1, stride.0, stride.1, dilation.0, dilation.1,
+                ];
+                if xs.len() != 4 || positive.contains(&0) || *groups == 0 {
+                    return Err(CompileError::InvalidModel(format!(
+                        "conv_transpose2d `{name}` needs an NHWC input and kernel, stride, dilation, groups > 0"
+                    )));
+                }
+                let padding = Padding::Explicit {
+                    top: *top,
+                    bottom: *bottom,
+                    left: *left,
+                    right: *right,
+                };
+                let geom = conv_geom((*kernel, *stride, *dilation), padding, *groups, &xs);
+                g.add_node(
+                    Op::Conv(ConvOp::ConvTranspose2d {
+                        geom,
+                        out_pad: *output_padding,
+                        bias: *has_bias,
                     }),
                     &want(*has_bias)?,
                     name,

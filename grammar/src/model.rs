@@ -121,6 +121,21 @@ pub enum Layer {
         groups: usize,
         bias: bool,
     },
+    /// The transposed convolution (PyTorch's `ConvTranspose2d`): weight `[kh, kw, filters / groups,
+    /// c_in]` (the HWIO weight of the convolution it transposes, from `filters` channels to
+    /// `c_in`; Keras' `Conv2DTranspose` kernel), bias `[filters]`; `padding` is (top, bottom, left,
+    /// right) cells taken off the output, `output_padding` (height, width) cells added at the
+    /// bottom and right, each below its stride.
+    ConvTranspose2d {
+        filters: usize,
+        kernel: (usize, usize),
+        stride: (usize, usize),
+        padding: (usize, usize, usize, usize),
+        output_padding: (usize, usize),
+        dilation: (usize, usize),
+        groups: usize,
+        bias: bool,
+    },
     /// `padding` cells on every side, never the maximum.
     MaxPool {
         size: usize,
@@ -166,6 +181,7 @@ impl Layer {
     pub fn entry_name(&self) -> &'static str {
         match self {
             Layer::Conv2d { .. } => "conv2d",
+            Layer::ConvTranspose2d { .. } => "conv_transpose2d",
             Layer::MaxPool { .. } => "maxpool",
             Layer::AvgPool { .. } => "avgpool",
             Layer::GlobalAvgPool => "global_avgpool",

@@ -239,6 +239,22 @@ fn cross_entropy_net_with_every_convolution_and_pooling_geometry() {
 }
 
 #[test]
+fn mse_net_with_transposed_convolutions() {
+    // PyTorch's upsampling 3x3/2 padding 1 with an output padding on one axis, a grouped one with a
+    // non-square kernel and stride and no bias, a dilated one with padding per side
+    check_gradients(
+        "input x: [4, 3, 2]
+         target y: [3]
+         h = x |> conv2d(4, 3, stride: 2, padding: 1, activation: tanh) |> conv_transpose2d(4, 3, stride: 2, padding: 1, output_padding: (0, 1), activation: tanh)
+         e = h |> conv_transpose2d(4, (2, 3), stride: (1, 2), groups: 2, bias: false) |> conv_transpose2d(2, 2, stride: 2, dilation: 2, padding: (1, 0, 0, 1))
+         out = e |> flatten |> dense(3)
+         loss mse(out, y)
+         train { batch: 2, optimizer: sgd(lr: 1) }",
+        0,
+    );
+}
+
+#[test]
 fn the_gradient_test_can_fail() {
     // A wrong "gradient" (the update of a different learning rate) must be caught by the same check.
     let m = model(

@@ -109,6 +109,7 @@ pub(crate) fn backward_data(
     let mut ctx = conv_ctx(s.kind(), geom, dx, dy, false);
     epilogue_ctx(&mut ctx, epi, EpilogueSide::DataGradient);
     ctx.insert("dx", if in_place { "saved" } else { "dx" });
+    ctx.insert("src", "dy");
     let gr = groups(s, geom, dx[3], dy[3])?;
     let gk = geom.kh * geom.kw * dy[3] / gr;
     grouped(
@@ -117,6 +118,31 @@ pub(crate) fn backward_data(
             "conv2d_bwd_data.cu.tera",
             ctx,
             (dx[0] * dx[1] * dx[2], dx[3] / gr, gk),
+            (true, true),
+            (1, ""), // no workspace in its signature
+        )?,
+        gr,
+    )
+}
+
+/// `ConvTranspose2d`: x, w, (b), y: the data-gradient GEMM of the convolution from y to x, x read
+/// as its dy, y written as its dx (plus the bias).
+pub(crate) fn transpose(s: &Site, geom: &ConvGeom, bias: bool) -> Result<Spec, CodegenError> {
+    let (x, y) = (s.shape(0)?, s.shape(2 + bias as usize)?);
+    s.rank(x, 4, "x")?;
+    s.rank(y, 4, "y")?;
+    let mut ctx = conv_ctx(s.kind(), geom, y, x, bias);
+    epilogue_ctx(&mut ctx, &Epilogue::NONE, EpilogueSide::DataGradient);
+    ctx.insert("dx", "y");
+    ctx.insert("src", "x");
+    let gr = groups(s, geom, y[3], x[3])?;
+    let gk = geom.kh * geom.kw * x[3] / gr;
+    grouped(
+        gemm(
+            s,
+            "conv2d_bwd_data.cu.tera",
+            ctx,
+            (y[0] * y[1] * y[2], y[3] / gr, gk),
             (true, true),
             (1, ""), // no workspace in its signature
         )?,
@@ -197,6 +223,7 @@ pub(crate) fn spec(s: &Site, op: &ConvOp) -> Result<Spec, CodegenError> {
             keep_old,
             ..
         } => backward_weight(s, geom, Some(rule), (*bias, *keep_old)),
+        ConvOp::ConvTranspose2d { geom, bias, .. } => transpose(s, geom, *bias),
     }
 }
 
@@ -443,6 +470,32 @@ fn zoo_geometries() -> Vec<super::cases::Case> {
             vec![x, y],
             w,
             vec![co],
+        ));
+    }
+    // transposed convolutions: the odd geometry with an output padding (bias), and two groups with
+    // a stride of 2 and output padding on both axes (no bias)
+    let two_s2 = ConvGeom {
+        groups: 2,
+        ..ConvGeom::square(3, 2, 1)
+    };
+    for (g, out_pad, x, co, bias) in [
+        (odd, (1, 0), [2, 4, 5, 5], 3, true),
+        (two_s2, (1, 1), [1, 3, 4, 4], 6, false),
+    ] {
+        let (ho, wo) = g.transposed_out_hw((x[1], x[2]), out_pad).unwrap_or((1, 1));
+        let w = vec![g.kh, g.kw, co / g.groups, x[3]];
+        let mut shapes = vec![x.to_vec(), w];
+        if bias {
+            shapes.push(vec![co]);
+        }
+        shapes.push(vec![x[0], ho, wo, co]);
+        v.push((
+            Op::Conv(ConvOp::ConvTranspose2d {
+                geom: g,
+                out_pad,
+                bias,
+            }),
+            shapes,
         ));
     }
     v

@@ -87,6 +87,9 @@ fn cases() -> Vec<(&'static str, String)> {
         ("padding_three_numbers", wrap("out = x |> conv2d(8, 3, padding: (1, 1, 1)) |> flatten |> dense(1)")),
         ("negative_padding", wrap("out = x |> conv2d(8, 3, padding: (0, -1)) |> flatten |> dense(1)")),
         ("dilated_kernel_larger_than_input", wrap("out = x |> conv2d(8, 3, dilation: (9, 1), padding: 1) |> flatten |> dense(1)")),
+        ("conv_transpose_output_padding_not_below_stride", wrap("out = x |> conv_transpose2d(4, 3, stride: 2, output_padding: 2) |> flatten |> dense(1)")),
+        ("conv_transpose_padding_leaves_no_output", wrap("out = x |> conv_transpose2d(4, 1, padding: 9) |> flatten |> dense(1)")),
+        ("conv_transpose_output_padding_four_numbers", wrap("out = x |> conv_transpose2d(4, 3, stride: 2, output_padding: (1, 0, 0, 0)) |> flatten |> dense(1)")),
         ("no_parameters", wrap("out = x |> global_avgpool")),
         ("target_fed_to_layer", wrap("out = y |> dense(1)\nunused = x |> relu")),
         // --- order, long lines, byte-order mark ---

@@ -58,6 +58,7 @@ fn minimal_use(def: &LayerDef) -> String {
 fn variant(l: &Layer) -> String {
     match l {
         Layer::Conv2d { .. } => "Conv2d".into(),
+        Layer::ConvTranspose2d { .. } => "ConvTranspose2d".into(),
         Layer::MaxPool { .. } => "MaxPool".into(),
         Layer::AvgPool { .. } => "AvgPool".into(),
         Layer::GlobalAvgPool => "GlobalAvgPool".into(),
@@ -76,6 +77,7 @@ fn variant(l: &Layer) -> String {
 fn all_variants() -> BTreeSet<String> {
     let mut v: BTreeSet<String> = [
         "Conv2d",
+        "ConvTranspose2d",
         "MaxPool",
         "AvgPool",
         "GlobalAvgPool",

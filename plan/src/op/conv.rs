@@ -1,5 +1,5 @@
-//! The convolution family: the forward, both gradients, and the weight gradient fused with its
-//! update. Weights are HWIO `[kh,kw,Ci,Co]`, images NHWC.
+//! The convolution family: the forward, both gradients, the weight gradient fused with its
+//! update, and the transposed convolution. Weights are HWIO `[kh,kw,Ci,Co]`, images NHWC.
 
 use serde::{Deserialize, Serialize};
 
@@ -52,6 +52,19 @@ pub enum ConvOp {
         bias: bool,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         keep_old: bool,
+    },
+    /// The transposed convolution (PyTorch's `ConvTranspose2d`): x[N,H,W,Ci], w[kh,kw,Co/groups,Ci],
+    /// (b[Co] if bias) -> y[N,Ho,Wo,Co] = conv^T(x, w) + b: the data gradient of the convolution
+    /// `geom` (whose input is y and whose output is x) with x in the place of dy, the extents
+    /// [`ConvGeom::transposed_out_hw`] (`out_pad`: PyTorch's `output_padding`, extra rows at the
+    /// bottom and columns at the right, each below its stride). w is that convolution's HWIO weight:
+    /// PyTorch's `ConvTranspose2d.weight` `[Ci, Co/groups, kh, kw]` permuted `(2, 3, 1, 0)`, as a
+    /// convolution's OIHW weight is. Its backward: dx = conv(dy, w) (`Conv2d`), dw =
+    /// `Conv2dBwdWeight(dy, x)`, db = the sum of dy.
+    ConvTranspose2d {
+        geom: ConvGeom,
+        out_pad: (usize, usize),
+        bias: bool,
     },
 }
 
@@ -135,6 +148,14 @@ impl OpFacts for ConvOp {
                 }
                 v
             }
+            ConvOp::ConvTranspose2d { bias, .. } => {
+                let mut v = vec![p("x", In, F32), p("w", In, F32)];
+                if *bias {
+                    v.push(p("b", In, F32));
+                }
+                v.push(p("y", Out, F32));
+                v
+            }
             ConvOp::Conv2dBwdWeight { .. } => vec![
                 p("x", In, F32),
                 p("dy", In, F32),
@@ -172,6 +193,7 @@ impl OpFacts for ConvOp {
             ConvOp::Conv2dBwdData { .. } => "conv2d_bwd_data",
             ConvOp::Conv2dBwdWeight { .. } => "conv2d_bwd_weight",
             ConvOp::Conv2dBwdWeightUpdate { .. } => "conv2d_bwd_weight_update",
+            ConvOp::ConvTranspose2d { .. } => "conv_transpose2d",
         }
     }
 
@@ -184,7 +206,8 @@ impl OpFacts for ConvOp {
             } => vec![(0, 2 + epi.add as usize)],
             ConvOp::Conv2d { .. }
             | ConvOp::Conv2dBwdData { .. }
-            | ConvOp::Conv2dBwdWeight { .. } => {
+            | ConvOp::Conv2dBwdWeight { .. }
+            | ConvOp::ConvTranspose2d { .. } => {
                 vec![]
             }
             ConvOp::Conv2dBwdWeightUpdate { rule, bias, .. } => {
@@ -205,7 +228,7 @@ impl OpFacts for ConvOp {
                     _ => vec![0],
                 }
             }
-            ConvOp::Conv2dBwdData { .. } => vec![],
+            ConvOp::Conv2dBwdData { .. } | ConvOp::ConvTranspose2d { .. } => vec![],
             ConvOp::Conv2dBwdWeight { geom } => match (s.first(), s.get(1)) {
                 (Some(x), Some(dy)) if x.len() == 4 && dy.len() == 4 => {
                     vec![conv_workspace_elems(geom, x, dy)]
@@ -300,6 +323,41 @@ impl OpFacts for ConvOp {
                 epi.check(&dx, &inputs[2..])?;
                 Ok(vec![dx])
             }
+            ConvOp::ConvTranspose2d {
+                geom,
+                out_pad,
+                bias,
+            } => {
+                let (x, w) = (&inputs[0], &inputs[1]);
+                rank(x, 4, "x")?;
+                rank(w, 4, "w")?;
+                // the convolution the op transposes reads y's Co channels and writes x's Ci
+                let (ci, co) = (x.shape[3], w.shape[2] * geom.groups.max(1));
+                valid(geom, co, ci)?;
+                if w.shape != weight_shape(geom, co, ci) {
+                    return err(format!(
+                        "w {w} does not match kernel {}x{} from {ci} channels in {} groups",
+                        geom.kh, geom.kw, geom.groups
+                    ));
+                }
+                if *bias && inputs[2].shape != [co] {
+                    return err(format!("bias {} must be [{co}]", inputs[2]));
+                }
+                let Some((ho, wo)) = geom.transposed_out_hw((x.shape[1], x.shape[2]), *out_pad)
+                else {
+                    return err(format!(
+                        "no transposed convolution output for x {x}, output padding {out_pad:?} \
+                         (each below its stride), {geom:?}"
+                    ));
+                };
+                let y = vec![x.shape[0], ho, wo, co];
+                if let Some(h) = hint {
+                    if h.shape != y {
+                        return err(format!("output {h} inconsistent with x {x}, w {w}"));
+                    }
+                }
+                Ok(vec![f(y)])
+            }
             ConvOp::Conv2dBwdWeight { geom } => {
                 let (x, dy) = (&inputs[0], &inputs[1]);
                 if !consistent(geom, x, dy)? {
@@ -357,6 +415,12 @@ impl OpFacts for ConvOp {
             ConvOp::Conv2dBwdData { geom, epi, .. } => {
                 let ci = ins.get(1).and_then(|w| w.get(2)).copied().unwrap_or(0) as u64;
                 2 * i(0) * (geom.kh * geom.kw) as u64 * ci + epi.flops(o(0))
+            }
+            // y from x and w: the multiply-adds of the convolution it transposes (w's third axis is
+            // Co per group), and the bias.
+            ConvOp::ConvTranspose2d { geom, bias, .. } => {
+                let cog = ins.get(1).and_then(|w| w.get(2)).copied().unwrap_or(0) as u64;
+                2 * i(0) * (geom.kh * geom.kw) as u64 * cog + if *bias { o(0) } else { 0 }
             }
             // dw[kh,kw,Ci,Co] = sum over N*Ho*Wo (and the update: 4 per weight).
             ConvOp::Conv2dBwdWeight { geom } | ConvOp::Conv2dBwdWeightUpdate { geom, .. } => {

@@ -90,6 +90,30 @@ impl ConvGeom {
         let ow = (w + self.pad_left + self.pad_right).checked_sub(self.span_w())? / self.stride_w;
         Some((oh + 1, ow + 1))
     }
+
+    /// Output extents of the transposed convolution of an `h x w` input (PyTorch's
+    /// `ConvTranspose2d`): `(h - 1)*stride + span + out_pad - pad_top - pad_bottom` (and likewise
+    /// along the width). `None` when an extent would be below 1, the input is empty, or an
+    /// `out_pad` is not below its stride (then the convolution of the output would not give the
+    /// input's extent back: [`ConvGeom::out_hw`] of the result is `(h, w)` exactly when `None` is
+    /// not returned).
+    pub fn transposed_out_hw(
+        &self,
+        (h, w): (usize, usize),
+        (op_h, op_w): (usize, usize),
+    ) -> Option<(usize, usize)> {
+        if h == 0 || w == 0 || op_h >= self.stride_h || op_w >= self.stride_w {
+            return None;
+        }
+        let ext = |n: usize, s: usize, span: usize, op: usize, p0: usize, p1: usize| {
+            ((n - 1).checked_mul(s)? + span + op)
+                .checked_sub(p0 + p1)
+                .filter(|&e| e >= 1)
+        };
+        let ho = ext(h, self.stride_h, self.span_h(), op_h, self.pad_top, self.pad_bottom)?;
+        let wo = ext(w, self.stride_w, self.span_w(), op_w, self.pad_left, self.pad_right)?;
+        (self.out_hw(ho, wo) == Some((h, w))).then_some((ho, wo))
+    }
 }
 
 /// A pooling window: `size x size`, moved by `stride`, over the input padded by `pad` on every

@@ -445,6 +445,29 @@ pub fn conv2d_bwd_data_epi(
     });
 }
 
+/// y = conv^T(x, w) + b, the transposed convolution (PyTorch's `ConvTranspose2d`; overwrites `y`):
+/// x `[N,H,W,Ci]` (`x_shape`) in the place of the data gradient of the convolution `g` from y
+/// `[N,Ho,Wo,Co]` (`y_shape`) to x, w that convolution's `[kh,kw,Co/groups,Ci]`, then b `[Co]`
+/// added to every pixel.
+pub fn conv_transpose2d(
+    g: &ConvGeom,
+    x_shape: &[usize],
+    y_shape: &[usize],
+    (x, w, b): (&[f32], &[f32], Option<&[f32]>),
+    y: &mut [f32],
+) {
+    let d = ConvDims::from_shapes(y_shape, x_shape);
+    conv2d_bwd_data(g, &d, x, w, y);
+    if let Some(b) = b {
+        assert_eq!(b.len(), d.ci, "conv_transpose2d: bias size");
+        for px in y.chunks_exact_mut(d.ci) {
+            for (o, bv) in px.iter_mut().zip(b) {
+                *o += *bv;
+            }
+        }
+    }
+}
+
 /// dw = sum over chunks of cols^T dy_chunk (overwrites `dw`), im2col chunks in `cols`.
 pub fn conv2d_bwd_weight(
     g: &ConvGeom,
@@ -607,6 +630,11 @@ pub(super) unsafe fn exec(op: &ConvOp, a: &Args, ctx: &Ctx) {
                     (epi, ga, saved),
                     a.f32_mut(dxi),
                 );
+            }
+            ConvOp::ConvTranspose2d { geom, bias, .. } => {
+                let yi = 2 + *bias as usize;
+                let b = bias.then(|| a.f32(2));
+                conv_transpose2d(geom, a.shape(0), a.shape(yi), (a.f32(0), a.f32(1), b), a.f32_mut(yi));
             }
             ConvOp::Conv2dBwdWeight { geom } => {
                 let d = ConvDims::from_shapes(a.shape(0), a.shape(1));

@@ -13,6 +13,7 @@ mod io_predict;
 mod io_weights;
 mod kernels;
 mod kernels_geom;
+mod kernels_transpose;
 mod kernels_layers;
 mod optim_formulas;
 mod zoo_cpu;
