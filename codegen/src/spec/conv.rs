@@ -75,7 +75,7 @@ pub(crate) fn forward(
 /// The groups of a convolution, checked against its channels (`ci` in, `co` out).
 fn groups(s: &Site, geom: &ConvGeom, ci: usize, co: usize) -> Result<usize, CodegenError> {
     let g = geom.groups;
-    if g == 0 || ci % g != 0 || co % g != 0 || g > 65535 {
+    if g == 0 || !ci.is_multiple_of(g) || !co.is_multiple_of(g) || g > 65535 {
         return Err(CodegenError::Grid {
             kernel: s.name().into(),
             message: format!("{g} groups over {ci} input and {co} output channels"),

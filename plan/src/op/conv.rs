@@ -101,7 +101,7 @@ fn valid(geom: &ConvGeom, ci: usize, co: usize) -> Result<(), ShapeError> {
     if geom.dil_h == 0 || geom.dil_w == 0 {
         return err("convolution dilation must be positive");
     }
-    if geom.groups == 0 || ci % geom.groups != 0 || co % geom.groups != 0 {
+    if geom.groups == 0 || !ci.is_multiple_of(geom.groups) || !co.is_multiple_of(geom.groups) {
         return err(format!(
             "{} groups must divide both {ci} input and {co} output channels",
             geom.groups

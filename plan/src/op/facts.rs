@@ -110,8 +110,22 @@ impl ConvGeom {
                 .checked_sub(p0 + p1)
                 .filter(|&e| e >= 1)
         };
-        let ho = ext(h, self.stride_h, self.span_h(), op_h, self.pad_top, self.pad_bottom)?;
-        let wo = ext(w, self.stride_w, self.span_w(), op_w, self.pad_left, self.pad_right)?;
+        let ho = ext(
+            h,
+            self.stride_h,
+            self.span_h(),
+            op_h,
+            self.pad_top,
+            self.pad_bottom,
+        )?;
+        let wo = ext(
+            w,
+            self.stride_w,
+            self.span_w(),
+            op_w,
+            self.pad_left,
+            self.pad_right,
+        )?;
         (self.out_hw(ho, wo) == Some((h, w))).then_some((ho, wo))
     }
 }

@@ -81,7 +81,7 @@ impl ConvDims {
         assert!(g.stride_h >= 1 && g.stride_w >= 1, "conv: stride 0");
         assert!(g.dil_h >= 1 && g.dil_w >= 1, "conv: dilation 0");
         assert!(
-            g.groups >= 1 && self.ci % g.groups == 0 && self.co % g.groups == 0,
+            g.groups >= 1 && self.ci.is_multiple_of(g.groups) && self.co.is_multiple_of(g.groups),
             "conv: groups do not divide the channels"
         );
     }
@@ -634,7 +634,13 @@ pub(super) unsafe fn exec(op: &ConvOp, a: &Args, ctx: &Ctx) {
             ConvOp::ConvTranspose2d { geom, bias, .. } => {
                 let yi = 2 + *bias as usize;
                 let b = bias.then(|| a.f32(2));
-                conv_transpose2d(geom, a.shape(0), a.shape(yi), (a.f32(0), a.f32(1), b), a.f32_mut(yi));
+                conv_transpose2d(
+                    geom,
+                    a.shape(0),
+                    a.shape(yi),
+                    (a.f32(0), a.f32(1), b),
+                    a.f32_mut(yi),
+                );
             }
             ConvOp::Conv2dBwdWeight { geom } => {
                 let d = ConvDims::from_shapes(a.shape(0), a.shape(1));

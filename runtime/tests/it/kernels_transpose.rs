@@ -134,9 +134,25 @@ fn cases() -> Vec<Case> {
         c(2, 4, 5, 3, 4, geom((3, 3), (2, 2), [1; 4], (1, 1)), (1, 1)),
         // stride 1 padding 1 (a plain "same" convolution transposed), output padding per axis
         c(1, 5, 4, 2, 3, geom((3, 3), (1, 1), [1; 4], (1, 1)), (0, 0)),
-        c(2, 3, 4, 2, 3, geom((3, 2), (3, 2), [1, 1, 0, 0], (1, 1)), (2, 1)),
+        c(
+            2,
+            3,
+            4,
+            2,
+            3,
+            geom((3, 2), (3, 2), [1, 1, 0, 0], (1, 1)),
+            (2, 1),
+        ),
         // non-square kernel and stride, padding per side, dilation
-        c(1, 4, 5, 3, 2, geom((3, 2), (2, 1), [2, 1, 0, 1], (2, 1)), (1, 0)),
+        c(
+            1,
+            4,
+            5,
+            3,
+            2,
+            geom((3, 2), (2, 1), [2, 1, 0, 1], (2, 1)),
+            (1, 0),
+        ),
         // groups: two, and depthwise (one group per input channel, two outputs each)
         c(
             2,

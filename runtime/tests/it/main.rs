@@ -13,7 +13,7 @@ mod io_predict;
 mod io_weights;
 mod kernels;
 mod kernels_geom;
-mod kernels_transpose;
 mod kernels_layers;
+mod kernels_transpose;
 mod optim_formulas;
 mod zoo_cpu;
