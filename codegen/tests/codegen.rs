@@ -15,8 +15,9 @@ fn the_zoo_covers_every_kernel_op_and_renders() {
     // every Op variant but the 3 leaves and Reshape (four update kinds, SGD, Adam, RMSprop and
     // Lion; four unary kinds per activation; fused epilogues keep their GEMM's kind, the folded
     // global average pool backward has two, the folded average pool backward one; the softmax
-    // and its backward; five losses with their gradients)
-    assert_eq!(kinds.len(), 43 + 4 * UnaryKind::ALL.len(), "{kinds:?}");
+    // and its backward; five losses with their gradients; the global max pool and its backward;
+    // the transposed convolution)
+    assert_eq!(kinds.len(), 46 + 4 * UnaryKind::ALL.len(), "{kinds:?}");
     let mut s = String::new();
     for k in zoo() {
         let c = render_kernel(&k, Mode::Train, &CodegenOptions::default())
@@ -96,7 +97,18 @@ fn split_k_can_be_switched_off() {
             .unwrap()
             .expect("kernel");
         assert!(c.then.is_none(), "{}: split with split-K off", c.name);
-        assert_eq!(c.grid[2], 1, "{}", c.name);
+        // grid z is the split (never with split-K off) or a grouped convolution's group
+        let groups = match &k.op {
+            dmc_plan::op::Op::Conv(op) => match op {
+                dmc_plan::op::ConvOp::Conv2d { geom, .. }
+                | dmc_plan::op::ConvOp::Conv2dBwdData { geom, .. }
+                | dmc_plan::op::ConvOp::Conv2dBwdWeight { geom }
+                | dmc_plan::op::ConvOp::Conv2dBwdWeightUpdate { geom, .. }
+                | dmc_plan::op::ConvOp::ConvTranspose2d { geom, .. } => geom.groups,
+            },
+            _ => 1,
+        };
+        assert_eq!(c.grid[2] as usize, groups, "{}", c.name);
         assert!(!c.source.contains("_reduce("), "{}", c.name);
         if on.then.is_some() {
             split += 1;

@@ -104,6 +104,51 @@ pub fn vjp(
                 ));
             }
         }
+        // d/dx conv^T(x, w) + b (the data gradient of the convolution `geom` from y to x):
+        // dx = conv(dy, w) (that convolution's forward); dw = conv_bwd_weight(dy, x) (its weight
+        // gradient, dy in the place of its input, x in the place of its output gradient);
+        // db = sum dy
+        Op::Conv(ConvOp::ConvTranspose2d { geom, .. }) => {
+            let dy = dy.ok_or_else(missing)?;
+            if want(0) {
+                let hint = g.ty(x[0]).clone();
+                let name = gname(x[0], g);
+                out[0] = Some((
+                    g.add_node(
+                        Op::Conv(ConvOp::Conv2d {
+                            geom: *geom,
+                            bias: false,
+                            epi: Epilogue::NONE,
+                        }),
+                        &[dy, x[1]],
+                        name,
+                        bw,
+                        Some(&hint),
+                    )?,
+                    0,
+                ));
+            }
+            if want(1) {
+                let name = gname(x[1], g);
+                out[1] = Some((
+                    g.add_node(
+                        Op::Conv(ConvOp::Conv2dBwdWeight { geom: *geom }),
+                        &[dy, x[0]],
+                        name,
+                        bw,
+                        None,
+                    )?,
+                    0,
+                ));
+            }
+            if nin > 2 && want(2) {
+                let name = gname(x[2], g);
+                out[2] = Some((
+                    g.add_node(Op::Optim(OptimOp::BiasGrad), &[dy], name, bw, None)?,
+                    0,
+                ));
+            }
+        }
         // d/dx xw+b: dx = dy w^T; dw = x^T dy; db = sum_n dy
         Op::Dense(DenseOp::Dense { epi, .. }) if epi.is_none() => {
             let dy = dy.ok_or_else(missing)?;
@@ -189,6 +234,24 @@ pub fn vjp(
                     g.add_node(
                         Op::Pool(PoolOp::GlobalAvgPoolBwd),
                         &[dy],
+                        name,
+                        bw,
+                        Some(&hint),
+                    )?,
+                    0,
+                ));
+            }
+        }
+        // d/dx max over h, w: dy at each channel's argmax pixel
+        Op::Pool(PoolOp::GlobalMaxPool) => {
+            let dy = dy.ok_or_else(missing)?;
+            if want(0) {
+                let hint = g.ty(x[0]).clone();
+                let name = gname(x[0], g);
+                out[0] = Some((
+                    g.add_node(
+                        Op::Pool(PoolOp::GlobalMaxPoolBwd),
+                        &[dy, (n, 1)],
                         name,
                         bw,
                         Some(&hint),
@@ -315,6 +378,7 @@ pub fn vjp(
         | Op::Pool(PoolOp::MaxPoolBwd { .. })
         | Op::Pool(PoolOp::AvgPoolBwd { .. })
         | Op::Pool(PoolOp::GlobalAvgPoolBwd)
+        | Op::Pool(PoolOp::GlobalMaxPoolBwd)
         | Op::Pool(PoolOp::UpsampleBwd { .. })
         | Op::Elementwise(ElementwiseOp::UnaryBwd(_))
         | Op::Elementwise(ElementwiseOp::DropoutBwd { .. })

@@ -24,16 +24,35 @@ fn full(batch: usize, shape: &[usize]) -> Vec<usize> {
     s
 }
 
-/// TF/Keras padding before the input along one axis: 'same' pads
-/// `max((out-1)*stride + k - in, 0)` in total, the smaller half on top/left; 'valid' pads nothing.
+/// The padding before the input along the height (TF/Keras 'same': of
+/// `max((out-1)*stride + k - in, 0)` in total, the smaller half on top; see [`Padding::axis`]).
 pub fn pad_before(padding: Padding, input: usize, k: usize, stride: usize) -> usize {
-    match padding {
-        Padding::Valid => 0,
-        Padding::Same => {
-            let out = input.div_ceil(stride);
-            let total = ((out.saturating_sub(1)) * stride + k).saturating_sub(input);
-            total / 2
-        }
+    padding.axis(true, input, k, stride).0
+}
+
+/// The convolution geometry of a `conv2d` layer over an `[N, H, W, C]` input (of a
+/// `conv_transpose2d`: of the convolution it transposes, the padding explicit).
+fn conv_geom(
+    (kernel, stride, dilation): ((usize, usize), (usize, usize), (usize, usize)),
+    padding: Padding,
+    groups: usize,
+    xs: &[usize],
+) -> ConvGeom {
+    let span = |k: usize, d: usize| d * (k - 1) + 1;
+    let (pad_top, pad_bottom) = padding.axis(true, xs[1], span(kernel.0, dilation.0), stride.0);
+    let (pad_left, pad_right) = padding.axis(false, xs[2], span(kernel.1, dilation.1), stride.1);
+    ConvGeom {
+        kh: kernel.0,
+        kw: kernel.1,
+        stride_h: stride.0,
+        stride_w: stride.1,
+        pad_top,
+        pad_bottom,
+        pad_left,
+        pad_right,
+        dil_h: dilation.0,
+        dil_w: dilation.1,
+        groups,
     }
 }
 
@@ -225,27 +244,64 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
                 kernel,
                 stride,
                 padding,
+                dilation,
+                groups,
                 bias: has_bias,
                 ..
             } => {
                 let xs = g.ty(ins[0]).shape.clone();
-                if xs.len() != 4 || *stride == 0 {
+                let positive = [
+                    kernel.0, kernel.1, stride.0, stride.1, dilation.0, dilation.1,
+                ];
+                if xs.len() != 4 || positive.contains(&0) || *groups == 0 {
                     return Err(CompileError::InvalidModel(format!(
-                        "conv `{name}` needs an NHWC input and stride > 0"
+                        "conv `{name}` needs an NHWC input and kernel, stride, dilation, groups > 0"
                     )));
                 }
-                let geom = ConvGeom {
-                    kh: *kernel,
-                    kw: *kernel,
-                    stride: *stride,
-                    pad_top: pad_before(*padding, xs[1], *kernel, *stride),
-                    pad_left: pad_before(*padding, xs[2], *kernel, *stride),
-                };
+                let geom = conv_geom((*kernel, *stride, *dilation), *padding, *groups, &xs);
                 g.add_node(
                     Op::Conv(ConvOp::Conv2d {
                         geom,
                         bias: *has_bias,
                         epi: Epilogue::NONE,
+                    }),
+                    &want(*has_bias)?,
+                    name,
+                    ph,
+                    Some(&hint),
+                )?
+            }
+            Layer::ConvTranspose2d {
+                kernel,
+                stride,
+                padding: (top, bottom, left, right),
+                output_padding,
+                dilation,
+                groups,
+                bias: has_bias,
+                ..
+            } => {
+                let xs = g.ty(ins[0]).shape.clone();
+                let positive = [
+                    kernel.0, kernel.1, stride.0, stride.1, dilation.0, dilation.1,
+                ];
+                if xs.len() != 4 || positive.contains(&0) || *groups == 0 {
+                    return Err(CompileError::InvalidModel(format!(
+                        "conv_transpose2d `{name}` needs an NHWC input and kernel, stride, dilation, groups > 0"
+                    )));
+                }
+                let padding = Padding::Explicit {
+                    top: *top,
+                    bottom: *bottom,
+                    left: *left,
+                    right: *right,
+                };
+                let geom = conv_geom((*kernel, *stride, *dilation), padding, *groups, &xs);
+                g.add_node(
+                    Op::Conv(ConvOp::ConvTranspose2d {
+                        geom,
+                        out_pad: *output_padding,
+                        bias: *has_bias,
                     }),
                     &want(*has_bias)?,
                     name,
@@ -263,11 +319,16 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
                 ph,
                 None,
             )?,
-            Layer::MaxPool { size, stride } => g.add_node(
+            Layer::MaxPool {
+                size,
+                stride,
+                padding,
+            } => g.add_node(
                 Op::Pool(PoolOp::MaxPool {
                     geom: PoolGeom {
                         size: *size,
                         stride: *stride,
+                        pad: *padding,
                     },
                 }),
                 &ins,
@@ -275,11 +336,16 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
                 ph,
                 None,
             )?,
-            Layer::AvgPool { size, stride } => g.add_node(
+            Layer::AvgPool {
+                size,
+                stride,
+                padding,
+            } => g.add_node(
                 Op::Pool(PoolOp::AvgPool {
                     geom: PoolGeom {
                         size: *size,
                         stride: *stride,
+                        pad: *padding,
                     },
                 }),
                 &ins,
@@ -289,6 +355,9 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
             )?,
             Layer::GlobalAvgPool => {
                 g.add_node(Op::Pool(PoolOp::GlobalAvgPool), &ins, name, ph, None)?
+            }
+            Layer::GlobalMaxPool => {
+                g.add_node(Op::Pool(PoolOp::GlobalMaxPool), &ins, name, ph, None)?
             }
             Layer::Upsample { factor } => {
                 let op = Op::Pool(PoolOp::Upsample { factor: *factor });

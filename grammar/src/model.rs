@@ -67,30 +67,91 @@ pub enum Padding {
     Same,
     /// No padding: out = (in - kernel) / stride + 1.
     Valid,
+    /// Zeros on each side (PyTorch's `padding`): out = (in + before + after - span) / stride + 1,
+    /// `span` the dilated kernel's extent.
+    Explicit {
+        top: usize,
+        bottom: usize,
+        left: usize,
+        right: usize,
+    },
+}
+
+impl Padding {
+    /// The padding (before, after) along one axis of `input` cells, for a dilated kernel extent
+    /// `span` and `stride`: `same` pads `max((ceil(in/stride) - 1)*stride + span - in, 0)` in
+    /// total, the smaller half first (as TF/Keras); `valid` nothing; explicit padding as given
+    /// (`first`: the height's top/bottom, else the width's left/right).
+    pub fn axis(self, first: bool, input: usize, span: usize, stride: usize) -> (usize, usize) {
+        match self {
+            Padding::Valid => (0, 0),
+            Padding::Same => {
+                let out = input.div_ceil(stride.max(1));
+                let total = (out.saturating_sub(1) * stride + span).saturating_sub(input);
+                (total / 2, total - total / 2)
+            }
+            Padding::Explicit {
+                top,
+                bottom,
+                left,
+                right,
+            } => {
+                if first {
+                    (top, bottom)
+                } else {
+                    (left, right)
+                }
+            }
+        }
+    }
 }
 
 /// One primitive layer. `activation:` arguments are expanded by the checker into separate
 /// `Layer::Act` nodes, so the compiler only ever sees primitive layers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Layer {
-    /// weight `[k, k, c_in, filters]` (HWIO, as Keras/TF), bias `[filters]`.
+    /// weight `[kh, kw, c_in / groups, filters]` (HWIO, as Keras/TF), bias `[filters]`;
+    /// `kernel`, `stride` and `dilation` are (height, width).
     Conv2d {
         filters: usize,
-        kernel: usize,
-        stride: usize,
+        kernel: (usize, usize),
+        stride: (usize, usize),
         padding: Padding,
+        dilation: (usize, usize),
+        groups: usize,
         bias: bool,
     },
+    /// The transposed convolution (PyTorch's `ConvTranspose2d`): weight `[kh, kw, filters / groups,
+    /// c_in]` (the HWIO weight of the convolution it transposes, from `filters` channels to
+    /// `c_in`; Keras' `Conv2DTranspose` kernel), bias `[filters]`; `padding` is (top, bottom, left,
+    /// right) cells taken off the output, `output_padding` (height, width) cells added at the
+    /// bottom and right, each below its stride.
+    ConvTranspose2d {
+        filters: usize,
+        kernel: (usize, usize),
+        stride: (usize, usize),
+        padding: (usize, usize, usize, usize),
+        output_padding: (usize, usize),
+        dilation: (usize, usize),
+        groups: usize,
+        bias: bool,
+    },
+    /// `padding` cells on every side, never the maximum.
     MaxPool {
         size: usize,
         stride: usize,
+        padding: usize,
     },
+    /// `padding` cells on every side, counted as zeros (the divisor is always `size * size`).
     AvgPool {
         size: usize,
         stride: usize,
+        padding: usize,
     },
     /// `[h, w, c] -> [c]`
     GlobalAvgPool,
+    /// `[h, w, c] -> [c]`, the maximum.
+    GlobalMaxPool,
     /// Nearest-neighbour upsampling: `[h, w, c] -> [h * factor, w * factor, c]`.
     Upsample {
         factor: usize,
@@ -120,9 +181,11 @@ impl Layer {
     pub fn entry_name(&self) -> &'static str {
         match self {
             Layer::Conv2d { .. } => "conv2d",
+            Layer::ConvTranspose2d { .. } => "conv_transpose2d",
             Layer::MaxPool { .. } => "maxpool",
             Layer::AvgPool { .. } => "avgpool",
             Layer::GlobalAvgPool => "global_avgpool",
+            Layer::GlobalMaxPool => "global_maxpool",
             Layer::Upsample { .. } => "upsample",
             Layer::Dense { .. } => "dense",
             Layer::Flatten => "flatten",

@@ -175,7 +175,9 @@ pub struct Plan {
 /// gradient, `GlobalAvgPoolBwdAct`; each field absent when off, so unfused ops read as in 3.
 /// 5: `CrossEntropyLoss { label_smoothing }` (was a unit variant), and the ops and rules added with
 /// it (activations with a parameter, `Softmax`, the MAE / Huber / BCE losses, RMSprop and Lion).
-pub const FORMAT_VERSION: u32 = 5;
+/// 6: `ConvGeom` with a stride, padding and dilation per axis (and side) and `groups`; `PoolGeom`'s
+/// `pad` (absent when 0); `GlobalMaxPool`.
+pub const FORMAT_VERSION: u32 = 6;
 
 impl Plan {
     /// Whether the runtime reads buffer `id` after the last step: the output always, the loss

@@ -42,20 +42,35 @@ pub fn random_args(k: &Kernel, rng: &mut ChaCha8Rng) -> Vec<Vec<u8>> {
                         .collect()
                 }
                 DType::I32 => {
-                    let classes = k.arg_shapes[0].get(1).copied().unwrap_or(1).max(1) as i32;
+                    // class labels (the logits' second axis), or a global max-pool's argmax
+                    // (a pixel of dx [N,H,W,C])
+                    let classes = match k.op {
+                        Op::Pool(PoolOp::GlobalMaxPoolBwd) => k.arg_shapes.get(2).map_or(1, |s| {
+                            s.get(1).copied().unwrap_or(1) * s.get(2).copied().unwrap_or(1)
+                        }),
+                        _ => k.arg_shapes[0].get(1).copied().unwrap_or(1),
+                    };
+                    let classes = classes.clamp(1, i32::MAX as usize) as i32;
                     (0..n)
                         .flat_map(|_| rng.random_range(0..classes).to_ne_bytes())
                         .collect()
                 }
-                DType::U8 => {
-                    let win = match k.op {
-                        Op::Pool(PoolOp::MaxPoolBwd { geom }) => {
-                            (geom.size * geom.size).clamp(1, 256)
-                        }
-                        _ => 256,
-                    };
-                    (0..n).map(|_| rng.random_range(0..win) as u8).collect()
-                }
+                DType::U8 => match k.op {
+                    // with padding, a position of the window's inner (size - 2 pad)^2 cells, which
+                    // every window holds inside the image (one in the padding is a corrupt argmax)
+                    Op::Pool(PoolOp::MaxPoolBwd { geom }) if geom.size > 2 * geom.pad => {
+                        let (s, p) = (geom.size, geom.pad);
+                        let inner = s - 2 * p;
+                        (0..n)
+                            .map(|_| {
+                                let (a, b) =
+                                    (rng.random_range(0..inner), rng.random_range(0..inner));
+                                ((p + a) * s + p + b).min(255) as u8
+                            })
+                            .collect()
+                    }
+                    _ => (0..n).map(|_| rng.random_range(0..=255u8)).collect(),
+                },
             }
         })
         .collect()

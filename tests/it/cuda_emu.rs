@@ -228,6 +228,34 @@ fn small_deep_convnet_trains_through_emulated_kernels_like_the_cpu_backend() {
 /// exactly like the CPU backend on those plans.
 #[test]
 #[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
+fn a_transposed_convolution_net_trains_through_emulated_kernels_like_the_cpu_backend() {
+    // an encoder-decoder: a strided convolution down, transposed convolutions back up (PyTorch's
+    // 3x3/2 padding 1 output padding 1, and a grouped one), an image-shaped regression target
+    const SRC: &str = "input x: [6, 6, 2]
+target y: [6, 6, 2]
+h = x |> conv2d(4, 3, stride: 2, padding: 1, activation: relu)
+u = h |> conv_transpose2d(4, 3, stride: 2, padding: 1, output_padding: 1, activation: tanh)
+out = u |> conv_transpose2d(2, 1, groups: 2)
+loss mse(out, y)
+train { batch: 2, optimizer: adam(lr: 0.01) }
+";
+    for mode in [Mode::Train, Mode::Eval] {
+        let plan = plan_of_source(SRC, "transposed.dm", mode, None);
+        assert!(plan
+            .kernels
+            .iter()
+            .any(|k| k.op.kind_name() == "conv_transpose2d"));
+        let checks = check_plan(&plan, CheckRun::default()).expect("emulate");
+        assert_all_ok(&format!("transposed convolutions {mode:?}"), &checks);
+    }
+    trains_like_the_cpu_backend(
+        "transposed convolutions",
+        plan_of_source(SRC, "transposed.dm", Mode::Train, None),
+    );
+}
+
+#[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
 fn capped_remat_and_unfused_plans_train_through_emulated_kernels_like_the_cpu_backend() {
     let model =
         dmc_grammar::compile_source(SMALL_DEEP_CONVNET, "small_deep_convnet.dm").expect("parse");

@@ -221,6 +221,40 @@ fn the_new_losses() {
 }
 
 #[test]
+fn cross_entropy_net_with_every_convolution_and_pooling_geometry() {
+    // ResNet's stem (7x7/2 padding 3, 3x3/2 max-pool padding 1), non-square kernels and strides,
+    // padding per side, dilation, a depthwise and a grouped convolution, padded average pooling and
+    // global max pooling.
+    check_gradients(
+        "input x: [12, 11, 2]
+         target y: int
+         h = x |> conv2d(4, 7, stride: 2, padding: 3, activation: tanh) |> maxpool(3, stride: 2, padding: 1) |> avgpool(2, stride: 1, padding: 1)
+         d = h |> conv2d(8, 3, groups: 4, padding: 1, activation: sigmoid) |> conv2d(4, (1, 3), stride: (1, 2), padding: (0, 1, 1, 0))
+         e = d |> conv2d(4, 2, dilation: 2, padding: 1, groups: 2, activation: tanh)
+         logits = e |> global_maxpool |> dense(3)
+         loss cross_entropy(logits, y)
+         train { batch: 2, optimizer: sgd(lr: 1) }",
+        3,
+    );
+}
+
+#[test]
+fn mse_net_with_transposed_convolutions() {
+    // PyTorch's upsampling 3x3/2 padding 1 with an output padding on one axis, a grouped one with a
+    // non-square kernel and stride and no bias, a dilated one with padding per side
+    check_gradients(
+        "input x: [4, 3, 2]
+         target y: [3]
+         h = x |> conv2d(4, 3, stride: 2, padding: 1, activation: tanh) |> conv_transpose2d(4, 3, stride: 2, padding: 1, output_padding: (0, 1), activation: tanh)
+         e = h |> conv_transpose2d(4, (2, 3), stride: (1, 2), groups: 2, bias: false) |> conv_transpose2d(2, 2, stride: 2, dilation: 2, padding: (1, 0, 0, 1))
+         out = e |> flatten |> dense(3)
+         loss mse(out, y)
+         train { batch: 2, optimizer: sgd(lr: 1) }",
+        0,
+    );
+}
+
+#[test]
 fn the_gradient_test_can_fail() {
     // A wrong "gradient" (the update of a different learning rate) must be caught by the same check.
     let m = model(

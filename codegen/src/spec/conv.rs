@@ -25,9 +25,16 @@ fn conv_ctx(kind: &str, g: &ConvGeom, x: &[usize], y: &[usize], bias: bool) -> C
     ctx.insert("co", &y[3]);
     ctx.insert("kh", &g.kh);
     ctx.insert("kw", &g.kw);
-    ctx.insert("stride", &g.stride);
+    ctx.insert("stride_h", &g.stride_h);
+    ctx.insert("stride_w", &g.stride_w);
+    ctx.insert("dil_h", &g.dil_h);
+    ctx.insert("dil_w", &g.dil_w);
     ctx.insert("pad_top", &g.pad_top);
     ctx.insert("pad_left", &g.pad_left);
+    let groups = g.groups.max(1);
+    ctx.insert("groups", &groups);
+    ctx.insert("cig", &(x[3] / groups));
+    ctx.insert("cog", &(y[3] / groups));
     ctx.insert("bias", &bias);
     ctx.insert("fused_epi", &false);
     ctx
@@ -46,18 +53,46 @@ pub(crate) fn forward(
     s.rank(y, 4, "y")?;
     let mut ctx = conv_ctx(s.kind(), geom, x, y, bias);
     epilogue_ctx(&mut ctx, epi, EpilogueSide::Forward);
-    let gk = geom.kh * geom.kw * x[3];
-    let gm = y[0] * y[1] * y[2];
-    // the im2col workspace (the CPU's) holds the partial sums of a split-K
+    let gr = groups(s, geom, x[3], y[3])?;
+    let gk = geom.kh * geom.kw * x[3] / gr;
+    let (gm, gn) = (y[0] * y[1] * y[2], y[3] / gr);
+    // the im2col workspace (the CPU's) holds the partial sums of a split-K (one group only)
     let ws = numel(s.shape(yi + 1)?);
-    gemm(
-        s,
-        "conv2d_fwd.cu.tera",
-        ctx,
-        (gm, y[3], gk),
-        (true, false),
-        (split_k(gm, y[3], gk, ws), "cols"),
+    let split = if gr > 1 { 1 } else { split_k(gm, gn, gk, ws) };
+    grouped(
+        gemm(
+            s,
+            "conv2d_fwd.cu.tera",
+            ctx,
+            (gm, gn, gk),
+            (true, false),
+            (split, "cols"),
+        )?,
+        gr,
     )
+}
+
+/// The groups of a convolution, checked against its channels (`ci` in, `co` out).
+fn groups(s: &Site, geom: &ConvGeom, ci: usize, co: usize) -> Result<usize, CodegenError> {
+    let g = geom.groups;
+    if g == 0 || !ci.is_multiple_of(g) || !co.is_multiple_of(g) || g > 65535 {
+        return Err(CodegenError::Grid {
+            kernel: s.name().into(),
+            message: format!("{g} groups over {ci} input and {co} output channels"),
+        });
+    }
+    Ok(g)
+}
+
+/// A grouped convolution's GEMM: one GEMM per group, the group being the block's grid z (never
+/// split along k: grid z is the group).
+fn grouped(mut sp: Spec, groups: usize) -> Result<Spec, CodegenError> {
+    if groups > 1 {
+        debug_assert_eq!(sp.split, 1);
+        sp.grid[2] = groups as u32;
+        sp.outputs *= groups;
+    }
+    Ok(sp)
 }
 
 /// `Conv2dBwdData`: dy, w, (g), (saved), dx; in place, dx is written over saved.
@@ -74,14 +109,44 @@ pub(crate) fn backward_data(
     let mut ctx = conv_ctx(s.kind(), geom, dx, dy, false);
     epilogue_ctx(&mut ctx, epi, EpilogueSide::DataGradient);
     ctx.insert("dx", if in_place { "saved" } else { "dx" });
-    let gk = geom.kh * geom.kw * dy[3];
-    gemm(
-        s,
-        "conv2d_bwd_data.cu.tera",
-        ctx,
-        (dx[0] * dx[1] * dx[2], dx[3], gk),
-        (true, true),
-        (1, ""), // no workspace in its signature
+    ctx.insert("src", "dy");
+    let gr = groups(s, geom, dx[3], dy[3])?;
+    let gk = geom.kh * geom.kw * dy[3] / gr;
+    grouped(
+        gemm(
+            s,
+            "conv2d_bwd_data.cu.tera",
+            ctx,
+            (dx[0] * dx[1] * dx[2], dx[3] / gr, gk),
+            (true, true),
+            (1, ""), // no workspace in its signature
+        )?,
+        gr,
+    )
+}
+
+/// `ConvTranspose2d`: x, w, (b), y: the data-gradient GEMM of the convolution from y to x, x read
+/// as its dy, y written as its dx (plus the bias).
+pub(crate) fn transpose(s: &Site, geom: &ConvGeom, bias: bool) -> Result<Spec, CodegenError> {
+    let (x, y) = (s.shape(0)?, s.shape(2 + bias as usize)?);
+    s.rank(x, 4, "x")?;
+    s.rank(y, 4, "y")?;
+    let mut ctx = conv_ctx(s.kind(), geom, y, x, bias);
+    epilogue_ctx(&mut ctx, &Epilogue::NONE, EpilogueSide::DataGradient);
+    ctx.insert("dx", "y");
+    ctx.insert("src", "x");
+    let gr = groups(s, geom, y[3], x[3])?;
+    let gk = geom.kh * geom.kw * x[3] / gr;
+    grouped(
+        gemm(
+            s,
+            "conv2d_bwd_data.cu.tera",
+            ctx,
+            (y[0] * y[1] * y[2], y[3] / gr, gk),
+            (true, true),
+            (1, ""), // no workspace in its signature
+        )?,
+        gr,
     )
 }
 
@@ -99,7 +164,8 @@ pub(crate) fn backward_weight(
     s.rank(x, 4, "x")?;
     s.rank(dy, 4, "dy")?;
     let ctx = conv_ctx(s.kind(), geom, x, dy, false);
-    let gm = geom.kh * geom.kw * x[3];
+    let gr = groups(s, geom, x[3], dy[3])?;
+    let (gm, gn) = (geom.kh * geom.kw * x[3] / gr, dy[3] / gr);
     let gk = dy[0] * dy[1] * dy[2];
     // the largest workspace (the CPU's im2col `cols`, or the fused op's gradient chunk `gw`)
     // holds the partial sums of a split-K
@@ -118,13 +184,17 @@ pub(crate) fn backward_weight(
             })
             .max_by_key(|(_, n)| *n)
             .unwrap_or_default();
-    let mut sp = gemm(
-        s,
-        "conv2d_bwd_weight.cu.tera",
-        ctx,
-        (gm, dy[3], gk),
-        (false, false),
-        (split_k(gm, dy[3], gk, ws), &ws_slot),
+    let split = if gr > 1 { 1 } else { split_k(gm, gn, gk, ws) };
+    let mut sp = grouped(
+        gemm(
+            s,
+            "conv2d_bwd_weight.cu.tera",
+            ctx,
+            (gm, gn, gk),
+            (false, false),
+            (split, &ws_slot),
+        )?,
+        gr,
     )?;
     if let Some(rule) = rule {
         rule_ctx(&mut sp.ctx, rule, "w", true);
@@ -153,6 +223,7 @@ pub(crate) fn spec(s: &Site, op: &ConvOp) -> Result<Spec, CodegenError> {
             keep_old,
             ..
         } => backward_weight(s, geom, Some(rule), (*bias, *keep_old)),
+        ConvOp::ConvTranspose2d { geom, bias, .. } => transpose(s, geom, *bias),
     }
 }
 
@@ -161,27 +232,9 @@ pub(crate) fn spec(s: &Site, op: &ConvOp) -> Result<Spec, CodegenError> {
 pub(crate) fn zoo() -> Vec<super::cases::Case> {
     use super::cases::{adam, fused, fused_bias, sgd};
     use dmc_plan::op::{conv_workspace_elems, Op, UnaryKind};
-    let g2 = ConvGeom {
-        kh: 3,
-        kw: 3,
-        stride: 2,
-        pad_top: 1,
-        pad_left: 1,
-    };
-    let g1 = ConvGeom {
-        kh: 2,
-        kw: 2,
-        stride: 1,
-        pad_top: 0,
-        pad_left: 0,
-    };
-    let g3 = ConvGeom {
-        kh: 3,
-        kw: 3,
-        stride: 1,
-        pad_top: 1,
-        pad_left: 1,
-    };
+    let g2 = ConvGeom::square(3, 2, 1);
+    let g1 = ConvGeom::square(2, 1, 0);
+    let g3 = ConvGeom::square(3, 1, 1);
     let (x2, w2, y2) = (vec![2, 7, 9, 3], vec![3, 3, 3, 5], vec![2, 4, 5, 5]);
     let ws2 = vec![conv_workspace_elems(&g2, &x2, &y2)];
     let (x1, w1, y1) = (vec![1, 5, 5, 2], vec![2, 2, 2, 3], vec![1, 4, 4, 3]);
@@ -344,5 +397,106 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         ww,
         vec![5],
     ));
+    v.extend(zoo_geometries());
+    v
+}
+
+/// The zoo's other geometries, each with its forward (bias), data gradient, weight gradient and
+/// fused update (bias, Adam): a non-square kernel with a stride per axis, padding on each side and
+/// dilation; a depthwise convolution (groups = input channels, two outputs per channel); two
+/// groups of three channels.
+fn zoo_geometries() -> Vec<super::cases::Case> {
+    use super::cases::{adam, fused_bias};
+    use dmc_plan::op::{conv_workspace_elems, Op};
+    let odd = ConvGeom {
+        kh: 3,
+        kw: 2,
+        stride_h: 2,
+        stride_w: 1,
+        pad_top: 2,
+        pad_bottom: 1,
+        pad_left: 0,
+        pad_right: 1,
+        dil_h: 2,
+        dil_w: 1,
+        groups: 1,
+    };
+    let depthwise = ConvGeom {
+        groups: 4,
+        ..ConvGeom::square(3, 2, 1)
+    };
+    let two = ConvGeom {
+        groups: 2,
+        ..ConvGeom::square(3, 1, 1)
+    };
+    let mut v = vec![];
+    for (g, x, co) in [
+        (odd, [2, 9, 6, 3], 5),
+        (depthwise, [2, 7, 8, 4], 8),
+        (two, [1, 5, 6, 6], 4),
+    ] {
+        let (ho, wo) = g.out_hw(x[1], x[2]).unwrap_or((1, 1));
+        let (x, y) = (x.to_vec(), vec![x[0], ho, wo, co]);
+        let w = vec![g.kh, g.kw, x[3] / g.groups, co];
+        let ws = vec![conv_workspace_elems(&g, &x, &y)];
+        v.push((
+            Op::Conv(ConvOp::Conv2d {
+                geom: g,
+                bias: true,
+                epi: Epilogue::NONE,
+            }),
+            vec![x.clone(), w.clone(), vec![co], y.clone(), ws.clone()],
+        ));
+        v.push((
+            Op::Conv(ConvOp::Conv2dBwdData {
+                geom: g,
+                epi: Epilogue::NONE,
+                in_place: false,
+            }),
+            vec![y.clone(), w.clone(), x.clone()],
+        ));
+        v.push((
+            Op::Conv(ConvOp::Conv2dBwdWeight { geom: g }),
+            vec![x.clone(), y.clone(), w.clone(), ws],
+        ));
+        v.push(fused_bias(
+            Op::Conv(ConvOp::Conv2dBwdWeightUpdate {
+                geom: g,
+                rule: adam(true),
+                chunk: 3,
+                bias: true,
+                keep_old: false,
+            }),
+            vec![x, y],
+            w,
+            vec![co],
+        ));
+    }
+    // transposed convolutions: the odd geometry with an output padding (bias), and two groups with
+    // a stride of 2 and output padding on both axes (no bias)
+    let two_s2 = ConvGeom {
+        groups: 2,
+        ..ConvGeom::square(3, 2, 1)
+    };
+    for (g, out_pad, x, co, bias) in [
+        (odd, (1, 0), [2, 4, 5, 5], 3, true),
+        (two_s2, (1, 1), [1, 3, 4, 4], 6, false),
+    ] {
+        let (ho, wo) = g.transposed_out_hw((x[1], x[2]), out_pad).unwrap_or((1, 1));
+        let w = vec![g.kh, g.kw, co / g.groups, x[3]];
+        let mut shapes = vec![x.to_vec(), w];
+        if bias {
+            shapes.push(vec![co]);
+        }
+        shapes.push(vec![x[0], ho, wo, co]);
+        v.push((
+            Op::Conv(ConvOp::ConvTranspose2d {
+                geom: g,
+                out_pad,
+                bias,
+            }),
+            shapes,
+        ));
+    }
     v
 }

@@ -27,6 +27,7 @@ fn pool(
     let big = [numel(x), numel(y)].iter().any(|&v| v >= (1usize << 31));
     sp.ctx.insert("idx", if big { "u64" } else { "unsigned" });
     sp.ctx.insert("stride", &g.stride);
+    sp.ctx.insert("pad", &g.pad);
     Ok(sp)
 }
 
@@ -46,12 +47,28 @@ pub(crate) fn backward(s: &Site, geom: &PoolGeom, dx_slot: usize) -> Result<Spec
     pool(s, geom, dx, dy, numel(dx))
 }
 
-/// `GlobalAvgPool`: x, y; one thread per (sample, channel).
+/// `GlobalAvgPool` or `GlobalMaxPool`: x, y (, argmax); one thread per (sample, channel).
 pub(crate) fn global(s: &Site) -> Result<Spec, CodegenError> {
     let x = s.shape(0)?;
     s.rank(x, 4, "x")?;
-    let g = PoolGeom { size: 1, stride: 1 };
+    let g = PoolGeom {
+        size: 1,
+        stride: 1,
+        pad: 0,
+    };
     pool(s, &g, x, x, x[0] * x[3])
+}
+
+/// `GlobalMaxPoolBwd`: dy, argmax, dx; one thread per element of dx.
+fn global_max_bwd(s: &Site) -> Result<Spec, CodegenError> {
+    let dx = s.shape(2)?;
+    s.rank(dx, 4, "dx")?;
+    let g = PoolGeom {
+        size: 1,
+        stride: 1,
+        pad: 0,
+    };
+    pool(s, &g, dx, dx, numel(dx))
 }
 
 /// `Upsample` (x, y) or `UpsampleBwd` (dy, dx) by `factor`: `slots` are (small image, large
@@ -63,6 +80,7 @@ fn upsample(s: &Site, factor: usize, slots: (usize, usize)) -> Result<Spec, Code
     let g = PoolGeom {
         size: factor,
         stride: factor,
+        pad: 0,
     };
     let out = if slots.1 == 1 { large } else { small };
     pool(s, &g, small, large, numel(out))
@@ -74,7 +92,8 @@ pub(crate) fn spec(s: &Site, op: &PoolOp) -> Result<Spec, CodegenError> {
         PoolOp::MaxPool { geom } | PoolOp::AvgPool { geom } => forward(s, geom),
         PoolOp::MaxPoolBwd { geom } => backward(s, geom, 2),
         PoolOp::AvgPoolBwd { geom } => backward(s, geom, 1),
-        PoolOp::GlobalAvgPool => global(s),
+        PoolOp::GlobalAvgPool | PoolOp::GlobalMaxPool => global(s),
+        PoolOp::GlobalMaxPoolBwd => global_max_bwd(s),
         PoolOp::GlobalAvgPoolBwd => super::elementwise::global_avgpool_bwd(s),
         PoolOp::GlobalAvgPoolBwdAct(k) => super::elementwise::global_avgpool_bwd_act(s, *k, false),
         PoolOp::GlobalAvgPoolBwdActInPlace(k) => {
@@ -90,14 +109,47 @@ pub(crate) fn spec(s: &Site, op: &PoolOp) -> Result<Spec, CodegenError> {
     }
 }
 
-/// The zoo's pooling ops: max (two geometries) and average pooling, global average pooling, and
-/// their gradients.
+/// The zoo's pooling ops: max (three geometries, one padded: ResNet's 3x3/2 with padding 1) and
+/// average pooling (also padded), global average and max pooling, and their gradients.
 pub(crate) fn zoo() -> Vec<super::cases::Case> {
     use dmc_plan::op::Op;
-    let p2 = PoolGeom { size: 2, stride: 2 };
-    let p3 = PoolGeom { size: 3, stride: 2 };
+    let p2 = PoolGeom {
+        size: 2,
+        stride: 2,
+        pad: 0,
+    };
+    let p3 = PoolGeom {
+        size: 3,
+        stride: 2,
+        pad: 0,
+    };
+    let p3p = PoolGeom { pad: 1, ..p3 };
     let p = |op: PoolOp| Op::Pool(op);
     vec![
+        (
+            p(PoolOp::MaxPool { geom: p3p }),
+            vec![vec![2, 8, 7, 3], vec![2, 4, 4, 3], vec![2, 4, 4, 3]],
+        ),
+        (
+            p(PoolOp::MaxPoolBwd { geom: p3p }),
+            vec![vec![2, 4, 4, 3], vec![2, 4, 4, 3], vec![2, 8, 7, 3]],
+        ),
+        (
+            p(PoolOp::AvgPool { geom: p3p }),
+            vec![vec![2, 8, 7, 3], vec![2, 4, 4, 3]],
+        ),
+        (
+            p(PoolOp::AvgPoolBwd { geom: p3p }),
+            vec![vec![2, 4, 4, 3], vec![2, 8, 7, 3]],
+        ),
+        (
+            p(PoolOp::GlobalMaxPool),
+            vec![vec![2, 3, 4, 5], vec![2, 5], vec![2, 5]],
+        ),
+        (
+            p(PoolOp::GlobalMaxPoolBwd),
+            vec![vec![2, 5], vec![2, 5], vec![2, 3, 4, 5]],
+        ),
         (
             p(PoolOp::MaxPool { geom: p2 }),
             vec![vec![2, 5, 5, 3], vec![2, 2, 2, 3], vec![2, 2, 2, 3]],

@@ -16,14 +16,12 @@ fn shapes(op: &Op, ins: &[TensorType], hint: Option<&TensorType>) -> Vec<TensorT
     infer_outputs(op, ins, hint).unwrap_or_else(|e| panic!("{}: {e}", op.kind_name()))
 }
 
-const G3: ConvGeom = ConvGeom {
-    kh: 3,
-    kw: 3,
-    stride: 1,
-    pad_top: 1,
-    pad_left: 1,
+const G3: ConvGeom = ConvGeom::square(3, 1, 1);
+const POOL: PoolGeom = PoolGeom {
+    size: 2,
+    stride: 2,
+    pad: 0,
 };
-const POOL: PoolGeom = PoolGeom { size: 2, stride: 2 };
 
 #[test]
 fn forward_ops() {
@@ -39,7 +37,11 @@ fn forward_ops() {
     );
     // stride 2 'same' on 5: out 3, pad_total 2, pad_top 1.
     let s2 = Op::Conv(ConvOp::Conv2d {
-        geom: ConvGeom { stride: 2, ..G3 },
+        geom: ConvGeom {
+            stride_h: 2,
+            stride_w: 2,
+            ..G3
+        },
         bias: false,
         epi: Default::default(),
     });
@@ -351,6 +353,7 @@ fn max_pool_windows_fit_their_one_byte_argmax() {
     let big = PoolGeom {
         size: 17,
         stride: 17,
+        pad: 0,
     };
     assert!(infer_outputs(&Op::Pool(PoolOp::MaxPool { geom: big }), &[x.clone()], None).is_err());
     // average pooling keeps no argmax: any window

@@ -81,11 +81,9 @@ fn conv_geometry_and_label_reshape() {
         g.node(conv2).op,
         Op::Conv(ConvOp::Conv2d {
             geom: ConvGeom {
-                kh: 2,
-                kw: 2,
-                stride: 1,
-                pad_top: 0,
-                pad_left: 0
+                pad_bottom: 1,
+                pad_right: 1,
+                ..ConvGeom::square(2, 1, 0)
             },
             bias: true,
             epi: Default::default(),

@@ -9,7 +9,7 @@ use crate::diag::{Error, Kind};
 use crate::layers::args::{ArgDefault, ArgKind, ArgValue, Args};
 use crate::layers::LayerDef;
 use crate::limits::MAX_DIM;
-use crate::model::{Activation, Span};
+use crate::model::{Activation, Padding, Span};
 use std::collections::HashMap;
 
 /// A signature to bind a call to: the operation's name, its arguments (name, has a default), and
@@ -49,42 +49,94 @@ impl Bound {
         let Some((v, span)) = self.get(k) else {
             return Ok(default);
         };
-        let i = match v {
-            Val::Int(i) => *i,
-            Val::Float(f) if f.fract() == 0.0 && f.abs() < 1e15 => *f as i64,
-            Val::Poison => return Err(Error::follow_on(*span)),
-            other => {
-                let mut e = err(
-                    Kind::Argument,
-                    *span,
-                    format!("`{k}` must be a whole number, found {}", describe(other)),
-                )
-                .label("expected an integer");
-                if matches!(other, Val::Tuple(_)) && matches!(k, "kernel" | "size" | "stride") {
-                    e = e.help(format!("kernels, windows and strides are square: write one number, e.g. `{k}: 3` for 3x3"));
-                }
-                return Err(e);
-            }
+        int_of(k, v, *span, min)
+    }
+    /// A whole number `>= min`, or a pair of them `(height, width)` (`kernel: (1, 7)`).
+    pub(super) fn pair(&self, k: &str, min: i64) -> Result<(usize, usize), Error> {
+        let Some((v, span)) = self.get(k) else {
+            return Err(err(Kind::Argument, self.call, format!("`{k}` is missing")));
         };
-        if i < min {
-            let what = if min == 1 {
-                "positive (at least 1)"
-            } else {
-                "at least 0"
-            };
-            return Err(err(
+        match v {
+            Val::Tuple(items) if items.len() == 2 => {
+                let a = self.tuple_item(k, &items[0], min)?;
+                let b = self.tuple_item(k, &items[1], min)?;
+                Ok((a, b))
+            }
+            Val::Tuple(items) => Err(err(
                 Kind::Argument,
                 *span,
-                format!("`{k}` must be {what}, found {i}"),
+                format!(
+                    "`{k}` takes one number or a pair (height, width), found {} numbers",
+                    items.len()
+                ),
             )
-            .label("out of range"));
+            .label("expected 1 or 2 numbers")
+            .help(format!("e.g. `{k}: 3` or `{k}: (1, 7)`"))),
+            _ => {
+                let n = self.int(k, 0, min)? as usize;
+                Ok((n, n))
+            }
         }
-        if i > MAX_DIM {
-            return Err(
-                err(Kind::Argument, *span, format!("`{k}` = {i} is too large")).label("too large"),
-            );
+    }
+    /// One number of a tuple argument, checked as [`Bound::int`] checks a whole argument.
+    fn tuple_item(&self, k: &str, item: &(Val, Span), min: i64) -> Result<usize, Error> {
+        Ok(int_of(k, &item.0, item.1, min)? as usize)
+    }
+    /// A convolution's padding: `same` / `valid` (one of `words`), a number for every side, a
+    /// pair (height, width) each on both sides, or four numbers (top, bottom, left, right).
+    pub(super) fn padding(&self, k: &str, words: &[&'static str]) -> Result<Padding, Error> {
+        let Some((v, span)) = self.get(k) else {
+            return Ok(Padding::Same);
+        };
+        let sym = |p: usize| Padding::Explicit {
+            top: p,
+            bottom: p,
+            left: p,
+            right: p,
+        };
+        match v {
+            Val::Sym(_) => Ok(match self.choice(k, words, "same")? {
+                "valid" => Padding::Valid,
+                _ => Padding::Same,
+            }),
+            Val::Tuple(items) if items.len() == 2 => {
+                let h = self.tuple_item(k, &items[0], 0)?;
+                let w = self.tuple_item(k, &items[1], 0)?;
+                Ok(Padding::Explicit {
+                    top: h,
+                    bottom: h,
+                    left: w,
+                    right: w,
+                })
+            }
+            Val::Tuple(items) if items.len() == 4 => {
+                let mut p = [0; 4];
+                for (o, it) in p.iter_mut().zip(items) {
+                    *o = self.tuple_item(k, it, 0)?;
+                }
+                Ok(Padding::Explicit {
+                    top: p[0],
+                    bottom: p[1],
+                    left: p[2],
+                    right: p[3],
+                })
+            }
+            Val::Tuple(items) => Err(err(
+                Kind::Argument,
+                *span,
+                format!("`{k}` takes 1, 2 or 4 numbers, found {}", items.len()),
+            )
+            .label("expected 1, 2 or 4 numbers")
+            .help(format!("`{k}: 1` pads every side by 1, `{k}: (1, 2)` pads the height by 1 and the width by 2 on both sides, `{k}: (0, 1, 0, 1)` is (top, bottom, left, right)"))),
+            Val::Poison => Err(Error::follow_on(*span)),
+            Val::Tensor(_) => Err(err(
+                Kind::Argument,
+                *span,
+                format!("`{k}` must be `same`, `valid` or a number of cells, found {}", describe(v)),
+            )
+            .label("expected padding")),
+            _ => Ok(sym(self.int(k, 0, 0)? as usize)),
         }
-        Ok(i)
     }
     pub(super) fn float(&self, k: &str, default: f64) -> Result<f64, Error> {
         let Some((v, span)) = self.get(k) else {
@@ -258,6 +310,12 @@ pub(super) fn layer_args(def: &LayerDef, b: &Bound) -> Result<Args, Error> {
         };
         let v = match p.kind {
             ArgKind::Count => ArgValue::Count(b.int(k, 0, 1)? as usize),
+            ArgKind::Natural => ArgValue::Natural(b.int(k, 0, 0)? as usize),
+            ArgKind::Pair => {
+                let (h, w) = b.pair(k, 1)?;
+                ArgValue::Pair(h, w)
+            }
+            ArgKind::Padding(words) => ArgValue::Padding(b.padding(k, words)?),
             ArgKind::Number => ArgValue::Number(b.float(k, 0.0)?),
             ArgKind::Flag => ArgValue::Flag(b.boolean(k, false)?),
             ArgKind::Choice(options) => ArgValue::Choice(b.choice(k, options, "")?),
@@ -287,4 +345,44 @@ fn internal(def: &LayerDef, k: &str, call: Span) -> Error {
         ),
     )
     .label("while checking this call")
+}
+
+/// A bound value read as a whole number `>= min` (`k` names the argument in errors).
+fn int_of(k: &str, v: &Val, span: Span, min: i64) -> Result<i64, Error> {
+    let i = match v {
+        Val::Int(i) => *i,
+        Val::Float(f) if f.fract() == 0.0 && f.abs() < 1e15 => *f as i64,
+        Val::Poison => return Err(Error::follow_on(span)),
+        other => {
+            let mut e = err(
+                Kind::Argument,
+                span,
+                format!("`{k}` must be a whole number, found {}", describe(other)),
+            )
+            .label("expected an integer");
+            if matches!(other, Val::Tuple(_)) && matches!(k, "size" | "stride" | "padding") {
+                e = e.help(format!("pooling windows are square, with one stride and padding: write one number, e.g. `{k}: 3`"));
+            }
+            return Err(e);
+        }
+    };
+    if i < min {
+        let what = if min == 1 {
+            "positive (at least 1)"
+        } else {
+            "at least 0"
+        };
+        return Err(err(
+            Kind::Argument,
+            span,
+            format!("`{k}` must be {what}, found {i}"),
+        )
+        .label("out of range"));
+    }
+    if i > MAX_DIM {
+        return Err(
+            err(Kind::Argument, span, format!("`{k}` = {i} is too large")).label("too large"),
+        );
+    }
+    Ok(i)
 }

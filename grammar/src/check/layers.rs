@@ -264,7 +264,10 @@ impl Checker<'_> {
             if is_option_word(s) {
                 continue;
             }
-            let value_kind = matches!(p.kind, ArgKind::Count | ArgKind::Number);
+            let value_kind = matches!(
+                p.kind,
+                ArgKind::Count | ArgKind::Natural | ArgKind::Pair | ArgKind::Number
+            );
             let outside = scope.in_block.is_some() && self.top_names.contains_key(s);
             if value_kind || outside {
                 return Err(self.unknown_name(s, *span, Some(scope)));

@@ -14,7 +14,7 @@ pub(super) fn is_option_word(s: &str) -> bool {
         || layers::layers().iter().any(|d| {
             d.params
                 .iter()
-                .any(|p| matches!(p.kind, ArgKind::Choice(options) if options.contains(&s)))
+                .any(|p| matches!(p.kind, ArgKind::Choice(options) | ArgKind::Padding(options) if options.contains(&s)))
         })
 }
 

@@ -2,13 +2,22 @@
 //! builder reads after the checker has bound a call to it.
 
 use crate::diag::{Error, Kind};
-use crate::model::{Activation, Span};
+use crate::model::{Activation, Padding, Span};
 
 /// What an argument accepts, and how the checker reads a written value for it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ArgKind {
-    /// A whole number, at least 1 (`filters`, `kernel`, `stride`, ...).
+    /// A whole number, at least 1 (`filters`, `size`, ...).
     Count,
+    /// A whole number, at least 0 (a pool's `padding`).
+    Natural,
+    /// A whole number at least 1, or a pair of them `(height, width)` (`kernel: (1, 7)`, `stride`,
+    /// `dilation`).
+    Pair,
+    /// A convolution's padding: one of these bare words (`same`, `valid`), a whole number >= 0 for
+    /// every side, a pair `(height, width)` (each on both sides of its axis) or four numbers
+    /// `(top, bottom, left, right)`.
+    Padding(&'static [&'static str]),
     /// A number (`p`).
     Number,
     /// `true` or `false`.
@@ -23,6 +32,9 @@ pub enum ArgKind {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ArgValue {
     Count(usize),
+    Natural(usize),
+    Pair(usize, usize),
+    Padding(Padding),
     Number(f64),
     Flag(bool),
     Choice(&'static str),
@@ -83,7 +95,25 @@ impl Param {
             ArgDefault::Required => None,
             ArgDefault::SameAs(other) => Some(other.to_string()),
             ArgDefault::Value(v) => Some(match v {
-                ArgValue::Count(n) => n.to_string(),
+                ArgValue::Count(n) | ArgValue::Natural(n) => n.to_string(),
+                ArgValue::Pair(a, b) if a == b => a.to_string(),
+                ArgValue::Pair(a, b) => format!("({a}, {b})"),
+                ArgValue::Padding(p) => match p {
+                    Padding::Same => "same".into(),
+                    Padding::Valid => "valid".into(),
+                    Padding::Explicit {
+                        top,
+                        bottom,
+                        left,
+                        right,
+                    } if top == bottom && left == right && top == left => top.to_string(),
+                    Padding::Explicit {
+                        top,
+                        bottom,
+                        left,
+                        right,
+                    } => format!("({top}, {bottom}, {left}, {right})"),
+                },
                 ArgValue::Number(x) => format!("{x:?}"),
                 ArgValue::Flag(b) => b.to_string(),
                 ArgValue::Choice(c) => c.to_string(),
@@ -134,6 +164,28 @@ impl Args {
     pub fn count(&self, k: &str) -> Result<usize, Error> {
         match self.get(k)? {
             ArgValue::Count(n) => Ok(n),
+            _ => Err(self.mismatch(k)),
+        }
+    }
+
+    pub fn natural(&self, k: &str) -> Result<usize, Error> {
+        match self.get(k)? {
+            ArgValue::Natural(n) => Ok(n),
+            _ => Err(self.mismatch(k)),
+        }
+    }
+
+    /// A [`ArgKind::Pair`] argument as (height, width).
+    pub fn pair(&self, k: &str) -> Result<(usize, usize), Error> {
+        match self.get(k)? {
+            ArgValue::Pair(a, b) => Ok((a, b)),
+            _ => Err(self.mismatch(k)),
+        }
+    }
+
+    pub fn padding(&self, k: &str) -> Result<Padding, Error> {
+        match self.get(k)? {
+            ArgValue::Padding(p) => Ok(p),
             _ => Err(self.mismatch(k)),
         }
     }

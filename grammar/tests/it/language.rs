@@ -188,9 +188,11 @@ fn nested_calls_and_kwargs_defaults() {
         m.nodes[0].layer,
         Layer::Conv2d {
             filters: 4,
-            kernel: 3,
-            stride: 2,
+            kernel: (3, 3),
+            stride: (2, 2),
             padding: Padding::Same,
+            dilation: (1, 1),
+            groups: 1,
             bias: true
         }
     );

@@ -36,6 +36,9 @@ fn minimal_use(def: &LayerDef) -> String {
         .filter(|p| p.default == ArgDefault::Required)
         .map(|p| match p.kind {
             ArgKind::Count => "2".to_string(),
+            ArgKind::Natural => "1".to_string(),
+            ArgKind::Pair => "(2, 1)".to_string(),
+            ArgKind::Padding(options) => options[0].to_string(),
             ArgKind::Number => "0.5".to_string(),
             ArgKind::Flag => "true".to_string(),
             ArgKind::Choice(options) => options[0].to_string(),
@@ -55,9 +58,11 @@ fn minimal_use(def: &LayerDef) -> String {
 fn variant(l: &Layer) -> String {
     match l {
         Layer::Conv2d { .. } => "Conv2d".into(),
+        Layer::ConvTranspose2d { .. } => "ConvTranspose2d".into(),
         Layer::MaxPool { .. } => "MaxPool".into(),
         Layer::AvgPool { .. } => "AvgPool".into(),
         Layer::GlobalAvgPool => "GlobalAvgPool".into(),
+        Layer::GlobalMaxPool => "GlobalMaxPool".into(),
         Layer::Upsample { .. } => "Upsample".into(),
         Layer::Dense { .. } => "Dense".into(),
         Layer::Flatten => "Flatten".into(),
@@ -72,9 +77,11 @@ fn variant(l: &Layer) -> String {
 fn all_variants() -> BTreeSet<String> {
     let mut v: BTreeSet<String> = [
         "Conv2d",
+        "ConvTranspose2d",
         "MaxPool",
         "AvgPool",
         "GlobalAvgPool",
+        "GlobalMaxPool",
         "Upsample",
         "Dense",
         "Flatten",
@@ -173,6 +180,11 @@ fn entries_are_well_formed() {
                     );
                 }
                 (ArgKind::Count, ArgDefault::Value(ArgValue::Count(v))) => assert!(v >= 1),
+                (ArgKind::Natural, ArgDefault::Value(ArgValue::Natural(_))) => {}
+                (ArgKind::Pair, ArgDefault::Value(ArgValue::Pair(a, b))) => {
+                    assert!(a >= 1 && b >= 1)
+                }
+                (ArgKind::Padding(_), ArgDefault::Value(ArgValue::Padding(_))) => {}
                 (ArgKind::Number, ArgDefault::Value(ArgValue::Number(_))) => {}
                 (ArgKind::Flag, ArgDefault::Value(ArgValue::Flag(_))) => {}
                 (ArgKind::Choice(options), ArgDefault::Value(ArgValue::Choice(c))) => {

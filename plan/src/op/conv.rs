@@ -1,11 +1,11 @@
-//! The convolution family: the forward, both gradients, and the weight gradient fused with its
-//! update. Weights are HWIO `[kh,kw,Ci,Co]`, images NHWC.
+//! The convolution family: the forward, both gradients, the weight gradient fused with its
+//! update, and the transposed convolution. Weights are HWIO `[kh,kw,Ci,Co]`, images NHWC.
 
 use serde::{Deserialize, Serialize};
 
 use super::epilogue::{Epilogue, EpilogueSide};
 use super::facts::{p, ConvGeom, DType, OpFacts, ParamKind, Role, ShapeError, TensorType};
-use super::shape::{conv_extent, conv_extent_ok, err, numel, rank, states_like};
+use super::shape::{err, numel, rank, states_like};
 use crate::update::UpdateRule;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -53,6 +53,19 @@ pub enum ConvOp {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         keep_old: bool,
     },
+    /// The transposed convolution (PyTorch's `ConvTranspose2d`): x[N,H,W,Ci], w[kh,kw,Co/groups,Ci],
+    /// (b[Co] if bias) -> y[N,Ho,Wo,Co] = conv^T(x, w) + b: the data gradient of the convolution
+    /// `geom` (whose input is y and whose output is x) with x in the place of dy, the extents
+    /// [`ConvGeom::transposed_out_hw`] (`out_pad`: PyTorch's `output_padding`, extra rows at the
+    /// bottom and columns at the right, each below its stride). w is that convolution's HWIO weight:
+    /// PyTorch's `ConvTranspose2d.weight` `[Ci, Co/groups, kh, kw]` permuted `(2, 3, 1, 0)`, as a
+    /// convolution's OIHW weight is. Its backward: dx = conv(dy, w) (`Conv2d`), dw =
+    /// `Conv2dBwdWeight(dy, x)`, db = the sum of dy.
+    ConvTranspose2d {
+        geom: ConvGeom,
+        out_pad: (usize, usize),
+        bias: bool,
+    },
 }
 
 impl ConvOp {
@@ -68,19 +81,47 @@ pub const CONV_CHUNK_ROWS: usize = 256;
 
 /// Workspace elements (f32) a convolution kernel needs, given x's full shape [N,H,W,Ci] and the
 /// output's [N,Ho,Wo,Co]. Shared by the planner (size of the workspace buffer) and the backends.
+/// With groups, the rows hold one group's `kh*kw*Ci/groups` columns (the groups are done in turn).
 pub fn conv_workspace_elems(geom: &ConvGeom, x_shape: &[usize], y_shape: &[usize]) -> usize {
     let rows = y_shape[0] * y_shape[1] * y_shape[2];
-    let k = geom.kh * geom.kw * x_shape[3];
-    rows.min(CONV_CHUNK_ROWS) * k
+    rows.min(CONV_CHUNK_ROWS) * k_per_group(geom, x_shape)
+}
+
+/// The reduction length of one group: `kh*kw*Ci/groups` (x [N,H,W,Ci]).
+pub fn k_per_group(geom: &ConvGeom, x_shape: &[usize]) -> usize {
+    geom.kh * geom.kw * x_shape.get(3).copied().unwrap_or(0) / geom.groups.max(1)
+}
+
+/// The geometry is usable for x [N,H,W,Ci] and Co output channels: positive strides, dilation and
+/// groups, the groups dividing both channel counts.
+fn valid(geom: &ConvGeom, ci: usize, co: usize) -> Result<(), ShapeError> {
+    if geom.stride_h == 0 || geom.stride_w == 0 {
+        return err("convolution stride must be positive");
+    }
+    if geom.dil_h == 0 || geom.dil_w == 0 {
+        return err("convolution dilation must be positive");
+    }
+    if geom.groups == 0 || !ci.is_multiple_of(geom.groups) || !co.is_multiple_of(geom.groups) {
+        return err(format!(
+            "{} groups must divide both {ci} input and {co} output channels",
+            geom.groups
+        ));
+    }
+    Ok(())
 }
 
 /// x [N,H,W,Ci] and y (or dy) [N,Ho,Wo,Co] agree with the geometry.
 fn consistent(geom: &ConvGeom, x: &TensorType, y: &TensorType) -> Result<bool, ShapeError> {
     rank(x, 4, "x")?;
     rank(y, 4, "y")?;
+    valid(geom, x.shape[3], y.shape[3])?;
     Ok(x.shape[0] == y.shape[0]
-        && conv_extent_ok(x.shape[1], geom.kh, geom.stride, geom.pad_top, y.shape[1])
-        && conv_extent_ok(x.shape[2], geom.kw, geom.stride, geom.pad_left, y.shape[2]))
+        && geom.out_hw(x.shape[1], x.shape[2]) == Some((y.shape[1], y.shape[2])))
+}
+
+/// The weight [kh,kw,Ci/groups,Co] of the geometry over x [N,H,W,Ci] with Co outputs.
+fn weight_shape(geom: &ConvGeom, ci: usize, co: usize) -> [usize; 4] {
+    [geom.kh, geom.kw, ci / geom.groups.max(1), co]
 }
 
 impl OpFacts for ConvOp {
@@ -105,6 +146,14 @@ impl OpFacts for ConvOp {
                     Some(saved) if *in_place && saved.0 == "saved" => saved.1 = InOut,
                     _ => v.push(p("dx", Out, F32)),
                 }
+                v
+            }
+            ConvOp::ConvTranspose2d { bias, .. } => {
+                let mut v = vec![p("x", In, F32), p("w", In, F32)];
+                if *bias {
+                    v.push(p("b", In, F32));
+                }
+                v.push(p("y", Out, F32));
                 v
             }
             ConvOp::Conv2dBwdWeight { .. } => vec![
@@ -144,6 +193,7 @@ impl OpFacts for ConvOp {
             ConvOp::Conv2dBwdData { .. } => "conv2d_bwd_data",
             ConvOp::Conv2dBwdWeight { .. } => "conv2d_bwd_weight",
             ConvOp::Conv2dBwdWeightUpdate { .. } => "conv2d_bwd_weight_update",
+            ConvOp::ConvTranspose2d { .. } => "conv_transpose2d",
         }
     }
 
@@ -156,7 +206,8 @@ impl OpFacts for ConvOp {
             } => vec![(0, 2 + epi.add as usize)],
             ConvOp::Conv2d { .. }
             | ConvOp::Conv2dBwdData { .. }
-            | ConvOp::Conv2dBwdWeight { .. } => {
+            | ConvOp::Conv2dBwdWeight { .. }
+            | ConvOp::ConvTranspose2d { .. } => {
                 vec![]
             }
             ConvOp::Conv2dBwdWeightUpdate { rule, bias, .. } => {
@@ -167,8 +218,6 @@ impl OpFacts for ConvOp {
     }
 
     fn workspace_elems(&self, s: &[Vec<usize>]) -> Vec<usize> {
-        let k_of =
-            |geom: &ConvGeom, x: &[usize]| geom.kh * geom.kw * x.get(3).copied().unwrap_or(0);
         match self {
             ConvOp::Conv2d { geom, bias, epi } => {
                 let yi = ConvOp::y_slot(*bias, epi);
@@ -179,7 +228,7 @@ impl OpFacts for ConvOp {
                     _ => vec![0],
                 }
             }
-            ConvOp::Conv2dBwdData { .. } => vec![],
+            ConvOp::Conv2dBwdData { .. } | ConvOp::ConvTranspose2d { .. } => vec![],
             ConvOp::Conv2dBwdWeight { geom } => match (s.first(), s.get(1)) {
                 (Some(x), Some(dy)) if x.len() == 4 && dy.len() == 4 => {
                     vec![conv_workspace_elems(geom, x, dy)]
@@ -191,7 +240,10 @@ impl OpFacts for ConvOp {
             } => {
                 let mut v = match (s.first(), s.get(1)) {
                     (Some(x), Some(dy)) if x.len() == 4 && dy.len() == 4 => {
-                        vec![k_of(geom, x) * chunk, conv_workspace_elems(geom, x, dy)]
+                        vec![
+                            k_per_group(geom, x) * chunk,
+                            conv_workspace_elems(geom, x, dy),
+                        ]
                     }
                     _ => vec![0, 0],
                 };
@@ -214,13 +266,11 @@ impl OpFacts for ConvOp {
                 let (x, w) = (&inputs[0], &inputs[1]);
                 rank(x, 4, "x")?;
                 rank(w, 4, "w")?;
-                if geom.stride == 0 {
-                    return err("convolution stride must be positive");
-                }
-                if w.shape[0] != geom.kh || w.shape[1] != geom.kw || w.shape[2] != x.shape[3] {
+                valid(geom, x.shape[3], w.shape[3])?;
+                if w.shape != weight_shape(geom, x.shape[3], w.shape[3]) {
                     return err(format!(
-                        "w {w} does not match kernel {}x{} over {} channels",
-                        geom.kh, geom.kw, x.shape[3]
+                        "w {w} does not match kernel {}x{} over {} channels in {} groups",
+                        geom.kh, geom.kw, x.shape[3], geom.groups
                     ));
                 }
                 if *bias && inputs[2].shape != [w.shape[3]] {
@@ -235,12 +285,15 @@ impl OpFacts for ConvOp {
                         }
                         h.shape.clone()
                     }
-                    None => vec![
-                        x.shape[0],
-                        conv_extent(x.shape[1], geom.kh, geom.stride, geom.pad_top)?,
-                        conv_extent(x.shape[2], geom.kw, geom.stride, geom.pad_left)?,
-                        w.shape[3],
-                    ],
+                    None => match geom.out_hw(x.shape[1], x.shape[2]) {
+                        Some((ho, wo)) => vec![x.shape[0], ho, wo, w.shape[3]],
+                        None => {
+                            return err(format!(
+                                "kernel {}x{} (dilated) larger than the padded input {x}, {geom:?}",
+                                geom.kh, geom.kw
+                            ))
+                        }
+                    },
                 };
                 let y = f(y);
                 epi.check(&y, &inputs[2 + *bias as usize..])?;
@@ -260,11 +313,9 @@ impl OpFacts for ConvOp {
                 let Some(h) = hint else {
                     return err("conv2d_bwd_data needs the expected output shape");
                 };
+                rank(h, 4, "dx")?;
                 let ok = consistent(geom, h, dy)?
-                    && w.shape[0] == geom.kh
-                    && w.shape[1] == geom.kw
-                    && dy.shape[3] == w.shape[3]
-                    && h.shape[3] == w.shape[2];
+                    && w.shape == weight_shape(geom, h.shape[3], dy.shape[3]);
                 if !ok {
                     return err(format!("dx {h} inconsistent with dy {dy}, w {w}, {geom:?}"));
                 }
@@ -272,12 +323,49 @@ impl OpFacts for ConvOp {
                 epi.check(&dx, &inputs[2..])?;
                 Ok(vec![dx])
             }
+            ConvOp::ConvTranspose2d {
+                geom,
+                out_pad,
+                bias,
+            } => {
+                let (x, w) = (&inputs[0], &inputs[1]);
+                rank(x, 4, "x")?;
+                rank(w, 4, "w")?;
+                // the convolution the op transposes reads y's Co channels and writes x's Ci
+                let (ci, co) = (x.shape[3], w.shape[2] * geom.groups.max(1));
+                valid(geom, co, ci)?;
+                if w.shape != weight_shape(geom, co, ci) {
+                    return err(format!(
+                        "w {w} does not match kernel {}x{} from {ci} channels in {} groups",
+                        geom.kh, geom.kw, geom.groups
+                    ));
+                }
+                if *bias && inputs[2].shape != [co] {
+                    return err(format!("bias {} must be [{co}]", inputs[2]));
+                }
+                let Some((ho, wo)) = geom.transposed_out_hw((x.shape[1], x.shape[2]), *out_pad)
+                else {
+                    return err(format!(
+                        "no transposed convolution output for x {x}, output padding {out_pad:?} \
+                         (each below its stride), {geom:?}"
+                    ));
+                };
+                let y = vec![x.shape[0], ho, wo, co];
+                if let Some(h) = hint {
+                    if h.shape != y {
+                        return err(format!("output {h} inconsistent with x {x}, w {w}"));
+                    }
+                }
+                Ok(vec![f(y)])
+            }
             ConvOp::Conv2dBwdWeight { geom } => {
                 let (x, dy) = (&inputs[0], &inputs[1]);
                 if !consistent(geom, x, dy)? {
                     return err(format!("x {x} and dy {dy} inconsistent with {geom:?}"));
                 }
-                Ok(vec![f(vec![geom.kh, geom.kw, x.shape[3], dy.shape[3]])])
+                Ok(vec![
+                    f(weight_shape(geom, x.shape[3], dy.shape[3]).to_vec()),
+                ])
             }
             ConvOp::Conv2dBwdWeightUpdate {
                 geom,
@@ -288,7 +376,7 @@ impl OpFacts for ConvOp {
             } => {
                 let (x, dy, w) = (&inputs[0], &inputs[1], &inputs[2]);
                 if !consistent(geom, x, dy)?
-                    || w.shape != [geom.kh, geom.kw, x.shape[3], dy.shape[3]]
+                    || w.shape != weight_shape(geom, x.shape[3], dy.shape[3])
                 {
                     return err(format!("x {x}, dy {dy}, w {w} inconsistent with {geom:?}"));
                 }
@@ -319,18 +407,24 @@ impl OpFacts for ConvOp {
         match self {
             // y[N,Ho,Wo,Co] = sum over kh*kw*Ci: 2 per multiply-add.
             ConvOp::Conv2d { geom, bias, epi } => {
-                let ci = ins.first().and_then(|x| x.get(3)).copied().unwrap_or(0) as u64;
-                let k = (geom.kh * geom.kw) as u64 * ci;
+                let k = ins.first().map_or(0, |x| k_per_group(geom, x)) as u64;
                 2 * o(0) * k + if *bias { o(0) } else { 0 } + epi.flops(o(0))
             }
-            // dx[N,H,W,Ci] from dy and w: as many multiply-adds as the forward.
+            // dx[N,H,W,Ci] from dy and w: as many multiply-adds as the forward (w's third axis is
+            // Ci per group).
             ConvOp::Conv2dBwdData { geom, epi, .. } => {
                 let ci = ins.get(1).and_then(|w| w.get(2)).copied().unwrap_or(0) as u64;
                 2 * i(0) * (geom.kh * geom.kw) as u64 * ci + epi.flops(o(0))
             }
+            // y from x and w: the multiply-adds of the convolution it transposes (w's third axis is
+            // Co per group), and the bias.
+            ConvOp::ConvTranspose2d { geom, bias, .. } => {
+                let cog = ins.get(1).and_then(|w| w.get(2)).copied().unwrap_or(0) as u64;
+                2 * i(0) * (geom.kh * geom.kw) as u64 * cog + if *bias { o(0) } else { 0 }
+            }
             // dw[kh,kw,Ci,Co] = sum over N*Ho*Wo (and the update: 4 per weight).
             ConvOp::Conv2dBwdWeight { geom } | ConvOp::Conv2dBwdWeightUpdate { geom, .. } => {
-                let ci = ins.first().and_then(|x| x.get(3)).copied().unwrap_or(0) as u64;
+                let k = ins.first().map_or(0, |x| k_per_group(geom, x)) as u64;
                 let upd = match self {
                     ConvOp::Conv2dBwdWeightUpdate { bias, rule, .. } => {
                         // the update (4 per weight), and the fused bias: its column sum and update
@@ -339,7 +433,7 @@ impl OpFacts for ConvOp {
                     }
                     _ => 0,
                 };
-                2 * i(1) * (geom.kh * geom.kw) as u64 * ci + upd
+                2 * i(1) * k + upd
             }
         }
     }

@@ -10,13 +10,21 @@ use crate::unary::UnaryKind;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum PoolOp {
     /// x[N,H,W,C] -> y[N,Ho,Wo,C], argmax u8[N,Ho,Wo,C] (row-major index dy*size+dx inside the
-    /// window of the maximum; first maximum wins). Windows are 'valid' (floor); at most
-    /// [`MAX_ARGMAX_WINDOW`] positions per window.
+    /// window of the maximum; first maximum wins). Windows are floor windows over the input padded
+    /// by `geom.pad`, whose padded cells are never the maximum (a window always holds an input
+    /// cell: the padding is at most half the window); at most [`MAX_ARGMAX_WINDOW`] positions per
+    /// window.
     MaxPool { geom: PoolGeom },
-    /// x[N,H,W,C] -> y[N,Ho,Wo,C], mean over each valid window.
+    /// x[N,H,W,C] -> y[N,Ho,Wo,C], the sum over each window divided by `size*size` (padded cells
+    /// count as zeros: PyTorch's `count_include_pad=True`).
     AvgPool { geom: PoolGeom },
     /// x[N,H,W,C] -> y[N,C]
     GlobalAvgPool,
+    /// x[N,H,W,C] -> y[N,C] = the maximum over the height and width, argmax i32[N,C] (its index
+    /// `iy*W + ix`; the first maximum wins).
+    GlobalMaxPool,
+    /// dy[N,C], argmax i32[N,C] -> dx[N,H,W,C]: dy at the argmax position, 0 elsewhere.
+    GlobalMaxPoolBwd,
     /// dy[N,Ho,Wo,C], argmax u8[N,Ho,Wo,C] -> dx[N,H,W,C] (scatter-add into the argmax position)
     MaxPoolBwd { geom: PoolGeom },
     /// dy[N,Ho,Wo,C] -> dx[N,H,W,C]
@@ -62,6 +70,10 @@ impl OpFacts for PoolOp {
             PoolOp::AvgPool { .. } | PoolOp::GlobalAvgPool => {
                 vec![p("x", In, F32), p("y", Out, F32)]
             }
+            PoolOp::GlobalMaxPool => vec![p("x", In, F32), p("y", Out, F32), p("argmax", Out, I32)],
+            PoolOp::GlobalMaxPoolBwd => {
+                vec![p("dy", In, F32), p("argmax", In, I32), p("dx", Out, F32)]
+            }
             PoolOp::MaxPoolBwd { .. } => {
                 vec![p("dy", In, F32), p("argmax", In, U8), p("dx", Out, F32)]
             }
@@ -86,6 +98,8 @@ impl OpFacts for PoolOp {
             PoolOp::MaxPool { .. } => "maxpool",
             PoolOp::AvgPool { .. } => "avgpool",
             PoolOp::GlobalAvgPool => "global_avgpool",
+            PoolOp::GlobalMaxPool => "global_maxpool",
+            PoolOp::GlobalMaxPoolBwd => "global_maxpool_bwd",
             PoolOp::MaxPoolBwd { .. } => "maxpool_bwd",
             PoolOp::AvgPoolBwd { .. } => "avgpool_bwd",
             PoolOp::GlobalAvgPoolBwd => "global_avgpool_bwd",
@@ -132,6 +146,36 @@ impl OpFacts for PoolOp {
                     return err(format!("global pooling over an empty image {x}"));
                 }
                 Ok(vec![f(vec![x.shape[0], x.shape[3]])])
+            }
+            PoolOp::GlobalMaxPool => {
+                let x = &inputs[0];
+                rank(x, 4, "x")?;
+                if x.shape[1] * x.shape[2] == 0 {
+                    return err(format!("global pooling over an empty image {x}"));
+                }
+                if x.shape[1].saturating_mul(x.shape[2]) > i32::MAX as usize {
+                    return err(format!(
+                        "global max-pool over {x}: more than 2^31 positions"
+                    ));
+                }
+                let y = vec![x.shape[0], x.shape[3]];
+                Ok(vec![f(y.clone()), TensorType::new(y, DType::I32)])
+            }
+            PoolOp::GlobalMaxPoolBwd => {
+                let dy = &inputs[0];
+                rank(dy, 2, "dy")?;
+                same(dy, &inputs[1], "dy, argmax")?;
+                let Some(h) = hint else {
+                    return err("global_maxpool_bwd needs the expected output shape");
+                };
+                rank(h, 4, "dx")?;
+                if h.shape[0] != dy.shape[0]
+                    || h.shape[3] != dy.shape[1]
+                    || h.shape[1] * h.shape[2] == 0
+                {
+                    return err(format!("dx {h} inconsistent with dy {dy}"));
+                }
+                Ok(vec![f(h.shape.clone())])
             }
             PoolOp::MaxPoolBwd { geom } | PoolOp::AvgPoolBwd { geom } => {
                 let dy = &inputs[0];
@@ -216,12 +260,17 @@ impl OpFacts for PoolOp {
 
     fn flops(&self, ins: &[Vec<usize>], outs: &[Vec<usize>]) -> u64 {
         match self {
-            PoolOp::MaxPool { .. } | PoolOp::AvgPool { .. } | PoolOp::GlobalAvgPool => {
+            // one comparison or addition per window element (the padded ones included)
+            PoolOp::MaxPool { geom } | PoolOp::AvgPool { geom } => {
+                outs.first().map(|s| numel(s)).unwrap_or(0) * (geom.size * geom.size) as u64
+            }
+            PoolOp::GlobalAvgPool | PoolOp::GlobalMaxPool => {
                 ins.first().map(|s| numel(s)).unwrap_or(0)
             }
-            PoolOp::MaxPoolBwd { .. } | PoolOp::AvgPoolBwd { .. } | PoolOp::GlobalAvgPoolBwd => {
-                outs.first().map(|s| numel(s)).unwrap_or(0)
-            }
+            PoolOp::MaxPoolBwd { .. }
+            | PoolOp::AvgPoolBwd { .. }
+            | PoolOp::GlobalAvgPoolBwd
+            | PoolOp::GlobalMaxPoolBwd => outs.first().map(|s| numel(s)).unwrap_or(0),
             // a copy: no arithmetic; its backward adds f*f values per input element
             PoolOp::Upsample { .. } => 0,
             PoolOp::UpsampleBwd { .. } => ins.first().map(|s| numel(s)).unwrap_or(0),

@@ -41,53 +41,27 @@ pub(crate) fn need_hint<'a>(
     hint.ok_or_else(|| ShapeError(format!("{kind_name} needs the expected output shape")))
 }
 
-/// Output extents a convolution may have along one axis: with explicit top padding `pad`, the
-/// bottom padding is `pad` or `pad + 1` (TF 'same' puts the odd pixel at the bottom).
-pub(crate) fn conv_extent_ok(
-    input: usize,
-    k: usize,
-    stride: usize,
-    pad: usize,
-    out: usize,
-) -> bool {
-    if stride == 0 {
-        return false;
-    }
-    let lo = (input + 2 * pad).checked_sub(k).map(|r| r / stride + 1);
-    let hi = (input + 2 * pad + 1).checked_sub(k).map(|r| r / stride + 1);
-    out >= 1 && (lo == Some(out) || hi == Some(out))
-}
-
-/// The default (symmetric padding) output extent of a convolution.
-pub(crate) fn conv_extent(
-    input: usize,
-    k: usize,
-    stride: usize,
-    pad: usize,
-) -> Result<usize, ShapeError> {
-    if stride == 0 {
-        return err("convolution stride must be positive");
-    }
-    match (input + 2 * pad).checked_sub(k) {
-        Some(r) => Ok(r / stride + 1),
-        None => err(format!(
-            "kernel {k} larger than padded input {}",
-            input + 2 * pad
-        )),
-    }
-}
-
 fn pool_extent(input: usize, g: &PoolGeom) -> Result<usize, ShapeError> {
     if g.stride == 0 || g.size == 0 {
         return err("pool size and stride must be positive");
     }
-    match input.checked_sub(g.size) {
+    if g.pad > g.size / 2 {
+        return err(format!(
+            "pool padding {} more than half the window {}",
+            g.pad, g.size
+        ));
+    }
+    match (input + 2 * g.pad).checked_sub(g.size) {
         Some(r) => Ok(r / g.stride + 1),
-        None => err(format!("pool window {} larger than input {input}", g.size)),
+        None => err(format!(
+            "pool window {} larger than padded input {}",
+            g.size,
+            input + 2 * g.pad
+        )),
     }
 }
 
-/// The output shape of a 'valid' (floor) pooling window over `x` [N,H,W,C].
+/// The output shape of a pooling window over `x` [N,H,W,C] padded by `g.pad` (floor, as PyTorch).
 pub(crate) fn pooled(x: &[usize], g: &PoolGeom) -> Result<Vec<usize>, ShapeError> {
     Ok(vec![
         x[0],

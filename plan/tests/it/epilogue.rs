@@ -8,13 +8,7 @@ use dmc_plan::op::{
     UpdateRule,
 };
 
-const G: ConvGeom = ConvGeom {
-    kh: 3,
-    kw: 3,
-    stride: 1,
-    pad_top: 1,
-    pad_left: 1,
-};
+const G: ConvGeom = ConvGeom::square(3, 1, 1);
 
 fn t(s: &[usize]) -> TensorType {
     TensorType::f32(s.to_vec())

@@ -53,6 +53,13 @@ impl<'p> Args<'p> {
         unsafe { std::slice::from_raw_parts(self.ptr(i) as *const i32, numel(self.shape(i))) }
     }
     /// # Safety
+    /// As `f32_mut`, for an i32 argument.
+    #[allow(clippy::mut_from_ref)]
+    pub(super) unsafe fn i32_mut<'a>(&self, i: usize) -> &'a mut [i32] {
+        // SAFETY: per the caller's contract and `validate`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr(i) as *mut i32, numel(self.shape(i))) }
+    }
+    /// # Safety
     /// As `f32`, for a u8 argument.
     pub(super) unsafe fn u8<'a>(&self, i: usize) -> &'a [u8] {
         // SAFETY: per the caller's contract and `validate`.

@@ -54,9 +54,17 @@ impl ConvDims {
     pub fn rows(&self) -> usize {
         self.n * self.ho * self.wo
     }
-    /// im2col columns: kh*kw*Ci.
+    /// im2col columns of one group: kh*kw*Ci/groups (the weight matrix is `[K, Co]`).
     pub fn k(&self, g: &ConvGeom) -> usize {
-        g.kh * g.kw * self.ci
+        g.kh * g.kw * self.cig(g)
+    }
+    /// Input channels per group.
+    pub fn cig(&self, g: &ConvGeom) -> usize {
+        self.ci / g.groups
+    }
+    /// Output channels per group.
+    pub fn cog(&self, g: &ConvGeom) -> usize {
+        self.co / g.groups
     }
     /// Rows per chunk.
     pub fn chunk_rows(&self) -> usize {
@@ -70,17 +78,32 @@ impl ConvDims {
         assert_eq!(x, self.n * self.h * self.w * self.ci, "conv: x size");
         assert_eq!(w, self.k(g) * self.co, "conv: w size");
         assert_eq!(y, self.rows() * self.co, "conv: y size");
-        assert!(g.stride >= 1, "conv: stride 0");
+        assert!(g.stride_h >= 1 && g.stride_w >= 1, "conv: stride 0");
+        assert!(g.dil_h >= 1 && g.dil_w >= 1, "conv: dilation 0");
+        assert!(
+            g.groups >= 1 && self.ci.is_multiple_of(g.groups) && self.co.is_multiple_of(g.groups),
+            "conv: groups do not divide the channels"
+        );
     }
 }
 
-/// Fills `cols[..nr*K]` with the im2col rows `r0..r0+nr` (zeros where the window is in padding).
-fn im2col(g: &ConvGeom, d: &ConvDims, x: &[f32], r0: usize, nr: usize, cols: &mut [f32]) {
+/// Fills `cols[..nr*K]` with the im2col rows `r0..r0+nr` of group `grp`'s input channels (zeros
+/// where the window is in padding).
+#[allow(clippy::too_many_arguments)]
+fn im2col(
+    g: &ConvGeom,
+    d: &ConvDims,
+    x: &[f32],
+    grp: usize,
+    r0: usize,
+    nr: usize,
+    cols: &mut [f32],
+) {
     let k = d.k(g);
     if k == 0 {
         return;
     }
-    let (h, w, ci) = (d.h as isize, d.w as isize, d.ci);
+    let (h, w, ci, c0) = (d.h as isize, d.w as isize, d.cig(g), grp * d.cig(g));
     cols[..nr * k]
         .par_chunks_mut(k)
         .with_min_len(8)
@@ -92,12 +115,12 @@ fn im2col(g: &ConvGeom, d: &ConvDims, x: &[f32], r0: usize, nr: usize, cols: &mu
             let oy = t % d.ho;
             let n = t / d.ho;
             for ky in 0..g.kh {
-                let iy = (oy * g.stride + ky) as isize - g.pad_top as isize;
+                let iy = (oy * g.stride_h + ky * g.dil_h) as isize - g.pad_top as isize;
                 for kx in 0..g.kw {
-                    let ix = (ox * g.stride + kx) as isize - g.pad_left as isize;
+                    let ix = (ox * g.stride_w + kx * g.dil_w) as isize - g.pad_left as isize;
                     let dst = &mut crow[(ky * g.kw + kx) * ci..][..ci];
                     if iy >= 0 && iy < h && ix >= 0 && ix < w {
-                        let src = ((n * d.h + iy as usize) * d.w + ix as usize) * ci;
+                        let src = ((n * d.h + iy as usize) * d.w + ix as usize) * d.ci + c0;
                         dst.copy_from_slice(&x[src..src + ci]);
                     } else {
                         dst.fill(0.0);
@@ -108,9 +131,19 @@ fn im2col(g: &ConvGeom, d: &ConvDims, x: &[f32], r0: usize, nr: usize, cols: &mu
 }
 
 /// The im2col rows `r0..r0+nr` stored K-major: `cols[kk*nr + i]` (the transpose of [`im2col`]'s
-/// layout, same size). The forward GEMM reads this as a row-strided-by-1 `[nr, K]` matrix, which
-/// matrixmultiply packs much faster than the row-major layout (contiguous `MR`-row panels).
-fn im2col_kmajor(g: &ConvGeom, d: &ConvDims, x: &[f32], r0: usize, nr: usize, cols: &mut [f32]) {
+/// layout, same size; group `grp`'s channels). The forward GEMM reads this as a row-strided-by-1
+/// `[nr, K]` matrix, which matrixmultiply packs much faster than the row-major layout (contiguous
+/// `MR`-row panels).
+#[allow(clippy::too_many_arguments)]
+fn im2col_kmajor(
+    g: &ConvGeom,
+    d: &ConvDims,
+    x: &[f32],
+    grp: usize,
+    r0: usize,
+    nr: usize,
+    cols: &mut [f32],
+) {
     let k = d.k(g);
     if k == 0 || nr == 0 {
         return;
@@ -126,12 +159,13 @@ fn im2col_kmajor(g: &ConvGeom, d: &ConvDims, x: &[f32], r0: usize, nr: usize, co
         let n = t / d.ho;
         *b = (
             n * d.h * d.w,
-            (oy * g.stride) as isize - g.pad_top as isize,
-            (ox * g.stride) as isize - g.pad_left as isize,
+            (oy * g.stride_h) as isize - g.pad_top as isize,
+            (ox * g.stride_w) as isize - g.pad_left as isize,
         );
     }
     let base = &base[..nr];
-    let (h, w, ci) = (d.h as isize, d.w as isize, d.ci);
+    let (h, w, ci, c0g) = (d.h as isize, d.w as isize, d.cig(g), grp * d.cig(g));
+    let (dh, dw) = (g.dil_h as isize, g.dil_w as isize);
     // One task per tap (ky, kx): it owns the contiguous rows tap*ci..(tap+1)*ci of cols, a
     // [ci, nr] block, the transpose of the [nr, ci] pixels the tap reads. Transposed in 8 x 8
     // tiles: 8 rows' pixels are read as 8-float runs and written as 8-float runs down 8 channels
@@ -141,7 +175,7 @@ fn im2col_kmajor(g: &ConvGeom, d: &ConvDims, x: &[f32], r0: usize, nr: usize, co
         .par_chunks_mut(ci * nr)
         .enumerate()
         .for_each(|(tap, blk)| {
-            let (ky, kx) = ((tap / g.kw) as isize, (tap % g.kw) as isize);
+            let (ky, kx) = ((tap / g.kw) as isize * dh, (tap % g.kw) as isize * dw);
             for i0 in (0..nr).step_by(T) {
                 let ib = (nr - i0).min(T);
                 // the first input element of each row's pixel, or None in the padding
@@ -150,7 +184,7 @@ fn im2col_kmajor(g: &ConvGeom, d: &ConvDims, x: &[f32], r0: usize, nr: usize, co
                     let (img, iy0, ix0) = base[i0 + j];
                     let (iy, ix) = (iy0 + ky, ix0 + kx);
                     if iy >= 0 && iy < h && ix >= 0 && ix < w {
-                        *s = Some((img + iy as usize * d.w + ix as usize) * ci);
+                        *s = Some((img + iy as usize * d.w + ix as usize) * d.ci + c0g);
                     }
                 }
                 for c0 in (0..ci).step_by(T) {
@@ -204,10 +238,10 @@ pub fn conv2d_fwd_epi(
     if let Some(b) = b {
         assert_eq!(b.len(), co, "conv: bias size");
     }
+    let cog = d.cog(g);
     let mut r0 = 0;
     while r0 < rows {
         let nr = cr.min(rows - r0);
-        im2col_kmajor(g, d, x, r0, nr, cols);
         let yc = &mut y[r0 * co..(r0 + nr) * co];
         let beta = match b {
             Some(b) => {
@@ -218,15 +252,27 @@ pub fn conv2d_fwd_epi(
             }
             None => 0.0,
         };
-        sgemm(
-            1.0,
-            View::rm_t(&cols[..nr * k], k, nr), // K-major cols: the [nr, K] view
-            View::rm(w, k, co),
-            beta,
-            yc,
-            co,
-            1,
-        );
+        // one GEMM per group: its im2col columns times its block of the weight's columns, into
+        // its block of the output's columns
+        for grp in 0..g.groups {
+            im2col_kmajor(g, d, x, grp, r0, nr, cols);
+            let wv = View {
+                data: &w[grp * cog..],
+                rows: k,
+                cols: cog,
+                rs: co,
+                cs: 1,
+            };
+            sgemm(
+                1.0,
+                View::rm_t(&cols[..nr * k], k, nr), // K-major cols: the [nr, K] view
+                wv,
+                beta,
+                &mut yc[grp * cog..],
+                co,
+                1,
+            );
+        }
         if !epi.is_none() {
             let rc = r.map(|r| &r[r0 * co..(r0 + nr) * co]);
             yc.par_chunks_mut(co.max(1) * 16)
@@ -286,6 +332,7 @@ pub fn conv2d_bwd_data_epi(
 ) {
     d.check(g, dx.len(), w.len(), dy.len());
     let (ci, co, k) = (d.ci, d.co, d.k(g));
+    let (cig, cog) = (d.cig(g), d.cog(g));
     let img = d.h * d.w * ci;
     if img == 0 {
         return;
@@ -337,26 +384,46 @@ pub fn conv2d_bwd_data_epi(
             let mut p0 = 0;
             while p0 < per_img {
                 let nr = t_rows.min(per_img - p0);
-                let dc = &mut tile[..nr * k];
-                let a = View::rm(&dyn_[p0 * co..(p0 + nr) * co], nr, co);
-                sgemm(1.0, a, View::rm_t(w, k, co), 0.0, dc, k, 1);
-                for (i, drow) in dc.chunks_exact(k).enumerate() {
-                    let p = p0 + i;
-                    let (oy, ox) = (p / d.wo, p % d.wo);
-                    for ky in 0..g.kh {
-                        let iy = (oy * g.stride + ky) as isize - g.pad_top as isize;
-                        if iy < 0 || iy >= h {
-                            continue;
-                        }
-                        for kx in 0..g.kw {
-                            let ix = (ox * g.stride + kx) as isize - g.pad_left as isize;
-                            if ix < 0 || ix >= wd {
+                for grp in 0..g.groups {
+                    let dc = &mut tile[..nr * k];
+                    // this group's columns of dy times the transpose of its block of w
+                    let a = View {
+                        data: &dyn_[p0 * co + grp * cog..],
+                        rows: nr,
+                        cols: cog,
+                        rs: co,
+                        cs: 1,
+                    };
+                    let wt = View {
+                        data: &w[grp * cog..],
+                        rows: cog,
+                        cols: k,
+                        rs: 1,
+                        cs: co,
+                    };
+                    sgemm(1.0, a, wt, 0.0, dc, k, 1);
+                    let c0 = grp * cig;
+                    for (i, drow) in dc.chunks_exact(k).enumerate() {
+                        let p = p0 + i;
+                        let (oy, ox) = (p / d.wo, p % d.wo);
+                        for ky in 0..g.kh {
+                            let iy = (oy * g.stride_h + ky * g.dil_h) as isize - g.pad_top as isize;
+                            if iy < 0 || iy >= h {
                                 continue;
                             }
-                            let dst = (iy as usize * d.w + ix as usize) * ci;
-                            let src = (ky * g.kw + kx) * ci;
-                            for (o, v) in dxn[dst..dst + ci].iter_mut().zip(&drow[src..src + ci]) {
-                                *o += *v;
+                            for kx in 0..g.kw {
+                                let ix =
+                                    (ox * g.stride_w + kx * g.dil_w) as isize - g.pad_left as isize;
+                                if ix < 0 || ix >= wd {
+                                    continue;
+                                }
+                                let dst = (iy as usize * d.w + ix as usize) * ci + c0;
+                                let src = (ky * g.kw + kx) * cig;
+                                for (o, v) in
+                                    dxn[dst..dst + cig].iter_mut().zip(&drow[src..src + cig])
+                                {
+                                    *o += *v;
+                                }
                             }
                         }
                     }
@@ -378,6 +445,29 @@ pub fn conv2d_bwd_data_epi(
     });
 }
 
+/// y = conv^T(x, w) + b, the transposed convolution (PyTorch's `ConvTranspose2d`; overwrites `y`):
+/// x `[N,H,W,Ci]` (`x_shape`) in the place of the data gradient of the convolution `g` from y
+/// `[N,Ho,Wo,Co]` (`y_shape`) to x, w that convolution's `[kh,kw,Co/groups,Ci]`, then b `[Co]`
+/// added to every pixel.
+pub fn conv_transpose2d(
+    g: &ConvGeom,
+    x_shape: &[usize],
+    y_shape: &[usize],
+    (x, w, b): (&[f32], &[f32], Option<&[f32]>),
+    y: &mut [f32],
+) {
+    let d = ConvDims::from_shapes(y_shape, x_shape);
+    conv2d_bwd_data(g, &d, x, w, y);
+    if let Some(b) = b {
+        assert_eq!(b.len(), d.ci, "conv_transpose2d: bias size");
+        for px in y.chunks_exact_mut(d.ci) {
+            for (o, bv) in px.iter_mut().zip(b) {
+                *o += *bv;
+            }
+        }
+    }
+}
+
 /// dw = sum over chunks of cols^T dy_chunk (overwrites `dw`), im2col chunks in `cols`.
 pub fn conv2d_bwd_weight(
     g: &ConvGeom,
@@ -391,20 +481,29 @@ pub fn conv2d_bwd_weight(
     let (k, co, rows, cr) = (d.k(g), d.co, d.rows(), d.chunk_rows());
     assert!(cols.len() >= cr * k, "conv: workspace too small");
     dw.fill(0.0);
+    let cog = d.cog(g);
     let mut r0 = 0;
     while r0 < rows {
         let nr = cr.min(rows - r0);
-        im2col(g, d, x, r0, nr, cols);
-        let dyc = &dy[r0 * co..(r0 + nr) * co];
-        sgemm(
-            1.0,
-            View::rm_t(&cols[..nr * k], nr, k),
-            View::rm(dyc, nr, co),
-            1.0,
-            dw,
-            co,
-            1,
-        );
+        for grp in 0..g.groups {
+            im2col(g, d, x, grp, r0, nr, cols);
+            let dyv = View {
+                data: &dy[r0 * co + grp * cog..],
+                rows: nr,
+                cols: cog,
+                rs: co,
+                cs: 1,
+            };
+            sgemm(
+                1.0,
+                View::rm_t(&cols[..nr * k], nr, k),
+                dyv,
+                1.0,
+                &mut dw[grp * cog..],
+                co,
+                1,
+            );
+        }
         r0 += nr;
     }
 }
@@ -413,7 +512,9 @@ pub fn conv2d_bwd_weight(
 /// the `[K, Co]` weight matrix): for each block `c0..c0+nc`, `gw[K, nc]` (the first `K*nc`
 /// floats of the workspace) receives that block of the gradient (im2col chunks in `cols`, as
 /// [`conv2d_bwd_weight`]) and `apply(c0, nc, gw)` consumes it (the optimizer update of those
-/// columns). Never holds more than one block; im2col is redone per block. With `db` (the fused
+/// columns). Never holds more than one block; im2col is redone per block. With groups, a block
+/// never straddles two groups (it ends at its group's last column): it is one group's GEMM
+/// (K = `kh*kw*Ci/groups` rows). With `db` (the fused
 /// bias gradient), the column sums of dy are added into it while each row chunk of dy is in cache
 /// for its GEMM (every column summed in row order, as [`bias_grad`](super::optim::bias_grad)).
 #[allow(clippy::too_many_arguments)]
@@ -439,15 +540,17 @@ pub fn conv2d_bwd_weight_chunked(
         assert!(db.len() >= co, "conv: bias workspace too small");
         db[..co].fill(0.0);
     }
+    let cog = d.cog(g);
     let mut c0 = 0;
     while c0 < co {
-        let nc = chunk.min(co - c0);
+        let grp = c0 / cog.max(1);
+        let nc = chunk.min((grp + 1) * cog - c0);
         let block = &mut gw[..k * nc];
         block.fill(0.0);
         let mut r0 = 0;
         while r0 < rows {
             let nr = cr.min(rows - r0);
-            im2col(g, d, x, r0, nr, cols);
+            im2col(g, d, x, grp, r0, nr, cols);
             let dyv = View {
                 data: &dy[r0 * co + c0..],
                 rows: nr,
@@ -526,6 +629,17 @@ pub(super) unsafe fn exec(op: &ConvOp, a: &Args, ctx: &Ctx) {
                     a.f32(1),
                     (epi, ga, saved),
                     a.f32_mut(dxi),
+                );
+            }
+            ConvOp::ConvTranspose2d { geom, bias, .. } => {
+                let yi = 2 + *bias as usize;
+                let b = bias.then(|| a.f32(2));
+                conv_transpose2d(
+                    geom,
+                    a.shape(0),
+                    a.shape(yi),
+                    (a.f32(0), a.f32(1), b),
+                    a.f32_mut(yi),
                 );
             }
             ConvOp::Conv2dBwdWeight { geom } => {

@@ -1,5 +1,6 @@
-//! Max / average / global-average pooling (NHWC, 'valid' windows), nearest-neighbour upsampling,
-//! and their backward ops.
+//! Max / average / global-average / global-max pooling (NHWC, floor windows over the input padded
+//! by `PoolGeom::pad`: max-pooling skips padded cells, average pooling counts them as zeros),
+//! nearest-neighbour upsampling, and their backward ops.
 
 use super::args::{Args, Ctx};
 use dmc_plan::op::PoolGeom;
@@ -30,17 +31,30 @@ impl PoolDims {
     }
     fn check(&self, g: &PoolGeom, x: usize, y: usize) {
         assert!(g.size >= 1 && g.stride >= 1, "pool: bad geometry");
+        assert!(g.pad <= g.size / 2, "pool: padding over half the window");
         assert_eq!(x, self.n * self.h * self.w * self.c, "pool: x size");
         assert_eq!(y, self.n * self.ho * self.wo * self.c, "pool: y size");
         assert!(
-            self.ho == 0 || (self.ho - 1) * g.stride + g.size <= self.h,
+            self.ho == 0 || (self.ho - 1) * g.stride + g.size <= self.h + 2 * g.pad,
             "pool: window out of x (rows)"
         );
         assert!(
-            self.wo == 0 || (self.wo - 1) * g.stride + g.size <= self.w,
+            self.wo == 0 || (self.wo - 1) * g.stride + g.size <= self.w + 2 * g.pad,
             "pool: window out of x (cols)"
         );
     }
+}
+
+/// The input row (column) of window offset `wo` of the window starting at output `o`, or `None`
+/// in the padding.
+fn at(g: &PoolGeom, o: usize, wo: usize, n: usize) -> Option<usize> {
+    (o * g.stride + wo).checked_sub(g.pad).filter(|&i| i < n)
+}
+
+/// The window's first input row (column): its first cell that is not padding (the padding is at
+/// most half the window, so every window has one).
+fn first_in(g: &PoolGeom, o: usize) -> usize {
+    (o * g.stride).saturating_sub(g.pad)
 }
 
 /// y = max over each window, argmax = `dy*size+dx` of the first maximum.
@@ -67,9 +81,13 @@ pub fn maxpool_fwd(g: &PoolGeom, d: &PoolDims, x: &[f32], y: &mut [f32], argmax:
                     let mut bi = 0usize;
                     let mut first = true;
                     for wy in 0..g.size {
-                        let iy = oy * g.stride + wy;
+                        let Some(iy) = at(g, oy, wy, d.h) else {
+                            continue;
+                        };
                         for wx in 0..g.size {
-                            let ix = ox * g.stride + wx;
+                            let Some(ix) = at(g, ox, wx, d.w) else {
+                                continue;
+                            };
                             let v = x[((n * d.h + iy) * d.w + ix) * d.c + ch];
                             // a NaN wins (and stays): NaN propagates as in PyTorch
                             if first || v > best || (v.is_nan() && !best.is_nan()) {
@@ -87,7 +105,8 @@ pub fn maxpool_fwd(g: &PoolGeom, d: &PoolDims, x: &[f32], y: &mut [f32], argmax:
 }
 
 /// dx = scatter-add of dy into the argmax position of each window (overwrites dx).
-/// An argmax outside the window (corrupted buffer) poisons its window's first element with NaN.
+/// An argmax outside the window or in its padding (corrupted buffer) poisons its window's first
+/// input element with NaN.
 pub fn maxpool_bwd(g: &PoolGeom, d: &PoolDims, dy: &[f32], argmax: &[u8], dx: &mut [f32]) {
     d.check(g, dx.len(), dy.len());
     assert_eq!(argmax.len(), dy.len(), "maxpool_bwd: argmax size");
@@ -103,13 +122,12 @@ pub fn maxpool_bwd(g: &PoolGeom, d: &PoolDims, dy: &[f32], argmax: &[u8], dx: &m
                 for ch in 0..d.c {
                     let o = n * oimg + (oy * d.wo + ox) * d.c + ch;
                     let a = argmax[o] as usize;
-                    let (wy, wx, v) = if a < g.size * g.size {
-                        (a / g.size, a % g.size, dy[o])
-                    } else {
-                        (0, 0, f32::NAN)
+                    let pos = (a < g.size * g.size)
+                        .then(|| (at(g, oy, a / g.size, d.h), at(g, ox, a % g.size, d.w)));
+                    let (iy, ix, v) = match pos {
+                        Some((Some(iy), Some(ix))) => (iy, ix, dy[o]),
+                        _ => (first_in(g, oy), first_in(g, ox), f32::NAN),
                     };
-                    let iy = oy * g.stride + wy;
-                    let ix = ox * g.stride + wx;
                     dxn[(iy * d.w + ix) * d.c + ch] += v;
                 }
             }
@@ -117,7 +135,7 @@ pub fn maxpool_bwd(g: &PoolGeom, d: &PoolDims, dy: &[f32], argmax: &[u8], dx: &m
     });
 }
 
-/// y = mean over each window.
+/// y = the sum over each window / size^2 (padded cells count as zeros).
 pub fn avgpool_fwd(g: &PoolGeom, d: &PoolDims, x: &[f32], y: &mut [f32]) {
     d.check(g, x.len(), y.len());
     let row = d.wo * d.c;
@@ -132,8 +150,14 @@ pub fn avgpool_fwd(g: &PoolGeom, d: &PoolDims, x: &[f32], y: &mut [f32]) {
             let yo = &mut yr[ox * d.c..(ox + 1) * d.c];
             yo.fill(0.0);
             for wy in 0..g.size {
+                let Some(iy) = at(g, oy, wy, d.h) else {
+                    continue;
+                };
                 for wx in 0..g.size {
-                    let i = ((n * d.h + oy * g.stride + wy) * d.w + ox * g.stride + wx) * d.c;
+                    let Some(ix) = at(g, ox, wx, d.w) else {
+                        continue;
+                    };
+                    let i = ((n * d.h + iy) * d.w + ix) * d.c;
                     for (o, v) in yo.iter_mut().zip(&x[i..i + d.c]) {
                         *o += *v;
                     }
@@ -146,7 +170,7 @@ pub fn avgpool_fwd(g: &PoolGeom, d: &PoolDims, x: &[f32], y: &mut [f32]) {
     });
 }
 
-/// dx = dy / size^2 spread over each window (overwrites dx).
+/// dx = dy / size^2 spread over each window's input cells (overwrites dx).
 pub fn avgpool_bwd(g: &PoolGeom, d: &PoolDims, dy: &[f32], dx: &mut [f32]) {
     d.check(g, dx.len(), dy.len());
     let img = d.h * d.w * d.c;
@@ -162,8 +186,14 @@ pub fn avgpool_bwd(g: &PoolGeom, d: &PoolDims, dy: &[f32], dx: &mut [f32]) {
                 let o = n * oimg + (oy * d.wo + ox) * d.c;
                 let dyo = &dy[o..o + d.c];
                 for wy in 0..g.size {
+                    let Some(iy) = at(g, oy, wy, d.h) else {
+                        continue;
+                    };
                     for wx in 0..g.size {
-                        let i = ((oy * g.stride + wy) * d.w + ox * g.stride + wx) * d.c;
+                        let Some(ix) = at(g, ox, wx, d.w) else {
+                            continue;
+                        };
+                        let i = (iy * d.w + ix) * d.c;
                         for (t, v) in dxn[i..i + d.c].iter_mut().zip(dyo) {
                             *t += *v * inv;
                         }
@@ -191,6 +221,65 @@ pub fn global_avgpool_fwd(n: usize, hw: usize, c: usize, x: &[f32], y: &mut [f32
         }
         for o in yr.iter_mut() {
             *o *= inv;
+        }
+    });
+}
+
+/// `y[N,C]` = max of `x[N,H,W,C]` over H and W (`hw` = H*W), `argmax[N,C]` = the pixel index
+/// `iy*W + ix` of the first maximum (a NaN wins and stays, as in [`maxpool_fwd`]).
+pub fn global_maxpool_fwd(
+    (n, hw, c): (usize, usize, usize),
+    x: &[f32],
+    y: &mut [f32],
+    argmax: &mut [i32],
+) {
+    assert_eq!(x.len(), n * hw * c, "global_maxpool: x size");
+    assert_eq!(y.len(), n * c, "global_maxpool: y size");
+    assert_eq!(argmax.len(), n * c, "global_maxpool: argmax size");
+    assert!(hw >= 1 && hw <= i32::MAX as usize, "global_maxpool: H*W");
+    if c == 0 {
+        return;
+    }
+    y.par_chunks_mut(c)
+        .zip(argmax.par_chunks_mut(c))
+        .enumerate()
+        .for_each(|(i, (yr, ar))| {
+            let xn = &x[i * hw * c..(i + 1) * hw * c];
+            yr.copy_from_slice(&xn[..c]);
+            ar.fill(0);
+            for (p, px) in xn.chunks_exact(c).enumerate().skip(1) {
+                for ((b, a), &v) in yr.iter_mut().zip(ar.iter_mut()).zip(px) {
+                    if v > *b || (v.is_nan() && !b.is_nan()) {
+                        *b = v;
+                        *a = p as i32;
+                    }
+                }
+            }
+        });
+}
+
+/// `dx[N,H,W,C]`: dy at each channel's argmax pixel, 0 elsewhere (overwrites dx). An argmax out
+/// of `0..H*W` (corrupted buffer) poisons the channel's first pixel with NaN.
+pub fn global_maxpool_bwd(
+    (n, hw, c): (usize, usize, usize),
+    dy: &[f32],
+    argmax: &[i32],
+    dx: &mut [f32],
+) {
+    assert_eq!(dx.len(), n * hw * c, "global_maxpool_bwd: dx size");
+    assert_eq!(dy.len(), n * c, "global_maxpool_bwd: dy size");
+    assert_eq!(argmax.len(), n * c, "global_maxpool_bwd: argmax size");
+    if c == 0 || hw == 0 {
+        return;
+    }
+    dx.par_chunks_mut(hw * c).enumerate().for_each(|(i, dxn)| {
+        dxn.fill(0.0);
+        for ch in 0..c {
+            let a = argmax[i * c + ch];
+            match usize::try_from(a).ok().filter(|&p| p < hw) {
+                Some(p) => dxn[p * c + ch] = dy[i * c + ch],
+                None => dxn[ch] = f32::NAN,
+            }
         }
     });
 }
@@ -344,6 +433,16 @@ pub(super) unsafe fn exec(op: &PoolOp, a: &Args, _ctx: &Ctx) {
             PoolOp::GlobalAvgPool => {
                 let x = a.shape(0);
                 global_avgpool_fwd(x[0], x[1] * x[2], x[3], a.f32(0), a.f32_mut(1));
+            }
+            PoolOp::GlobalMaxPool => {
+                let x = a.shape(0);
+                let dims = (x[0], x[1] * x[2], x[3]);
+                global_maxpool_fwd(dims, a.f32(0), a.f32_mut(1), a.i32_mut(2));
+            }
+            PoolOp::GlobalMaxPoolBwd => {
+                let x = a.shape(2);
+                let dims = (x[0], x[1] * x[2], x[3]);
+                global_maxpool_bwd(dims, a.f32(0), a.i32(1), a.f32_mut(2));
             }
             PoolOp::MaxPoolBwd { geom } => {
                 let d = PoolDims::from_shapes(a.shape(2), a.shape(0));

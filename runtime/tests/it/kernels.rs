@@ -142,6 +142,7 @@ impl PoolCase {
         PoolGeom {
             size: self.size,
             stride: self.s,
+            pad: 0,
         }
     }
     fn dims(&self) -> PoolDims {
@@ -525,43 +526,6 @@ fn dropout_mask_properties() {
 // Hence rel tol 1e-2 with an absolute floor of 2e-3 (gradients here are O(0.1..10)). ReLU inputs
 // and max-pool values are kept more than h away from kinks/ties so the FD does not cross them.
 // ------------------------------------------------------------------------------------------
-
-const H: f32 = 1e-2;
-const REL: f64 = 1e-2;
-const ABS: f64 = 2e-3;
-
-fn dot(a: &[f32], r: &[f32]) -> f64 {
-    a.iter().zip(r).map(|(&a, &r)| a as f64 * r as f64).sum()
-}
-
-/// Checks `grad` (analytic dL/dx) against FD of `l(x)` at up to `samples` coordinates.
-fn fd_check(what: &str, x: &[f32], grad: &[f32], samples: usize, l: impl Fn(&[f32]) -> f64) {
-    assert_eq!(x.len(), grad.len());
-    let mut r = rng(99);
-    let idx: Vec<usize> = if x.len() <= samples {
-        (0..x.len()).collect()
-    } else {
-        (0..samples).map(|_| r.random_range(0..x.len())).collect()
-    };
-    let mut xp = x.to_vec();
-    for i in idx {
-        let orig = xp[i];
-        xp[i] = orig + H;
-        let lp = l(&xp);
-        xp[i] = orig - H;
-        let lm = l(&xp);
-        xp[i] = orig;
-        // the actual perturbation, as represented in f32
-        let step = ((orig + H) as f64) - ((orig - H) as f64);
-        let fd = (lp - lm) / step;
-        let g = grad[i] as f64;
-        let tol = REL * fd.abs().max(g.abs()) + ABS;
-        assert!(
-            (fd - g).abs() <= tol,
-            "{what}: d/dx[{i}] analytic {g}, fd {fd} (tol {tol})"
-        );
-    }
-}
 
 #[test]
 fn conv2d_vjps_match_finite_differences() {

@@ -12,6 +12,8 @@ mod io_interop;
 mod io_predict;
 mod io_weights;
 mod kernels;
+mod kernels_geom;
 mod kernels_layers;
+mod kernels_transpose;
 mod optim_formulas;
 mod zoo_cpu;

@@ -32,6 +32,10 @@ impl Framework {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Conv2d,
+    /// Its weight `[kh, kw, out / groups, in]`: the HWIO weight of the convolution it transposes,
+    /// so PyTorch's `ConvTranspose2d.weight` `[in, out / groups, kh, kw]` converts as a
+    /// convolution's OIHW one does.
+    ConvTranspose2d,
     Dense,
 }
 
@@ -52,7 +56,7 @@ impl ParamLayer {
     pub fn weight_conversion(&self, fw: Framework) -> Conversion {
         match (fw, self.kind, self.flattened_image) {
             (Framework::Keras, _, _) => Conversion::Same,
-            (Framework::Torch, Kind::Conv2d, _) => Conversion::ConvOihw,
+            (Framework::Torch, Kind::Conv2d | Kind::ConvTranspose2d, _) => Conversion::ConvOihw,
             (Framework::Torch, Kind::Dense, Some([h, w, c])) if h * w > 1 && c > 1 => {
                 Conversion::LinearFlattenChw { h, w, c }
             }
@@ -65,6 +69,9 @@ impl ParamLayer {
         let s = &self.weight.shape;
         match (self.kind, s.as_slice()) {
             (Kind::Conv2d, [kh, kw, i, o]) => format!("conv2d {kh}x{kw}, {i} -> {o}"),
+            (Kind::ConvTranspose2d, [kh, kw, o, i]) => {
+                format!("conv_transpose2d {kh}x{kw}, {i} -> {o}")
+            }
             (Kind::Dense, [i, o]) => format!("dense {i} -> {o}"),
             _ => format!("{:?} {:?}", self.kind, s),
         }
@@ -77,6 +84,7 @@ pub fn param_layers(model: &Model) -> Result<Vec<ParamLayer>, CliError> {
     for node in &model.nodes {
         let kind = match node.layer {
             Layer::Conv2d { .. } => Kind::Conv2d,
+            Layer::ConvTranspose2d { .. } => Kind::ConvTranspose2d,
             Layer::Dense { .. } => Kind::Dense,
             _ => continue,
         };

@@ -81,13 +81,15 @@ impl ConvCase {
             wo: (w - k) / s + 1,
         }
     }
+    /// The bottom (right) padding is what the output extent implies: the rows the last window
+    /// reaches past the input.
     pub fn geom(&self) -> ConvGeom {
         ConvGeom {
-            kh: self.k,
-            kw: self.k,
-            stride: self.s,
+            pad_bottom: ((self.ho - 1) * self.s + self.k).saturating_sub(self.h + self.pt),
+            pad_right: ((self.wo - 1) * self.s + self.k).saturating_sub(self.w + self.pl),
             pad_top: self.pt,
             pad_left: self.pl,
+            ..ConvGeom::square(self.k, self.s, 0)
         }
     }
     pub fn dims(&self) -> ConvDims {
@@ -150,4 +152,41 @@ pub fn conv_run(c: &ConvCase, x: &[f32], w: &[f32], b: Option<&[f32]>) -> Vec<f3
     let mut cols = vec![f32::NAN; c.ws()];
     conv2d_fwd(&c.geom(), &c.dims(), x, w, b, &mut y, &mut cols);
     y
+}
+
+pub const H: f32 = 1e-2;
+pub const REL: f64 = 1e-2;
+pub const ABS: f64 = 2e-3;
+
+pub fn dot(a: &[f32], r: &[f32]) -> f64 {
+    a.iter().zip(r).map(|(&a, &r)| a as f64 * r as f64).sum()
+}
+
+/// Checks `grad` (analytic dL/dx) against FD of `l(x)` at up to `samples` coordinates.
+pub fn fd_check(what: &str, x: &[f32], grad: &[f32], samples: usize, l: impl Fn(&[f32]) -> f64) {
+    assert_eq!(x.len(), grad.len());
+    let mut r = rng(99);
+    let idx: Vec<usize> = if x.len() <= samples {
+        (0..x.len()).collect()
+    } else {
+        (0..samples).map(|_| r.random_range(0..x.len())).collect()
+    };
+    let mut xp = x.to_vec();
+    for i in idx {
+        let orig = xp[i];
+        xp[i] = orig + H;
+        let lp = l(&xp);
+        xp[i] = orig - H;
+        let lm = l(&xp);
+        xp[i] = orig;
+        // the actual perturbation, as represented in f32
+        let step = ((orig + H) as f64) - ((orig - H) as f64);
+        let fd = (lp - lm) / step;
+        let g = grad[i] as f64;
+        let tol = REL * fd.abs().max(g.abs()) + ABS;
+        assert!(
+            (fd - g).abs() <= tol,
+            "{what}: d/dx[{i}] analytic {g}, fd {fd} (tol {tol})"
+        );
+    }
 }
