@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 /// program's optimizer is the rule its update ops carry, and an activation's facts (its name, what
 /// its backward reads, its formulas) live in one place.
 pub use dmc_plan::unary::UnaryKind as Activation;
+pub use dmc_plan::schedule::{Decay, LrSchedule};
 pub use dmc_plan::update::{LearningRate, UpdateRule as Optimizer};
 
 /// Byte range into the source file (start inclusive, end exclusive).
@@ -216,6 +217,9 @@ pub struct TrainConfig {
     /// unset (`None`) or `true` reshuffles every epoch.
     #[serde(default)]
     pub shuffle: Option<bool>,
+    /// `schedule: cosine(warmup: 100)`: the learning rate of each step (constant when unset).
+    #[serde(default)]
+    pub schedule: LrSchedule,
 }
 
 /// A checked program.

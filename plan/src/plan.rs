@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::op::{DType, Op, Signature};
+use crate::schedule::LrSchedule;
 use crate::update::UpdateRule;
 pub use crate::update::{LearningRate, UpdateRule as Optimizer};
 
@@ -158,6 +159,10 @@ pub struct Plan {
     /// The network's output (the loss' prediction), for `predict`.
     pub output: IoBinding,
     pub optimizer: UpdateRule,
+    /// The learning rate of each step (from the optimizer's `lr`): the runtime passes each step's
+    /// rate to the update kernels, none of which bakes one in.
+    #[serde(default)]
+    pub schedule: LrSchedule,
     /// The liveness lower bound: max over steps of the (aligned) bytes live at that step; no
     /// placement of these buffers can use a smaller arena.
     #[serde(default)]
@@ -175,7 +180,8 @@ pub struct Plan {
 /// gradient, `GlobalAvgPoolBwdAct`; each field absent when off, so unfused ops read as in 3.
 /// 5: `CrossEntropyLoss { label_smoothing }` (was a unit variant), and the ops and rules added with
 /// it (activations with a parameter, `Softmax`, the MAE / Huber / BCE losses, RMSprop and Lion).
-pub const FORMAT_VERSION: u32 = 5;
+/// 6: `schedule` (the learning-rate schedule); kernels take the step's learning rate as an argument.
+pub const FORMAT_VERSION: u32 = 6;
 
 impl Plan {
     /// Whether the runtime reads buffer `id` after the last step: the output always, the loss
