@@ -72,7 +72,7 @@ impl LrSchedule {
     pub fn check(&self, run_steps: u64) -> Result<(), String> {
         match self.length(run_steps) {
             Some(t) if t <= self.warmup => Err(format!(
-                "the learning-rate schedule decays over {t} steps, which its warmup of {} steps leaves none of",
+                "the learning-rate schedule's warmup of {} steps leaves none of the {t} steps it decays over",
                 self.warmup
             )),
             _ => Ok(()),

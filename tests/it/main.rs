@@ -23,4 +23,5 @@ mod runtime_remat;
 mod runtime_seed;
 mod tour;
 mod train;
+mod lr_schedule;
 mod train_losses_optim;

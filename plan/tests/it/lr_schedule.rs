@@ -156,7 +156,7 @@ fn a_decay_its_warmup_leaves_no_step_of_is_refused() {
         },
     };
     let e = s.check(10).unwrap_err();
-    assert!(e.contains("10 steps") && e.contains("warmup"), "{e}");
+    assert!(e.contains("warmup of 10 steps leaves none of the 10 steps"), "{e}");
     assert!(s.check(11).is_ok());
     // step decay and constant rates have no length
     let st = LrSchedule {

@@ -536,8 +536,10 @@ mod tests {
             src.contains(&format!("{}((const float*)a[0], ", k.entry)),
             "{src}"
         );
+        // the seed and step as u64, the learning rate's bits as a double, last
+        assert!(src.contains(&format!("(const u64)a[{}]", n - 2)), "{src}");
         assert!(
-            src.contains(&format!("(const u64)a[{}]); }}", n - 1)),
+            src.contains(&format!("dmc_f64_bits(a[{}])); }}", n - 1)),
             "{src}"
         );
         assert!(src.contains("DMC_EMU_EXPORT(dmc_emu_bodies, 1)"), "{src}");

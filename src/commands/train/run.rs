@@ -138,7 +138,7 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
         .check(schedule.total_steps as u64)
         .map_err(|e| {
             CliError::Usage(format!(
-                "{e} in this run of {} steps; raise --steps or --epochs, or give the schedule's `steps:` in {}",
+                "{e} (the {} steps of this run); raise --steps or --epochs, or shorten the warmup in {}",
                 schedule.total_steps,
                 c.file.display()
             ))
