@@ -6,11 +6,11 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use dmc_plan::schedule::{Decay, LrSchedule};
 /// The activations, the optimizers and the learning rate are the execution plan's own types: a
 /// program's optimizer is the rule its update ops carry, and an activation's facts (its name, what
 /// its backward reads, its formulas) live in one place.
 pub use dmc_plan::unary::UnaryKind as Activation;
-pub use dmc_plan::schedule::{Decay, LrSchedule};
 pub use dmc_plan::update::{LearningRate, UpdateRule as Optimizer};
 
 /// Byte range into the source file (start inclusive, end exclusive).

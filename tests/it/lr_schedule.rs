@@ -53,8 +53,18 @@ fn train(kind: BackendKind, plan: Plan, lrs: Option<&[f32]>) -> Vec<Vec<f32>> {
         let loss = be.run(s as u64 + 1, 4).expect("step");
         assert!(loss.is_finite());
     }
-    let mut out: Vec<Vec<f32>> = be.params().expect("params").into_iter().map(|p| p.2.to_vec()).collect();
-    out.extend(be.opt_states().expect("state").into_iter().map(|p| p.2.to_vec()));
+    let mut out: Vec<Vec<f32>> = be
+        .params()
+        .expect("params")
+        .into_iter()
+        .map(|p| p.2.to_vec())
+        .collect();
+    out.extend(
+        be.opt_states()
+            .expect("state")
+            .into_iter()
+            .map(|p| p.2.to_vec()),
+    );
     out
 }
 
@@ -69,7 +79,10 @@ fn set_rate_is_the_compiled_rate(kind: BackendKind) {
             let got = train(kind, compiled.clone(), Some(&[half; 3]));
             assert!(got == want, "{opt} (fuse {fuse}): set_learning_rate({half}) differs from a plan compiled with it");
             let untouched = train(kind, compiled, None);
-            assert!(untouched != want, "{opt} (fuse {fuse}): the rate made no difference");
+            assert!(
+                untouched != want,
+                "{opt} (fuse {fuse}): the rate made no difference"
+            );
         }
     }
 }
@@ -89,11 +102,17 @@ fn set_learning_rate_trains_as_the_plan_compiled_with_that_rate_in_the_emulator(
 fn the_kernels_take_the_rate_as_an_argument_and_bake_none_in() {
     // Two plans that differ only in their learning rate render the same kernels.
     for opt in OPTIMIZERS {
-        let a = dmc_codegen::render_plan(&plan(opt, None, true), &Default::default()).expect("render");
-        let b = dmc_codegen::render_plan(&plan(opt, Some(0.123), true), &Default::default()).expect("render");
+        let a =
+            dmc_codegen::render_plan(&plan(opt, None, true), &Default::default()).expect("render");
+        let b = dmc_codegen::render_plan(&plan(opt, Some(0.123), true), &Default::default())
+            .expect("render");
         assert_eq!(a.len(), b.len());
         for (ka, kb) in a.iter().zip(&b) {
-            assert_eq!(ka.source, kb.source, "{opt}: kernel {} depends on the rate", ka.name);
+            assert_eq!(
+                ka.source, kb.source,
+                "{opt}: kernel {} depends on the rate",
+                ka.name
+            );
             assert_eq!(ka.params.last().map(|p| p.name.as_str()), Some("lr"));
         }
     }
@@ -122,7 +141,18 @@ fn dmc_run_follows_the_schedule_and_says_so() {
     let run = |file: &std::path::Path, out: &str, extra: &[&str]| -> (Vec<u8>, String) {
         let w = dir.path().join(out);
         let args = [
-            &["run", s(file), "--synthetic-samples", "32", "--steps", "12", "--save", s(&w), "--seed", "3"][..],
+            &[
+                "run",
+                s(file),
+                "--synthetic-samples",
+                "32",
+                "--steps",
+                "12",
+                "--save",
+                s(&w),
+                "--seed",
+                "3",
+            ][..],
             extra,
         ]
         .concat();
@@ -131,23 +161,44 @@ fn dmc_run_follows_the_schedule_and_says_so() {
         (std::fs::read(&w).expect("weights"), e)
     };
     let constant = write(dir.path(), "c.dm", "");
-    let late = write(dir.path(), "late.dm", ", schedule: step(every: 1000, gamma: 0.5)");
+    let late = write(
+        dir.path(),
+        "late.dm",
+        ", schedule: step(every: 1000, gamma: 0.5)",
+    );
     let cosine = write(dir.path(), "cos.dm", ", schedule: cosine(warmup: 3)");
     let (wc, ec) = run(&constant, "c.safetensors", &[]);
     assert!(!ec.contains("schedule"), "{ec}");
     // a decay that starts after the run is the constant rate, bit for bit
     let (wl, el) = run(&late, "l.safetensors", &[]);
     assert_eq!(wc, wl);
-    assert!(el.contains("learning rate 0.1 (schedule: x0.5 every 1000 steps)"), "{el}");
+    assert!(
+        el.contains("learning rate 0.1 (schedule: x0.5 every 1000 steps)"),
+        "{el}"
+    );
     let (wcos, ecos) = run(&cosine, "cos.safetensors", &[]);
     assert_ne!(wc, wcos);
-    assert!(ecos.contains("cosine over the run to 0, after 3 linear warmup steps"), "{ecos}");
+    assert!(
+        ecos.contains("cosine over the run to 0, after 3 linear warmup steps"),
+        "{ecos}"
+    );
     // --lr moves the base of the schedule
     let (wlr, _) = run(&cosine, "cos2.safetensors", &["--lr", "0.05"]);
     assert_ne!(wlr, wcos);
     // a decay over the run needs a step after its warmup
     let short = write(dir.path(), "short.dm", ", schedule: cosine(warmup: 20)");
-    let (code, _, e) = dmc(&["run", s(&short), "--synthetic-samples", "32", "--steps", "12", "-q"]);
+    let (code, _, e) = dmc(&[
+        "run",
+        s(&short),
+        "--synthetic-samples",
+        "32",
+        "--steps",
+        "12",
+        "-q",
+    ]);
     assert_eq!(code, 1, "{e}");
-    assert!(e.contains("warmup of 20 steps leaves none of the 12 steps") && e.contains("raise --steps"), "{e}");
+    assert!(
+        e.contains("warmup of 20 steps leaves none of the 12 steps") && e.contains("raise --steps"),
+        "{e}"
+    );
 }

@@ -136,8 +136,25 @@ impl Opt {
     fn scaled(self, f: f64) -> Opt {
         match self {
             Opt::Sgd(lr) => Opt::Sgd(lr * f),
-            Opt::RmsProp { lr, alpha, eps, wd, momentum } => Opt::RmsProp { lr: lr * f, alpha, eps, wd, momentum },
-            Opt::Lion { lr, b1, b2, wd } => Opt::Lion { lr: lr * f, b1, b2, wd },
+            Opt::RmsProp {
+                lr,
+                alpha,
+                eps,
+                wd,
+                momentum,
+            } => Opt::RmsProp {
+                lr: lr * f,
+                alpha,
+                eps,
+                wd,
+                momentum,
+            },
+            Opt::Lion { lr, b1, b2, wd } => Opt::Lion {
+                lr: lr * f,
+                b1,
+                b2,
+                wd,
+            },
         }
     }
 }
@@ -354,7 +371,14 @@ fn lion_keeps_half_of_adams_optimizer_state() {
 fn scheduled_learning_rates_train_as_the_reference() {
     // step decay: halved after every step; the reference multiplies by 0.5^(step - 1)
     let half = |t: u64| 0.5f64.powi(t as i32 - 1);
-    check_scheduled("mse(out, y)", "sgd(lr: 0.1)", ", schedule: step(every: 1, gamma: 0.5)", &half, Loss::Mse, Opt::Sgd(0.1));
+    check_scheduled(
+        "mse(out, y)",
+        "sgd(lr: 0.1)",
+        ", schedule: step(every: 1, gamma: 0.5)",
+        &half,
+        Loss::Mse,
+        Opt::Sgd(0.1),
+    );
     // warmup over 3 steps then constant: 1/3, 2/3, 1, 1
     let warm = |t: u64| (t.min(3)) as f64 / 3.0;
     check_scheduled(
@@ -363,7 +387,13 @@ fn scheduled_learning_rates_train_as_the_reference() {
         ", schedule: warmup(3)",
         &warm,
         Loss::Mae,
-        Opt::RmsProp { lr: 0.01, alpha: 0.99, eps: 1e-8, wd: 0.0, momentum: 0.9 },
+        Opt::RmsProp {
+            lr: 0.01,
+            alpha: 0.99,
+            eps: 1e-8,
+            wd: 0.0,
+            momentum: 0.9,
+        },
     );
     // cosine over the 4 steps after one warmup step: 1, then (1 + cos(pi k / 3)) / 2 for k = 0, 1, 2
     let cos = |t: u64| {
@@ -379,6 +409,11 @@ fn scheduled_learning_rates_train_as_the_reference() {
         ", schedule: cosine(warmup: 1)",
         &cos,
         Loss::Huber(1.0),
-        Opt::Lion { lr: 0.003, b1: 0.9, b2: 0.99, wd: 0.5 },
+        Opt::Lion {
+            lr: 0.003,
+            b1: 0.9,
+            b2: 0.99,
+            wd: 0.5,
+        },
     );
 }

@@ -128,7 +128,9 @@ impl Checker<'_> {
                         format!("`gamma` must be in (0, 1], found {gamma:?}"),
                     )
                     .label("out of range")
-                    .help("the rate is multiplied by `gamma` every `every` steps, e.g. `gamma: 0.1`"));
+                    .help(
+                        "the rate is multiplied by `gamma` every `every` steps, e.g. `gamma: 0.1`",
+                    ));
                 }
                 Decay::Step {
                     every,
@@ -151,7 +153,9 @@ impl Checker<'_> {
                 "a warmup of 0 steps does nothing",
             )
             .label("0 steps")
-            .help("give the number of warmup steps, e.g. `warmup(100)`, or leave the schedule out"));
+            .help(
+                "give the number of warmup steps, e.g. `warmup(100)`, or leave the schedule out",
+            ));
         }
         Ok(LrSchedule { warmup, decay })
     }

@@ -30,7 +30,14 @@ impl Checker<'_> {
     }
 
     pub(super) fn train(&self, t: &TrainSection) -> Result<TrainConfig, Error> {
-        const FIELDS: &[&str] = &["batch", "optimizer", "epochs", "seed", "shuffle", "schedule"];
+        const FIELDS: &[&str] = &[
+            "batch",
+            "optimizer",
+            "epochs",
+            "seed",
+            "shuffle",
+            "schedule",
+        ];
         let mut seen: HashMap<&str, &Field> = HashMap::new();
         for f in &t.fields {
             let Some(key) = FIELDS.iter().find(|k| **k == f.name.name) else {

@@ -52,7 +52,11 @@ fn warmup_ramps_linearly_as_linear_lr_then_holds() {
         want.push(next);
     }
     assert_rates(&rates(&s, 20, 20), &want);
-    assert_eq!(s.lr_at(BASE, w, 20), BASE, "the warmup ends at the base rate");
+    assert_eq!(
+        s.lr_at(BASE, w, 20),
+        BASE,
+        "the warmup ends at the base rate"
+    );
 }
 
 #[test]
@@ -82,7 +86,10 @@ fn cosine_chain(base: f64, min: f64, t_max: u64, steps: u64) -> Vec<f64> {
         let prev = *v.last().unwrap();
         let tf = t as f64;
         let tm = t_max as f64;
-        v.push(min + (prev - min) * (1.0 + (pi * tf / tm).cos()) / (1.0 + (pi * (tf - 1.0) / tm).cos()));
+        v.push(
+            min + (prev - min) * (1.0 + (pi * tf / tm).cos())
+                / (1.0 + (pi * (tf - 1.0) / tm).cos()),
+        );
     }
     v
 }
@@ -101,7 +108,11 @@ fn cosine_after_warmup_matches_cosine_annealing_lr() {
     let got = rates(&s, run, run);
     // the warmup, then T_max = run - warmup steps of cosine
     for (t, g) in got.iter().take(w as usize).enumerate() {
-        assert!(close(*g, BASE as f64 * (t + 1) as f64 / w as f64), "warmup step {}", t + 1);
+        assert!(
+            close(*g, BASE as f64 * (t + 1) as f64 / w as f64),
+            "warmup step {}",
+            t + 1
+        );
     }
     let want = cosine_chain(BASE as f64, min as f32 as f64, run - w, run - w);
     assert_rates(&got[w as usize..], &want);
@@ -156,7 +167,10 @@ fn a_decay_its_warmup_leaves_no_step_of_is_refused() {
         },
     };
     let e = s.check(10).unwrap_err();
-    assert!(e.contains("warmup of 10 steps leaves none of the 10 steps"), "{e}");
+    assert!(
+        e.contains("warmup of 10 steps leaves none of the 10 steps"),
+        "{e}"
+    );
     assert!(s.check(11).is_ok());
     // step decay and constant rates have no length
     let st = LrSchedule {

@@ -12,9 +12,9 @@
 //! * the emulator saw no divergent barrier or stack overflow.
 
 use dmc_codegen::{render_kernel, render_plan, CodegenOptions, CudaKernel, Scalars};
-use dmc_plan::update::UpdateRule;
 use dmc_plan::op::{DType, Role};
 use dmc_plan::plan::{Kernel, Mode, Plan, ALIGN};
+use dmc_plan::update::UpdateRule;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 

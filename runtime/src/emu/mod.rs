@@ -585,7 +585,19 @@ mod tests {
         buf[..3].copy_from_slice(&x);
         let p = buf.as_mut_ptr() as u64;
         // SAFETY: x and y (51 floats each, the zoo relu's shape) lie inside `buf`, disjoint.
-        unsafe { again.launch(&[p, p + 51 * 4], 0, 1, FiberOrder::Forward, 1) }.expect("launch");
+        unsafe {
+            again.launch(
+                &[p, p + 51 * 4],
+                &Scalars {
+                    seed: 0,
+                    step: 1,
+                    lr: 0.0,
+                },
+                FiberOrder::Forward,
+                1,
+            )
+        }
+        .expect("launch");
         assert_eq!(&buf[51..54], &[1.0, 0.0, 3.0]);
     }
 }
