@@ -15,6 +15,20 @@ pub enum ArgSource {
     Seed,
     /// The 1-based step counter (dropout, Adam's t).
     Step,
+    /// The step's learning rate (the optimizer updates; see `dmc_plan::schedule`), passed as a
+    /// `double` holding the f32 value exactly, so every launch value is 8 bytes.
+    Lr,
+}
+
+/// The scalars of one launch besides the buffers: what [`ArgSource::Seed`], [`ArgSource::Step`]
+/// and [`ArgSource::Lr`] take their values from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scalars {
+    pub seed: u64,
+    /// The 1-based training step.
+    pub step: u64,
+    /// The learning rate of this step.
+    pub lr: f32,
 }
 
 /// One parameter of a generated kernel.
@@ -29,7 +43,7 @@ pub struct KernelParam {
 }
 
 /// The parameters of the kernel for `sig`, in order: one pointer per signature slot (in signature
-/// order; `const` for `In`), then `u64 seed, u64 step`. The single source of both the generated
+/// order; `const` for `In`), then `u64 seed, u64 step, double lr`. The single source of both the generated
 /// parameter list and the backend's launch arguments.
 pub fn kernel_params(sig: &Signature) -> Vec<KernelParam> {
     let mut v: Vec<KernelParam> = sig
@@ -59,6 +73,12 @@ pub fn kernel_params(sig: &Signature) -> Vec<KernelParam> {
             source,
         });
     }
+    v.push(KernelParam {
+        name: "lr".into(),
+        ty: "const double".into(),
+        decl: "const double lr".into(),
+        source: ArgSource::Lr,
+    });
     v
 }
 
@@ -104,15 +124,17 @@ impl CudaKernel {
     }
 
     /// The launch arguments, one 8-byte value per parameter of [`kernel_params`] in order: the
-    /// pointer of signature slot `i` from `ptrs[i]`, then `seed` and `step`. The CUDA backend and
-    /// the host emulator both launch with exactly these values.
-    pub fn launch_values(&self, ptrs: &[u64], seed: u64, step: u64) -> Vec<u64> {
+    /// pointer of signature slot `i` from `ptrs[i]`, then the seed, the step and the bits of the
+    /// learning rate as an f64. The CUDA backend and the host emulator both launch with exactly
+    /// these values.
+    pub fn launch_values(&self, ptrs: &[u64], s: &Scalars) -> Vec<u64> {
         self.params
             .iter()
             .map(|p| match p.source {
                 ArgSource::Buffer(i) => ptrs[i],
-                ArgSource::Seed => seed,
-                ArgSource::Step => step,
+                ArgSource::Seed => s.seed,
+                ArgSource::Step => s.step,
+                ArgSource::Lr => f64::from(s.lr).to_bits(),
             })
             .collect()
     }

@@ -21,7 +21,7 @@ mod templates;
 pub mod zoo;
 
 pub use error::CodegenError;
-pub use kernel::{kernel_params, ArgSource, CudaKernel, KernelParam, Launch};
+pub use kernel::{kernel_params, ArgSource, CudaKernel, KernelParam, Launch, Scalars};
 pub use options::CodegenOptions;
 pub use render::{entry_name, render_kernel, render_plan};
 pub use spec::common::{f32_lit, ELEM_THREADS, REDUCE_THREADS};

@@ -4,12 +4,15 @@
 
 use crate::op::Optimizer;
 use crate::plan::Mode;
+use dmc_plan::schedule::LrSchedule;
 
 /// What the passes may depend on.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ctx {
     pub mode: Mode,
     pub optimizer: Optimizer,
+    /// The learning-rate schedule the plan carries to the runtime.
+    pub schedule: LrSchedule,
     pub batch: usize,
     /// Run the IR verifier around the passes (every pass in debug and test builds; see
     /// [`crate::passes`]).

@@ -374,6 +374,7 @@ pub fn emit(
         loss: loss_buf,
         output,
         optimizer: ctx.optimizer,
+        schedule: ctx.schedule,
         lower_bound_bytes: placement.lower_bound,
         placement_strategy: placement.strategy.to_string(),
     })

@@ -66,6 +66,7 @@ pub fn context(model: &Model, opts: &CompileOptions) -> Ctx {
     Ctx {
         mode: opts.mode,
         optimizer,
+        schedule: model.train.schedule,
         batch: opts.batch.unwrap_or(model.train.batch),
         verify: opts.verify,
         fuse: opts.fuse,

@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use dmc_plan::schedule::{Decay, LrSchedule};
 /// The activations, the optimizers and the learning rate are the execution plan's own types: a
 /// program's optimizer is the rule its update ops carry, and an activation's facts (its name, what
 /// its backward reads, its formulas) live in one place.
@@ -279,6 +280,9 @@ pub struct TrainConfig {
     /// unset (`None`) or `true` reshuffles every epoch.
     #[serde(default)]
     pub shuffle: Option<bool>,
+    /// `schedule: cosine(warmup: 100)`: the learning rate of each step (constant when unset).
+    #[serde(default)]
+    pub schedule: LrSchedule,
 }
 
 /// A checked program.

@@ -303,6 +303,12 @@ pub fn summary_text(model: &Model) -> String {
         "Optimizer:          {}\n",
         optimizer_text(&model.train.optimizer)
     ));
+    if !model.train.schedule.is_constant() {
+        out.push_str(&format!(
+            "Learning rate:      {}\n",
+            model.train.schedule.describe()
+        ));
+    }
     out
 }
 
@@ -332,5 +338,6 @@ pub fn summary_json(model: &Model) -> serde_json::Value {
         "activation_bytes": t.activation_bytes,
         "loss": loss_text(model),
         "optimizer": optimizer_text(&model.train.optimizer),
+        "lr_schedule": model.train.schedule.describe(),
     })
 }

@@ -8,5 +8,6 @@
 
 pub mod op;
 pub mod plan;
+pub mod schedule;
 pub mod unary;
 pub mod update;

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::op::{DType, Op, Signature};
+use crate::schedule::LrSchedule;
 use crate::update::UpdateRule;
 pub use crate::update::{LearningRate, UpdateRule as Optimizer};
 
@@ -158,6 +159,10 @@ pub struct Plan {
     /// The network's output (the loss' prediction), for `predict`.
     pub output: IoBinding,
     pub optimizer: UpdateRule,
+    /// The learning rate of each step (from the optimizer's `lr`): the runtime passes each step's
+    /// rate to the update kernels, none of which bakes one in.
+    #[serde(default)]
+    pub schedule: LrSchedule,
     /// The liveness lower bound: max over steps of the (aligned) bytes live at that step; no
     /// placement of these buffers can use a smaller arena.
     #[serde(default)]
@@ -177,6 +182,7 @@ pub struct Plan {
 /// it (activations with a parameter, `Softmax`, the MAE / Huber / BCE losses, RMSprop and Lion).
 /// 6: `ConvGeom` with a stride, padding and dilation per axis (and side) and `groups`; `PoolGeom`'s
 /// `pad` (absent when 0); `GlobalMaxPool`.
+/// Also `schedule` (the learning-rate schedule); kernels take the step's learning rate as an argument.
 pub const FORMAT_VERSION: u32 = 6;
 
 impl Plan {

@@ -59,6 +59,18 @@ impl UpdateRule {
         }
     }
 
+    /// The rule with learning rate `lr` (a step's rate from the schedule).
+    pub fn with_lr(&self, lr: f32) -> UpdateRule {
+        let mut r = *self;
+        match &mut r {
+            UpdateRule::Sgd { lr: l, .. }
+            | UpdateRule::Adam { lr: l, .. }
+            | UpdateRule::RmsProp { lr: l, .. }
+            | UpdateRule::Lion { lr: l, .. } => *l = lr,
+        }
+        r
+    }
+
     /// Names of the optimizer-state slots the rule reads and overwrites (after the weight):
     /// the velocity, Adam's two moments, RMSprop's square average (and its momentum buffer), or
     /// Lion's one moment.

@@ -73,6 +73,11 @@ pub trait Backend {
     /// 1-based training step (Adam's `t`, part of the dropout key with `seed`).
     fn run(&mut self, step_counter: u64, seed: u64) -> Result<f32, RuntimeError>;
 
+    /// The learning rate of the following `run`s: what the optimizer updates use instead of the
+    /// plan optimizer's `lr` (which holds until this is called). The training loop sets each
+    /// step's rate from the plan's schedule ([`Plan::schedule`]).
+    fn set_learning_rate(&mut self, lr: f32);
+
     /// The network output after the last `run`.
     fn output(&self) -> Result<Cow<'_, [f32]>, RuntimeError>;
 }
@@ -122,6 +127,10 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
 
     fn run(&mut self, step_counter: u64, seed: u64) -> Result<f32, RuntimeError> {
         (**self).run(step_counter, seed)
+    }
+
+    fn set_learning_rate(&mut self, lr: f32) {
+        (**self).set_learning_rate(lr);
     }
 
     fn output(&self) -> Result<Cow<'_, [f32]>, RuntimeError> {

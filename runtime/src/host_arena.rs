@@ -3,6 +3,7 @@
 //! shared by [`CudaBackend`](crate::cuda::CudaBackend) and [`EmuBackend`](crate::emu::EmuBackend).
 //! A backend only says how bytes move in and out.
 
+use dmc_codegen::Scalars;
 use dmc_plan::op::{DType, LossOp, Op};
 use dmc_plan::plan::{BufferId, ParamBinding, Plan};
 
@@ -94,6 +95,10 @@ macro_rules! impl_backend_over_host_arena {
                 $ty::run(self, step_counter, seed)
             }
 
+            fn set_learning_rate(&mut self, lr: f32) {
+                $ty::set_learning_rate(self, lr);
+            }
+
             fn output(&self) -> Result<std::borrow::Cow<'_, [f32]>, crate::error::RuntimeError> {
                 Ok(std::borrow::Cow::Owned(
                     crate::host_arena::HostArena::output(self)?,
@@ -182,16 +187,28 @@ pub(crate) fn step_launch(
     ))
 }
 
-/// Poison mode and the halt on a non-finite loss, for a backend that launches steps itself.
-#[derive(Debug, Default)]
+/// Poison mode, the halt on a non-finite loss and the learning rate, for a backend that launches
+/// steps itself.
+#[derive(Debug)]
 pub(crate) struct StepFlags {
     /// Per step, the byte ranges (offset, bytes) to fill with NaN after it (poison mode).
     poison: Option<Vec<Vec<(u64, u64)>>>,
     /// Stop right after the step that computes the loss when it is not finite.
     pub(crate) halt: bool,
+    /// The learning rate the update kernels get (`Backend::set_learning_rate`).
+    pub(crate) lr: f32,
 }
 
 impl StepFlags {
+    /// Off, with the plan's optimizer's learning rate.
+    pub(crate) fn new(plan: &Plan) -> Self {
+        StepFlags {
+            poison: None,
+            halt: false,
+            lr: plan.optimizer.lr(),
+        }
+    }
+
     pub(crate) fn set_poison(&mut self, plan: &Plan, on: bool) {
         self.poison = on.then(|| poison_ranges(plan));
     }
@@ -208,8 +225,9 @@ impl StepFlags {
 /// on a non-finite loss on top, as the CPU backend has them.
 pub(crate) trait StepLauncher: HostArena {
     fn flags(&self) -> &StepFlags;
-    /// Launches (or queues) plan step `si`; a step without a kernel does nothing.
-    fn launch_step(&mut self, si: usize, step_counter: u64, seed: u64) -> Result<(), RuntimeError>;
+    /// Launches (or queues) plan step `si` with the launch's scalars; a step without a kernel does
+    /// nothing.
+    fn launch_step(&mut self, si: usize, scalars: &Scalars) -> Result<(), RuntimeError>;
     /// Fills `bytes` bytes at `offset` with 0xFF (NaN), after the work launched so far.
     fn fill_poison(&mut self, offset: u64, bytes: u64) -> Result<(), RuntimeError>;
 }
@@ -224,8 +242,13 @@ pub(crate) fn run_steps<B: StepLauncher>(
     seed: u64,
 ) -> Result<f32, RuntimeError> {
     let loss = b.plan().loss;
+    let scalars = Scalars {
+        seed,
+        step: step_counter,
+        lr: b.flags().lr,
+    };
     for si in 0..b.plan().steps.len() {
-        b.launch_step(si, step_counter, seed)?;
+        b.launch_step(si, &scalars)?;
         if b.flags().halt && b.plan().steps[si].args.contains(&loss) {
             let l = b.loss()?;
             if !l.is_finite() {

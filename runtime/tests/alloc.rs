@@ -116,6 +116,7 @@ fn counts_current_and_peak() {
             weight_decay: 0.0,
             nesterov: false,
         },
+        schedule: Default::default(),
         lower_bound_bytes: 0,
         placement_strategy: "trivial".into(),
     };

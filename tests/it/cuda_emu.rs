@@ -162,11 +162,13 @@ fn tensor_rel_err(a: &[f32], b: &[f32]) -> f64 {
 }
 
 /// Three training steps on the CPU backend and through the emulated CUDA kernels (an arena
-/// poisoned with NaN): the same loss at every step and the same weights afterwards.
+/// poisoned with NaN), each with its own learning rate: the same loss at every step and the same
+/// weights afterwards.
 fn trains_like_the_cpu_backend(name: &str, plan: Plan) {
     let seed = 5;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let batches: Vec<_> = (0..3).map(|_| Batch::random(&plan, &mut rng)).collect();
+    let base_lr = plan.optimizer.lr();
     let mut cpu = CpuBackend::new(plan.clone()).expect("cpu backend");
     let mut emu = EmuBackend::new(plan).expect("emulated backend");
     cpu.init_params(seed);
@@ -176,6 +178,10 @@ fn trains_like_the_cpu_backend(name: &str, plan: Plan) {
         batch
             .feed(|n, d| emu.set_input(n, d))
             .expect("emulator input");
+        // a different learning rate at every step, as a schedule gives (a launch argument)
+        let lr = base_lr * [1.0, 0.5, 0.25][s % 3];
+        cpu.set_learning_rate(lr);
+        emu.set_learning_rate(lr);
         let lc = cpu.run(s as u64 + 1, seed).expect("cpu step");
         let le = emu.run(s as u64 + 1, seed).expect("emulated step");
         let e = ((lc - le).abs() / lc.abs().max(1e-30)) as f64;

@@ -14,6 +14,7 @@ mod fusion;
 mod fuzz;
 mod gradients;
 mod interop;
+mod lr_schedule;
 mod memory;
 mod reliability;
 mod resume;

@@ -128,6 +128,48 @@ fn update(o: Opt, w: &mut [f64], g: &[f64], s1: &mut [f64], s2: &mut [f64]) {
 /// Trains `dense(U)` on one fixed batch for [`STEPS`] steps with the program's `loss_stmt` and
 /// `optimizer`, and the same in f64; the losses and final weights must agree.
 fn check(loss_stmt: &str, optimizer: &str, l: Loss, o: Opt) {
+    check_scheduled(loss_stmt, optimizer, "", &|_| 1.0, l, o);
+}
+
+impl Opt {
+    /// The optimizer with its learning rate multiplied by `f`.
+    fn scaled(self, f: f64) -> Opt {
+        match self {
+            Opt::Sgd(lr) => Opt::Sgd(lr * f),
+            Opt::RmsProp {
+                lr,
+                alpha,
+                eps,
+                wd,
+                momentum,
+            } => Opt::RmsProp {
+                lr: lr * f,
+                alpha,
+                eps,
+                wd,
+                momentum,
+            },
+            Opt::Lion { lr, b1, b2, wd } => Opt::Lion {
+                lr: lr * f,
+                b1,
+                b2,
+                wd,
+            },
+        }
+    }
+}
+
+/// [`check`] with `train { schedule }` set to `schedule` (empty: none), the CPU backend given
+/// each step's rate from the plan's schedule as `dmc run` does, and the reference the rate
+/// `factor(step)` times the optimizer's.
+fn check_scheduled(
+    loss_stmt: &str,
+    optimizer: &str,
+    schedule: &str,
+    factor: &dyn Fn(u64) -> f64,
+    l: Loss,
+    o: Opt,
+) {
     let labels_target = matches!(l, Loss::CrossEntropy(_));
     let target_decl = if labels_target {
         "target y: int".to_string()
@@ -135,7 +177,7 @@ fn check(loss_stmt: &str, optimizer: &str, l: Loss, o: Opt) {
         format!("target y: [{U}]")
     };
     let src = format!(
-        "input x: [{I}]\n{target_decl}\nout = x |> dense({U})\nloss {loss_stmt}\ntrain {{ batch: {N}, optimizer: {optimizer} }}\n"
+        "input x: [{I}]\n{target_decl}\nout = x |> dense({U})\nloss {loss_stmt}\ntrain {{ batch: {N}, optimizer: {optimizer}{schedule} }}\n"
     );
     let m = dmc_grammar::compile_source(&src, "t.dm")
         .unwrap_or_else(|d| panic!("{}", dmc_grammar::render_plain(&d)));
@@ -144,7 +186,9 @@ fn check(loss_stmt: &str, optimizer: &str, l: Loss, o: Opt) {
         verify: true,
         ..CompileOptions::default()
     };
-    let mut be = CpuBackend::new(compile(&m, &opts).expect("compile")).expect("backend");
+    let plan = compile(&m, &opts).expect("compile");
+    let (lr_schedule, base_lr) = (plan.schedule, plan.optimizer.lr());
+    let mut be = CpuBackend::new(plan).expect("backend");
     be.init_params(3);
     let mut r = ChaCha8Rng::seed_from_u64(9);
     let x: Vec<f32> = (0..N * I).map(|_| r.random_range(-1.0..1.0)).collect();
@@ -188,6 +232,7 @@ fn check(loss_stmt: &str, optimizer: &str, l: Loss, o: Opt) {
         } else {
             be.set_input("y", InputData::F32(&t)).expect("y");
         }
+        be.set_learning_rate(lr_schedule.lr_at(base_lr, step, STEPS));
         let got = be.run(step, 1).expect("run") as f64;
         let y: Vec<f64> = (0..N * U)
             .map(|k| {
@@ -211,8 +256,9 @@ fn check(loss_stmt: &str, optimizer: &str, l: Loss, o: Opt) {
         let gb: Vec<f64> = (0..U)
             .map(|u| (0..N).map(|n| dy[n * U + u]).sum())
             .collect();
-        update(o, &mut w, &gw, &mut sw1, &mut sw2);
-        update(o, &mut b, &gb, &mut sb1, &mut sb2);
+        let os = o.scaled(factor(step));
+        update(os, &mut w, &gw, &mut sw1, &mut sw2);
+        update(os, &mut b, &gb, &mut sb1, &mut sb2);
     }
     for (suffix, want) in [(".weight", &w), (".bias", &b)] {
         let got: Vec<f32> = be
@@ -319,4 +365,55 @@ fn lion_keeps_half_of_adams_optimizer_state() {
     assert_eq!(state("lion"), params);
     assert_eq!(state("rmsprop"), params);
     assert_eq!(state("rmsprop(momentum: 0.9)"), 2 * params);
+}
+
+#[test]
+fn scheduled_learning_rates_train_as_the_reference() {
+    // step decay: halved after every step; the reference multiplies by 0.5^(step - 1)
+    let half = |t: u64| 0.5f64.powi(t as i32 - 1);
+    check_scheduled(
+        "mse(out, y)",
+        "sgd(lr: 0.1)",
+        ", schedule: step(every: 1, gamma: 0.5)",
+        &half,
+        Loss::Mse,
+        Opt::Sgd(0.1),
+    );
+    // warmup over 3 steps then constant: 1/3, 2/3, 1, 1
+    let warm = |t: u64| (t.min(3)) as f64 / 3.0;
+    check_scheduled(
+        "mae(out, y)",
+        "rmsprop(lr: 0.01, momentum: 0.9)",
+        ", schedule: warmup(3)",
+        &warm,
+        Loss::Mae,
+        Opt::RmsProp {
+            lr: 0.01,
+            alpha: 0.99,
+            eps: 1e-8,
+            wd: 0.0,
+            momentum: 0.9,
+        },
+    );
+    // cosine over the 4 steps after one warmup step: 1, then (1 + cos(pi k / 3)) / 2 for k = 0, 1, 2
+    let cos = |t: u64| {
+        if t == 1 {
+            1.0
+        } else {
+            (1.0 + (std::f64::consts::PI * (t - 2) as f64 / 3.0).cos()) / 2.0
+        }
+    };
+    check_scheduled(
+        "huber(out, y)",
+        "lion(lr: 0.003, weight_decay: 0.5)",
+        ", schedule: cosine(warmup: 1)",
+        &cos,
+        Loss::Huber(1.0),
+        Opt::Lion {
+            lr: 0.003,
+            b1: 0.9,
+            b2: 0.99,
+            wd: 0.5,
+        },
+    );
 }

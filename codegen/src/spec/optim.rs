@@ -20,20 +20,19 @@ pub(crate) fn rule_ctx(ctx: &mut Context, rule: &UpdateRule, target: &str, fused
     ctx.insert("fused_update", &fused);
     match *rule {
         UpdateRule::Sgd {
-            lr,
+            lr: _,
             momentum,
             weight_decay,
             nesterov,
         } => {
             ctx.insert("rule", "sgd");
-            ctx.insert("lr", &f32_lit(lr));
             ctx.insert("momentum", &(momentum != 0.0));
             ctx.insert("momentum_value", &f32_lit(momentum));
             ctx.insert("weight_decay", &f32_lit(weight_decay));
             ctx.insert("nesterov", &nesterov);
         }
         UpdateRule::Adam {
-            lr,
+            lr: _,
             beta1,
             beta2,
             eps,
@@ -41,7 +40,6 @@ pub(crate) fn rule_ctx(ctx: &mut Context, rule: &UpdateRule, target: &str, fused
             decoupled,
         } => {
             ctx.insert("rule", "adam");
-            ctx.insert("lr", &f32_lit(lr));
             ctx.insert("beta1", &f32_lit(beta1));
             ctx.insert("beta2", &f32_lit(beta2));
             ctx.insert("eps", &f32_lit(eps));
@@ -49,14 +47,13 @@ pub(crate) fn rule_ctx(ctx: &mut Context, rule: &UpdateRule, target: &str, fused
             ctx.insert("decoupled", &decoupled);
         }
         UpdateRule::RmsProp {
-            lr,
+            lr: _,
             alpha,
             eps,
             weight_decay,
             momentum,
         } => {
             ctx.insert("rule", "rmsprop");
-            ctx.insert("lr", &f32_lit(lr));
             ctx.insert("alpha", &f32_lit(alpha));
             ctx.insert("eps", &f32_lit(eps));
             ctx.insert("weight_decay", &f32_lit(weight_decay));
@@ -65,13 +62,12 @@ pub(crate) fn rule_ctx(ctx: &mut Context, rule: &UpdateRule, target: &str, fused
             ctx.insert("nesterov", &false);
         }
         UpdateRule::Lion {
-            lr,
+            lr: _,
             beta1,
             beta2,
             weight_decay,
         } => {
             ctx.insert("rule", "lion");
-            ctx.insert("lr", &f32_lit(lr));
             ctx.insert("beta1", &f32_lit(beta1));
             ctx.insert("beta2", &f32_lit(beta2));
             ctx.insert("weight_decay", &f32_lit(weight_decay));

@@ -99,6 +99,14 @@ static __forceinline__ float atomicAdd(float* p, float v) {
 struct DmcLaunch;
 typedef void (*DmcBody)(const uint64_t* args);
 
+// A launch value that holds a `double` parameter (the learning rate): its bits, as the CUDA driver
+// copies them into the parameter.
+static inline double dmc_f64_bits(uint64_t bits) {
+    double d;
+    memcpy(&d, &bits, sizeof d);
+    return d;
+}
+
 struct DmcFiber {
     void* sp;  // saved stack pointer (x86-64) while suspended
     int done;  // returned from the kernel

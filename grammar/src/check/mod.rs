@@ -17,6 +17,7 @@ mod layers;
 mod lints;
 mod loss;
 mod names;
+mod schedule;
 mod scope;
 mod state;
 mod suggest;

@@ -30,7 +30,14 @@ impl Checker<'_> {
     }
 
     pub(super) fn train(&self, t: &TrainSection) -> Result<TrainConfig, Error> {
-        const FIELDS: &[&str] = &["batch", "optimizer", "epochs", "seed", "shuffle"];
+        const FIELDS: &[&str] = &[
+            "batch",
+            "optimizer",
+            "epochs",
+            "seed",
+            "shuffle",
+            "schedule",
+        ];
         let mut seen: HashMap<&str, &Field> = HashMap::new();
         for f in &t.fields {
             let Some(key) = FIELDS.iter().find(|k| **k == f.name.name) else {
@@ -42,9 +49,9 @@ impl Checker<'_> {
                 .label("unknown setting");
                 e = match suggest(&f.name.name, FIELDS.iter().copied()) {
                     Some(s) => e.help(format!(
-                        "did you mean `{s}`? the settings are: batch, optimizer, epochs, seed, shuffle"
+                        "did you mean `{s}`? the settings are: batch, optimizer, epochs, seed, shuffle, schedule"
                     )),
-                    None => e.help("the settings are: batch, optimizer, epochs, seed, shuffle"),
+                    None => e.help("the settings are: batch, optimizer, epochs, seed, shuffle, schedule"),
                 };
                 return Err(e);
             };
@@ -115,12 +122,17 @@ impl Checker<'_> {
             return Err(missing("optimizer", "sgd(lr: 0.01)"));
         };
         let optimizer = self.optimizer(&of.value)?;
+        let schedule = match seen.get("schedule") {
+            Some(f) => self.schedule(&f.value, optimizer.lr())?,
+            None => LrSchedule::default(),
+        };
         Ok(TrainConfig {
             batch: batch as usize,
             optimizer,
             epochs,
             seed,
             shuffle,
+            schedule,
         })
     }
 

@@ -107,6 +107,12 @@ fn cases() -> Vec<(&'static str, String)> {
         ("label_smoothing_out_of_range", "input x: [4]\ntarget y: int\nout = x |> dense(3)\nloss cross_entropy(out, y, label_smoothing: 1.5)\ntrain { batch: 1, optimizer: sgd }\n".to_string()),
         ("bce_with_integer_labels", "input x: [4]\ntarget y: int\nout = x |> dense(1)\nloss bce_with_logits(out, y)\ntrain { batch: 1, optimizer: sgd }\n".to_string()),
         ("rmsprop_centered", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: rmsprop(lr: 0.01, centered: true) }}\n")),
+        // --- learning-rate schedules ---
+        ("unknown_schedule", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: adam, schedule: cosin(warmup: 10) }}\n")),
+        ("schedule_steps_within_warmup", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: adam, schedule: cosine(warmup: 100, steps: 100) }}\n")),
+        ("schedule_min_lr_above_lr", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd(lr: 0.01), schedule: linear(min_lr: 0.1) }}\n")),
+        ("step_schedule_gamma_out_of_range", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd, schedule: step(every: 100, gamma: 2) }}\n")),
+        ("step_schedule_without_every", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd, schedule: step(gamma: 0.5) }}\n")),
         ("block_error_in_every_use", wrap("block b(x, c) {\n  h = x |> conv2d(c, 3, activation: selu)\n  return x + h\n}\nout = x |> b(1) |> b(1) |> flatten |> dense(1)")),
     ]
 }

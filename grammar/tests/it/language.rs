@@ -339,3 +339,124 @@ fn train_shuffle_setting() {
         );
     }
 }
+
+#[test]
+fn train_schedule_setting() {
+    let body = "input x: [4]\ntarget y: [1]\nout = x |> dense(1)\nloss mse(out, y)\n";
+    let sched = |s: &str| {
+        ok(&format!(
+            "{body}train {{ batch: 4, optimizer: adam(lr: 0.01), {s} }}"
+        ))
+        .train
+        .schedule
+    };
+    assert_eq!(
+        ok(&format!("{body}train {{ batch: 4, optimizer: sgd }}"))
+            .train
+            .schedule,
+        LrSchedule::default()
+    );
+    assert_eq!(
+        sched("schedule: cosine(warmup: 100)"),
+        LrSchedule {
+            warmup: 100,
+            decay: Decay::Cosine {
+                steps: None,
+                min_lr: 0.0
+            }
+        }
+    );
+    assert_eq!(
+        sched("schedule: cosine(warmup: 10, steps: 1000, min_lr: 1e-4)"),
+        LrSchedule {
+            warmup: 10,
+            decay: Decay::Cosine {
+                steps: Some(1000),
+                min_lr: 1e-4
+            }
+        }
+    );
+    assert_eq!(
+        sched("schedule: step(every: 30, gamma: 0.5)"),
+        LrSchedule {
+            warmup: 0,
+            decay: Decay::Step {
+                every: 30,
+                gamma: 0.5
+            }
+        }
+    );
+    // `step`'s positional argument is `every`; gamma defaults to StepLR's 0.1
+    assert_eq!(
+        sched("schedule: step(30)"),
+        LrSchedule {
+            warmup: 0,
+            decay: Decay::Step {
+                every: 30,
+                gamma: 0.1
+            }
+        }
+    );
+    assert_eq!(
+        sched("schedule: warmup(200)"),
+        LrSchedule {
+            warmup: 200,
+            decay: Decay::Constant
+        }
+    );
+    assert_eq!(sched("schedule: constant"), LrSchedule::default());
+    assert_eq!(
+        sched("schedule = linear(steps: 500)"),
+        LrSchedule {
+            warmup: 0,
+            decay: Decay::Linear {
+                steps: Some(500),
+                min_lr: 0.0
+            }
+        }
+    );
+    for (bad, says) in [
+        (
+            "schedule: cosine(warmup: -1)",
+            "`warmup` must be at least 0",
+        ),
+        ("schedule: cosine(steps: 0)", "`steps` must be positive"),
+        ("schedule: step(every: 0)", "`every` must be positive"),
+        (
+            "schedule: step(every: 5, gamma: 0)",
+            "`gamma` must be in (0, 1]",
+        ),
+        (
+            "schedule: linear(min_lr: -0.1)",
+            "`min_lr` must be at least 0",
+        ),
+        (
+            "schedule: linear(min_lr: 0.01)",
+            "below the optimizer's learning rate 0.01",
+        ),
+        ("schedule: warmup(0)", "a warmup of 0 steps does nothing"),
+        (
+            "schedule: cosine(warmup: 5, steps: 3)",
+            "leave nothing after its warmup",
+        ),
+        ("schedule: 3", "expected a learning-rate schedule"),
+        (
+            "schedule: onecycle",
+            "unknown learning-rate schedule `onecycle`",
+        ),
+        (
+            "schedule: cosine(every: 3)",
+            "`cosine` has no argument `every`",
+        ),
+        (
+            "schedule: constant, schedule: cosine",
+            "`schedule` is set twice",
+        ),
+    ] {
+        let src = format!("{body}train {{ batch: 4, optimizer: adam(lr: 0.01), {bad} }}");
+        let d = compile_source(&src, "t.dm").expect_err(bad);
+        let text = render_plain(&d);
+        assert!(text.contains(says), "{bad}: {text}");
+        assert!(text.contains("t.dm:5:"), "{bad}: no position in {text}");
+    }
+}

@@ -3,3 +3,4 @@
 
 mod epilogue;
 mod facts;
+mod lr_schedule;

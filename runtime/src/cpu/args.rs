@@ -3,17 +3,27 @@
 //! besides them. Shared by the executor and every family's `exec`.
 
 use dmc_plan::plan::{Buffer, Kernel, Mode, Step};
+use dmc_plan::update::UpdateRule;
 
 fn numel(shape: &[usize]) -> usize {
     shape.iter().product()
 }
 
 /// What a step reads besides its arguments: the 1-based training step and the seed (Adam's `t`,
-/// the dropout key) and the plan's mode (dropout is the identity in `Eval`).
+/// the dropout key), the step's learning rate and the plan's mode (dropout is the identity in
+/// `Eval`).
 pub(super) struct Ctx {
     pub(super) step_counter: u64,
     pub(super) seed: u64,
+    pub(super) lr: f32,
     pub(super) mode: Mode,
+}
+
+impl Ctx {
+    /// An op's update rule at this step: with the step's learning rate.
+    pub(super) fn rule(&self, rule: &UpdateRule) -> UpdateRule {
+        rule.with_lr(self.lr)
+    }
 }
 
 /// One step's arguments: the arena base, the plan's buffers, the step and its kernel.

@@ -24,6 +24,8 @@ pub struct CpuBackend {
     arena: Arena,
     poison: bool,
     halt_on_nonfinite_loss: bool,
+    /// The learning rate of the updates (`set_learning_rate`; the plan optimizer's until set).
+    lr: f32,
     /// Per step: the buffers to fill with NaN after it in poison mode.
     poison_after: Vec<Vec<BufferId>>,
     params: HashMap<String, usize>,
@@ -53,11 +55,13 @@ impl CpuBackend {
             .enumerate()
             .map(|(i, p)| (p.name.clone(), i))
             .collect();
+        let lr = plan.optimizer.lr();
         Ok(CpuBackend {
             plan,
             arena,
             poison: false,
             halt_on_nonfinite_loss: false,
+            lr,
             poison_after,
             params,
             opt_state,
@@ -274,6 +278,12 @@ impl CpuBackend {
         self.halt_on_nonfinite_loss = on;
     }
 
+    /// The learning rate of the next `run`s (the plan's optimizer's until set): the updates use it
+    /// in place of their rule's `lr`.
+    pub fn set_learning_rate(&mut self, lr: f32) {
+        self.lr = lr;
+    }
+
     /// Executes every step of the plan in order and returns the loss (NaN/Inf is returned as is).
     /// `step_counter` is the 1-based training step: Adam's `t` and part of the dropout key, with
     /// `seed`.
@@ -288,6 +298,7 @@ impl CpuBackend {
         let ctx = Ctx {
             step_counter,
             seed,
+            lr: self.lr,
             mode: self.plan.mode,
         };
         for (si, step) in self.plan.steps.iter().enumerate() {
@@ -380,6 +391,10 @@ impl Backend for CpuBackend {
 
     fn run(&mut self, step_counter: u64, seed: u64) -> Result<f32, RuntimeError> {
         CpuBackend::run(self, step_counter, seed)
+    }
+
+    fn set_learning_rate(&mut self, lr: f32) {
+        CpuBackend::set_learning_rate(self, lr);
     }
 
     fn output(&self) -> Result<Cow<'_, [f32]>, RuntimeError> {

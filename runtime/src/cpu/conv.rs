@@ -678,14 +678,32 @@ pub(super) unsafe fn exec(op: &ConvOp, a: &Args, ctx: &Ctx) {
                                 o[c0..c0 + nc].copy_from_slice(&i[c0..c0 + nc]);
                             }
                         }
-                        update_block(rule, ctx.step_counter, w, co, c0, nc, gw, &mut states[..ns])
+                        update_block(
+                            &ctx.rule(rule),
+                            ctx.step_counter,
+                            w,
+                            co,
+                            c0,
+                            nc,
+                            gw,
+                            &mut states[..ns],
+                        )
                     },
                 );
                 // the bias, with the column sums gathered during the weight gradient
                 if let Some(db) = db {
                     let mut bstates = state_slices(a, 4 + ns, ns);
                     let b = a.f32_mut(3 + ns);
-                    update_block(rule, ctx.step_counter, b, co, 0, co, db, &mut bstates[..ns]);
+                    update_block(
+                        &ctx.rule(rule),
+                        ctx.step_counter,
+                        b,
+                        co,
+                        0,
+                        co,
+                        db,
+                        &mut bstates[..ns],
+                    );
                 }
             }
         }

@@ -146,14 +146,30 @@ pub(super) unsafe fn exec(op: &DenseOp, a: &Args, ctx: &Ctx) {
                     *chunk,
                     a.f32_mut(wsi),
                     |c0, nc, gw| {
-                        update_block(rule, ctx.step_counter, w, m, c0, nc, gw, &mut states[..ns])
+                        update_block(
+                            &ctx.rule(rule),
+                            ctx.step_counter,
+                            w,
+                            m,
+                            c0,
+                            nc,
+                            gw,
+                            &mut states[..ns],
+                        )
                     },
                 );
                 if *bias {
                     let mut bstates = state_slices(a, 4 + ns, ns);
                     let b = a.f32_mut(3 + ns);
                     let db = a.f32_mut(wsi + 1);
-                    bias_grad_update(rule, ctx.step_counter, a.f32(1), b, db, &mut bstates[..ns]);
+                    bias_grad_update(
+                        &ctx.rule(rule),
+                        ctx.step_counter,
+                        a.f32(1),
+                        b,
+                        db,
+                        &mut bstates[..ns],
+                    );
                 }
             }
         }

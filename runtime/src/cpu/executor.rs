@@ -3,6 +3,7 @@
 //! [`CpuBackend`](super::CpuBackend) runs a plan's steps through it, and [`run_single_kernel`]
 //! runs one kernel outside any plan (the reference other backends are checked against).
 
+use dmc_codegen::Scalars;
 use dmc_plan::op::Op;
 use dmc_plan::plan::{Buffer, BufferKind, Kernel, Mode, Step, ALIGN};
 
@@ -45,12 +46,12 @@ pub(super) unsafe fn exec(a: &Args, ctx: &Ctx) -> Result<(), BadLabel> {
 
 /// Runs one kernel on its own argument buffers (`args[i]` = the bytes of signature slot `i`, sized
 /// per `kernel.arg_shapes`), outside any plan: the reference for testing other backends kernel by
-/// kernel. `mode` as the plan's (dropout is the identity in `Eval`).
+/// kernel. `mode` as the plan's (dropout is the identity in `Eval`); `scalars` as a launch's (the
+/// updates use its learning rate).
 pub fn run_single_kernel(
     kernel: &Kernel,
     mode: Mode,
-    step_counter: u64,
-    seed: u64,
+    scalars: &Scalars,
     args: &mut [Vec<u8>],
 ) -> Result<(), RuntimeError> {
     let sig = kernel.op.signature();
@@ -107,8 +108,9 @@ pub fn run_single_kernel(
         step: &step,
     };
     let ctx = Ctx {
-        step_counter,
-        seed,
+        step_counter: scalars.step,
+        seed: scalars.seed,
+        lr: scalars.lr,
         mode,
     };
     // SAFETY: shapes checked above; every argument has its own disjoint, aligned, large-enough

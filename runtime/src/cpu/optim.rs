@@ -316,14 +316,27 @@ pub(super) unsafe fn exec(op: &OptimOp, a: &Args, ctx: &Ctx) {
                 let ns = rule.state_names().len();
                 let w = a.f32_mut(0);
                 let mut states = state_slices(a, 2, ns);
-                update(rule, ctx.step_counter, w, a.f32(1), &mut states[..ns]);
+                update(
+                    &ctx.rule(rule),
+                    ctx.step_counter,
+                    w,
+                    a.f32(1),
+                    &mut states[..ns],
+                );
             }
             OptimOp::BiasGradUpdate { rule } => {
                 let ns = rule.state_names().len();
                 let db = a.f32_mut(2 + ns);
                 let b = a.f32_mut(1);
                 let mut states = state_slices(a, 2, ns);
-                bias_grad_update(rule, ctx.step_counter, a.f32(0), b, db, &mut states[..ns]);
+                bias_grad_update(
+                    &ctx.rule(rule),
+                    ctx.step_counter,
+                    a.f32(0),
+                    b,
+                    db,
+                    &mut states[..ns],
+                );
             }
         }
     }

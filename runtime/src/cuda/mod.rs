@@ -21,7 +21,7 @@ use std::sync::Arc;
 use cudarc::driver::{
     result as cu, CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg,
 };
-use dmc_codegen::{render_plan, CodegenOptions, CudaKernel};
+use dmc_codegen::{render_plan, CodegenOptions, CudaKernel, Scalars};
 use dmc_plan::plan::Plan;
 
 pub use crate::error::CudaError;
@@ -124,11 +124,10 @@ pub unsafe fn launch(
     fs: &[CudaFunction],
     k: &CudaKernel,
     ptrs: &[u64],
-    seed: u64,
-    step: u64,
+    scalars: &Scalars,
 ) -> Result<(), CudaError> {
     // The launch arguments, built from the same list that rendered the parameter list.
-    let vals = k.launch_values(ptrs, seed, step);
+    let vals = k.launch_values(ptrs, scalars);
     for (f, l) in fs.iter().zip(k.launches()) {
         let mut b = d.stream.launch_builder(f);
         for v in &vals {
@@ -139,8 +138,8 @@ pub unsafe fn launch(
             block_dim: (l.block[0], l.block[1], l.block[2]),
             shared_mem_bytes: 0,
         };
-        // SAFETY: per this function's contract; the argument count and types (pointers and u64
-        // scalars, all 8 bytes) match the generated parameter list by construction, the same for
+        // SAFETY: per this function's contract; the argument count and types (pointers, u64
+        // scalars and the learning rate's double, all 8 bytes) match the generated parameter list by construction, the same for
         // every entry of the translation unit.
         unsafe { b.launch(cfg) }.map_err(drv("cuLaunchKernel"))?;
     }
@@ -258,6 +257,7 @@ impl CudaBackend {
         dev.ctx.synchronize().map_err(drv("synchronize"))?;
         let (free1, _) = mem_info(&dev)?;
         let base = arena.ptr;
+        let flags = StepFlags::new(&plan);
         Ok(CudaBackend {
             plan,
             dev,
@@ -266,7 +266,7 @@ impl CudaBackend {
             kernels,
             rendered,
             functions,
-            flags: StepFlags::default(),
+            flags,
             measured_arena_bytes: free0.saturating_sub(free1) as u64,
         })
     }
@@ -295,6 +295,11 @@ impl CudaBackend {
         run_steps(self, step_counter, seed)
     }
 
+    /// The learning rate of the next `run`s (the plan's optimizer's until set).
+    pub fn set_learning_rate(&mut self, lr: f32) {
+        self.flags.lr = lr;
+    }
+
     /// Waits for the stream.
     pub fn synchronize(&self) -> Result<(), RuntimeError> {
         self.dev.stream.synchronize().map_err(drv("synchronize"))?;
@@ -307,7 +312,7 @@ impl StepLauncher for CudaBackend {
         &self.flags
     }
 
-    fn launch_step(&mut self, si: usize, step_counter: u64, seed: u64) -> Result<(), RuntimeError> {
+    fn launch_step(&mut self, si: usize, scalars: &Scalars) -> Result<(), RuntimeError> {
         let Some((ki, ptrs)) = step_launch(&self.plan, &self.kernels, si, self.base) else {
             return Ok(()); // leaves and reshapes: no kernel
         };
@@ -319,8 +324,7 @@ impl StepLauncher for CudaBackend {
                 &self.functions[ki],
                 &self.rendered[ki],
                 &ptrs,
-                seed,
-                step_counter,
+                scalars,
             )
         }?;
         Ok(())

@@ -96,7 +96,8 @@ pub fn check_kernel(
     let (step, run_seed) = (3u64, seed);
 
     let mut cpu = args.clone();
-    run_single_kernel(k, mode, step, run_seed, &mut cpu)?;
+    let scalars = crate::emu::check::test_scalars(k, run_seed, step);
+    run_single_kernel(k, mode, &scalars, &mut cpu)?;
 
     // GPU: one scratch allocation holding every argument at an aligned offset.
     let mut offs = Vec::new();
@@ -119,7 +120,7 @@ pub fn check_kernel(
     let base = buf.ptr;
     let ptrs: Vec<u64> = offs.iter().map(|&o| base + o as u64).collect();
     // SAFETY: every argument has its own disjoint, aligned slot of the size its shape needs.
-    unsafe { launch(dev, &f, &ck, &ptrs, run_seed, step) }?;
+    unsafe { launch(dev, &f, &ck, &ptrs, &scalars) }?;
     dev.stream.synchronize().map_err(drv("synchronize"))?;
     buf.download(0, &mut host)?;
     let mut worst = 0f64;

@@ -11,9 +11,10 @@
 //!   unguarded partial tile or a wrong index that writes elsewhere), and
 //! * the emulator saw no divergent barrier or stack overflow.
 
-use dmc_codegen::{render_kernel, render_plan, CodegenOptions, CudaKernel};
+use dmc_codegen::{render_kernel, render_plan, CodegenOptions, CudaKernel, Scalars};
 use dmc_plan::op::{DType, Role};
 use dmc_plan::plan::{Kernel, Mode, Plan, ALIGN};
+use dmc_plan::update::UpdateRule;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -84,6 +85,17 @@ impl CheckArena {
 }
 /// The step counter the kernels run with (Adam's bias correction and dropout depend on it).
 const STEP: u64 = 3;
+
+/// The scalars a kernel is checked with: `seed`, `step`, and for an update three quarters of its
+/// rule's learning rate, so that a backend that used the rule's own `lr` instead of the launch's
+/// would disagree with the reference.
+pub(crate) fn test_scalars(k: &Kernel, seed: u64, step: u64) -> Scalars {
+    Scalars {
+        seed,
+        step,
+        lr: UpdateRule::of(&k.op).map_or(0.0, |r| r.lr() * 0.75),
+    }
+}
 
 /// Where a kernel's arguments live: one offset per signature slot inside an arena.
 #[derive(Debug, Clone)]
@@ -258,7 +270,8 @@ fn check_in(
     let init: Vec<Vec<u8>> = ranges.iter().map(|&(s, e)| bytes[s..e].to_vec()).collect();
 
     let mut cpu = init.clone();
-    run_single_kernel(k, mode, STEP, seed, &mut cpu)?;
+    let scalars = test_scalars(k, seed, STEP);
+    run_single_kernel(k, mode, &scalars, &mut cpu)?;
 
     let base = bytes.as_mut_ptr() as u64 + REDZONE as u64;
     let ptrs: Vec<u64> = site.offsets.iter().map(|&o| base + o).collect();
@@ -289,7 +302,7 @@ fn check_in(
         let t = std::time::Instant::now();
         // SAFETY: every slot lies inside `bytes` (checked above); the plan (or the packed layout)
         // keeps written slots disjoint from the others; the red zones absorb stray writes.
-        let r = unsafe { emu.launch(&ptrs, seed, STEP, order, threads) };
+        let r = unsafe { emu.launch(&ptrs, &scalars, order, threads) };
         check.seconds += t.elapsed().as_secs_f64();
         if let Err(e) = r {
             arena.clean = false;

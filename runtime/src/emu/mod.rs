@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use dmc_codegen::{render_plan, CodegenOptions, CudaKernel};
+use dmc_codegen::{render_plan, ArgSource, CodegenOptions, CudaKernel, Scalars};
 use dmc_plan::plan::Plan;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
@@ -118,7 +118,10 @@ pub fn host_source(k: &CudaKernel) -> String {
         .params
         .iter()
         .enumerate()
-        .map(|(i, p)| format!("({})a[{i}]", p.ty))
+        .map(|(i, p)| match p.source {
+            ArgSource::Lr => format!("dmc_f64_bits(a[{i}])"),
+            _ => format!("({})a[{i}]", p.ty),
+        })
         .collect();
     let launches = k.launches();
     let mut s = format!(
@@ -340,12 +343,11 @@ impl EmuKernel {
     pub unsafe fn launch(
         &self,
         ptrs: &[u64],
-        seed: u64,
-        step: u64,
+        scalars: &Scalars,
         order: FiberOrder,
         threads: usize,
     ) -> Result<(), EmuError> {
-        let vals = self.kernel.launch_values(ptrs, seed, step);
+        let vals = self.kernel.launch_values(ptrs, scalars);
         for (which, l) in self.kernel.launches().iter().enumerate() {
             let mut err = [0u8; 1024];
             // SAFETY: `vals` holds one value per parameter of the generated entries (built from the
@@ -407,6 +409,7 @@ impl EmuBackend {
         }
         let mut arena = Arena::new(plan.arena_bytes)?;
         arena.bytes_mut().fill(0xFF);
+        let flags = StepFlags::new(&plan);
         Ok(EmuBackend {
             plan,
             arena,
@@ -414,7 +417,7 @@ impl EmuBackend {
             compiled,
             order: FiberOrder::Forward,
             threads: default_threads(),
-            flags: StepFlags::default(),
+            flags,
         })
     }
 
@@ -442,6 +445,11 @@ impl EmuBackend {
     pub fn run(&mut self, step_counter: u64, seed: u64) -> Result<f32, RuntimeError> {
         run_steps(self, step_counter, seed)
     }
+
+    /// The learning rate of the next `run`s (the plan's optimizer's until set).
+    pub fn set_learning_rate(&mut self, lr: f32) {
+        self.flags.lr = lr;
+    }
 }
 
 impl StepLauncher for EmuBackend {
@@ -449,7 +457,7 @@ impl StepLauncher for EmuBackend {
         &self.flags
     }
 
-    fn launch_step(&mut self, si: usize, step_counter: u64, seed: u64) -> Result<(), RuntimeError> {
+    fn launch_step(&mut self, si: usize, scalars: &Scalars) -> Result<(), RuntimeError> {
         let base = self.arena.ptr.as_ptr() as u64;
         let Some((ki, ptrs)) = step_launch(&self.plan, &self.kernels, si, base) else {
             return Ok(()); // leaves and reshapes: no kernel
@@ -457,7 +465,7 @@ impl StepLauncher for EmuBackend {
         // SAFETY: `validate` (in `new`) checked that every argument lies inside the arena, which
         // `&mut self` holds exclusively, with its slot's size, and that written arguments do not
         // overlap others.
-        unsafe { self.compiled[ki].launch(&ptrs, seed, step_counter, self.order, self.threads) }?;
+        unsafe { self.compiled[ki].launch(&ptrs, scalars, self.order, self.threads) }?;
         Ok(())
     }
 
@@ -528,8 +536,10 @@ mod tests {
             src.contains(&format!("{}((const float*)a[0], ", k.entry)),
             "{src}"
         );
+        // the seed and step as u64, the learning rate's bits as a double, last
+        assert!(src.contains(&format!("(const u64)a[{}]", n - 2)), "{src}");
         assert!(
-            src.contains(&format!("(const u64)a[{}]); }}", n - 1)),
+            src.contains(&format!("dmc_f64_bits(a[{}])); }}", n - 1)),
             "{src}"
         );
         assert!(src.contains("DMC_EMU_EXPORT(dmc_emu_bodies, 1)"), "{src}");
@@ -575,7 +585,19 @@ mod tests {
         buf[..3].copy_from_slice(&x);
         let p = buf.as_mut_ptr() as u64;
         // SAFETY: x and y (51 floats each, the zoo relu's shape) lie inside `buf`, disjoint.
-        unsafe { again.launch(&[p, p + 51 * 4], 0, 1, FiberOrder::Forward, 1) }.expect("launch");
+        unsafe {
+            again.launch(
+                &[p, p + 51 * 4],
+                &Scalars {
+                    seed: 0,
+                    step: 1,
+                    lr: 0.0,
+                },
+                FiberOrder::Forward,
+                1,
+            )
+        }
+        .expect("launch");
         assert_eq!(&buf[51..54], &[1.0, 0.0, 3.0]);
     }
 }

@@ -165,6 +165,7 @@ impl Pb {
                 dtype: DType::F32,
             },
             optimizer,
+            schedule: Default::default(),
             lower_bound_bytes: 0,
             placement_strategy: "trivial".into(),
         }

@@ -39,7 +39,12 @@ fn every_zoo_kernel_runs_on_the_cpu_reference() {
                 }
             })
             .collect();
-        run_single_kernel(k, Mode::Train, 1, 7, &mut args)
+        let scalars = dmc_codegen::Scalars {
+            seed: 7,
+            step: 1,
+            lr: dmc_plan::update::UpdateRule::of(&k.op).map_or(0.0, |r| r.lr()),
+        };
+        run_single_kernel(k, Mode::Train, &scalars, &mut args)
             .unwrap_or_else(|e| panic!("zoo kernel `{}` ({}): {e}", k.name, k.op.kind_name()));
         for (a, p) in args.iter().zip(&sig.params) {
             if p.dtype == DType::F32 && matches!(p.role, Role::Out | Role::InOut) {

@@ -45,7 +45,13 @@ pub fn save_policy(
             seed,
             batch: plan.batch,
             samples,
-            optimizer: format!("{:?}", plan.optimizer),
+            // the schedule is part of the optimizer a run continues (a constant rate adds
+            // nothing, so states saved before schedules existed still resume)
+            optimizer: if plan.schedule.is_constant() {
+                format!("{:?}", plan.optimizer)
+            } else {
+                format!("{:?}, schedule {:?}", plan.optimizer, plan.schedule)
+            },
             best_val_loss: None,
             shuffle,
         },

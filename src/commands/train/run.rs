@@ -134,6 +134,15 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     let request = DataRequest::new(c, &plan, &model, args.synthetic_samples, seed);
     let (train, val) = load_sets(args, request)?;
     let schedule = schedule(args, &model, train.len(), plan.batch, seed)?;
+    plan.schedule
+        .check(schedule.total_steps as u64)
+        .map_err(|e| {
+            CliError::Usage(format!(
+                "{e} (the {} steps of this run); raise --steps or --epochs, or shorten the warmup in {}",
+                schedule.total_steps,
+                c.file.display()
+            ))
+        })?;
     let saves = save_policy(args, &plan, train.len(), seed, schedule.shuffle)?;
     let data_memory = data_memory(&train, val.as_ref());
 
@@ -173,13 +182,22 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
 
     if !c.quiet {
         eprintln!(
-            "training {} on {} samples: {} steps of batch {} ({} steps per epoch{}), arena {}, host data {}",
+            "training {} on {} samples: {} steps of batch {} ({} steps per epoch{}{}), arena {}, host data {}",
             c.file.display(),
             train.len(),
             schedule.total_steps,
             schedule.batch,
             train.len() / schedule.batch,
             if schedule.shuffle { "" } else { ", in file order" },
+            if plan.schedule.is_constant() {
+                String::new()
+            } else {
+                format!(
+                    ", learning rate {} (schedule: {})",
+                    plan.optimizer.lr(),
+                    plan.schedule.describe()
+                )
+            },
             human(plan.arena_bytes),
             outcome::describe_data_memory(&data_memory),
         );

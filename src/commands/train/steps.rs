@@ -156,6 +156,8 @@ pub fn train(
         shuffle,
     } = schedule;
     let per_epoch = (train.len() / batch).max(1);
+    // Each step's learning rate, from the plan's schedule over this run's steps.
+    let (lr_schedule, base_lr) = (be.plan().schedule, be.plan().optimizer.lr());
     let first_epoch = progress.steps / per_epoch;
     let mut feeder = Feeder::new(be.plan(), true);
     for epoch in first_epoch..epochs {
@@ -186,6 +188,7 @@ pub fn train(
             feeder.feed(be, train, idx)?;
             let t0 = Instant::now();
             let step = progress.steps + 1;
+            be.set_learning_rate(lr_schedule.lr_at(base_lr, step as u64, total_steps as u64));
             let loss = be.run(step as u64, seed)?;
             let dt = t0.elapsed();
             progress.step_time += dt;
