@@ -14,6 +14,8 @@ pub type BufferId = usize;
 pub enum BufferKind {
     Parameter,
     OptimizerState,
+    /// Persistent state that is not trained: batchnorm's running mean and variance.
+    RunningStat,
     /// Batch inputs and targets.
     Input,
     /// Forward values (saved for backward or transient), including the loss.
@@ -69,6 +71,8 @@ pub enum Init {
         fan_out: usize,
     },
     Zeros,
+    /// All ones (batchnorm's scale and running variance, as PyTorch initialises them).
+    Ones,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -150,6 +154,9 @@ pub struct Plan {
     pub steps: Vec<Step>,
     pub inputs: Vec<IoBinding>,
     pub targets: Vec<IoBinding>,
+    /// Everything saved and loaded with the weights, in model order (as PyTorch's `state_dict`):
+    /// the trainable parameters ([`BufferKind::Parameter`]) and the running statistics
+    /// ([`BufferKind::RunningStat`], e.g. `bn_1.running_mean`), which no optimizer updates.
     pub params: Vec<ParamBinding>,
     /// Optimizer state buffers (zero-initialised), with names like `conv3.weight.momentum`.
     pub opt_state: Vec<ParamBinding>,
@@ -175,7 +182,9 @@ pub struct Plan {
 /// gradient, `GlobalAvgPoolBwdAct`; each field absent when off, so unfused ops read as in 3.
 /// 5: `CrossEntropyLoss { label_smoothing }` (was a unit variant), and the ops and rules added with
 /// it (activations with a parameter, `Softmax`, the MAE / Huber / BCE losses, RMSprop and Lion).
-pub const FORMAT_VERSION: u32 = 5;
+/// 6: batchnorm (`Norm` ops, `RunStat` leaves, `BufferKind::RunningStat`, `Init::Ones`; running
+/// statistics listed in `params` with the parameters).
+pub const FORMAT_VERSION: u32 = 6;
 
 impl Plan {
     /// Whether the runtime reads buffer `id` after the last step: the output always, the loss
