@@ -13,5 +13,6 @@ mod io_predict;
 mod io_weights;
 mod kernels;
 mod kernels_layers;
+mod kernels_norm;
 mod optim_formulas;
 mod zoo_cpu;
