@@ -98,6 +98,9 @@ fn cases() -> Vec<(&'static str, String)> {
         ("label_smoothing_out_of_range", "input x: [4]\ntarget y: int\nout = x |> dense(3)\nloss cross_entropy(out, y, label_smoothing: 1.5)\ntrain { batch: 1, optimizer: sgd }\n".to_string()),
         ("bce_with_integer_labels", "input x: [4]\ntarget y: int\nout = x |> dense(1)\nloss bce_with_logits(out, y)\ntrain { batch: 1, optimizer: sgd }\n".to_string()),
         ("rmsprop_centered", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: rmsprop(lr: 0.01, centered: true) }}\n")),
+        ("batchnorm_momentum_out_of_range", wrap("out = x |> batchnorm(momentum: 1.5) |> flatten |> dense(1)")),
+        ("batchnorm_eps_not_positive", wrap("out = x |> batchnorm(eps: 0) |> flatten |> dense(1)")),
+        ("batchnorm_of_a_matrix", "input x: [4, 3]\ntarget y: [1]\nout = x |> batchnorm |> flatten |> dense(1)\nloss mse(out, y)\ntrain { batch: 1, optimizer: sgd }\n".to_string()),
         ("block_error_in_every_use", wrap("block b(x, c) {\n  h = x |> conv2d(c, 3, activation: selu)\n  return x + h\n}\nout = x |> b(1) |> b(1) |> flatten |> dense(1)")),
     ]
 }
