@@ -14,9 +14,7 @@ use crate::ctx::Ctx;
 use crate::error::CompileError;
 use crate::fxhash::FxHashMap;
 use crate::ir::{Graph, Phase, Value};
-use crate::op::{
-    ConvOp, DenseOp, ElementwiseOp, Epilogue, LossOp, NormOp, Op, OptimOp, PoolOp,
-};
+use crate::op::{ConvOp, DenseOp, ElementwiseOp, Epilogue, LossOp, NormOp, Op, OptimOp, PoolOp};
 use crate::plan::Mode;
 use dmc_plan::unary::Saved;
 

@@ -6,11 +6,10 @@ use dmc_grammar::model::{self, Layer, LossKind, Model, Padding, ValueRef};
 use crate::error::CompileError;
 use crate::ir::{Graph, ParamMeta, Phase, TensorType, Value};
 use crate::op::{
-    ConvGeom, ConvOp, DType, DenseOp, ElementwiseOp, Epilogue, LossOp, NormOp, Op, PoolGeom,
-    PoolOp,
+    ConvGeom, ConvOp, DType, DenseOp, ElementwiseOp, Epilogue, LossOp, NormOp, Op, PoolGeom, PoolOp,
 };
-use dmc_plan::unary::Coef;
 use crate::plan::Init;
+use dmc_plan::unary::Coef;
 
 fn dtype(d: model::DType) -> DType {
     match d {

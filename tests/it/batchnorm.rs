@@ -34,13 +34,19 @@ fn plan(mode: Mode) -> Plan {
 
 fn batch(rng: &mut ChaCha8Rng) -> (Vec<f32>, Vec<f32>) {
     // inputs far from mean 0 / variance 1 (so the running statistics move visibly)
-    let x = (0..B * C).map(|i| rng.random_range(-1.0f32..3.0) * (1 + i % C) as f32).collect();
+    let x = (0..B * C)
+        .map(|i| rng.random_range(-1.0f32..3.0) * (1 + i % C) as f32)
+        .collect();
     let y = (0..B * O).map(|_| rng.random_range(-1.0f32..1.0)).collect();
     (x, y)
 }
 
-fn param<'a>(be: &'a CpuBackend, name: &str) -> Vec<f64> {
-    be.param(name).expect(name).iter().map(|&v| v as f64).collect()
+fn param(be: &CpuBackend, name: &str) -> Vec<f64> {
+    be.param(name)
+        .expect(name)
+        .iter()
+        .map(|&v| v as f64)
+        .collect()
 }
 
 /// Per channel (mean, biased variance) of x[B, C].
@@ -48,7 +54,10 @@ fn batch_stats(x: &[f32]) -> Vec<(f64, f64)> {
     (0..C)
         .map(|c| {
             let m = (0..B).map(|n| x[n * C + c] as f64).sum::<f64>() / B as f64;
-            let v = (0..B).map(|n| (x[n * C + c] as f64 - m).powi(2)).sum::<f64>() / B as f64;
+            let v = (0..B)
+                .map(|n| (x[n * C + c] as f64 - m).powi(2))
+                .sum::<f64>()
+                / B as f64;
             (m, v)
         })
         .collect()
@@ -56,7 +65,10 @@ fn batch_stats(x: &[f32]) -> Vec<(f64, f64)> {
 
 /// mse(dense(batchnorm(x)), y) with the given per-channel statistics and `be`'s parameters.
 fn loss_ref(be: &CpuBackend, x: &[f32], y: &[f32], st: &[(f64, f64)]) -> f64 {
-    let (g, b) = (param(be, "batchnorm_1.weight"), param(be, "batchnorm_1.bias"));
+    let (g, b) = (
+        param(be, "batchnorm_1.weight"),
+        param(be, "batchnorm_1.bias"),
+    );
     let (w, wb) = (param(be, "dense_1.weight"), param(be, "dense_1.bias"));
     let mut l = 0.0;
     for n in 0..B {
@@ -98,7 +110,10 @@ fn train(steps: u64) -> (CpuBackend, Vec<f64>, Vec<f64>) {
         let want = loss_ref(&be, &x, &y, &st);
         feed(&mut be, &x, &y);
         let got = be.run(step, 1).expect("step") as f64;
-        assert!(rel(got, want) < 1e-5, "step {step}: loss {got} vs reference {want}");
+        assert!(
+            rel(got, want) < 1e-5,
+            "step {step}: loss {got} vs reference {want}"
+        );
         for c in 0..C {
             rm[c] = (1.0 - MOMENTUM) * rm[c] + MOMENTUM * st[c].0;
             rv[c] = (1.0 - MOMENTUM) * rv[c] + MOMENTUM * st[c].1 * B as f64 / (B - 1) as f64;
@@ -110,23 +125,46 @@ fn train(steps: u64) -> (CpuBackend, Vec<f64>, Vec<f64>) {
 #[test]
 fn losses_and_running_statistics_match_the_reference_after_several_steps() {
     let (be, rm, rv) = train(7);
-    let (gm, gv) = (param(&be, "batchnorm_1.running_mean"), param(&be, "batchnorm_1.running_var"));
+    let (gm, gv) = (
+        param(&be, "batchnorm_1.running_mean"),
+        param(&be, "batchnorm_1.running_var"),
+    );
     for c in 0..C {
-        assert!(rel(gm[c], rm[c]) < 1e-6, "running_mean[{c}]: {} vs {}", gm[c], rm[c]);
-        assert!(rel(gv[c], rv[c]) < 1e-6, "running_var[{c}]: {} vs {}", gv[c], rv[c]);
+        assert!(
+            rel(gm[c], rm[c]) < 1e-6,
+            "running_mean[{c}]: {} vs {}",
+            gm[c],
+            rm[c]
+        );
+        assert!(
+            rel(gv[c], rv[c]) < 1e-6,
+            "running_var[{c}]: {} vs {}",
+            gv[c],
+            rv[c]
+        );
     }
     // they moved away from their initial values (the check is not vacuous)
     assert!(gv.iter().any(|v| (v - 1.0).abs() > 0.5), "{gv:?}");
     // no gradient, no optimizer state for them
     let p = be.plan();
-    for b in p.buffers.iter().filter(|b| b.kind == BufferKind::RunningStat) {
+    for b in p
+        .buffers
+        .iter()
+        .filter(|b| b.kind == BufferKind::RunningStat)
+    {
         assert!(b.persistent, "{}", b.name);
     }
     assert_eq!(
-        p.buffers.iter().filter(|b| b.kind == BufferKind::RunningStat).count(),
+        p.buffers
+            .iter()
+            .filter(|b| b.kind == BufferKind::RunningStat)
+            .count(),
         2
     );
-    assert!(!p.buffers.iter().any(|b| b.name.contains("running") && b.kind != BufferKind::RunningStat));
+    assert!(!p
+        .buffers
+        .iter()
+        .any(|b| b.name.contains("running") && b.kind != BufferKind::RunningStat));
 }
 
 #[test]
@@ -144,14 +182,23 @@ fn eval_uses_the_running_statistics_saved_with_the_weights() {
     dmc_runtime::io::save_weights(&file, &tensors).expect("save");
     let mut ev = CpuBackend::new(plan(Mode::Eval)).expect("eval backend");
     // the eval plan expects the running statistics with the parameters
-    let expected: Vec<(String, Vec<usize>)> =
-        ev.plan().params.iter().map(|p| (p.name.clone(), p.shape.clone())).collect();
-    assert!(expected.iter().any(|(n, _)| n == "batchnorm_1.running_mean"));
+    let expected: Vec<(String, Vec<usize>)> = ev
+        .plan()
+        .params
+        .iter()
+        .map(|p| (p.name.clone(), p.shape.clone()))
+        .collect();
+    assert!(expected
+        .iter()
+        .any(|(n, _)| n == "batchnorm_1.running_mean"));
     let loaded = dmc_runtime::io::load_weights(&file, &expected).expect("load");
     for (name, data) in &loaded {
         ev.set_param(name, data).expect("set");
     }
-    assert_eq!(param(&ev, "batchnorm_1.running_var"), param(&trained, "batchnorm_1.running_var"));
+    assert_eq!(
+        param(&ev, "batchnorm_1.running_var"),
+        param(&trained, "batchnorm_1.running_var")
+    );
     let (x, y) = batch(&mut ChaCha8Rng::seed_from_u64(77));
     feed(&mut ev, &x, &y);
     let got = ev.run(1, 1).expect("eval") as f64;
@@ -162,6 +209,9 @@ fn eval_uses_the_running_statistics_saved_with_the_weights() {
     let with_batch = loss_ref(&ev, &x, &y, &batch_stats(&x));
     assert!(rel(got, with_batch) > 1e-2, "{got} vs {with_batch}");
     // eval does not touch the running statistics
-    assert_eq!(param(&ev, "batchnorm_1.running_mean"), param(&trained, "batchnorm_1.running_mean"));
+    assert_eq!(
+        param(&ev, "batchnorm_1.running_mean"),
+        param(&trained, "batchnorm_1.running_mean")
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -174,7 +174,8 @@ fn batchnorm_running_statistics_are_updated_once_per_step_under_remat() {
             .steps
             .iter()
             .filter(|s| {
-                matches!(kind(s), Op::Norm(NormOp::BatchNorm { .. })) && s.label.contains("recompute")
+                matches!(kind(s), Op::Norm(NormOp::BatchNorm { .. }))
+                    && s.label.contains("recompute")
             })
             .count();
     }

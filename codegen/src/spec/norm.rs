@@ -2,7 +2,7 @@
 //! backward (one thread per channel, the rows in order), and its inference form (one thread per
 //! element).
 
-use super::common::{f32_lit, numel, per_element, Spec, Site};
+use super::common::{f32_lit, numel, per_element, Site, Spec};
 use crate::error::CodegenError;
 use dmc_plan::op::NormOp;
 
@@ -80,15 +80,36 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
     vec![
         (
             n(NormOp::BatchNorm { eps }),
-            vec![img.clone(), c.clone(), c.clone(), img.clone(), c.clone(), c.clone()],
+            vec![
+                img.clone(),
+                c.clone(),
+                c.clone(),
+                img.clone(),
+                c.clone(),
+                c.clone(),
+            ],
         ),
         (
             n(NormOp::BatchNorm { eps: Coef(1e-3) }),
-            vec![vec![6, 11], vec![11], vec![11], vec![6, 11], vec![11], vec![11]],
+            vec![
+                vec![6, 11],
+                vec![11],
+                vec![11],
+                vec![6, 11],
+                vec![11],
+                vec![11],
+            ],
         ),
         (
             n(NormOp::BatchNormInfer { eps }),
-            vec![img.clone(), c.clone(), c.clone(), c.clone(), c.clone(), img.clone()],
+            vec![
+                img.clone(),
+                c.clone(),
+                c.clone(),
+                c.clone(),
+                c.clone(),
+                img.clone(),
+            ],
         ),
         (
             n(NormOp::BatchNormStats {
@@ -102,14 +123,31 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
                 eps,
                 in_place: false,
             }),
-            vec![img.clone(), img.clone(), c.clone(), c.clone(), c.clone(), img.clone(), c.clone(), c.clone()],
+            vec![
+                img.clone(),
+                img.clone(),
+                c.clone(),
+                c.clone(),
+                c.clone(),
+                img.clone(),
+                c.clone(),
+                c.clone(),
+            ],
         ),
         (
             n(NormOp::BatchNormBwd {
                 eps,
                 in_place: true,
             }),
-            vec![img.clone(), img, c.clone(), c.clone(), c.clone(), c.clone(), c],
+            vec![
+                img.clone(),
+                img,
+                c.clone(),
+                c.clone(),
+                c.clone(),
+                c.clone(),
+                c,
+            ],
         ),
     ]
 }

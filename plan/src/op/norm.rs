@@ -49,7 +49,9 @@ fn channels(t: &TensorType, what: &str) -> Result<usize, ShapeError> {
 fn per_channel(inputs: &[TensorType], first: usize, c: usize) -> Result<(), ShapeError> {
     for (i, t) in inputs.iter().enumerate().skip(first) {
         if t.shape != [c] {
-            return err(format!("input {i} must be f32[{c}] (one per channel), got {t}"));
+            return err(format!(
+                "input {i} must be f32[{c}] (one per channel), got {t}"
+            ));
         }
     }
     Ok(())

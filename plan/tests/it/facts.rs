@@ -170,7 +170,10 @@ fn batchnorm_ops_in_plan_json_and_their_aliasing() {
     assert_eq!(bwd(true).aliased_outputs(), vec![(0, 0)]);
     assert_eq!(bwd(true).num_outputs(), 3);
     assert_eq!(bwd(false).num_outputs(), 3);
-    assert_eq!(bwd(true).signature().params.len() + 1, bwd(false).signature().params.len());
+    assert_eq!(
+        bwd(true).signature().params.len() + 1,
+        bwd(false).signature().params.len()
+    );
     // the running statistics' update is an update (a root), in place on both statistics
     let stats = Op::Norm(NormOp::BatchNormStats {
         momentum: Coef(0.1),
@@ -179,5 +182,8 @@ fn batchnorm_ops_in_plan_json_and_their_aliasing() {
     assert!(stats.is_update());
     assert_eq!(stats.aliased_outputs(), vec![(0, 0), (1, 1)]);
     assert!(!Op::Norm(NormOp::BatchNorm { eps: Coef(1e-5) }).is_update());
-    assert!(Op::RunStat { name: "bn.running_mean".into() }.is_leaf());
+    assert!(Op::RunStat {
+        name: "bn.running_mean".into()
+    }
+    .is_leaf());
 }

@@ -13,11 +13,18 @@ const CH_BLOCK: usize = 64;
 
 /// Each block of channels `c0..c1` of `[rows, c]`.
 fn blocks(c: usize) -> impl Iterator<Item = (usize, usize)> {
-    (0..c).step_by(CH_BLOCK).map(move |c0| (c0, (c0 + CH_BLOCK).min(c)))
+    (0..c)
+        .step_by(CH_BLOCK)
+        .map(move |c0| (c0, (c0 + CH_BLOCK).min(c)))
 }
 
 /// Per-channel sums over the rows of `[rows, c]` of `f(row, channel)`, for the channels `c0..c1`.
-fn col_sums(rows: usize, c0: usize, c1: usize, mut f: impl FnMut(usize, usize) -> f64) -> [f64; CH_BLOCK] {
+fn col_sums(
+    rows: usize,
+    c0: usize,
+    c1: usize,
+    mut f: impl FnMut(usize, usize) -> f64,
+) -> [f64; CH_BLOCK] {
     let mut s = [0.0f64; CH_BLOCK];
     for r in 0..rows {
         for (j, ch) in (c0..c1).enumerate() {
@@ -39,7 +46,7 @@ pub fn batchnorm(
     eps: f32,
 ) {
     let c = gamma.len();
-    assert!(c > 0 && x.len() % c == 0 && y.len() == x.len());
+    assert!(c > 0 && x.len() / c * c == x.len() && y.len() == x.len());
     assert!(beta.len() == c && mean.len() == c && var.len() == c);
     let rows = x.len() / c;
     let n = rows as f64;
@@ -80,7 +87,7 @@ pub fn batchnorm_infer(
     eps: f32,
 ) {
     let c = gamma.len();
-    assert!(c > 0 && x.len() % c == 0 && y.len() == x.len());
+    assert!(c > 0 && x.len() / c * c == x.len() && y.len() == x.len());
     assert!(beta.len() == c && running_mean.len() == c && running_var.len() == c);
     for (xr, yr) in x.chunks_exact(c).zip(y.chunks_exact_mut(c)) {
         for ch in 0..c {
@@ -133,7 +140,7 @@ pub fn batchnorm_bwd_in_place(
     eps: f32,
 ) {
     let c = gamma.len();
-    assert!(c > 0 && x.len() % c == 0 && dyx.len() == x.len());
+    assert!(c > 0 && x.len() / c * c == x.len() && dyx.len() == x.len());
     assert!(mean.len() == c && var.len() == c && dgamma.len() == c && dbeta.len() == c);
     let rows = x.len() / c;
     let n = rows as f64;
@@ -230,7 +237,10 @@ pub(super) unsafe fn exec(op: &NormOp, a: &Args) {
                 a.f32_mut(7),
                 eps.0,
             ),
-            NormOp::BatchNormBwd { eps, in_place: true } => batchnorm_bwd_in_place(
+            NormOp::BatchNormBwd {
+                eps,
+                in_place: true,
+            } => batchnorm_bwd_in_place(
                 a.f32_mut(0),
                 a.f32(1),
                 a.f32(2),

@@ -42,16 +42,40 @@ const CASES: [(usize, usize); 5] = [(1, 3), (5, 3), (60, 7), (9, 130), (2, 64)];
 fn batchnorm_matches_the_definition() {
     let mut r = rng(40);
     for (rows, c) in CASES {
-        let x: Vec<f32> = (0..rows * c).map(|_| r.random_range(-3.0f32..5.0)).collect();
+        let x: Vec<f32> = (0..rows * c)
+            .map(|_| r.random_range(-3.0f32..5.0))
+            .collect();
         let gamma = randv(&mut r, c);
         let beta = randv(&mut r, c);
-        let (mut y, mut mean, mut var) = (vec![f32::NAN; x.len()], vec![f32::NAN; c], vec![f32::NAN; c]);
+        let (mut y, mut mean, mut var) = (
+            vec![f32::NAN; x.len()],
+            vec![f32::NAN; c],
+            vec![f32::NAN; c],
+        );
         batchnorm(&x, &gamma, &beta, &mut y, &mut mean, &mut var, 1e-5);
         let st = stats_ref(&x, c);
         let what = format!("batchnorm {rows}x{c}");
-        assert_close(&what, &mean, &st.iter().map(|s| s.0).collect::<Vec<_>>(), 1e-6, 1e-6);
-        assert_close(&what, &var, &st.iter().map(|s| s.1).collect::<Vec<_>>(), 1e-6, 1e-6);
-        assert_close(&what, &y, &normalise_ref(&x, &st, &gamma, &beta, 1e-5), 1e-5, 1e-5);
+        assert_close(
+            &what,
+            &mean,
+            &st.iter().map(|s| s.0).collect::<Vec<_>>(),
+            1e-6,
+            1e-6,
+        );
+        assert_close(
+            &what,
+            &var,
+            &st.iter().map(|s| s.1).collect::<Vec<_>>(),
+            1e-6,
+            1e-6,
+        );
+        assert_close(
+            &what,
+            &y,
+            &normalise_ref(&x, &st, &gamma, &beta, 1e-5),
+            1e-5,
+            1e-5,
+        );
         // with gamma 1, beta 0 and several rows: each channel has mean 0, variance ~1
         if rows >= 5 {
             let ones = vec![1.0f32; c];
@@ -74,8 +98,18 @@ fn batchnorm_infer_uses_the_given_statistics() {
     let rv: Vec<f32> = (0..c).map(|_| r.random_range(0.1f32..3.0)).collect();
     let mut y = vec![f32::NAN; x.len()];
     batchnorm_infer(&x, &gamma, &beta, &rm, &rv, &mut y, 1e-3);
-    let st: Vec<(f64, f64)> = rm.iter().zip(&rv).map(|(&m, &v)| (m as f64, v as f64)).collect();
-    assert_close("batchnorm_infer", &y, &normalise_ref(&x, &st, &gamma, &beta, 1e-3), 1e-6, 1e-6);
+    let st: Vec<(f64, f64)> = rm
+        .iter()
+        .zip(&rv)
+        .map(|(&m, &v)| (m as f64, v as f64))
+        .collect();
+    assert_close(
+        "batchnorm_infer",
+        &y,
+        &normalise_ref(&x, &st, &gamma, &beta, 1e-3),
+        1e-6,
+        1e-6,
+    );
 }
 
 #[test]
@@ -85,9 +119,19 @@ fn running_statistics_follow_pytorchs_momentum() {
     let (mut rm, mut rv) = (vec![0.0f32; c], vec![1.0f32; c]);
     let (mut wm, mut wv) = (vec![0.0f64; c], vec![1.0f64; c]);
     for _ in 0..5 {
-        let x: Vec<f32> = (0..rows * c).map(|_| r.random_range(-1.0f32..4.0)).collect();
+        let x: Vec<f32> = (0..rows * c)
+            .map(|_| r.random_range(-1.0f32..4.0))
+            .collect();
         let (mut y, mut mean, mut var) = (vec![0.0; x.len()], vec![0.0; c], vec![0.0; c]);
-        batchnorm(&x, &vec![1.0; c], &vec![0.0; c], &mut y, &mut mean, &mut var, 1e-5);
+        batchnorm(
+            &x,
+            &vec![1.0; c],
+            &vec![0.0; c],
+            &mut y,
+            &mut mean,
+            &mut var,
+            1e-5,
+        );
         batchnorm_stats(&mut rm, &mut rv, &mean, &var, momentum as f32, rows);
         for (ch, (m, v)) in stats_ref(&x, c).into_iter().enumerate() {
             // torch: running = (1 - momentum) running + momentum batch, unbiased variance
@@ -115,7 +159,10 @@ fn fd_check(what: &str, x: &[f32], grad: &[f32], l: impl Fn(&[f32]) -> f64) {
         let fd = (lp - lm) / (((orig + H) as f64) - ((orig - H) as f64));
         let g = grad[i] as f64;
         let tol = 1e-2 * fd.abs().max(g.abs()) + 2e-4;
-        assert!((fd - g).abs() <= tol, "{what}[{i}]: analytic {g}, fd {fd} (tol {tol})");
+        assert!(
+            (fd - g).abs() <= tol,
+            "{what}[{i}]: analytic {g}, fd {fd} (tol {tol})"
+        );
         significant += usize::from(g.abs() > 1e-3);
     }
     assert!(significant * 2 >= x.len(), "{what}: gradients mostly ~0");
@@ -125,7 +172,9 @@ fn fd_check(what: &str, x: &[f32], grad: &[f32], l: impl Fn(&[f32]) -> f64) {
 fn batchnorm_backward_matches_finite_differences() {
     let mut r = rng(43);
     for (rows, c) in [(5, 3), (8, 2), (3, 70)] {
-        let x: Vec<f32> = (0..rows * c).map(|_| r.random_range(-2.0f32..2.0)).collect();
+        let x: Vec<f32> = (0..rows * c)
+            .map(|_| r.random_range(-2.0f32..2.0))
+            .collect();
         let gamma: Vec<f32> = (0..c).map(|_| r.random_range(0.5f32..1.5)).collect();
         let beta = randv(&mut r, c);
         let proj = randv(&mut r, rows * c);
@@ -133,21 +182,38 @@ fn batchnorm_backward_matches_finite_differences() {
         let loss = |x: &[f32], gamma: &[f32], beta: &[f32]| -> f64 {
             let (mut y, mut m, mut v) = (vec![0.0; x.len()], vec![0.0; c], vec![0.0; c]);
             batchnorm(x, gamma, beta, &mut y, &mut m, &mut v, 1e-5);
-            y.iter().zip(&proj).map(|(&a, &p)| a as f64 * p as f64).sum()
+            y.iter()
+                .zip(&proj)
+                .map(|(&a, &p)| a as f64 * p as f64)
+                .sum()
         };
         let (mut y, mut mean, mut var) = (vec![0.0; x.len()], vec![0.0; c], vec![0.0; c]);
         batchnorm(&x, &gamma, &beta, &mut y, &mut mean, &mut var, 1e-5);
-        let (mut dx, mut dg, mut db) = (vec![f32::NAN; x.len()], vec![f32::NAN; c], vec![f32::NAN; c]);
-        batchnorm_bwd(&proj, &x, &mean, &var, &gamma, &mut dx, &mut dg, &mut db, 1e-5);
+        let (mut dx, mut dg, mut db) = (
+            vec![f32::NAN; x.len()],
+            vec![f32::NAN; c],
+            vec![f32::NAN; c],
+        );
+        batchnorm_bwd(
+            &proj, &x, &mean, &var, &gamma, &mut dx, &mut dg, &mut db, 1e-5,
+        );
         let what = format!("batchnorm {rows}x{c}");
         fd_check(&format!("{what} dx"), &x, &dx, |xp| loss(xp, &gamma, &beta));
-        fd_check(&format!("{what} dgamma"), &gamma, &dg, |gp| loss(&x, gp, &beta));
-        fd_check(&format!("{what} dbeta"), &beta, &db, |bp| loss(&x, &gamma, bp));
+        fd_check(&format!("{what} dgamma"), &gamma, &dg, |gp| {
+            loss(&x, gp, &beta)
+        });
+        fd_check(&format!("{what} dbeta"), &beta, &db, |bp| {
+            loss(&x, &gamma, bp)
+        });
         // in place: the same bits
         let (mut dyx, mut dg2, mut db2) = (proj.clone(), vec![0.0; c], vec![0.0; c]);
         batchnorm_bwd_in_place(&mut dyx, &x, &mean, &var, &gamma, &mut dg2, &mut db2, 1e-5);
         let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&dyx), bits(&dx), "{what}: in place");
-        assert_eq!((bits(&dg2), bits(&db2)), (bits(&dg), bits(&db)), "{what}: in place");
+        assert_eq!(
+            (bits(&dg2), bits(&db2)),
+            (bits(&dg), bits(&db)),
+            "{what}: in place"
+        );
     }
 }
