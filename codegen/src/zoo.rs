@@ -27,6 +27,7 @@ pub fn zoo() -> Vec<Kernel> {
         spec::elementwise::zoo(),
         spec::loss::zoo(),
         spec::optim::zoo(),
+        spec::norm::zoo(),
     ]
     .concat()
     .into_iter()

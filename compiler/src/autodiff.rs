@@ -14,7 +14,7 @@ use crate::ctx::Ctx;
 use crate::error::CompileError;
 use crate::fxhash::FxHashMap;
 use crate::ir::{Graph, Phase, Value};
-use crate::op::{ConvOp, DenseOp, ElementwiseOp, Epilogue, LossOp, Op, OptimOp, PoolOp};
+use crate::op::{ConvOp, DenseOp, ElementwiseOp, Epilogue, LossOp, NormOp, Op, OptimOp, PoolOp};
 use crate::plan::Mode;
 use dmc_plan::unary::Saved;
 
@@ -61,7 +61,26 @@ pub fn vjp(
     let want = |i: usize| need.get(i).copied().unwrap_or(false);
     match &node.op {
         // d/dx of a leaf: nothing to propagate.
-        Op::Input { .. } | Op::Param { .. } | Op::OptState { .. } => {}
+        Op::Input { .. } | Op::Param { .. } | Op::OptState { .. } | Op::RunStat { .. } => {}
+        // d/dx batchnorm(x, gamma, beta) with the batch statistics (outputs 1, 2) saved: one
+        // backward node gives dx, dgamma and dbeta (the statistics' own outputs get no gradient:
+        // only the running statistics' update reads them).
+        Op::Norm(NormOp::BatchNorm { eps }) => {
+            let dy = dy.ok_or_else(missing)?;
+            if (0..3).any(want) {
+                let name = gname(x[0], g);
+                let op = Op::Norm(NormOp::BatchNormBwd {
+                    eps: *eps,
+                    in_place: false,
+                });
+                let b = g.add_node(op, &[dy, x[0], (n, 1), (n, 2), x[1]], name, bw, None)?;
+                for (i, o) in out.iter_mut().enumerate().take(3) {
+                    if want(i) {
+                        *o = Some((b, i));
+                    }
+                }
+            }
+        }
         // d/dx conv(x,w)+b: dx = conv_bwd_data(dy, w); dw = conv_bwd_weight(x, dy); db = sum dy
         Op::Conv(ConvOp::Conv2d { geom, epi, .. }) if epi.is_none() => {
             let dy = dy.ok_or_else(missing)?;
@@ -392,7 +411,10 @@ pub fn vjp(
         | Op::Elementwise(ElementwiseOp::DropoutBwdInPlace { .. })
         | Op::Conv(ConvOp::Conv2dBwdWeightUpdate { .. })
         | Op::Dense(DenseOp::DenseBwdWeightUpdate { .. })
-        | Op::Optim(OptimOp::BiasGradUpdate { .. }) => {
+        | Op::Optim(OptimOp::BiasGradUpdate { .. })
+        | Op::Norm(NormOp::BatchNormInfer { .. })
+        | Op::Norm(NormOp::BatchNormStats { .. })
+        | Op::Norm(NormOp::BatchNormBwd { .. }) => {
             return Err(CompileError::Internal(format!(
                 "cannot differentiate `{}` ({}): not a forward op",
                 node.name,

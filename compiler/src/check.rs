@@ -338,7 +338,8 @@ fn check_steps(plan: &Plan) -> Result<(), PlanCheckError> {
         Ok(())
     };
     for p in &plan.params {
-        binding(&p.name, p.buffer, &p.shape, 4, &[BufferKind::Parameter])?;
+        let kinds = [BufferKind::Parameter, BufferKind::RunningStat];
+        binding(&p.name, p.buffer, &p.shape, 4, &kinds)?;
     }
     for p in &plan.opt_state {
         binding(

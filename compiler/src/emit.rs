@@ -53,6 +53,7 @@ fn kind_of(g: &Graph, root: Value) -> BufferKind {
     match (&n.op, n.phase) {
         (Op::Param { .. }, _) => BufferKind::Parameter,
         (Op::OptState { .. }, _) => BufferKind::OptimizerState,
+        (Op::RunStat { .. }, _) => BufferKind::RunningStat,
         (Op::Input { .. }, _) => BufferKind::Input,
         (_, Phase::Forward | Phase::Loss) => BufferKind::Activation,
         (_, Phase::Backward | Phase::Update) => BufferKind::Gradient,
@@ -84,7 +85,10 @@ pub fn emit(
             bytes: t.bytes(),
             dtype: t.dtype,
             kind,
-            persistent: matches!(kind, BufferKind::Parameter | BufferKind::OptimizerState),
+            persistent: matches!(
+                kind,
+                BufferKind::Parameter | BufferKind::OptimizerState | BufferKind::RunningStat
+            ),
             first_write: None,
             last_read: None,
             pinned: false,

@@ -73,7 +73,8 @@ pub struct Graph {
     pub inputs: Vec<NodeIndex>,
     /// Model targets, in declaration order (empty once a predict pipeline drops the loss).
     pub targets: Vec<NodeIndex>,
-    /// Parameter leaves, in model order.
+    /// Leaves saved with the weights, in model order: the parameters (`Op::Param`) and the
+    /// running statistics (`Op::RunStat`, which get no gradient and no optimizer state).
     pub params: Vec<(NodeIndex, ParamMeta)>,
     /// Optimizer state leaves: (leaf, its full name e.g. `dense_1.weight.momentum`, the param leaf).
     pub opt_state: Vec<(NodeIndex, String, NodeIndex)>,

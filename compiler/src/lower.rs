@@ -6,9 +6,10 @@ use dmc_grammar::model::{self, Layer, LossKind, Model, Padding, ValueRef};
 use crate::error::CompileError;
 use crate::ir::{Graph, ParamMeta, Phase, TensorType, Value};
 use crate::op::{
-    ConvGeom, ConvOp, DType, DenseOp, ElementwiseOp, Epilogue, LossOp, Op, PoolGeom, PoolOp,
+    ConvGeom, ConvOp, DType, DenseOp, ElementwiseOp, Epilogue, LossOp, NormOp, Op, PoolGeom, PoolOp,
 };
 use crate::plan::Init;
+use dmc_plan::unary::Coef;
 
 fn dtype(d: model::DType) -> DType {
     match d {
@@ -189,6 +190,9 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
         for p in &node.params {
             let init = if p.is_bias {
                 Init::Zeros
+            } else if matches!(node.layer, Layer::BatchNorm { .. }) {
+                // PyTorch's: scale 1 (and shift 0)
+                Init::Ones
             } else if feeds_relu {
                 Init::HeUniform { fan_in: p.fan_in }
             } else {
@@ -379,6 +383,48 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
                 ph,
                 None,
             )?,
+            Layer::BatchNorm { momentum, eps } => {
+                let ins = want(true)?;
+                let c = node.shape.last().copied().unwrap_or(0);
+                let count = g.ty(ins[0]).numel() / c.max(1);
+                let op = Op::Norm(NormOp::BatchNorm { eps: Coef(*eps) });
+                let bn = g.add_node(op, &ins, name.clone(), ph, None)?;
+                // The running statistics (PyTorch's names and initial values): persistent, saved
+                // with the weights, updated once per step by an update-phase op that remat never
+                // recomputes (eval and predict read them instead: `batchnorm_to_inference`).
+                let mut stats = vec![];
+                for (suffix, init) in [("running_mean", Init::Zeros), ("running_var", Init::Ones)] {
+                    let sname = [name.as_str(), ".", suffix].concat();
+                    let leaf = g.add_leaf(
+                        Op::RunStat {
+                            name: sname.clone(),
+                        },
+                        TensorType::f32(vec![c]),
+                        sname.clone(),
+                        Phase::Forward,
+                    );
+                    g.params.push((
+                        leaf,
+                        ParamMeta {
+                            name: sname,
+                            shape: vec![c],
+                            init,
+                        },
+                    ));
+                    stats.push((leaf, 0));
+                }
+                g.add_node(
+                    Op::Norm(NormOp::BatchNormStats {
+                        momentum: Coef(*momentum),
+                        count,
+                    }),
+                    &[stats[0], stats[1], (bn, 1), (bn, 2)],
+                    [name.as_str(), " running stats"].concat(),
+                    Phase::Update,
+                    None,
+                )?;
+                bn
+            }
             Layer::Dropout { p } => g.add_node(
                 Op::Elementwise(ElementwiseOp::Dropout {
                     p: *p,

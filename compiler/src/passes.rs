@@ -20,8 +20,9 @@ use crate::autodiff::autodiff;
 use crate::ctx::Ctx;
 use crate::error::CompileError;
 use crate::fuse::fuse_epilogues;
+use crate::ir::Edge;
 use crate::ir::{Graph, Phase, Value};
-use crate::op::{ConvOp, DenseOp, ElementwiseOp, Op, OptimOp, PoolOp, UpdateRule};
+use crate::op::{ConvOp, DenseOp, ElementwiseOp, NormOp, Op, OptimOp, PoolOp, UpdateRule};
 use crate::optimizer::optimizer_update;
 use crate::plan::Mode;
 use crate::remat::rematerialize;
@@ -40,6 +41,9 @@ pub const BUILD_STEP: Pipeline = &[
     ("drop_loss", drop_loss),
     // Eval/Predict: dropout is the identity at inference; a view costs no kernel and no buffer.
     ("dropout_to_identity", dropout_to_identity),
+    // Eval/Predict: batchnorm reads its running statistics; before dead code elimination, which
+    // would keep the running statistics' update (a root).
+    ("batchnorm_to_inference", batchnorm_to_inference),
     // Train: needs the complete forward graph and the loss; records every parameter's gradient.
     ("autodiff", autodiff),
     // Train: consumes the gradients recorded by autodiff; its updates are the roots of the step.
@@ -167,6 +171,52 @@ pub fn dropout_to_identity(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileErro
                 changed = true;
             }
         }
+    }
+    Ok(changed)
+}
+
+/// Pass (eval, predict): each training batchnorm (batch statistics) and the update of its running
+/// statistics become one `BatchNormInfer`, which normalises with the running statistics.
+pub fn batchnorm_to_inference(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> {
+    if ctx.mode == Mode::Train {
+        return Ok(false);
+    }
+    let mut changed = false;
+    for u in g.nodes() {
+        if !matches!(g.node(u).op, Op::Norm(NormOp::BatchNormStats { .. })) {
+            continue;
+        }
+        let ins = g.inputs(u);
+        let [rm, rv, mean, _] = ins[..] else {
+            return Err(CompileError::Internal(format!(
+                "`{}`: a running statistics' update with {} inputs",
+                g.node(u).name,
+                ins.len()
+            )));
+        };
+        let bn = mean.0;
+        let Op::Norm(NormOp::BatchNorm { eps }) = g.node(bn).op else {
+            return Err(CompileError::Internal(format!(
+                "`{}` does not update from a batchnorm",
+                g.node(u).name
+            )));
+        };
+        g.g.remove_node(u);
+        if let Some(node) = g.g.node_weight_mut(bn) {
+            node.op = Op::Norm(NormOp::BatchNormInfer { eps });
+            node.outputs.truncate(1);
+        }
+        for (slot, v) in [(3, rm), (4, rv)] {
+            g.g.add_edge(
+                v.0,
+                bn,
+                Edge {
+                    src_output: v.1,
+                    dst_input: slot,
+                },
+            );
+        }
+        changed = true;
     }
     Ok(changed)
 }
@@ -336,7 +386,8 @@ fn dies_after(
 /// Pass (`ctx.inplace`): elementwise ops (activations, add, dropout, their backward ops, gradient
 /// accumulation) write into an input that dies there: `Unary`/`Dropout`/`DropoutBwd` into x/dy,
 /// `UnaryBwd` into dy, `Add` into whichever operand dies (swapped into slot 0; a + b == b + a
-/// exactly), the fused `GlobalAvgPoolBwdAct` into its saved value. The written input becomes
+/// exactly), the fused `GlobalAvgPoolBwdAct` into its saved value, batchnorm's backward into dy
+/// (its dx output comes first, so the aliasing is output 0 into slot 0). The written input becomes
 /// `InOut` in the kernel signature: one buffer.
 pub fn inplace_elementwise(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> {
     if !ctx.inplace {
@@ -384,6 +435,16 @@ pub fn inplace_elementwise(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileErro
             Op::Pool(PoolOp::GlobalAvgPoolBwdAct(k)) => {
                 (Op::Pool(PoolOp::GlobalAvgPoolBwdActInPlace(k)), &[1])
             }
+            Op::Norm(NormOp::BatchNormBwd {
+                eps,
+                in_place: false,
+            }) => (
+                Op::Norm(NormOp::BatchNormBwd {
+                    eps,
+                    in_place: true,
+                }),
+                &[0],
+            ),
             _ => continue,
         };
         let first = (matches!(new, Op::Pool(_)) && after_out.get(n.index()) == Some(&true))

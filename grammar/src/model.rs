@@ -173,6 +173,12 @@ pub enum Layer {
     },
     /// Softmax over the last axis (same shape).
     Softmax,
+    /// Batch normalisation over the last axis (same shape): weight (scale) and bias (shift)
+    /// `[c]`; running statistics with PyTorch's `momentum` (0 < momentum <= 1) and `eps`.
+    BatchNorm {
+        momentum: f32,
+        eps: f32,
+    },
 }
 
 impl Layer {
@@ -194,6 +200,7 @@ impl Layer {
             Layer::Add => "add",
             Layer::Dropout { .. } => "dropout",
             Layer::Softmax => "softmax",
+            Layer::BatchNorm { .. } => "batchnorm",
         }
     }
 }

@@ -15,6 +15,8 @@ pub type BufferId = usize;
 pub enum BufferKind {
     Parameter,
     OptimizerState,
+    /// Persistent state that is not trained: batchnorm's running mean and variance.
+    RunningStat,
     /// Batch inputs and targets.
     Input,
     /// Forward values (saved for backward or transient), including the loss.
@@ -70,6 +72,8 @@ pub enum Init {
         fan_out: usize,
     },
     Zeros,
+    /// All ones (batchnorm's scale and running variance, as PyTorch initialises them).
+    Ones,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -151,6 +155,9 @@ pub struct Plan {
     pub steps: Vec<Step>,
     pub inputs: Vec<IoBinding>,
     pub targets: Vec<IoBinding>,
+    /// Everything saved and loaded with the weights, in model order (as PyTorch's `state_dict`):
+    /// the trainable parameters ([`BufferKind::Parameter`]) and the running statistics
+    /// ([`BufferKind::RunningStat`], e.g. `bn_1.running_mean`), which no optimizer updates.
     pub params: Vec<ParamBinding>,
     /// Optimizer state buffers (zero-initialised), with names like `conv3.weight.momentum`.
     pub opt_state: Vec<ParamBinding>,
@@ -183,6 +190,8 @@ pub struct Plan {
 /// 6: `ConvGeom` with a stride, padding and dilation per axis (and side) and `groups`; `PoolGeom`'s
 /// `pad` (absent when 0); `GlobalMaxPool`.
 /// Also `schedule` (the learning-rate schedule); kernels take the step's learning rate as an argument.
+/// Also batchnorm (`Norm` ops, `RunStat` leaves, `BufferKind::RunningStat`, `Init::Ones`; running
+/// statistics listed in `params` with the parameters).
 pub const FORMAT_VERSION: u32 = 6;
 
 impl Plan {

@@ -20,7 +20,11 @@ pub fn random_args(k: &Kernel, rng: &mut ChaCha8Rng) -> Vec<Vec<u8>> {
         | Op::Optim(OptimOp::BiasGradUpdate { rule }) => Some(rule),
         _ => None,
     };
-    let nonneg_states = rule.map_or(&[] as &[&str], |r| r.nonnegative_states());
+    let nonneg_states = match &k.op {
+        // batchnorm's variances (batch and running) are >= 0
+        Op::Norm(_) => &["var", "running_var"] as &[&str],
+        _ => rule.map_or(&[] as &[&str], |r| r.nonnegative_states()),
+    };
     sig.params
         .iter()
         .enumerate()

@@ -14,16 +14,20 @@ use crate::hash::mix64;
 /// [`name_seed`]`(seed, name)`.
 pub fn init_values(init: Init, key: u64) -> impl Iterator<Item = f32> {
     let mut rng = ChaCha8Rng::seed_from_u64(key);
-    let bound = match init {
-        Init::HeUniform { fan_in } => (6.0 / fan_in.max(1) as f64).sqrt(),
-        Init::GlorotUniform { fan_in, fan_out } => (6.0 / (fan_in + fan_out).max(1) as f64).sqrt(),
-        Init::Zeros => 0.0,
-    } as f32;
+    let (bound, constant) = match init {
+        Init::HeUniform { fan_in } => ((6.0 / fan_in.max(1) as f64).sqrt(), 0.0),
+        Init::GlorotUniform { fan_in, fan_out } => {
+            ((6.0 / (fan_in + fan_out).max(1) as f64).sqrt(), 0.0)
+        }
+        Init::Zeros => (0.0, 0.0),
+        Init::Ones => (0.0, 1.0),
+    };
+    let bound = bound as f32;
     std::iter::repeat_with(move || {
         if bound > 0.0 {
             rng.random_range(-bound..bound)
         } else {
-            0.0
+            constant
         }
     })
 }

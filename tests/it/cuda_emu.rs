@@ -121,6 +121,20 @@ fn every_deep_convnet_kernel_matches_the_cpu_backend() {
 
 #[test]
 #[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
+fn every_bn_cnn_kernel_matches_the_cpu_backend() {
+    check_example("bn_cnn", None);
+    check_example("bn_cnn", Some(3));
+}
+
+#[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
+fn bn_cnn_trains_through_emulated_kernels_like_the_cpu_backend() {
+    // (the running statistics are among the compared weights)
+    trains_like_the_cpu_backend("bn_cnn", plan_of("bn_cnn", Mode::Train, None));
+}
+
+#[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
 fn every_seed_kernel_matches_the_cpu_backend() {
     check_example("seed", None);
 }

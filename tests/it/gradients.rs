@@ -13,7 +13,7 @@
 //! indices whose perturbation crosses a kink (ReLU at 0, a max-pool tie) are avoided by a fixed seed
 //! (the test is deterministic: it either always passes or always fails).
 
-use dmc_compiler::plan::Mode;
+use dmc_compiler::plan::{BufferKind, Mode};
 use dmc_compiler::{compile, CompileOptions};
 use dmc_grammar::model::Model;
 use dmc_runtime::{CpuBackend, InputData};
@@ -68,8 +68,16 @@ fn check_gradients(src: &str, classes: usize) {
     let mut step = backend(&m, 1.0);
     let mut probe = backend(&m, 1.0);
     feed(&mut [&mut step, &mut probe], classes);
+    // The trained parameters (the running statistics change by their own update, not a gradient).
+    let plan = step.plan().clone();
+    let trained = |n: &str| {
+        plan.params
+            .iter()
+            .any(|p| p.name == n && plan.buffers[p.buffer].kind == BufferKind::Parameter)
+    };
     let before: Vec<(String, Vec<f32>)> = step
         .params()
+        .filter(|(n, _, _)| trained(n))
         .map(|(n, _, d)| (n.to_string(), d.to_vec()))
         .collect();
     let seed = 11;
@@ -148,6 +156,19 @@ fn cross_entropy_net_with_dropout_and_global_pool() {
          loss cross_entropy(logits, label)
          train { batch: 3, optimizer: sgd(lr: 1) }",
         4,
+    );
+}
+
+#[test]
+fn mse_net_with_batchnorm_over_channels_and_over_features() {
+    check_gradients(
+        "input x: [5, 5, 2]
+         target y: [3]
+         h = x |> conv2d(4, 3) |> batchnorm |> relu |> maxpool(2)
+         out = h |> flatten |> dense(6) |> batchnorm(momentum: 0.3, eps: 1e-3) |> tanh |> dense(3)
+         loss mse(out, y)
+         train { batch: 3, optimizer: sgd(lr: 1) }",
+        0,
     );
 }
 

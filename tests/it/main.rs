@@ -3,6 +3,7 @@
 
 mod common;
 
+mod batchnorm;
 mod cli;
 mod cli_flags;
 mod codegen;

@@ -143,3 +143,46 @@ fn unfused_updates_train_bit_identically_under_remat() {
         .replace("batch: 32", "batch: 2");
     check_bit_identical("deep_convnet 8x8 b2 --no-fuse", &model(&src), 2);
 }
+
+/// Batchnorm under caps that recompute its forward: the running statistics (compared with the
+/// weights, bit for bit) are updated exactly once per step, as without a cap; at least one plan
+/// recomputes a batchnorm, and every plan has one statistics update per batchnorm layer.
+#[test]
+fn batchnorm_running_statistics_are_updated_once_per_step_under_remat() {
+    use dmc_compiler::op::{NormOp, Op};
+    let m = model(&example("bn_cnn.dm"));
+    let n = check_bit_identical("bn_cnn", &m, 4);
+    assert!(n >= 1, "{n} plans recompute");
+    let base = compile(&m, &opts(None, RematMode::Off)).unwrap();
+    let min = match compile(&m, &opts(Some(1), RematMode::Auto)) {
+        Err(CompileError::CapExceeded { needed, .. }) => needed,
+        r => panic!("{:?}", r.map(|p| p.arena_bytes)),
+    };
+    let (full, mut recomputed) = (base.arena_bytes, 0);
+    for cap in [full * 9 / 10, (full + min) / 2, min + (full - min) / 5, min] {
+        let Ok(p) = compile(&m, &opts(Some(cap), RematMode::Auto)) else {
+            continue;
+        };
+        let kind = |s: &dmc_compiler::plan::Step| &p.kernels[s.kernel].op;
+        let stats = p
+            .steps
+            .iter()
+            .filter(|s| matches!(kind(s), Op::Norm(NormOp::BatchNormStats { .. })))
+            .count();
+        assert_eq!(stats, 3, "cap {cap}: running statistics updates");
+        recomputed += p
+            .steps
+            .iter()
+            .filter(|s| {
+                matches!(kind(s), Op::Norm(NormOp::BatchNorm { .. }))
+                    && s.label.contains("recompute")
+            })
+            .count();
+    }
+    assert!(recomputed >= 1, "no plan recomputes a batchnorm");
+    // the compared state includes the running statistics
+    assert!(run_plan(&base, 1, false)
+        .0
+        .iter()
+        .any(|(n, _)| n == "batchnorm_1.running_var"));
+}

@@ -1,5 +1,5 @@
 //! The template and context of one kernel ([`spec`]): one exhaustive match over `Op` that hands
-//! each op to the module of its family (`conv`, `dense`, `pool`, `elementwise`, `loss`, `optim`),
+//! each op to the module of its family (`conv`, `dense`, `pool`, `elementwise`, `loss`, `optim`, `norm`),
 //! whose own `spec` matches the family's ops exhaustively (the pieces they share are [`common`]).
 
 pub(crate) mod cases;
@@ -10,6 +10,7 @@ pub(crate) mod elementwise;
 pub(crate) mod epilogue;
 pub(crate) mod gemm;
 pub(crate) mod loss;
+pub(crate) mod norm;
 pub(crate) mod optim;
 pub(crate) mod pool;
 
@@ -28,13 +29,18 @@ pub(crate) fn spec(
 ) -> Result<Option<Spec>, CodegenError> {
     let s = &Site { k, mode, opts };
     let spec = match &k.op {
-        Op::Input { .. } | Op::Param { .. } | Op::OptState { .. } | Op::Reshape => return Ok(None),
+        Op::Input { .. }
+        | Op::Param { .. }
+        | Op::OptState { .. }
+        | Op::RunStat { .. }
+        | Op::Reshape => return Ok(None),
         Op::Conv(op) => conv::spec(s, op)?,
         Op::Dense(op) => dense::spec(s, op)?,
         Op::Pool(op) => pool::spec(s, op)?,
         Op::Elementwise(op) => elementwise::spec(s, op)?,
         Op::Loss(op) => loss::spec(s, op)?,
         Op::Optim(op) => optim::spec(s, op)?,
+        Op::Norm(op) => norm::spec(s, op)?,
     };
     Ok(Some(spec))
 }

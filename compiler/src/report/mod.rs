@@ -36,16 +36,25 @@ pub struct ByCategory {
     /// Gradients in flight.
     pub gradients: u64,
     pub workspace: u64,
+    /// Batchnorm's running statistics (absent from the JSON when zero, as in plans without them).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub running_stats: u64,
 }
 
-/// The categories in report order, with their display names.
-pub const CATEGORIES: [(BufferKind, &str); 6] = [
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+/// The categories in report order, with their display names (the running statistics last: the
+/// renderers leave that category out where it is zero).
+pub const CATEGORIES: [(BufferKind, &str); 7] = [
     (BufferKind::Parameter, "parameters"),
     (BufferKind::OptimizerState, "optimizer state"),
     (BufferKind::Input, "inputs"),
     (BufferKind::Activation, "activations"),
     (BufferKind::Gradient, "gradients"),
     (BufferKind::Workspace, "workspace"),
+    (BufferKind::RunningStat, "running statistics"),
 ];
 
 impl ByCategory {
@@ -57,6 +66,7 @@ impl ByCategory {
             BufferKind::Activation => self.activations,
             BufferKind::Gradient => self.gradients,
             BufferKind::Workspace => self.workspace,
+            BufferKind::RunningStat => self.running_stats,
         }
     }
     fn slot(&mut self, kind: BufferKind) -> &mut u64 {
@@ -67,6 +77,7 @@ impl ByCategory {
             BufferKind::Activation => &mut self.activations,
             BufferKind::Gradient => &mut self.gradients,
             BufferKind::Workspace => &mut self.workspace,
+            BufferKind::RunningStat => &mut self.running_stats,
         }
     }
     pub fn add(&mut self, kind: BufferKind, bytes: u64) {
@@ -340,7 +351,7 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
     let live_at = |i: usize, t: usize| matches!(occupied[i], Some((l, h)) if l <= t && t <= h);
 
     // Timeline by difference arrays over the occupied ranges.
-    let mut delta: Vec<[i128; 6]> = vec![[0; 6]; npoints + 1];
+    let mut delta: Vec<[i128; CATEGORIES.len()]> = vec![[0; CATEGORIES.len()]; npoints + 1];
     let idx = |k: BufferKind| CATEGORIES.iter().position(|(c, _)| *c == k).unwrap_or(0);
     for (b, occ) in plan.buffers.iter().zip(&occupied) {
         let Some((lo, hi)) = *occ else { continue };
@@ -351,7 +362,7 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
         delta[lo][idx(b.kind)] += b.bytes as i128;
         delta[hi + 1][idx(b.kind)] -= b.bytes as i128;
     }
-    let mut running = [0i128; 6];
+    let mut running = [0i128; CATEGORIES.len()];
     let mut timeline = Vec::with_capacity(npoints);
     for (t, d) in delta.iter().enumerate().take(npoints) {
         let mut by = ByCategory::default();
@@ -508,7 +519,9 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
         largest_workspace,
         total: 0,
     };
-    conventional.total = conventional.parameters
+    // (the running statistics, persistent in any framework, count in the total)
+    conventional.total = all_buffers.running_stats
+        + conventional.parameters
         + conventional.optimizer_state
         + conventional.parameter_gradients
         + conventional.saved_activations

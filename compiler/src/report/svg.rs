@@ -3,6 +3,7 @@
 
 use super::text::{human, mode_name};
 use super::{MemoryReport, TimelinePoint, CATEGORIES};
+use crate::plan::BufferKind;
 use crate::sweep::Sweep;
 
 /// Why [`render_svg`] failed (the plotting backend's error, as text).
@@ -11,13 +12,14 @@ use crate::sweep::Sweep;
 pub struct RenderError(pub String);
 
 /// The colour of each category, in [`CATEGORIES`] order.
-const COLORS: [(u8, u8, u8); 6] = [
+const COLORS: [(u8, u8, u8); 7] = [
     (31, 119, 180),  // parameters: blue
     (148, 103, 189), // optimizer state: purple
     (127, 127, 127), // inputs: grey
     (44, 160, 44),   // activations: green
     (255, 127, 14),  // gradients: orange
     (188, 189, 34),  // workspace: olive
+    (23, 190, 207),  // running statistics: cyan
 ];
 
 /// A chart of live bytes over the step (x: kernel position in the step, y: MiB; KiB or bytes for small programs), stacked by category, with the
@@ -85,7 +87,12 @@ pub fn render_svg(r: &MemoryReport, cap: Option<u64>) -> Result<String, RenderEr
 
         // Stacked areas: each category's area reaches the cumulative sum up to it; drawn from the
         // top down so each lower one covers the ones above it. Values step at step boundaries.
-        for (i, (_, name)) in CATEGORIES.iter().enumerate().rev() {
+        for (i, (kind, name)) in CATEGORIES.iter().enumerate().rev() {
+            if *kind == BufferKind::RunningStat
+                && r.timeline.iter().all(|p| p.by_category.get(*kind) == 0)
+            {
+                continue;
+            }
             let cum = |p: &TimelinePoint| -> f64 {
                 CATEGORIES[..=i]
                     .iter()

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::{recompute_pct, MemoryReport, CATEGORIES};
-use crate::plan::{Mode, StepPhase};
+use crate::plan::{BufferKind, Mode, StepPhase};
 use crate::sweep::Sweep;
 
 /// `826152612` -> `826,152,612`: how dmc writes every large count (the `thousands` crate).
@@ -250,6 +250,9 @@ pub fn render_text(r: &MemoryReport, cap: Option<u64>, verbose: bool) -> String 
     t.row(["category", "bytes", "", "share"]);
     for (k, name) in CATEGORIES {
         let b = p.by_category.get(k);
+        if k == BufferKind::RunningStat && b == 0 {
+            continue;
+        }
         t.row([name.to_string(), thousands(b), human(b), pct(b, p.bytes)]);
     }
     t.row([

@@ -113,6 +113,9 @@ fn cases() -> Vec<(&'static str, String)> {
         ("schedule_min_lr_above_lr", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd(lr: 0.01), schedule: linear(min_lr: 0.1) }}\n")),
         ("step_schedule_gamma_out_of_range", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd, schedule: step(every: 100, gamma: 2) }}\n")),
         ("step_schedule_without_every", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd, schedule: step(gamma: 0.5) }}\n")),
+        ("batchnorm_momentum_out_of_range", wrap("out = x |> batchnorm(momentum: 1.5) |> flatten |> dense(1)")),
+        ("batchnorm_eps_not_positive", wrap("out = x |> batchnorm(eps: 0) |> flatten |> dense(1)")),
+        ("batchnorm_of_a_matrix", "input x: [4, 3]\ntarget y: [1]\nout = x |> batchnorm |> flatten |> dense(1)\nloss mse(out, y)\ntrain { batch: 1, optimizer: sgd }\n".to_string()),
         ("block_error_in_every_use", wrap("block b(x, c) {\n  h = x |> conv2d(c, 3, activation: selu)\n  return x + h\n}\nout = x |> b(1) |> b(1) |> flatten |> dense(1)")),
     ]
 }

@@ -70,6 +70,7 @@ fn variant(l: &Layer) -> String {
         Layer::Add => "Add".into(),
         Layer::Dropout { .. } => "Dropout".into(),
         Layer::Softmax => "Softmax".into(),
+        Layer::BatchNorm { .. } => "BatchNorm".into(),
     }
 }
 
@@ -88,6 +89,7 @@ fn all_variants() -> BTreeSet<String> {
         "Add",
         "Dropout",
         "Softmax",
+        "BatchNorm",
     ]
     .iter()
     .map(|s| s.to_string())

@@ -11,6 +11,7 @@ mod elementwise;
 mod epilogue;
 mod facts;
 mod loss;
+mod norm;
 mod optim;
 mod pool;
 pub mod shape;
@@ -27,6 +28,7 @@ pub use dense::DenseOp;
 pub use elementwise::ElementwiseOp;
 pub use epilogue::{Epilogue, EpilogueSide};
 pub use loss::LossOp;
+pub use norm::NormOp;
 pub use optim::OptimOp;
 pub use pool::{PoolOp, MAX_ARGMAX_WINDOW};
 use shape::{err, need_hint, numel};
@@ -50,6 +52,9 @@ pub enum Op {
     Param { name: String },
     /// Optimizer state (velocity, Adam moments); persistent, zero-initialised.
     OptState { name: String },
+    /// Persistent state that is not trained (batchnorm's running mean and variance): saved and
+    /// loaded with the weights, written by an update op, never given a gradient or optimizer state.
+    RunStat { name: String },
     /// Same elements, another shape: no kernel, the output aliases the input's buffer.
     Reshape,
 
@@ -66,6 +71,8 @@ pub enum Op {
     Loss(LossOp),
     /// The optimizer's update and the bias gradient (alone or fused with its update).
     Optim(OptimOp),
+    /// Normalisation (batchnorm), its running statistics' update and its backward.
+    Norm(NormOp),
 }
 impl UpdateRule {
     /// The rule of an unfused update op (`None` for any other op).
@@ -80,13 +87,18 @@ impl Op {
     /// The family facts of a kernel op; `None` for leaves and `Reshape`, which have no kernel.
     pub fn facts(&self) -> Option<&dyn OpFacts> {
         match self {
-            Op::Input { .. } | Op::Param { .. } | Op::OptState { .. } | Op::Reshape => None,
+            Op::Input { .. }
+            | Op::Param { .. }
+            | Op::OptState { .. }
+            | Op::RunStat { .. }
+            | Op::Reshape => None,
             Op::Conv(o) => Some(o),
             Op::Dense(o) => Some(o),
             Op::Pool(o) => Some(o),
             Op::Elementwise(o) => Some(o),
             Op::Loss(o) => Some(o),
             Op::Optim(o) => Some(o),
+            Op::Norm(o) => Some(o),
         }
     }
 
@@ -94,7 +106,7 @@ impl Op {
     pub fn is_leaf(&self) -> bool {
         matches!(
             self,
-            Op::Input { .. } | Op::Param { .. } | Op::OptState { .. }
+            Op::Input { .. } | Op::Param { .. } | Op::OptState { .. } | Op::RunStat { .. }
         )
     }
 
@@ -155,7 +167,11 @@ impl Op {
     /// [`Op::num_outputs`], given the op's [`Op::params`].
     pub fn num_outputs_of(&self, params: &[ParamKind]) -> usize {
         match self {
-            Op::Input { .. } | Op::Param { .. } | Op::OptState { .. } | Op::Reshape => 1,
+            Op::Input { .. }
+            | Op::Param { .. }
+            | Op::OptState { .. }
+            | Op::RunStat { .. }
+            | Op::Reshape => 1,
             _ => params
                 .iter()
                 .filter(|(_, role, _)| matches!(role, Role::Out | Role::InOut))
@@ -163,11 +179,13 @@ impl Op {
         }
     }
 
-    /// Whether the op overwrites a parameter with its update (a root of the training step).
+    /// Whether the op overwrites persistent state (a parameter with its update, the running
+    /// statistics): a root of the training step.
     pub fn is_update(&self) -> bool {
         matches!(
             self,
             Op::Optim(OptimOp::Update { .. } | OptimOp::BiasGradUpdate { .. })
+                | Op::Norm(NormOp::BatchNormStats { .. })
                 | Op::Conv(ConvOp::Conv2dBwdWeightUpdate { .. })
                 | Op::Dense(DenseOp::DenseBwdWeightUpdate { .. })
         )
@@ -188,6 +206,7 @@ impl Op {
             (Op::Input { .. }, _) => "input",
             (Op::Param { .. }, _) => "param",
             (Op::OptState { .. }, _) => "opt_state",
+            (Op::RunStat { .. }, _) => "run_stat",
             (Op::Reshape, _) => "reshape",
             (_, Some(f)) => f.kind_name(),
             (_, None) => "none",

@@ -150,3 +150,40 @@ fn an_update_op_in_plan_json_carries_its_rule() {
     let rule = serde_json::to_string(&rules()[2]).expect("serialises");
     assert!(rule.starts_with(r#"{"Adam":{"lr":0.001,"#), "{rule}");
 }
+
+#[test]
+fn batchnorm_ops_in_plan_json_and_their_aliasing() {
+    use dmc_plan::op::NormOp;
+    use dmc_plan::unary::Coef;
+    let bwd = |in_place| {
+        Op::Norm(NormOp::BatchNormBwd {
+            eps: Coef(1e-5),
+            in_place,
+        })
+    };
+    // `in_place` is absent when off
+    let json = serde_json::to_string(&bwd(false)).expect("serialises");
+    assert_eq!(json, r#"{"Norm":{"BatchNormBwd":{"eps":0.00001}}}"#);
+    let back: Op = serde_json::from_str(&json).expect("parses");
+    assert_eq!(back, bwd(false));
+    // in place: dx is dy's buffer (output 0 into slot 0), one `Out` fewer
+    assert_eq!(bwd(true).aliased_outputs(), vec![(0, 0)]);
+    assert_eq!(bwd(true).num_outputs(), 3);
+    assert_eq!(bwd(false).num_outputs(), 3);
+    assert_eq!(
+        bwd(true).signature().params.len() + 1,
+        bwd(false).signature().params.len()
+    );
+    // the running statistics' update is an update (a root), in place on both statistics
+    let stats = Op::Norm(NormOp::BatchNormStats {
+        momentum: Coef(0.1),
+        count: 8,
+    });
+    assert!(stats.is_update());
+    assert_eq!(stats.aliased_outputs(), vec![(0, 0), (1, 1)]);
+    assert!(!Op::Norm(NormOp::BatchNorm { eps: Coef(1e-5) }).is_update());
+    assert!(Op::RunStat {
+        name: "bn.running_mean".into()
+    }
+    .is_leaf());
+}

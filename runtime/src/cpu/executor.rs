@@ -32,13 +32,18 @@ pub(super) unsafe fn exec(a: &Args, ctx: &Ctx) -> Result<(), BadLabel> {
     // SAFETY: (all calls below) see this function's contract; slot indices follow `Op::signature`.
     unsafe {
         match &a.kernel.op {
-            Op::Input { .. } | Op::Param { .. } | Op::OptState { .. } | Op::Reshape => {}
+            Op::Input { .. }
+            | Op::Param { .. }
+            | Op::OptState { .. }
+            | Op::RunStat { .. }
+            | Op::Reshape => {}
             Op::Conv(op) => super::conv::exec(op, a, ctx),
             Op::Dense(op) => super::dense::exec(op, a, ctx),
             Op::Pool(op) => super::pool::exec(op, a, ctx),
             Op::Elementwise(op) => super::elementwise::exec(op, a, ctx),
             Op::Loss(op) => super::loss::exec(op, a, ctx)?,
             Op::Optim(op) => super::optim::exec(op, a, ctx),
+            Op::Norm(op) => super::norm::exec(op, a),
         }
     }
     Ok(())

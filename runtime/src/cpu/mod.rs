@@ -31,6 +31,7 @@ pub mod epilogue;
 pub mod executor;
 pub mod gemm;
 pub mod loss;
+pub mod norm;
 pub mod optim;
 pub mod par;
 pub mod pool;

@@ -15,5 +15,6 @@ mod kernels;
 mod kernels_geom;
 mod kernels_layers;
 mod kernels_transpose;
+mod kernels_norm;
 mod optim_formulas;
 mod zoo_cpu;

@@ -1,0 +1,153 @@
+//! Normalisation (`norm.cu.tera`): batchnorm's forward, its running statistics' update and its
+//! backward (one thread per channel, the rows in order), and its inference form (one thread per
+//! element).
+
+use super::common::{f32_lit, numel, per_element, Site, Spec};
+use crate::error::CodegenError;
+use dmc_plan::op::NormOp;
+
+const TEMPLATE: &str = "norm.cu.tera";
+
+/// `[rows, c]` of the value `[.., c]` in argument `i`, checked.
+fn rows_c(s: &Site, i: usize) -> Result<(usize, usize), CodegenError> {
+    let x = s.shape(i)?;
+    let c = x.last().copied().unwrap_or(0);
+    if x.len() < 2 || c == 0 {
+        return Err(CodegenError::Shape {
+            kernel: s.name().into(),
+            message: format!("argument {i} has shape {x:?}, expected [.., channels]"),
+        });
+    }
+    Ok((numel(x) / c, c))
+}
+
+/// The kernel of one op of the normalisation family.
+pub(crate) fn spec(s: &Site, op: &NormOp) -> Result<Spec, CodegenError> {
+    let mut sp = match op {
+        NormOp::BatchNormInfer { .. } => {
+            let (rows, c) = rows_c(s, 0)?;
+            let mut sp = per_element(s, TEMPLATE, rows * c)?;
+            sp.ctx.insert("rows", &rows);
+            sp.ctx.insert("c", &c);
+            sp
+        }
+        NormOp::BatchNormStats { count, .. } => {
+            let c = numel(s.shape(0)?);
+            let mut sp = per_element(s, TEMPLATE, c)?;
+            sp.ctx.insert("rows", count);
+            sp.ctx.insert("c", &c);
+            sp
+        }
+        NormOp::BatchNorm { .. } | NormOp::BatchNormBwd { .. } => {
+            let (rows, c) = rows_c(s, 0)?;
+            let mut sp = per_element(s, TEMPLATE, c)?;
+            sp.ctx.insert("rows", &rows);
+            sp.ctx.insert("c", &c);
+            sp
+        }
+    };
+    match op {
+        NormOp::BatchNorm { eps } | NormOp::BatchNormInfer { eps } => {
+            sp.ctx.insert("eps", &f32_lit(eps.0));
+        }
+        NormOp::BatchNormBwd { eps, in_place } => {
+            sp.ctx.insert("eps", &f32_lit(eps.0));
+            sp.ctx.insert("dx", if *in_place { "dy" } else { "dx" });
+        }
+        NormOp::BatchNormStats { momentum, count } => {
+            sp.ctx.insert("momentum", &f32_lit(momentum.0));
+            sp.ctx.insert("count", count);
+            // the unbiased variance's factor, exactly as the CPU backend computes it
+            let unbias = if *count > 1 {
+                *count as f64 / (*count - 1) as f64
+            } else {
+                1.0
+            };
+            sp.ctx.insert("unbias", &format!("{unbias:?}"));
+        }
+    }
+    Ok(sp)
+}
+
+/// The zoo's normalisation ops: batchnorm over an image and over flat features, its inference
+/// form, the running statistics' update, the backward out of place and in place.
+pub(crate) fn zoo() -> Vec<super::cases::Case> {
+    use dmc_plan::op::Op;
+    use dmc_plan::unary::Coef;
+    let n = |op: NormOp| Op::Norm(op);
+    let eps = Coef(1e-5);
+    let (img, c) = (vec![3, 5, 4, 7], vec![7]);
+    vec![
+        (
+            n(NormOp::BatchNorm { eps }),
+            vec![
+                img.clone(),
+                c.clone(),
+                c.clone(),
+                img.clone(),
+                c.clone(),
+                c.clone(),
+            ],
+        ),
+        (
+            n(NormOp::BatchNorm { eps: Coef(1e-3) }),
+            vec![
+                vec![6, 11],
+                vec![11],
+                vec![11],
+                vec![6, 11],
+                vec![11],
+                vec![11],
+            ],
+        ),
+        (
+            n(NormOp::BatchNormInfer { eps }),
+            vec![
+                img.clone(),
+                c.clone(),
+                c.clone(),
+                c.clone(),
+                c.clone(),
+                img.clone(),
+            ],
+        ),
+        (
+            n(NormOp::BatchNormStats {
+                momentum: Coef(0.1),
+                count: 60,
+            }),
+            vec![c.clone(); 4],
+        ),
+        (
+            n(NormOp::BatchNormBwd {
+                eps,
+                in_place: false,
+            }),
+            vec![
+                img.clone(),
+                img.clone(),
+                c.clone(),
+                c.clone(),
+                c.clone(),
+                img.clone(),
+                c.clone(),
+                c.clone(),
+            ],
+        ),
+        (
+            n(NormOp::BatchNormBwd {
+                eps,
+                in_place: true,
+            }),
+            vec![
+                img.clone(),
+                img,
+                c.clone(),
+                c.clone(),
+                c.clone(),
+                c.clone(),
+                c,
+            ],
+        ),
+    ]
+}

@@ -1,0 +1,181 @@
+//! The normalisation family: batch normalisation over the last axis (the channels of NHWC
+//! images, the features of flat values), as PyTorch's `BatchNorm1d`/`BatchNorm2d` compute it.
+//!
+//! Training is two ops, so that rematerialisation never updates the running statistics twice:
+//! [`NormOp::BatchNorm`] (a pure function of its inputs, which remat may recompute) writes the
+//! batch statistics, and [`NormOp::BatchNormStats`] (an update of persistent state, in the update
+//! phase, never recomputed) folds them into the running statistics. Eval and predict plans use
+//! [`NormOp::BatchNormInfer`], which reads the running statistics.
+
+use serde::{Deserialize, Serialize};
+
+use super::facts::{p, DType, OpFacts, ParamKind, Role, ShapeError, TensorType};
+use super::shape::{err, numel, same};
+use crate::unary::Coef;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum NormOp {
+    /// x[.., C], gamma[C], beta[C] -> y[.., C], mean[C], var[C]: per channel over every leading
+    /// axis (M = numel / C rows), mean and biased variance; y = (x - mean) / sqrt(var + eps) *
+    /// gamma + beta.
+    BatchNorm { eps: Coef },
+    /// x, gamma, beta, running_mean[C], running_var[C] -> y = (x - running_mean) /
+    /// sqrt(running_var + eps) * gamma + beta (eval and predict).
+    BatchNormInfer { eps: Coef },
+    /// running_mean (InOut), running_var (InOut), mean, var -> running_mean', running_var':
+    /// PyTorch's momentum: r' = (1 - momentum) r + momentum b, with the unbiased batch variance
+    /// var * count / (count - 1) (`count` = rows per channel, M; var itself when M = 1).
+    BatchNormStats { momentum: Coef, count: usize },
+    /// dy, x, mean, var, gamma -> dx, dgamma[C], dbeta[C]: with xh = (x - mean) rstd,
+    /// dbeta = sum dy, dgamma = sum dy xh, dx = gamma rstd (dy - dbeta / M - xh dgamma / M).
+    /// `in_place`: dx is written over dy (slot 0 `InOut`; the in-place pass sets it when dy dies
+    /// there).
+    BatchNormBwd {
+        eps: Coef,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        in_place: bool,
+    },
+}
+
+/// C of a value `[.., C]`, or an error naming `what`.
+fn channels(t: &TensorType, what: &str) -> Result<usize, ShapeError> {
+    match t.shape.last() {
+        Some(&c) if t.shape.len() >= 2 && c > 0 => Ok(c),
+        _ => err(format!("{what} must be [batch, .., channels], got {t}")),
+    }
+}
+
+/// Every input from `first` on is `[c]`.
+fn per_channel(inputs: &[TensorType], first: usize, c: usize) -> Result<(), ShapeError> {
+    for (i, t) in inputs.iter().enumerate().skip(first) {
+        if t.shape != [c] {
+            return err(format!(
+                "input {i} must be f32[{c}] (one per channel), got {t}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl OpFacts for NormOp {
+    fn params(&self) -> Vec<ParamKind> {
+        use DType::*;
+        use Role::*;
+        match self {
+            NormOp::BatchNorm { .. } => vec![
+                p("x", In, F32),
+                p("gamma", In, F32),
+                p("beta", In, F32),
+                p("y", Out, F32),
+                p("mean", Out, F32),
+                p("var", Out, F32),
+            ],
+            NormOp::BatchNormInfer { .. } => vec![
+                p("x", In, F32),
+                p("gamma", In, F32),
+                p("beta", In, F32),
+                p("running_mean", In, F32),
+                p("running_var", In, F32),
+                p("y", Out, F32),
+            ],
+            NormOp::BatchNormStats { .. } => vec![
+                p("running_mean", InOut, F32),
+                p("running_var", InOut, F32),
+                p("mean", In, F32),
+                p("var", In, F32),
+            ],
+            NormOp::BatchNormBwd { in_place, .. } => {
+                let mut v = vec![p("dy", if *in_place { InOut } else { In }, F32)];
+                v.extend([
+                    p("x", In, F32),
+                    p("mean", In, F32),
+                    p("var", In, F32),
+                    p("gamma", In, F32),
+                ]);
+                if !in_place {
+                    v.push(p("dx", Out, F32));
+                }
+                v.extend([p("dgamma", Out, F32), p("dbeta", Out, F32)]);
+                v
+            }
+        }
+    }
+
+    fn kind_name(&self) -> &'static str {
+        match self {
+            NormOp::BatchNorm { .. } => "batchnorm",
+            NormOp::BatchNormInfer { .. } => "batchnorm_infer",
+            NormOp::BatchNormStats { .. } => "batchnorm_stats",
+            NormOp::BatchNormBwd {
+                in_place: false, ..
+            } => "batchnorm_bwd",
+            NormOp::BatchNormBwd { in_place: true, .. } => "batchnorm_bwd_inplace",
+        }
+    }
+
+    fn aliased_outputs(&self) -> Vec<(usize, usize)> {
+        match self {
+            NormOp::BatchNormStats { .. } => vec![(0, 0), (1, 1)],
+            NormOp::BatchNormBwd { in_place: true, .. } => vec![(0, 0)],
+            NormOp::BatchNorm { .. }
+            | NormOp::BatchNormInfer { .. }
+            | NormOp::BatchNormBwd {
+                in_place: false, ..
+            } => vec![],
+        }
+    }
+
+    fn workspace_elems(&self, _s: &[Vec<usize>]) -> Vec<usize> {
+        vec![]
+    }
+
+    fn infer(
+        &self,
+        inputs: &[TensorType],
+        _hint: Option<&TensorType>,
+    ) -> Result<Vec<TensorType>, ShapeError> {
+        match self {
+            NormOp::BatchNorm { .. } => {
+                let c = channels(&inputs[0], "x")?;
+                per_channel(inputs, 1, c)?;
+                let stat = TensorType::f32(vec![c]);
+                Ok(vec![inputs[0].clone(), stat.clone(), stat])
+            }
+            NormOp::BatchNormInfer { .. } => {
+                let c = channels(&inputs[0], "x")?;
+                per_channel(inputs, 1, c)?;
+                Ok(vec![inputs[0].clone()])
+            }
+            NormOp::BatchNormStats { count, .. } => {
+                if *count == 0 {
+                    return err("batchnorm_stats needs count >= 1");
+                }
+                let c = match inputs[0].shape.as_slice() {
+                    [c] => *c,
+                    _ => return err(format!("running_mean must be [C], got {}", inputs[0])),
+                };
+                per_channel(inputs, 1, c)?;
+                Ok(inputs[..2].to_vec())
+            }
+            NormOp::BatchNormBwd { .. } => {
+                same(&inputs[0], &inputs[1], "dy and x")?;
+                let c = channels(&inputs[1], "x")?;
+                per_channel(inputs, 2, c)?;
+                let stat = TensorType::f32(vec![c]);
+                Ok(vec![inputs[0].clone(), stat.clone(), stat])
+            }
+        }
+    }
+
+    fn flops(&self, ins: &[Vec<usize>], _outs: &[Vec<usize>]) -> u64 {
+        let i = |k: usize| ins.get(k).map(|s| numel(s)).unwrap_or(0);
+        match self {
+            // mean, variance, normalise + affine
+            NormOp::BatchNorm { .. } => 7 * i(0),
+            NormOp::BatchNormInfer { .. } => 4 * i(0),
+            NormOp::BatchNormStats { .. } => 6 * i(0),
+            // the two sums, then dx
+            NormOp::BatchNormBwd { .. } => 10 * i(0),
+        }
+    }
+}

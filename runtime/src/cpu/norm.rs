@@ -1,0 +1,255 @@
+//! Normalisation kernels: batchnorm over the last axis of `[rows, c]` (channels last), its
+//! inference form, the running statistics' update and the backward. Sums are f64, over the rows in
+//! order for each channel (the generated CUDA's order, one thread per channel); channels are taken
+//! in blocks of [`CH_BLOCK`] so the rows are read contiguously, with the block's accumulators on
+//! the stack.
+
+use dmc_plan::op::NormOp;
+
+use super::args::Args;
+
+/// Channels per pass over the rows.
+const CH_BLOCK: usize = 64;
+
+/// Each block of channels `c0..c1` of `[rows, c]`.
+fn blocks(c: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..c)
+        .step_by(CH_BLOCK)
+        .map(move |c0| (c0, (c0 + CH_BLOCK).min(c)))
+}
+
+/// Per-channel sums over the rows of `[rows, c]` of `f(row, channel)`, for the channels `c0..c1`.
+fn col_sums(
+    rows: usize,
+    c0: usize,
+    c1: usize,
+    mut f: impl FnMut(usize, usize) -> f64,
+) -> [f64; CH_BLOCK] {
+    let mut s = [0.0f64; CH_BLOCK];
+    for r in 0..rows {
+        for (j, ch) in (c0..c1).enumerate() {
+            s[j] += f(r, ch);
+        }
+    }
+    s
+}
+
+/// x[rows, c], gamma[c], beta[c] -> y, mean[c], biased var[c]; y = (x - mean) / sqrt(var + eps)
+/// gamma + beta.
+pub fn batchnorm(
+    x: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    y: &mut [f32],
+    mean: &mut [f32],
+    var: &mut [f32],
+    eps: f32,
+) {
+    let c = gamma.len();
+    assert!(c > 0 && x.len() / c * c == x.len() && y.len() == x.len());
+    assert!(beta.len() == c && mean.len() == c && var.len() == c);
+    let rows = x.len() / c;
+    let n = rows as f64;
+    for (c0, c1) in blocks(c) {
+        let s = col_sums(rows, c0, c1, |r, ch| x[r * c + ch] as f64);
+        let mut m = [0.0f64; CH_BLOCK];
+        for j in 0..c1 - c0 {
+            m[j] = s[j] / n;
+        }
+        let q = col_sums(rows, c0, c1, |r, ch| {
+            let d = x[r * c + ch] as f64 - m[ch - c0];
+            d * d
+        });
+        let mut g = [0.0f64; CH_BLOCK];
+        for (j, ch) in (c0..c1).enumerate() {
+            let v = q[j] / n;
+            mean[ch] = m[j] as f32;
+            var[ch] = v as f32;
+            g[j] = gamma[ch] as f64 / (v + eps as f64).sqrt();
+        }
+        for r in 0..rows {
+            for (j, ch) in (c0..c1).enumerate() {
+                let i = r * c + ch;
+                y[i] = ((x[i] as f64 - m[j]) * g[j] + beta[ch] as f64) as f32;
+            }
+        }
+    }
+}
+
+/// x, gamma, beta, running_mean, running_var -> y with the running statistics.
+pub fn batchnorm_infer(
+    x: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    running_mean: &[f32],
+    running_var: &[f32],
+    y: &mut [f32],
+    eps: f32,
+) {
+    let c = gamma.len();
+    assert!(c > 0 && x.len() / c * c == x.len() && y.len() == x.len());
+    assert!(beta.len() == c && running_mean.len() == c && running_var.len() == c);
+    for (xr, yr) in x.chunks_exact(c).zip(y.chunks_exact_mut(c)) {
+        for ch in 0..c {
+            let rs = 1.0 / (running_var[ch] as f64 + eps as f64).sqrt();
+            yr[ch] = ((xr[ch] as f64 - running_mean[ch] as f64) * (gamma[ch] as f64 * rs)
+                + beta[ch] as f64) as f32;
+        }
+    }
+}
+
+/// The factor of the unbiased variance of `count` rows (1 for a single row).
+pub fn unbias(count: usize) -> f64 {
+    if count > 1 {
+        count as f64 / (count - 1) as f64
+    } else {
+        1.0
+    }
+}
+
+/// PyTorch's running statistics' update: r = (1 - momentum) r + momentum b, with the unbiased
+/// batch variance of `count` rows.
+pub fn batchnorm_stats(
+    running_mean: &mut [f32],
+    running_var: &mut [f32],
+    mean: &[f32],
+    var: &[f32],
+    momentum: f32,
+    count: usize,
+) {
+    let c = mean.len();
+    assert!(running_mean.len() == c && running_var.len() == c && var.len() == c);
+    let (mo, k) = (momentum as f64, unbias(count));
+    for ch in 0..c {
+        running_mean[ch] = ((1.0 - mo) * running_mean[ch] as f64 + mo * mean[ch] as f64) as f32;
+        running_var[ch] = ((1.0 - mo) * running_var[ch] as f64 + mo * (var[ch] as f64 * k)) as f32;
+    }
+}
+
+/// The backward in place: `dyx` holds dy and receives dx; dgamma = sum dy xh, dbeta = sum dy,
+/// dx = gamma rstd (dy - dbeta / M - xh dgamma / M), xh = (x - mean) rstd.
+#[allow(clippy::too_many_arguments)]
+pub fn batchnorm_bwd_in_place(
+    dyx: &mut [f32],
+    x: &[f32],
+    mean: &[f32],
+    var: &[f32],
+    gamma: &[f32],
+    dgamma: &mut [f32],
+    dbeta: &mut [f32],
+    eps: f32,
+) {
+    let c = gamma.len();
+    assert!(c > 0 && x.len() / c * c == x.len() && dyx.len() == x.len());
+    assert!(mean.len() == c && var.len() == c && dgamma.len() == c && dbeta.len() == c);
+    let rows = x.len() / c;
+    let n = rows as f64;
+    for (c0, c1) in blocks(c) {
+        let mut m = [0.0f64; CH_BLOCK];
+        let mut rs = [0.0f64; CH_BLOCK];
+        for (j, ch) in (c0..c1).enumerate() {
+            m[j] = mean[ch] as f64;
+            rs[j] = 1.0 / (var[ch] as f64 + eps as f64).sqrt();
+        }
+        let xh = |r: usize, ch: usize| (x[r * c + ch] as f64 - m[ch - c0]) * rs[ch - c0];
+        let sd = col_sums(rows, c0, c1, |r, ch| dyx[r * c + ch] as f64);
+        let sdx = col_sums(rows, c0, c1, |r, ch| dyx[r * c + ch] as f64 * xh(r, ch));
+        let mut k = [0.0f64; CH_BLOCK];
+        for (j, ch) in (c0..c1).enumerate() {
+            dgamma[ch] = sdx[j] as f32;
+            dbeta[ch] = sd[j] as f32;
+            k[j] = gamma[ch] as f64 * rs[j];
+        }
+        for r in 0..rows {
+            for (j, ch) in (c0..c1).enumerate() {
+                let i = r * c + ch;
+                let h = (x[i] as f64 - m[j]) * rs[j];
+                dyx[i] = (k[j] * (dyx[i] as f64 - sd[j] / n - h * (sdx[j] / n))) as f32;
+            }
+        }
+    }
+}
+
+/// The backward out of place: dy, x, mean, var, gamma -> dx, dgamma, dbeta (as
+/// [`batchnorm_bwd_in_place`] on a copy of dy).
+#[allow(clippy::too_many_arguments)]
+pub fn batchnorm_bwd(
+    dy: &[f32],
+    x: &[f32],
+    mean: &[f32],
+    var: &[f32],
+    gamma: &[f32],
+    dx: &mut [f32],
+    dgamma: &mut [f32],
+    dbeta: &mut [f32],
+    eps: f32,
+) {
+    dx.copy_from_slice(dy);
+    batchnorm_bwd_in_place(dx, x, mean, var, gamma, dgamma, dbeta, eps);
+}
+
+/// Runs one normalisation op on its arguments (signature slots).
+///
+/// # Safety
+/// As [`super::executor`]'s `exec`: the step was validated; only Out/InOut slots are taken
+/// mutably, and those overlap no other argument.
+pub(super) unsafe fn exec(op: &NormOp, a: &Args) {
+    // SAFETY: (all calls below) see this function's contract; slot indices follow the signature.
+    unsafe {
+        match op {
+            NormOp::BatchNorm { eps } => batchnorm(
+                a.f32(0),
+                a.f32(1),
+                a.f32(2),
+                a.f32_mut(3),
+                a.f32_mut(4),
+                a.f32_mut(5),
+                eps.0,
+            ),
+            NormOp::BatchNormInfer { eps } => batchnorm_infer(
+                a.f32(0),
+                a.f32(1),
+                a.f32(2),
+                a.f32(3),
+                a.f32(4),
+                a.f32_mut(5),
+                eps.0,
+            ),
+            NormOp::BatchNormStats { momentum, count } => batchnorm_stats(
+                a.f32_mut(0),
+                a.f32_mut(1),
+                a.f32(2),
+                a.f32(3),
+                momentum.0,
+                *count,
+            ),
+            NormOp::BatchNormBwd {
+                eps,
+                in_place: false,
+            } => batchnorm_bwd(
+                a.f32(0),
+                a.f32(1),
+                a.f32(2),
+                a.f32(3),
+                a.f32(4),
+                a.f32_mut(5),
+                a.f32_mut(6),
+                a.f32_mut(7),
+                eps.0,
+            ),
+            NormOp::BatchNormBwd {
+                eps,
+                in_place: true,
+            } => batchnorm_bwd_in_place(
+                a.f32_mut(0),
+                a.f32(1),
+                a.f32(2),
+                a.f32(3),
+                a.f32(4),
+                a.f32_mut(5),
+                a.f32_mut(6),
+                eps.0,
+            ),
+        }
+    }
+}
