@@ -8,12 +8,12 @@
 //! warmup. During the warmup (`t < W`) the rate ramps linearly, `base * (t + 1) / W` (PyTorch's
 //! `LinearLR(start_factor=1/W, total_iters=W-1)`); after it the decay runs on `t - W` (PyTorch's
 //! `SequentialLR` of the two):
-//! * [`Decay::Constant`]: `base`;
-//! * [`Decay::Step`]: `base * gamma^floor((t - W) / every)` (`StepLR(step_size=every, gamma)`);
-//! * [`Decay::Cosine`]: `min + (base - min) * (1 + cos(pi * p)) / 2`, `p = (t - W) / (T - W)`
+//! * [`Decay::Constant`] is `base`;
+//! * [`Decay::Step`] is `base * gamma^floor((t - W) / every)` (`StepLR(step_size=every, gamma)`);
+//! * [`Decay::Cosine`] is `min + (base - min) * (1 + cos(pi * p)) / 2`, `p = (t - W) / (T - W)`
 //!   clamped to 1, where `T` is the schedule's `steps` or else the run's total
 //!   (`CosineAnnealingLR(T_max=T-W, eta_min=min)` over the run, then flat at `min`);
-//! * [`Decay::Linear`]: `base + (min - base) * p` with the same `p`.
+//! * [`Decay::Linear`] is `base + (min - base) * p` with the same `p`.
 //!
 //! The rate is computed in f64 and rounded once to f32, the precision of the update.
 

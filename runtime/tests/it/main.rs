@@ -14,7 +14,7 @@ mod io_weights;
 mod kernels;
 mod kernels_geom;
 mod kernels_layers;
-mod kernels_transpose;
 mod kernels_norm;
+mod kernels_transpose;
 mod optim_formulas;
 mod zoo_cpu;
