@@ -15,24 +15,10 @@ pub(super) const SCHEDULES: &[&str] = &["constant", "warmup", "step", "cosine", 
 impl Checker<'_> {
     /// The schedule `e` names, for an optimizer whose learning rate is `lr`.
     pub(super) fn schedule(&self, e: &Expr, lr: f32) -> Result<LrSchedule, Error> {
-        let (func, args): (Ident, &[Arg]) = match &e.kind {
-            ExprKind::Name(n) => (
-                Ident {
-                    name: n.clone(),
-                    span: e.span,
-                },
-                &[],
-            ),
-            ExprKind::Call {
-                func,
-                args,
-                label: None,
-            } => (func.clone(), args.as_slice()),
-            _ => {
-                return Err(err(Kind::Training, e.span, "expected a learning-rate schedule")
-                    .label("not a schedule")
-                    .help("write e.g. `schedule: cosine(warmup: 100)` or `schedule: step(every: 1000, gamma: 0.1)`"))
-            }
+        let Some((func, args)) = super::train::setting_call(e) else {
+            return Err(err(Kind::Training, e.span, "expected a learning-rate schedule")
+                .label("not a schedule")
+                .help("write e.g. `schedule: cosine(warmup: 100)` or `schedule: step(every: 1000, gamma: 0.1)`"));
         };
         let Some(op) = SCHEDULES.iter().copied().find(|s| *s == func.name) else {
             let mut er = err(

@@ -137,27 +137,13 @@ impl Checker<'_> {
     }
 
     fn optimizer(&self, e: &Expr) -> Result<Optimizer, Error> {
-        let (func, args): (Ident, &[Arg]) = match &e.kind {
-            ExprKind::Name(n) => (
-                Ident {
-                    name: n.clone(),
-                    span: e.span,
-                },
-                &[],
-            ),
-            ExprKind::Call {
-                func,
-                args,
-                label: None,
-            } => (func.clone(), args.as_slice()),
-            _ => {
-                return Err(err(
-                    Kind::Training,
-                    e.span,
-                    "expected an optimizer such as `sgd(lr: 0.01)`, `adam(lr: 0.001)`, `rmsprop(lr: 0.01)` or `lion(lr: 0.0001)`",
-                )
-                .label("not an optimizer"))
-            }
+        let Some((func, args)) = setting_call(e) else {
+            return Err(err(
+                Kind::Training,
+                e.span,
+                "expected an optimizer such as `sgd(lr: 0.01)`, `adam(lr: 0.001)`, `rmsprop(lr: 0.01)` or `lion(lr: 0.0001)`",
+            )
+            .label("not an optimizer"));
         };
         let params: &'static [(&'static str, bool)] = match func.name.as_str() {
             "sgd" => &[
@@ -430,5 +416,25 @@ impl Checker<'_> {
             weight_decay: as_f32("weight_decay", weight_decay)?,
             decoupled,
         })
+    }
+}
+
+/// A setting's value written as a bare name (`adam`) or a call (`adam(lr: 0.01)`): the name and
+/// the arguments; `None` for anything else.
+pub(super) fn setting_call(e: &Expr) -> Option<(Ident, &[Arg])> {
+    match &e.kind {
+        ExprKind::Name(n) => Some((
+            Ident {
+                name: n.clone(),
+                span: e.span,
+            },
+            &[],
+        )),
+        ExprKind::Call {
+            func,
+            args,
+            label: None,
+        } => Some((func.clone(), args.as_slice())),
+        _ => None,
     }
 }
