@@ -14,7 +14,9 @@ use crate::ctx::Ctx;
 use crate::error::CompileError;
 use crate::fxhash::FxHashMap;
 use crate::ir::{Graph, Phase, Value};
-use crate::op::{ConvOp, DenseOp, ElementwiseOp, Epilogue, LossOp, NormOp, Op, OptimOp, PoolOp};
+use crate::op::{
+    ConvGeom, ConvOp, DenseOp, ElementwiseOp, Epilogue, LossOp, NormOp, Op, OptimOp, PoolOp,
+};
 use crate::plan::Mode;
 use dmc_plan::unary::Saved;
 
@@ -83,90 +85,26 @@ pub fn vjp(
         }
         // d/dx conv(x,w)+b: dx = conv_bwd_data(dy, w); dw = conv_bwd_weight(x, dy); db = sum dy
         Op::Conv(ConvOp::Conv2d { geom, epi, .. }) if epi.is_none() => {
+            let dx = Op::Conv(ConvOp::Conv2dBwdData {
+                geom: *geom,
+                epi: Epilogue::NONE,
+                in_place: false,
+            });
             let dy = dy.ok_or_else(missing)?;
-            if want(0) {
-                let hint = g.ty(x[0]).clone();
-                let name = gname(x[0], g);
-                out[0] = Some((
-                    g.add_node(
-                        Op::Conv(ConvOp::Conv2dBwdData {
-                            geom: *geom,
-                            epi: Epilogue::NONE,
-                            in_place: false,
-                        }),
-                        &[dy, x[1]],
-                        name,
-                        bw,
-                        Some(&hint),
-                    )?,
-                    0,
-                ));
-            }
-            if want(1) {
-                let name = gname(x[1], g);
-                out[1] = Some((
-                    g.add_node(
-                        Op::Conv(ConvOp::Conv2dBwdWeight { geom: *geom }),
-                        &[x[0], dy],
-                        name,
-                        bw,
-                        None,
-                    )?,
-                    0,
-                ));
-            }
-            if nin > 2 && want(2) {
-                let name = gname(x[2], g);
-                out[2] = Some((
-                    g.add_node(Op::Optim(OptimOp::BiasGrad), &[dy], name, bw, None)?,
-                    0,
-                ));
-            }
+            conv_grads(g, &x, dy, &want, dx, [x[0], dy], *geom, &mut out)?;
         }
         // d/dx conv^T(x, w) + b (the data gradient of the convolution `geom` from y to x):
         // dx = conv(dy, w) (that convolution's forward); dw = conv_bwd_weight(dy, x) (its weight
         // gradient, dy in the place of its input, x in the place of its output gradient);
         // db = sum dy
         Op::Conv(ConvOp::ConvTranspose2d { geom, .. }) => {
+            let dx = Op::Conv(ConvOp::Conv2d {
+                geom: *geom,
+                bias: false,
+                epi: Epilogue::NONE,
+            });
             let dy = dy.ok_or_else(missing)?;
-            if want(0) {
-                let hint = g.ty(x[0]).clone();
-                let name = gname(x[0], g);
-                out[0] = Some((
-                    g.add_node(
-                        Op::Conv(ConvOp::Conv2d {
-                            geom: *geom,
-                            bias: false,
-                            epi: Epilogue::NONE,
-                        }),
-                        &[dy, x[1]],
-                        name,
-                        bw,
-                        Some(&hint),
-                    )?,
-                    0,
-                ));
-            }
-            if want(1) {
-                let name = gname(x[1], g);
-                out[1] = Some((
-                    g.add_node(
-                        Op::Conv(ConvOp::Conv2dBwdWeight { geom: *geom }),
-                        &[dy, x[0]],
-                        name,
-                        bw,
-                        None,
-                    )?,
-                    0,
-                ));
-            }
-            if nin > 2 && want(2) {
-                let name = gname(x[2], g);
-                out[2] = Some((
-                    g.add_node(Op::Optim(OptimOp::BiasGrad), &[dy], name, bw, None)?,
-                    0,
-                ));
-            }
+            conv_grads(g, &x, dy, &want, dx, [dy, x[0]], *geom, &mut out)?;
         }
         // d/dx xw+b: dx = dy w^T; dw = x^T dy; db = sum_n dy
         Op::Dense(DenseOp::Dense { epi, .. }) if epi.is_none() => {
@@ -519,4 +457,41 @@ pub fn autodiff(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> {
         }
     }
     Ok(true)
+}
+
+/// The gradients of a convolution-like node `x = (input, weight[, bias])` with output gradient
+/// `dy`: the input's by `dx_op(dy, weight)`, the weight's by the weight gradient of `geom` over
+/// `w_args` (its input and its output gradient), the bias' by the column sums of `dy`; each only
+/// where `want` asks.
+#[allow(clippy::too_many_arguments)]
+fn conv_grads(
+    g: &mut Graph,
+    x: &[Value],
+    dy: Value,
+    want: &dyn Fn(usize) -> bool,
+    dx_op: Op,
+    w_args: [Value; 2],
+    geom: ConvGeom,
+    out: &mut Grads,
+) -> Result<(), CompileError> {
+    let bw = Phase::Backward;
+    let gname = |v: Value, g: &Graph| ["grad ", g.node(v.0).name.as_str()].concat();
+    if want(0) {
+        let hint = g.ty(x[0]).clone();
+        let name = gname(x[0], g);
+        out[0] = Some((g.add_node(dx_op, &[dy, x[1]], name, bw, Some(&hint))?, 0));
+    }
+    if want(1) {
+        let name = gname(x[1], g);
+        let op = Op::Conv(ConvOp::Conv2dBwdWeight { geom });
+        out[1] = Some((g.add_node(op, &w_args, name, bw, None)?, 0));
+    }
+    if x.len() > 2 && want(2) {
+        let name = gname(x[2], g);
+        out[2] = Some((
+            g.add_node(Op::Optim(OptimOp::BiasGrad), &[dy], name, bw, None)?,
+            0,
+        ));
+    }
+    Ok(())
 }

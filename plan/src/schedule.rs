@@ -89,10 +89,11 @@ impl LrSchedule {
             return (base * (t + 1) as f64 / self.warmup as f64) as f32;
         }
         let d = t - self.warmup;
-        let progress = |min_lr: f32| {
+        // the fraction of a cosine or linear decay done, at most 1
+        let progress = || {
             let total = self.length(run_steps).unwrap_or(0);
             let span = total.saturating_sub(self.warmup).max(1);
-            ((d as f64 / span as f64).min(1.0), min_lr as f64)
+            (d as f64 / span as f64).min(1.0)
         };
         let lr = match self.decay {
             Decay::Constant => base,
@@ -101,18 +102,15 @@ impl LrSchedule {
                 base * (gamma as f64).powf(k as f64)
             }
             Decay::Cosine { min_lr, .. } => {
-                let (p, min) = progress(min_lr);
-                min + (base - min) * 0.5 * (1.0 + (std::f64::consts::PI * p).cos())
+                let min = min_lr as f64;
+                min + (base - min) * 0.5 * (1.0 + (std::f64::consts::PI * progress()).cos())
             }
-            Decay::Linear { min_lr, .. } => {
-                let (p, min) = progress(min_lr);
-                base + (min - base) * p
-            }
+            Decay::Linear { min_lr, .. } => base + (min_lr as f64 - base) * progress(),
         };
         lr as f32
     }
 
-    /// One line for reports: `cosine over the run to 0 after 100 warmup steps`.
+    /// One line for reports: `cosine over the run to 0, after 100 linear warmup steps`.
     pub fn describe(&self) -> String {
         let decay = match self.decay {
             Decay::Constant => "constant".to_string(),
