@@ -13,6 +13,9 @@ use crate::error::RuntimeError;
 pub(crate) struct Arena {
     pub(crate) ptr: NonNull<u8>,
     layout: Layout,
+    /// What the counting allocator ([`crate::alloc`]) counted for this one allocation, when it is
+    /// the global allocator: the arena's memory as measured, apart from the backend's other state.
+    measured: Option<u64>,
 }
 
 impl Arena {
@@ -28,10 +31,25 @@ impl Arena {
             .max(1);
         let layout = Layout::from_size_align(size, ALIGN as usize)
             .map_err(|_| RuntimeError::Alloc { bytes })?;
+        let before = crate::alloc::current();
         // SAFETY: `layout` has a non-zero size.
         let p = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(p).ok_or(RuntimeError::Alloc { bytes })?;
-        Ok(Arena { ptr, layout })
+        // Without the counting allocator installed the counter does not move (another thread's
+        // allocation in between could only add to the growth, never hide the arena).
+        let grown = crate::alloc::current().saturating_sub(before) as u64;
+        let measured = (grown >= size as u64).then_some(grown);
+        Ok(Arena {
+            ptr,
+            layout,
+            measured,
+        })
+    }
+
+    /// The bytes the counting allocator counted for the arena's allocation; `None` when the
+    /// counting allocator is not the global allocator.
+    pub(crate) fn measured_bytes(&self) -> Option<u64> {
+        self.measured
     }
 
     /// The whole allocation.

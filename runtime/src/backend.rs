@@ -36,9 +36,11 @@ pub trait Backend {
     /// The plan this backend runs.
     fn plan(&self) -> &Plan;
 
-    /// Device memory taken by the arena (`cuMemGetInfo` before/after), for the CUDA backend;
-    /// `None` for the backends whose arena is host memory.
-    fn device_arena_bytes(&self) -> Option<u64>;
+    /// The arena's memory as measured: device memory taken by it (`cuMemGetInfo` before/after)
+    /// for the CUDA backend; for a host arena (CPU, emulator) the bytes the counting allocator
+    /// counted for its one allocation, or `None` when the counting allocator is not installed.
+    /// The backend's own state (its copy of the plan, name tables, compiled kernels) is not in it.
+    fn measured_arena_bytes(&self) -> Option<u64>;
 
     /// Poison mode: after each step, the buffers whose live range ends there are filled with NaN
     /// (see [`CpuBackend::set_poison`](crate::CpuBackend::set_poison)).
@@ -89,8 +91,8 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
         (**self).plan()
     }
 
-    fn device_arena_bytes(&self) -> Option<u64> {
-        (**self).device_arena_bytes()
+    fn measured_arena_bytes(&self) -> Option<u64> {
+        (**self).measured_arena_bytes()
     }
 
     fn set_poison(&mut self, on: bool) {

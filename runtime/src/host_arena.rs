@@ -25,16 +25,16 @@ pub(crate) fn owned_params(v: Vec<NamedTensor>) -> Params<'static> {
 /// Implements [`Backend`](crate::Backend) for a backend whose arena is a [`HostArena`] (the CUDA
 /// backend and the emulator): parameters, inputs and the output go through [`HostArena`]; the plan,
 /// the device memory, poison mode, the NaN halt and the step are the backend's own inherent methods
-/// (`device_arena_bytes` given as an expression of `self`). The trait is named by path: its method
+/// (`measured_arena_bytes` given as an expression of `self`). The trait is named by path: its method
 /// names are [`HostArena`]'s, so both in scope would be ambiguous.
 macro_rules! impl_backend_over_host_arena {
-    ($ty:ident, device_arena_bytes: |$s:ident| $bytes:expr) => {
+    ($ty:ident, measured_arena_bytes: |$s:ident| $bytes:expr) => {
         impl crate::backend::Backend for $ty {
             fn plan(&self) -> &dmc_plan::plan::Plan {
                 &self.plan
             }
 
-            fn device_arena_bytes(&self) -> Option<u64> {
+            fn measured_arena_bytes(&self) -> Option<u64> {
                 let $s = self;
                 $bytes
             }

@@ -348,8 +348,8 @@ impl Backend for CpuBackend {
         CpuBackend::plan(self)
     }
 
-    fn device_arena_bytes(&self) -> Option<u64> {
-        None
+    fn measured_arena_bytes(&self) -> Option<u64> {
+        self.arena.measured_bytes()
     }
 
     fn set_poison(&mut self, on: bool) {

@@ -370,4 +370,4 @@ impl HostArena for CudaBackend {
     }
 }
 
-crate::host_arena::impl_backend_over_host_arena!(CudaBackend, device_arena_bytes: |b| Some(b.measured_arena_bytes));
+crate::host_arena::impl_backend_over_host_arena!(CudaBackend, measured_arena_bytes: |b| Some(b.measured_arena_bytes));

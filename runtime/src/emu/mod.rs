@@ -509,7 +509,10 @@ impl HostArena for EmuBackend {
     }
 }
 
-crate::host_arena::impl_backend_over_host_arena!(EmuBackend, device_arena_bytes: |_b| None);
+crate::host_arena::impl_backend_over_host_arena!(
+    EmuBackend,
+    measured_arena_bytes: |b| b.arena.measured_bytes()
+);
 
 #[cfg(test)]
 mod tests {

@@ -148,8 +148,10 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
 
     let before_arena = dmc_runtime::alloc::current();
     let mut be = dmc_runtime::open_backend(kind, plan.clone(), &c.codegen.options())?;
-    let arena = match be.device_arena_bytes() {
-        Some(b) => b as usize, // device memory (cuMemGetInfo)
+    // The arena alone, as measured (device memory on a GPU, the counted allocation on the host):
+    // the backend's own state (its copy of the plan, compiled kernels) is not what the cap caps.
+    let arena = match be.measured_arena_bytes() {
+        Some(b) => b as usize,
         None => dmc_runtime::alloc::current().saturating_sub(before_arena),
     };
     be.set_poison(c.poison);
