@@ -64,7 +64,11 @@ pub fn batchnorm(inputs: &[Input<'_>], b: &Args) -> Result<Built, Error> {
     }
     let eps = eps_arg(b, "batchnorm")?;
     let x = first(inputs, b)?;
-    let c = last_axis(&x, "batchnorm", "over the batch and the positions")?;
+    let c = last_axis(
+        &x,
+        "batchnorm",
+        "it normalises each channel (the last axis) over the batch and the positions",
+    )?;
     Ok(Built {
         layer: Layer::BatchNorm {
             momentum: momentum as f32,
@@ -81,7 +85,11 @@ pub fn batchnorm(inputs: &[Input<'_>], b: &Args) -> Result<Built, Error> {
 pub fn layernorm(inputs: &[Input<'_>], b: &Args) -> Result<Built, Error> {
     let eps = eps_arg(b, "layernorm")?;
     let x = first(inputs, b)?;
-    let c = last_axis(&x, "layernorm", "over its own values at each position")?;
+    let c = last_axis(
+        &x,
+        "layernorm",
+        "it normalises each position over its last axis (the channels of an image, the features of [n])",
+    )?;
     Ok(Built {
         layer: Layer::LayerNorm { eps: eps as f32 },
         shape: x.shape.to_vec(),
@@ -106,8 +114,8 @@ fn eps_arg(b: &Args, layer: &str) -> Result<f64, Error> {
 }
 
 /// The size of the last axis of the input of `layer`, an image `[h, w, c]` or flat features `[n]`;
-/// `over` says what each channel is normalised over (the error's help).
-fn last_axis(x: &Input<'_>, layer: &str, over: &str) -> Result<usize, Error> {
+/// `help` says what is normalised over what (the error's help).
+fn last_axis(x: &Input<'_>, layer: &str, help: &str) -> Result<usize, Error> {
     match *x.shape {
         [n] | [_, _, n] if n > 0 => Ok(n),
         _ => Err(Error::new(
@@ -119,7 +127,7 @@ fn last_axis(x: &Input<'_>, layer: &str, over: &str) -> Result<usize, Error> {
             ),
         )
         .label(format!("input is {}", fmt_shape(x.shape)))
-        .help(format!("it normalises each channel (the last axis) {over}"))),
+        .help(help.to_string())),
     }
 }
 
