@@ -190,7 +190,10 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
         for p in &node.params {
             let init = if p.is_bias {
                 Init::Zeros
-            } else if matches!(node.layer, Layer::BatchNorm { .. } | Layer::LayerNorm { .. }) {
+            } else if matches!(
+                node.layer,
+                Layer::BatchNorm { .. } | Layer::LayerNorm { .. }
+            ) {
                 // PyTorch's: scale 1 (and shift 0)
                 Init::Ones
             } else if feeds_relu {

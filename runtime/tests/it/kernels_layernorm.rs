@@ -50,10 +50,7 @@ fn layernorm_matches_the_definition() {
         let st = row_stats_ref(&x, c);
         let what = format!("layernorm {rows}x{c}");
         let want_mean: Vec<f64> = st.iter().map(|s| s.0).collect();
-        let want_rstd: Vec<f64> = st
-            .iter()
-            .map(|s| 1.0 / (s.1 + eps as f64).sqrt())
-            .collect();
+        let want_rstd: Vec<f64> = st.iter().map(|s| 1.0 / (s.1 + eps as f64).sqrt()).collect();
         assert_close(&what, &mean, &want_mean, 1e-6, 1e-6);
         assert_close(&what, &rstd, &want_rstd, 1e-5, 1e-5);
         let mut want_y = vec![0.0f64; x.len()];
@@ -61,8 +58,8 @@ fn layernorm_matches_the_definition() {
             for ch in 0..c {
                 let i = row * c + ch;
                 let (m, v) = st[row];
-                want_y[i] =
-                    (x[i] as f64 - m) / (v + eps as f64).sqrt() * gamma[ch] as f64 + beta[ch] as f64;
+                want_y[i] = (x[i] as f64 - m) / (v + eps as f64).sqrt() * gamma[ch] as f64
+                    + beta[ch] as f64;
             }
         }
         assert_close(&what, &y, &want_y, 1e-5, 1e-5);
@@ -131,7 +128,9 @@ fn layernorm_backward_matches_finite_differences() {
         let beta = randv(&mut r, c);
         let proj = randv(&mut r, rows * c);
         // L = sum y * proj, with each row's statistics a function of x
-        let loss = |x: &[f32], gamma: &[f32], beta: &[f32]| -> f64 { dot(&run(x, gamma, beta, 1e-5).0, &proj) };
+        let loss = |x: &[f32], gamma: &[f32], beta: &[f32]| -> f64 {
+            dot(&run(x, gamma, beta, 1e-5).0, &proj)
+        };
         let (_, mean, rstd) = run(&x, &gamma, &beta, 1e-5);
         let (mut dx, mut dg, mut db) = (
             vec![f32::NAN; x.len()],
@@ -141,8 +140,12 @@ fn layernorm_backward_matches_finite_differences() {
         layernorm_bwd(&proj, &x, &mean, &rstd, &gamma, &mut dx, &mut dg, &mut db);
         let what = format!("layernorm {rows}x{c}");
         fd_all(&format!("{what} dx"), &x, &dx, |xp| loss(xp, &gamma, &beta));
-        fd_all(&format!("{what} dgamma"), &gamma, &dg, |gp| loss(&x, gp, &beta));
-        fd_all(&format!("{what} dbeta"), &beta, &db, |bp| loss(&x, &gamma, bp));
+        fd_all(&format!("{what} dgamma"), &gamma, &dg, |gp| {
+            loss(&x, gp, &beta)
+        });
+        fd_all(&format!("{what} dbeta"), &beta, &db, |bp| {
+            loss(&x, &gamma, bp)
+        });
         // each row's dx sums to 0 (the mean is subtracted)
         for row in dx.chunks(c) {
             let s: f64 = row.iter().map(|&v| v as f64).sum();
