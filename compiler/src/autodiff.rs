@@ -83,6 +83,21 @@ pub fn vjp(
                 }
             }
         }
+        // d/dx layernorm(x, gamma, beta) with the rows' mean and rstd (outputs 1, 2) saved: one
+        // backward node gives dx, dgamma and dbeta.
+        Op::Norm(NormOp::LayerNorm { .. }) => {
+            let dy = dy.ok_or_else(missing)?;
+            if (0..3).any(want) {
+                let name = gname(x[0], g);
+                let op = Op::Norm(NormOp::LayerNormBwd);
+                let b = g.add_node(op, &[dy, x[0], (n, 1), (n, 2), x[1]], name, bw, None)?;
+                for (i, o) in out.iter_mut().enumerate().take(3) {
+                    if want(i) {
+                        *o = Some((b, i));
+                    }
+                }
+            }
+        }
         // d/dx conv(x,w)+b: dx = conv_bwd_data(dy, w); dw = conv_bwd_weight(x, dy); db = sum dy
         Op::Conv(ConvOp::Conv2d { geom, epi, .. }) if epi.is_none() => {
             let dx = Op::Conv(ConvOp::Conv2dBwdData {
@@ -352,7 +367,8 @@ pub fn vjp(
         | Op::Optim(OptimOp::BiasGradUpdate { .. })
         | Op::Norm(NormOp::BatchNormInfer { .. })
         | Op::Norm(NormOp::BatchNormStats { .. })
-        | Op::Norm(NormOp::BatchNormBwd { .. }) => {
+        | Op::Norm(NormOp::BatchNormBwd { .. })
+        | Op::Norm(NormOp::LayerNormBwd) => {
             return Err(CompileError::Internal(format!(
                 "cannot differentiate `{}` ({}): not a forward op",
                 node.name,

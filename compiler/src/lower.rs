@@ -190,7 +190,10 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
         for p in &node.params {
             let init = if p.is_bias {
                 Init::Zeros
-            } else if matches!(node.layer, Layer::BatchNorm { .. }) {
+            } else if matches!(
+                node.layer,
+                Layer::BatchNorm { .. } | Layer::LayerNorm { .. }
+            ) {
                 // PyTorch's: scale 1 (and shift 0)
                 Init::Ones
             } else if feeds_relu {
@@ -424,6 +427,12 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
                     None,
                 )?;
                 bn
+            }
+            Layer::LayerNorm { eps } => {
+                // weight (scale) and bias (shift) as batchnorm's; no running statistics
+                let ins = want(true)?;
+                let op = Op::Norm(NormOp::LayerNorm { eps: Coef(*eps) });
+                g.add_node(op, &ins, name, ph, None)?
             }
             Layer::Dropout { p } => g.add_node(
                 Op::Elementwise(ElementwiseOp::Dropout {

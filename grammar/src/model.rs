@@ -179,6 +179,12 @@ pub enum Layer {
         momentum: f32,
         eps: f32,
     },
+    /// Layer normalisation over the last axis (same shape): each position's `c` values are
+    /// normalised with their own mean and biased variance (`eps` added), then scaled by weight and
+    /// shifted by bias `[c]`. No running statistics: train and eval compute the same.
+    LayerNorm {
+        eps: f32,
+    },
 }
 
 impl Layer {
@@ -201,6 +207,7 @@ impl Layer {
             Layer::Dropout { .. } => "dropout",
             Layer::Softmax => "softmax",
             Layer::BatchNorm { .. } => "batchnorm",
+            Layer::LayerNorm { .. } => "layernorm",
         }
     }
 }

@@ -21,8 +21,8 @@ pub fn random_args(k: &Kernel, rng: &mut ChaCha8Rng) -> Vec<Vec<u8>> {
         _ => None,
     };
     let nonneg_states = match &k.op {
-        // batchnorm's variances (batch and running) are >= 0
-        Op::Norm(_) => &["var", "running_var"] as &[&str],
+        // batchnorm's variances (batch and running) and layernorm's rstd are >= 0
+        Op::Norm(_) => &["var", "running_var", "rstd"] as &[&str],
         _ => rule.map_or(&[] as &[&str], |r| r.nonnegative_states()),
     };
     sig.params

@@ -243,6 +243,30 @@ fn small_deep_convnet_trains_through_emulated_kernels_like_the_cpu_backend() {
     trains_like_the_cpu_backend("small deep_convnet", plan);
 }
 
+/// Layernorm over an image's channels and over a dense layer's features: every kernel of the
+/// train and eval plans, then training, against the CPU backend.
+#[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
+fn a_layernorm_net_trains_through_emulated_kernels_like_the_cpu_backend() {
+    const SRC: &str = "input x: [5, 5, 3]
+target y: [2]
+h = x |> conv2d(6, 3, activation: relu) |> layernorm
+out = h |> flatten |> dense(40) |> layernorm(eps: 1e-3) |> tanh |> dense(2)
+loss mse(out, y)
+train { batch: 3, optimizer: adam(lr: 0.01) }
+";
+    for mode in [Mode::Train, Mode::Eval] {
+        let plan = plan_of_source(SRC, "layernorm.dm", mode, None);
+        assert!(plan.kernels.iter().any(|k| k.op.kind_name() == "layernorm"));
+        let checks = check_plan(&plan, CheckRun::default()).expect("emulate");
+        assert_all_ok(&format!("layernorm {mode:?}"), &checks);
+    }
+    trains_like_the_cpu_backend(
+        "layernorm",
+        plan_of_source(SRC, "layernorm.dm", Mode::Train, None),
+    );
+}
+
 /// Under a cap the plan recomputes forward stages and chunks the fused updates; without fusion
 /// it keeps whole gradients and runs separate update kernels: the emulated kernels must still train
 /// exactly like the CPU backend on those plans.

@@ -173,6 +173,19 @@ fn mse_net_with_batchnorm_over_channels_and_over_features() {
 }
 
 #[test]
+fn mse_net_with_layernorm_over_channels_and_over_features() {
+    check_gradients(
+        "input x: [5, 5, 2]
+         target y: [3]
+         h = x |> conv2d(4, 3) |> layernorm |> relu |> maxpool(2)
+         out = h |> flatten |> dense(6) |> layernorm(eps: 1e-3) |> tanh |> dense(3)
+         loss mse(out, y)
+         train { batch: 3, optimizer: sgd(lr: 1) }",
+        0,
+    );
+}
+
+#[test]
 fn mse_net_with_upsampling() {
     check_gradients(
         "input x: [6, 6, 2]

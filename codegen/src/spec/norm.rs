@@ -1,6 +1,7 @@
 //! Normalisation (`norm.cu.tera`): batchnorm's forward, its running statistics' update and its
 //! backward (one thread per channel, the rows in order), and its inference form (one thread per
-//! element).
+//! element); layernorm's forward (one thread per row) and backward (one thread per row for dx,
+//! one per channel for dgamma and dbeta, in one launch of max(rows, channels) threads).
 
 use super::common::{f32_lit, numel, per_element, Site, Spec};
 use crate::error::CodegenError;
@@ -45,9 +46,23 @@ pub(crate) fn spec(s: &Site, op: &NormOp) -> Result<Spec, CodegenError> {
             sp.ctx.insert("c", &c);
             sp
         }
+        NormOp::LayerNorm { .. } => {
+            let (rows, c) = rows_c(s, 0)?;
+            let mut sp = per_element(s, TEMPLATE, rows)?;
+            sp.ctx.insert("rows", &rows);
+            sp.ctx.insert("c", &c);
+            sp
+        }
+        NormOp::LayerNormBwd => {
+            let (rows, c) = rows_c(s, 0)?;
+            let mut sp = per_element(s, TEMPLATE, rows.max(c))?;
+            sp.ctx.insert("rows", &rows);
+            sp.ctx.insert("c", &c);
+            sp
+        }
     };
     match op {
-        NormOp::BatchNorm { eps } | NormOp::BatchNormInfer { eps } => {
+        NormOp::BatchNorm { eps } | NormOp::BatchNormInfer { eps } | NormOp::LayerNorm { eps } => {
             sp.ctx.insert("eps", &f32_lit(eps.0));
         }
         NormOp::BatchNormBwd { eps, in_place } => {
@@ -65,12 +80,15 @@ pub(crate) fn spec(s: &Site, op: &NormOp) -> Result<Spec, CodegenError> {
             };
             sp.ctx.insert("unbias", &format!("{unbias:?}"));
         }
+        NormOp::LayerNormBwd => {}
     }
     Ok(sp)
 }
 
 /// The zoo's normalisation ops: batchnorm over an image and over flat features, its inference
-/// form, the running statistics' update, the backward out of place and in place.
+/// form, the running statistics' update, the backward out of place and in place; layernorm over
+/// an image's channels and over flat features (more features than rows, and more rows than
+/// features, for the backward's two thread roles).
 pub(crate) fn zoo() -> Vec<super::cases::Case> {
     use dmc_plan::op::Op;
     use dmc_plan::unary::Coef;
@@ -132,6 +150,54 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
                 img.clone(),
                 c.clone(),
                 c.clone(),
+            ],
+        ),
+        (
+            n(NormOp::LayerNorm { eps }),
+            vec![
+                img.clone(),
+                c.clone(),
+                c.clone(),
+                img.clone(),
+                vec![3, 5, 4],
+                vec![3, 5, 4],
+            ],
+        ),
+        (
+            n(NormOp::LayerNorm { eps: Coef(1e-3) }),
+            vec![
+                vec![3, 37],
+                vec![37],
+                vec![37],
+                vec![3, 37],
+                vec![3],
+                vec![3],
+            ],
+        ),
+        (
+            n(NormOp::LayerNormBwd),
+            vec![
+                img.clone(),
+                img.clone(),
+                vec![3, 5, 4],
+                vec![3, 5, 4],
+                c.clone(),
+                img.clone(),
+                c.clone(),
+                c.clone(),
+            ],
+        ),
+        (
+            n(NormOp::LayerNormBwd),
+            vec![
+                vec![2, 37],
+                vec![2, 37],
+                vec![2],
+                vec![2],
+                vec![37],
+                vec![2, 37],
+                vec![37],
+                vec![37],
             ],
         ),
         (

@@ -113,3 +113,28 @@ fn bad_models_are_errors_not_panics() {
     assert!(matches!(lower(&m, 2), Err(CompileError::Shape { .. })));
     assert!(lower(&mlp(sgd(0.1)), 0).is_err());
 }
+
+#[test]
+fn layernorm_is_one_node_with_scale_ones_shift_zeros_and_no_running_statistics() {
+    let m = dmc_compiler::testutil::checked(
+        "input x: [4, 4, 3]
+         target y: [2]
+         out = x |> layernorm(eps: 1e-3) |> flatten |> dense(2) |> layernorm
+         loss mse(out, y)
+         train { batch: 2, optimizer: sgd(lr: 0.1) }",
+    );
+    let g = lower(&m, 2).expect("lowers");
+    let init = |name: &str| {
+        g.params
+            .iter()
+            .find(|(_, p)| p.name == name)
+            .map(|(_, p)| p.init)
+    };
+    for l in ["layernorm_1", "layernorm_2"] {
+        assert_eq!(init(&format!("{l}.weight")), Some(Init::Ones), "{l}");
+        assert_eq!(init(&format!("{l}.bias")), Some(Init::Zeros), "{l}");
+    }
+    // PyTorch's names and nothing else: no running statistics
+    assert_eq!(g.params.len(), 6);
+    assert!(g.params.iter().all(|(_, p)| !p.name.contains("running")));
+}

@@ -54,8 +54,6 @@ const UNSUPPORTED: &[(&str, Concept)] = &[
     ("tanhshrink", Concept::Activation),
     ("exponential", Concept::Activation),
     ("glu", Concept::Activation),
-    ("layernorm", Concept::Layer),
-    ("layernormalization", Concept::Layer),
     ("groupnorm", Concept::Layer),
     ("instancenorm", Concept::Layer),
     ("instancenorm2d", Concept::Layer),

@@ -136,8 +136,8 @@ fn unsupported_names_are_not_corrected_to_other_names() {
             "`kl_div` is not supported yet",
         ),
         (
-            wrap("out = x |> layernorm |> dense(1)", "mse", "sgd"),
-            "`layernorm` is not supported yet (supported operations: conv2d",
+            wrap("out = x |> groupnorm |> dense(1)", "mse", "sgd"),
+            "`groupnorm` is not supported yet (supported operations: conv2d",
         ),
         (
             wrap("out = x |> prelu |> dense(1)", "mse", "sgd"),

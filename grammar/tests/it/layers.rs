@@ -71,6 +71,7 @@ fn variant(l: &Layer) -> String {
         Layer::Dropout { .. } => "Dropout".into(),
         Layer::Softmax => "Softmax".into(),
         Layer::BatchNorm { .. } => "BatchNorm".into(),
+        Layer::LayerNorm { .. } => "LayerNorm".into(),
     }
 }
 
@@ -90,6 +91,7 @@ fn all_variants() -> BTreeSet<String> {
         "Dropout",
         "Softmax",
         "BatchNorm",
+        "LayerNorm",
     ]
     .iter()
     .map(|s| s.to_string())

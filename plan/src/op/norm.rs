@@ -6,6 +6,11 @@
 //! batch statistics, and [`NormOp::BatchNormStats`] (an update of persistent state, in the update
 //! phase, never recomputed) folds them into the running statistics. Eval and predict plans use
 //! [`NormOp::BatchNormInfer`], which reads the running statistics.
+//!
+//! Layer normalisation (PyTorch's `LayerNorm(last_dim)`, Keras' `LayerNormalization(axis=-1)`)
+//! normalises each row of `[.., C]` over its C elements instead: [`NormOp::LayerNorm`] saves each
+//! row's mean and reciprocal standard deviation for [`NormOp::LayerNormBwd`]; it has no running
+//! statistics, so train, eval and predict compute the same.
 
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +40,14 @@ pub enum NormOp {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         in_place: bool,
     },
+    /// x[.., C], gamma[C], beta[C] -> y[.., C], mean[..], rstd[..]: per row (every position of
+    /// the leading axes; M = numel / C rows) over its C elements, mean and rstd = 1 / sqrt(biased
+    /// variance + eps); y = (x - mean) rstd gamma + beta.
+    LayerNorm { eps: Coef },
+    /// dy, x, mean, rstd, gamma -> dx, dgamma[C], dbeta[C]: with xh = (x - mean) rstd and
+    /// g = dy gamma, per row dx = rstd (g - mean_C g - xh mean_C (g xh)); dgamma = sum over the
+    /// rows of dy xh, dbeta = sum over the rows of dy.
+    LayerNormBwd,
 }
 
 /// C of a value `[.., C]`, or an error naming `what`.
@@ -43,6 +56,11 @@ fn channels(t: &TensorType, what: &str) -> Result<usize, ShapeError> {
         Some(&c) if t.shape.len() >= 2 && c > 0 => Ok(c),
         _ => err(format!("{what} must be [batch, .., channels], got {t}")),
     }
+}
+
+/// The per-row statistics' type of `x` `[.., C]`: its leading axes.
+fn row_stat(x: &TensorType) -> TensorType {
+    TensorType::f32(x.shape[..x.shape.len().saturating_sub(1)].to_vec())
 }
 
 /// Every input from `first` on is `[c]`.
@@ -98,6 +116,24 @@ impl OpFacts for NormOp {
                 v.extend([p("dgamma", Out, F32), p("dbeta", Out, F32)]);
                 v
             }
+            NormOp::LayerNorm { .. } => vec![
+                p("x", In, F32),
+                p("gamma", In, F32),
+                p("beta", In, F32),
+                p("y", Out, F32),
+                p("mean", Out, F32),
+                p("rstd", Out, F32),
+            ],
+            NormOp::LayerNormBwd => vec![
+                p("dy", In, F32),
+                p("x", In, F32),
+                p("mean", In, F32),
+                p("rstd", In, F32),
+                p("gamma", In, F32),
+                p("dx", Out, F32),
+                p("dgamma", Out, F32),
+                p("dbeta", Out, F32),
+            ],
         }
     }
 
@@ -110,6 +146,8 @@ impl OpFacts for NormOp {
                 in_place: false, ..
             } => "batchnorm_bwd",
             NormOp::BatchNormBwd { in_place: true, .. } => "batchnorm_bwd_inplace",
+            NormOp::LayerNorm { .. } => "layernorm",
+            NormOp::LayerNormBwd => "layernorm_bwd",
         }
     }
 
@@ -121,7 +159,9 @@ impl OpFacts for NormOp {
             | NormOp::BatchNormInfer { .. }
             | NormOp::BatchNormBwd {
                 in_place: false, ..
-            } => vec![],
+            }
+            | NormOp::LayerNorm { .. }
+            | NormOp::LayerNormBwd => vec![],
         }
     }
 
@@ -164,6 +204,28 @@ impl OpFacts for NormOp {
                 let stat = TensorType::f32(vec![c]);
                 Ok(vec![inputs[0].clone(), stat.clone(), stat])
             }
+            NormOp::LayerNorm { .. } => {
+                let c = channels(&inputs[0], "x")?;
+                per_channel(inputs, 1, c)?;
+                let stat = row_stat(&inputs[0]);
+                Ok(vec![inputs[0].clone(), stat.clone(), stat])
+            }
+            NormOp::LayerNormBwd => {
+                same(&inputs[0], &inputs[1], "dy and x")?;
+                let c = channels(&inputs[1], "x")?;
+                let stat = row_stat(&inputs[1]);
+                for (i, t) in inputs.iter().enumerate().take(4).skip(2) {
+                    if *t != stat {
+                        return err(format!(
+                            "input {i} must be {stat} (one per row of x {}), got {t}",
+                            inputs[1]
+                        ));
+                    }
+                }
+                per_channel(inputs, 4, c)?;
+                let par = TensorType::f32(vec![c]);
+                Ok(vec![inputs[0].clone(), par.clone(), par])
+            }
         }
     }
 
@@ -176,6 +238,10 @@ impl OpFacts for NormOp {
             NormOp::BatchNormStats { .. } => 6 * i(0),
             // the two sums, then dx
             NormOp::BatchNormBwd { .. } => 10 * i(0),
+            // per row: mean, variance, normalise + affine
+            NormOp::LayerNorm { .. } => 7 * i(0),
+            // the row sums, the column sums, then dx
+            NormOp::LayerNormBwd => 12 * i(0),
         }
     }
 }

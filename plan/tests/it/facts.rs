@@ -187,3 +187,44 @@ fn batchnorm_ops_in_plan_json_and_their_aliasing() {
     }
     .is_leaf());
 }
+
+#[test]
+fn layernorm_shape_rules_give_one_statistic_per_row() {
+    use dmc_plan::op::{NormOp, TensorType};
+    use dmc_plan::unary::Coef;
+    let f = |s: &[usize]| TensorType::f32(s.to_vec());
+    let fwd = Op::Norm(NormOp::LayerNorm { eps: Coef(1e-5) });
+    let bwd = Op::Norm(NormOp::LayerNormBwd);
+    // NHWC: mean and rstd per pixel, y like x
+    let out = fwd
+        .infer_outputs(&[f(&[2, 3, 4, 5]), f(&[5]), f(&[5])], None)
+        .expect("image");
+    assert_eq!(out, vec![f(&[2, 3, 4, 5]), f(&[2, 3, 4]), f(&[2, 3, 4])]);
+    let out = fwd
+        .infer_outputs(&[f(&[6, 9]), f(&[9]), f(&[9])], None)
+        .expect("features");
+    assert_eq!(out, vec![f(&[6, 9]), f(&[6]), f(&[6])]);
+    // a scale of the wrong size, or an unbatched value, is refused
+    assert!(fwd
+        .infer_outputs(&[f(&[6, 9]), f(&[6]), f(&[9])], None)
+        .is_err());
+    assert!(fwd
+        .infer_outputs(&[f(&[9]), f(&[9]), f(&[9])], None)
+        .is_err());
+    // backward: dx like x, dgamma and dbeta per channel; statistics must be per row
+    let ins = |st: &[usize]| vec![f(&[6, 9]), f(&[6, 9]), f(st), f(st), f(&[9])];
+    let out = bwd.infer_outputs(&ins(&[6]), None).expect("backward");
+    assert_eq!(out, vec![f(&[6, 9]), f(&[9]), f(&[9])]);
+    assert!(bwd.infer_outputs(&ins(&[9]), None).is_err());
+    // no aliasing, no update, out of place only; the runtime's check of a whole kernel
+    assert!(fwd.aliased_outputs().is_empty() && bwd.aliased_outputs().is_empty());
+    assert!(!fwd.is_update() && !bwd.is_update());
+    assert_eq!((fwd.num_outputs(), bwd.num_outputs()), (3, 3));
+    let shapes = |st: Vec<usize>| vec![vec![6, 9], vec![9], vec![9], vec![6, 9], st.clone(), st];
+    assert!(fwd.check_args(&shapes(vec![6])).is_ok());
+    assert!(fwd.check_args(&shapes(vec![9])).is_err());
+    assert_eq!(
+        (fwd.kind_name(), bwd.kind_name()),
+        ("layernorm", "layernorm_bwd")
+    );
+}

@@ -2,7 +2,9 @@
 //! inference form, the running statistics' update and the backward. Sums are f64, over the rows in
 //! order for each channel (the generated CUDA's order, one thread per channel); channels are taken
 //! in blocks of [`CH_BLOCK`] so the rows are read contiguously, with the block's accumulators on
-//! the stack.
+//! the stack. Layernorm normalises each row of `[rows, c]` over its c elements (sums over the row
+//! in order, the generated CUDA's order, one thread per row); its backward's dgamma and dbeta are
+//! sums over the rows in order for each channel (one thread per channel there).
 
 use dmc_plan::op::NormOp;
 
@@ -188,6 +190,84 @@ pub fn batchnorm_bwd(
     batchnorm_bwd_in_place(dx, x, mean, var, gamma, dgamma, dbeta, eps);
 }
 
+/// x[rows, c], gamma[c], beta[c] -> y, mean[rows], rstd[rows]: per row, mean and rstd = 1 /
+/// sqrt(biased var + eps); y = (x - mean) rstd gamma + beta.
+pub fn layernorm(
+    x: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    y: &mut [f32],
+    mean: &mut [f32],
+    rstd: &mut [f32],
+    eps: f32,
+) {
+    let c = gamma.len();
+    assert!(c > 0 && x.len() / c * c == x.len() && y.len() == x.len() && beta.len() == c);
+    let rows = x.len() / c;
+    assert!(mean.len() == rows && rstd.len() == rows);
+    let n = c as f64;
+    for (r, (xr, yr)) in x.chunks_exact(c).zip(y.chunks_exact_mut(c)).enumerate() {
+        let m = xr.iter().map(|&v| v as f64).sum::<f64>() / n;
+        let q = xr
+            .iter()
+            .map(|&v| {
+                let d = v as f64 - m;
+                d * d
+            })
+            .sum::<f64>();
+        let rs = 1.0 / (q / n + eps as f64).sqrt();
+        mean[r] = m as f32;
+        rstd[r] = rs as f32;
+        for ((o, &v), (&g, &b)) in yr.iter_mut().zip(xr).zip(gamma.iter().zip(beta)) {
+            *o = ((v as f64 - m) * rs * g as f64 + b as f64) as f32;
+        }
+    }
+}
+
+/// The backward: dy, x, mean[rows], rstd[rows], gamma -> dx, dgamma, dbeta. With xh = (x - mean)
+/// rstd and g = dy gamma, per row dx = rstd (g - sum g / c - xh sum (g xh) / c); per channel
+/// dgamma = sum over the rows of dy xh, dbeta = sum over the rows of dy.
+#[allow(clippy::too_many_arguments)]
+pub fn layernorm_bwd(
+    dy: &[f32],
+    x: &[f32],
+    mean: &[f32],
+    rstd: &[f32],
+    gamma: &[f32],
+    dx: &mut [f32],
+    dgamma: &mut [f32],
+    dbeta: &mut [f32],
+) {
+    let c = gamma.len();
+    assert!(c > 0 && x.len() / c * c == x.len() && dy.len() == x.len() && dx.len() == x.len());
+    let rows = x.len() / c;
+    assert!(mean.len() == rows && rstd.len() == rows && dgamma.len() == c && dbeta.len() == c);
+    let n = c as f64;
+    let xh = |r: usize, ch: usize| (x[r * c + ch] as f64 - mean[r] as f64) * rstd[r] as f64;
+    for r in 0..rows {
+        let (mut sg, mut sgx) = (0.0f64, 0.0f64);
+        for (ch, &gm) in gamma.iter().enumerate() {
+            let g = dy[r * c + ch] as f64 * gm as f64;
+            sg += g;
+            sgx += g * xh(r, ch);
+        }
+        let (a, b, rs) = (sg / n, sgx / n, rstd[r] as f64);
+        for (ch, &gm) in gamma.iter().enumerate() {
+            let i = r * c + ch;
+            let g = dy[i] as f64 * gm as f64;
+            dx[i] = (rs * (g - a - xh(r, ch) * b)) as f32;
+        }
+    }
+    for (c0, c1) in blocks(c) {
+        let sd = col_sums(rows, c0, c1, |r, ch| dy[r * c + ch] as f64);
+        let sdx = col_sums(rows, c0, c1, |r, ch| dy[r * c + ch] as f64 * xh(r, ch));
+        for (j, ch) in (c0..c1).enumerate() {
+            dgamma[ch] = sdx[j] as f32;
+            dbeta[ch] = sd[j] as f32;
+        }
+    }
+}
+
 /// Runs one normalisation op on its arguments (signature slots).
 ///
 /// # Safety
@@ -249,6 +329,25 @@ pub(super) unsafe fn exec(op: &NormOp, a: &Args) {
                 a.f32_mut(5),
                 a.f32_mut(6),
                 eps.0,
+            ),
+            NormOp::LayerNorm { eps } => layernorm(
+                a.f32(0),
+                a.f32(1),
+                a.f32(2),
+                a.f32_mut(3),
+                a.f32_mut(4),
+                a.f32_mut(5),
+                eps.0,
+            ),
+            NormOp::LayerNormBwd => layernorm_bwd(
+                a.f32(0),
+                a.f32(1),
+                a.f32(2),
+                a.f32(3),
+                a.f32(4),
+                a.f32_mut(5),
+                a.f32_mut(6),
+                a.f32_mut(7),
             ),
         }
     }
