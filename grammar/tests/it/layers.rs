@@ -68,6 +68,8 @@ fn variant(l: &Layer) -> String {
         Layer::Flatten => "Flatten".into(),
         Layer::Act(a) => format!("Act({})", a.name()),
         Layer::Add => "Add".into(),
+        Layer::Mul => "Mul".into(),
+        Layer::Concat => "Concat".into(),
         Layer::Dropout { .. } => "Dropout".into(),
         Layer::Softmax => "Softmax".into(),
         Layer::BatchNorm { .. } => "BatchNorm".into(),
