@@ -289,6 +289,35 @@ pub fn vjp(
                 }
             }
         }
+        // d/da (a*b) = dy * b, d/db (a*b) = dy * a: both inputs are read by the backward (kept
+        // alive, or recomputed by remat). For `a * a` the two contributions are summed by the
+        // caller: 2 a dy.
+        Op::Elementwise(ElementwiseOp::Mul) => {
+            let dy = dy.ok_or_else(missing)?;
+            for (i, o) in out.iter_mut().enumerate().take(2) {
+                if want(i) {
+                    let other = x[1 - i];
+                    let name = gname(x[i], g);
+                    let op = Op::Elementwise(ElementwiseOp::Mul);
+                    *o = Some((g.add_node(op, &[dy, other], name, bw, None)?, 0));
+                }
+            }
+        }
+        // d/da concat(a, b) = dy[.., ..ca], d/db = dy[.., ca..]: each input's slice of the last
+        // axis (nothing saved but the shapes)
+        Op::Elementwise(ElementwiseOp::Concat) => {
+            let dy = dy.ok_or_else(missing)?;
+            let last = |v: Value, g: &Graph| g.ty(v).shape.last().copied().unwrap_or(0);
+            let ca = last(x[0], g);
+            for (i, o) in out.iter_mut().enumerate().take(2) {
+                if want(i) {
+                    let (start, len) = if i == 0 { (0, ca) } else { (ca, last(x[1], g)) };
+                    let name = gname(x[i], g);
+                    let op = Op::Elementwise(ElementwiseOp::SliceLast { start, len });
+                    *o = Some((g.add_node(op, &[dy], name, bw, None)?, 0));
+                }
+            }
+        }
         // d/dx dropout(x): dy * mask / (1-p), the same regenerated mask
         Op::Elementwise(ElementwiseOp::Dropout { p, salt }) => {
             let dy = dy.ok_or_else(missing)?;
@@ -355,6 +384,7 @@ pub fn vjp(
         | Op::Elementwise(ElementwiseOp::UnaryBwd(_))
         | Op::Elementwise(ElementwiseOp::DropoutBwd { .. })
         | Op::Elementwise(ElementwiseOp::SoftmaxBwd)
+        | Op::Elementwise(ElementwiseOp::SliceLast { .. })
         | Op::Loss(_)
         | Op::Optim(OptimOp::Update { .. })
         | Op::Elementwise(ElementwiseOp::UnaryInPlace(_))

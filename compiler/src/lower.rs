@@ -173,7 +173,8 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
             .map(|r| resolve(&nodes, *r))
             .collect::<Result<_, _>>()?;
         let arity = match node.layer {
-            Layer::Add => 2,
+            Layer::Add | Layer::Mul => 2,
+            Layer::Concat => ins.len().max(2),
             _ => 1,
         };
         if ins.len() != arity {
@@ -379,6 +380,21 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
                 None,
             )?,
             Layer::Add => g.add_node(Op::Elementwise(ElementwiseOp::Add), &ins, name, ph, None)?,
+            Layer::Mul => g.add_node(Op::Elementwise(ElementwiseOp::Mul), &ins, name, ph, None)?,
+            // n values: a chain of n - 1 binary joins, the last one named as the layer
+            Layer::Concat => {
+                let op = Op::Elementwise(ElementwiseOp::Concat);
+                let mut acc = ins[0];
+                for (k, v) in ins.iter().enumerate().skip(1) {
+                    let part = if k + 1 == ins.len() {
+                        name.clone()
+                    } else {
+                        format!("{name} (part {k})")
+                    };
+                    acc = (g.add_node(op.clone(), &[acc, *v], part, ph, None)?, 0);
+                }
+                acc.0
+            }
             Layer::Softmax => g.add_node(
                 Op::Elementwise(ElementwiseOp::Softmax),
                 &ins,

@@ -122,6 +122,8 @@ pub enum ExprKind {
     Tuple(Vec<Expr>),
     /// `a + b + ...` (at least two terms; summed left to right).
     Add(Vec<Expr>),
+    /// `a * b * ...` (at least two factors; multiplied left to right; binds tighter than `+`).
+    Mul(Vec<Expr>),
     /// `input |> stage |> stage ...`; each stage is a `Name`, `Call` or `Repeat`.
     Pipe(Box<Expr>, Vec<Expr>),
     /// `repeat N { stage |> stage ... }` (only valid as a pipeline stage).

@@ -77,6 +77,7 @@ fn punct(i: &str) -> IResult<&str, &str> {
         tag(":"),
         tag("="),
         tag("+"),
+        tag("*"),
         tag("-"),
         tag(";"),
     ))
@@ -100,7 +101,7 @@ fn trivia(i: &str) -> IResult<&str, ()> {
 
 fn intern_punct(p: &str) -> &'static str {
     const ALL: &[&str] = &[
-        "|>", "(", ")", "[", "]", "{", "}", ",", ":", "=", "+", "-", ";",
+        "|>", "(", ")", "[", "]", "{", "}", ",", ":", "=", "+", "*", "-", ";",
     ];
     ALL.iter().copied().find(|q| *q == p).unwrap_or("?")
 }
@@ -194,9 +195,9 @@ impl<'s> Lexer<'s> {
                 '"' | '\'' => {
                     e.help("there are no strings: write options as names, e.g. `padding: valid`")
                 }
-                '*' | '/' => {
-                    e.help("only `+` (elementwise add) is an operator; use layers for the rest")
-                }
+                '/' => e.help(
+                    "only `+` (elementwise add) and `*` (elementwise multiply) are operators; use layers for the rest",
+                ),
                 '\u{feff}' => e.help("a byte-order mark is only allowed at the start of the file"),
                 _ => e,
             };

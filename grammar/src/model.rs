@@ -167,6 +167,10 @@ pub enum Layer {
     Act(Activation),
     /// Elementwise sum of two values of the same shape.
     Add,
+    /// Elementwise product of two values of the same shape.
+    Mul,
+    /// Two or more values joined along the last axis (all other axes equal), in input order.
+    Concat,
     /// Inverted dropout with drop probability `p` in [0, 1).
     Dropout {
         p: f32,
@@ -204,6 +208,8 @@ impl Layer {
             Layer::Flatten => "flatten",
             Layer::Act(a) => a.name(),
             Layer::Add => "add",
+            Layer::Mul => "multiply",
+            Layer::Concat => "concat",
             Layer::Dropout { .. } => "dropout",
             Layer::Softmax => "softmax",
             Layer::BatchNorm { .. } => "batchnorm",

@@ -326,3 +326,23 @@ fn the_gradient_test_can_fail() {
         "a halved gradient passed the finite-difference check"
     );
 }
+
+#[test]
+fn unet_like_skip_with_concat_and_products() {
+    // a skip joined with the upsampled path (concat over channels), a gating product, `a * a`, a
+    // concat of three values, and a concat of features
+    check_gradients(
+        "input x: [6, 6, 2]
+         target y: [3]
+         skip = x |> conv2d(3, 3, padding: same, activation: tanh)
+         up = skip |> maxpool(2) |> conv2d(2, 1) |> upsample(2)
+         j = concat(skip, up)
+         g = j |> conv2d(5, 3, padding: same, activation: sigmoid)
+         h = concat(j * g, x, skip * skip) |> conv2d(3, 3, stride: 2)
+         f = h |> flatten
+         out = concat(f |> dense(2), f |> dense(3, activation: tanh)) |> dense(3)
+         loss mse(out, y)
+         train { batch: 2, optimizer: sgd(lr: 1) }",
+        0,
+    );
+}

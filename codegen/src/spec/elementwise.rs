@@ -1,6 +1,6 @@
 //! Elementwise kernels (`elementwise.cu.tera`), one thread per element: the activations and their
 //! gradients (their C statements are the activation's own, [`UnaryKind::cuda_forward`] /
-//! [`UnaryKind::cuda_backward`]), add, dropout, the softmax over the last axis (one thread per row), the MSE gradient, the global average pooling
+//! [`UnaryKind::cuda_backward`]), add, multiply, concat and its slice, dropout, the softmax over the last axis (one thread per row), the MSE gradient, the global average pooling
 //! gradient. In-place ops render the out-of-place formulas with the written input as the output.
 
 use dmc_plan::op::{Op, Role};
@@ -153,6 +153,28 @@ pub(crate) fn softmax(s: &Site) -> Result<Spec, CodegenError> {
     Ok(sp)
 }
 
+/// `Concat`: a[.., ca], b[.., cb] -> y[.., ca + cb], one thread per element of y.
+pub(crate) fn concat(s: &Site) -> Result<Spec, CodegenError> {
+    let last = |i: usize| -> Result<usize, CodegenError> {
+        Ok(s.shape(i)?.last().copied().unwrap_or(1).max(1))
+    };
+    let (ca, cb) = (last(0)?, last(1)?);
+    let mut sp = per_element(s, TEMPLATE, numel(s.last_shape()?))?;
+    sp.ctx.insert("ca", &ca);
+    sp.ctx.insert("cb", &cb);
+    Ok(sp)
+}
+
+/// `SliceLast`: dy[.., c] -> dx[.., len] from `start`, one thread per element of dx.
+pub(crate) fn slice_last(s: &Site, start: usize, len: usize) -> Result<Spec, CodegenError> {
+    let c = s.shape(0)?.last().copied().unwrap_or(1).max(1);
+    let mut sp = per_element(s, TEMPLATE, numel(s.last_shape()?))?;
+    sp.ctx.insert("c", &c);
+    sp.ctx.insert("start", &start);
+    sp.ctx.insert("len", &len.max(1));
+    Ok(sp)
+}
+
 /// The kernel of one op of the elementwise family.
 pub(crate) fn spec(s: &Site, op: &ElementwiseOp) -> Result<Spec, CodegenError> {
     match op {
@@ -160,7 +182,9 @@ pub(crate) fn spec(s: &Site, op: &ElementwiseOp) -> Result<Spec, CodegenError> {
         ElementwiseOp::UnaryBwd(kind) => unary_bwd(s, *kind),
         ElementwiseOp::UnaryInPlace(kind) => unary_inplace(s, *kind),
         ElementwiseOp::UnaryBwdInPlace(kind) => unary_bwd_inplace(s, *kind),
-        ElementwiseOp::Add => binary(s),
+        ElementwiseOp::Add | ElementwiseOp::Mul => binary(s),
+        ElementwiseOp::Concat => concat(s),
+        ElementwiseOp::SliceLast { start, len } => slice_last(s, *start, *len),
         ElementwiseOp::AddInPlace => add_inplace(s),
         ElementwiseOp::Dropout { p, salt } => dropout(s, ("x", "y"), *p, *salt),
         ElementwiseOp::DropoutBwd { p, salt } => dropout(s, ("dy", "dx"), *p, *salt),
@@ -178,6 +202,24 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
     let w = |op: ElementwiseOp| Op::Elementwise(op);
     let mut v = vec![
         (w(ElementwiseOp::Add), vec![n.clone(), n.clone(), n.clone()]),
+        (w(ElementwiseOp::Mul), vec![n.clone(), n.clone(), n.clone()]),
+        // odd channel counts: rows of 3 + 5 (a 4-d image) and 7 + 1
+        (
+            w(ElementwiseOp::Concat),
+            vec![vec![2, 3, 5, 3], vec![2, 3, 5, 5], vec![2, 3, 5, 8]],
+        ),
+        (
+            w(ElementwiseOp::Concat),
+            vec![vec![9, 7], vec![9, 1], vec![9, 8]],
+        ),
+        (
+            w(ElementwiseOp::SliceLast { start: 3, len: 5 }),
+            vec![vec![2, 3, 5, 8], vec![2, 3, 5, 5]],
+        ),
+        (
+            w(ElementwiseOp::SliceLast { start: 0, len: 3 }),
+            vec![vec![2, 3, 5, 8], vec![2, 3, 5, 3]],
+        ),
         (
             w(ElementwiseOp::Dropout { p: 0.3, salt: 7 }),
             vec![n.clone(), n.clone()],

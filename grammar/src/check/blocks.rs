@@ -410,7 +410,7 @@ fn calls_in(e: &Expr, out: &mut Vec<(String, Span)>) {
         }
         ExprKind::Name(n) => out.push((n.clone(), e.span)),
         ExprKind::Tuple(items) => items.iter().for_each(|i| calls_in(i, out)),
-        ExprKind::Add(terms) => terms.iter().for_each(|i| calls_in(i, out)),
+        ExprKind::Add(terms) | ExprKind::Mul(terms) => terms.iter().for_each(|i| calls_in(i, out)),
         ExprKind::Pipe(a, stages) => {
             calls_in(a, out);
             stages.iter().for_each(|i| calls_in(i, out));

@@ -84,7 +84,11 @@ impl Checker<'_> {
                 }
                 Ok(Val::Tuple(out))
             }
-            ExprKind::Add(terms) => {
+            ExprKind::Add(terms) | ExprKind::Mul(terms) => {
+                let (op, layer) = match &e.kind {
+                    ExprKind::Mul(_) => ("*", "multiply"),
+                    _ => ("+", "add"),
+                };
                 let Some(first) = terms.first() else {
                     return Err(err(Kind::Syntax, e.span, "empty sum").label("nothing to add"));
                 };
@@ -99,7 +103,7 @@ impl Checker<'_> {
                         v => refs.push(self.expect_tensor(
                             &v,
                             t.span,
-                            &format!("the {side} side of `+`"),
+                            &format!("the {side} side of `{op}`"),
                             scope,
                         )?),
                     }
@@ -112,9 +116,15 @@ impl Checker<'_> {
                     let rb = refs[i];
                     let left = Span::new(first.span.start, terms[i - 1].span.end);
                     let span = Span::new(first.span.start, t.span.end);
-                    acc = match self.add(acc, left, rb, t.span, span, None)? {
+                    acc = match self.binary(layer, acc, left, rb, t.span, span)? {
                         Val::Tensor(r) => r,
-                        _ => return Err(err(Kind::Shape, span, "cannot add these values")),
+                        _ => {
+                            return Err(err(
+                                Kind::Shape,
+                                span,
+                                format!("cannot `{op}` these values"),
+                            ))
+                        }
                     };
                 }
                 Ok(Val::Tensor(acc))

@@ -15,29 +15,30 @@ use crate::limits::elems;
 use crate::model::*;
 
 impl Checker<'_> {
-    /// `a + b`: the table's elementwise sum of two values, `sa` and `sb` where they are written.
-    pub(super) fn add(
+    /// `a + b` / `a * b`: the table's layer `layer` (`add`, `multiply`) of two values, `sa` and
+    /// `sb` where they are written.
+    pub(super) fn binary(
         &mut self,
+        layer: &str,
         a: ValueRef,
         sa: Span,
         b: ValueRef,
         sb: Span,
         span: Span,
-        label: Option<&Ident>,
     ) -> Result<Val, Error> {
-        let Some(def) = layers::sum() else {
+        let Some(def) = layers::operator(layer) else {
             return Err(err(
                 Kind::Name,
                 span,
-                "internal error: the layer table has no sum",
+                format!("internal error: the layer table has no operator `{layer}`"),
             )
-            .label("while checking this sum"));
+            .label("while checking this expression"));
         };
         let args = Args {
             call: span,
             vals: vec![],
         };
-        self.apply(def, &args, &[(a, sa), (b, sb)], label, span)
+        self.apply(def, &args, &[(a, sa), (b, sb)], None, span)
     }
 
     /// A call `func(args)` (or a bare stage `|> func`), `piped` the value from `|>`.
@@ -102,8 +103,8 @@ impl Checker<'_> {
             };
             return Err(e);
         };
-        if def.inputs == Inputs::Sum {
-            return self.add_call(func, args, label, piped, span, scope);
+        if def.inputs != Inputs::One {
+            return self.values_call(def, func, args, label, piped, span, scope);
         }
         // Input value.
         let mut positional: Vec<(Val, Span)> = vec![];
@@ -276,9 +277,12 @@ impl Checker<'_> {
         Ok(())
     }
 
-    /// `add(a, b)` or `a |> add(b)`.
-    fn add_call(
+    /// A layer of values only: `add(a, b)` or `a |> add(b)` (exactly two), `concat(a, b, ...)` or
+    /// `a |> concat(b, ...)` (two or more).
+    #[allow(clippy::too_many_arguments)]
+    fn values_call(
         &mut self,
+        def: &LayerDef,
         func: &Ident,
         args: &[Arg],
         label: Option<&Ident>,
@@ -286,6 +290,17 @@ impl Checker<'_> {
         span: Span,
         scope: &mut Scope,
     ) -> Result<Val, Error> {
+        let name = def.name;
+        let usage = match (def.inputs, name) {
+            (Inputs::Pair, "add") => "write `add(a, b)`, `a |> add(b)` or `a + b`".to_string(),
+            (Inputs::Pair, "multiply") => {
+                "write `multiply(a, b)`, `a |> multiply(b)` or `a * b`".to_string()
+            }
+            (Inputs::Pair, _) => format!("write `{name}(a, b)` or `a |> {name}(b)`"),
+            (Inputs::Many | Inputs::One, _) => {
+                format!("write `{name}(a, b, ...)` or `a |> {name}(b, ...)`")
+            }
+        };
         let mut vals = vec![];
         if let Some(p) = piped {
             vals.push((p, func.span));
@@ -295,25 +310,34 @@ impl Checker<'_> {
                 return Err(err(
                     Kind::Argument,
                     n.span,
-                    format!("`add` has no argument `{}`", n.name),
+                    format!("`{name}` has no argument `{}`", n.name),
                 )
                 .label("unknown argument")
-                .help("write `add(a, b)` or `a + b`"));
+                .help(usage));
             }
             let v = self.eval(&a.value, scope)?;
-            let r = self.expect_tensor(&v, a.value.span, "an argument of `add`", scope)?;
+            let r =
+                self.expect_tensor(&v, a.value.span, &format!("an argument of `{name}`"), scope)?;
             vals.push((r, a.value.span));
         }
-        if vals.len() != 2 {
+        let (ok, want) = match def.inputs {
+            Inputs::Many => (vals.len() >= 2, "at least 2"),
+            Inputs::Pair | Inputs::One => (vals.len() == 2, "exactly 2"),
+        };
+        if !ok {
             return Err(err(
                 Kind::Argument,
                 span,
-                format!("`add` takes exactly 2 values, got {}", vals.len()),
+                format!("`{name}` takes {want} values, got {}", vals.len()),
             )
             .label("wrong number of values")
-            .help("write `add(a, b)`, `a |> add(b)` or `a + b`"));
+            .help(usage));
         }
-        self.add(vals[0].0, vals[0].1, vals[1].0, vals[1].1, span, label)
+        let args = Args {
+            call: span,
+            vals: vec![],
+        };
+        self.apply(def, &args, &vals, label, span)
     }
 
     /// Builds `def` for `inputs` (each with the span its errors point at) and emits its node, and

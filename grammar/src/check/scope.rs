@@ -128,7 +128,9 @@ pub(super) fn names_in(e: &Expr, f: &mut dyn FnMut(&str)) {
     match &e.kind {
         ExprKind::Name(n) => f(n),
         ExprKind::Call { args, .. } => args.iter().for_each(|a| names_in(&a.value, f)),
-        ExprKind::Tuple(items) | ExprKind::Add(items) => items.iter().for_each(|i| names_in(i, f)),
+        ExprKind::Tuple(items) | ExprKind::Add(items) | ExprKind::Mul(items) => {
+            items.iter().for_each(|i| names_in(i, f))
+        }
         ExprKind::Pipe(a, stages) => {
             names_in(a, f);
             stages.iter().for_each(|i| names_in(i, f));

@@ -12,9 +12,11 @@ pub enum Inputs {
     /// One value, piped in (`x |> dense(10)`) or given first (`dense(x, 10)`); the other arguments
     /// bind to the signature.
     One,
-    /// The elementwise sum: two values, as `add(a, b)`, `a |> add(b)` or `a + b`; no other
+    /// Two values, as `add(a, b)`, `a |> add(b)` or an operator (`a + b`, `a * b`); no other
     /// arguments.
-    Sum,
+    Pair,
+    /// Two or more values, as `concat(a, b, c)` or `a |> concat(b, c)`; no other arguments.
+    Many,
 }
 
 /// How an entry builds its layer.
@@ -58,11 +60,12 @@ impl LayerDef {
     }
 
     /// The signature as the language reference writes it:
-    /// `maxpool(size, stride: size)`, `add(a, b)`, `flatten`.
+    /// `maxpool(size, stride: size)`, `add(a, b)`, `concat(a, b, ...)`, `flatten`.
     pub fn signature_text(&self) -> String {
         let mut parts: Vec<String> = match self.inputs {
             Inputs::One => vec![],
-            Inputs::Sum => vec!["a".into(), "b".into()],
+            Inputs::Pair => vec!["a".into(), "b".into()],
+            Inputs::Many => vec!["a".into(), "b".into(), "...".into()],
         };
         parts.extend(self.params.iter().map(|p| match p.default_text() {
             Some(d) => format!("{}: {d}", p.name),

@@ -1,5 +1,5 @@
-//! Elementwise layers besides the activations: `add` (also `a + b`), `dropout` and `softmax`
-//! (over the last axis).
+//! Elementwise layers besides the activations: `add` (also `a + b`), `multiply` (also `a * b`),
+//! `concat` (along the last axis), `dropout` and `softmax` (over the last axis).
 
 use super::args::{ArgKind as K, Args, Param};
 use super::build::{first, Built, Input};
@@ -13,13 +13,33 @@ pub(super) fn defs() -> Vec<LayerDef> {
     vec![
         LayerDef {
             name: "add",
-            inputs: Inputs::Sum,
+            inputs: Inputs::Pair,
             params: &[],
             build: Build::Layer(add),
             example: None,
             doc: "elementwise sum of two values of the same shape (also written `a + b`)",
             summary: "Add",
             aliases: &[],
+        },
+        LayerDef {
+            name: "multiply",
+            inputs: Inputs::Pair,
+            params: &[],
+            build: Build::Layer(multiply),
+            example: None,
+            doc: "elementwise product of two values of the same shape (also written `a * b`)",
+            summary: "Multiply",
+            aliases: &["mul"],
+        },
+        LayerDef {
+            name: "concat",
+            inputs: Inputs::Many,
+            params: &[],
+            build: Build::Layer(concat),
+            example: None,
+            doc: "two or more values joined along the last axis (channels), all other axes equal",
+            summary: "Concatenate",
+            aliases: &["concatenate", "cat"],
         },
         LayerDef {
             name: "dropout",
@@ -79,6 +99,90 @@ pub fn add(inputs: &[Input<'_>], b: &Args) -> Result<Built, Error> {
             .help("`+` adds elementwise and needs equal shapes; for a residual connection, give the branch as many channels as its input (e.g. with a 1x1 `conv2d`)"));
     }
     Ok(Built::plain(Layer::Add, a.shape.to_vec()))
+}
+
+/// `a * b`: two values of the same shape.
+pub fn multiply(inputs: &[Input<'_>], b: &Args) -> Result<Built, Error> {
+    let [a, bb] = inputs else {
+        return Err(Error::new(
+            Kind::Argument,
+            b.call,
+            format!("`multiply` takes exactly 2 values, got {}", inputs.len()),
+        )
+        .label("wrong number of values"));
+    };
+    if a.shape != bb.shape {
+        return Err(Error::new(
+            Kind::Shape,
+            bb.span,
+            format!(
+                "cannot multiply values of shapes {} and {}",
+                fmt_shape(a.shape),
+                fmt_shape(bb.shape)
+            ),
+        )
+        .label(format!("this is {}", fmt_shape(bb.shape)))
+        .note(a.span, format!("this is {}", fmt_shape(a.shape)))
+        .help("`*` multiplies elementwise and needs equal shapes; there is no broadcasting"));
+    }
+    Ok(Built::plain(Layer::Mul, a.shape.to_vec()))
+}
+
+/// `concat(a, b, ...)`: two or more values of the same rank (at least 1) and the same extents
+/// but for the last axis, joined along it.
+pub fn concat(inputs: &[Input<'_>], b: &Args) -> Result<Built, Error> {
+    let Some((first, rest)) = inputs.split_first().filter(|(_, r)| !r.is_empty()) else {
+        return Err(Error::new(
+            Kind::Argument,
+            b.call,
+            format!("`concat` takes at least 2 values, got {}", inputs.len()),
+        )
+        .label("wrong number of values")
+        .help("write `concat(a, b, ...)`"));
+    };
+    let Some((&c0, head)) = first.shape.split_last() else {
+        return Err(Error::new(
+            Kind::Shape,
+            first.span,
+            format!(
+                "`concat` joins along the last axis, but this value is {}",
+                fmt_shape(first.shape)
+            ),
+        )
+        .label("no last axis"));
+    };
+    let mut c = c0;
+    for x in rest {
+        let same_rank = x.shape.len() == first.shape.len();
+        let differs = if same_rank {
+            head.iter().zip(x.shape).position(|(p, q)| p != q)
+        } else {
+            None
+        };
+        if !same_rank || differs.is_some() {
+            let what = match differs {
+                Some(axis) => format!("axis {axis} differs ({} vs {})", head[axis], x.shape[axis]),
+                None => format!("ranks differ ({} vs {})", first.shape.len(), x.shape.len()),
+            };
+            let last = first.shape.len() - 1;
+            return Err(Error::new(
+                Kind::Shape,
+                x.span,
+                format!(
+                    "cannot concat values of shapes {} and {}: {what}",
+                    fmt_shape(first.shape),
+                    fmt_shape(x.shape)
+                ),
+            )
+            .label(format!("this is {}", fmt_shape(x.shape)))
+            .note(first.span, format!("this is {}", fmt_shape(first.shape)))
+            .help(format!("`concat` joins along the last axis (axis {last}): every other axis must be equal; resize one value first (e.g. with `upsample` or `maxpool`)")));
+        }
+        c += x.shape[x.shape.len() - 1];
+    }
+    let mut shape = head.to_vec();
+    shape.push(c);
+    Ok(Built::plain(Layer::Concat, shape))
 }
 
 pub fn dropout(inputs: &[Input<'_>], b: &Args) -> Result<Built, Error> {

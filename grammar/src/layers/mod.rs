@@ -73,9 +73,10 @@ pub fn find(name: &str) -> Option<&'static LayerDef> {
     layers().iter().find(|d| d.name == name)
 }
 
-/// The entry of the elementwise sum (`a + b`).
-pub fn sum() -> Option<&'static LayerDef> {
-    layers().iter().find(|d| d.inputs == Inputs::Sum)
+/// The entry of a layer of two values written as an operator: `add` (`a + b`), `multiply`
+/// (`a * b`).
+pub fn operator(name: &str) -> Option<&'static LayerDef> {
+    find(name).filter(|d| d.inputs == Inputs::Pair)
 }
 
 /// The name of the entry that builds `layer`: what its automatic names are numbered by

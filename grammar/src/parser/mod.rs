@@ -538,7 +538,7 @@ impl<'s> P<'s> {
         }))
     }
 
-    /// expr := sum ( `|>` stage )*
+    /// expr := sum ( `|>` stage )*  (`*` binds tighter than `+`, which binds tighter than `|>`)
     fn expr(&mut self) -> R<Expr> {
         self.enter()?;
         let first = self.sum()?;
@@ -557,20 +557,38 @@ impl<'s> P<'s> {
         }
     }
 
-    /// sum := postfix ( `+` postfix )*
+    /// sum := product ( `+` product )*
     fn sum(&mut self) -> R<Expr> {
-        let first = self.postfix()?;
+        let first = self.product()?;
         if !self.is_punct("+") {
             return Ok(first);
         }
         let mut terms = vec![first];
         while self.is_punct("+") {
             self.bump();
-            terms.push(self.postfix()?);
+            terms.push(self.product()?);
         }
         let span = Span::new(terms[0].span.start, terms[terms.len() - 1].span.end);
         Ok(Expr {
             kind: ExprKind::Add(terms),
+            span,
+        })
+    }
+
+    /// product := postfix ( `*` postfix )*
+    fn product(&mut self) -> R<Expr> {
+        let first = self.postfix()?;
+        if !self.is_punct("*") {
+            return Ok(first);
+        }
+        let mut factors = vec![first];
+        while self.is_punct("*") {
+            self.bump();
+            factors.push(self.postfix()?);
+        }
+        let span = Span::new(factors[0].span.start, factors[factors.len() - 1].span.end);
+        Ok(Expr {
+            kind: ExprKind::Mul(factors),
             span,
         })
     }

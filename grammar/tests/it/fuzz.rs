@@ -63,6 +63,8 @@ const TOKENS_AFTER: &[&str] = &[
     "false",
     "|>",
     "+",
+    "*",
+    "concat",
     "(",
     ")",
     "[",

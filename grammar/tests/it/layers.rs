@@ -27,7 +27,7 @@ fn check_use(use_: &str) -> Result<Model, String> {
 
 /// A use of `def` giving each required argument a value of its kind.
 fn minimal_use(def: &LayerDef) -> String {
-    if def.inputs == Inputs::Sum {
+    if def.inputs != Inputs::One {
         return format!("{}(x, x)", def.name);
     }
     let args: Vec<String> = def
@@ -68,6 +68,8 @@ fn variant(l: &Layer) -> String {
         Layer::Flatten => "Flatten".into(),
         Layer::Act(a) => format!("Act({})", a.name()),
         Layer::Add => "Add".into(),
+        Layer::Mul => "Mul".into(),
+        Layer::Concat => "Concat".into(),
         Layer::Dropout { .. } => "Dropout".into(),
         Layer::Softmax => "Softmax".into(),
         Layer::BatchNorm { .. } => "BatchNorm".into(),
@@ -163,7 +165,7 @@ fn entries_are_well_formed() {
             !required || def.example.is_some(),
             "`{n}` has a required argument but no example for the error that says it is missing"
         );
-        if def.inputs == Inputs::Sum {
+        if def.inputs != Inputs::One {
             assert!(def.params.is_empty(), "`{n}` takes values only");
         }
         let mut seen: Vec<&str> = vec![];

@@ -1,5 +1,5 @@
-//! The elementwise family: activations ([`UnaryKind`]), sums, dropout and the softmax over the
-//! last axis, out of place and in
+//! The elementwise family: activations ([`UnaryKind`]), sums, products, dropout, the softmax over the
+//! last axis and the join (and slice) along the last axis, out of place and in
 //! place (made by the `inplace_elementwise` pass: the written input dies there), and backward.
 
 use serde::{Deserialize, Serialize};
@@ -23,6 +23,14 @@ pub enum ElementwiseOp {
     Add,
     /// a, b -> a = a + b (a is `InOut`). Also the in-place gradient accumulation.
     AddInPlace,
+    /// y = a * b elementwise (same shapes). Also its own backward: da = dy * b, db = dy * a.
+    Mul,
+    /// a[.., ca], b[.., cb] -> y[.., ca + cb]: the two joined along the last axis (all other
+    /// axes equal), a's channels first. `concat` of more values is a chain of these.
+    Concat,
+    /// dy[.., c] -> dx[.., len] = dy[.., start .. start + len]: a slice of the last axis (the
+    /// gradient of one input of [`ElementwiseOp::Concat`]).
+    SliceLast { start: usize, len: usize },
     /// y = x * keep / (1-p), keep = (hash(seed, step, salt, index) >= p): the mask is regenerated
     /// from a counter-based RNG in backward, never stored.
     Dropout { p: f32, salt: u64 },
@@ -61,6 +69,10 @@ impl OpFacts for ElementwiseOp {
             }
             ElementwiseOp::Add => vec![p("a", In, F32), p("b", In, F32), p("y", Out, F32)],
             ElementwiseOp::AddInPlace => vec![p("a", InOut, F32), p("b", In, F32)],
+            ElementwiseOp::Mul | ElementwiseOp::Concat => {
+                vec![p("a", In, F32), p("b", In, F32), p("y", Out, F32)]
+            }
+            ElementwiseOp::SliceLast { .. } => vec![p("dy", In, F32), p("dx", Out, F32)],
             ElementwiseOp::DropoutBwd { .. } => vec![p("dy", In, F32), p("dx", Out, F32)],
             ElementwiseOp::DropoutBwdInPlace { .. } => vec![p("dy", InOut, F32)],
             ElementwiseOp::Softmax => vec![p("x", In, F32), p("y", Out, F32)],
@@ -76,6 +88,9 @@ impl OpFacts for ElementwiseOp {
             ElementwiseOp::UnaryBwdInPlace(k) => k.op_names().backward_inplace,
             ElementwiseOp::Add => "add",
             ElementwiseOp::AddInPlace => "add_inplace",
+            ElementwiseOp::Mul => "mul",
+            ElementwiseOp::Concat => "concat",
+            ElementwiseOp::SliceLast { .. } => "slice_last",
             ElementwiseOp::Dropout { .. } => "dropout",
             ElementwiseOp::DropoutBwd { .. } => "dropout_bwd",
             ElementwiseOp::DropoutInPlace { .. } => "dropout_inplace",
@@ -95,6 +110,9 @@ impl OpFacts for ElementwiseOp {
             ElementwiseOp::Unary(_)
             | ElementwiseOp::UnaryBwd(_)
             | ElementwiseOp::Add
+            | ElementwiseOp::Mul
+            | ElementwiseOp::Concat
+            | ElementwiseOp::SliceLast { .. }
             | ElementwiseOp::Dropout { .. }
             | ElementwiseOp::DropoutBwd { .. }
             | ElementwiseOp::Softmax
@@ -118,9 +136,42 @@ impl OpFacts for ElementwiseOp {
             | ElementwiseOp::UnaryInPlace(_)
             | ElementwiseOp::DropoutInPlace { .. }
             | ElementwiseOp::DropoutBwdInPlace { .. } => Ok(vec![inputs[0].clone()]),
-            ElementwiseOp::Add => {
+            ElementwiseOp::Add | ElementwiseOp::Mul => {
                 same(&inputs[0], &inputs[1], "a, b")?;
                 Ok(vec![inputs[0].clone()])
+            }
+            ElementwiseOp::Concat => {
+                let (a, b) = (&inputs[0], &inputs[1]);
+                match (a.shape.split_last(), b.shape.split_last()) {
+                    (Some((ca, ra)), Some((cb, rb))) if ra == rb => {
+                        let mut shape = ra.to_vec();
+                        shape.push(ca + cb);
+                        Ok(vec![TensorType {
+                            shape,
+                            dtype: a.dtype,
+                        }])
+                    }
+                    _ => err(format!(
+                        "concat needs values of equal shapes but for the last axis, got {a} and {b}"
+                    )),
+                }
+            }
+            ElementwiseOp::SliceLast { start, len } => {
+                let dy = &inputs[0];
+                match dy.shape.split_last() {
+                    Some((c, rest)) if start + len <= *c && *len > 0 => {
+                        let mut shape = rest.to_vec();
+                        shape.push(*len);
+                        Ok(vec![TensorType {
+                            shape,
+                            dtype: dy.dtype,
+                        }])
+                    }
+                    _ => err(format!(
+                        "slice {start}..{} of the last axis out of range for {dy}",
+                        start + len
+                    )),
+                }
             }
             ElementwiseOp::UnaryBwd(_) => {
                 same(&inputs[0], &inputs[1], "saved, dy")?;
@@ -162,7 +213,10 @@ impl OpFacts for ElementwiseOp {
             | ElementwiseOp::DropoutBwd { .. }
             | ElementwiseOp::DropoutBwdInPlace { .. }
             | ElementwiseOp::Add
+            | ElementwiseOp::Mul
             | ElementwiseOp::AddInPlace => i0,
+            // copies: no arithmetic
+            ElementwiseOp::Concat | ElementwiseOp::SliceLast { .. } => 0,
             ElementwiseOp::UnaryBwd(_) | ElementwiseOp::UnaryBwdInPlace(_) => 2 * i0,
             // max, subtract, exp, sum, divide; the backward: product, sum, subtract, product
             ElementwiseOp::Softmax => 5 * i0,

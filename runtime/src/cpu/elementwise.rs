@@ -1,5 +1,6 @@
 //! Elementwise kernels: activations and their VJPs (each element by the activation's own
-//! [`UnaryKind::forward`] / [`UnaryKind::backward`]), add, dropout, the softmax over the last axis.
+//! [`UnaryKind::forward`] / [`UnaryKind::backward`]), add, multiply, dropout, the softmax over the
+//! last axis, the join of two values along the last axis and its slice.
 
 use dmc_plan::op::UnaryKind;
 use rayon::prelude::*;
@@ -104,6 +105,53 @@ pub fn add_inplace(a: &mut [f32], b: &[f32]) {
     });
 }
 
+/// y = a * b elementwise.
+pub fn mul(a: &[f32], b: &[f32], y: &mut [f32]) {
+    assert_eq!(a.len(), y.len(), "mul: size");
+    assert_eq!(b.len(), y.len(), "mul: size");
+    for_chunks(y, |o, yc| {
+        for ((y, &a), &b) in yc.iter_mut().zip(&a[o..]).zip(&b[o..]) {
+            *y = a * b;
+        }
+    });
+}
+
+/// y[r, ..] = a[r, 0..ca] then b[r, 0..cb], for each row `r` (the last axis joined): `ca`, `cb`
+/// the last extents of `a` and `b`, which have the same number of rows.
+pub fn concat(ca: usize, cb: usize, a: &[f32], b: &[f32], y: &mut [f32]) {
+    let c = ca + cb;
+    assert!(ca > 0 && cb > 0, "concat: empty last axis");
+    let rows = y.len() / c;
+    assert_eq!(rows * c, y.len(), "concat: size");
+    assert_eq!(a.len(), rows * ca, "concat: size of a");
+    assert_eq!(b.len(), rows * cb, "concat: size of b");
+    for_chunks(y, |o, yc| {
+        for (k, y) in yc.iter_mut().enumerate() {
+            let i = o + k;
+            let (r, j) = (i / c, i % c);
+            *y = if j < ca {
+                a[r * ca + j]
+            } else {
+                b[r * cb + (j - ca)]
+            };
+        }
+    });
+}
+
+/// dx[r, j] = dy[r, start + j] for j < len, each row `r` of the `c`-wide dy.
+pub fn slice_last(c: usize, start: usize, len: usize, dy: &[f32], dx: &mut [f32]) {
+    assert!(len > 0 && start + len <= c, "slice_last: out of range");
+    let rows = dx.len() / len;
+    assert_eq!(rows * len, dx.len(), "slice_last: size");
+    assert_eq!(dy.len(), rows * c, "slice_last: size of dy");
+    for_chunks(dx, |o, dc| {
+        for (k, d) in dc.iter_mut().enumerate() {
+            let i = o + k;
+            *d = dy[(i / len) * c + start + i % len];
+        }
+    });
+}
+
 const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// The counter-based dropout RNG: element `index` of the stream keyed by `(seed, step, salt)`.
@@ -187,6 +235,15 @@ pub(super) unsafe fn exec(op: &ElementwiseOp, a: &Args, ctx: &Ctx) {
         match op {
             ElementwiseOp::Unary(kind) => unary_fwd(*kind, a.f32(0), a.f32_mut(1)),
             ElementwiseOp::Add => add(a.f32(0), a.f32(1), a.f32_mut(2)),
+            ElementwiseOp::Mul => mul(a.f32(0), a.f32(1), a.f32_mut(2)),
+            ElementwiseOp::Concat => {
+                let last = |i: usize| a.shape(i).last().copied().unwrap_or(0);
+                concat(last(0), last(1), a.f32(0), a.f32(1), a.f32_mut(2))
+            }
+            ElementwiseOp::SliceLast { start, len } => {
+                let c = a.shape(0).last().copied().unwrap_or(0);
+                slice_last(c, *start, *len, a.f32(0), a.f32_mut(1))
+            }
             ElementwiseOp::Dropout { p, salt } => {
                 if ctx.mode == Mode::Eval {
                     a.f32_mut(1).copy_from_slice(a.f32(0));

@@ -13,6 +13,7 @@ mod io_predict;
 mod io_weights;
 mod kernels;
 mod kernels_geom;
+mod kernels_join;
 mod kernels_layernorm;
 mod kernels_layers;
 mod kernels_norm;

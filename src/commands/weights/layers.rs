@@ -129,7 +129,7 @@ fn flatten_origin(model: &Model, v: ValueRef, dense: &str) -> Result<Option<[usi
                 };
             }
             Layer::Act(_) | Layer::Dropout { .. } | Layer::Softmax => v = node.inputs[0],
-            Layer::Add => {
+            Layer::Add | Layer::Mul => {
                 let a = flatten_origin(model, node.inputs[0], dense)?;
                 let b = flatten_origin(model, node.inputs[1], dense)?;
                 if a != b {
