@@ -667,3 +667,31 @@ fn emu_check_prints_one_line_per_kernel_and_a_summary() {
     assert_ne!(rc, 0);
     assert!(err.contains("nope.dm"), "{err}");
 }
+
+/// The issue-15 examples (ResNet-18, MobileNet, UNet): every kernel of their train and eval plans
+/// against the CPU backend, at small batches (the emulator is slow), and the UNet (transposed
+/// convolutions, concat, batchnorm) trained through the emulated kernels.
+#[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
+fn every_resnet18_mobilenet_and_unet_kernel_matches_the_cpu_backend() {
+    check_example("resnet18", Some(1));
+    check_example("mobilenet", Some(2));
+    check_example("unet", Some(2));
+}
+
+#[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
+fn unet_trains_through_emulated_kernels_like_the_cpu_backend() {
+    // With SGD: Adam's first steps move each weight by about `lr * sign(g)`, so a gradient near 0
+    // (a batchnorm bias) turns rounding differences of 1e-7 into weight differences of 1e-4.
+    let path = root().join("examples").join("unet.dm");
+    let src = std::fs::read_to_string(&path)
+        .expect("read example")
+        .replace("adam(lr: 1e-3)", "sgd(lr: 0.01, momentum: 0.9)");
+    assert!(
+        src.contains("sgd("),
+        "unet.dm's optimizer changed: update this test"
+    );
+    let plan = plan_of_source(&src, "unet.dm", Mode::Train, Some(2));
+    trains_like_the_cpu_backend("unet", plan);
+}

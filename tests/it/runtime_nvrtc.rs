@@ -35,7 +35,16 @@ fn every_example_kernel_compiles_for_sm80_and_sm90_without_warnings_or_spills() 
         nv.path.display()
     );
     let mut n = 0;
-    for ex in ["mlp", "seed", "deep_convnet", "resnet_small", "bn_cnn"] {
+    for ex in [
+        "mlp",
+        "seed",
+        "deep_convnet",
+        "resnet_small",
+        "bn_cnn",
+        "resnet18",
+        "mobilenet",
+        "unet",
+    ] {
         for mode in [Mode::Train, Mode::Eval] {
             let plan = plan_of(ex, mode);
             for arch in ["sm_80", "sm_90"] {

@@ -94,6 +94,8 @@ fn all_variants() -> BTreeSet<String> {
         "Softmax",
         "BatchNorm",
         "LayerNorm",
+        "Mul",
+        "Concat",
     ]
     .iter()
     .map(|s| s.to_string())
