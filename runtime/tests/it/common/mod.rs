@@ -190,3 +190,28 @@ pub fn fd_check(what: &str, x: &[f32], grad: &[f32], samples: usize, l: impl Fn(
         );
     }
 }
+
+/// Checks `grad` against central differences of `l` (step 1e-2) at every coordinate of `x`, and
+/// that at least half of the gradient is significant (so the check is not vacuous).
+pub fn fd_check_every(what: &str, x: &[f32], grad: &[f32], l: impl Fn(&[f32]) -> f64) {
+    const STEP: f32 = 1e-2;
+    let mut xp = x.to_vec();
+    let mut significant = 0;
+    for i in 0..x.len() {
+        let orig = xp[i];
+        xp[i] = orig + STEP;
+        let lp = l(&xp);
+        xp[i] = orig - STEP;
+        let lm = l(&xp);
+        xp[i] = orig;
+        let fd = (lp - lm) / (((orig + STEP) as f64) - ((orig - STEP) as f64));
+        let g = grad[i] as f64;
+        let tol = 1e-2 * fd.abs().max(g.abs()) + 2e-4;
+        assert!(
+            (fd - g).abs() <= tol,
+            "{what}[{i}]: analytic {g}, fd {fd} (tol {tol})"
+        );
+        significant += usize::from(g.abs() > 1e-3);
+    }
+    assert!(significant * 2 >= x.len(), "{what}: gradients mostly ~0");
+}
