@@ -82,32 +82,20 @@ pub fn softmax(inputs: &[Input<'_>], b: &Args) -> Result<Built, Error> {
     Ok(Built::plain(Layer::Softmax, x.shape.to_vec()))
 }
 
-/// `a + b`: two values of the same shape.
-pub fn add(inputs: &[Input<'_>], b: &Args) -> Result<Built, Error> {
+/// The two values of `name` (`add`, `multiply`), which must have the same shape: the error says
+/// which shapes differ, with `help`.
+fn same_shape_pair<'a>(
+    name: &str,
+    verb: &str,
+    help: &str,
+    inputs: &'a [Input<'a>],
+    b: &Args,
+) -> Result<&'a [usize], Error> {
     let [a, bb] = inputs else {
         return Err(Error::new(
             Kind::Argument,
             b.call,
-            format!("`add` takes exactly 2 values, got {}", inputs.len()),
-        )
-        .label("wrong number of values"));
-    };
-    if a.shape != bb.shape {
-        return Err(Error::new(Kind::Shape, bb.span, format!("cannot add values of shapes {} and {}", fmt_shape(a.shape), fmt_shape(bb.shape)))
-            .label(format!("this is {}", fmt_shape(bb.shape)))
-            .note(a.span, format!("this is {}", fmt_shape(a.shape)))
-            .help("`+` adds elementwise and needs equal shapes; for a residual connection, give the branch as many channels as its input (e.g. with a 1x1 `conv2d`)"));
-    }
-    Ok(Built::plain(Layer::Add, a.shape.to_vec()))
-}
-
-/// `a * b`: two values of the same shape.
-pub fn multiply(inputs: &[Input<'_>], b: &Args) -> Result<Built, Error> {
-    let [a, bb] = inputs else {
-        return Err(Error::new(
-            Kind::Argument,
-            b.call,
-            format!("`multiply` takes exactly 2 values, got {}", inputs.len()),
+            format!("`{name}` takes exactly 2 values, got {}", inputs.len()),
         )
         .label("wrong number of values"));
     };
@@ -116,16 +104,30 @@ pub fn multiply(inputs: &[Input<'_>], b: &Args) -> Result<Built, Error> {
             Kind::Shape,
             bb.span,
             format!(
-                "cannot multiply values of shapes {} and {}",
+                "cannot {verb} values of shapes {} and {}",
                 fmt_shape(a.shape),
                 fmt_shape(bb.shape)
             ),
         )
         .label(format!("this is {}", fmt_shape(bb.shape)))
         .note(a.span, format!("this is {}", fmt_shape(a.shape)))
-        .help("`*` multiplies elementwise and needs equal shapes; there is no broadcasting"));
+        .help(help));
     }
-    Ok(Built::plain(Layer::Mul, a.shape.to_vec()))
+    Ok(a.shape)
+}
+
+/// `a + b`: two values of the same shape.
+pub fn add(inputs: &[Input<'_>], b: &Args) -> Result<Built, Error> {
+    let help = "`+` adds elementwise and needs equal shapes; for a residual connection, give the branch as many channels as its input (e.g. with a 1x1 `conv2d`)";
+    let shape = same_shape_pair("add", "add", help, inputs, b)?;
+    Ok(Built::plain(Layer::Add, shape.to_vec()))
+}
+
+/// `a * b`: two values of the same shape.
+pub fn multiply(inputs: &[Input<'_>], b: &Args) -> Result<Built, Error> {
+    let help = "`*` multiplies elementwise and needs equal shapes; there is no broadcasting";
+    let shape = same_shape_pair("multiply", "multiply", help, inputs, b)?;
+    Ok(Built::plain(Layer::Mul, shape.to_vec()))
 }
 
 /// `concat(a, b, ...)`: two or more values of the same rank (at least 1) and the same extents

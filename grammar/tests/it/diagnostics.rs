@@ -119,6 +119,9 @@ fn cases() -> Vec<(&'static str, String)> {
         ("layernorm_eps_not_positive", wrap("out = x |> layernorm(eps: -1e-5) |> flatten |> dense(1)")),
         ("layernorm_of_a_matrix", "input x: [4, 3]\ntarget y: [1]\nout = x |> layernorm |> flatten |> dense(1)\nloss mse(out, y)\ntrain { batch: 1, optimizer: sgd }\n".to_string()),
         ("layernorm_unknown_argument", wrap("out = x |> layernorm(momentum: 0.1) |> flatten |> dense(1)")),
+        ("multiply_shape_mismatch", wrap("a = x |> conv2d(4, 3)\nout = (x * a) |> flatten |> dense(1)")),
+        ("concat_axis_differs", wrap("p = x |> maxpool(2)\nout = concat(x, p) |> flatten |> dense(1)")),
+        ("concat_one_value", wrap("out = concat(x) |> flatten |> dense(1)")),
         ("block_error_in_every_use", wrap("block b(x, c) {\n  h = x |> conv2d(c, 3, activation: selu)\n  return x + h\n}\nout = x |> b(1) |> b(1) |> flatten |> dense(1)")),
     ]
 }
