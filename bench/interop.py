@@ -55,6 +55,8 @@ def torch_eval(model, example, data, torch):
         x = x.permute(0, 3, 1, 2).contiguous()  # dmc's data is NHWC
     t = d[tname]
     t = torch.from_numpy(t.astype(np.int64) if t.dtype == np.int32 else t)
+    if t.dim() == 4:
+        t = t.permute(0, 3, 1, 2).contiguous()  # a per-pixel target
     with torch.no_grad():
         out = model(x)
         if bench.LOSS[example] == "ce":
@@ -73,7 +75,18 @@ def check(example, binary, samples, work, torch):
     data = os.path.join(work, "data.safetensors")
     bench.make_data(example, samples, data)
     torch.manual_seed(0)
-    model = bench.build_model(example, torch).eval()
+    model = bench.build_model(example, torch)
+    norms = [m for m in model.modules() if isinstance(m, (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d))]
+    if norms:  # batchnorm: scales, shifts and running statistics away from their 1 / 0 defaults
+        with torch.no_grad():
+            for m in norms:
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.2, 0.2)
+            (xin, shape), _ = bench.IO[example]
+            for _ in range(3):
+                x = torch.rand((8,) + shape)
+                model.train()(x.permute(0, 3, 1, 2) if x.dim() == 4 else x)
+    model = model.eval()
     results = []
 
     # 1. import a PyTorch state_dict with Sequential-style names
@@ -107,7 +120,7 @@ def check(example, binary, samples, work, torch):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--only", default="mlp,resnet_small,deep_convnet")
+    p.add_argument("--only", default="mlp,resnet_small,deep_convnet,bn_cnn,resnet18,mobilenet,unet")
     p.add_argument("--samples", type=int, default=64)
     p.add_argument("--dmc", default=os.path.join(bench.ROOT, "target", "release", "dmc"))
     a = p.parse_args()

@@ -46,11 +46,11 @@ fn fixture(key: &str) -> Fixture {
     }
 }
 
-fn s(p: &Path) -> &str {
+pub(crate) fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
-fn ok(args: &[&str]) -> String {
+pub(crate) fn ok(args: &[&str]) -> String {
     let (code, out, err) = dmc(args);
     assert_eq!(code, 0, "dmc {args:?}:\n{out}\n{err}");
     out
@@ -75,7 +75,7 @@ fn eval_loss(program: &str, w: &Path, data: &str) -> (f64, u64) {
 }
 
 /// Every tensor of a safetensors file: name -> (dtype, shape, bytes), parsed here (not by dmc).
-fn tensors(p: &Path) -> BTreeMap<String, (String, Vec<u64>, Vec<u8>)> {
+pub(crate) fn tensors(p: &Path) -> BTreeMap<String, (String, Vec<u64>, Vec<u8>)> {
     let b = std::fs::read(p).unwrap();
     let n = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
     let header: serde_json::Value = serde_json::from_slice(&b[8..8 + n]).unwrap();
@@ -420,8 +420,28 @@ fn import_errors_say_what_does_not_fit() {
         s(&out),
     ]);
     assert_ne!(code, 0);
+    // A batchnorm statistic of a module with no weight (the fixture has no module `1`).
     assert!(
-        err.contains("`1.running_mean`") && err.contains("neither a weight"),
+        err.contains("module `1`") && err.contains("but no weight"),
+        "{err}"
+    );
+    // A tensor that is no weight, bias or statistic at all is named.
+    let mut t = tensors(Path::new(&m.weights));
+    t.insert("1.lookup".into(), ("F32".into(), vec![32], vec![0; 128]));
+    write_safetensors(&extra, &t);
+    let (code, _, err) = dmc(&[
+        "weights",
+        "import",
+        &m.program,
+        s(&extra),
+        "--from",
+        "torch",
+        "-o",
+        s(&out),
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("`1.lookup`") && err.contains("neither a weight"),
         "{err}"
     );
     // The argument order (file before program) works too.
@@ -439,7 +459,7 @@ fn import_errors_say_what_does_not_fit() {
 }
 
 /// Writes tensors (name -> (dtype, shape, bytes)) as a safetensors file, by hand.
-fn write_safetensors(p: &Path, t: &BTreeMap<String, (String, Vec<u64>, Vec<u8>)>) {
+pub(crate) fn write_safetensors(p: &Path, t: &BTreeMap<String, (String, Vec<u64>, Vec<u8>)>) {
     let mut header = serde_json::Map::new();
     let mut data = Vec::new();
     for (name, (dtype, shape, bytes)) in t {

@@ -15,6 +15,7 @@ mod fusion;
 mod fuzz;
 mod gradients;
 mod interop;
+mod interop_norm;
 mod lr_schedule;
 mod memory;
 mod reliability;

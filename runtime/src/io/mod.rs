@@ -59,7 +59,10 @@ pub use files::{
 pub use interop::Conversion;
 pub use npy::{read_npy, write_npy_f32, write_npy_i32, NpyArray};
 pub use predict::{write_tensor, write_tensor_i32};
-pub use weights::{load_weights, read_tensors, save_tensors, save_weights, NamedArray, TensorFile};
+pub use weights::{
+    load_weights, read_tensors, save_tensors, save_tensors_and_counters, save_weights, NamedArray,
+    TensorFile,
+};
 
 pub(crate) use files::{atomic_write, read_file};
 

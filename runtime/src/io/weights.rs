@@ -76,7 +76,18 @@ pub fn save_tensors(
     tensors: &[(String, Vec<usize>, &[f32])],
     metadata: Option<HashMap<String, String>>,
 ) -> Result<(), IoError> {
-    let mut views = Vec::with_capacity(tensors.len());
+    save_tensors_and_counters(path, tensors, &[], metadata)
+}
+
+/// [`save_tensors`] plus integer scalars (i64, shape `[]`): PyTorch's batchnorm
+/// `num_batches_tracked`, which its `load_state_dict(strict=True)` requires.
+pub fn save_tensors_and_counters(
+    path: &Path,
+    tensors: &[(String, Vec<usize>, &[f32])],
+    counters: &[(String, i64)],
+    metadata: Option<HashMap<String, String>>,
+) -> Result<(), IoError> {
+    let mut views = Vec::with_capacity(tensors.len() + counters.len());
     let mut seen = HashSet::new();
     for (name, shape, data) in tensors {
         if shape.iter().product::<usize>() != data.len() {
@@ -107,6 +118,23 @@ pub fn save_tensors(
                 dtype: Dtype::F32,
                 shape: shape.clone(),
                 bytes: Cow::Owned(f32_bytes(data)),
+            },
+        ));
+    }
+    for (name, value) in counters {
+        if !seen.insert(name.as_str()) {
+            return Err(IoError::DuplicateTensor {
+                name: name.clone(),
+                first: path.to_path_buf(),
+                second: path.to_path_buf(),
+            });
+        }
+        views.push((
+            name.clone(),
+            RawView {
+                dtype: Dtype::I64,
+                shape: Vec::new(),
+                bytes: Cow::Owned(value.to_le_bytes().to_vec()),
             },
         ));
     }
@@ -231,6 +259,9 @@ pub type NamedArray = (String, Vec<usize>, Vec<f32>);
 pub struct TensorFile {
     pub tensors: Vec<NamedArray>,
     pub metadata: HashMap<String, String>,
+    /// Integer scalars named `*num_batches_tracked` (PyTorch's batchnorm step counter, which dmc
+    /// has no use for: its momentum is never `None`), left out of `tensors`.
+    pub counters: Vec<String>,
 }
 
 /// Reads every tensor of a `.safetensors` file, whatever the names (for `dmc weights import` and
@@ -247,11 +278,19 @@ pub fn read_tensors(path: &Path, what: &'static str) -> Result<TensorFile, IoErr
     let metadata = header.metadata().clone().unwrap_or_default();
     let st = SafeTensors::deserialize(&bytes).map_err(bad)?;
     let mut tensors = Vec::with_capacity(st.len());
+    let mut counters = Vec::new();
     for (name, view) in st.iter() {
+        let integer = matches!(view.dtype(), Dtype::I64 | Dtype::I32);
+        if integer && view.shape().is_empty() && name.ends_with("num_batches_tracked") {
+            counters.push(name.to_string());
+            continue;
+        }
         tensors.push((name.to_string(), decode_float_tensor(path, name, &view)?));
     }
     tensors.sort_by(|a, b| a.0.cmp(&b.0));
+    counters.sort();
     Ok(TensorFile {
+        counters,
         tensors: tensors
             .into_iter()
             .map(|(n, (shape, v))| (n, shape, v))

@@ -1,7 +1,8 @@
-//! The program's layers that hold parameters, as another framework sees them: for each conv2d and
-//! dense layer (program order) its weight and bias, the layout conversion each needs, and for a
-//! dense layer after a `flatten` of an image the image's shape (PyTorch flattens it C,H,W; dmc and
-//! Keras H,W,C).
+//! The program's layers that hold parameters, as another framework sees them: for each conv2d,
+//! conv_transpose2d, dense, batchnorm and layernorm layer (program order) its weight and bias
+//! (batchnorm: also its running statistics), the layout conversion each needs, and for a dense
+//! layer after a `flatten` of an image the image's shape (PyTorch flattens it C,H,W; dmc and Keras
+//! H,W,C).
 
 use dmc_grammar::model::{Layer, Model, ParamSpec, ValueRef};
 use dmc_runtime::io::Conversion;
@@ -37,6 +38,11 @@ pub enum Kind {
     /// convolution's OIHW one does.
     ConvTranspose2d,
     Dense,
+    /// Per-channel scale and shift `[c]` (Keras `gamma`, `beta`) and the running statistics
+    /// `running_mean`, `running_var` `[c]` (Keras `moving_mean`, `moving_variance`).
+    BatchNorm,
+    /// Per-channel scale and shift `[c]`, no statistics.
+    LayerNorm,
 }
 
 /// One parameter-holding layer of the program.
@@ -47,6 +53,8 @@ pub struct ParamLayer {
     pub kind: Kind,
     pub weight: ParamSpec,
     pub bias: Option<ParamSpec>,
+    /// For a batchnorm: `running_mean` and `running_var` (saved with the weights, never trained).
+    pub stats: Option<[ParamSpec; 2]>,
     /// For a dense layer: the `[h, w, c]` image whose flatten feeds it, if any.
     pub flattened_image: Option<[usize; 3]>,
 }
@@ -55,7 +63,9 @@ impl ParamLayer {
     /// How the weight's layout differs in `fw`.
     pub fn weight_conversion(&self, fw: Framework) -> Conversion {
         match (fw, self.kind, self.flattened_image) {
-            (Framework::Keras, _, _) => Conversion::Same,
+            (Framework::Keras, _, _) | (_, Kind::BatchNorm | Kind::LayerNorm, _) => {
+                Conversion::Same
+            }
             (Framework::Torch, Kind::Conv2d | Kind::ConvTranspose2d, _) => Conversion::ConvOihw,
             (Framework::Torch, Kind::Dense, Some([h, w, c])) if h * w > 1 && c > 1 => {
                 Conversion::LinearFlattenChw { h, w, c }
@@ -73,6 +83,8 @@ impl ParamLayer {
                 format!("conv_transpose2d {kh}x{kw}, {i} -> {o}")
             }
             (Kind::Dense, [i, o]) => format!("dense {i} -> {o}"),
+            (Kind::BatchNorm, [c]) => format!("batchnorm {c}"),
+            (Kind::LayerNorm, [c]) => format!("layernorm {c}"),
             _ => format!("{:?} {:?}", self.kind, s),
         }
     }
@@ -86,6 +98,8 @@ pub fn param_layers(model: &Model) -> Result<Vec<ParamLayer>, CliError> {
             Layer::Conv2d { .. } => Kind::Conv2d,
             Layer::ConvTranspose2d { .. } => Kind::ConvTranspose2d,
             Layer::Dense { .. } => Kind::Dense,
+            Layer::BatchNorm { .. } => Kind::BatchNorm,
+            Layer::LayerNorm { .. } => Kind::LayerNorm,
             _ => continue,
         };
         let weight = node.params.iter().find(|p| !p.is_bias).cloned();
@@ -96,6 +110,16 @@ pub fn param_layers(model: &Model) -> Result<Vec<ParamLayer>, CliError> {
                 node.name
             )));
         };
+        // The running statistics, under the names the compiler gives them (`<layer>.running_mean`).
+        let stats = (kind == Kind::BatchNorm).then(|| {
+            ["running_mean", "running_var"].map(|suffix| ParamSpec {
+                name: format!("{}.{suffix}", node.name),
+                shape: weight.shape.clone(),
+                fan_in: 0,
+                fan_out: 0,
+                is_bias: false,
+            })
+        });
         let flattened_image = match (kind, node.inputs.first()) {
             (Kind::Dense, Some(&v)) => flatten_origin(model, v, &node.name)?,
             _ => None,
@@ -105,6 +129,7 @@ pub fn param_layers(model: &Model) -> Result<Vec<ParamLayer>, CliError> {
             kind,
             weight,
             bias,
+            stats,
             flattened_image,
         });
     }

@@ -25,6 +25,8 @@ use crate::report::CliError;
 enum Role {
     Weight,
     Bias,
+    RunningMean,
+    RunningVar,
 }
 
 /// The tensors of one module of the file.
@@ -33,6 +35,10 @@ pub struct Module {
     pub name: String,
     pub weight: Option<NamedArray>,
     pub bias: Option<NamedArray>,
+    /// A batchnorm's running statistics (PyTorch `running_mean` / `running_var`, Keras
+    /// `moving_mean` / `moving_variance`).
+    pub running_mean: Option<NamedArray>,
+    pub running_var: Option<NamedArray>,
 }
 
 /// How a layer was matched to its module.
@@ -56,13 +62,17 @@ impl MatchedBy {
     }
 }
 
-/// A (module, tensor role) of a file tensor name, or `None` for a name that is no weight or bias.
+/// A (module, tensor role) of a file tensor name, or `None` for a name that is no weight, bias or
+/// running statistic. Keras 3's `vars/0..3` are a layer's kernel (batchnorm: gamma), bias (beta),
+/// and a batchnorm's moving mean and variance.
 fn split_name(name: &str) -> Option<(String, Role)> {
     let name = name.strip_suffix(":0").unwrap_or(name);
     if let Some((module, index)) = name.rsplit_once("/vars/") {
         return match index {
             "0" => Some((module.to_string(), Role::Weight)),
             "1" => Some((module.to_string(), Role::Bias)),
+            "2" => Some((module.to_string(), Role::RunningMean)),
+            "3" => Some((module.to_string(), Role::RunningVar)),
             _ => None,
         };
     }
@@ -71,8 +81,10 @@ fn split_name(name: &str) -> Option<(String, Role)> {
         None => ("", name),
     };
     let role = match leaf {
-        "weight" | "kernel" => Role::Weight,
-        "bias" => Role::Bias,
+        "weight" | "kernel" | "gamma" => Role::Weight,
+        "bias" | "beta" => Role::Bias,
+        "running_mean" | "moving_mean" => Role::RunningMean,
+        "running_var" | "moving_variance" => Role::RunningVar,
         _ => return None,
     };
     Some((module.to_string(), role))
@@ -124,6 +136,8 @@ pub fn modules(tensors: Vec<NamedArray>, file: &str) -> Result<Vec<Module>, CliE
                     name: module,
                     weight: None,
                     bias: None,
+                    running_mean: None,
+                    running_var: None,
                 });
                 out.len() - 1
             }
@@ -131,25 +145,32 @@ pub fn modules(tensors: Vec<NamedArray>, file: &str) -> Result<Vec<Module>, CliE
         let slot = match role {
             Role::Weight => &mut out[i].weight,
             Role::Bias => &mut out[i].bias,
+            Role::RunningMean => &mut out[i].running_mean,
+            Role::RunningVar => &mut out[i].running_var,
         };
         if let Some(first) = slot.replace(t) {
             return Err(CliError::Usage(format!(
-                "{file}: module `{}` has two {} tensors (`{}` and another); dmc takes one weight and one bias per layer",
+                "{file}: module `{}` has two {} tensors (`{}` and another); dmc takes one of each per layer",
                 out[i].name,
-                if role == Role::Weight { "weight" } else { "bias" },
+                match role {
+                    Role::Weight => "weight",
+                    Role::Bias => "bias",
+                    Role::RunningMean => "running mean",
+                    Role::RunningVar => "running variance",
+                },
                 first.0
             )));
         }
     }
     if !unknown.is_empty() {
         return Err(CliError::Usage(format!(
-            "{file}: tensor(s) {} are neither a weight (`.weight`, `kernel`) nor a bias: dmc's layers hold only those (conv2d, dense; no batch norm statistics or embeddings); remove them from the file (e.g. drop the keys from the state_dict before saving) if the model is otherwise the program's",
+            "{file}: tensor(s) {} are neither a weight (`.weight`, `kernel`, `gamma`), a bias (`bias`, `beta`) nor a batchnorm statistic (`running_mean`, `running_var`, `moving_mean`, `moving_variance`): dmc's layers hold only those (conv2d, conv_transpose2d, dense, batchnorm, layernorm; no embeddings); remove them from the file (e.g. drop the keys from the state_dict before saving) if the model is otherwise the program's",
             quoted(&unknown)
         )));
     }
     if let Some(m) = out.iter().find(|m| m.weight.is_none()) {
         return Err(CliError::Usage(format!(
-            "{file}: module `{}` has a bias but no weight; dmc's layers with a bias have a weight too",
+            "{file}: module `{}` has a bias or running statistics but no weight; dmc's layers with those have a weight too",
             m.name
         )));
     }
@@ -182,7 +203,12 @@ fn fits(m: &Module, layer: &ParamLayer, fw: Framework) -> bool {
         (None, None) => true,
         _ => false,
     };
-    w_ok && b_ok
+    let stats_ok = match (&layer.stats, &m.running_mean, &m.running_var) {
+        (Some([mean, var]), Some(mm), Some(mv)) => mm.1 == mean.shape && mv.1 == var.shape,
+        (None, None, None) => true,
+        _ => false,
+    };
+    w_ok && b_ok && stats_ok
 }
 
 /// Expected shapes in words: `weight [256,784], bias [256]`.
@@ -190,9 +216,21 @@ fn wanted(layer: &ParamLayer, fw: Framework) -> String {
     let w = layer
         .weight_conversion(fw)
         .foreign_shape(&layer.weight.shape);
+    let stats = match &layer.stats {
+        Some([m, v]) => format!(
+            ", running mean {}, running variance {}",
+            shape_str(&m.shape),
+            shape_str(&v.shape)
+        ),
+        None => String::new(),
+    };
     match &layer.bias {
-        Some(b) => format!("weight {}, bias {}", shape_str(&w), shape_str(&b.shape)),
-        None => format!("weight {}, no bias", shape_str(&w)),
+        Some(b) => format!(
+            "weight {}, bias {}{stats}",
+            shape_str(&w),
+            shape_str(&b.shape)
+        ),
+        None => format!("weight {}, no bias{stats}", shape_str(&w)),
     }
 }
 
@@ -202,9 +240,19 @@ fn has(m: &Module) -> String {
         .as_ref()
         .map(|w| shape_str(&w.1))
         .unwrap_or_default();
+    let stats = match (&m.running_mean, &m.running_var) {
+        (Some(a), Some(b)) => format!(
+            ", running mean {}, running variance {}",
+            shape_str(&a.1),
+            shape_str(&b.1)
+        ),
+        (Some(a), None) => format!(", running mean {} only", shape_str(&a.1)),
+        (None, Some(b)) => format!(", running variance {} only", shape_str(&b.1)),
+        (None, None) => String::new(),
+    };
     match &m.bias {
-        Some(b) => format!("`{}` (weight {w}, bias {})", m.name, shape_str(&b.1)),
-        None => format!("`{}` (weight {w}, no bias)", m.name),
+        Some(b) => format!("`{}` (weight {w}, bias {}{stats})", m.name, shape_str(&b.1)),
+        None => format!("`{}` (weight {w}, no bias{stats})", m.name),
     }
 }
 

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use dmc_runtime::io::{self, Conversion};
 
-use self::layers::{param_layers, Framework, ParamLayer};
+use self::layers::{param_layers, Framework, Kind, ParamLayer};
 use self::matching::{match_layers, modules, MatchedBy};
 use crate::commands::program::load_model;
 use crate::report::CliError;
@@ -156,6 +156,10 @@ fn import(a: ImportArgs) -> Result<(), CliError> {
     let mut out: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
     for (layer, &(mi, how)) in layers.iter().zip(&matched) {
         let m = &mods[mi];
+        let [mean, var] = match &layer.stats {
+            Some([mean, var]) => [Some(mean), Some(var)],
+            None => [None, None],
+        };
         let pairs = [
             (
                 m.weight.as_ref(),
@@ -163,6 +167,8 @@ fn import(a: ImportArgs) -> Result<(), CliError> {
                 layer.weight_conversion(a.from),
             ),
             (m.bias.as_ref(), layer.bias.as_ref(), Conversion::Same),
+            (m.running_mean.as_ref(), mean, Conversion::Same),
+            (m.running_var.as_ref(), var, Conversion::Same),
         ];
         for (tensor, param, conv) in pairs {
             let (Some((fname_t, fshape, data)), Some(param)) = (tensor, param) else {
@@ -207,11 +213,26 @@ fn import(a: ImportArgs) -> Result<(), CliError> {
             &rows,
         );
     }
+    let stats: std::collections::HashSet<&str> = layers
+        .iter()
+        .flat_map(|l| l.stats.iter().flatten())
+        .map(|p| p.name.as_str())
+        .collect();
+    let count = |running: bool| -> usize {
+        out.iter()
+            .filter(|t| stats.contains(t.0.as_str()) == running)
+            .map(|t| t.2.len())
+            .sum()
+    };
+    let running = match count(true) {
+        0 => String::new(),
+        n => format!(" + {n} running statistics"),
+    };
     println!(
-        "wrote {} tensors ({} layers, {} parameters) from {} to {}; use it with --init {}",
+        "wrote {} tensors ({} layers, {} parameters{running}) from {} to {}; use it with --init {}",
         out.len(),
         layers.len(),
-        out.iter().map(|t| t.2.len()).sum::<usize>(),
+        count(false),
         file.display(),
         a.output.display(),
         a.output.display()
@@ -219,13 +240,25 @@ fn import(a: ImportArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// The other framework's name of a parameter of `layer`.
-fn foreign_name(layer: &ParamLayer, bias: bool, fw: Framework) -> String {
-    match (fw, bias) {
-        (Framework::Torch, false) => format!("{}.weight", layer.name),
-        (Framework::Torch, true) => format!("{}.bias", layer.name),
-        (Framework::Keras, false) => format!("{}/kernel", layer.name),
-        (Framework::Keras, true) => format!("{}/bias", layer.name),
+/// The other framework's name of tensor `slot` of `layer` (0 weight, 1 bias, 2 running mean,
+/// 3 running variance).
+fn foreign_name(layer: &ParamLayer, slot: usize, fw: Framework) -> String {
+    let norm = matches!(layer.kind, Kind::BatchNorm | Kind::LayerNorm);
+    let leaf = match (fw, slot) {
+        (Framework::Torch, 0) => "weight",
+        (Framework::Torch, 1) => "bias",
+        (Framework::Torch, 2) => "running_mean",
+        (Framework::Torch, _) => "running_var",
+        (Framework::Keras, 0) if norm => "gamma",
+        (Framework::Keras, 0) => "kernel",
+        (Framework::Keras, 1) if norm => "beta",
+        (Framework::Keras, 1) => "bias",
+        (Framework::Keras, 2) => "moving_mean",
+        (Framework::Keras, _) => "moving_variance",
+    };
+    match fw {
+        Framework::Torch => format!("{}.{leaf}", layer.name),
+        Framework::Keras => format!("{}/{leaf}", layer.name),
     }
 }
 
@@ -234,16 +267,19 @@ fn export(a: ExportArgs) -> Result<(), CliError> {
     let model = load_model(&a.program)?;
     let layers = param_layers(&model)?;
     io::check_writable(&a.output)?;
+    // The parameters and the running statistics, as `dmc run --save` writes them.
+    let stats = layers.iter().flat_map(|l| l.stats.iter().flatten());
     let expected: Vec<(String, Vec<usize>)> = model
         .params()
+        .chain(stats)
         .map(|p| (p.name.clone(), p.shape.clone()))
         .collect();
     let weights: HashMap<String, Vec<f32>> = io::load_weights(&a.init, &expected)
         .map_err(|e| e.for_program(&a.program))?
         .into_iter()
         .collect();
-    // The names of --like's tensors, per layer (weight, bias).
-    let like_names: Option<Vec<(String, Option<String>)>> = match &a.like {
+    // The names of --like's tensors, per layer (weight, bias, running mean, running variance).
+    let like_names: Option<Vec<[Option<String>; 4]>> = match &a.like {
         None => None,
         Some(like) => {
             let lname = like.display().to_string();
@@ -254,8 +290,8 @@ fn export(a: ExportArgs) -> Result<(), CliError> {
                     .iter()
                     .map(|&(i, _)| {
                         let m = &mods[i];
-                        let w = m.weight.as_ref().map(|t| t.0.clone()).unwrap_or_default();
-                        (w, m.bias.as_ref().map(|t| t.0.clone()))
+                        [&m.weight, &m.bias, &m.running_mean, &m.running_var]
+                            .map(|t| t.as_ref().map(|t| t.0.clone()))
                     })
                     .collect(),
             )
@@ -263,12 +299,19 @@ fn export(a: ExportArgs) -> Result<(), CliError> {
     };
     let mut rows = Vec::new();
     let mut out: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
+    let mut counters: Vec<(String, i64)> = Vec::new();
     for (li, layer) in layers.iter().enumerate() {
+        let [mean, var] = match &layer.stats {
+            Some([mean, var]) => [Some(mean), Some(var)],
+            None => [None, None],
+        };
         let pairs = [
-            (Some(&layer.weight), false, layer.weight_conversion(a.to)),
-            (layer.bias.as_ref(), true, Conversion::Same),
+            (Some(&layer.weight), layer.weight_conversion(a.to)),
+            (layer.bias.as_ref(), Conversion::Same),
+            (mean, Conversion::Same),
+            (var, Conversion::Same),
         ];
-        for (param, is_bias, conv) in pairs {
+        for (slot, (param, conv)) in pairs.into_iter().enumerate() {
             let Some(param) = param else { continue };
             let Some(data) = weights.get(&param.name) else {
                 return Err(CliError::Message(format!(
@@ -280,10 +323,9 @@ fn export(a: ExportArgs) -> Result<(), CliError> {
             let (shape, values) = conv
                 .from_dmc(&param.shape, data)
                 .map_err(|e| CliError::Message(format!("`{}`: {e}", param.name)))?;
-            let name = match like_names.as_ref().map(|v| &v[li]) {
-                Some((w, _)) if !is_bias => w.clone(),
-                Some((_, Some(b))) => b.clone(),
-                _ => foreign_name(layer, is_bias, a.to),
+            let name = match like_names.as_ref().and_then(|v| v[li][slot].clone()) {
+                Some(n) => n,
+                None => foreign_name(layer, slot, a.to),
             };
             rows.push(Row {
                 from: param.name.clone(),
@@ -295,6 +337,17 @@ fn export(a: ExportArgs) -> Result<(), CliError> {
             });
             out.push((name, shape, values));
         }
+        // PyTorch's `BatchNorm` has a step counter its `load_state_dict(strict=True)` requires;
+        // dmc keeps none (it only matters for `momentum=None`), so it is written as 0.
+        if layer.kind == Kind::BatchNorm && a.to == Framework::Torch {
+            let base = match like_names.as_ref().and_then(|v| v[li][0].clone()) {
+                Some(w) => w.strip_suffix("weight").map(str::to_string),
+                None => Some(format!("{}.", layer.name)),
+            };
+            if let Some(base) = base {
+                counters.push((format!("{base}num_batches_tracked"), 0));
+            }
+        }
     }
     let tensors: Vec<(String, Vec<usize>, &[f32])> = out
         .iter()
@@ -303,13 +356,13 @@ fn export(a: ExportArgs) -> Result<(), CliError> {
     // PyTorch's safetensors helpers mark their files so; a plain dict for Keras.
     let meta = (a.to == Framework::Torch)
         .then(|| HashMap::from([("format".to_string(), "pt".to_string())]));
-    io::save_tensors(&a.output, &tensors, meta)?;
+    io::save_tensors_and_counters(&a.output, &tensors, &counters, meta)?;
     if !a.quiet {
         print_table(["dmc", a.to.name(), "conversion", "", ""], &rows);
     }
     println!(
         "wrote {} tensors ({} layers) from {} to {} in {} layout (docs/INTEROP.md: loading them)",
-        out.len(),
+        out.len() + counters.len(),
         layers.len(),
         a.init.display(),
         a.output.display(),
