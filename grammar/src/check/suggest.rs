@@ -59,8 +59,6 @@ const UNSUPPORTED: &[(&str, Concept)] = &[
     ("instancenorm2d", Concept::Layer),
     ("conv1d", Concept::Layer),
     ("conv3d", Concept::Layer),
-    ("conv2dtranspose", Concept::Layer),
-    ("convtranspose2d", Concept::Layer),
     ("separableconv2d", Concept::Layer),
     ("maxpool1d", Concept::Layer),
     ("maxpool3d", Concept::Layer),
