@@ -115,6 +115,7 @@ fn counts_current_and_peak() {
             momentum: 0.0,
             weight_decay: 0.0,
             nesterov: false,
+            clip_value: None,
         },
         schedule: Default::default(),
         lower_bound_bytes: 0,

@@ -13,6 +13,7 @@ mod data;
 mod front_end;
 mod fusion;
 mod fuzz;
+mod grad_clip;
 mod gradients;
 mod interop;
 mod lr_schedule;

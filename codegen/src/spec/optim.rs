@@ -18,12 +18,17 @@ pub(crate) fn rule_ctx(ctx: &mut Context, rule: &UpdateRule, target: &str, fused
     ctx.insert("target", target);
     ctx.insert("states", rule.state_names());
     ctx.insert("fused_update", &fused);
+    match rule.clip_value() {
+        Some(v) => ctx.insert("clip_value", &f32_lit(v)),
+        None => ctx.insert("clip_value", &false),
+    }
     match *rule {
         UpdateRule::Sgd {
             lr: _,
             momentum,
             weight_decay,
             nesterov,
+            ..
         } => {
             ctx.insert("rule", "sgd");
             ctx.insert("momentum", &(momentum != 0.0));
@@ -38,6 +43,7 @@ pub(crate) fn rule_ctx(ctx: &mut Context, rule: &UpdateRule, target: &str, fused
             eps,
             weight_decay,
             decoupled,
+            ..
         } => {
             ctx.insert("rule", "adam");
             ctx.insert("beta1", &f32_lit(beta1));
@@ -52,6 +58,7 @@ pub(crate) fn rule_ctx(ctx: &mut Context, rule: &UpdateRule, target: &str, fused
             eps,
             weight_decay,
             momentum,
+            ..
         } => {
             ctx.insert("rule", "rmsprop");
             ctx.insert("alpha", &f32_lit(alpha));
@@ -66,6 +73,7 @@ pub(crate) fn rule_ctx(ctx: &mut Context, rule: &UpdateRule, target: &str, fused
             beta1,
             beta2,
             weight_decay,
+            ..
         } => {
             ctx.insert("rule", "lion");
             ctx.insert("beta1", &f32_lit(beta1));
@@ -114,7 +122,7 @@ pub(crate) fn spec(s: &Site, op: &OptimOp) -> Result<Spec, CodegenError> {
 
 /// The zoo's optimizer ops: the bias gradient, every update rule flavour (SGD plain / momentum /
 /// nesterov, Adam / AdamW, RMSprop with and without momentum, Lion) and the bias gradient fused
-/// with SGD, Adam, RMSprop and Lion.
+/// with SGD, Adam, RMSprop and Lion; an update and a fused bias update that clip by value.
 pub(crate) fn zoo() -> Vec<super::cases::Case> {
     use super::cases::{adam, fused, lion, rmsprop, sgd};
     use dmc_plan::op::Op;
@@ -124,12 +132,14 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         momentum: 0.0,
         weight_decay: 0.0,
         nesterov: false,
+        clip_value: None,
     };
     let sgd_nesterov = UpdateRule::Sgd {
         lr: 0.01,
         momentum: 0.9,
         weight_decay: 1e-4,
         nesterov: true,
+        clip_value: None,
     };
     let adam_l2 = UpdateRule::Adam {
         lr: 1e-3,
@@ -138,6 +148,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         eps: 1e-8,
         weight_decay: 1e-4,
         decoupled: false,
+        clip_value: None,
     };
     vec![
         (o(OptimOp::BiasGrad), vec![vec![2, 3, 4, 5], vec![5]]),
@@ -173,6 +184,20 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         ),
         fused(
             o(OptimOp::BiasGradUpdate { rule: lion() }),
+            vec![vec![2, 3, 4, 5]],
+            vec![5],
+        ),
+        // `clip_value`: the gradient clamped first, in the update itself and in a fused one
+        (
+            o(OptimOp::Update {
+                rule: sgd_nesterov.with_clip_value(Some(0.25)),
+            }),
+            vec![vec![50], vec![50], vec![50]],
+        ),
+        fused(
+            o(OptimOp::BiasGradUpdate {
+                rule: adam(false).with_clip_value(Some(0.5)),
+            }),
             vec![vec![2, 3, 4, 5]],
             vec![5],
         ),

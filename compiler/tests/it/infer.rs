@@ -279,6 +279,7 @@ fn backward_and_update_ops() {
             momentum: 0.9,
             weight_decay: 0.0,
             nesterov: false,
+            clip_value: None,
         },
     });
     assert_eq!(
@@ -292,6 +293,7 @@ fn backward_and_update_ops() {
             momentum: 0.0,
             weight_decay: 0.0,
             nesterov: false,
+            clip_value: None,
         },
     });
     assert_eq!(
@@ -306,6 +308,7 @@ fn backward_and_update_ops() {
             eps: 1e-8,
             weight_decay: 0.0,
             decoupled: true,
+            clip_value: None,
         },
     });
     assert_eq!(

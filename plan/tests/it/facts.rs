@@ -99,6 +99,7 @@ fn rules() -> [UpdateRule; 4] {
         momentum,
         weight_decay: 0.0,
         nesterov: false,
+        clip_value: None,
     };
     let adam = |decoupled| UpdateRule::Adam {
         lr: 1e-3,
@@ -107,6 +108,7 @@ fn rules() -> [UpdateRule; 4] {
         eps: 1e-8,
         weight_decay: 0.01,
         decoupled,
+        clip_value: None,
     };
     [sgd(0.0), sgd(0.9), adam(false), adam(true)]
 }

@@ -47,6 +47,8 @@ impl Elem {
     /// that does not match the rule leaves everything as it is (the callers check it first).
     #[inline(always)]
     pub fn apply<const N: usize>(&self, w: &mut f32, g: f32, mut s: [&mut f32; N]) {
+        // `clip_value`: the gradient clamped before anything else (weight decay included)
+        let g = self.rule.clip(g);
         match (self.rule, &mut s[..]) {
             (
                 UpdateRule::Sgd {
@@ -63,6 +65,7 @@ impl Elem {
                     momentum,
                     weight_decay,
                     nesterov,
+                    ..
                 },
                 [v],
             ) => {
@@ -79,6 +82,7 @@ impl Elem {
                     eps,
                     weight_decay,
                     decoupled,
+                    ..
                 },
                 [m, v],
             ) => {
@@ -115,6 +119,7 @@ impl Elem {
                     eps,
                     weight_decay,
                     momentum,
+                    ..
                 },
                 [v, buf],
             ) => {
@@ -129,6 +134,7 @@ impl Elem {
                     beta1,
                     beta2,
                     weight_decay,
+                    ..
                 },
                 [m],
             ) => {

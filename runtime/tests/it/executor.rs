@@ -235,6 +235,7 @@ fn linear_plan() -> Plan {
             momentum: MOM,
             weight_decay: 0.0,
             nesterov: false,
+            clip_value: None,
         },
     });
     p.step(
@@ -249,6 +250,7 @@ fn linear_plan() -> Plan {
         momentum: MOM,
         weight_decay: 0.0,
         nesterov: false,
+        clip_value: None,
     };
     p.finish(loss, y, &[4, 2], opt)
 }
@@ -685,6 +687,7 @@ fn conv_plan() -> Plan {
             eps: 1e-8,
             weight_decay: 0.01,
             decoupled: true,
+            clip_value: None,
         },
     });
     for (i, (w, gw, shape)) in [
@@ -711,6 +714,7 @@ fn conv_plan() -> Plan {
         eps: 1e-8,
         weight_decay: 0.01,
         decoupled: true,
+        clip_value: None,
     };
     p.finish(loss, logits, &[2, 3], opt)
 }
@@ -798,6 +802,7 @@ fn dropout_plan(mode: Mode) -> Plan {
             momentum: 0.0,
             weight_decay: 0.0,
             nesterov: false,
+            clip_value: None,
         },
     );
     plan.mode = mode;
