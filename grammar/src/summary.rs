@@ -319,9 +319,18 @@ pub fn summary_text(model: &Model) -> String {
     out
 }
 
-/// What is done to the gradients before the optimizer uses them (`clip_value`), if anything.
+/// What is done to the gradients before the optimizer uses them (`accumulate`, `clip_value`), if
+/// anything.
 fn gradients_text(model: &Model) -> Option<String> {
     let mut parts = vec![];
+    let n = model.train.accumulate;
+    if n > 1 {
+        parts.push(format!(
+            "accumulated over {n} micro-batches of {} (effective batch {})",
+            model.train.batch,
+            model.train.batch * n
+        ));
+    }
     if let Some(v) = model.train.optimizer.clip_value() {
         parts.push(format!("each element clipped to [-{v}, {v}] (clip_value)"));
     }
@@ -356,5 +365,6 @@ pub fn summary_json(model: &Model) -> serde_json::Value {
         "optimizer": optimizer_text(&model.train.optimizer),
         "lr_schedule": model.train.schedule.describe(),
         "clip_value": model.train.optimizer.clip_value(),
+        "accumulate": model.train.accumulate,
     })
 }

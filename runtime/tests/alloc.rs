@@ -120,6 +120,7 @@ fn counts_current_and_peak() {
         schedule: Default::default(),
         lower_bound_bytes: 0,
         placement_strategy: "trivial".into(),
+        accumulate: 1,
     };
     let arena = plan.arena_bytes as usize;
     let before = alloc::current();

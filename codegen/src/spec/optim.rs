@@ -91,9 +91,17 @@ pub(crate) fn bias_ctx(ctx: &mut Context, rule: &UpdateRule) {
 }
 
 /// `Update`: w, g, state.. -> w', state'.., one thread per weight.
-pub(crate) fn update(s: &Site, rule: &UpdateRule) -> Result<Spec, CodegenError> {
+pub(crate) fn update(s: &Site, rule: &UpdateRule, zero_grad: bool) -> Result<Spec, CodegenError> {
     let mut sp = per_element(s, "optim.cu.tera", numel(s.shape(0)?))?;
     rule_ctx(&mut sp.ctx, rule, "w", false);
+    sp.ctx.insert("zero_grad", &zero_grad);
+    Ok(sp)
+}
+
+/// `GradAccum`: acc += scale * g, one thread per element.
+pub(crate) fn grad_accum(s: &Site, scale: f32) -> Result<Spec, CodegenError> {
+    let mut sp = per_element(s, "optim.cu.tera", numel(s.shape(0)?))?;
+    sp.ctx.insert("accum_scale", &f32_lit(scale));
     Ok(sp)
 }
 
@@ -114,7 +122,8 @@ pub(crate) fn bias_grad(s: &Site, rule: Option<&UpdateRule>) -> Result<Spec, Cod
 /// The kernel of one op of the optimizer family.
 pub(crate) fn spec(s: &Site, op: &OptimOp) -> Result<Spec, CodegenError> {
     match op {
-        OptimOp::Update { rule } => update(s, rule),
+        OptimOp::Update { rule, zero_grad } => update(s, rule, *zero_grad),
+        OptimOp::GradAccum { scale } => grad_accum(s, *scale),
         OptimOp::BiasGrad => bias_grad(s, None),
         OptimOp::BiasGradUpdate { rule } => bias_grad(s, Some(rule)),
     }
@@ -122,7 +131,8 @@ pub(crate) fn spec(s: &Site, op: &OptimOp) -> Result<Spec, CodegenError> {
 
 /// The zoo's optimizer ops: the bias gradient, every update rule flavour (SGD plain / momentum /
 /// nesterov, Adam / AdamW, RMSprop with and without momentum, Lion) and the bias gradient fused
-/// with SGD, Adam, RMSprop and Lion; an update and a fused bias update that clip by value.
+/// with SGD, Adam, RMSprop and Lion; gradient accumulation and an update that zeroes the
+/// accumulated gradient; an update and a fused bias update that clip by value.
 pub(crate) fn zoo() -> Vec<super::cases::Case> {
     use super::cases::{adam, fused, lion, rmsprop, sgd};
     use dmc_plan::op::Op;
@@ -153,15 +163,33 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
     vec![
         (o(OptimOp::BiasGrad), vec![vec![2, 3, 4, 5], vec![5]]),
         (
-            o(OptimOp::Update { rule: sgd_plain }),
+            o(OptimOp::Update {
+                rule: sgd_plain,
+                zero_grad: false,
+            }),
             vec![vec![50], vec![50]],
         ),
         (
-            o(OptimOp::Update { rule: sgd_nesterov }),
+            o(OptimOp::Update {
+                rule: sgd_nesterov,
+                zero_grad: false,
+            }),
             vec![vec![50], vec![50], vec![50]],
         ),
-        (o(OptimOp::Update { rule: adam(true) }), vec![vec![50]; 4]),
-        (o(OptimOp::Update { rule: adam_l2 }), vec![vec![50]; 4]),
+        (
+            o(OptimOp::Update {
+                rule: adam(true),
+                zero_grad: false,
+            }),
+            vec![vec![50]; 4],
+        ),
+        (
+            o(OptimOp::Update {
+                rule: adam_l2,
+                zero_grad: false,
+            }),
+            vec![vec![50]; 4],
+        ),
         fused(
             o(OptimOp::BiasGradUpdate {
                 rule: sgd(0.9, false),
@@ -174,9 +202,27 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
             vec![vec![2, 3, 4, 5]],
             vec![5],
         ),
-        (o(OptimOp::Update { rule: rmsprop(0.0) }), vec![vec![50]; 3]),
-        (o(OptimOp::Update { rule: rmsprop(0.9) }), vec![vec![50]; 4]),
-        (o(OptimOp::Update { rule: lion() }), vec![vec![50]; 3]),
+        (
+            o(OptimOp::Update {
+                rule: rmsprop(0.0),
+                zero_grad: false,
+            }),
+            vec![vec![50]; 3],
+        ),
+        (
+            o(OptimOp::Update {
+                rule: rmsprop(0.9),
+                zero_grad: false,
+            }),
+            vec![vec![50]; 4],
+        ),
+        (
+            o(OptimOp::Update {
+                rule: lion(),
+                zero_grad: false,
+            }),
+            vec![vec![50]; 3],
+        ),
         fused(
             o(OptimOp::BiasGradUpdate { rule: rmsprop(0.9) }),
             vec![vec![2, 3, 4, 5]],
@@ -187,10 +233,23 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
             vec![vec![2, 3, 4, 5]],
             vec![5],
         ),
+        // gradient accumulation: the sum of micro-batch gradients, and the update that consumes it
+        (
+            o(OptimOp::GradAccum { scale: 0.25 }),
+            vec![vec![50], vec![50]],
+        ),
+        (
+            o(OptimOp::Update {
+                rule: adam(false),
+                zero_grad: true,
+            }),
+            vec![vec![50]; 4],
+        ),
         // `clip_value`: the gradient clamped first, in the update itself and in a fused one
         (
             o(OptimOp::Update {
                 rule: sgd_nesterov.with_clip_value(Some(0.25)),
+                zero_grad: false,
             }),
             vec![vec![50], vec![50], vec![50]],
         ),

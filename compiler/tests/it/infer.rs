@@ -281,6 +281,7 @@ fn backward_and_update_ops() {
             nesterov: false,
             clip_value: None,
         },
+        zero_grad: false,
     });
     assert_eq!(
         shapes(&sgd, &[w.clone(), w.clone(), w.clone()], None),
@@ -295,6 +296,7 @@ fn backward_and_update_ops() {
             nesterov: false,
             clip_value: None,
         },
+        zero_grad: false,
     });
     assert_eq!(
         shapes(&plain, &[w.clone(), w.clone()], None),
@@ -310,6 +312,7 @@ fn backward_and_update_ops() {
             decoupled: true,
             clip_value: None,
         },
+        zero_grad: false,
     });
     assert_eq!(
         shapes(&adam, &[w.clone(), w.clone(), w.clone(), w.clone()], None),

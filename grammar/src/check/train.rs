@@ -38,6 +38,7 @@ impl Checker<'_> {
             "shuffle",
             "schedule",
             "clip_value",
+            "accumulate",
         ];
         let mut seen: HashMap<&str, &Field> = HashMap::new();
         for f in &t.fields {
@@ -101,6 +102,16 @@ impl Checker<'_> {
             return Err(err(Kind::Training, s, "batch size is too large").label("too large"));
         }
         let epochs = int_field("epochs", 1)?.map(|e| e as usize);
+        let accumulate = int_field("accumulate", 1)?.unwrap_or(1);
+        if accumulate > MAX_DIM || (batch as u128) * (accumulate as u128) > MAX_DIM as u128 {
+            let s = seen.get("accumulate").map_or(t.span, |f| f.value.span);
+            return Err(err(
+                Kind::Training,
+                s,
+                format!("`accumulate` is too large: {batch} x {accumulate} samples per step"),
+            )
+            .label("too large"));
+        }
         let seed = int_field("seed", 0)?.map(|s| s as u64);
         let shuffle = match seen.get("shuffle") {
             None => None,
@@ -140,6 +151,7 @@ impl Checker<'_> {
             seed,
             shuffle,
             schedule,
+            accumulate: accumulate as usize,
         })
     }
 

@@ -384,6 +384,20 @@ fn train_clip_value_setting() {
 }
 
 #[test]
+fn train_accumulate_setting() {
+    let body = "input x: [4]\ntarget y: [1]\nout = x |> dense(1)\nloss mse(out, y)\n";
+    let m = |s: &str| ok(&format!("{body}train {{ batch: 4, optimizer: sgd{s} }}"));
+    assert_eq!(m("").train.accumulate, 1);
+    let a = m(", accumulate: 4");
+    assert_eq!(a.train.accumulate, 4);
+    assert!(summary_text(&a).contains("accumulated over 4 micro-batches of 4 (effective batch 16)"));
+    assert_eq!(summary_json(&a)["accumulate"], 4);
+    let src = format!("{body}train {{ batch: 1000000, optimizer: sgd, accumulate: 1000000000 }}");
+    let d = compile_source(&src, "test.dm").expect_err("too large");
+    assert!(render_plain(&d).contains("`accumulate` is too large"));
+}
+
+#[test]
 fn train_schedule_setting() {
     let body = "input x: [4]\ntarget y: [1]\nout = x |> dense(1)\nloss mse(out, y)\n";
     let sched = |s: &str| {

@@ -168,6 +168,7 @@ impl Pb {
             schedule: Default::default(),
             lower_bound_bytes: 0,
             placement_strategy: "trivial".into(),
+            accumulate: 1,
         }
     }
 }
@@ -237,6 +238,7 @@ fn linear_plan() -> Plan {
             nesterov: false,
             clip_value: None,
         },
+        zero_grad: false,
     });
     p.step(
         sgd.clone(),
@@ -689,6 +691,7 @@ fn conv_plan() -> Plan {
             decoupled: true,
             clip_value: None,
         },
+        zero_grad: false,
     });
     for (i, (w, gw, shape)) in [
         (cw, dcw, &[3usize, 3, 1, 4][..]),
