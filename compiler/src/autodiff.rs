@@ -63,7 +63,11 @@ pub fn vjp(
     let want = |i: usize| need.get(i).copied().unwrap_or(false);
     match &node.op {
         // d/dx of a leaf: nothing to propagate.
-        Op::Input { .. } | Op::Param { .. } | Op::OptState { .. } | Op::RunStat { .. } => {}
+        Op::Input { .. }
+        | Op::Param { .. }
+        | Op::OptState { .. }
+        | Op::RunStat { .. }
+        | Op::GradBuf { .. } => {}
         // d/dx batchnorm(x, gamma, beta) with the batch statistics (outputs 1, 2) saved: one
         // backward node gives dx, dgamma and dbeta (the statistics' own outputs get no gradient:
         // only the running statistics' update reads them).
@@ -387,6 +391,7 @@ pub fn vjp(
         | Op::Elementwise(ElementwiseOp::SliceLast { .. })
         | Op::Loss(_)
         | Op::Optim(OptimOp::Update { .. })
+        | Op::Optim(OptimOp::GradAccum { .. })
         | Op::Elementwise(ElementwiseOp::UnaryInPlace(_))
         | Op::Elementwise(ElementwiseOp::AddInPlace)
         | Op::Elementwise(ElementwiseOp::DropoutInPlace { .. })

@@ -299,7 +299,9 @@ fn check_steps(plan: &Plan) -> Result<(), PlanCheckError> {
                     // next step's value: nothing may read it after. A transient one overwritten
                     // in place (an elementwise op whose input died there) holds the op's output,
                     // which later steps read.
-                    if b.persistent {
+                    // An accumulated gradient is the exception: the micro-batch's `GradAccum`
+                    // writes it in place for the update to read (and zero) later in the step.
+                    if b.persistent && b.kind != BufferKind::GradAccum {
                         in_place_at[bid] = Some(s);
                     }
                     written[bid] = true;

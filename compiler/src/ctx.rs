@@ -14,6 +14,8 @@ pub struct Ctx {
     /// The learning-rate schedule the plan carries to the runtime.
     pub schedule: LrSchedule,
     pub batch: usize,
+    /// `accumulate: N`: the gradients are accumulated over N micro-batches (1: not).
+    pub accumulate: usize,
     /// Run the IR verifier around the passes (every pass in debug and test builds; see
     /// [`crate::passes`]).
     pub verify: bool,

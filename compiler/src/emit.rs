@@ -54,6 +54,7 @@ fn kind_of(g: &Graph, root: Value) -> BufferKind {
         (Op::Param { .. }, _) => BufferKind::Parameter,
         (Op::OptState { .. }, _) => BufferKind::OptimizerState,
         (Op::RunStat { .. }, _) => BufferKind::RunningStat,
+        (Op::GradBuf { .. }, _) => BufferKind::GradAccum,
         (Op::Input { .. }, _) => BufferKind::Input,
         (_, Phase::Forward | Phase::Loss) => BufferKind::Activation,
         (_, Phase::Backward | Phase::Update) => BufferKind::Gradient,
@@ -87,7 +88,10 @@ pub fn emit(
             kind,
             persistent: matches!(
                 kind,
-                BufferKind::Parameter | BufferKind::OptimizerState | BufferKind::RunningStat
+                BufferKind::Parameter
+                    | BufferKind::OptimizerState
+                    | BufferKind::RunningStat
+                    | BufferKind::GradAccum
             ),
             first_write: None,
             last_read: None,
@@ -101,6 +105,7 @@ pub fn emit(
         .iter()
         .map(|(p, _)| *p)
         .chain(g.opt_state.iter().map(|(s, _, _)| *s))
+        .chain(g.grad_bufs.iter().copied())
         .chain(g.inputs.iter().copied())
         .chain(g.targets.iter().copied())
         .filter(|n| g.g.contains_node(*n))
@@ -381,5 +386,10 @@ pub fn emit(
         schedule: ctx.schedule,
         lower_bound_bytes: placement.lower_bound,
         placement_strategy: placement.strategy.to_string(),
+        accumulate: if mode == Mode::Train {
+            ctx.accumulate
+        } else {
+            1
+        },
     })
 }

@@ -263,11 +263,16 @@ pub fn default_chunk_bytes(persistent: u64) -> u64 {
     (persistent / 256).max(256 << 10)
 }
 
-/// Bytes of the parameters and optimizer state of `g`.
+/// Bytes of the parameters, optimizer state and accumulated gradients of `g`.
 fn persistent_bytes(g: &Graph) -> u64 {
     g.nodes()
         .into_iter()
-        .filter(|n| matches!(g.node(*n).op, Op::Param { .. } | Op::OptState { .. }))
+        .filter(|n| {
+            matches!(
+                g.node(*n).op,
+                Op::Param { .. } | Op::OptState { .. } | Op::GradBuf { .. }
+            )
+        })
         .map(|n| g.ty((n, 0)).bytes())
         .sum()
 }

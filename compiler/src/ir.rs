@@ -78,6 +78,8 @@ pub struct Graph {
     pub params: Vec<(NodeIndex, ParamMeta)>,
     /// Optimizer state leaves: (leaf, its full name e.g. `dense_1.weight.momentum`, the param leaf).
     pub opt_state: Vec<(NodeIndex, String, NodeIndex)>,
+    /// Accumulated-gradient leaves (`accumulate: N`), one per parameter with a gradient.
+    pub grad_bufs: Vec<NodeIndex>,
     /// The scalar loss (absent in predict mode).
     pub loss: Option<Value>,
     /// The network's output (the loss' prediction).
@@ -101,6 +103,7 @@ impl Graph {
             targets: vec![],
             params: vec![],
             opt_state: vec![],
+            grad_bufs: vec![],
             loss: None,
             output: (NodeIndex::new(0), 0),
             grads: BTreeMap::new(),

@@ -1,7 +1,9 @@
 //! The optimizer pass: per parameter with a gradient, its optimizer-state leaves
 //! (`<param>.momentum`, `<param>.adam_m` / `<param>.adam_v`, RMSprop's `<param>.square_avg` (and
 //! `<param>.momentum_buffer`), Lion's `<param>.exp_avg`) and one `Update`
-//! node consuming `(param, grad, state...)`, whose outputs alias the param/state buffers.
+//! node consuming `(param, grad, state...)`, whose outputs alias the param/state buffers. With
+//! `accumulate: N`, each gradient is first added (times 1/N) into the parameter's persistent
+//! gradient buffer (`GradBuf` leaf, `GradAccum` node), which the update reads and zeroes.
 
 use petgraph::stable_graph::NodeIndex;
 
@@ -25,7 +27,13 @@ pub fn update_op(opt: &Optimizer) -> (Op, &'static [&'static str]) {
         Optimizer::RmsProp { .. } => &["square_avg"],
         Optimizer::Lion { .. } => &["exp_avg"],
     };
-    (Op::Optim(OptimOp::Update { rule: *opt }), states)
+    (
+        Op::Optim(OptimOp::Update {
+            rule: *opt,
+            zero_grad: false,
+        }),
+        states,
+    )
 }
 
 /// Pass: adds the optimizer state and update nodes (train mode only).
@@ -33,7 +41,11 @@ pub fn optimizer_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> 
     if ctx.mode != Mode::Train {
         return Ok(false);
     }
-    let (op, suffixes) = update_op(&ctx.optimizer);
+    let (mut op, suffixes) = update_op(&ctx.optimizer);
+    let accumulate = ctx.accumulate > 1;
+    if let Op::Optim(OptimOp::Update { zero_grad, .. }) = &mut op {
+        *zero_grad = accumulate;
+    }
     let grads: Vec<(NodeIndex, Value)> = g.grads.iter().map(|(p, d)| (*p, *d)).collect();
     // Per parameter: its state leaves and the update (reading the parameter, the gradient, the
     // state).
@@ -45,6 +57,29 @@ pub fn optimizer_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> 
     for (p, d) in grads {
         let pname = g.node(p).name.clone();
         let pty = g.ty((p, 0)).clone();
+        // With accumulation, the micro-batch's gradient is added (scaled by 1/N) into the
+        // parameter's persistent gradient buffer, which the update reads and zeroes.
+        let d = if accumulate {
+            let name = [pname.as_str(), ".grad_accum"].concat();
+            let leaf = g.add_leaf(
+                Op::GradBuf { name: name.clone() },
+                TensorType::f32(pty.shape.clone()),
+                name,
+                Phase::Backward,
+            );
+            g.grad_bufs.push(leaf);
+            let scale = (1.0f64 / ctx.accumulate as f64) as f32;
+            let acc = g.add_node(
+                Op::Optim(OptimOp::GradAccum { scale }),
+                &[(leaf, 0), d],
+                [pname.as_str(), " grad accumulate"].concat(),
+                Phase::Backward,
+                None,
+            )?;
+            (acc, 0)
+        } else {
+            d
+        };
         let mut ins = vec![(p, 0), d];
         for s in suffixes {
             let name = [pname.as_str(), ".", s].concat();

@@ -68,6 +68,7 @@ pub fn context(model: &Model, opts: &CompileOptions) -> Ctx {
         optimizer,
         schedule: model.train.schedule,
         batch: opts.batch.unwrap_or(model.train.batch),
+        accumulate: model.train.accumulate.max(1),
         verify: opts.verify,
         fuse: opts.fuse,
         inplace: opts.inplace,

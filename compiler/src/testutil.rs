@@ -30,6 +30,7 @@ pub fn optimizer_dm(opt: &Optimizer) -> String {
             momentum,
             weight_decay,
             nesterov,
+            ..
         } => format!(
             "sgd(lr: {lr:?}, momentum: {momentum:?}, weight_decay: {weight_decay:?}, \
              nesterov: {nesterov})"
@@ -41,6 +42,7 @@ pub fn optimizer_dm(opt: &Optimizer) -> String {
             eps,
             weight_decay,
             decoupled,
+            ..
         } => format!(
             "{}(lr: {lr:?}, beta1: {beta1:?}, beta2: {beta2:?}, eps: {eps:?}, \
              weight_decay: {weight_decay:?})",
@@ -52,6 +54,7 @@ pub fn optimizer_dm(opt: &Optimizer) -> String {
             eps,
             weight_decay,
             momentum,
+            ..
         } => format!(
             "rmsprop(lr: {lr:?}, alpha: {alpha:?}, eps: {eps:?}, weight_decay: {weight_decay:?}, \
              momentum: {momentum:?})"
@@ -61,6 +64,7 @@ pub fn optimizer_dm(opt: &Optimizer) -> String {
             beta1,
             beta2,
             weight_decay,
+            ..
         } => format!(
             "lion(lr: {lr:?}, beta1: {beta1:?}, beta2: {beta2:?}, weight_decay: {weight_decay:?})"
         ),
@@ -88,6 +92,7 @@ pub fn sgd(lr: f32) -> Optimizer {
         momentum: 0.0,
         weight_decay: 0.0,
         nesterov: false,
+        clip_value: None,
     }
 }
 pub fn sgd_momentum(lr: f32, momentum: f32) -> Optimizer {
@@ -96,6 +101,7 @@ pub fn sgd_momentum(lr: f32, momentum: f32) -> Optimizer {
         momentum,
         weight_decay: 0.0,
         nesterov: false,
+        clip_value: None,
     }
 }
 pub fn adam(lr: f32) -> Optimizer {
@@ -106,6 +112,7 @@ pub fn adam(lr: f32) -> Optimizer {
         eps: 1e-7,
         weight_decay: 0.0,
         decoupled: false,
+        clip_value: None,
     }
 }
 
@@ -385,6 +392,7 @@ pub fn random_net(
             momentum: 0.9,
             weight_decay: 1e-3,
             nesterov: true,
+            clip_value: None,
         },
         3 => adam(1e-3),
         _ => Optimizer::Adam {
@@ -394,6 +402,7 @@ pub fn random_net(
             eps: 1e-7,
             weight_decay: 1e-2,
             decoupled: true,
+            clip_value: None,
         },
     };
     let mut net = RandNet {

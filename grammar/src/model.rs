@@ -303,6 +303,15 @@ pub struct TrainConfig {
     /// `schedule: cosine(warmup: 100)`: the learning rate of each step (constant when unset).
     #[serde(default)]
     pub schedule: LrSchedule,
+    /// `accumulate: N`: one optimizer step per N micro-batches of `batch` samples, with the mean
+    /// of their gradients (1: no accumulation). `clip_value` is in the optimizer
+    /// ([`Optimizer::clip_value`]).
+    #[serde(default = "one")]
+    pub accumulate: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 /// A checked program.

@@ -115,6 +115,7 @@ fn optimizer_text(o: &Optimizer) -> String {
             momentum,
             weight_decay,
             nesterov,
+            ..
         } => {
             format!("sgd(lr: {lr}, momentum: {momentum}, weight_decay: {weight_decay}, nesterov: {nesterov})")
         }
@@ -125,6 +126,7 @@ fn optimizer_text(o: &Optimizer) -> String {
             eps,
             weight_decay,
             decoupled,
+            ..
         } => format!(
             "{}(lr: {lr}, betas: ({beta1}, {beta2}), eps: {eps:e}, weight_decay: {weight_decay})",
             if decoupled { "adamw" } else { "adam" }
@@ -135,6 +137,7 @@ fn optimizer_text(o: &Optimizer) -> String {
             eps,
             weight_decay,
             momentum,
+            ..
         } => format!(
             "rmsprop(lr: {lr}, alpha: {alpha}, eps: {eps:e}, weight_decay: {weight_decay}, momentum: {momentum})"
         ),
@@ -143,6 +146,7 @@ fn optimizer_text(o: &Optimizer) -> String {
             beta1,
             beta2,
             weight_decay,
+            ..
         } => format!("lion(lr: {lr}, betas: ({beta1}, {beta2}), weight_decay: {weight_decay})"),
     }
 }
@@ -309,7 +313,28 @@ pub fn summary_text(model: &Model) -> String {
             model.train.schedule.describe()
         ));
     }
+    if let Some(g) = gradients_text(model) {
+        out.push_str(&format!("Gradients:          {g}\n"));
+    }
     out
+}
+
+/// What is done to the gradients before the optimizer uses them (`accumulate`, `clip_value`), if
+/// anything.
+fn gradients_text(model: &Model) -> Option<String> {
+    let mut parts = vec![];
+    let n = model.train.accumulate;
+    if n > 1 {
+        parts.push(format!(
+            "accumulated over {n} micro-batches of {} (effective batch {})",
+            model.train.batch,
+            model.train.batch * n
+        ));
+    }
+    if let Some(v) = model.train.optimizer.clip_value() {
+        parts.push(format!("each element clipped to [-{v}, {v}] (clip_value)"));
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
 }
 
 /// The summary as JSON (same content as [`summary_text`]).
@@ -339,5 +364,7 @@ pub fn summary_json(model: &Model) -> serde_json::Value {
         "loss": loss_text(model),
         "optimizer": optimizer_text(&model.train.optimizer),
         "lr_schedule": model.train.schedule.describe(),
+        "clip_value": model.train.optimizer.clip_value(),
+        "accumulate": model.train.accumulate,
     })
 }

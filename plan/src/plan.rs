@@ -23,6 +23,9 @@ pub enum BufferKind {
     Activation,
     /// Gradients in flight.
     Gradient,
+    /// Accumulated gradients (`train { accumulate: N }`): one per parameter, persistent across
+    /// the micro-batches of an optimizer step, zero-initialised and zeroed by each update.
+    GradAccum,
     /// Kernel scratch, live only during its kernel.
     Workspace,
 }
@@ -170,6 +173,12 @@ pub struct Plan {
     /// rate to the update kernels, none of which bakes one in.
     #[serde(default)]
     pub schedule: LrSchedule,
+    /// Gradient accumulation (`train { accumulate: N }`): one optimizer step per `accumulate`
+    /// runs of the plan on micro-batches of `batch` samples. Every run accumulates the gradients
+    /// into the `GradAccum` buffers; only the last run of an optimizer step runs the steps that
+    /// [`Plan::is_optimizer_update`] names (see `Backend::set_optimizer_step`). 1: no accumulation.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub accumulate: usize,
     /// The liveness lower bound: max over steps of the (aligned) bytes live at that step; no
     /// placement of these buffers can use a smaller arena.
     #[serde(default)]
@@ -192,9 +201,37 @@ pub struct Plan {
 /// Also `schedule` (the learning-rate schedule); kernels take the step's learning rate as an argument.
 /// Also batchnorm (`Norm` ops, `RunStat` leaves, `BufferKind::RunningStat`, `Init::Ones`; running
 /// statistics listed in `params` with the parameters).
-pub const FORMAT_VERSION: u32 = 6;
+/// 7: gradient clipping and accumulation: the rules' `clip_value`, the plan's `accumulate`, the
+/// `GradBuf` leaves with `BufferKind::GradAccum`, the `GradAccum` op and the updates' `zero_grad`
+/// (each absent when off, so plans without them read as in 6).
+pub const FORMAT_VERSION: u32 = 7;
+
+fn one() -> usize {
+    1
+}
+
+fn is_one(n: &usize) -> bool {
+    *n == 1
+}
 
 impl Plan {
+    /// Whether step `si` is an optimizer update (it consumes the gradient and changes the
+    /// weights): with gradient accumulation, the steps run only once per optimizer step, after
+    /// the last micro-batch. Batchnorm's running statistics are updated by every micro-batch
+    /// (as PyTorch's, by every forward).
+    pub fn is_optimizer_update(&self, si: usize) -> bool {
+        use crate::op::{ConvOp, DenseOp, OptimOp};
+        let Some(k) = self.steps.get(si).and_then(|s| self.kernels.get(s.kernel)) else {
+            return false;
+        };
+        matches!(
+            k.op,
+            Op::Optim(OptimOp::Update { .. } | OptimOp::BiasGradUpdate { .. })
+                | Op::Conv(ConvOp::Conv2dBwdWeightUpdate { .. })
+                | Op::Dense(DenseOp::DenseBwdWeightUpdate { .. })
+        )
+    }
+
     /// Whether the runtime reads buffer `id` after the last step: the output always, the loss
     /// except in predict plans (whose `loss` is a never-written placeholder).
     pub fn read_after_steps(&self, id: BufferId) -> bool {

@@ -17,6 +17,10 @@ pub enum UpdateRule {
         momentum: f32,
         weight_decay: f32,
         nesterov: bool,
+        /// `clip_value` of the training settings: every gradient element clamped to [-v, v]
+        /// before the rule uses it (before weight decay), as `clip_grad_value_` before `step()`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        clip_value: Option<f32>,
     },
     /// Adam with bias correction. `decoupled` = AdamW (weight decay applied to the weights directly,
     /// w -= lr*wd*w), otherwise L2 added to the gradient (as torch.optim.Adam).
@@ -27,6 +31,9 @@ pub enum UpdateRule {
         eps: f32,
         weight_decay: f32,
         decoupled: bool,
+        /// As for `Sgd`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        clip_value: Option<f32>,
     },
     /// RMSprop, PyTorch's `torch.optim.RMSprop` (not centered): g += wd*w; v = alpha v + (1-alpha)
     /// g^2; with momentum: buf = momentum buf + g / (sqrt(v) + eps), w -= lr buf; without:
@@ -37,6 +44,9 @@ pub enum UpdateRule {
         eps: f32,
         weight_decay: f32,
         momentum: f32,
+        /// As for `Sgd`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        clip_value: Option<f32>,
     },
     /// Lion (Chen et al. 2023; PyTorch `lion-pytorch` semantics): w *= 1 - lr wd; w -= lr
     /// sign(beta1 m + (1-beta1) g); m = beta2 m + (1-beta2) g (sign(0) = 0). One state tensor.
@@ -45,6 +55,9 @@ pub enum UpdateRule {
         beta1: f32,
         beta2: f32,
         weight_decay: f32,
+        /// As for `Sgd`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        clip_value: Option<f32>,
     },
 }
 
@@ -69,6 +82,37 @@ impl UpdateRule {
             | UpdateRule::Lion { lr: l, .. } => *l = lr,
         }
         r
+    }
+
+    /// The gradient clamp of the training settings' `clip_value` (`None`: no clipping).
+    pub fn clip_value(&self) -> Option<f32> {
+        match self {
+            UpdateRule::Sgd { clip_value, .. }
+            | UpdateRule::Adam { clip_value, .. }
+            | UpdateRule::RmsProp { clip_value, .. }
+            | UpdateRule::Lion { clip_value, .. } => *clip_value,
+        }
+    }
+
+    /// The rule with every gradient element clamped to [-v, v] first (`None`: no clipping).
+    pub fn with_clip_value(&self, v: Option<f32>) -> UpdateRule {
+        let mut r = *self;
+        match &mut r {
+            UpdateRule::Sgd { clip_value, .. }
+            | UpdateRule::Adam { clip_value, .. }
+            | UpdateRule::RmsProp { clip_value, .. }
+            | UpdateRule::Lion { clip_value, .. } => *clip_value = v,
+        }
+        r
+    }
+
+    /// `g` clamped to [-v, v] when the rule clips by value (NaN stays NaN, as `torch.clamp`).
+    #[inline(always)]
+    pub fn clip(&self, g: f32) -> f32 {
+        match self.clip_value() {
+            Some(v) => g.clamp(-v, v),
+            None => g,
+        }
     }
 
     /// Names of the optimizer-state slots the rule reads and overwrites (after the weight):
@@ -110,7 +154,8 @@ impl UpdateRule {
 
     /// FLOPs of the update of one element.
     pub fn flops_per_elem(&self) -> u64 {
-        match self {
+        let clip = if self.clip_value().is_some() { 2 } else { 0 };
+        clip + match self {
             UpdateRule::Sgd { .. } => 4,
             UpdateRule::Adam { .. } => 10,
             UpdateRule::RmsProp { .. } => 8,

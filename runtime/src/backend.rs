@@ -80,6 +80,12 @@ pub trait Backend {
     /// step's rate from the plan's schedule ([`Plan::schedule`]).
     fn set_learning_rate(&mut self, lr: f32);
 
+    /// Whether the following `run`s end their optimizer step (default on): with gradient
+    /// accumulation ([`Plan::accumulate`]) the training loop turns it off for every micro-batch
+    /// but the last of a step, and those runs skip the steps [`Plan::is_optimizer_update`] names
+    /// (they only accumulate the gradients).
+    fn set_optimizer_step(&mut self, on: bool);
+
     /// The network output after the last `run`.
     fn output(&self) -> Result<Cow<'_, [f32]>, RuntimeError>;
 }
@@ -133,6 +139,10 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
 
     fn set_learning_rate(&mut self, lr: f32) {
         (**self).set_learning_rate(lr);
+    }
+
+    fn set_optimizer_step(&mut self, on: bool) {
+        (**self).set_optimizer_step(on);
     }
 
     fn output(&self) -> Result<Cow<'_, [f32]>, RuntimeError> {

@@ -14,7 +14,7 @@ use crate::error::RuntimeError;
 pub fn random_args(k: &Kernel, rng: &mut ChaCha8Rng) -> Vec<Vec<u8>> {
     let sig = k.op.signature();
     let rule = match &k.op {
-        Op::Optim(OptimOp::Update { rule })
+        Op::Optim(OptimOp::Update { rule, .. })
         | Op::Conv(ConvOp::Conv2dBwdWeightUpdate { rule, .. })
         | Op::Dense(DenseOp::DenseBwdWeightUpdate { rule, .. })
         | Op::Optim(OptimOp::BiasGradUpdate { rule }) => Some(rule),

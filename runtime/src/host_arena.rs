@@ -99,6 +99,10 @@ macro_rules! impl_backend_over_host_arena {
                 $ty::set_learning_rate(self, lr);
             }
 
+            fn set_optimizer_step(&mut self, on: bool) {
+                $ty::set_optimizer_step(self, on);
+            }
+
             fn output(&self) -> Result<std::borrow::Cow<'_, [f32]>, crate::error::RuntimeError> {
                 Ok(std::borrow::Cow::Owned(
                     crate::host_arena::HostArena::output(self)?,
@@ -197,6 +201,9 @@ pub(crate) struct StepFlags {
     pub(crate) halt: bool,
     /// The learning rate the update kernels get (`Backend::set_learning_rate`).
     pub(crate) lr: f32,
+    /// Whether runs end their optimizer step (`Backend::set_optimizer_step`); off, they skip the
+    /// optimizer updates.
+    pub(crate) update: bool,
 }
 
 impl StepFlags {
@@ -206,6 +213,7 @@ impl StepFlags {
             poison: None,
             halt: false,
             lr: plan.optimizer.lr(),
+            update: true,
         }
     }
 
@@ -248,6 +256,9 @@ pub(crate) fn run_steps<B: StepLauncher>(
         lr: b.flags().lr,
     };
     for si in 0..b.plan().steps.len() {
+        if !b.flags().update && b.plan().is_optimizer_update(si) {
+            continue;
+        }
         b.launch_step(si, &scalars)?;
         if b.flags().halt && b.plan().steps[si].args.contains(&loss) {
             let l = b.loss()?;
@@ -289,6 +300,14 @@ pub trait HostArena {
             let zeros = vec![0u8; numel(&p.shape) * 4];
             let off = self.plan().buffers[p.buffer].offset;
             self.write_bytes(off, &zeros)?;
+        }
+        // the accumulated gradients (`accumulate: N`) start at zero
+        for i in 0..self.plan().buffers.len() {
+            let b = &self.plan().buffers[i];
+            if b.kind == dmc_plan::plan::BufferKind::GradAccum {
+                let (off, zeros) = (b.offset, vec![0u8; b.bytes as usize]);
+                self.write_bytes(off, &zeros)?;
+            }
         }
         Ok(())
     }

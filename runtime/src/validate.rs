@@ -51,6 +51,29 @@ pub(crate) fn validate(plan: &Plan) -> Result<(), RuntimeError> {
         }
     }
     check_memory(plan)?;
+    // Accumulating micro-batches skip the optimizer updates: an update that also computes its
+    // gradient (a fused weight-gradient + update) would lose the gradient of those runs.
+    if plan.accumulate == 0 {
+        return Err(bad("accumulate is 0 (1 means no accumulation)"));
+    }
+    if plan.accumulate > 1 {
+        for (si, s) in plan.steps.iter().enumerate() {
+            let op = plan.kernels.get(s.kernel).map(|k| &k.op);
+            let consumes_acc = matches!(
+                op,
+                Some(Op::Optim(dmc_plan::op::OptimOp::Update {
+                    zero_grad: true,
+                    ..
+                }))
+            );
+            if plan.is_optimizer_update(si) && !consumes_acc {
+                return Err(bad(format!(
+                    "step {si} `{}`: an update that does not read an accumulated gradient in a plan accumulating {} micro-batches",
+                    s.label, plan.accumulate
+                )));
+            }
+        }
+    }
     let buf = |id: BufferId, what: &str| {
         plan.buffers
             .get(id)

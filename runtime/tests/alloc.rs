@@ -115,10 +115,12 @@ fn counts_current_and_peak() {
             momentum: 0.0,
             weight_decay: 0.0,
             nesterov: false,
+            clip_value: None,
         },
         schedule: Default::default(),
         lower_bound_bytes: 0,
         placement_strategy: "trivial".into(),
+        accumulate: 1,
     };
     let arena = plan.arena_bytes as usize;
     let before = alloc::current();

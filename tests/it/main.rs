@@ -6,6 +6,7 @@ mod common;
 mod batchnorm;
 mod cli;
 mod cli_flags;
+mod clip_accumulate;
 mod codegen;
 mod cuda;
 mod cuda_emu;
@@ -13,6 +14,7 @@ mod data;
 mod front_end;
 mod fusion;
 mod fuzz;
+
 mod gradients;
 mod interop;
 mod interop_norm;

@@ -92,6 +92,7 @@ fn optimizers() -> Vec<Optimizer> {
             momentum: 0.9,
             weight_decay: 1e-3,
             nesterov: true,
+            clip_value: None,
         },
         adam(1e-2),
         Optimizer::Adam {
@@ -101,6 +102,7 @@ fn optimizers() -> Vec<Optimizer> {
             eps: 1e-7,
             weight_decay: 1e-2,
             decoupled: true,
+            clip_value: None,
         },
     ]
 }

@@ -13,6 +13,7 @@ pub(crate) fn sgd(momentum: f32, nesterov: bool) -> UpdateRule {
         momentum,
         weight_decay: 1e-4,
         nesterov,
+        clip_value: None,
     }
 }
 
@@ -25,6 +26,7 @@ pub(crate) fn adam(decoupled: bool) -> UpdateRule {
         eps: 1e-8,
         weight_decay: 0.01,
         decoupled,
+        clip_value: None,
     }
 }
 
@@ -36,6 +38,7 @@ pub(crate) fn rmsprop(momentum: f32) -> UpdateRule {
         eps: 1e-8,
         weight_decay: 1e-4,
         momentum,
+        clip_value: None,
     }
 }
 
@@ -46,6 +49,7 @@ pub(crate) fn lion() -> UpdateRule {
         beta1: 0.9,
         beta2: 0.99,
         weight_decay: 0.1,
+        clip_value: None,
     }
 }
 

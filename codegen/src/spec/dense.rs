@@ -151,6 +151,16 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
             vec![vec![5000, 3], vec![5000, 2]],
             vec![3, 2],
         ),
+        // `clip_value` in a fused weight update
+        fused(
+            d(DenseOp::DenseBwdWeightUpdate {
+                rule: sgd(0.9, false).with_clip_value(Some(0.5)),
+                chunk: 2,
+                bias: false,
+            }),
+            vec![vec![4, 6], vec![4, 3]],
+            vec![6, 3],
+        ),
         // fused epilogues and the fused bias gradient (`fuse_epilogues`)
         (
             d(DenseOp::Dense {

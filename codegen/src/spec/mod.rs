@@ -33,6 +33,7 @@ pub(crate) fn spec(
         | Op::Param { .. }
         | Op::OptState { .. }
         | Op::RunStat { .. }
+        | Op::GradBuf { .. }
         | Op::Reshape => return Ok(None),
         Op::Conv(op) => conv::spec(s, op)?,
         Op::Dense(op) => dense::spec(s, op)?,

@@ -18,12 +18,17 @@ pub(crate) fn rule_ctx(ctx: &mut Context, rule: &UpdateRule, target: &str, fused
     ctx.insert("target", target);
     ctx.insert("states", rule.state_names());
     ctx.insert("fused_update", &fused);
+    match rule.clip_value() {
+        Some(v) => ctx.insert("clip_value", &f32_lit(v)),
+        None => ctx.insert("clip_value", &false),
+    }
     match *rule {
         UpdateRule::Sgd {
             lr: _,
             momentum,
             weight_decay,
             nesterov,
+            ..
         } => {
             ctx.insert("rule", "sgd");
             ctx.insert("momentum", &(momentum != 0.0));
@@ -38,6 +43,7 @@ pub(crate) fn rule_ctx(ctx: &mut Context, rule: &UpdateRule, target: &str, fused
             eps,
             weight_decay,
             decoupled,
+            ..
         } => {
             ctx.insert("rule", "adam");
             ctx.insert("beta1", &f32_lit(beta1));
@@ -52,6 +58,7 @@ pub(crate) fn rule_ctx(ctx: &mut Context, rule: &UpdateRule, target: &str, fused
             eps,
             weight_decay,
             momentum,
+            ..
         } => {
             ctx.insert("rule", "rmsprop");
             ctx.insert("alpha", &f32_lit(alpha));
@@ -66,6 +73,7 @@ pub(crate) fn rule_ctx(ctx: &mut Context, rule: &UpdateRule, target: &str, fused
             beta1,
             beta2,
             weight_decay,
+            ..
         } => {
             ctx.insert("rule", "lion");
             ctx.insert("beta1", &f32_lit(beta1));
@@ -83,9 +91,17 @@ pub(crate) fn bias_ctx(ctx: &mut Context, rule: &UpdateRule) {
 }
 
 /// `Update`: w, g, state.. -> w', state'.., one thread per weight.
-pub(crate) fn update(s: &Site, rule: &UpdateRule) -> Result<Spec, CodegenError> {
+pub(crate) fn update(s: &Site, rule: &UpdateRule, zero_grad: bool) -> Result<Spec, CodegenError> {
     let mut sp = per_element(s, "optim.cu.tera", numel(s.shape(0)?))?;
     rule_ctx(&mut sp.ctx, rule, "w", false);
+    sp.ctx.insert("zero_grad", &zero_grad);
+    Ok(sp)
+}
+
+/// `GradAccum`: acc += scale * g, one thread per element.
+pub(crate) fn grad_accum(s: &Site, scale: f32) -> Result<Spec, CodegenError> {
+    let mut sp = per_element(s, "optim.cu.tera", numel(s.shape(0)?))?;
+    sp.ctx.insert("accum_scale", &f32_lit(scale));
     Ok(sp)
 }
 
@@ -106,7 +122,8 @@ pub(crate) fn bias_grad(s: &Site, rule: Option<&UpdateRule>) -> Result<Spec, Cod
 /// The kernel of one op of the optimizer family.
 pub(crate) fn spec(s: &Site, op: &OptimOp) -> Result<Spec, CodegenError> {
     match op {
-        OptimOp::Update { rule } => update(s, rule),
+        OptimOp::Update { rule, zero_grad } => update(s, rule, *zero_grad),
+        OptimOp::GradAccum { scale } => grad_accum(s, *scale),
         OptimOp::BiasGrad => bias_grad(s, None),
         OptimOp::BiasGradUpdate { rule } => bias_grad(s, Some(rule)),
     }
@@ -114,7 +131,8 @@ pub(crate) fn spec(s: &Site, op: &OptimOp) -> Result<Spec, CodegenError> {
 
 /// The zoo's optimizer ops: the bias gradient, every update rule flavour (SGD plain / momentum /
 /// nesterov, Adam / AdamW, RMSprop with and without momentum, Lion) and the bias gradient fused
-/// with SGD, Adam, RMSprop and Lion.
+/// with SGD, Adam, RMSprop and Lion; gradient accumulation and an update that zeroes the
+/// accumulated gradient; an update and a fused bias update that clip by value.
 pub(crate) fn zoo() -> Vec<super::cases::Case> {
     use super::cases::{adam, fused, lion, rmsprop, sgd};
     use dmc_plan::op::Op;
@@ -124,12 +142,14 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         momentum: 0.0,
         weight_decay: 0.0,
         nesterov: false,
+        clip_value: None,
     };
     let sgd_nesterov = UpdateRule::Sgd {
         lr: 0.01,
         momentum: 0.9,
         weight_decay: 1e-4,
         nesterov: true,
+        clip_value: None,
     };
     let adam_l2 = UpdateRule::Adam {
         lr: 1e-3,
@@ -138,19 +158,38 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         eps: 1e-8,
         weight_decay: 1e-4,
         decoupled: false,
+        clip_value: None,
     };
     vec![
         (o(OptimOp::BiasGrad), vec![vec![2, 3, 4, 5], vec![5]]),
         (
-            o(OptimOp::Update { rule: sgd_plain }),
+            o(OptimOp::Update {
+                rule: sgd_plain,
+                zero_grad: false,
+            }),
             vec![vec![50], vec![50]],
         ),
         (
-            o(OptimOp::Update { rule: sgd_nesterov }),
+            o(OptimOp::Update {
+                rule: sgd_nesterov,
+                zero_grad: false,
+            }),
             vec![vec![50], vec![50], vec![50]],
         ),
-        (o(OptimOp::Update { rule: adam(true) }), vec![vec![50]; 4]),
-        (o(OptimOp::Update { rule: adam_l2 }), vec![vec![50]; 4]),
+        (
+            o(OptimOp::Update {
+                rule: adam(true),
+                zero_grad: false,
+            }),
+            vec![vec![50]; 4],
+        ),
+        (
+            o(OptimOp::Update {
+                rule: adam_l2,
+                zero_grad: false,
+            }),
+            vec![vec![50]; 4],
+        ),
         fused(
             o(OptimOp::BiasGradUpdate {
                 rule: sgd(0.9, false),
@@ -163,9 +202,27 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
             vec![vec![2, 3, 4, 5]],
             vec![5],
         ),
-        (o(OptimOp::Update { rule: rmsprop(0.0) }), vec![vec![50]; 3]),
-        (o(OptimOp::Update { rule: rmsprop(0.9) }), vec![vec![50]; 4]),
-        (o(OptimOp::Update { rule: lion() }), vec![vec![50]; 3]),
+        (
+            o(OptimOp::Update {
+                rule: rmsprop(0.0),
+                zero_grad: false,
+            }),
+            vec![vec![50]; 3],
+        ),
+        (
+            o(OptimOp::Update {
+                rule: rmsprop(0.9),
+                zero_grad: false,
+            }),
+            vec![vec![50]; 4],
+        ),
+        (
+            o(OptimOp::Update {
+                rule: lion(),
+                zero_grad: false,
+            }),
+            vec![vec![50]; 3],
+        ),
         fused(
             o(OptimOp::BiasGradUpdate { rule: rmsprop(0.9) }),
             vec![vec![2, 3, 4, 5]],
@@ -173,6 +230,33 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         ),
         fused(
             o(OptimOp::BiasGradUpdate { rule: lion() }),
+            vec![vec![2, 3, 4, 5]],
+            vec![5],
+        ),
+        // gradient accumulation: the sum of micro-batch gradients, and the update that consumes it
+        (
+            o(OptimOp::GradAccum { scale: 0.25 }),
+            vec![vec![50], vec![50]],
+        ),
+        (
+            o(OptimOp::Update {
+                rule: adam(false),
+                zero_grad: true,
+            }),
+            vec![vec![50]; 4],
+        ),
+        // `clip_value`: the gradient clamped first, in the update itself and in a fused one
+        (
+            o(OptimOp::Update {
+                rule: sgd_nesterov.with_clip_value(Some(0.25)),
+                zero_grad: false,
+            }),
+            vec![vec![50], vec![50], vec![50]],
+        ),
+        fused(
+            o(OptimOp::BiasGradUpdate {
+                rule: adam(false).with_clip_value(Some(0.5)),
+            }),
             vec![vec![2, 3, 4, 5]],
             vec![5],
         ),

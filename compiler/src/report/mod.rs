@@ -39,15 +39,26 @@ pub struct ByCategory {
     /// Batchnorm's running statistics (absent from the JSON when zero, as in plans without them).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub running_stats: u64,
+    /// The accumulated gradients of `accumulate: N` (absent from the JSON when zero).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gradient_accumulators: u64,
 }
 
 fn is_zero(v: &u64) -> bool {
     *v == 0
 }
 
+fn one() -> usize {
+    1
+}
+
+fn is_one(n: &usize) -> bool {
+    *n == 1
+}
+
 /// The categories in report order, with their display names (the running statistics last: the
 /// renderers leave that category out where it is zero).
-pub const CATEGORIES: [(BufferKind, &str); 7] = [
+pub const CATEGORIES: [(BufferKind, &str); 8] = [
     (BufferKind::Parameter, "parameters"),
     (BufferKind::OptimizerState, "optimizer state"),
     (BufferKind::Input, "inputs"),
@@ -55,6 +66,7 @@ pub const CATEGORIES: [(BufferKind, &str); 7] = [
     (BufferKind::Gradient, "gradients"),
     (BufferKind::Workspace, "workspace"),
     (BufferKind::RunningStat, "running statistics"),
+    (BufferKind::GradAccum, "gradient buffers"),
 ];
 
 impl ByCategory {
@@ -67,6 +79,7 @@ impl ByCategory {
             BufferKind::Gradient => self.gradients,
             BufferKind::Workspace => self.workspace,
             BufferKind::RunningStat => self.running_stats,
+            BufferKind::GradAccum => self.gradient_accumulators,
         }
     }
     fn slot(&mut self, kind: BufferKind) -> &mut u64 {
@@ -78,6 +91,7 @@ impl ByCategory {
             BufferKind::Gradient => &mut self.gradients,
             BufferKind::Workspace => &mut self.workspace,
             BufferKind::RunningStat => &mut self.running_stats,
+            BufferKind::GradAccum => &mut self.gradient_accumulators,
         }
     }
     pub fn add(&mut self, kind: BufferKind, bytes: u64) {
@@ -176,6 +190,9 @@ pub struct Alias {
 pub struct MemoryReport {
     pub mode: Mode,
     pub batch: usize,
+    /// Micro-batches of `batch` per optimizer step (`accumulate: N`; absent from the JSON when 1).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub accumulate: usize,
     pub steps: usize,
     pub buffers: usize,
     pub arena_bytes: u64,
@@ -521,6 +538,7 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
     };
     // (the running statistics, persistent in any framework, count in the total)
     conventional.total = all_buffers.running_stats
+        + all_buffers.gradient_accumulators
         + conventional.parameters
         + conventional.optimizer_state
         + conventional.parameter_gradients
@@ -626,6 +644,7 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
     MemoryReport {
         mode: plan.mode,
         batch: plan.batch,
+        accumulate: plan.accumulate,
         steps: nsteps,
         buffers: plan.buffers.len(),
         arena_bytes: plan.arena_bytes,

@@ -12,7 +12,7 @@ use crate::sweep::Sweep;
 pub struct RenderError(pub String);
 
 /// The colour of each category, in [`CATEGORIES`] order.
-const COLORS: [(u8, u8, u8); 7] = [
+const COLORS: [(u8, u8, u8); 8] = [
     (31, 119, 180),  // parameters: blue
     (148, 103, 189), // optimizer state: purple
     (127, 127, 127), // inputs: grey
@@ -20,6 +20,7 @@ const COLORS: [(u8, u8, u8); 7] = [
     (255, 127, 14),  // gradients: orange
     (188, 189, 34),  // workspace: olive
     (23, 190, 207),  // running statistics: cyan
+    (214, 39, 40),   // gradient buffers: red
 ];
 
 /// A chart of live bytes over the step (x: kernel position in the step, y: MiB; KiB or bytes for small programs), stacked by category, with the
@@ -88,7 +89,7 @@ pub fn render_svg(r: &MemoryReport, cap: Option<u64>) -> Result<String, RenderEr
         // Stacked areas: each category's area reaches the cumulative sum up to it; drawn from the
         // top down so each lower one covers the ones above it. Values step at step boundaries.
         for (i, (kind, name)) in CATEGORIES.iter().enumerate().rev() {
-            if *kind == BufferKind::RunningStat
+            if matches!(kind, BufferKind::RunningStat | BufferKind::GradAccum)
                 && r.timeline.iter().all(|p| p.by_category.get(*kind) == 0)
             {
                 continue;

@@ -103,9 +103,18 @@ pub fn render_verdict(r: &MemoryReport, cap: Option<u64>) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{} step, batch {}: arena {} ({} B), {:.2}% above the lower bound of any arena",
+        "{} step, batch {}{}: arena {} ({} B), {:.2}% above the lower bound of any arena",
         mode_name(r.mode),
         r.batch,
+        if r.accumulate > 1 {
+            format!(
+                " x {} accumulated micro-batches (effective batch {})",
+                r.accumulate,
+                r.batch * r.accumulate
+            )
+        } else {
+            String::new()
+        },
         human(r.arena_bytes),
         thousands(r.arena_bytes),
         r.fragmentation * 100.0
@@ -250,7 +259,7 @@ pub fn render_text(r: &MemoryReport, cap: Option<u64>, verbose: bool) -> String 
     t.row(["category", "bytes", "", "share"]);
     for (k, name) in CATEGORIES {
         let b = p.by_category.get(k);
-        if k == BufferKind::RunningStat && b == 0 {
+        if matches!(k, BufferKind::RunningStat | BufferKind::GradAccum) && b == 0 {
             continue;
         }
         t.row([name.to_string(), thousands(b), human(b), pct(b, p.bytes)]);

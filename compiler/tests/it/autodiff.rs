@@ -202,7 +202,8 @@ loss mse(out, y)
         count(&g, |o| matches!(
             o,
             Op::Optim(OptimOp::Update {
-                rule: UpdateRule::Sgd { .. }
+                rule: UpdateRule::Sgd { .. },
+                ..
             })
         )),
         4

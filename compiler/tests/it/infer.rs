@@ -279,7 +279,9 @@ fn backward_and_update_ops() {
             momentum: 0.9,
             weight_decay: 0.0,
             nesterov: false,
+            clip_value: None,
         },
+        zero_grad: false,
     });
     assert_eq!(
         shapes(&sgd, &[w.clone(), w.clone(), w.clone()], None),
@@ -292,7 +294,9 @@ fn backward_and_update_ops() {
             momentum: 0.0,
             weight_decay: 0.0,
             nesterov: false,
+            clip_value: None,
         },
+        zero_grad: false,
     });
     assert_eq!(
         shapes(&plain, &[w.clone(), w.clone()], None),
@@ -306,7 +310,9 @@ fn backward_and_update_ops() {
             eps: 1e-8,
             weight_decay: 0.0,
             decoupled: true,
+            clip_value: None,
         },
+        zero_grad: false,
     });
     assert_eq!(
         shapes(&adam, &[w.clone(), w.clone(), w.clone(), w.clone()], None),

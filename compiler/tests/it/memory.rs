@@ -312,7 +312,8 @@ fn rewrites_on_the_residual_fixture() {
         count(&|o| matches!(
             o,
             Op::Optim(OptimOp::Update {
-                rule: UpdateRule::Sgd { .. }
+                rule: UpdateRule::Sgd { .. },
+                ..
             }) | Op::Conv(ConvOp::Conv2dBwdWeight { .. })
                 | Op::Dense(DenseOp::DenseBwdWeight)
                 | Op::Optim(OptimOp::BiasGrad)

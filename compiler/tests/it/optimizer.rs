@@ -110,6 +110,7 @@ fn lr_override_reaches_the_update_kernels() {
         .filter_map(|k| match &k.op {
             Op::Optim(OptimOp::Update {
                 rule: UpdateRule::Sgd { lr, .. },
+                ..
             }) => Some(*lr),
             Op::Conv(ConvOp::Conv2dBwdWeightUpdate { rule, .. })
             | Op::Dense(DenseOp::DenseBwdWeightUpdate { rule, .. })
@@ -132,5 +133,5 @@ fn lr_override_reaches_the_update_kernels() {
     assert!(unfused
         .kernels
         .iter()
-        .any(|k| matches!(k.op, Op::Optim(OptimOp::Update { rule: UpdateRule::Sgd { lr, .. } }) if lr == 0.5)));
+        .any(|k| matches!(k.op, Op::Optim(OptimOp::Update { rule: UpdateRule::Sgd { lr, .. }, .. }) if lr == 0.5)));
 }

@@ -42,7 +42,8 @@ fn seed_train_plan() {
             matches!(
                 p.kernels[s.kernel].op,
                 Op::Optim(OptimOp::Update {
-                    rule: UpdateRule::Sgd { .. }
+                    rule: UpdateRule::Sgd { .. },
+                    ..
                 })
             )
         })
@@ -87,7 +88,8 @@ fn seed_eval_and_predict_plans() {
         assert!(p.steps.iter().all(|s| !matches!(
             p.kernels[s.kernel].op,
             Op::Optim(OptimOp::Update {
-                rule: UpdateRule::Sgd { .. }
+                rule: UpdateRule::Sgd { .. },
+                ..
             }) | Op::Conv(ConvOp::Conv2dBwdData { .. })
         )));
         assert_eq!(p.targets.is_empty(), mode == Mode::Predict);

@@ -37,6 +37,8 @@ impl Checker<'_> {
             "seed",
             "shuffle",
             "schedule",
+            "clip_value",
+            "accumulate",
         ];
         let mut seen: HashMap<&str, &Field> = HashMap::new();
         for f in &t.fields {
@@ -49,9 +51,10 @@ impl Checker<'_> {
                 .label("unknown setting");
                 e = match suggest(&f.name.name, FIELDS.iter().copied()) {
                     Some(s) => e.help(format!(
-                        "did you mean `{s}`? the settings are: batch, optimizer, epochs, seed, shuffle, schedule"
+                        "did you mean `{s}`? the settings are: {}",
+                        FIELDS.join(", ")
                     )),
-                    None => e.help("the settings are: batch, optimizer, epochs, seed, shuffle, schedule"),
+                    None => e.help(format!("the settings are: {}", FIELDS.join(", "))),
                 };
                 return Err(e);
             };
@@ -99,6 +102,16 @@ impl Checker<'_> {
             return Err(err(Kind::Training, s, "batch size is too large").label("too large"));
         }
         let epochs = int_field("epochs", 1)?.map(|e| e as usize);
+        let accumulate = int_field("accumulate", 1)?.unwrap_or(1);
+        if accumulate > MAX_DIM || (batch as u128) * (accumulate as u128) > MAX_DIM as u128 {
+            let s = seen.get("accumulate").map_or(t.span, |f| f.value.span);
+            return Err(err(
+                Kind::Training,
+                s,
+                format!("`accumulate` is too large: {batch} x {accumulate} samples per step"),
+            )
+            .label("too large"));
+        }
         let seed = int_field("seed", 0)?.map(|s| s as u64);
         let shuffle = match seen.get("shuffle") {
             None => None,
@@ -122,6 +135,11 @@ impl Checker<'_> {
             return Err(missing("optimizer", "sgd(lr: 0.01)"));
         };
         let optimizer = self.optimizer(&of.value)?;
+        let clip_value = match seen.get("clip_value") {
+            Some(f) => Some(self.clip_bound("clip_value", &f.value)?),
+            None => None,
+        };
+        let optimizer = optimizer.with_clip_value(clip_value);
         let schedule = match seen.get("schedule") {
             Some(f) => self.schedule(&f.value, optimizer.lr())?,
             None => LrSchedule::default(),
@@ -133,7 +151,52 @@ impl Checker<'_> {
             seed,
             shuffle,
             schedule,
+            accumulate: accumulate as usize,
         })
+    }
+
+    /// A gradient clipping bound (`clip_value: 1.0`): a positive number that stays a positive,
+    /// finite f32.
+    fn clip_bound(&self, k: &str, e: &Expr) -> Result<f32, Error> {
+        let v = match self.const_eval(e)? {
+            Val::Int(i) => i as f64,
+            Val::Float(f) => f,
+            other => {
+                return Err(err(
+                    Kind::Training,
+                    e.span,
+                    format!("`{k}` must be a number, found {}", describe(&other)),
+                )
+                .label("not a number")
+                .help(format!("write e.g. `{k}: 1.0`")))
+            }
+        };
+        if v.is_nan() || v <= 0.0 {
+            return Err(err(
+                Kind::Training,
+                e.span,
+                format!("`{k}` must be positive, found {v:?}"),
+            )
+            .label("out of range")
+            .help(format!(
+                "a bound of 0 would zero every gradient; remove `{k}` to train without clipping"
+            )));
+        }
+        let f = v as f32;
+        if !f.is_normal() {
+            return Err(err(
+                Kind::Training,
+                e.span,
+                format!("`{k}` = {v:?} does not fit in f32 (it would become {f})"),
+            )
+            .label("out of f32 range")
+            .help(format!(
+                "use a value between {:e} and {:e}",
+                f32::MIN_POSITIVE,
+                f32::MAX
+            )));
+        }
+        Ok(f)
     }
 
     fn optimizer(&self, e: &Expr) -> Result<Optimizer, Error> {
@@ -318,6 +381,7 @@ impl Checker<'_> {
                 momentum: as_f32("momentum", momentum)?,
                 weight_decay: as_f32("weight_decay", weight_decay)?,
                 nesterov,
+                clip_value: None,
             });
         }
         if op == "rmsprop" {
@@ -343,6 +407,7 @@ impl Checker<'_> {
                 eps: as_f32("eps", eps)?,
                 weight_decay: as_f32("weight_decay", weight_decay)?,
                 momentum: as_f32("momentum", momentum)?,
+                clip_value: None,
             });
         }
         let (mut beta1, mut beta2) = (0.9, if op == "lion" { 0.99 } else { 0.999 });
@@ -401,6 +466,7 @@ impl Checker<'_> {
                 beta1: as_f32("beta1", beta1)?,
                 beta2: as_f32("beta2", beta2)?,
                 weight_decay: as_f32("weight_decay", weight_decay)?,
+                clip_value: None,
             });
         }
         let eps = b.float("eps", 1e-8)?;
@@ -415,6 +481,7 @@ impl Checker<'_> {
             eps: as_f32("eps", eps)?,
             weight_decay: as_f32("weight_decay", weight_decay)?,
             decoupled,
+            clip_value: None,
         })
     }
 }

@@ -113,6 +113,12 @@ fn cases() -> Vec<(&'static str, String)> {
         ("schedule_min_lr_above_lr", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd(lr: 0.01), schedule: linear(min_lr: 0.1) }}\n")),
         ("step_schedule_gamma_out_of_range", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd, schedule: step(every: 100, gamma: 2) }}\n")),
         ("step_schedule_without_every", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd, schedule: step(gamma: 0.5) }}\n")),
+        // --- gradient clipping and accumulation ---
+        ("clip_value_not_positive", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd, clip_value: 0 }}\n")),
+        ("clip_value_not_a_number", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd, clip_value: (1, 2) }}\n")),
+        ("clip_value_beyond_f32", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd, clip_value: 1e39 }}\n")),
+        ("accumulate_zero", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd, accumulate: 0 }}\n")),
+        ("accumulate_not_whole", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd, accumulate: 2.5 }}\n")),
         ("batchnorm_momentum_out_of_range", wrap("out = x |> batchnorm(momentum: 1.5) |> flatten |> dense(1)")),
         ("batchnorm_eps_not_positive", wrap("out = x |> batchnorm(eps: 0) |> flatten |> dense(1)")),
         ("batchnorm_of_a_matrix", "input x: [4, 3]\ntarget y: [1]\nout = x |> batchnorm |> flatten |> dense(1)\nloss mse(out, y)\ntrain { batch: 1, optimizer: sgd }\n".to_string()),

@@ -63,7 +63,8 @@ fn seed_matches_the_question() {
             lr: 0.01,
             momentum: 0.0,
             weight_decay: 0.0,
-            nesterov: false
+            nesterov: false,
+            clip_value: None,
         }
     );
     assert_eq!(m.loss.kind, LossKind::Mse);
@@ -143,7 +144,8 @@ fn mlp_example() {
             lr: 0.01,
             momentum: 0.9,
             weight_decay: 0.0,
-            nesterov: false
+            nesterov: false,
+            clip_value: None,
         }
     );
 }
@@ -273,7 +275,8 @@ fn optimizers_and_train_settings() {
             beta2: 0.99,
             eps: 1e-8,
             weight_decay: 0.0,
-            decoupled: false
+            decoupled: false,
+            clip_value: None,
         }
     );
     assert_eq!((m.train.epochs, m.train.seed), (Some(3), Some(7)));
@@ -288,7 +291,8 @@ fn optimizers_and_train_settings() {
             beta2: 0.95,
             eps: 1e-8,
             weight_decay: 0.01,
-            decoupled: true
+            decoupled: true,
+            clip_value: None,
         }
     );
     let m = ok(&format!("{body}train {{ batch: 4, optimizer: sgd(0.1, momentum: 0.9, nesterov: true, weight_decay: 1e-4) }}"));
@@ -298,7 +302,8 @@ fn optimizers_and_train_settings() {
             lr: 0.1,
             momentum: 0.9,
             weight_decay: 1e-4,
-            nesterov: true
+            nesterov: true,
+            clip_value: None,
         }
     );
 }
@@ -338,6 +343,58 @@ fn train_shuffle_setting() {
             "{bad}: {text}"
         );
     }
+}
+
+#[test]
+fn train_clip_value_setting() {
+    let body = "input x: [4]\ntarget y: [1]\nout = x |> dense(1)\nloss mse(out, y)\n";
+    let opt = |s: &str| {
+        ok(&format!("{body}train {{ batch: 4, {s} }}"))
+            .train
+            .optimizer
+    };
+    assert_eq!(opt("optimizer: sgd").clip_value(), None);
+    // the bound travels with the rule, whatever the optimizer; integers are numbers too
+    for o in ["sgd(lr: 0.1)", "adam", "adamw", "rmsprop", "lion"] {
+        let r = opt(&format!("optimizer: {o}, clip_value: 0.5"));
+        assert_eq!(r.clip_value(), Some(0.5), "{o}");
+        assert_eq!(
+            r.with_clip_value(None),
+            opt(&format!("optimizer: {o}")),
+            "{o}"
+        );
+    }
+    assert_eq!(
+        opt("clip_value = 2\noptimizer: sgd").clip_value(),
+        Some(2.0)
+    );
+    // clamping: to [-v, v], NaN kept
+    let r = opt("optimizer: sgd, clip_value: 0.5");
+    assert_eq!(
+        [r.clip(3.0), r.clip(-3.0), r.clip(0.25), r.clip(-0.5)],
+        [0.5, -0.5, 0.25, -0.5]
+    );
+    assert!(r.clip(f32::NAN).is_nan());
+    for bad in ["clip_value: -1", "clip_value: 0.0", "clip_value: 1e-50"] {
+        let src = format!("{body}train {{ batch: 4, optimizer: sgd, {bad} }}");
+        let d = compile_source(&src, "test.dm").expect_err(bad);
+        let text = render_plain(&d);
+        assert!(text.contains("`clip_value`"), "{bad}: {text}");
+    }
+}
+
+#[test]
+fn train_accumulate_setting() {
+    let body = "input x: [4]\ntarget y: [1]\nout = x |> dense(1)\nloss mse(out, y)\n";
+    let m = |s: &str| ok(&format!("{body}train {{ batch: 4, optimizer: sgd{s} }}"));
+    assert_eq!(m("").train.accumulate, 1);
+    let a = m(", accumulate: 4");
+    assert_eq!(a.train.accumulate, 4);
+    assert!(summary_text(&a).contains("accumulated over 4 micro-batches of 4 (effective batch 16)"));
+    assert_eq!(summary_json(&a)["accumulate"], 4);
+    let src = format!("{body}train {{ batch: 1000000, optimizer: sgd, accumulate: 1000000000 }}");
+    let d = compile_source(&src, "test.dm").expect_err("too large");
+    assert!(render_plain(&d).contains("`accumulate` is too large"));
 }
 
 #[test]

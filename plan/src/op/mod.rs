@@ -55,6 +55,10 @@ pub enum Op {
     /// Persistent state that is not trained (batchnorm's running mean and variance): saved and
     /// loaded with the weights, written by an update op, never given a gradient or optimizer state.
     RunStat { name: String },
+    /// A parameter's accumulated gradient (`train { accumulate: N }`): persistent across the
+    /// micro-batches of an optimizer step, zero-initialised, added to by `GradAccum` and read (then
+    /// zeroed) by the parameter's update.
+    GradBuf { name: String },
     /// Same elements, another shape: no kernel, the output aliases the input's buffer.
     Reshape,
 
@@ -78,7 +82,7 @@ impl UpdateRule {
     /// The rule of an unfused update op (`None` for any other op).
     pub fn of(op: &Op) -> Option<UpdateRule> {
         match op {
-            Op::Optim(OptimOp::Update { rule }) => Some(*rule),
+            Op::Optim(OptimOp::Update { rule, .. }) => Some(*rule),
             _ => None,
         }
     }
@@ -91,6 +95,7 @@ impl Op {
             | Op::Param { .. }
             | Op::OptState { .. }
             | Op::RunStat { .. }
+            | Op::GradBuf { .. }
             | Op::Reshape => None,
             Op::Conv(o) => Some(o),
             Op::Dense(o) => Some(o),
@@ -106,7 +111,11 @@ impl Op {
     pub fn is_leaf(&self) -> bool {
         matches!(
             self,
-            Op::Input { .. } | Op::Param { .. } | Op::OptState { .. } | Op::RunStat { .. }
+            Op::Input { .. }
+                | Op::Param { .. }
+                | Op::OptState { .. }
+                | Op::RunStat { .. }
+                | Op::GradBuf { .. }
         )
     }
 
@@ -171,6 +180,7 @@ impl Op {
             | Op::Param { .. }
             | Op::OptState { .. }
             | Op::RunStat { .. }
+            | Op::GradBuf { .. }
             | Op::Reshape => 1,
             _ => params
                 .iter()
@@ -207,6 +217,7 @@ impl Op {
             (Op::Param { .. }, _) => "param",
             (Op::OptState { .. }, _) => "opt_state",
             (Op::RunStat { .. }, _) => "run_stat",
+            (Op::GradBuf { .. }, _) => "grad_buf",
             (Op::Reshape, _) => "reshape",
             (_, Some(f)) => f.kind_name(),
             (_, None) => "none",

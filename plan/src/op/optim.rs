@@ -18,7 +18,18 @@ pub enum OptimOp {
     /// g += wd*w. m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; mh = m/(1-b1^t); vh = v/(1-b2^t);
     /// w -= lr * mh / (sqrt(vh) + eps)
     /// RMSprop and Lion: as [`UpdateRule::RmsProp`] and [`UpdateRule::Lion`] say.
-    Update { rule: UpdateRule },
+    /// `zero_grad` (gradient accumulation, `train { accumulate: N }`): `g` is the accumulated
+    /// gradient buffer, which the update reads and then sets to 0 (`opt.zero_grad()`), so the next
+    /// optimizer step's first micro-batch adds to zeros; `g` is then `InOut`, its output after w'.
+    Update {
+        rule: UpdateRule,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        zero_grad: bool,
+    },
+    /// Gradient accumulation over micro-batches: acc (InOut, a persistent `GradAccum` buffer), g
+    /// -> acc' = acc + scale * g (scale = 1/N: the mean of the N micro-batch gradients, PyTorch's
+    /// `(loss / N).backward()`).
+    GradAccum { scale: f32 },
     /// dy[.., C] -> db[C] = sum over every leading axis
     BiasGrad,
     /// dy[.., C], b[C] (InOut), state.. (InOut) -> b', state'..; db (workspace [C]) = sum dy, then
@@ -31,12 +42,14 @@ impl OpFacts for OptimOp {
         use DType::*;
         use Role::*;
         match self {
-            OptimOp::Update { rule } => {
-                let mut v = vec![p("w", InOut, F32), p("g", In, F32)];
+            OptimOp::Update { rule, zero_grad } => {
+                let g = if *zero_grad { InOut } else { In };
+                let mut v = vec![p("w", InOut, F32), p("g", g, F32)];
                 v.extend(rule.state_names().iter().map(|s| p(s, InOut, F32)));
                 v
             }
             OptimOp::BiasGrad => vec![p("dy", In, F32), p("db", Out, F32)],
+            OptimOp::GradAccum { .. } => vec![p("acc", InOut, F32), p("g", In, F32)],
             OptimOp::BiasGradUpdate { rule } => {
                 let mut v = vec![p("dy", In, F32), p("b", InOut, F32)];
                 v.extend(rule.state_names().iter().map(|s| p(s, InOut, F32)));
@@ -48,18 +61,27 @@ impl OpFacts for OptimOp {
 
     fn kind_name(&self) -> &'static str {
         match self {
-            OptimOp::Update { rule } => rule.op_name(),
+            OptimOp::Update { rule, .. } => rule.op_name(),
             OptimOp::BiasGrad => "bias_grad",
+            OptimOp::GradAccum { .. } => "grad_accum",
             OptimOp::BiasGradUpdate { .. } => "bias_grad_update",
         }
     }
 
     fn aliased_outputs(&self) -> Vec<(usize, usize)> {
         match self {
-            OptimOp::Update { rule } => (0..=rule.state_names().len())
+            OptimOp::Update {
+                rule,
+                zero_grad: false,
+            } => (0..=rule.state_names().len())
                 .map(|o| (o, if o == 0 { 0 } else { o + 1 }))
                 .collect(),
+            OptimOp::Update {
+                rule,
+                zero_grad: true,
+            } => (0..rule.state_names().len() + 2).map(|o| (o, o)).collect(),
             OptimOp::BiasGrad => vec![],
+            OptimOp::GradAccum { .. } => vec![(0, 0)],
             OptimOp::BiasGradUpdate { rule } => {
                 (0..=rule.state_names().len()).map(|o| (o, o + 1)).collect()
             }
@@ -68,7 +90,7 @@ impl OpFacts for OptimOp {
 
     fn workspace_elems(&self, s: &[Vec<usize>]) -> Vec<usize> {
         match self {
-            OptimOp::Update { .. } | OptimOp::BiasGrad => vec![],
+            OptimOp::Update { .. } | OptimOp::BiasGrad | OptimOp::GradAccum { .. } => vec![],
             OptimOp::BiasGradUpdate { .. } => {
                 vec![s.get(1).map(|b| b.iter().product()).unwrap_or(0)]
             }
@@ -89,6 +111,10 @@ impl OpFacts for OptimOp {
                     .map(|(_, i)| inputs[*i].clone())
                     .collect())
             }
+            OptimOp::GradAccum { .. } => {
+                states_like(&inputs[0], inputs, 1)?;
+                Ok(vec![inputs[0].clone()])
+            }
             OptimOp::BiasGrad => match inputs[0].shape.last() {
                 Some(c) => Ok(vec![TensorType::f32(vec![*c])]),
                 None => err("dy must have rank >= 1"),
@@ -107,8 +133,9 @@ impl OpFacts for OptimOp {
     fn flops(&self, ins: &[Vec<usize>], _outs: &[Vec<usize>]) -> u64 {
         let i = |k: usize| ins.get(k).map(|s| numel(s)).unwrap_or(0);
         match self {
-            OptimOp::Update { rule } => rule.flops_per_elem() * i(0),
+            OptimOp::Update { rule, .. } => rule.flops_per_elem() * i(0),
             OptimOp::BiasGrad => i(0),
+            OptimOp::GradAccum { .. } => 2 * i(0),
             OptimOp::BiasGradUpdate { .. } => i(0) + 4 * i(1),
         }
     }

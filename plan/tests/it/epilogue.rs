@@ -22,6 +22,7 @@ fn adam() -> UpdateRule {
         eps: 1e-8,
         weight_decay: 0.0,
         decoupled: false,
+        clip_value: None,
     }
 }
 

@@ -1,9 +1,9 @@
 //! The facts the plan crate holds in one place hold together: every activation's name, kernel
 //! names, saved value, Rust formulas and CUDA statements agree with each other and with the ops'
 //! signatures; every update rule's state slots agree with its op's signature and aliasing; and the
-//! JSON shape of an update op is the one `FORMAT_VERSION` 3 names (kept in 4, 5 and 6).
+//! JSON shape of an update op is the one `FORMAT_VERSION` 3 names (kept in 4 to 7: the fields added since are absent when off).
 
-use dmc_plan::op::{ElementwiseOp, Op, OptimOp, Role, UnaryKind, UpdateRule};
+use dmc_plan::op::{ElementwiseOp, Op, OptimOp, Role, TensorType, UnaryKind, UpdateRule};
 use dmc_plan::plan::FORMAT_VERSION;
 use dmc_plan::unary::Saved;
 
@@ -99,6 +99,7 @@ fn rules() -> [UpdateRule; 4] {
         momentum,
         weight_decay: 0.0,
         nesterov: false,
+        clip_value: None,
     };
     let adam = |decoupled| UpdateRule::Adam {
         lr: 1e-3,
@@ -107,6 +108,7 @@ fn rules() -> [UpdateRule; 4] {
         eps: 1e-8,
         weight_decay: 0.01,
         decoupled,
+        clip_value: None,
     };
     [sgd(0.0), sgd(0.9), adam(false), adam(true)]
 }
@@ -114,7 +116,10 @@ fn rules() -> [UpdateRule; 4] {
 #[test]
 fn an_update_op_has_the_state_slots_of_its_rule() {
     for rule in rules() {
-        let op = Op::Optim(OptimOp::Update { rule });
+        let op = Op::Optim(OptimOp::Update {
+            rule,
+            zero_grad: false,
+        });
         let names: Vec<String> = op.signature().params.into_iter().map(|p| p.name).collect();
         let mut want = vec!["w".to_string(), "g".to_string()];
         want.extend(rule.state_names().iter().map(|s| s.to_string()));
@@ -137,8 +142,11 @@ fn an_update_op_has_the_state_slots_of_its_rule() {
 
 #[test]
 fn an_update_op_in_plan_json_carries_its_rule() {
-    assert_eq!(FORMAT_VERSION, 6);
-    let op = Op::Optim(OptimOp::Update { rule: rules()[1] });
+    assert_eq!(FORMAT_VERSION, 7);
+    let op = Op::Optim(OptimOp::Update {
+        rule: rules()[1],
+        zero_grad: false,
+    });
     let json = serde_json::to_string(&op).expect("serialises");
     assert_eq!(
         json,
@@ -149,6 +157,53 @@ fn an_update_op_in_plan_json_carries_its_rule() {
     // the plan's optimizer is the same type, serialised as before
     let rule = serde_json::to_string(&rules()[2]).expect("serialises");
     assert!(rule.starts_with(r#"{"Adam":{"lr":0.001,"#), "{rule}");
+}
+
+#[test]
+fn clipping_and_accumulation_in_plan_json_and_their_aliasing() {
+    // `clip_value` and `zero_grad` are absent when off (above); present, they round-trip
+    let op = Op::Optim(OptimOp::Update {
+        rule: rules()[1].with_clip_value(Some(0.5)),
+        zero_grad: true,
+    });
+    let json = serde_json::to_string(&op).expect("serialises");
+    assert_eq!(
+        json,
+        r#"{"Optim":{"Update":{"rule":{"Sgd":{"lr":0.1,"momentum":0.9,"weight_decay":0.0,"nesterov":false,"clip_value":0.5}},"zero_grad":true}}}"#
+    );
+    let back: Op = serde_json::from_str(&json).expect("parses");
+    assert_eq!(back, op);
+    // zero_grad: g is written (zeroed) too, every output aliases the input in its place
+    let names: Vec<_> = op
+        .signature()
+        .params
+        .iter()
+        .map(|p| (p.name.clone(), p.role))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("w".to_string(), Role::InOut),
+            ("g".into(), Role::InOut),
+            ("v".into(), Role::InOut)
+        ]
+    );
+    assert_eq!(op.aliased_outputs(), vec![(0, 0), (1, 1), (2, 2)]);
+    assert!(op.is_update());
+    // the accumulation: acc += scale g, in place, not an update (the update reads its result)
+    let acc = Op::Optim(OptimOp::GradAccum { scale: 0.25 });
+    assert_eq!(acc.aliased_outputs(), vec![(0, 0)]);
+    assert_eq!(acc.kind_name(), "grad_accum");
+    assert!(!acc.is_update());
+    let t = TensorType::f32(vec![3, 4]);
+    assert_eq!(
+        acc.infer_outputs(&[t.clone(), t.clone()], None)
+            .expect("infers"),
+        vec![t.clone()]
+    );
+    assert!(acc
+        .infer_outputs(&[t, TensorType::f32(vec![4, 3])], None)
+        .is_err());
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 use dmc_plan::op::DType;
-use dmc_plan::plan::{Buffer, BufferId, Plan};
+use dmc_plan::plan::{Buffer, BufferId, BufferKind, Plan};
 
 use super::args::{Args, Ctx};
 use super::executor::exec;
@@ -26,6 +26,8 @@ pub struct CpuBackend {
     halt_on_nonfinite_loss: bool,
     /// The learning rate of the updates (`set_learning_rate`; the plan optimizer's until set).
     lr: f32,
+    /// Whether runs end their optimizer step (`set_optimizer_step`).
+    update: bool,
     /// Per step: the buffers to fill with NaN after it in poison mode.
     poison_after: Vec<Vec<BufferId>>,
     params: HashMap<String, usize>,
@@ -62,6 +64,7 @@ impl CpuBackend {
             poison: false,
             halt_on_nonfinite_loss: false,
             lr,
+            update: true,
             poison_after,
             params,
             opt_state,
@@ -135,6 +138,14 @@ impl CpuBackend {
                 numel(&self.plan.opt_state[i].shape),
             );
             self.bytes_mut(buffer, n * 4).fill(0);
+        }
+        // the accumulated gradients (`accumulate: N`) start at zero
+        for i in 0..self.plan.buffers.len() {
+            let b = &self.plan.buffers[i];
+            if b.kind == BufferKind::GradAccum {
+                let (id, n) = (b.id, b.bytes as usize);
+                self.bytes_mut(id, n).fill(0);
+            }
         }
     }
 
@@ -284,6 +295,13 @@ impl CpuBackend {
         self.lr = lr;
     }
 
+    /// Whether the next `run`s end their optimizer step (default on). Off (the micro-batches of
+    /// `accumulate: N` but the last), they skip the optimizer updates
+    /// ([`Plan::is_optimizer_update`]) and only accumulate the gradients.
+    pub fn set_optimizer_step(&mut self, on: bool) {
+        self.update = on;
+    }
+
     /// Executes every step of the plan in order and returns the loss (NaN/Inf is returned as is).
     /// `step_counter` is the 1-based training step: Adam's `t` and part of the dropout key, with
     /// `seed`.
@@ -302,6 +320,9 @@ impl CpuBackend {
             mode: self.plan.mode,
         };
         for (si, step) in self.plan.steps.iter().enumerate() {
+            if !self.update && self.plan.is_optimizer_update(si) {
+                continue;
+            }
             let kernel = &self.plan.kernels[step.kernel];
             let args = Args {
                 base,
@@ -395,6 +416,10 @@ impl Backend for CpuBackend {
 
     fn set_learning_rate(&mut self, lr: f32) {
         CpuBackend::set_learning_rate(self, lr);
+    }
+
+    fn set_optimizer_step(&mut self, on: bool) {
+        CpuBackend::set_optimizer_step(self, on);
     }
 
     fn output(&self) -> Result<Cow<'_, [f32]>, RuntimeError> {

@@ -36,6 +36,7 @@ pub(super) unsafe fn exec(a: &Args, ctx: &Ctx) -> Result<(), BadLabel> {
             | Op::Param { .. }
             | Op::OptState { .. }
             | Op::RunStat { .. }
+            | Op::GradBuf { .. }
             | Op::Reshape => {}
             Op::Conv(op) => super::conv::exec(op, a, ctx),
             Op::Dense(op) => super::dense::exec(op, a, ctx),

@@ -47,6 +47,8 @@ impl Elem {
     /// that does not match the rule leaves everything as it is (the callers check it first).
     #[inline(always)]
     pub fn apply<const N: usize>(&self, w: &mut f32, g: f32, mut s: [&mut f32; N]) {
+        // `clip_value`: the gradient clamped before anything else (weight decay included)
+        let g = self.rule.clip(g);
         match (self.rule, &mut s[..]) {
             (
                 UpdateRule::Sgd {
@@ -63,6 +65,7 @@ impl Elem {
                     momentum,
                     weight_decay,
                     nesterov,
+                    ..
                 },
                 [v],
             ) => {
@@ -79,6 +82,7 @@ impl Elem {
                     eps,
                     weight_decay,
                     decoupled,
+                    ..
                 },
                 [m, v],
             ) => {
@@ -115,6 +119,7 @@ impl Elem {
                     eps,
                     weight_decay,
                     momentum,
+                    ..
                 },
                 [v, buf],
             ) => {
@@ -129,6 +134,7 @@ impl Elem {
                     beta1,
                     beta2,
                     weight_decay,
+                    ..
                 },
                 [m],
             ) => {
@@ -285,6 +291,18 @@ pub fn bias_grad(dy: &[f32], db: &mut [f32]) {
     });
 }
 
+/// Gradient accumulation: `acc += scale * g`, per element.
+pub fn grad_accum(scale: f32, acc: &mut [f32], g: &[f32]) {
+    assert_eq!(acc.len(), g.len(), "grad_accum: size");
+    acc.par_chunks_mut(ELEM_CHUNK)
+        .zip(g.par_chunks(ELEM_CHUNK))
+        .for_each(|(ac, gc)| {
+            for (a, &g) in ac.iter_mut().zip(gc) {
+                *a += scale * g;
+            }
+        });
+}
+
 /// The bias gradient `db = sum dy` (into the workspace `db`) and the update of `b` and its
 /// `states` with it: `BiasGradUpdate`, and the bias part of a weight-gradient op that fused it.
 pub fn bias_grad_update(
@@ -312,7 +330,7 @@ pub(super) unsafe fn exec(op: &OptimOp, a: &Args, ctx: &Ctx) {
     unsafe {
         match op {
             OptimOp::BiasGrad => bias_grad(a.f32(0), a.f32_mut(1)),
-            OptimOp::Update { rule } => {
+            OptimOp::Update { rule, zero_grad } => {
                 let ns = rule.state_names().len();
                 let w = a.f32_mut(0);
                 let mut states = state_slices(a, 2, ns);
@@ -323,7 +341,12 @@ pub(super) unsafe fn exec(op: &OptimOp, a: &Args, ctx: &Ctx) {
                     a.f32(1),
                     &mut states[..ns],
                 );
+                if *zero_grad {
+                    // the accumulated gradient, consumed (g is InOut here)
+                    a.f32_mut(1).fill(0.0);
+                }
             }
+            OptimOp::GradAccum { scale } => grad_accum(*scale, a.f32_mut(0), a.f32(1)),
             OptimOp::BiasGradUpdate { rule } => {
                 let ns = rule.state_names().len();
                 let db = a.f32_mut(2 + ns);

@@ -300,6 +300,11 @@ impl CudaBackend {
         self.flags.lr = lr;
     }
 
+    /// Whether the next `run`s end their optimizer step (see `Backend::set_optimizer_step`).
+    pub fn set_optimizer_step(&mut self, on: bool) {
+        self.flags.update = on;
+    }
+
     /// Waits for the stream.
     pub fn synchronize(&self) -> Result<(), RuntimeError> {
         self.dev.stream.synchronize().map_err(drv("synchronize"))?;

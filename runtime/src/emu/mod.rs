@@ -450,6 +450,11 @@ impl EmuBackend {
     pub fn set_learning_rate(&mut self, lr: f32) {
         self.flags.lr = lr;
     }
+
+    /// Whether the next `run`s end their optimizer step (see `Backend::set_optimizer_step`).
+    pub fn set_optimizer_step(&mut self, on: bool) {
+        self.flags.update = on;
+    }
 }
 
 impl StepLauncher for EmuBackend {

@@ -168,6 +168,7 @@ impl Pb {
             schedule: Default::default(),
             lower_bound_bytes: 0,
             placement_strategy: "trivial".into(),
+            accumulate: 1,
         }
     }
 }
@@ -235,7 +236,9 @@ fn linear_plan() -> Plan {
             momentum: MOM,
             weight_decay: 0.0,
             nesterov: false,
+            clip_value: None,
         },
+        zero_grad: false,
     });
     p.step(
         sgd.clone(),
@@ -249,6 +252,7 @@ fn linear_plan() -> Plan {
         momentum: MOM,
         weight_decay: 0.0,
         nesterov: false,
+        clip_value: None,
     };
     p.finish(loss, y, &[4, 2], opt)
 }
@@ -685,7 +689,9 @@ fn conv_plan() -> Plan {
             eps: 1e-8,
             weight_decay: 0.01,
             decoupled: true,
+            clip_value: None,
         },
+        zero_grad: false,
     });
     for (i, (w, gw, shape)) in [
         (cw, dcw, &[3usize, 3, 1, 4][..]),
@@ -711,6 +717,7 @@ fn conv_plan() -> Plan {
         eps: 1e-8,
         weight_decay: 0.01,
         decoupled: true,
+        clip_value: None,
     };
     p.finish(loss, logits, &[2, 3], opt)
 }
@@ -798,6 +805,7 @@ fn dropout_plan(mode: Mode) -> Plan {
             momentum: 0.0,
             weight_decay: 0.0,
             nesterov: false,
+            clip_value: None,
         },
     );
     plan.mode = mode;

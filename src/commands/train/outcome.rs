@@ -264,11 +264,16 @@ fn print_peak(plan: &Plan) {
     let r = dmc_compiler::report::memory_report(plan);
     let p = &r.peak.by_category;
     eprintln!(
-        "memory at the peak (step {} `{}`): parameters {} + optimizer state {} + inputs {} + activations {} + gradients {} + workspace {} = {} (arena {}, {:.2}% above the lower bound); the keep-everything baseline would hold about {} (`dmc plan --verbose` explains)",
+        "memory at the peak (step {} `{}`): parameters {} + optimizer state {}{} + inputs {} + activations {} + gradients {} + workspace {} = {} (arena {}, {:.2}% above the lower bound); the keep-everything baseline would hold about {} (`dmc plan --verbose` explains)",
         r.peak.step,
         r.peak.label,
         human(p.parameters),
         human(p.optimizer_state),
+        if p.gradient_accumulators > 0 {
+            format!(" + gradient buffers {}", human(p.gradient_accumulators))
+        } else {
+            String::new()
+        },
         human(p.inputs),
         human(p.activations),
         human(p.gradients),

@@ -47,7 +47,13 @@ fn schedule(
             "the training data has {samples} samples, fewer than one batch of {batch}; use a smaller --batch or more data"
         )));
     }
-    let per_epoch = samples / batch;
+    let accumulate = model.train.accumulate.max(1);
+    if samples < batch * accumulate {
+        return Err(CliError::Usage(format!(
+            "the training data has {samples} samples, fewer than one step of {accumulate} micro-batches of {batch}; use a smaller --batch, a smaller `accumulate` or more data"
+        )));
+    }
+    let per_epoch = samples / (batch * accumulate);
     let (total_steps, epochs) = match (args.steps, args.epochs.or(model.train.epochs)) {
         (Some(s), _) => (s, s.div_ceil(per_epoch)),
         (None, Some(e)) => (
@@ -64,6 +70,7 @@ fn schedule(
         total_steps,
         epochs,
         batch,
+        accumulate,
         seed,
         shuffle: shuffles(args, model),
     })
@@ -188,8 +195,17 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
             c.file.display(),
             train.len(),
             schedule.total_steps,
-            schedule.batch,
-            train.len() / schedule.batch,
+            if schedule.accumulate > 1 {
+                format!(
+                    "{} ({} micro-batches of {} accumulated)",
+                    schedule.batch * schedule.accumulate,
+                    schedule.accumulate,
+                    schedule.batch
+                )
+            } else {
+                schedule.batch.to_string()
+            },
+            train.len() / (schedule.batch * schedule.accumulate),
             if schedule.shuffle { "" } else { ", in file order" },
             if plan.schedule.is_constant() {
                 String::new()

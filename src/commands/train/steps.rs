@@ -50,6 +50,8 @@ pub struct Schedule {
     pub total_steps: usize,
     pub epochs: usize,
     pub batch: usize,
+    /// Micro-batches of `batch` samples per optimizer step (`accumulate: N`; 1: none).
+    pub accumulate: usize,
     pub seed: u64,
     /// Reshuffle every epoch (else file order: `--no-shuffle`).
     pub shuffle: bool,
@@ -152,10 +154,12 @@ pub fn train(
         total_steps,
         epochs,
         batch,
+        accumulate,
         seed,
         shuffle,
     } = schedule;
-    let per_epoch = (train.len() / batch).max(1);
+    let accumulate = accumulate.max(1);
+    let per_epoch = (train.len() / (batch * accumulate)).max(1);
     // Each step's learning rate, from the plan's schedule over this run's steps.
     let (lr_schedule, base_lr) = (be.plan().schedule, be.plan().optimizer.lr());
     let first_epoch = progress.steps / per_epoch;
@@ -173,7 +177,9 @@ pub fn train(
             0
         };
         let mut stats = EpochStats::default();
-        for idx in order.batches().skip(skip) {
+        // One optimizer step per `accumulate` consecutive batches (a remainder is dropped).
+        let micro: Vec<&[usize]> = order.batches().collect();
+        for group in micro.chunks_exact(accumulate).skip(skip) {
             let stop = if progress.steps >= total_steps {
                 Some(LoopEnd::Finished)
             } else if crate::signals::stop_requested() {
@@ -185,12 +191,33 @@ pub fn train(
                 epoch_line(pb, epoch, epochs, &stats, Some(per_epoch), None);
                 return Ok(end);
             }
-            feeder.feed(be, train, idx)?;
-            let t0 = Instant::now();
             let step = progress.steps + 1;
             be.set_learning_rate(lr_schedule.lr_at(base_lr, step as u64, total_steps as u64));
-            let loss = be.run(step as u64, seed)?;
-            let dt = t0.elapsed();
+            // The micro-batches of the step: each accumulates its gradient, the last one updates;
+            // the step's loss is their mean.
+            let (mut loss_sum, mut dt, mut halted) = (0.0f64, Duration::ZERO, None);
+            let (mut samples, mut correct) = (0usize, Some(0usize));
+            for (j, idx) in group.iter().enumerate() {
+                feeder.feed(be, train, idx)?;
+                let t0 = Instant::now();
+                be.set_optimizer_step(j + 1 == group.len());
+                // each micro-batch its own dropout masks (the first one's those of an
+                // unaccumulated step)
+                let micro_seed = seed.wrapping_add((j as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                let l = be.run(step as u64, micro_seed)?;
+                dt += t0.elapsed();
+                if !l.is_finite() {
+                    halted = Some(l);
+                    break;
+                }
+                loss_sum += l as f64;
+                samples += idx.len();
+                correct = match (correct, batch_correct(be, model, train, idx)?) {
+                    (Some(a), Some(b)) => Some(a + b),
+                    _ => None,
+                };
+            }
+            let loss = halted.unwrap_or((loss_sum / group.len() as f64) as f32);
             progress.step_time += dt;
             loss_log.record(step, loss, dt, pb);
             if !loss.is_finite() {
@@ -199,8 +226,8 @@ pub fn train(
             }
             progress.steps = step;
             progress.last_loss = Some(loss);
-            stats.add(loss, idx.len(), batch_correct(be, model, train, idx)?);
-            let sps = ((progress.steps - progress.resumed_at) * batch) as f64
+            stats.add(loss, samples, correct);
+            let sps = ((progress.steps - progress.resumed_at) * batch * accumulate) as f64
                 / progress.step_time.as_secs_f64().max(1e-9);
             pb.set_message(format!("loss {loss:.6}  {sps:.1} samples/s"));
             pb.inc(1);
