@@ -189,7 +189,9 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
         let mut weight = None;
         let mut bias = None;
         for p in &node.params {
-            let init = if p.is_bias {
+            let init = if let Some(i) = p.init {
+                i.to_plan(p.fan_in, p.fan_out)
+            } else if p.is_bias {
                 Init::Zeros
             } else if matches!(
                 node.layer,

@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::init::Initializer;
 pub use dmc_plan::schedule::{Decay, LrSchedule};
 /// The activations, the optimizers and the learning rate are the execution plan's own types: a
 /// program's optimizer is the rule its update ops carry, and an activation's facts (its name, what
@@ -227,6 +228,10 @@ pub struct ParamSpec {
     pub fan_in: usize,
     pub fan_out: usize,
     pub is_bias: bool,
+    /// The layer's `init:` (weights) or `bias_init:` (biases); `None`: dmc's default (zero
+    /// biases, He uniform for a weight read by a ReLU-like activation, else Glorot uniform).
+    #[serde(default)]
+    pub init: Option<Initializer>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

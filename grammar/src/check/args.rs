@@ -6,6 +6,7 @@ use super::state::err;
 use super::suggest::{suggest, unsupported_help};
 use crate::ast::Ident;
 use crate::diag::{Error, Kind};
+use crate::init::{Initializer, NAMED, WITH_PARAM};
 use crate::layers::args::{ArgDefault, ArgKind, ArgValue, Args};
 use crate::layers::LayerDef;
 use crate::limits::MAX_DIM;
@@ -170,6 +171,52 @@ impl Bound {
             .label("expected `true` or `false`")),
         }
     }
+    /// An initialiser: a bare name (`he_normal`) or `normal(std: s)` / `uniform(limit: a)`
+    /// (already read as [`Val::Init`]).
+    pub(super) fn init(&self, k: &str) -> Result<Initializer, Error> {
+        let Some((v, span)) = self.get(k) else {
+            return Err(err(Kind::Argument, self.call, format!("`{k}` is missing")));
+        };
+        let help = format!("the initialisers are {}", Initializer::list());
+        match v {
+            Val::Init(i) => Ok(*i),
+            Val::Sym(s) => {
+                if let Some(i) = Initializer::from_name(s) {
+                    return Ok(i);
+                }
+                if let Some((n, p)) = WITH_PARAM.iter().find(|(n, _)| *n == s) {
+                    return Err(err(
+                        Kind::Argument,
+                        *span,
+                        format!("the initialiser `{n}` needs its `{p}`"),
+                    )
+                    .label(format!("`{p}` not given"))
+                    .help(format!("for example: `{k}: {n}({p}: 0.02)`")));
+                }
+                let names = NAMED
+                    .iter()
+                    .map(|i| i.name())
+                    .chain(WITH_PARAM.iter().map(|(n, _)| *n));
+                let help = match suggest(s, names) {
+                    Some(sg) => format!("did you mean `{sg}`? {help}"),
+                    None => help,
+                };
+                Err(
+                    err(Kind::Argument, *span, format!("unknown initialiser `{s}`"))
+                        .label("not an initialiser")
+                        .help(help),
+                )
+            }
+            Val::Poison => Err(Error::follow_on(*span)),
+            other => Err(err(
+                Kind::Argument,
+                *span,
+                format!("`{k}` must be an initialiser, found {}", describe(other)),
+            )
+            .label("expected an initialiser")
+            .help(help)),
+        }
+    }
     pub(super) fn choice(
         &self,
         k: &str,
@@ -328,6 +375,7 @@ pub(super) fn layer_args(def: &LayerDef, b: &Bound) -> Result<Args, Error> {
                 choices.extend(Activation::ALL.map(Activation::name));
                 ArgValue::Activation(Activation::from_name(b.choice(k, &choices, "none")?))
             }
+            ArgKind::Init => ArgValue::Init(Some(b.init(k)?)),
         };
         vals.push((k, v, Some(*span)));
     }

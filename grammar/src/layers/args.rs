@@ -2,7 +2,7 @@
 //! builder reads after the checker has bound a call to it.
 
 use crate::diag::{Error, Kind};
-use crate::model::{Activation, Padding, Span};
+use crate::model::{Activation, Initializer, Padding, Span};
 
 /// What an argument accepts, and how the checker reads a written value for it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -26,6 +26,8 @@ pub enum ArgKind {
     Choice(&'static [&'static str]),
     /// `none` or an activation's name (`activation: relu`).
     Activation,
+    /// An initialiser (`init: he_normal`, `init: normal(std: 0.02)`).
+    Init,
 }
 
 /// A bound argument's value.
@@ -40,6 +42,8 @@ pub enum ArgValue {
     Choice(&'static str),
     /// `None` for `activation: none`.
     Activation(Option<Activation>),
+    /// `None`: dmc's default initialiser.
+    Init(Option<Initializer>),
 }
 
 /// The value an argument has when the call does not give it.
@@ -118,6 +122,7 @@ impl Param {
                 ArgValue::Flag(b) => b.to_string(),
                 ArgValue::Choice(c) => c.to_string(),
                 ArgValue::Activation(a) => a.map_or("none", Activation::name).to_string(),
+                ArgValue::Init(i) => i.map_or("default".to_string(), Initializer::text),
             }),
         }
     }
@@ -208,6 +213,14 @@ impl Args {
         match self.get(k)? {
             ArgValue::Choice(c) => Ok(c),
             _ => Err(self.mismatch(k)),
+        }
+    }
+
+    /// An [`ArgKind::Init`] argument, `None` when not given (dmc's default).
+    pub fn init(&self, k: &str) -> Option<Initializer> {
+        match self.vals.iter().find(|(n, _, _)| *n == k) {
+            Some((_, ArgValue::Init(i), _)) => *i,
+            _ => None,
         }
     }
 

@@ -18,6 +18,8 @@ pub(super) fn defs() -> Vec<LayerDef> {
                     Param::required("units", K::Count),
                     Param::optional("bias", K::Flag, V::Flag(true)),
                     Param::optional("activation", K::Activation, V::Activation(None)),
+                    Param::optional("init", K::Init, V::Init(None)),
+                    Param::optional("bias_init", K::Init, V::Init(None)),
                 ]
             },
             build: Build::Layer(dense),

@@ -460,3 +460,44 @@ fn train_schedule_setting() {
         assert!(text.contains("t.dm:5:"), "{bad}: no position in {text}");
     }
 }
+
+/// `init:` / `bias_init:` reach each parameter of the model (and only it); unset, the default.
+#[test]
+fn layers_choose_their_initialisers() {
+    use dmc_grammar::model::Initializer as I;
+    let src = "input x: [8, 8, 3]\ntarget y: [1]\n\
+        h = x |> conv2d(4, 3, init: he_normal, bias_init: torch_default) |> conv_transpose2d(2, 2, stride: 2, init: uniform(0.5))\n\
+        out = h |> flatten |> dense(1, init: normal(std: 0.02))\n\
+        loss mse(out, y)\ntrain { batch: 1, optimizer: sgd(lr: 0.01) }\n";
+    let m = dmc_grammar::compile_source(src, "t.dm")
+        .unwrap_or_else(|d| panic!("{}", dmc_grammar::render_plain(&d)));
+    let inits: Vec<(String, Option<I>)> = m
+        .nodes
+        .iter()
+        .flat_map(|n| &n.params)
+        .map(|p| (p.name.clone(), p.init))
+        .collect();
+    assert_eq!(
+        inits,
+        vec![
+            ("conv2d_1.weight".to_string(), Some(I::HeNormal)),
+            ("conv2d_1.bias".to_string(), Some(I::TorchDefault)),
+            (
+                "conv_transpose2d_1.weight".to_string(),
+                Some(I::Uniform { limit: 0.5 })
+            ),
+            ("conv_transpose2d_1.bias".to_string(), None),
+            ("dense_1.weight".to_string(), Some(I::Normal { std: 0.02 })),
+            ("dense_1.bias".to_string(), None),
+        ]
+    );
+    let text = dmc_grammar::summary_text(&m);
+    assert!(
+        text.contains("Initialisers:       conv2d_1.weight he_normal, conv2d_1.bias torch_default, conv_transpose2d_1.weight uniform(limit: 0.5), dense_1.weight normal(std: 0.02)"),
+        "{text}"
+    );
+    assert_eq!(
+        dmc_grammar::summary_json(&m)["initializers"]["dense_1.weight"],
+        "normal(std: 0.02)"
+    );
+}

@@ -43,6 +43,7 @@ fn minimal_use(def: &LayerDef) -> String {
             ArgKind::Flag => "true".to_string(),
             ArgKind::Choice(options) => options[0].to_string(),
             ArgKind::Activation => "relu".to_string(),
+            ArgKind::Init => "he_normal".to_string(),
         })
         .collect();
     if args.is_empty() {
@@ -202,6 +203,7 @@ fn entries_are_well_formed() {
                     )
                 }
                 (ArgKind::Activation, ArgDefault::Value(ArgValue::Activation(_))) => {}
+                (ArgKind::Init, ArgDefault::Value(ArgValue::Init(_))) => {}
                 (k, d) => panic!(
                     "`{n}`: argument `{}` of kind {k:?} has default {d:?}",
                     p.name
