@@ -373,7 +373,10 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
                 let op = Op::Pool(PoolOp::Upsample { factor: *factor });
                 g.add_node(op, &ins, name, ph, None)?
             }
-            Layer::Flatten => g.add_node(Op::Reshape, &ins, name, ph, Some(&hint))?,
+            // views: the output shares the input's buffer (row-major, no copy)
+            Layer::Flatten | Layer::Reshape => {
+                g.add_node(Op::Reshape, &ins, name, ph, Some(&hint))?
+            }
             Layer::Act(k) => g.add_node(
                 Op::Elementwise(ElementwiseOp::Unary(*k)),
                 &ins,

@@ -165,6 +165,8 @@ pub enum Layer {
     },
     /// `[..] -> [prod(..)]`
     Flatten,
+    /// `[..] -> ` the node's shape (same element count): a row-major view, as `flatten`.
+    Reshape,
     Act(Activation),
     /// Elementwise sum of two values of the same shape.
     Add,
@@ -207,6 +209,7 @@ impl Layer {
             Layer::Upsample { .. } => "upsample",
             Layer::Dense { .. } => "dense",
             Layer::Flatten => "flatten",
+            Layer::Reshape => "reshape",
             Layer::Act(a) => a.name(),
             Layer::Add => "add",
             Layer::Mul => "multiply",

@@ -185,6 +185,21 @@ fn mse_net_with_layernorm_over_channels_and_over_features() {
     );
 }
 
+/// `reshape` regroups the channels across pixels: layernorm then normalises runs of 8 values that
+/// straddle the convolution's pixels; the backward passes the gradient back through both views.
+#[test]
+fn mse_net_with_reshapes() {
+    check_gradients(
+        "input x: [4, 4, 2]
+         target y: [3]
+         h = x |> conv2d(4, 3) |> reshape([2, -1, 8]) |> layernorm |> tanh
+         out = h |> reshape([-1]) |> dense(3)
+         loss mse(out, y)
+         train { batch: 2, optimizer: sgd(lr: 1) }",
+        0,
+    );
+}
+
 #[test]
 fn mse_net_with_upsampling() {
     check_gradients(

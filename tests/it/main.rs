@@ -18,6 +18,7 @@ mod interop;
 mod lr_schedule;
 mod memory;
 mod reliability;
+mod reshape;
 mod resume;
 mod runtime_memory;
 mod runtime_nvrtc;

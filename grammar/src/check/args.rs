@@ -7,7 +7,7 @@ use super::suggest::{suggest, unsupported_help};
 use crate::ast::Ident;
 use crate::diag::{Error, Kind};
 use crate::init::{Initializer, NAMED, WITH_PARAM};
-use crate::layers::args::{ArgDefault, ArgKind, ArgValue, Args};
+use crate::layers::args::{ArgDefault, ArgKind, ArgValue, Args, Dims, MAX_RANK};
 use crate::layers::LayerDef;
 use crate::limits::MAX_DIM;
 use crate::model::{Activation, Padding, Span};
@@ -217,6 +217,69 @@ impl Bound {
             .help(help)),
         }
     }
+    /// A shape `[d1, d2, ...]` (or one number for `[n]`): whole numbers >= 1, at most one `-1`.
+    pub(super) fn dims(&self, k: &str) -> Result<Dims, Error> {
+        let Some((v, span)) = self.get(k) else {
+            return Err(err(Kind::Argument, self.call, format!("`{k}` is missing")));
+        };
+        let example = format!("e.g. `{k}: [4, -1]` or `[8, 8, 2]`");
+        let items: Vec<(Val, Span)> = match v {
+            Val::Tuple(items) => items.clone(),
+            Val::Int(_) | Val::Float(_) => vec![(v.clone(), *span)],
+            Val::Poison => return Err(Error::follow_on(*span)),
+            other => {
+                return Err(err(
+                    Kind::Argument,
+                    *span,
+                    format!(
+                        "`{k}` must be a shape `[d1, d2, ...]`, found {}",
+                        describe(other)
+                    ),
+                )
+                .label("expected a shape")
+                .help(example))
+            }
+        };
+        if items.is_empty() || items.len() > MAX_RANK {
+            return Err(err(
+                Kind::Argument,
+                *span,
+                format!(
+                    "`{k}` takes 1 to {MAX_RANK} dimensions, found {}",
+                    items.len()
+                ),
+            )
+            .label("no dimensions")
+            .help(example));
+        }
+        let mut dims = vec![];
+        let mut inferred: Option<Span> = None;
+        for (iv, ispan) in &items {
+            if matches!(iv, Val::Int(-1)) {
+                if let Some(first) = inferred {
+                    return Err(err(
+                        Kind::Argument,
+                        *ispan,
+                        format!("`{k}` may infer one dimension (`-1`), found a second"),
+                    )
+                    .label("second `-1`")
+                    .note(first, "the first `-1`")
+                    .help("give every other dimension; the `-1` one is what is left"));
+                }
+                inferred = Some(*ispan);
+                dims.push(-1);
+                continue;
+            }
+            dims.push(int_of(k, iv, *ispan, 1).map_err(|e| {
+                if matches!(iv, Val::Int(i) if *i <= 0) {
+                    e.help("a dimension is a whole number >= 1, or `-1` for the one inferred")
+                } else {
+                    e
+                }
+            })?);
+        }
+        Dims::new(&dims).ok_or_else(|| err(Kind::Argument, *span, "too many dimensions"))
+    }
     pub(super) fn choice(
         &self,
         k: &str,
@@ -376,6 +439,7 @@ pub(super) fn layer_args(def: &LayerDef, b: &Bound) -> Result<Args, Error> {
                 ArgValue::Activation(Activation::from_name(b.choice(k, &choices, "none")?))
             }
             ArgKind::Init => ArgValue::Init(Some(b.init(k)?)),
+            ArgKind::Shape => ArgValue::Shape(b.dims(k)?),
         };
         vals.push((k, v, Some(*span)));
     }

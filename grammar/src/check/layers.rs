@@ -323,7 +323,11 @@ impl Checker<'_> {
             }
             let value_kind = matches!(
                 p.kind,
-                ArgKind::Count | ArgKind::Natural | ArgKind::Pair | ArgKind::Number
+                ArgKind::Count
+                    | ArgKind::Natural
+                    | ArgKind::Pair
+                    | ArgKind::Number
+                    | ArgKind::Shape
             );
             let outside = scope.in_block.is_some() && self.top_names.contains_key(s);
             if value_kind || outside {

@@ -28,6 +28,8 @@ pub enum ArgKind {
     Activation,
     /// An initialiser (`init: he_normal`, `init: normal(std: 0.02)`).
     Init,
+    /// A shape `[d1, d2, ...]` of whole numbers >= 1, one of them possibly `-1` (`reshape`).
+    Shape,
 }
 
 /// A bound argument's value.
@@ -44,6 +46,34 @@ pub enum ArgValue {
     Activation(Option<Activation>),
     /// `None`: dmc's default initialiser.
     Init(Option<Initializer>),
+    Shape(Dims),
+}
+
+/// The most dimensions a written shape (`reshape([...])`) may have.
+pub const MAX_RANK: usize = 8;
+
+/// A written shape: up to [`MAX_RANK`] dimensions, each >= 1 or `-1` (inferred).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dims {
+    len: usize,
+    d: [i64; MAX_RANK],
+}
+
+impl Dims {
+    /// `None` with more than [`MAX_RANK`] dimensions.
+    pub fn new(dims: &[i64]) -> Option<Dims> {
+        let mut d = [0; MAX_RANK];
+        d.get_mut(..dims.len())?.copy_from_slice(dims);
+        Some(Dims { len: dims.len(), d })
+    }
+    pub fn as_slice(&self) -> &[i64] {
+        &self.d[..self.len]
+    }
+    /// As the language writes it: `[4, -1]`.
+    pub fn text(&self) -> String {
+        let parts: Vec<String> = self.as_slice().iter().map(|d| d.to_string()).collect();
+        format!("[{}]", parts.join(", "))
+    }
 }
 
 /// The value an argument has when the call does not give it.
@@ -123,6 +153,7 @@ impl Param {
                 ArgValue::Choice(c) => c.to_string(),
                 ArgValue::Activation(a) => a.map_or("none", Activation::name).to_string(),
                 ArgValue::Init(i) => i.map_or("default".to_string(), Initializer::text),
+                ArgValue::Shape(d) => d.text(),
             }),
         }
     }
@@ -221,6 +252,13 @@ impl Args {
         match self.vals.iter().find(|(n, _, _)| *n == k) {
             Some((_, ArgValue::Init(i), _)) => *i,
             _ => None,
+        }
+    }
+
+    pub fn dims(&self, k: &str) -> Result<Dims, Error> {
+        match self.get(k)? {
+            ArgValue::Shape(d) => Ok(d),
+            _ => Err(self.mismatch(k)),
         }
     }
 

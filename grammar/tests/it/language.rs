@@ -501,3 +501,25 @@ fn layers_choose_their_initialisers() {
         "normal(std: 0.02)"
     );
 }
+
+/// `reshape([...])`: the given shape, one `-1` inferred; `[n]` as `flatten`; summary type `Reshape`.
+#[test]
+fn reshape_takes_the_given_shape() {
+    let src = "input x: [4, 6, 2]\ntarget y: [1]\n\
+        a = x |> reshape([8, -1]) as r1\n\
+        b = a |> reshape([-1, 2, 3]) as r2\n\
+        out = b |> reshape([48]) |> dense(1)\n\
+        loss mse(out, y)\ntrain { batch: 1, optimizer: sgd(lr: 0.01) }\n";
+    let m = dmc_grammar::compile_source(src, "t.dm")
+        .unwrap_or_else(|d| panic!("{}", dmc_grammar::render_plain(&d)));
+    let shapes: Vec<(&str, Vec<usize>)> = m
+        .nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n.shape.clone()))
+        .collect();
+    assert_eq!(shapes[0], ("r1", vec![8, 6]));
+    assert_eq!(shapes[1], ("r2", vec![8, 2, 3]));
+    assert_eq!(shapes[2], ("reshape_1", vec![48]));
+    let text = dmc_grammar::summary_text(&m);
+    assert!(text.contains("r2 (Reshape)"), "{text}");
+}

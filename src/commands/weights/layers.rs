@@ -121,7 +121,8 @@ fn flatten_origin(model: &Model, v: ValueRef, dense: &str) -> Result<Option<[usi
         };
         let node = &model.nodes[i];
         match &node.layer {
-            Layer::Flatten => {
+            // a reshape keeps the row-major order over [h, w, c], as flatten
+            Layer::Flatten | Layer::Reshape => {
                 let input = node.inputs[0];
                 return match model.shape(input).as_slice() {
                     &[h, w, c] => Ok(Some([h, w, c])),
