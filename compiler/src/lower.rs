@@ -6,7 +6,7 @@ use dmc_grammar::model::{self, Layer, LossKind, Model, Padding, ValueRef};
 use crate::error::CompileError;
 use crate::ir::{Graph, ParamMeta, Phase, TensorType, Value};
 use crate::op::{
-    ConvGeom, ConvOp, DType, DenseOp, ElementwiseOp, Epilogue, LossOp, NormOp, Op, PoolGeom, PoolOp,
+    ConvGeom, ConvOp, DType, DenseOp, ElementwiseOp, Epilogue, LossOp, NormOp, Op, PoolOp,
 };
 use crate::plan::Init;
 use dmc_plan::unary::Coef;
@@ -329,35 +329,15 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
                 ph,
                 None,
             )?,
-            Layer::MaxPool {
-                size,
-                stride,
-                padding,
-            } => g.add_node(
-                Op::Pool(PoolOp::MaxPool {
-                    geom: PoolGeom {
-                        size: *size,
-                        stride: *stride,
-                        pad: *padding,
-                    },
-                }),
+            Layer::MaxPool { geom } => g.add_node(
+                Op::Pool(PoolOp::MaxPool { geom: *geom }),
                 &ins,
                 name,
                 ph,
                 None,
             )?,
-            Layer::AvgPool {
-                size,
-                stride,
-                padding,
-            } => g.add_node(
-                Op::Pool(PoolOp::AvgPool {
-                    geom: PoolGeom {
-                        size: *size,
-                        stride: *stride,
-                        pad: *padding,
-                    },
-                }),
+            Layer::AvgPool { geom } => g.add_node(
+                Op::Pool(PoolOp::AvgPool { geom: *geom }),
                 &ins,
                 name,
                 ph,

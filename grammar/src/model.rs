@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 pub use crate::init::Initializer;
+pub use dmc_plan::op::PoolGeom;
 pub use dmc_plan::schedule::{Decay, LrSchedule};
 /// The activations, the optimizers and the learning rate are the execution plan's own types: a
 /// program's optimizer is the rule its update ops carry, and an activation's facts (its name, what
@@ -138,17 +139,14 @@ pub enum Layer {
         groups: usize,
         bias: bool,
     },
-    /// `padding` cells on every side, never the maximum.
+    /// The window's padded cells are never the maximum.
     MaxPool {
-        size: usize,
-        stride: usize,
-        padding: usize,
+        geom: PoolGeom,
     },
-    /// `padding` cells on every side, counted as zeros (the divisor is always `size * size`).
+    /// Padded cells count as zeros; the divisor is the window's cells inside the padded input
+    /// ([`PoolGeom::divisor`]).
     AvgPool {
-        size: usize,
-        stride: usize,
-        padding: usize,
+        geom: PoolGeom,
     },
     /// `[h, w, c] -> [c]`
     GlobalAvgPool,

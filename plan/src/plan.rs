@@ -226,7 +226,9 @@ pub struct Plan {
 /// Also batchnorm (`Norm` ops, `RunStat` leaves, `BufferKind::RunningStat`, `Init::Ones`; running
 /// statistics listed in `params` with the parameters).
 /// Also the initialisers a layer may choose (`Init::HeNormal` .. `Init::Uniform`).
-pub const FORMAT_VERSION: u32 = 6;
+/// 7: `PoolGeom` with a window, stride and padding per axis (and side) and `ceil_mode` (was
+/// `size`, `stride`, `pad`).
+pub const FORMAT_VERSION: u32 = 7;
 
 impl Plan {
     /// Whether the runtime reads buffer `id` after the last step: the output always, the loss

@@ -466,16 +466,12 @@ fn int_of(k: &str, v: &Val, span: Span, min: i64) -> Result<i64, Error> {
         Val::Float(f) if f.fract() == 0.0 && f.abs() < 1e15 => *f as i64,
         Val::Poison => return Err(Error::follow_on(span)),
         other => {
-            let mut e = err(
+            return Err(err(
                 Kind::Argument,
                 span,
                 format!("`{k}` must be a whole number, found {}", describe(other)),
             )
-            .label("expected an integer");
-            if matches!(other, Val::Tuple(_)) && matches!(k, "size" | "stride" | "padding") {
-                e = e.help(format!("pooling windows are square, with one stride and padding: write one number, e.g. `{k}: 3`"));
-            }
-            return Err(e);
+            .label("expected an integer"));
         }
     };
     if i < min {

@@ -523,3 +523,30 @@ fn reshape_takes_the_given_shape() {
     let text = dmc_grammar::summary_text(&m);
     assert!(text.contains("r2 (Reshape)"), "{text}");
 }
+
+/// Pools with non-square windows and strides, per-side padding and PyTorch's ceil mode.
+#[test]
+fn pool_windows_strides_padding_and_ceil_mode() {
+    let shape = |stage: &str| {
+        let src = format!(
+            "input x: [7, 6, 2]\ntarget y: [1]\nout = x |> {stage} |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd(lr: 0.01) }}\n"
+        );
+        let m = dmc_grammar::compile_source(&src, "t.dm")
+            .unwrap_or_else(|d| panic!("{}", dmc_grammar::render_plain(&d)));
+        m.nodes[0].shape.clone()
+    };
+    assert_eq!(shape("maxpool(2)"), vec![3, 3, 2]);
+    assert_eq!(shape("maxpool(2, ceil_mode: true)"), vec![4, 3, 2]);
+    assert_eq!(shape("maxpool((2, 3), stride: (2, 1))"), vec![3, 4, 2]);
+    // (7 + 0 + 1 - 2) / 2 + 1 = 4 rows, (6 + 1 + 1 - 3) / 1 + 1 = 6 columns
+    assert_eq!(
+        shape("avgpool((2, 3), stride: (2, 1), padding: (0, 1, 1, 1))"),
+        vec![4, 6, 2]
+    );
+    // PyTorch's MaxPool2d(3, 2, padding=1, ceil_mode=True) on 7 x 6: 4 x 4 (floor: 4 x 3)
+    assert_eq!(
+        shape("maxpool(3, stride: 2, padding: 1, ceil_mode: true)"),
+        vec![4, 4, 2]
+    );
+    assert_eq!(shape("maxpool(3, stride: 2, padding: 1)"), vec![4, 3, 2]);
+}
