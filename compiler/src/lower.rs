@@ -6,7 +6,7 @@ use dmc_grammar::model::{self, Layer, LossKind, Model, Padding, ValueRef};
 use crate::error::CompileError;
 use crate::ir::{Graph, ParamMeta, Phase, TensorType, Value};
 use crate::op::{
-    ConvGeom, ConvOp, DType, DenseOp, ElementwiseOp, Epilogue, LossOp, NormOp, Op, PoolGeom, PoolOp,
+    ConvGeom, ConvOp, DType, DenseOp, ElementwiseOp, Epilogue, LossOp, NormOp, Op, PoolOp,
 };
 use crate::plan::Init;
 use dmc_plan::unary::Coef;
@@ -189,7 +189,9 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
         let mut weight = None;
         let mut bias = None;
         for p in &node.params {
-            let init = if p.is_bias {
+            let init = if let Some(i) = p.init {
+                i.to_plan(p.fan_in, p.fan_out)
+            } else if p.is_bias {
                 Init::Zeros
             } else if matches!(
                 node.layer,
@@ -327,35 +329,15 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
                 ph,
                 None,
             )?,
-            Layer::MaxPool {
-                size,
-                stride,
-                padding,
-            } => g.add_node(
-                Op::Pool(PoolOp::MaxPool {
-                    geom: PoolGeom {
-                        size: *size,
-                        stride: *stride,
-                        pad: *padding,
-                    },
-                }),
+            Layer::MaxPool { geom } => g.add_node(
+                Op::Pool(PoolOp::MaxPool { geom: *geom }),
                 &ins,
                 name,
                 ph,
                 None,
             )?,
-            Layer::AvgPool {
-                size,
-                stride,
-                padding,
-            } => g.add_node(
-                Op::Pool(PoolOp::AvgPool {
-                    geom: PoolGeom {
-                        size: *size,
-                        stride: *stride,
-                        pad: *padding,
-                    },
-                }),
+            Layer::AvgPool { geom } => g.add_node(
+                Op::Pool(PoolOp::AvgPool { geom: *geom }),
                 &ins,
                 name,
                 ph,
@@ -371,7 +353,10 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
                 let op = Op::Pool(PoolOp::Upsample { factor: *factor });
                 g.add_node(op, &ins, name, ph, None)?
             }
-            Layer::Flatten => g.add_node(Op::Reshape, &ins, name, ph, Some(&hint))?,
+            // views: the output shares the input's buffer (row-major, no copy)
+            Layer::Flatten | Layer::Reshape => {
+                g.add_node(Op::Reshape, &ins, name, ph, Some(&hint))?
+            }
             Layer::Act(k) => g.add_node(
                 Op::Elementwise(ElementwiseOp::Unary(*k)),
                 &ins,

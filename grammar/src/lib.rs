@@ -13,6 +13,7 @@
 pub mod ast;
 pub mod check;
 pub mod diag;
+pub mod init;
 pub mod layers;
 pub mod lexer;
 pub mod limits;

@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::init::Initializer;
+pub use dmc_plan::op::PoolGeom;
 pub use dmc_plan::schedule::{Decay, LrSchedule};
 /// The activations, the optimizers and the learning rate are the execution plan's own types: a
 /// program's optimizer is the rule its update ops carry, and an activation's facts (its name, what
@@ -137,17 +139,14 @@ pub enum Layer {
         groups: usize,
         bias: bool,
     },
-    /// `padding` cells on every side, never the maximum.
+    /// The window's padded cells are never the maximum.
     MaxPool {
-        size: usize,
-        stride: usize,
-        padding: usize,
+        geom: PoolGeom,
     },
-    /// `padding` cells on every side, counted as zeros (the divisor is always `size * size`).
+    /// Padded cells count as zeros; the divisor is the window's cells inside the padded input
+    /// ([`PoolGeom::divisor`]).
     AvgPool {
-        size: usize,
-        stride: usize,
-        padding: usize,
+        geom: PoolGeom,
     },
     /// `[h, w, c] -> [c]`
     GlobalAvgPool,
@@ -164,6 +163,8 @@ pub enum Layer {
     },
     /// `[..] -> [prod(..)]`
     Flatten,
+    /// `[..] -> ` the node's shape (same element count): a row-major view, as `flatten`.
+    Reshape,
     Act(Activation),
     /// Elementwise sum of two values of the same shape.
     Add,
@@ -206,6 +207,7 @@ impl Layer {
             Layer::Upsample { .. } => "upsample",
             Layer::Dense { .. } => "dense",
             Layer::Flatten => "flatten",
+            Layer::Reshape => "reshape",
             Layer::Act(a) => a.name(),
             Layer::Add => "add",
             Layer::Mul => "multiply",
@@ -227,6 +229,10 @@ pub struct ParamSpec {
     pub fan_in: usize,
     pub fan_out: usize,
     pub is_bias: bool,
+    /// The layer's `init:` (weights) or `bias_init:` (biases); `None`: dmc's default (zero
+    /// biases, He uniform for a weight read by a ReLU-like activation, else Glorot uniform).
+    #[serde(default)]
+    pub init: Option<Initializer>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -316,6 +316,14 @@ pub fn summary_text(model: &Model) -> String {
     if let Some(g) = gradients_text(model) {
         out.push_str(&format!("Gradients:          {g}\n"));
     }
+    let inits = chosen_inits(model);
+    if !inits.is_empty() {
+        let list: Vec<String> = inits.iter().map(|(p, i)| format!("{p} {i}")).collect();
+        out.push_str(&format!(
+            "Initialisers:       {}  (the other parameters: dmc's default)\n",
+            list.join(", ")
+        ));
+    }
     out
 }
 
@@ -335,6 +343,17 @@ fn gradients_text(model: &Model) -> Option<String> {
         parts.push(format!("each element clipped to [-{v}, {v}] (clip_value)"));
     }
     (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// The parameters whose layer chose an initialiser (`init:` / `bias_init:`), in model order,
+/// with the initialiser as written.
+fn chosen_inits(model: &Model) -> Vec<(String, String)> {
+    model
+        .nodes
+        .iter()
+        .flat_map(|n| &n.params)
+        .filter_map(|p| p.init.map(|i| (p.name.clone(), i.text())))
+        .collect()
 }
 
 /// The summary as JSON (same content as [`summary_text`]).
@@ -358,6 +377,10 @@ pub fn summary_json(model: &Model) -> serde_json::Value {
         "batch": model.train.batch,
         "inputs": model.inputs.iter().map(|i| json!({"name": i.name, "shape": i.shape})).collect::<Vec<_>>(),
         "layers": layers,
+        "initializers": chosen_inits(model)
+            .into_iter()
+            .map(|(p, i)| (p, serde_json::Value::String(i)))
+            .collect::<serde_json::Map<_, _>>(),
         "total_params": t.params,
         "param_bytes": t.param_bytes,
         "activation_bytes": t.activation_bytes,

@@ -62,7 +62,10 @@ pub fn layer_of(name: &str) -> &str {
 /// Alignment of every buffer offset in the arena, in bytes.
 pub const ALIGN: u64 = 64;
 
-/// How a parameter is initialised (seeded, by the runtime).
+/// How a parameter is initialised (seeded, by the runtime). `fan_in` / `fan_out` are PyTorch's
+/// (a weight's inputs / outputs times its receptive field); a bias gets its weight's fans. The
+/// normal ones are untruncated (PyTorch's `kaiming_normal_` / `xavier_normal_`); Keras draws the
+/// same variance from a normal truncated at 2 standard deviations.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum Init {
     /// He (Kaiming) uniform: U(-sqrt(6/fan_in), sqrt(6/fan_in)); used for weights followed by ReLU.
@@ -77,6 +80,36 @@ pub enum Init {
     Zeros,
     /// All ones (batchnorm's scale and running variance, as PyTorch initialises them).
     Ones,
+    /// He (Kaiming) normal: N(0, 2/fan_in).
+    HeNormal {
+        fan_in: usize,
+    },
+    /// Glorot (Xavier) normal: N(0, 2/(fan_in+fan_out)).
+    GlorotNormal {
+        fan_in: usize,
+        fan_out: usize,
+    },
+    /// LeCun uniform: U(-sqrt(3/fan_in), sqrt(3/fan_in)).
+    LecunUniform {
+        fan_in: usize,
+    },
+    /// LeCun normal: N(0, 1/fan_in).
+    LecunNormal {
+        fan_in: usize,
+    },
+    /// PyTorch's default of `Linear` / `Conv2d` / `ConvTranspose2d`, weight and bias alike:
+    /// `kaiming_uniform_(a = sqrt(5))`, i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+    TorchDefault {
+        fan_in: usize,
+    },
+    /// N(0, std^2).
+    Normal {
+        std: f32,
+    },
+    /// U(-limit, limit).
+    Uniform {
+        limit: f32,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -201,10 +234,13 @@ pub struct Plan {
 /// Also `schedule` (the learning-rate schedule); kernels take the step's learning rate as an argument.
 /// Also batchnorm (`Norm` ops, `RunStat` leaves, `BufferKind::RunningStat`, `Init::Ones`; running
 /// statistics listed in `params` with the parameters).
+/// Also the initialisers a layer may choose (`Init::HeNormal` .. `Init::Uniform`).
 /// 7: gradient clipping and accumulation: the rules' `clip_value`, the plan's `accumulate`, the
 /// `GradBuf` leaves with `BufferKind::GradAccum`, the `GradAccum` op and the updates' `zero_grad`
 /// (each absent when off, so plans without them read as in 6).
-pub const FORMAT_VERSION: u32 = 7;
+/// 8: `PoolGeom` with a window, stride and padding per axis (and side) and `ceil_mode` (was
+/// `size`, `stride`, `pad`).
+pub const FORMAT_VERSION: u32 = 8;
 
 fn one() -> usize {
     1

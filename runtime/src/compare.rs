@@ -60,16 +60,19 @@ pub fn random_args(k: &Kernel, rng: &mut ChaCha8Rng) -> Vec<Vec<u8>> {
                         .collect()
                 }
                 DType::U8 => match k.op {
-                    // with padding, a position of the window's inner (size - 2 pad)^2 cells, which
-                    // every window holds inside the image (one in the padding is a corrupt argmax)
-                    Op::Pool(PoolOp::MaxPoolBwd { geom }) if geom.size > 2 * geom.pad => {
-                        let (s, p) = (geom.size, geom.pad);
-                        let inner = s - 2 * p;
+                    // with padding, a position of the window's inner cells (without the padding's
+                    // rows and columns), which every floor window holds inside the image (one in
+                    // the padding, or past the image in a ceil-mode window, is a corrupt argmax)
+                    Op::Pool(PoolOp::MaxPoolBwd { geom })
+                        if geom.kh > geom.pad_top + geom.pad_bottom
+                            && geom.kw > geom.pad_left + geom.pad_right =>
+                    {
+                        let rows = geom.kh - geom.pad_top - geom.pad_bottom;
+                        let cols = geom.kw - geom.pad_left - geom.pad_right;
                         (0..n)
                             .map(|_| {
-                                let (a, b) =
-                                    (rng.random_range(0..inner), rng.random_range(0..inner));
-                                ((p + a) * s + p + b).min(255) as u8
+                                let (a, b) = (rng.random_range(0..rows), rng.random_range(0..cols));
+                                ((geom.pad_top + a) * geom.kw + geom.pad_left + b).min(255) as u8
                             })
                             .collect()
                     }

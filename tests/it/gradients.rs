@@ -185,6 +185,35 @@ fn mse_net_with_layernorm_over_channels_and_over_features() {
     );
 }
 
+/// `reshape` regroups the channels across pixels: layernorm then normalises runs of 8 values that
+/// straddle the convolution's pixels; the backward passes the gradient back through both views.
+#[test]
+fn mse_net_with_reshapes() {
+    check_gradients(
+        "input x: [4, 4, 2]
+         target y: [3]
+         h = x |> conv2d(4, 3) |> reshape([2, -1, 8]) |> layernorm |> tanh
+         out = h |> reshape([-1]) |> dense(3)
+         loss mse(out, y)
+         train { batch: 2, optimizer: sgd(lr: 1) }",
+        0,
+    );
+}
+
+/// Non-square pools with per-side padding and ceil-mode windows that hang over the input.
+#[test]
+fn mse_net_with_non_square_and_ceil_mode_pools() {
+    check_gradients(
+        "input x: [7, 6, 2]
+         target y: [3]
+         h = x |> conv2d(3, 3) |> tanh |> avgpool((3, 2), stride: (2, 1), padding: (1, 0, 0, 1), ceil_mode: true)
+         out = h |> maxpool(2, ceil_mode: true) |> flatten |> dense(3)
+         loss mse(out, y)
+         train { batch: 2, optimizer: sgd(lr: 1) }",
+        0,
+    );
+}
+
 #[test]
 fn mse_net_with_upsampling() {
     check_gradients(

@@ -21,6 +21,7 @@ mod interop_norm;
 mod lr_schedule;
 mod memory;
 mod reliability;
+mod reshape;
 mod resume;
 mod runtime_memory;
 mod runtime_nvrtc;

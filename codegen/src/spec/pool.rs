@@ -23,11 +23,18 @@ fn pool(
     sp.ctx.insert("c", &x[3]);
     sp.ctx.insert("ho", &y[1]);
     sp.ctx.insert("wo", &y[2]);
-    sp.ctx.insert("size", &g.size);
+    sp.ctx.insert("kh", &g.kh);
+    sp.ctx.insert("kw", &g.kw);
     let big = [numel(x), numel(y)].iter().any(|&v| v >= (1usize << 31));
     sp.ctx.insert("idx", if big { "u64" } else { "unsigned" });
-    sp.ctx.insert("stride", &g.stride);
-    sp.ctx.insert("pad", &g.pad);
+    sp.ctx.insert("stride_h", &g.stride_h);
+    sp.ctx.insert("stride_w", &g.stride_w);
+    sp.ctx.insert("pad_top", &g.pad_top);
+    sp.ctx.insert("pad_bottom", &g.pad_bottom);
+    sp.ctx.insert("pad_left", &g.pad_left);
+    sp.ctx.insert("pad_right", &g.pad_right);
+    sp.ctx.insert("ceil_mode", &g.ceil_mode);
+    sp.ctx.insert("full_windows", &g.full_windows(x[1], x[2]));
     Ok(sp)
 }
 
@@ -51,11 +58,7 @@ pub(crate) fn backward(s: &Site, geom: &PoolGeom, dx_slot: usize) -> Result<Spec
 pub(crate) fn global(s: &Site) -> Result<Spec, CodegenError> {
     let x = s.shape(0)?;
     s.rank(x, 4, "x")?;
-    let g = PoolGeom {
-        size: 1,
-        stride: 1,
-        pad: 0,
-    };
+    let g = PoolGeom::square(1, 1, 0);
     pool(s, &g, x, x, x[0] * x[3])
 }
 
@@ -63,11 +66,7 @@ pub(crate) fn global(s: &Site) -> Result<Spec, CodegenError> {
 fn global_max_bwd(s: &Site) -> Result<Spec, CodegenError> {
     let dx = s.shape(2)?;
     s.rank(dx, 4, "dx")?;
-    let g = PoolGeom {
-        size: 1,
-        stride: 1,
-        pad: 0,
-    };
+    let g = PoolGeom::square(1, 1, 0);
     pool(s, &g, dx, dx, numel(dx))
 }
 
@@ -77,11 +76,7 @@ fn upsample(s: &Site, factor: usize, slots: (usize, usize)) -> Result<Spec, Code
     let (small, large) = (s.shape(slots.0)?, s.shape(slots.1)?);
     s.rank(small, 4, "small image")?;
     s.rank(large, 4, "large image")?;
-    let g = PoolGeom {
-        size: factor,
-        stride: factor,
-        pad: 0,
-    };
+    let g = PoolGeom::square(factor, factor, 0);
     let out = if slots.1 == 1 { large } else { small };
     pool(s, &g, small, large, numel(out))
 }
@@ -109,21 +104,26 @@ pub(crate) fn spec(s: &Site, op: &PoolOp) -> Result<Spec, CodegenError> {
     }
 }
 
-/// The zoo's pooling ops: max (three geometries, one padded: ResNet's 3x3/2 with padding 1) and
-/// average pooling (also padded), global average and max pooling, and their gradients.
+/// The zoo's pooling ops: max (four geometries, one padded: ResNet's 3x3/2 with padding 1, one
+/// non-square with per-side padding in ceil mode) and average pooling (also padded, also ceil mode), global average and max pooling, and their gradients.
 pub(crate) fn zoo() -> Vec<super::cases::Case> {
     use dmc_plan::op::Op;
-    let p2 = PoolGeom {
-        size: 2,
-        stride: 2,
-        pad: 0,
+    let p2 = PoolGeom::square(2, 2, 0);
+    let p3 = PoolGeom::square(3, 2, 0);
+    let p3p = PoolGeom::square(3, 2, 1);
+    // non-square, per-side padding, ceil mode: the last row of windows hangs over the padding
+    // (7 rows: 4 windows, floor 3)
+    let odd = PoolGeom {
+        kh: 3,
+        kw: 2,
+        stride_h: 2,
+        stride_w: 1,
+        pad_top: 0,
+        pad_bottom: 1,
+        pad_left: 0,
+        pad_right: 1,
+        ceil_mode: true,
     };
-    let p3 = PoolGeom {
-        size: 3,
-        stride: 2,
-        pad: 0,
-    };
-    let p3p = PoolGeom { pad: 1, ..p3 };
     let p = |op: PoolOp| Op::Pool(op);
     vec![
         (
@@ -141,6 +141,22 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         (
             p(PoolOp::AvgPoolBwd { geom: p3p }),
             vec![vec![2, 4, 4, 3], vec![2, 8, 7, 3]],
+        ),
+        (
+            p(PoolOp::MaxPool { geom: odd }),
+            vec![vec![2, 7, 6, 3], vec![2, 4, 6, 3], vec![2, 4, 6, 3]],
+        ),
+        (
+            p(PoolOp::MaxPoolBwd { geom: odd }),
+            vec![vec![2, 4, 6, 3], vec![2, 4, 6, 3], vec![2, 7, 6, 3]],
+        ),
+        (
+            p(PoolOp::AvgPool { geom: odd }),
+            vec![vec![2, 7, 6, 3], vec![2, 4, 6, 3]],
+        ),
+        (
+            p(PoolOp::AvgPoolBwd { geom: odd }),
+            vec![vec![2, 4, 6, 3], vec![2, 7, 6, 3]],
         ),
         (
             p(PoolOp::GlobalMaxPool),

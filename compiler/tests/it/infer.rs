@@ -17,11 +17,7 @@ fn shapes(op: &Op, ins: &[TensorType], hint: Option<&TensorType>) -> Vec<TensorT
 }
 
 const G3: ConvGeom = ConvGeom::square(3, 1, 1);
-const POOL: PoolGeom = PoolGeom {
-    size: 2,
-    stride: 2,
-    pad: 0,
-};
+const POOL: PoolGeom = PoolGeom::square(2, 2, 0);
 
 #[test]
 fn forward_ops() {
@@ -356,11 +352,7 @@ fn upsample_and_its_gradient() {
 #[test]
 fn max_pool_windows_fit_their_one_byte_argmax() {
     let x = f(&[1, 40, 40, 2]);
-    let big = PoolGeom {
-        size: 17,
-        stride: 17,
-        pad: 0,
-    };
+    let big = PoolGeom::square(17, 17, 0);
     assert!(infer_outputs(&Op::Pool(PoolOp::MaxPool { geom: big }), &[x.clone()], None).is_err());
     // average pooling keeps no argmax: any window
     assert_eq!(

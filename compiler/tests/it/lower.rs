@@ -68,6 +68,44 @@ fn init_is_he_before_relu_gelu_glorot_otherwise_zeros_for_biases() {
     );
 }
 
+/// A layer's `init:` / `bias_init:` replace the default (also before a ReLU), with the parameter's
+/// fans; a bias takes its weight's.
+#[test]
+fn chosen_initialisers_carry_the_fans() {
+    let src = "input x: [6, 6, 2]
+target y: [3]
+out = x
+  |> conv2d(4, 3, init: glorot_normal, bias_init: torch_default) |> relu
+  |> conv_transpose2d(5, 2, stride: 2, init: lecun_uniform)
+  |> flatten |> dense(3, init: normal(std: 0.5), bias_init: ones)
+loss mse(out, y)
+";
+    let g = lower(&dmc_compiler::testutil::checked_with(src, 2, &sgd(0.1)), 2).unwrap();
+    let init = |name: &str| {
+        g.params
+            .iter()
+            .find(|(_, m)| m.name == name)
+            .map(|(_, m)| m.init)
+            .unwrap()
+    };
+    assert_eq!(
+        init("conv2d_1.weight"),
+        Init::GlorotNormal {
+            fan_in: 18,
+            fan_out: 36
+        }
+    );
+    assert_eq!(init("conv2d_1.bias"), Init::TorchDefault { fan_in: 18 });
+    // PyTorch's fans of ConvTranspose2d: fan_in kh·kw·filters
+    assert_eq!(
+        init("conv_transpose2d_1.weight"),
+        Init::LecunUniform { fan_in: 20 }
+    );
+    assert_eq!(init("conv_transpose2d_1.bias"), Init::Zeros);
+    assert_eq!(init("dense_1.weight"), Init::Normal { std: 0.5 });
+    assert_eq!(init("dense_1.bias"), Init::Ones);
+}
+
 #[test]
 fn conv_geometry_and_label_reshape() {
     let g = lower(&residual(sgd(0.1)), 3).unwrap();

@@ -6,7 +6,8 @@ use super::state::err;
 use super::suggest::{suggest, unsupported_help};
 use crate::ast::Ident;
 use crate::diag::{Error, Kind};
-use crate::layers::args::{ArgDefault, ArgKind, ArgValue, Args};
+use crate::init::{Initializer, NAMED, WITH_PARAM};
+use crate::layers::args::{ArgDefault, ArgKind, ArgValue, Args, Dims, MAX_RANK};
 use crate::layers::LayerDef;
 use crate::limits::MAX_DIM;
 use crate::model::{Activation, Padding, Span};
@@ -170,6 +171,115 @@ impl Bound {
             .label("expected `true` or `false`")),
         }
     }
+    /// An initialiser: a bare name (`he_normal`) or `normal(std: s)` / `uniform(limit: a)`
+    /// (already read as [`Val::Init`]).
+    pub(super) fn init(&self, k: &str) -> Result<Initializer, Error> {
+        let Some((v, span)) = self.get(k) else {
+            return Err(err(Kind::Argument, self.call, format!("`{k}` is missing")));
+        };
+        let help = format!("the initialisers are {}", Initializer::list());
+        match v {
+            Val::Init(i) => Ok(*i),
+            Val::Sym(s) => {
+                if let Some(i) = Initializer::from_name(s) {
+                    return Ok(i);
+                }
+                if let Some((n, p)) = WITH_PARAM.iter().find(|(n, _)| *n == s) {
+                    return Err(err(
+                        Kind::Argument,
+                        *span,
+                        format!("the initialiser `{n}` needs its `{p}`"),
+                    )
+                    .label(format!("`{p}` not given"))
+                    .help(format!("for example: `{k}: {n}({p}: 0.02)`")));
+                }
+                let names = NAMED
+                    .iter()
+                    .map(|i| i.name())
+                    .chain(WITH_PARAM.iter().map(|(n, _)| *n));
+                let help = match suggest(s, names) {
+                    Some(sg) => format!("did you mean `{sg}`? {help}"),
+                    None => help,
+                };
+                Err(
+                    err(Kind::Argument, *span, format!("unknown initialiser `{s}`"))
+                        .label("not an initialiser")
+                        .help(help),
+                )
+            }
+            Val::Poison => Err(Error::follow_on(*span)),
+            other => Err(err(
+                Kind::Argument,
+                *span,
+                format!("`{k}` must be an initialiser, found {}", describe(other)),
+            )
+            .label("expected an initialiser")
+            .help(help)),
+        }
+    }
+    /// A shape `[d1, d2, ...]` (or one number for `[n]`): whole numbers >= 1, at most one `-1`.
+    pub(super) fn dims(&self, k: &str) -> Result<Dims, Error> {
+        let Some((v, span)) = self.get(k) else {
+            return Err(err(Kind::Argument, self.call, format!("`{k}` is missing")));
+        };
+        let example = format!("e.g. `{k}: [4, -1]` or `[8, 8, 2]`");
+        let items: Vec<(Val, Span)> = match v {
+            Val::Tuple(items) => items.clone(),
+            Val::Int(_) | Val::Float(_) => vec![(v.clone(), *span)],
+            Val::Poison => return Err(Error::follow_on(*span)),
+            other => {
+                return Err(err(
+                    Kind::Argument,
+                    *span,
+                    format!(
+                        "`{k}` must be a shape `[d1, d2, ...]`, found {}",
+                        describe(other)
+                    ),
+                )
+                .label("expected a shape")
+                .help(example))
+            }
+        };
+        if items.is_empty() || items.len() > MAX_RANK {
+            return Err(err(
+                Kind::Argument,
+                *span,
+                format!(
+                    "`{k}` takes 1 to {MAX_RANK} dimensions, found {}",
+                    items.len()
+                ),
+            )
+            .label("no dimensions")
+            .help(example));
+        }
+        let mut dims = vec![];
+        let mut inferred: Option<Span> = None;
+        for (iv, ispan) in &items {
+            if matches!(iv, Val::Int(-1)) {
+                if let Some(first) = inferred {
+                    return Err(err(
+                        Kind::Argument,
+                        *ispan,
+                        format!("`{k}` may infer one dimension (`-1`), found a second"),
+                    )
+                    .label("second `-1`")
+                    .note(first, "the first `-1`")
+                    .help("give every other dimension; the `-1` one is what is left"));
+                }
+                inferred = Some(*ispan);
+                dims.push(-1);
+                continue;
+            }
+            dims.push(int_of(k, iv, *ispan, 1).map_err(|e| {
+                if matches!(iv, Val::Int(i) if *i <= 0) {
+                    e.help("a dimension is a whole number >= 1, or `-1` for the one inferred")
+                } else {
+                    e
+                }
+            })?);
+        }
+        Dims::new(&dims).ok_or_else(|| err(Kind::Argument, *span, "too many dimensions"))
+    }
     pub(super) fn choice(
         &self,
         k: &str,
@@ -328,6 +438,8 @@ pub(super) fn layer_args(def: &LayerDef, b: &Bound) -> Result<Args, Error> {
                 choices.extend(Activation::ALL.map(Activation::name));
                 ArgValue::Activation(Activation::from_name(b.choice(k, &choices, "none")?))
             }
+            ArgKind::Init => ArgValue::Init(Some(b.init(k)?)),
+            ArgKind::Shape => ArgValue::Shape(b.dims(k)?),
         };
         vals.push((k, v, Some(*span)));
     }
@@ -354,16 +466,12 @@ fn int_of(k: &str, v: &Val, span: Span, min: i64) -> Result<i64, Error> {
         Val::Float(f) if f.fract() == 0.0 && f.abs() < 1e15 => *f as i64,
         Val::Poison => return Err(Error::follow_on(span)),
         other => {
-            let mut e = err(
+            return Err(err(
                 Kind::Argument,
                 span,
                 format!("`{k}` must be a whole number, found {}", describe(other)),
             )
-            .label("expected an integer");
-            if matches!(other, Val::Tuple(_)) && matches!(k, "size" | "stride" | "padding") {
-                e = e.help(format!("pooling windows are square, with one stride and padding: write one number, e.g. `{k}: 3`"));
-            }
-            return Err(e);
+            .label("expected an integer"));
         }
     };
     if i < min {

@@ -8,6 +8,7 @@ use super::state::{err, Checker, NO_VALUE};
 use super::suggest::{suggest, unsupported_help};
 use crate::ast::*;
 use crate::diag::{Error, Kind};
+use crate::init::WITH_PARAM;
 use crate::layers::args::{ArgKind, Args};
 use crate::layers::build::Input;
 use crate::layers::{self, Inputs, LayerDef};
@@ -112,7 +113,10 @@ impl Checker<'_> {
         for a in args {
             let v = match self.activation_value(&a.value, scope) {
                 Some(v) => v?,
-                None => self.eval(&a.value, scope)?,
+                None => match self.init_value(&a.value, scope) {
+                    Some(v) => v?,
+                    None => self.eval(&a.value, scope)?,
+                },
             };
             match &a.name {
                 Some(n) => kw.push((n, v, a.value.span)),
@@ -212,6 +216,58 @@ impl Checker<'_> {
         Some(self.activation_with_param(a, p, func, args, e.span))
     }
 
+    /// An initialiser with its parameter, `init: normal(std: 0.02)` / `uniform(0.05)`: a call of
+    /// `normal` or `uniform` with numbers only. `None` when `e` is not one.
+    fn init_value(&mut self, e: &Expr, scope: &Scope) -> Option<Result<Val, Error>> {
+        let ExprKind::Call {
+            func,
+            args,
+            label: None,
+        } = &e.kind
+        else {
+            return None;
+        };
+        let &(name, pname) = WITH_PARAM.iter().find(|(n, _)| *n == func.name)?;
+        if self.blocks.contains_key(func.name.as_str()) || scope.vars.contains_key(&func.name) {
+            return None;
+        }
+        let numbers = |x: &Arg| matches!(x.value.kind, ExprKind::Int(_) | ExprKind::Float(_));
+        if !args.iter().all(numbers) {
+            return None;
+        }
+        let sig = Sig {
+            op: name,
+            params: vec![(pname, false)],
+            example: None,
+        };
+        let mut positional = vec![];
+        let mut kw = vec![];
+        for x in args {
+            let v = match x.value.kind {
+                ExprKind::Int(i) => Val::Int(i),
+                ExprKind::Float(f) => Val::Float(f),
+                _ => Val::Poison,
+            };
+            match &x.name {
+                Some(n) => kw.push((n, v, x.value.span)),
+                None => positional.push((v, x.value.span)),
+            }
+        }
+        let r = (|| {
+            let b = bind(&sig, positional, kw, func, e.span)?;
+            let v = b.float(pname, 0.0)?;
+            let at = b.get(pname).map_or(e.span, |(_, s)| *s);
+            Initializer::with_param(name, v)
+                .map(Val::Init)
+                .map_err(|reason| {
+                    err(Kind::Argument, at, reason)
+                        .label("out of range")
+                        .help(format!("for example: `{name}({pname}: 0.02)`"))
+                })
+        })();
+        Some(r)
+    }
+
     /// `leaky_relu(0.2)` / `leaky_relu(alpha: 0.2)` as an argument: binds and checks the parameter.
     fn activation_with_param(
         &mut self,
@@ -267,7 +323,11 @@ impl Checker<'_> {
             }
             let value_kind = matches!(
                 p.kind,
-                ArgKind::Count | ArgKind::Natural | ArgKind::Pair | ArgKind::Number
+                ArgKind::Count
+                    | ArgKind::Natural
+                    | ArgKind::Pair
+                    | ArgKind::Number
+                    | ArgKind::Shape
             );
             let outside = scope.in_block.is_some() && self.top_names.contains_key(s);
             if value_kind || outside {
@@ -367,12 +427,15 @@ impl Checker<'_> {
         let mut specs = vec![];
         for p in built.params {
             elems(&p.shape, span)?;
+            // `init:` / `bias_init:`, for the layers whose signature has them
+            let init = args.init(if p.is_bias { "bias_init" } else { "init" });
             specs.push(ParamSpec {
                 name: format!("{name}.{}", p.suffix),
                 shape: p.shape,
                 fan_in: p.fan_in,
                 fan_out: p.fan_out,
                 is_bias: p.is_bias,
+                init,
             });
         }
         let r = self.push_node(

@@ -3,7 +3,7 @@
 use crate::ast::{Expr, ExprKind, Ident};
 use crate::diag::{Error, Kind};
 use crate::layers::{self, args::ArgKind};
-use crate::model::{Activation, Span, ValueRef};
+use crate::model::{Activation, Initializer, Span, ValueRef};
 use std::collections::HashMap;
 
 /// Whether a bare name is an option value (`padding: same`, `activation: relu`, `bias: false`):
@@ -11,6 +11,7 @@ use std::collections::HashMap;
 pub(super) fn is_option_word(s: &str) -> bool {
     matches!(s, "true" | "false" | "none")
         || Activation::from_name(s).is_some()
+        || Initializer::from_name(s).is_some()
         || layers::layers().iter().any(|d| {
             d.params
                 .iter()
@@ -29,6 +30,8 @@ pub(super) enum Val {
     Tuple(Vec<(Val, Span)>),
     /// An activation with its parameter written as an argument (`activation: leaky_relu(0.2)`).
     Act(Activation),
+    /// An initialiser with its parameter written as an argument (`init: normal(std: 0.02)`).
+    Init(Initializer),
     /// The value of a definition that failed (its error is reported): what uses it fails as a
     /// follow-on error, so one mistake is reported once.
     Poison,
@@ -46,6 +49,7 @@ pub(super) fn describe(v: &Val) -> String {
             Some(v) => format!("the activation `{}({v})`", a.name()),
             None => format!("the activation `{}`", a.name()),
         },
+        Val::Init(i) => format!("the initialiser `{}`", i.text()),
         Val::Poison => "a value in error".into(),
     }
 }

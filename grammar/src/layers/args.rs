@@ -2,7 +2,7 @@
 //! builder reads after the checker has bound a call to it.
 
 use crate::diag::{Error, Kind};
-use crate::model::{Activation, Padding, Span};
+use crate::model::{Activation, Initializer, Padding, Span};
 
 /// What an argument accepts, and how the checker reads a written value for it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -26,6 +26,10 @@ pub enum ArgKind {
     Choice(&'static [&'static str]),
     /// `none` or an activation's name (`activation: relu`).
     Activation,
+    /// An initialiser (`init: he_normal`, `init: normal(std: 0.02)`).
+    Init,
+    /// A shape `[d1, d2, ...]` of whole numbers >= 1, one of them possibly `-1` (`reshape`).
+    Shape,
 }
 
 /// A bound argument's value.
@@ -40,6 +44,36 @@ pub enum ArgValue {
     Choice(&'static str),
     /// `None` for `activation: none`.
     Activation(Option<Activation>),
+    /// `None`: dmc's default initialiser.
+    Init(Option<Initializer>),
+    Shape(Dims),
+}
+
+/// The most dimensions a written shape (`reshape([...])`) may have.
+pub const MAX_RANK: usize = 8;
+
+/// A written shape: up to [`MAX_RANK`] dimensions, each >= 1 or `-1` (inferred).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dims {
+    len: usize,
+    d: [i64; MAX_RANK],
+}
+
+impl Dims {
+    /// `None` with more than [`MAX_RANK`] dimensions.
+    pub fn new(dims: &[i64]) -> Option<Dims> {
+        let mut d = [0; MAX_RANK];
+        d.get_mut(..dims.len())?.copy_from_slice(dims);
+        Some(Dims { len: dims.len(), d })
+    }
+    pub fn as_slice(&self) -> &[i64] {
+        &self.d[..self.len]
+    }
+    /// As the language writes it: `[4, -1]`.
+    pub fn text(&self) -> String {
+        let parts: Vec<String> = self.as_slice().iter().map(|d| d.to_string()).collect();
+        format!("[{}]", parts.join(", "))
+    }
 }
 
 /// The value an argument has when the call does not give it.
@@ -118,6 +152,8 @@ impl Param {
                 ArgValue::Flag(b) => b.to_string(),
                 ArgValue::Choice(c) => c.to_string(),
                 ArgValue::Activation(a) => a.map_or("none", Activation::name).to_string(),
+                ArgValue::Init(i) => i.map_or("default".to_string(), Initializer::text),
+                ArgValue::Shape(d) => d.text(),
             }),
         }
     }
@@ -207,6 +243,21 @@ impl Args {
     pub fn choice(&self, k: &str) -> Result<&'static str, Error> {
         match self.get(k)? {
             ArgValue::Choice(c) => Ok(c),
+            _ => Err(self.mismatch(k)),
+        }
+    }
+
+    /// An [`ArgKind::Init`] argument, `None` when not given (dmc's default).
+    pub fn init(&self, k: &str) -> Option<Initializer> {
+        match self.vals.iter().find(|(n, _, _)| *n == k) {
+            Some((_, ArgValue::Init(i), _)) => *i,
+            _ => None,
+        }
+    }
+
+    pub fn dims(&self, k: &str) -> Result<Dims, Error> {
+        match self.get(k)? {
+            ArgValue::Shape(d) => Ok(d),
             _ => Err(self.mismatch(k)),
         }
     }

@@ -26,6 +26,8 @@ pub(super) fn defs() -> Vec<LayerDef> {
                 Param::optional("activation", K::Activation, V::Activation(None)),
                 Param::optional("dilation", K::Pair, V::Pair(1, 1)),
                 Param::optional("groups", K::Count, V::Count(1)),
+                Param::optional("init", K::Init, V::Init(None)),
+                Param::optional("bias_init", K::Init, V::Init(None)),
             ]
         },
         build: Build::Layer(conv2d),
@@ -48,6 +50,8 @@ pub(super) fn defs() -> Vec<LayerDef> {
                 Param::optional("activation", K::Activation, V::Activation(None)),
                 Param::optional("dilation", K::Pair, V::Pair(1, 1)),
                 Param::optional("groups", K::Count, V::Count(1)),
+                Param::optional("init", K::Init, V::Init(None)),
+                Param::optional("bias_init", K::Init, V::Init(None)),
             ]
         },
         build: Build::Layer(conv_transpose2d),

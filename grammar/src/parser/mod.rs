@@ -752,6 +752,27 @@ impl<'s> P<'s> {
                     span: Span::new(t.span.start, close.end),
                 })
             }
+            // `[d1, d2, ...]`: a list of values (`reshape([4, -1])`), read as a tuple
+            Tok::Punct("[") => {
+                self.bump();
+                self.enter()?;
+                let mut items = vec![];
+                while !self.is_punct("]") {
+                    if self.peek().tok == Tok::Eof {
+                        return Err(self.close_error("]", t.span, "list"));
+                    }
+                    items.push(self.expr()?);
+                    if !self.eat_punct(",") {
+                        break;
+                    }
+                }
+                let close = self.expect_close("]", t.span, "list")?;
+                self.depth -= 1;
+                Ok(Expr {
+                    kind: ExprKind::Tuple(items),
+                    span: Span::new(t.span.start, close.end),
+                })
+            }
             Tok::Ident(ref s) if s == "repeat" => Err(Error::new(
                 Kind::Syntax,
                 t.span,

@@ -517,3 +517,93 @@ fn train_schedule_setting() {
         assert!(text.contains("t.dm:5:"), "{bad}: no position in {text}");
     }
 }
+
+/// `init:` / `bias_init:` reach each parameter of the model (and only it); unset, the default.
+#[test]
+fn layers_choose_their_initialisers() {
+    use dmc_grammar::model::Initializer as I;
+    let src = "input x: [8, 8, 3]\ntarget y: [1]\n\
+        h = x |> conv2d(4, 3, init: he_normal, bias_init: torch_default) |> conv_transpose2d(2, 2, stride: 2, init: uniform(0.5))\n\
+        out = h |> flatten |> dense(1, init: normal(std: 0.02))\n\
+        loss mse(out, y)\ntrain { batch: 1, optimizer: sgd(lr: 0.01) }\n";
+    let m = dmc_grammar::compile_source(src, "t.dm")
+        .unwrap_or_else(|d| panic!("{}", dmc_grammar::render_plain(&d)));
+    let inits: Vec<(String, Option<I>)> = m
+        .nodes
+        .iter()
+        .flat_map(|n| &n.params)
+        .map(|p| (p.name.clone(), p.init))
+        .collect();
+    assert_eq!(
+        inits,
+        vec![
+            ("conv2d_1.weight".to_string(), Some(I::HeNormal)),
+            ("conv2d_1.bias".to_string(), Some(I::TorchDefault)),
+            (
+                "conv_transpose2d_1.weight".to_string(),
+                Some(I::Uniform { limit: 0.5 })
+            ),
+            ("conv_transpose2d_1.bias".to_string(), None),
+            ("dense_1.weight".to_string(), Some(I::Normal { std: 0.02 })),
+            ("dense_1.bias".to_string(), None),
+        ]
+    );
+    let text = dmc_grammar::summary_text(&m);
+    assert!(
+        text.contains("Initialisers:       conv2d_1.weight he_normal, conv2d_1.bias torch_default, conv_transpose2d_1.weight uniform(limit: 0.5), dense_1.weight normal(std: 0.02)"),
+        "{text}"
+    );
+    assert_eq!(
+        dmc_grammar::summary_json(&m)["initializers"]["dense_1.weight"],
+        "normal(std: 0.02)"
+    );
+}
+
+/// `reshape([...])`: the given shape, one `-1` inferred; `[n]` as `flatten`; summary type `Reshape`.
+#[test]
+fn reshape_takes_the_given_shape() {
+    let src = "input x: [4, 6, 2]\ntarget y: [1]\n\
+        a = x |> reshape([8, -1]) as r1\n\
+        b = a |> reshape([-1, 2, 3]) as r2\n\
+        out = b |> reshape([48]) |> dense(1)\n\
+        loss mse(out, y)\ntrain { batch: 1, optimizer: sgd(lr: 0.01) }\n";
+    let m = dmc_grammar::compile_source(src, "t.dm")
+        .unwrap_or_else(|d| panic!("{}", dmc_grammar::render_plain(&d)));
+    let shapes: Vec<(&str, Vec<usize>)> = m
+        .nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n.shape.clone()))
+        .collect();
+    assert_eq!(shapes[0], ("r1", vec![8, 6]));
+    assert_eq!(shapes[1], ("r2", vec![8, 2, 3]));
+    assert_eq!(shapes[2], ("reshape_1", vec![48]));
+    let text = dmc_grammar::summary_text(&m);
+    assert!(text.contains("r2 (Reshape)"), "{text}");
+}
+
+/// Pools with non-square windows and strides, per-side padding and PyTorch's ceil mode.
+#[test]
+fn pool_windows_strides_padding_and_ceil_mode() {
+    let shape = |stage: &str| {
+        let src = format!(
+            "input x: [7, 6, 2]\ntarget y: [1]\nout = x |> {stage} |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd(lr: 0.01) }}\n"
+        );
+        let m = dmc_grammar::compile_source(&src, "t.dm")
+            .unwrap_or_else(|d| panic!("{}", dmc_grammar::render_plain(&d)));
+        m.nodes[0].shape.clone()
+    };
+    assert_eq!(shape("maxpool(2)"), vec![3, 3, 2]);
+    assert_eq!(shape("maxpool(2, ceil_mode: true)"), vec![4, 3, 2]);
+    assert_eq!(shape("maxpool((2, 3), stride: (2, 1))"), vec![3, 4, 2]);
+    // (7 + 0 + 1 - 2) / 2 + 1 = 4 rows, (6 + 1 + 1 - 3) / 1 + 1 = 6 columns
+    assert_eq!(
+        shape("avgpool((2, 3), stride: (2, 1), padding: (0, 1, 1, 1))"),
+        vec![4, 6, 2]
+    );
+    // PyTorch's MaxPool2d(3, 2, padding=1, ceil_mode=True) on 7 x 6: 4 x 4 (floor: 4 x 3)
+    assert_eq!(
+        shape("maxpool(3, stride: 2, padding: 1, ceil_mode: true)"),
+        vec![4, 4, 2]
+    );
+    assert_eq!(shape("maxpool(3, stride: 2, padding: 1)"), vec![4, 3, 2]);
+}

@@ -43,6 +43,8 @@ fn minimal_use(def: &LayerDef) -> String {
             ArgKind::Flag => "true".to_string(),
             ArgKind::Choice(options) => options[0].to_string(),
             ArgKind::Activation => "relu".to_string(),
+            ArgKind::Init => "he_normal".to_string(),
+            ArgKind::Shape => "[-1]".to_string(),
         })
         .collect();
     if args.is_empty() {
@@ -66,6 +68,7 @@ fn variant(l: &Layer) -> String {
         Layer::Upsample { .. } => "Upsample".into(),
         Layer::Dense { .. } => "Dense".into(),
         Layer::Flatten => "Flatten".into(),
+        Layer::Reshape => "Reshape".into(),
         Layer::Act(a) => format!("Act({})", a.name()),
         Layer::Add => "Add".into(),
         Layer::Mul => "Mul".into(),
@@ -89,6 +92,7 @@ fn all_variants() -> BTreeSet<String> {
         "Upsample",
         "Dense",
         "Flatten",
+        "Reshape",
         "Add",
         "Dropout",
         "Softmax",
@@ -202,6 +206,7 @@ fn entries_are_well_formed() {
                     )
                 }
                 (ArgKind::Activation, ArgDefault::Value(ArgValue::Activation(_))) => {}
+                (ArgKind::Init, ArgDefault::Value(ArgValue::Init(_))) => {}
                 (k, d) => panic!(
                     "`{n}`: argument `{}` of kind {k:?} has default {d:?}",
                     p.name

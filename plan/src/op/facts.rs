@@ -130,19 +130,132 @@ impl ConvGeom {
     }
 }
 
-/// A pooling window: `size x size`, moved by `stride`, over the input padded by `pad` on every
-/// side (PyTorch's `padding`; max-pooling ignores padded cells, average pooling counts them as
-/// zeros, PyTorch's `count_include_pad=True`).
+/// A pooling window: `kh x kw`, moved by `(stride_h, stride_w)`, over the input padded by
+/// `pad_top`, `pad_bottom`, `pad_left`, `pad_right` cells (PyTorch's `padding`, per side; each at
+/// most half its window). Max-pooling ignores padded cells; average pooling counts them as zeros
+/// (PyTorch's `count_include_pad=True`) and divides each window by its cells inside the padded
+/// input. With `ceil_mode` (PyTorch's) the output extent rounds up, so the last window may hang
+/// over the padded input; one that would start in the bottom / right padding is dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct PoolGeom {
-    pub size: usize,
-    pub stride: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub stride_h: usize,
+    pub stride_w: usize,
     #[serde(default, skip_serializing_if = "is_zero")]
-    pub pad: usize,
+    pub pad_top: usize,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pad_bottom: usize,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pad_left: usize,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pad_right: usize,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub ceil_mode: bool,
 }
 
 fn is_zero(v: &usize) -> bool {
     *v == 0
+}
+
+fn is_false(v: &bool) -> bool {
+    !*v
+}
+
+impl PoolGeom {
+    /// A `size x size` window, one stride, `pad` cells on every side, floor windows.
+    pub const fn square(size: usize, stride: usize, pad: usize) -> PoolGeom {
+        PoolGeom {
+            kh: size,
+            kw: size,
+            stride_h: stride,
+            stride_w: stride,
+            pad_top: pad,
+            pad_bottom: pad,
+            pad_left: pad,
+            pad_right: pad,
+            ceil_mode: false,
+        }
+    }
+
+    /// The output extent along one axis: `input` cells padded by `before` and `after`, windows of
+    /// `k` moved by `s`; floor, or with `ceil_mode` rounded up and then the last window dropped
+    /// when it would start in the `after` padding (PyTorch's `pooling_output_shape`).
+    pub fn extent(
+        input: usize,
+        k: usize,
+        s: usize,
+        before: usize,
+        after: usize,
+        ceil_mode: bool,
+    ) -> Result<usize, String> {
+        if k == 0 || s == 0 {
+            return Err("pool size and stride must be positive".into());
+        }
+        if before > k / 2 || after > k / 2 {
+            return Err(format!(
+                "pool padding ({before}, {after}) more than half the window {k}"
+            ));
+        }
+        let padded = input.saturating_add(before).saturating_add(after);
+        let Some(r) = padded.checked_sub(k) else {
+            return Err(format!("pool window {k} larger than padded input {padded}"));
+        };
+        let mut out = if ceil_mode { r.div_ceil(s) } else { r / s } + 1;
+        if ceil_mode && (out - 1) * s >= input + before {
+            out -= 1;
+        }
+        Ok(out)
+    }
+
+    /// The output (height, width) over an `h x w` input.
+    pub fn out_hw(&self, h: usize, w: usize) -> Result<(usize, usize), String> {
+        Ok((
+            Self::extent(
+                h,
+                self.kh,
+                self.stride_h,
+                self.pad_top,
+                self.pad_bottom,
+                self.ceil_mode,
+            )?,
+            Self::extent(
+                w,
+                self.kw,
+                self.stride_w,
+                self.pad_left,
+                self.pad_right,
+                self.ceil_mode,
+            )?,
+        ))
+    }
+
+    /// The cells of window `o` along one axis inside the padded input `[-before, n + after)`
+    /// (average pooling's divisor along that axis): `k` unless a ceil-mode window hangs over.
+    pub fn cells(o: usize, k: usize, s: usize, before: usize, n: usize, after: usize) -> usize {
+        let start = o * s; // in padded coordinates
+        (start + k).min(n + before + after).saturating_sub(start)
+    }
+
+    /// Average pooling's divisor of output `(oy, ox)` over an `h x w` input.
+    pub fn divisor(&self, oy: usize, ox: usize, h: usize, w: usize) -> usize {
+        Self::cells(oy, self.kh, self.stride_h, self.pad_top, h, self.pad_bottom)
+            * Self::cells(ox, self.kw, self.stride_w, self.pad_left, w, self.pad_right)
+    }
+
+    /// Whether every window has all `kh * kw` cells inside the padded input (always without
+    /// `ceil_mode`), so the divisor is the window's size.
+    pub fn full_windows(&self, h: usize, w: usize) -> bool {
+        match self.out_hw(h, w) {
+            Ok((ho, wo)) => {
+                (ho == 0
+                    || (ho - 1) * self.stride_h + self.kh <= h + self.pad_top + self.pad_bottom)
+                    && (wo == 0
+                        || (wo - 1) * self.stride_w + self.kw <= w + self.pad_left + self.pad_right)
+            }
+            Err(_) => true,
+        }
+    }
 }
 
 /// How a kernel uses one of its arguments.

@@ -9,14 +9,15 @@ use crate::unary::UnaryKind;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum PoolOp {
-    /// x[N,H,W,C] -> y[N,Ho,Wo,C], argmax u8[N,Ho,Wo,C] (row-major index dy*size+dx inside the
-    /// window of the maximum; first maximum wins). Windows are floor windows over the input padded
-    /// by `geom.pad`, whose padded cells are never the maximum (a window always holds an input
-    /// cell: the padding is at most half the window); at most [`MAX_ARGMAX_WINDOW`] positions per
-    /// window.
+    /// x[N,H,W,C] -> y[N,Ho,Wo,C], argmax u8[N,Ho,Wo,C] (row-major index dy*kw+dx inside the
+    /// window of the maximum; first maximum wins). Windows over the input padded per
+    /// [`PoolGeom`], whose padded cells are never the maximum (a window always holds an input
+    /// cell: the padding is at most half the window, a ceil-mode window starts inside the input or
+    /// its top / left padding); at most [`MAX_ARGMAX_WINDOW`] positions per window.
     MaxPool { geom: PoolGeom },
-    /// x[N,H,W,C] -> y[N,Ho,Wo,C], the sum over each window divided by `size*size` (padded cells
-    /// count as zeros: PyTorch's `count_include_pad=True`).
+    /// x[N,H,W,C] -> y[N,Ho,Wo,C], the sum over each window divided by its cells inside the
+    /// padded input ([`PoolGeom::divisor`]: `kh*kw` but for ceil-mode windows that hang over;
+    /// padded cells count as zeros: PyTorch's `count_include_pad=True`).
     AvgPool { geom: PoolGeom },
     /// x[N,H,W,C] -> y[N,C]
     GlobalAvgPool,
@@ -52,10 +53,10 @@ pub enum PoolOp {
 pub const MAX_ARGMAX_WINDOW: usize = 256;
 
 fn argmax_fits(g: &PoolGeom) -> Result<(), ShapeError> {
-    if g.size.saturating_mul(g.size) > MAX_ARGMAX_WINDOW {
+    if g.kh.saturating_mul(g.kw) > MAX_ARGMAX_WINDOW {
         return err(format!(
-            "max-pool window {0}x{0} has more than {MAX_ARGMAX_WINDOW} positions",
-            g.size
+            "max-pool window {}x{} has more than {MAX_ARGMAX_WINDOW} positions",
+            g.kh, g.kw
         ));
     }
     Ok(())
@@ -262,7 +263,7 @@ impl OpFacts for PoolOp {
         match self {
             // one comparison or addition per window element (the padded ones included)
             PoolOp::MaxPool { geom } | PoolOp::AvgPool { geom } => {
-                outs.first().map(|s| numel(s)).unwrap_or(0) * (geom.size * geom.size) as u64
+                outs.first().map(|s| numel(s)).unwrap_or(0) * (geom.kh * geom.kw) as u64
             }
             PoolOp::GlobalAvgPool | PoolOp::GlobalMaxPool => {
                 ins.first().map(|s| numel(s)).unwrap_or(0)

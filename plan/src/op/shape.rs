@@ -41,34 +41,10 @@ pub(crate) fn need_hint<'a>(
     hint.ok_or_else(|| ShapeError(format!("{kind_name} needs the expected output shape")))
 }
 
-fn pool_extent(input: usize, g: &PoolGeom) -> Result<usize, ShapeError> {
-    if g.stride == 0 || g.size == 0 {
-        return err("pool size and stride must be positive");
-    }
-    if g.pad > g.size / 2 {
-        return err(format!(
-            "pool padding {} more than half the window {}",
-            g.pad, g.size
-        ));
-    }
-    match (input + 2 * g.pad).checked_sub(g.size) {
-        Some(r) => Ok(r / g.stride + 1),
-        None => err(format!(
-            "pool window {} larger than padded input {}",
-            g.size,
-            input + 2 * g.pad
-        )),
-    }
-}
-
-/// The output shape of a pooling window over `x` [N,H,W,C] padded by `g.pad` (floor, as PyTorch).
+/// The output shape of a pooling window over `x` [N,H,W,C] ([`PoolGeom::out_hw`]).
 pub(crate) fn pooled(x: &[usize], g: &PoolGeom) -> Result<Vec<usize>, ShapeError> {
-    Ok(vec![
-        x[0],
-        pool_extent(x[1], g)?,
-        pool_extent(x[2], g)?,
-        x[3],
-    ])
+    let (ho, wo) = g.out_hw(x[1], x[2]).map_err(ShapeError)?;
+    Ok(vec![x[0], ho, wo, x[3]])
 }
 
 pub(crate) fn numel(s: &[usize]) -> u64 {

@@ -1,5 +1,5 @@
-//! Max / average / global-average / global-max pooling (NHWC, floor windows over the input padded
-//! by `PoolGeom::pad`: max-pooling skips padded cells, average pooling counts them as zeros),
+//! Max / average / global-average / global-max pooling (NHWC, windows over the input padded per
+//! [`PoolGeom`]: max-pooling skips padded cells, average pooling counts them as zeros),
 //! nearest-neighbour upsampling, and their backward ops.
 
 use super::args::{Args, Ctx};
@@ -30,41 +30,62 @@ impl PoolDims {
         }
     }
     fn check(&self, g: &PoolGeom, x: usize, y: usize) {
-        assert!(g.size >= 1 && g.stride >= 1, "pool: bad geometry");
-        assert!(g.pad <= g.size / 2, "pool: padding over half the window");
         assert_eq!(x, self.n * self.h * self.w * self.c, "pool: x size");
         assert_eq!(y, self.n * self.ho * self.wo * self.c, "pool: y size");
-        assert!(
-            self.ho == 0 || (self.ho - 1) * g.stride + g.size <= self.h + 2 * g.pad,
-            "pool: window out of x (rows)"
-        );
-        assert!(
-            self.wo == 0 || (self.wo - 1) * g.stride + g.size <= self.w + 2 * g.pad,
-            "pool: window out of x (cols)"
+        assert_eq!(
+            g.out_hw(self.h, self.w),
+            Ok((self.ho, self.wo)),
+            "pool: geometry and shapes disagree"
         );
     }
 }
 
-/// The input row (column) of window offset `wo` of the window starting at output `o`, or `None`
-/// in the padding.
-fn at(g: &PoolGeom, o: usize, wo: usize, n: usize) -> Option<usize> {
-    (o * g.stride + wo).checked_sub(g.pad).filter(|&i| i < n)
+/// One axis of a window: moved by `s`, `before` padding cells, `n` input cells.
+#[derive(Clone, Copy)]
+struct Axis {
+    s: usize,
+    before: usize,
+    n: usize,
 }
 
-/// The window's first input row (column): its first cell that is not padding (the padding is at
-/// most half the window, so every window has one).
-fn first_in(g: &PoolGeom, o: usize) -> usize {
-    (o * g.stride).saturating_sub(g.pad)
+impl Axis {
+    fn rows(g: &PoolGeom, d: &PoolDims) -> Axis {
+        Axis {
+            s: g.stride_h,
+            before: g.pad_top,
+            n: d.h,
+        }
+    }
+    fn cols(g: &PoolGeom, d: &PoolDims) -> Axis {
+        Axis {
+            s: g.stride_w,
+            before: g.pad_left,
+            n: d.w,
+        }
+    }
+    /// The input row (column) of window offset `wo` of the window starting at output `o`, or
+    /// `None` in the padding (or past it, for a ceil-mode window).
+    fn at(self, o: usize, wo: usize) -> Option<usize> {
+        (o * self.s + wo)
+            .checked_sub(self.before)
+            .filter(|&i| i < self.n)
+    }
+    /// The window's first input row (column): its first cell that is not padding (every window
+    /// has one).
+    fn first_in(self, o: usize) -> usize {
+        (o * self.s).saturating_sub(self.before)
+    }
 }
 
-/// y = max over each window, argmax = `dy*size+dx` of the first maximum.
+/// y = max over each window, argmax = `dy*kw+dx` of the first maximum.
 pub fn maxpool_fwd(g: &PoolGeom, d: &PoolDims, x: &[f32], y: &mut [f32], argmax: &mut [u8]) {
     d.check(g, x.len(), y.len());
     assert_eq!(argmax.len(), y.len(), "maxpool: argmax size");
     assert!(
-        g.size * g.size <= 256,
+        g.kh * g.kw <= 256,
         "maxpool: window too large for u8 argmax"
     );
+    let (ry, rx) = (Axis::rows(g, d), Axis::cols(g, d));
     let row = d.wo * d.c;
     if row == 0 {
         return;
@@ -80,19 +101,19 @@ pub fn maxpool_fwd(g: &PoolGeom, d: &PoolDims, x: &[f32], y: &mut [f32], argmax:
                     let mut best = f32::NEG_INFINITY;
                     let mut bi = 0usize;
                     let mut first = true;
-                    for wy in 0..g.size {
-                        let Some(iy) = at(g, oy, wy, d.h) else {
+                    for wy in 0..g.kh {
+                        let Some(iy) = ry.at(oy, wy) else {
                             continue;
                         };
-                        for wx in 0..g.size {
-                            let Some(ix) = at(g, ox, wx, d.w) else {
+                        for wx in 0..g.kw {
+                            let Some(ix) = rx.at(ox, wx) else {
                                 continue;
                             };
                             let v = x[((n * d.h + iy) * d.w + ix) * d.c + ch];
                             // a NaN wins (and stays): NaN propagates as in PyTorch
                             if first || v > best || (v.is_nan() && !best.is_nan()) {
                                 best = v;
-                                bi = wy * g.size + wx;
+                                bi = wy * g.kw + wx;
                                 first = false;
                             }
                         }
@@ -110,6 +131,7 @@ pub fn maxpool_fwd(g: &PoolGeom, d: &PoolDims, x: &[f32], y: &mut [f32], argmax:
 pub fn maxpool_bwd(g: &PoolGeom, d: &PoolDims, dy: &[f32], argmax: &[u8], dx: &mut [f32]) {
     d.check(g, dx.len(), dy.len());
     assert_eq!(argmax.len(), dy.len(), "maxpool_bwd: argmax size");
+    let (ry, rx) = (Axis::rows(g, d), Axis::cols(g, d));
     let img = d.h * d.w * d.c;
     if img == 0 {
         return;
@@ -122,11 +144,10 @@ pub fn maxpool_bwd(g: &PoolGeom, d: &PoolDims, dy: &[f32], argmax: &[u8], dx: &m
                 for ch in 0..d.c {
                     let o = n * oimg + (oy * d.wo + ox) * d.c + ch;
                     let a = argmax[o] as usize;
-                    let pos = (a < g.size * g.size)
-                        .then(|| (at(g, oy, a / g.size, d.h), at(g, ox, a % g.size, d.w)));
+                    let pos = (a < g.kh * g.kw).then(|| (ry.at(oy, a / g.kw), rx.at(ox, a % g.kw)));
                     let (iy, ix, v) = match pos {
                         Some((Some(iy), Some(ix))) => (iy, ix, dy[o]),
-                        _ => (first_in(g, oy), first_in(g, ox), f32::NAN),
+                        _ => (ry.first_in(oy), rx.first_in(ox), f32::NAN),
                     };
                     dxn[(iy * d.w + ix) * d.c + ch] += v;
                 }
@@ -135,26 +156,32 @@ pub fn maxpool_bwd(g: &PoolGeom, d: &PoolDims, dy: &[f32], argmax: &[u8], dx: &m
     });
 }
 
-/// y = the sum over each window / size^2 (padded cells count as zeros).
+/// 1 / the divisor of window `(oy, ox)` ([`PoolGeom::divisor`]).
+fn inv_divisor(g: &PoolGeom, d: &PoolDims, oy: usize, ox: usize) -> f32 {
+    1.0 / g.divisor(oy, ox, d.h, d.w) as f32
+}
+
+/// y = the sum over each window / its divisor (padded cells count as zeros).
 pub fn avgpool_fwd(g: &PoolGeom, d: &PoolDims, x: &[f32], y: &mut [f32]) {
     d.check(g, x.len(), y.len());
+    let (ry, rx) = (Axis::rows(g, d), Axis::cols(g, d));
     let row = d.wo * d.c;
     if row == 0 {
         return;
     }
-    let inv = 1.0 / (g.size * g.size) as f32;
     y.par_chunks_mut(row).enumerate().for_each(|(r, yr)| {
         let oy = r % d.ho;
         let n = r / d.ho;
         for ox in 0..d.wo {
+            let inv = inv_divisor(g, d, oy, ox);
             let yo = &mut yr[ox * d.c..(ox + 1) * d.c];
             yo.fill(0.0);
-            for wy in 0..g.size {
-                let Some(iy) = at(g, oy, wy, d.h) else {
+            for wy in 0..g.kh {
+                let Some(iy) = ry.at(oy, wy) else {
                     continue;
                 };
-                for wx in 0..g.size {
-                    let Some(ix) = at(g, ox, wx, d.w) else {
+                for wx in 0..g.kw {
+                    let Some(ix) = rx.at(ox, wx) else {
                         continue;
                     };
                     let i = ((n * d.h + iy) * d.w + ix) * d.c;
@@ -170,27 +197,28 @@ pub fn avgpool_fwd(g: &PoolGeom, d: &PoolDims, x: &[f32], y: &mut [f32]) {
     });
 }
 
-/// dx = dy / size^2 spread over each window's input cells (overwrites dx).
+/// dx = dy / divisor spread over each window's input cells (overwrites dx).
 pub fn avgpool_bwd(g: &PoolGeom, d: &PoolDims, dy: &[f32], dx: &mut [f32]) {
     d.check(g, dx.len(), dy.len());
+    let (ry, rx) = (Axis::rows(g, d), Axis::cols(g, d));
     let img = d.h * d.w * d.c;
     if img == 0 {
         return;
     }
-    let inv = 1.0 / (g.size * g.size) as f32;
     let oimg = d.ho * d.wo * d.c;
     dx.par_chunks_mut(img).enumerate().for_each(|(n, dxn)| {
         dxn.fill(0.0);
         for oy in 0..d.ho {
             for ox in 0..d.wo {
+                let inv = inv_divisor(g, d, oy, ox);
                 let o = n * oimg + (oy * d.wo + ox) * d.c;
                 let dyo = &dy[o..o + d.c];
-                for wy in 0..g.size {
-                    let Some(iy) = at(g, oy, wy, d.h) else {
+                for wy in 0..g.kh {
+                    let Some(iy) = ry.at(oy, wy) else {
                         continue;
                     };
-                    for wx in 0..g.size {
-                        let Some(ix) = at(g, ox, wx, d.w) else {
+                    for wx in 0..g.kw {
+                        let Some(ix) = rx.at(ox, wx) else {
                             continue;
                         };
                         let i = (iy * d.w + ix) * d.c;

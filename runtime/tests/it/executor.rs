@@ -540,11 +540,7 @@ fn poison_is_silent_for_a_correct_plan_and_loud_for_a_wrong_one() {
 fn conv_plan() -> Plan {
     let mut p = Pb::default();
     let g = ConvGeom::square(3, 1, 1);
-    let pg = PoolGeom {
-        size: 2,
-        stride: 2,
-        pad: 0,
-    };
+    let pg = PoolGeom::square(2, 2, 0);
     let x = p.input("image", &[2, 6, 6, 1], DType::F32, false);
     let lab = p.input("label", &[2], DType::I32, true);
     let cw = p.param("conv.weight", &[3, 3, 1, 4], Init::HeUniform { fan_in: 9 });

@@ -139,11 +139,7 @@ impl PoolCase {
         (self.w - self.size) / self.s + 1
     }
     fn geom(&self) -> PoolGeom {
-        PoolGeom {
-            size: self.size,
-            stride: self.s,
-            pad: 0,
-        }
+        PoolGeom::square(self.size, self.s, 0)
     }
     fn dims(&self) -> PoolDims {
         PoolDims {

@@ -350,30 +350,50 @@ fn general_conv_random_geometries() {
     }
 }
 
-/// One pooling: x [n, h, w, c], a `size` window moved by `s`, `pad` cells on every side.
+/// One pooling: x [n, h, w, c], a `kh x kw` window moved by `(sh, sw)`, padded by
+/// `(top, bottom, left, right)`, floor or ceil windows.
 #[derive(Clone, Copy, Debug)]
 struct Pool {
     n: usize,
     h: usize,
     w: usize,
     c: usize,
-    size: usize,
-    s: usize,
-    pad: usize,
+    k: (usize, usize),
+    s: (usize, usize),
+    pad: (usize, usize, usize, usize),
+    ceil: bool,
+}
+
+/// PyTorch's `pooling_output_shape` (dilation 1), written with the padding per side:
+/// `(n + before + after - k + (ceil ? s - 1 : 0)) / s + 1`, minus one in ceil mode when the last
+/// window would start at or past `n + before` (in the right padding).
+fn torch_extent(n: usize, k: usize, s: usize, before: usize, after: usize, ceil: bool) -> usize {
+    let mut o = (n + before + after - k + if ceil { s - 1 } else { 0 }) / s + 1;
+    if ceil && (o - 1) * s >= n + before {
+        o -= 1;
+    }
+    o
 }
 
 impl Pool {
     fn out(&self) -> (usize, usize) {
+        let (t, b, l, r) = self.pad;
         (
-            (self.h + 2 * self.pad - self.size) / self.s + 1,
-            (self.w + 2 * self.pad - self.size) / self.s + 1,
+            torch_extent(self.h, self.k.0, self.s.0, t, b, self.ceil),
+            torch_extent(self.w, self.k.1, self.s.1, l, r, self.ceil),
         )
     }
     fn geom(&self) -> PoolGeom {
         PoolGeom {
-            size: self.size,
-            stride: self.s,
-            pad: self.pad,
+            kh: self.k.0,
+            kw: self.k.1,
+            stride_h: self.s.0,
+            stride_w: self.s.1,
+            pad_top: self.pad.0,
+            pad_bottom: self.pad.1,
+            pad_left: self.pad.2,
+            pad_right: self.pad.3,
+            ceil_mode: self.ceil,
         }
     }
     fn dims(&self) -> PoolDims {
@@ -396,20 +416,28 @@ impl Pool {
     }
 }
 
-/// Max and mean (over size^2, padded cells as zeros) of each window, f64; the max's argmax is the
-/// first maximum's window index among the cells inside the image.
+/// Max and mean (padded cells as zeros) of each window, f64; the max's argmax is the first
+/// maximum's window index among the cells inside the image. The mean's divisor is PyTorch's
+/// (`count_include_pad=True`): the window clipped to the padded input, `min(start + k, n + after)
+/// - start` per axis with `start = o*s - before`.
 fn pool_ref(p: &Pool, x: &[f32]) -> (Vec<f64>, Vec<u8>, Vec<f64>) {
     let (ho, wo) = p.out();
+    let (pt, pb, pl, pr) = p.pad;
     let (mut mx, mut am, mut avg) = (vec![], vec![], vec![]);
     for n in 0..p.n {
         for oy in 0..ho {
             for ox in 0..wo {
+                let hs = (oy * p.s.0) as i64 - pt as i64;
+                let ws = (ox * p.s.1) as i64 - pl as i64;
+                let he = (hs + p.k.0 as i64).min((p.h + pb) as i64);
+                let we = (ws + p.k.1 as i64).min((p.w + pr) as i64);
+                let div = ((he - hs) * (we - ws)) as f64;
                 for ch in 0..p.c {
                     let (mut best, mut bi, mut sum) = (f64::NEG_INFINITY, 0u8, 0f64);
-                    for wy in 0..p.size {
-                        for wx in 0..p.size {
-                            let iy = (oy * p.s + wy) as i64 - p.pad as i64;
-                            let ix = (ox * p.s + wx) as i64 - p.pad as i64;
+                    for wy in 0..p.k.0 {
+                        for wx in 0..p.k.1 {
+                            let iy = hs + wy as i64;
+                            let ix = ws + wx as i64;
                             if iy < 0 || ix < 0 || iy >= p.h as i64 || ix >= p.w as i64 {
                                 continue;
                             }
@@ -417,13 +445,13 @@ fn pool_ref(p: &Pool, x: &[f32]) -> (Vec<f64>, Vec<u8>, Vec<f64>) {
                             sum += v as f64;
                             if (v as f64) > best {
                                 best = v as f64;
-                                bi = (wy * p.size + wx) as u8;
+                                bi = (wy * p.k.1 + wx) as u8;
                             }
                         }
                     }
                     mx.push(best);
                     am.push(bi);
-                    avg.push(sum / (p.size * p.size) as f64);
+                    avg.push(sum / div);
                 }
             }
         }
@@ -431,22 +459,44 @@ fn pool_ref(p: &Pool, x: &[f32]) -> (Vec<f64>, Vec<u8>, Vec<f64>) {
     (mx, am, avg)
 }
 
-fn pools() -> Vec<Pool> {
-    let p = |n, h, w, c, size, s, pad| Pool {
+fn sq(n: usize, h: usize, w: usize, c: usize, size: usize, s: usize, pad: usize) -> Pool {
+    Pool {
         n,
         h,
         w,
         c,
-        size,
+        k: (size, size),
+        s: (s, s),
+        pad: (pad, pad, pad, pad),
+        ceil: false,
+    }
+}
+
+fn pools() -> Vec<Pool> {
+    let odd = |h, w, k, s, pad, ceil| Pool {
+        n: 1,
+        h,
+        w,
+        c: 2,
+        k,
         s,
         pad,
+        ceil,
     };
     vec![
-        p(2, 8, 8, 3, 3, 2, 1), // ResNet's stem pool: 8 -> 4
-        p(1, 7, 9, 2, 3, 2, 1), // odd sizes
-        p(2, 5, 6, 2, 2, 2, 1), // padding 1 on a 2x2 window
-        p(1, 6, 5, 3, 5, 1, 2), // padding 2 on a 5x5 window, stride 1
-        p(1, 4, 4, 1, 3, 3, 1), // stride equal to the window
+        sq(2, 8, 8, 3, 3, 2, 1), // ResNet's stem pool: 8 -> 4
+        sq(1, 7, 9, 2, 3, 2, 1), // odd sizes
+        sq(2, 5, 6, 2, 2, 2, 1), // padding 1 on a 2x2 window
+        sq(1, 6, 5, 3, 5, 1, 2), // padding 2 on a 5x5 window, stride 1
+        sq(1, 4, 4, 1, 3, 3, 1), // stride equal to the window
+        // non-square windows and strides, per-side padding
+        odd(7, 6, (2, 3), (2, 1), (0, 1, 1, 0), false),
+        odd(5, 9, (3, 2), (1, 3), (1, 0, 0, 1), false),
+        // ceil mode: the last windows hang over the padded input (a smaller divisor)
+        odd(5, 7, (2, 2), (2, 2), (0, 0, 0, 0), true),
+        odd(8, 6, (3, 2), (2, 1), (1, 1, 0, 1), true),
+        // ceil mode dropping the window that would start in the right padding: 3 -> 2
+        odd(3, 7, (2, 3), (2, 2), (1, 1, 1, 0), true),
     ]
 }
 
@@ -499,18 +549,37 @@ fn padded_pools_match_reference_and_finite_differences() {
     }
 }
 
+/// The output extents of PyTorch's pools, as `nn.MaxPool2d` gives them (hand-checked).
+#[test]
+fn ceil_mode_extents_are_pytorchs() {
+    // MaxPool2d(2, 2, ceil_mode=True) on 5: windows at 0, 2, 4 (the last hangs over)
+    assert_eq!(torch_extent(5, 2, 2, 0, 0, true), 3);
+    assert_eq!(torch_extent(5, 2, 2, 0, 0, false), 2);
+    // MaxPool2d(3, 2, padding=1, ceil_mode=True) on 8: 5 (floor: 4)
+    assert_eq!(torch_extent(8, 3, 2, 1, 1, true), 5);
+    assert_eq!(torch_extent(8, 3, 2, 1, 1, false), 4);
+    // MaxPool2d(2, 2, padding=1, ceil_mode=True) on 3: the third window would start at padded
+    // 4 = 3 + 1, in the right padding: dropped
+    assert_eq!(torch_extent(3, 2, 2, 1, 1, true), 2);
+    for (n, k, s, b, a, c) in [
+        (5, 2, 2, 0, 0, true),
+        (8, 3, 2, 1, 1, true),
+        (3, 2, 2, 1, 1, true),
+        (7, 3, 2, 1, 0, true),
+        (9, 2, 3, 0, 1, false),
+    ] {
+        assert_eq!(
+            PoolGeom::extent(n, k, s, b, a, c),
+            Ok(torch_extent(n, k, s, b, a, c)),
+            "{n} {k} {s} {b} {a} {c}"
+        );
+    }
+}
+
 #[test]
 fn padded_maxpool_bwd_poisons_a_corrupt_argmax() {
     // an argmax pointing into the padding is corrupt: its window's first input cell gets NaN
-    let p = Pool {
-        n: 1,
-        h: 4,
-        w: 4,
-        c: 1,
-        size: 3,
-        s: 2,
-        pad: 1,
-    };
+    let p = sq(1, 4, 4, 1, 3, 2, 1);
     let (g, d) = (p.geom(), p.dims());
     let mut a = vec![4u8; p.ylen()]; // the centre: always inside the image
     a[0] = 0; // window (0, 0)'s corner (-1, -1): padding

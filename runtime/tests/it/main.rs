@@ -6,6 +6,7 @@ mod npyfile;
 
 mod determinism;
 mod executor;
+mod init;
 mod io_data;
 mod io_data_files;
 mod io_interop;

@@ -14,10 +14,10 @@ fn every_zoo_kernel_runs_on_the_cpu_reference() {
     assert!(kernels.len() >= 40, "only {} zoo kernels", kernels.len());
     for k in &kernels {
         let sig = k.op.signature();
-        // a max-pool's argmax: window cell (pad, pad), inside the image in every window (0, the
+        // a max-pool's argmax: window cell (pad_top, pad_left), inside the image in every floor window (0, the
         // corner, is padding in a padded pool's first window: a corrupt argmax)
         let argmax = match k.op {
-            Op::Pool(PoolOp::MaxPoolBwd { geom }) => (geom.pad * geom.size + geom.pad) as u8,
+            Op::Pool(PoolOp::MaxPoolBwd { geom }) => (geom.pad_top * geom.kw + geom.pad_left) as u8,
             _ => 0,
         };
         let mut args: Vec<Vec<u8>> = sig

@@ -118,6 +118,7 @@ pub fn param_layers(model: &Model) -> Result<Vec<ParamLayer>, CliError> {
                 fan_in: 0,
                 fan_out: 0,
                 is_bias: false,
+                init: None,
             })
         });
         let flattened_image = match (kind, node.inputs.first()) {
@@ -146,7 +147,8 @@ fn flatten_origin(model: &Model, v: ValueRef, dense: &str) -> Result<Option<[usi
         };
         let node = &model.nodes[i];
         match &node.layer {
-            Layer::Flatten => {
+            // a reshape keeps the row-major order over [h, w, c], as flatten
+            Layer::Flatten | Layer::Reshape => {
                 let input = node.inputs[0];
                 return match model.shape(input).as_slice() {
                     &[h, w, c] => Ok(Some([h, w, c])),
