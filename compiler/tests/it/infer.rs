@@ -280,6 +280,7 @@ fn backward_and_update_ops() {
             weight_decay: 0.0,
             nesterov: false,
             clip_value: None,
+            clip_norm: None,
         },
         zero_grad: false,
     });
@@ -295,6 +296,7 @@ fn backward_and_update_ops() {
             weight_decay: 0.0,
             nesterov: false,
             clip_value: None,
+            clip_norm: None,
         },
         zero_grad: false,
     });
@@ -311,6 +313,7 @@ fn backward_and_update_ops() {
             weight_decay: 0.0,
             decoupled: true,
             clip_value: None,
+            clip_norm: None,
         },
         zero_grad: false,
     });
