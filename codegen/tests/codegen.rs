@@ -18,7 +18,7 @@ fn the_zoo_covers_every_kernel_op_and_renders() {
     // and its backward; five losses with their gradients; the global max pool and its backward;
     // the transposed convolution; batchnorm's forward, inference form, statistics update and
     // backward out of place and in place; layernorm's forward and backward)
-    assert_eq!(kinds.len(), 57 + 4 * UnaryKind::ALL.len(), "{kinds:?}");
+    assert_eq!(kinds.len(), 58 + 4 * UnaryKind::ALL.len(), "{kinds:?}");
     let mut s = String::new();
     for k in zoo() {
         let c = render_kernel(&k, Mode::Train, &CodegenOptions::default())

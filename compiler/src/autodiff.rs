@@ -392,6 +392,7 @@ pub fn vjp(
         | Op::Loss(_)
         | Op::Optim(OptimOp::Update { .. })
         | Op::Optim(OptimOp::GradAccum { .. })
+        | Op::Optim(OptimOp::GradSqNorm { .. })
         | Op::Elementwise(ElementwiseOp::UnaryInPlace(_))
         | Op::Elementwise(ElementwiseOp::AddInPlace)
         | Op::Elementwise(ElementwiseOp::DropoutInPlace { .. })

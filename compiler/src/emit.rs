@@ -368,7 +368,7 @@ pub fn emit(
     };
     let mode = ctx.mode;
     debug_assert!(mode != Mode::Train || g.loss.is_some());
-    Ok(Plan {
+    let mut plan = Plan {
         format_version: FORMAT_VERSION,
         mode,
         batch: g.batch,
@@ -391,5 +391,45 @@ pub fn emit(
         } else {
             1
         },
+        clip_norm: None,
+    };
+    if mode == Mode::Train {
+        plan.clip_norm = clip_norm_plan(&plan);
+    }
+    Ok(plan)
+}
+
+/// What `clip_norm` costs in `plan` (held gradients): the gradient buffers (unless accumulation
+/// holds them anyway) and the squared norm's buffer; 2 FLOPs per gradient element for the norm and
+/// 1 for the scaling.
+fn clip_norm_plan(plan: &Plan) -> Option<crate::plan::ClipNormPlan> {
+    let max_norm = plan.optimizer.clip_norm()?;
+    let mut norm_bufs = std::collections::BTreeSet::new();
+    let mut elems = 0u64;
+    for s in &plan.steps {
+        if let Op::Optim(crate::op::OptimOp::GradSqNorm { .. }) = plan.kernels[s.kernel].op {
+            norm_bufs.extend(s.args.get(1).copied());
+            elems += plan.kernels[s.kernel]
+                .arg_shapes
+                .first()
+                .map_or(0, |sh| sh.iter().product::<usize>() as u64);
+        }
+    }
+    let held: u64 = if plan.accumulate > 1 {
+        0
+    } else {
+        plan.buffers
+            .iter()
+            .filter(|b| b.kind == BufferKind::GradAccum)
+            .map(|b| b.bytes)
+            .sum()
+    };
+    let norm: u64 = norm_bufs.iter().map(|&b| plan.buffers[b].bytes).sum();
+    Some(crate::plan::ClipNormPlan {
+        max_norm,
+        method: crate::plan::ClipNormMethod::HeldGradients,
+        extra_bytes: held + norm,
+        extra_flops: 3 * elems,
+        extra_passes: 0,
     })
 }

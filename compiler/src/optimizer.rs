@@ -42,7 +42,10 @@ pub fn optimizer_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> 
         return Ok(false);
     }
     let (mut op, suffixes) = update_op(&ctx.optimizer);
-    let accumulate = ctx.accumulate > 1;
+    // Gradients held in buffers: to accumulate them, or (clip_norm) to take their global norm
+    // before any update.
+    let clip_norm = ctx.optimizer.clip_norm().is_some();
+    let accumulate = ctx.accumulate > 1 || clip_norm;
     if let Op::Optim(OptimOp::Update { zero_grad, .. }) = &mut op {
         *zero_grad = accumulate;
     }
@@ -54,6 +57,7 @@ pub fn optimizer_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> 
         grads.len() * (suffixes.len() + 2),
     );
     let mut changed = false;
+    let mut held: Vec<(NodeIndex, Vec<Value>, String)> = Vec::with_capacity(grads.len());
     for (p, d) in grads {
         let pname = g.node(p).name.clone();
         let pty = g.ty((p, 0)).clone();
@@ -92,14 +96,47 @@ pub fn optimizer_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> 
             g.opt_state.push((leaf, name, p));
             ins.push((leaf, 0));
         }
-        g.add_node(
-            op.clone(),
-            &ins,
-            [pname.as_str(), " update"].concat(),
+        if clip_norm {
+            held.push((p, ins, pname));
+        } else {
+            g.add_node(
+                op.clone(),
+                &ins,
+                [pname.as_str(), " update"].concat(),
+                Phase::Update,
+                None,
+            )?;
+        }
+        changed = true;
+    }
+    // clip_norm: the squared global norm of the held gradients, chained over the parameters
+    // (the first link writes it), then every update reads it.
+    let mut norm: Option<Value> = None;
+    for (_, ins, pname) in &held {
+        let (op, inputs) = match norm {
+            None => (OptimOp::GradSqNorm { first: true }, vec![ins[1]]),
+            Some(s) => (OptimOp::GradSqNorm { first: false }, vec![ins[1], s]),
+        };
+        let n = g.add_node(
+            Op::Optim(op),
+            &inputs,
+            [pname.as_str(), " grad norm"].concat(),
             Phase::Update,
             None,
         )?;
-        changed = true;
+        norm = Some((n, 0));
+    }
+    if let Some(s) = norm {
+        for (_, mut ins, pname) in held {
+            ins.push(s);
+            g.add_node(
+                op.clone(),
+                &ins,
+                [pname.as_str(), " update"].concat(),
+                Phase::Update,
+                None,
+            )?;
+        }
     }
     Ok(changed)
 }

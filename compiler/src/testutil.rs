@@ -93,6 +93,7 @@ pub fn sgd(lr: f32) -> Optimizer {
         weight_decay: 0.0,
         nesterov: false,
         clip_value: None,
+        clip_norm: None,
     }
 }
 pub fn sgd_momentum(lr: f32, momentum: f32) -> Optimizer {
@@ -102,6 +103,7 @@ pub fn sgd_momentum(lr: f32, momentum: f32) -> Optimizer {
         weight_decay: 0.0,
         nesterov: false,
         clip_value: None,
+        clip_norm: None,
     }
 }
 pub fn adam(lr: f32) -> Optimizer {
@@ -113,6 +115,7 @@ pub fn adam(lr: f32) -> Optimizer {
         weight_decay: 0.0,
         decoupled: false,
         clip_value: None,
+        clip_norm: None,
     }
 }
 
@@ -393,6 +396,7 @@ pub fn random_net(
             weight_decay: 1e-3,
             nesterov: true,
             clip_value: None,
+            clip_norm: None,
         },
         3 => adam(1e-3),
         _ => Optimizer::Adam {
@@ -403,6 +407,7 @@ pub fn random_net(
             weight_decay: 1e-2,
             decoupled: true,
             clip_value: None,
+            clip_norm: None,
         },
     };
     let mut net = RandNet {

@@ -339,6 +339,11 @@ fn gradients_text(model: &Model) -> Option<String> {
             model.train.batch * n
         ));
     }
+    if let Some(m) = model.train.optimizer.clip_norm() {
+        parts.push(format!(
+            "scaled to a global L2 norm of at most {m} (clip_norm)"
+        ));
+    }
     if let Some(v) = model.train.optimizer.clip_value() {
         parts.push(format!("each element clipped to [-{v}, {v}] (clip_value)"));
     }
@@ -388,6 +393,7 @@ pub fn summary_json(model: &Model) -> serde_json::Value {
         "optimizer": optimizer_text(&model.train.optimizer),
         "lr_schedule": model.train.schedule.describe(),
         "clip_value": model.train.optimizer.clip_value(),
+        "clip_norm": model.train.optimizer.clip_norm(),
         "accumulate": model.train.accumulate,
     })
 }

@@ -212,6 +212,9 @@ pub struct Plan {
     /// [`Plan::is_optimizer_update`] names (see `Backend::set_optimizer_step`). 1: no accumulation.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub accumulate: usize,
+    /// How `clip_norm` is implemented and what it costs (absent without `clip_norm`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clip_norm: Option<ClipNormPlan>,
     /// The liveness lower bound: max over steps of the (aligned) bytes live at that step; no
     /// placement of these buffers can use a smaller arena.
     #[serde(default)]
@@ -220,6 +223,28 @@ pub struct Plan {
     /// (see `placement::VARIANTS`).
     #[serde(default)]
     pub placement_strategy: String,
+}
+
+/// How the plan clips the gradients to a global L2 norm (`train { clip_norm: m }`), and the
+/// cost of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClipNormPlan {
+    pub max_norm: f32,
+    pub method: ClipNormMethod,
+    /// Bytes the method adds to the arena (the held gradients and the norm).
+    pub extra_bytes: u64,
+    /// FLOPs per optimizer step it adds (the squared norm, the scaling).
+    pub extra_flops: u64,
+    /// Extra forward + backward passes per optimizer step (0 with held gradients).
+    pub extra_passes: u32,
+}
+
+/// The strategies of `clip_norm`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClipNormMethod {
+    /// Every gradient held (in its `GradAccum` buffer, unfused) until the squared norm of all of
+    /// them is summed (`GradSqNorm` kernels); then the updates scale by it.
+    HeldGradients,
 }
 
 /// The version of plan.json's shape. 2: one `Update { rule }` op for the unfused optimizer updates
@@ -235,7 +260,8 @@ pub struct Plan {
 /// Also batchnorm (`Norm` ops, `RunStat` leaves, `BufferKind::RunningStat`, `Init::Ones`; running
 /// statistics listed in `params` with the parameters).
 /// Also the initialisers a layer may choose (`Init::HeNormal` .. `Init::Uniform`).
-/// 7: gradient clipping and accumulation: the rules' `clip_value`, the plan's `accumulate`, the
+/// 7: gradient clipping and accumulation: the rules' `clip_value` and `clip_norm`, the plan's
+/// `accumulate` and `clip_norm` (a [`ClipNormPlan`]), the `GradSqNorm` op, the
 /// `GradBuf` leaves with `BufferKind::GradAccum`, the `GradAccum` op and the updates' `zero_grad`
 /// (each absent when off, so plans without them read as in 6).
 /// 8: `PoolGeom` with a window, stride and padding per axis (and side) and `ceil_mode` (was
@@ -252,7 +278,8 @@ fn is_one(n: &usize) -> bool {
 
 impl Plan {
     /// Whether step `si` is an optimizer update (it consumes the gradient and changes the
-    /// weights): with gradient accumulation, the steps run only once per optimizer step, after
+    /// weights) or part of one (the squared global norm of `clip_norm`, of the accumulated
+    /// gradient): with gradient accumulation, the steps run only once per optimizer step, after
     /// the last micro-batch. Batchnorm's running statistics are updated by every micro-batch
     /// (as PyTorch's, by every forward).
     pub fn is_optimizer_update(&self, si: usize) -> bool {
@@ -262,8 +289,11 @@ impl Plan {
         };
         matches!(
             k.op,
-            Op::Optim(OptimOp::Update { .. } | OptimOp::BiasGradUpdate { .. })
-                | Op::Conv(ConvOp::Conv2dBwdWeightUpdate { .. })
+            Op::Optim(
+                OptimOp::Update { .. }
+                    | OptimOp::BiasGradUpdate { .. }
+                    | OptimOp::GradSqNorm { .. }
+            ) | Op::Conv(ConvOp::Conv2dBwdWeightUpdate { .. })
                 | Op::Dense(DenseOp::DenseBwdWeightUpdate { .. })
         )
     }

@@ -21,6 +21,11 @@ pub enum UpdateRule {
         /// before the rule uses it (before weight decay), as `clip_grad_value_` before `step()`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         clip_value: Option<f32>,
+        /// `clip_norm` of the training settings: every gradient scaled by min(1, m / (‖g‖ + 1e-6))
+        /// with ‖g‖ the global L2 norm of all gradients (`clip_grad_norm_`), read by the update
+        /// from the plan's `norm_sq` buffer (an extra `In` argument of the update op).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        clip_norm: Option<f32>,
     },
     /// Adam with bias correction. `decoupled` = AdamW (weight decay applied to the weights directly,
     /// w -= lr*wd*w), otherwise L2 added to the gradient (as torch.optim.Adam).
@@ -34,6 +39,9 @@ pub enum UpdateRule {
         /// As for `Sgd`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         clip_value: Option<f32>,
+        /// As for `Sgd`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        clip_norm: Option<f32>,
     },
     /// RMSprop, PyTorch's `torch.optim.RMSprop` (not centered): g += wd*w; v = alpha v + (1-alpha)
     /// g^2; with momentum: buf = momentum buf + g / (sqrt(v) + eps), w -= lr buf; without:
@@ -47,6 +55,9 @@ pub enum UpdateRule {
         /// As for `Sgd`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         clip_value: Option<f32>,
+        /// As for `Sgd`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        clip_norm: Option<f32>,
     },
     /// Lion (Chen et al. 2023; PyTorch `lion-pytorch` semantics): w *= 1 - lr wd; w -= lr
     /// sign(beta1 m + (1-beta1) g); m = beta2 m + (1-beta2) g (sign(0) = 0). One state tensor.
@@ -58,6 +69,9 @@ pub enum UpdateRule {
         /// As for `Sgd`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         clip_value: Option<f32>,
+        /// As for `Sgd`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        clip_norm: Option<f32>,
     },
 }
 
@@ -104,6 +118,44 @@ impl UpdateRule {
             | UpdateRule::Lion { clip_value, .. } => *clip_value = v,
         }
         r
+    }
+
+    /// The global-norm bound of the training settings' `clip_norm` (`None`: no clipping).
+    pub fn clip_norm(&self) -> Option<f32> {
+        match self {
+            UpdateRule::Sgd { clip_norm, .. }
+            | UpdateRule::Adam { clip_norm, .. }
+            | UpdateRule::RmsProp { clip_norm, .. }
+            | UpdateRule::Lion { clip_norm, .. } => *clip_norm,
+        }
+    }
+
+    /// The rule with the gradients scaled to a global L2 norm of at most `m` (`None`: not).
+    pub fn with_clip_norm(&self, m: Option<f32>) -> UpdateRule {
+        let mut r = *self;
+        match &mut r {
+            UpdateRule::Sgd { clip_norm, .. }
+            | UpdateRule::Adam { clip_norm, .. }
+            | UpdateRule::RmsProp { clip_norm, .. }
+            | UpdateRule::Lion { clip_norm, .. } => *clip_norm = m,
+        }
+        r
+    }
+
+    /// The factor `clip_norm: m` scales every gradient by, given the squared global norm:
+    /// min(1, m / (sqrt(norm_sq) + 1e-6)) in f32, as `clip_grad_norm_` (1 without `clip_norm`).
+    pub fn norm_scale(&self, norm_sq: f32) -> f32 {
+        match self.clip_norm() {
+            Some(m) => {
+                let c = m / (norm_sq.sqrt() + 1e-6);
+                if c < 1.0 {
+                    c
+                } else {
+                    1.0
+                }
+            }
+            None => 1.0,
+        }
     }
 
     /// `g` clamped to [-v, v] when the rule clips by value (NaN stays NaN, as `torch.clamp`).

@@ -61,10 +61,12 @@ pub(crate) fn validate(plan: &Plan) -> Result<(), RuntimeError> {
             let op = plan.kernels.get(s.kernel).map(|k| &k.op);
             let consumes_acc = matches!(
                 op,
-                Some(Op::Optim(dmc_plan::op::OptimOp::Update {
-                    zero_grad: true,
-                    ..
-                }))
+                Some(Op::Optim(
+                    dmc_plan::op::OptimOp::Update {
+                        zero_grad: true,
+                        ..
+                    } | dmc_plan::op::OptimOp::GradSqNorm { .. }
+                ))
             );
             if plan.is_optimizer_update(si) && !consumes_acc {
                 return Err(bad(format!(

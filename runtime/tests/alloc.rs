@@ -116,10 +116,12 @@ fn counts_current_and_peak() {
             weight_decay: 0.0,
             nesterov: false,
             clip_value: None,
+            clip_norm: None,
         },
         schedule: Default::default(),
         lower_bound_bytes: 0,
         placement_strategy: "trivial".into(),
+        clip_norm: None,
         accumulate: 1,
     };
     let arena = plan.arena_bytes as usize;

@@ -100,6 +100,62 @@ fn clip_value_is_clamping_before_the_update(kind: BackendKind) {
     }
 }
 
+fn clip_norm_scales_to_the_global_norm(kind: BackendKind) {
+    let (w0, w1) = one_step(kind, plan(&format!("optimizer: sgd(lr: {LR})"), true));
+    let grads: Vec<Vec<f64>> = w0
+        .iter()
+        .zip(&w1)
+        .map(|(a, b)| {
+            a.iter()
+                .zip(b)
+                .map(|(a, b)| ((a - b) / LR) as f64)
+                .collect()
+        })
+        .collect();
+    let norm = grads.iter().flatten().map(|g| g * g).sum::<f64>().sqrt();
+    let m = norm / 3.0;
+    let p = plan(&format!("optimizer: sgd(lr: {LR}), clip_norm: {m}"), true);
+    let c = p.clip_norm.as_ref().expect("the plan records the method");
+    let params: u64 = p
+        .params
+        .iter()
+        .map(|b| b.shape.iter().product::<usize>() as u64)
+        .sum();
+    assert_eq!(c.extra_flops, 3 * params);
+    assert!(c.extra_bytes >= 4 * params, "{c:?}");
+    let (_, c1) = one_step(kind, p);
+    // clip_grad_norm_: g * min(1, m / (norm + 1e-6))
+    let scale = m / (norm + 1e-6);
+    for (pi, (g, (w, got))) in grads.iter().zip(w0.iter().zip(&c1)).enumerate() {
+        for i in 0..g.len() {
+            let want = w[i] as f64 - LR as f64 * g[i] * scale;
+            assert!(
+                (got[i] as f64 - want).abs() <= 2e-6 * (1.0 + want.abs()),
+                "{kind:?}: param {pi}[{i}]: {} != {want}",
+                got[i]
+            );
+        }
+    }
+    // a bound above the norm changes nothing, bit for bit (held gradients, unfused: the same
+    // formulas as the fused plan's)
+    let (_, h1) = one_step(
+        kind,
+        plan(&format!("optimizer: sgd(lr: {LR}), clip_norm: 1e30"), true),
+    );
+    assert!(h1 == w1, "{kind:?}: clip_norm 1e30 changed the step");
+}
+
+#[test]
+fn clip_norm_scales_every_gradient_to_the_global_norm_on_the_cpu() {
+    clip_norm_scales_to_the_global_norm(BackendKind::Cpu);
+}
+
+#[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
+fn clip_norm_scales_every_gradient_to_the_global_norm_in_the_emulator() {
+    clip_norm_scales_to_the_global_norm(BackendKind::CudaEmu);
+}
+
 #[test]
 fn clip_value_clamps_each_gradient_element_before_weight_decay_on_the_cpu() {
     clip_value_is_clamping_before_the_update(BackendKind::Cpu);
@@ -148,7 +204,12 @@ fn train_accumulating(kind: BackendKind, plan: Plan, data: &[Batch]) -> (Vec<Vec
 }
 
 fn accumulating_4_of_2_is_one_batch_of_8(kind: BackendKind) {
-    for opt in ["sgd(lr: 0.1, momentum: 0.9)", "adam(lr: 0.01)"] {
+    for opt in [
+        "sgd(lr: 0.1, momentum: 0.9)",
+        "adam(lr: 0.01)",
+        // the norm is the accumulated gradient's (as PyTorch clips after the last backward)
+        "sgd(lr: 0.1), clip_norm: 0.01",
+    ] {
         let big = accum_plan(opt, 8, 1);
         let acc = accum_plan(opt, 2, 4);
         assert_eq!(acc.accumulate, 4);
@@ -162,7 +223,11 @@ fn accumulating_4_of_2_is_one_batch_of_8(kind: BackendKind) {
             acc.params.len(),
             "one gradient buffer per parameter"
         );
-        assert!(big.buffers.iter().all(|b| b.kind != BufferKind::GradAccum));
+        // (clip_norm holds the gradients in the same buffers without accumulating)
+        assert_eq!(
+            big.buffers.iter().any(|b| b.kind == BufferKind::GradAccum),
+            opt.contains("clip_norm")
+        );
         let mut rng = ChaCha8Rng::seed_from_u64(21);
         let data: Vec<Batch> = (0..3).map(|_| Batch::random(&big, &mut rng)).collect();
         let (want, want_loss) = train_accumulating(kind, big, &data);
@@ -249,4 +314,18 @@ fn dmc_run_and_plan_report_the_accumulation_and_its_buffers() {
     );
     // the two dense layers' weights and biases: (8*8 + 8 + 8*2 + 2) * 4 bytes
     assert!(out.contains("gradient buffers 360 B"), "{out}");
+    // clip_norm: the method and its cost (the 360 B of gradients and the 4 B norm; 2 FLOPs per
+    // gradient element for the norm, 1 for the scaling)
+    std::fs::write(
+        &file,
+        "input x: [8]\ntarget y: [2]\nout = x |> dense(8, activation: tanh) |> dense(2)\n\
+         loss mse(out, y)\ntrain { batch: 4, optimizer: sgd(lr: 0.1), clip_norm: 1.0 }\n",
+    )
+    .expect("write");
+    let (code, out, err) = crate::common::dmc(&["plan", f]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("clip_norm 1: held gradients (every gradient kept until the global norm is summed), +364 B (364 B) and +270 FLOPs per step, 0 extra forward/backward passes"),
+        "{out}"
+    );
 }

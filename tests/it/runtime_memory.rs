@@ -93,6 +93,7 @@ fn optimizers() -> Vec<Optimizer> {
             weight_decay: 1e-3,
             nesterov: true,
             clip_value: None,
+            clip_norm: None,
         },
         adam(1e-2),
         Optimizer::Adam {
@@ -103,6 +104,7 @@ fn optimizers() -> Vec<Optimizer> {
             weight_decay: 1e-2,
             decoupled: true,
             clip_value: None,
+            clip_norm: None,
         },
     ]
 }

@@ -14,6 +14,7 @@ pub(crate) fn sgd(momentum: f32, nesterov: bool) -> UpdateRule {
         weight_decay: 1e-4,
         nesterov,
         clip_value: None,
+        clip_norm: None,
     }
 }
 
@@ -27,6 +28,7 @@ pub(crate) fn adam(decoupled: bool) -> UpdateRule {
         weight_decay: 0.01,
         decoupled,
         clip_value: None,
+        clip_norm: None,
     }
 }
 
@@ -39,6 +41,7 @@ pub(crate) fn rmsprop(momentum: f32) -> UpdateRule {
         weight_decay: 1e-4,
         momentum,
         clip_value: None,
+        clip_norm: None,
     }
 }
 
@@ -50,6 +53,7 @@ pub(crate) fn lion() -> UpdateRule {
         beta2: 0.99,
         weight_decay: 0.1,
         clip_value: None,
+        clip_norm: None,
     }
 }
 

@@ -7,7 +7,7 @@ use tera::Context;
 
 use dmc_plan::update::UpdateRule;
 
-use super::common::{f32_lit, numel, per_element, Site, Spec};
+use super::common::{f32_lit, numel, per_element, reduction, Site, Spec};
 use crate::error::CodegenError;
 use dmc_plan::op::OptimOp;
 
@@ -95,6 +95,18 @@ pub(crate) fn update(s: &Site, rule: &UpdateRule, zero_grad: bool) -> Result<Spe
     let mut sp = per_element(s, "optim.cu.tera", numel(s.shape(0)?))?;
     rule_ctx(&mut sp.ctx, rule, "w", false);
     sp.ctx.insert("zero_grad", &zero_grad);
+    match rule.clip_norm() {
+        Some(m) => sp.ctx.insert("clip_norm", &f32_lit(m)),
+        None => sp.ctx.insert("clip_norm", &false),
+    }
+    Ok(sp)
+}
+
+/// `GradSqNorm`: s = (first ? 0 : s) + sum g^2, one block (sums in double, as the CPU's).
+pub(crate) fn grad_sq_norm(s: &Site, first: bool) -> Result<Spec, CodegenError> {
+    let mut sp = reduction(s, "optim.cu.tera");
+    sp.ctx.insert("n", &numel(s.shape(0)?));
+    sp.ctx.insert("sq_norm_first", &first);
     Ok(sp)
 }
 
@@ -124,6 +136,7 @@ pub(crate) fn spec(s: &Site, op: &OptimOp) -> Result<Spec, CodegenError> {
     match op {
         OptimOp::Update { rule, zero_grad } => update(s, rule, *zero_grad),
         OptimOp::GradAccum { scale } => grad_accum(s, *scale),
+        OptimOp::GradSqNorm { first } => grad_sq_norm(s, *first),
         OptimOp::BiasGrad => bias_grad(s, None),
         OptimOp::BiasGradUpdate { rule } => bias_grad(s, Some(rule)),
     }
@@ -143,6 +156,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         weight_decay: 0.0,
         nesterov: false,
         clip_value: None,
+        clip_norm: None,
     };
     let sgd_nesterov = UpdateRule::Sgd {
         lr: 0.01,
@@ -150,6 +164,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         weight_decay: 1e-4,
         nesterov: true,
         clip_value: None,
+        clip_norm: None,
     };
     let adam_l2 = UpdateRule::Adam {
         lr: 1e-3,
@@ -159,6 +174,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         weight_decay: 1e-4,
         decoupled: false,
         clip_value: None,
+        clip_norm: None,
     };
     vec![
         (o(OptimOp::BiasGrad), vec![vec![2, 3, 4, 5], vec![5]]),
@@ -244,6 +260,22 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
                 zero_grad: true,
             }),
             vec![vec![50]; 4],
+        ),
+        // clip_norm: the squared norm's chain (first and later links), an update scaled by it
+        (
+            o(OptimOp::GradSqNorm { first: true }),
+            vec![vec![700], vec![1]],
+        ),
+        (
+            o(OptimOp::GradSqNorm { first: false }),
+            vec![vec![50], vec![1]],
+        ),
+        (
+            o(OptimOp::Update {
+                rule: sgd_nesterov.with_clip_norm(Some(1.5)),
+                zero_grad: true,
+            }),
+            vec![vec![50], vec![50], vec![50], vec![1]],
         ),
         // `clip_value`: the gradient clamped first, in the update itself and in a fused one
         (

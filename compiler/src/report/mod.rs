@@ -193,6 +193,9 @@ pub struct MemoryReport {
     /// Micro-batches of `batch` per optimizer step (`accumulate: N`; absent from the JSON when 1).
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub accumulate: usize,
+    /// How `clip_norm` is done and its cost (absent without it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clip_norm: Option<crate::plan::ClipNormPlan>,
     pub steps: usize,
     pub buffers: usize,
     pub arena_bytes: u64,
@@ -645,6 +648,7 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
         mode: plan.mode,
         batch: plan.batch,
         accumulate: plan.accumulate,
+        clip_norm: plan.clip_norm.clone(),
         steps: nsteps,
         buffers: plan.buffers.len(),
         arena_bytes: plan.arena_bytes,

@@ -119,6 +119,21 @@ pub fn render_verdict(r: &MemoryReport, cap: Option<u64>) -> String {
         thousands(r.arena_bytes),
         r.fragmentation * 100.0
     );
+    if let Some(c) = &r.clip_norm {
+        let _ = writeln!(
+            s,
+            "  clip_norm {}: {}, +{} ({} B) and +{} FLOPs per step, {} extra forward/backward passes",
+            c.max_norm,
+            match c.method {
+                crate::plan::ClipNormMethod::HeldGradients =>
+                    "held gradients (every gradient kept until the global norm is summed)",
+            },
+            human(c.extra_bytes),
+            thousands(c.extra_bytes),
+            thousands(c.extra_flops),
+            c.extra_passes
+        );
+    }
     let _ = match cap {
         Some(cap) if r.arena_bytes <= cap => writeln!(
             s,

@@ -276,6 +276,7 @@ fn backward_and_update_ops() {
             weight_decay: 0.0,
             nesterov: false,
             clip_value: None,
+            clip_norm: None,
         },
         zero_grad: false,
     });
@@ -291,6 +292,7 @@ fn backward_and_update_ops() {
             weight_decay: 0.0,
             nesterov: false,
             clip_value: None,
+            clip_norm: None,
         },
         zero_grad: false,
     });
@@ -307,6 +309,7 @@ fn backward_and_update_ops() {
             weight_decay: 0.0,
             decoupled: true,
             clip_value: None,
+            clip_norm: None,
         },
         zero_grad: false,
     });

@@ -39,6 +39,7 @@ impl Checker<'_> {
             "schedule",
             "clip_value",
             "accumulate",
+            "clip_norm",
         ];
         let mut seen: HashMap<&str, &Field> = HashMap::new();
         for f in &t.fields {
@@ -139,7 +140,13 @@ impl Checker<'_> {
             Some(f) => Some(self.clip_bound("clip_value", &f.value)?),
             None => None,
         };
-        let optimizer = optimizer.with_clip_value(clip_value);
+        let clip_norm = match seen.get("clip_norm") {
+            Some(f) => Some(self.clip_bound("clip_norm", &f.value)?),
+            None => None,
+        };
+        let optimizer = optimizer
+            .with_clip_value(clip_value)
+            .with_clip_norm(clip_norm);
         let schedule = match seen.get("schedule") {
             Some(f) => self.schedule(&f.value, optimizer.lr())?,
             None => LrSchedule::default(),
@@ -382,6 +389,7 @@ impl Checker<'_> {
                 weight_decay: as_f32("weight_decay", weight_decay)?,
                 nesterov,
                 clip_value: None,
+                clip_norm: None,
             });
         }
         if op == "rmsprop" {
@@ -408,6 +416,7 @@ impl Checker<'_> {
                 weight_decay: as_f32("weight_decay", weight_decay)?,
                 momentum: as_f32("momentum", momentum)?,
                 clip_value: None,
+                clip_norm: None,
             });
         }
         let (mut beta1, mut beta2) = (0.9, if op == "lion" { 0.99 } else { 0.999 });
@@ -467,6 +476,7 @@ impl Checker<'_> {
                 beta2: as_f32("beta2", beta2)?,
                 weight_decay: as_f32("weight_decay", weight_decay)?,
                 clip_value: None,
+                clip_norm: None,
             });
         }
         let eps = b.float("eps", 1e-8)?;
@@ -482,6 +492,7 @@ impl Checker<'_> {
             weight_decay: as_f32("weight_decay", weight_decay)?,
             decoupled,
             clip_value: None,
+            clip_norm: None,
         })
     }
 }

@@ -129,6 +129,7 @@ fn cases() -> Vec<(&'static str, String)> {
         ("clip_value_not_positive", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd, clip_value: 0 }}\n")),
         ("clip_value_not_a_number", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd, clip_value: (1, 2) }}\n")),
         ("clip_value_beyond_f32", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd, clip_value: 1e39 }}\n")),
+        ("clip_norm_negative", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd, clip_norm: -1.0 }}\n")),
         ("accumulate_zero", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd, accumulate: 0 }}\n")),
         ("accumulate_not_whole", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd, accumulate: 2.5 }}\n")),
         ("batchnorm_momentum_out_of_range", wrap("out = x |> batchnorm(momentum: 1.5) |> flatten |> dense(1)")),

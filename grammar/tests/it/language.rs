@@ -65,6 +65,7 @@ fn seed_matches_the_question() {
             weight_decay: 0.0,
             nesterov: false,
             clip_value: None,
+            clip_norm: None,
         }
     );
     assert_eq!(m.loss.kind, LossKind::Mse);
@@ -146,6 +147,7 @@ fn mlp_example() {
             weight_decay: 0.0,
             nesterov: false,
             clip_value: None,
+            clip_norm: None,
         }
     );
 }
@@ -277,6 +279,7 @@ fn optimizers_and_train_settings() {
             weight_decay: 0.0,
             decoupled: false,
             clip_value: None,
+            clip_norm: None,
         }
     );
     assert_eq!((m.train.epochs, m.train.seed), (Some(3), Some(7)));
@@ -293,6 +296,7 @@ fn optimizers_and_train_settings() {
             weight_decay: 0.01,
             decoupled: true,
             clip_value: None,
+            clip_norm: None,
         }
     );
     let m = ok(&format!("{body}train {{ batch: 4, optimizer: sgd(0.1, momentum: 0.9, nesterov: true, weight_decay: 1e-4) }}"));
@@ -304,6 +308,7 @@ fn optimizers_and_train_settings() {
             weight_decay: 1e-4,
             nesterov: true,
             clip_value: None,
+            clip_norm: None,
         }
     );
 }

@@ -30,6 +30,10 @@ pub enum OptimOp {
     /// -> acc' = acc + scale * g (scale = 1/N: the mean of the N micro-batch gradients, PyTorch's
     /// `(loss / N).backward()`).
     GradAccum { scale: f32 },
+    /// The squared global L2 norm of the gradients (`clip_norm`), one kernel per parameter in a
+    /// chain: g, (s) -> s' = (first ? 0 : s) + sum g^2 (f32[1]; `first` writes it, so `s` is no
+    /// argument then). The updates of a rule with `clip_norm` read the chain's last `s'`.
+    GradSqNorm { first: bool },
     /// dy[.., C] -> db[C] = sum over every leading axis
     BiasGrad,
     /// dy[.., C], b[C] (InOut), state.. (InOut) -> b', state'..; db (workspace [C]) = sum dy, then
@@ -46,10 +50,15 @@ impl OpFacts for OptimOp {
                 let g = if *zero_grad { InOut } else { In };
                 let mut v = vec![p("w", InOut, F32), p("g", g, F32)];
                 v.extend(rule.state_names().iter().map(|s| p(s, InOut, F32)));
+                if rule.clip_norm().is_some() {
+                    v.push(p("norm_sq", In, F32));
+                }
                 v
             }
             OptimOp::BiasGrad => vec![p("dy", In, F32), p("db", Out, F32)],
             OptimOp::GradAccum { .. } => vec![p("acc", InOut, F32), p("g", In, F32)],
+            OptimOp::GradSqNorm { first: true } => vec![p("g", In, F32), p("s", Out, F32)],
+            OptimOp::GradSqNorm { first: false } => vec![p("g", In, F32), p("s", InOut, F32)],
             OptimOp::BiasGradUpdate { rule } => {
                 let mut v = vec![p("dy", In, F32), p("b", InOut, F32)];
                 v.extend(rule.state_names().iter().map(|s| p(s, InOut, F32)));
@@ -64,6 +73,7 @@ impl OpFacts for OptimOp {
             OptimOp::Update { rule, .. } => rule.op_name(),
             OptimOp::BiasGrad => "bias_grad",
             OptimOp::GradAccum { .. } => "grad_accum",
+            OptimOp::GradSqNorm { .. } => "grad_sq_norm",
             OptimOp::BiasGradUpdate { .. } => "bias_grad_update",
         }
     }
@@ -82,6 +92,8 @@ impl OpFacts for OptimOp {
             } => (0..rule.state_names().len() + 2).map(|o| (o, o)).collect(),
             OptimOp::BiasGrad => vec![],
             OptimOp::GradAccum { .. } => vec![(0, 0)],
+            OptimOp::GradSqNorm { first: true } => vec![],
+            OptimOp::GradSqNorm { first: false } => vec![(0, 1)],
             OptimOp::BiasGradUpdate { rule } => {
                 (0..=rule.state_names().len()).map(|o| (o, o + 1)).collect()
             }
@@ -90,7 +102,10 @@ impl OpFacts for OptimOp {
 
     fn workspace_elems(&self, s: &[Vec<usize>]) -> Vec<usize> {
         match self {
-            OptimOp::Update { .. } | OptimOp::BiasGrad | OptimOp::GradAccum { .. } => vec![],
+            OptimOp::Update { .. }
+            | OptimOp::BiasGrad
+            | OptimOp::GradAccum { .. }
+            | OptimOp::GradSqNorm { .. } => vec![],
             OptimOp::BiasGradUpdate { .. } => {
                 vec![s.get(1).map(|b| b.iter().product()).unwrap_or(0)]
             }
@@ -103,8 +118,16 @@ impl OpFacts for OptimOp {
         _hint: Option<&TensorType>,
     ) -> Result<Vec<TensorType>, ShapeError> {
         match self {
-            OptimOp::Update { .. } => {
-                states_like(&inputs[0], inputs, 1)?;
+            OptimOp::Update { rule, .. } => {
+                let n = if rule.clip_norm().is_some() {
+                    if inputs.last() != Some(&TensorType::f32(vec![1])) {
+                        return err("the squared gradient norm must be f32[1]");
+                    }
+                    inputs.len() - 1
+                } else {
+                    inputs.len()
+                };
+                states_like(&inputs[0], &inputs[..n], 1)?;
                 Ok(self
                     .aliased_outputs()
                     .iter()
@@ -114,6 +137,13 @@ impl OpFacts for OptimOp {
             OptimOp::GradAccum { .. } => {
                 states_like(&inputs[0], inputs, 1)?;
                 Ok(vec![inputs[0].clone()])
+            }
+            OptimOp::GradSqNorm { first } => {
+                let s = TensorType::f32(vec![1]);
+                if !*first && inputs.get(1) != Some(&s) {
+                    return err("the running squared norm must be f32[1]");
+                }
+                Ok(vec![s])
             }
             OptimOp::BiasGrad => match inputs[0].shape.last() {
                 Some(c) => Ok(vec![TensorType::f32(vec![*c])]),
@@ -135,7 +165,7 @@ impl OpFacts for OptimOp {
         match self {
             OptimOp::Update { rule, .. } => rule.flops_per_elem() * i(0),
             OptimOp::BiasGrad => i(0),
-            OptimOp::GradAccum { .. } => 2 * i(0),
+            OptimOp::GradAccum { .. } | OptimOp::GradSqNorm { .. } => 2 * i(0),
             OptimOp::BiasGradUpdate { .. } => i(0) + 4 * i(1),
         }
     }

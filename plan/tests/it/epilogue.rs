@@ -23,6 +23,7 @@ fn adam() -> UpdateRule {
         weight_decay: 0.0,
         decoupled: false,
         clip_value: None,
+        clip_norm: None,
     }
 }
 

@@ -100,6 +100,7 @@ fn rules() -> [UpdateRule; 4] {
         weight_decay: 0.0,
         nesterov: false,
         clip_value: None,
+        clip_norm: None,
     };
     let adam = |decoupled| UpdateRule::Adam {
         lr: 1e-3,
@@ -109,6 +110,7 @@ fn rules() -> [UpdateRule; 4] {
         weight_decay: 0.01,
         decoupled,
         clip_value: None,
+        clip_norm: None,
     };
     [sgd(0.0), sgd(0.9), adam(false), adam(true)]
 }

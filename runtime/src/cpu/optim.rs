@@ -19,6 +19,8 @@ pub struct Elem {
     rule: UpdateRule,
     bc1: f32,
     bc2: f32,
+    /// `clip_norm`'s factor for every gradient (1 without it).
+    gscale: f32,
 }
 
 impl Elem {
@@ -38,7 +40,13 @@ impl Elem {
             rule: *rule,
             bc1,
             bc2,
+            gscale: 1.0,
         }
+    }
+
+    /// The same, every gradient first multiplied by `gscale` (`clip_norm`'s factor).
+    pub fn scaled(self, gscale: f32) -> Self {
+        Elem { gscale, ..self }
     }
 
     /// Updates the weight `w` with its gradient `g` and its state values `s`, one per
@@ -48,7 +56,7 @@ impl Elem {
     #[inline(always)]
     pub fn apply<const N: usize>(&self, w: &mut f32, g: f32, mut s: [&mut f32; N]) {
         // `clip_value`: the gradient clamped before anything else (weight decay included)
-        let g = self.rule.clip(g);
+        let g = self.rule.clip(g * self.gscale);
         match (self.rule, &mut s[..]) {
             (
                 UpdateRule::Sgd {
@@ -172,9 +180,21 @@ fn check_states(rule: &UpdateRule, w: &[f32], states: &[&mut [f32]], what: &str)
 /// The update `rule` at the 1-based step `t` on a whole tensor: the weight `w`, its gradient `g`
 /// and its state tensors (one per [`UpdateRule::state_names`], in order).
 pub fn update(rule: &UpdateRule, t: u64, w: &mut [f32], g: &[f32], states: &mut [&mut [f32]]) {
+    update_scaled(rule, t, 1.0, w, g, states);
+}
+
+/// [`update`] with every gradient element first multiplied by `gscale` (`clip_norm`).
+pub fn update_scaled(
+    rule: &UpdateRule,
+    t: u64,
+    gscale: f32,
+    w: &mut [f32],
+    g: &[f32],
+    states: &mut [&mut [f32]],
+) {
     assert_eq!(w.len(), g.len(), "update: size");
     check_states(rule, w, states, "update");
-    let e = Elem::new(rule, t);
+    let e = Elem::new(rule, t).scaled(gscale);
     let (wc, gc) = (w.par_chunks_mut(ELEM_CHUNK), g.par_chunks(ELEM_CHUNK));
     match states {
         [] => wc.zip(gc).for_each(|(wc, gc)| {
@@ -291,6 +311,12 @@ pub fn bias_grad(dy: &[f32], db: &mut [f32]) {
     });
 }
 
+/// The running squared norm `s` plus the sum of `g`'s squares (summed in f64, in order).
+pub fn grad_sq_norm(s: f32, g: &[f32]) -> f32 {
+    let sum: f64 = g.iter().map(|&x| (x as f64) * (x as f64)).sum();
+    (s as f64 + sum) as f32
+}
+
 /// Gradient accumulation: `acc += scale * g`, per element.
 pub fn grad_accum(scale: f32, acc: &mut [f32], g: &[f32]) {
     assert_eq!(acc.len(), g.len(), "grad_accum: size");
@@ -334,9 +360,15 @@ pub(super) unsafe fn exec(op: &OptimOp, a: &Args, ctx: &Ctx) {
                 let ns = rule.state_names().len();
                 let w = a.f32_mut(0);
                 let mut states = state_slices(a, 2, ns);
-                update(
+                // clip_norm: the factor from the squared global norm (the argument after the state)
+                let gscale = match rule.clip_norm() {
+                    Some(_) => rule.norm_scale(a.f32(2 + ns)[0]),
+                    None => 1.0,
+                };
+                update_scaled(
                     &ctx.rule(rule),
                     ctx.step_counter,
+                    gscale,
                     w,
                     a.f32(1),
                     &mut states[..ns],
@@ -347,6 +379,10 @@ pub(super) unsafe fn exec(op: &OptimOp, a: &Args, ctx: &Ctx) {
                 }
             }
             OptimOp::GradAccum { scale } => grad_accum(*scale, a.f32_mut(0), a.f32(1)),
+            OptimOp::GradSqNorm { first } => {
+                let s = a.f32_mut(1);
+                s[0] = grad_sq_norm(if *first { 0.0 } else { s[0] }, a.f32(0));
+            }
             OptimOp::BiasGradUpdate { rule } => {
                 let ns = rule.state_names().len();
                 let db = a.f32_mut(2 + ns);

@@ -169,6 +169,7 @@ impl Pb {
             lower_bound_bytes: 0,
             placement_strategy: "trivial".into(),
             accumulate: 1,
+            clip_norm: None,
         }
     }
 }
@@ -237,6 +238,7 @@ fn linear_plan() -> Plan {
             weight_decay: 0.0,
             nesterov: false,
             clip_value: None,
+            clip_norm: None,
         },
         zero_grad: false,
     });
@@ -253,6 +255,7 @@ fn linear_plan() -> Plan {
         weight_decay: 0.0,
         nesterov: false,
         clip_value: None,
+        clip_norm: None,
     };
     p.finish(loss, y, &[4, 2], opt)
 }
@@ -686,6 +689,7 @@ fn conv_plan() -> Plan {
             weight_decay: 0.01,
             decoupled: true,
             clip_value: None,
+            clip_norm: None,
         },
         zero_grad: false,
     });
@@ -714,6 +718,7 @@ fn conv_plan() -> Plan {
         weight_decay: 0.01,
         decoupled: true,
         clip_value: None,
+        clip_norm: None,
     };
     p.finish(loss, logits, &[2, 3], opt)
 }
@@ -802,6 +807,7 @@ fn dropout_plan(mode: Mode) -> Plan {
             weight_decay: 0.0,
             nesterov: false,
             clip_value: None,
+            clip_norm: None,
         },
     );
     plan.mode = mode;

@@ -263,6 +263,7 @@ fn rmsprop_matches_pytorchs_formulas() {
             weight_decay: wd,
             momentum,
             clip_value: None,
+            clip_norm: None,
         };
         let (mut w, mut v, mut buf) = (w0.clone(), vec![0.0f32; n], vec![0.0f32; n]);
         let mut ew: Vec<f64> = w0.iter().map(|&x| x as f64).collect();
@@ -316,6 +317,7 @@ fn lion_matches_its_formulas() {
             beta2: b2,
             weight_decay: wd,
             clip_value: None,
+            clip_norm: None,
         };
         let (mut w, mut m) = (w0.clone(), vec![0.0f32; n]);
         let mut ew: Vec<f64> = w0.iter().map(|&x| x as f64).collect();
@@ -341,6 +343,7 @@ fn lion_matches_its_formulas() {
         beta2: 0.99,
         weight_decay: 0.0,
         clip_value: None,
+        clip_norm: None,
     };
     let (mut w, mut m) = ([0.5f32], [0.0f32]);
     update(&rule, 1, &mut w, &[0.0], &mut [&mut m[..]]);

@@ -31,6 +31,7 @@ fn sgd_matches_formulas() {
                 weight_decay: wd,
                 nesterov,
                 clip_value: None,
+                clip_norm: None,
             };
             let mut states: Vec<&mut [f32]> = if momentum != 0.0 {
                 vec![&mut v[..]]
@@ -92,6 +93,7 @@ fn adam_matches_formulas() {
                 weight_decay: wd,
                 decoupled,
                 clip_value: None,
+                clip_norm: None,
             };
             update(&rule, t, &mut w, g, &mut [&mut m[..], &mut v[..]]);
             let (lr, b1, b2, eps, wd) = (lr as f64, b1 as f64, b2 as f64, eps as f64, wd as f64);
