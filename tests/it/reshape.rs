@@ -70,7 +70,7 @@ fn reshape_regroups_row_major() {
     let mut loss = 0.0;
     for n in 0..B {
         let xs: Vec<f64> = x[n * N..(n + 1) * N].iter().map(|&v| v as f64).collect();
-        let mut h = vec![0.0; N];
+        let mut h = [0.0; N];
         for r in 0..8 {
             let row = &xs[r * 3..r * 3 + 3];
             let m = row.iter().sum::<f64>() / 3.0;

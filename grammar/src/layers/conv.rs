@@ -44,7 +44,7 @@ pub(super) fn defs() -> Vec<LayerDef> {
                 Param::required("filters", K::Count),
                 Param::required("kernel", K::Pair),
                 Param::optional("stride", K::Pair, V::Pair(1, 1)),
-                Param::optional("padding", K::Padding(&[]), V::Padding(NO_PADDING)),
+                Param::optional("padding", K::Padding(&["same", "valid"]), V::Padding(NO_PADDING)),
                 Param::optional("output_padding", K::Padding(&[]), V::Padding(NO_PADDING)),
                 Param::optional("bias", K::Flag, V::Flag(true)),
                 Param::optional("activation", K::Activation, V::Activation(None)),
@@ -152,6 +152,21 @@ pub fn conv2d(inputs: &[Input<'_>], b: &Args) -> Result<Built, Error> {
     })
 }
 
+/// Keras' `Conv2DTranspose(padding="same")` along one axis, as TensorFlow computes it (the
+/// gradient of a `same` convolution of the `input·stride` output): `(before, after, output
+/// padding)` for a kernel spanning `span` cells moved by `s`. The full output `(h - 1)·s + span`
+/// loses `span - s` cells, `floor` of half before and the rest after (TF's `same` split, the odd
+/// cell at the bottom / right); a kernel shorter than its stride loses none and gains `s - span`
+/// cells of output padding (bias only).
+pub fn same_transposed(span: usize, s: usize) -> (usize, usize, usize) {
+    if span >= s {
+        let total = span - s;
+        (total / 2, total - total / 2, 0)
+    } else {
+        (0, 0, s - span)
+    }
+}
+
 /// `conv_transpose2d`: the output extent is `(h - 1)*stride - top - bottom + span + output_padding`
 /// (PyTorch's), `span` the dilated kernel's extent.
 pub fn conv_transpose2d(inputs: &[Input<'_>], b: &Args) -> Result<Built, Error> {
@@ -160,7 +175,6 @@ pub fn conv_transpose2d(inputs: &[Input<'_>], b: &Args) -> Result<Built, Error> 
     let (sh, sw) = b.pair("stride")?;
     let bias = b.flag("bias")?;
     let activation = b.activation("activation")?;
-    let (dh, dw) = b.pair("dilation")?;
     let groups = b.count("groups")?;
     let cells = |k: &str| match b.padding(k)? {
         Padding::Explicit {
@@ -169,16 +183,36 @@ pub fn conv_transpose2d(inputs: &[Input<'_>], b: &Args) -> Result<Built, Error> 
             left,
             right,
         } => Ok((top, bottom, left, right)),
-        // the checker reads no words for these arguments: a defect of the table
-        Padding::Same | Padding::Valid => Err(Error::new(
+        // Keras' `valid`: nothing taken off
+        Padding::Valid => Ok((0, 0, 0, 0)),
+        // `same` is read apart; no other word reaches here
+        Padding::Same => Err(Error::new(
             Kind::Argument,
             b.span(k),
             format!("`{k}` of conv_transpose2d is a number of cells"),
         )
         .label("expected a number")),
     };
-    let (pt, pb, pl, pr) = cells("padding")?;
+    let same = b.padding("padding")? == Padding::Same;
     let (ot, ob, ol, or) = cells("output_padding")?;
+    if same && (ot, ob, ol, or) != (0, 0, 0, 0) {
+        return Err(Error::new(
+            Kind::Argument,
+            b.span("output_padding"),
+            "`padding: same` chooses the output padding itself".to_string(),
+        )
+        .label("not with `padding: same`")
+        .help("`same` makes the output input·stride; for another size give `padding` and `output_padding` in cells, as PyTorch's"));
+    }
+    let (dh, dw) = b.pair("dilation")?;
+    let (spanh, spanw) = (dilated(kh, dh), dilated(kw, dw));
+    let ((pt, pb, pl, pr), (ot, ob, ol, or)) = if same {
+        let ((pt, pb, oph), (pl, pr, opw)) =
+            (same_transposed(spanh, sh), same_transposed(spanw, sw));
+        ((pt, pb, pl, pr), (oph, oph, opw, opw))
+    } else {
+        (cells("padding")?, (ot, ob, ol, or))
+    };
     if ot != ob || ol != or {
         return Err(Error::new(
             Kind::Argument,
@@ -209,7 +243,6 @@ pub fn conv_transpose2d(inputs: &[Input<'_>], b: &Args) -> Result<Built, Error> 
         )
         .label("groups do not divide the channels"));
     }
-    let (spanh, spanw) = (dilated(kh, dh), dilated(kw, dw));
     let ext = |n: usize, s: usize, span: usize, op: usize, p: usize| {
         n.saturating_sub(1)
             .saturating_mul(s)

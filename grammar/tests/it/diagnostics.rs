@@ -91,6 +91,7 @@ fn cases() -> Vec<(&'static str, String)> {
         ("huge_kernel", wrap("out = x |> conv2d(2000000000, 2000000000) |> flatten |> dense(1)")),
         ("keras_spelling", wrap("out = x |> Conv2D(8, 3) |> flatten |> dense(1)")),
         ("tuple_kernel", wrap("out = x |> conv2d(8, (3, 3, 3)) |> flatten |> dense(1)")),
+        ("transposed_same_with_output_padding", wrap("out = x |> conv_transpose2d(4, 3, stride: 2, padding: same, output_padding: 1) |> flatten |> dense(1)")),
         ("pool_size_of_three_numbers", wrap("out = x |> maxpool((2, 2, 2)) |> flatten |> dense(1)")),
         ("pool_ceil_mode_not_a_flag", wrap("out = x |> maxpool(2, ceil_mode: 1) |> flatten |> dense(1)")),
         ("pool_side_padding_over_half_the_window", wrap("out = x |> avgpool((2, 4), padding: (1, 1, 3, 0)) |> flatten |> dense(1)")),

@@ -612,3 +612,50 @@ fn pool_windows_strides_padding_and_ceil_mode() {
     );
     assert_eq!(shape("maxpool(3, stride: 2, padding: 1)"), vec![4, 3, 2]);
 }
+
+/// `conv_transpose2d(padding: same)` is Keras' `Conv2DTranspose(padding="same")`: the output is
+/// input·stride, TensorFlow's split of the `span - stride` cells taken off (the odd one at the
+/// bottom / right), output padding when the kernel is shorter than the stride.
+#[test]
+fn transposed_same_padding_is_keras() {
+    let layer = |stage: &str| {
+        let src = format!(
+            "input x: [5, 4, 2]\ntarget y: [1]\nout = x |> {stage} |> flatten |> dense(1)\nloss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd(lr: 0.01) }}\n"
+        );
+        let m = dmc_grammar::compile_source(&src, "t.dm")
+            .unwrap_or_else(|d| panic!("{}", dmc_grammar::render_plain(&d)));
+        (m.nodes[0].layer.clone(), m.nodes[0].shape.clone())
+    };
+    // (kernel, stride) -> (padding (top, bottom, left, right), output padding), derived by hand
+    // from TF: pad_total = max(span - stride, 0), top = pad_total / 2
+    for (k, s, pad, op) in [
+        ((3, 3), (2, 2), (0, 1, 0, 1), (0, 0)),
+        ((4, 4), (2, 2), (1, 1, 1, 1), (0, 0)),
+        ((5, 2), (2, 3), (1, 2, 0, 0), (0, 1)),
+        ((1, 1), (3, 1), (0, 0, 0, 0), (2, 0)),
+    ] {
+        let (l, shape) = layer(&format!(
+            "conv_transpose2d(3, ({}, {}), stride: ({}, {}), padding: same)",
+            k.0, k.1, s.0, s.1
+        ));
+        assert_eq!(shape, vec![5 * s.0, 4 * s.1, 3], "{k:?} {s:?}");
+        let (l2, shape2) = layer(&format!(
+            "conv_transpose2d(3, ({}, {}), stride: ({}, {}), padding: ({}, {}, {}, {}), output_padding: ({}, {}))",
+            k.0, k.1, s.0, s.1, pad.0, pad.1, pad.2, pad.3, op.0, op.1
+        ));
+        assert_eq!((l, shape), (l2, shape2), "{k:?} {s:?}");
+    }
+    // dilation 2 spans 5 cells: 3 taken off, (1, 2)
+    let (l, shape) = layer("conv_transpose2d(2, 3, stride: 2, dilation: 2, padding: same)");
+    assert_eq!(shape, vec![10, 8, 2]);
+    assert!(
+        matches!(
+            l,
+            dmc_grammar::model::Layer::ConvTranspose2d {
+                padding: (1, 2, 1, 2),
+                ..
+            }
+        ),
+        "{l:?}"
+    );
+}

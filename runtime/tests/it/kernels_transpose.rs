@@ -132,6 +132,16 @@ fn cases() -> Vec<Case> {
         c(1, 4, 3, 4, 2, geom((4, 4), (2, 2), [1; 4], (1, 1)), (0, 0)),
         // 3x3/2 padding 1 with output padding 1 (the exact inverse of a ResNet downsampling)
         c(2, 4, 5, 3, 4, geom((3, 3), (2, 2), [1; 4], (1, 1)), (1, 1)),
+        // Keras' `padding="same"` for 3x5/2: (0, 1) rows and (1, 2) columns off (output 2h x 2w)
+        c(
+            1,
+            3,
+            4,
+            2,
+            3,
+            geom((3, 5), (2, 2), [0, 1, 1, 2], (1, 1)),
+            (0, 0),
+        ),
         // stride 1 padding 1 (a plain "same" convolution transposed), output padding per axis
         c(1, 5, 4, 2, 3, geom((3, 3), (1, 1), [1; 4], (1, 1)), (0, 0)),
         c(
