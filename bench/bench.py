@@ -83,11 +83,13 @@ EXAMPLES = {
     # A variant: the program's `train` section replaced (written to bench/out/<name>/program.dm), with a
     # learning-rate schedule: PyTorch runs the documented equivalent (LambdaLR is not used: SequentialLR of
     # LinearLR and CosineAnnealingLR, as docs/LANGUAGE.md says). Its parity covers every step of the run.
-    "unet_cosine": dict(file="examples/unet.dm", steps=10, modes=["plain"], parity_steps=10,
-                        train="train { batch: 4, optimizer: adam(lr: 1e-3), seed: 5, "
-                              "schedule: cosine(warmup: 3, steps: 10, min_lr: 1e-4) }",
-                        sched=("cosine", dict(warmup=3, steps=10, min_lr=1e-4)),
-                        opt=("adam", dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8))),
+    # ... and global-norm gradient clipping (`clip_norm: m`; PyTorch `clip_grad_norm_(params, m)` before
+    # `opt.step()`), m below the gradient's norm so that every step clips (the worker records the norms).
+    "unet_cosine_clip": dict(file="examples/unet.dm", steps=10, modes=["plain"], parity_steps=10,
+                             train="train { batch: 4, optimizer: adam(lr: 1e-3), seed: 5, "
+                                   "schedule: cosine(warmup: 3, steps: 10, min_lr: 1e-4), clip_norm: 0.5 }",
+                             sched=("cosine", dict(warmup=3, steps=10, min_lr=1e-4)), clip_norm=0.5,
+                             opt=("adam", dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8))),
 }
 PARITY_STEPS = 5
 PARITY_RTOL = 1e-4
@@ -460,6 +462,8 @@ def worker(a):
             return torch.optim.SGD(params, **hp)
         return torch.optim.Adam(params, **hp)
 
+    grad_norms = []  # with clip_norm: each step's global gradient norm before clipping
+
     def make_sched(opt):
         """docs/LANGUAGE.md's PyTorch equivalent of the variant's `schedule:`."""
         if "sched" not in cfg:
@@ -512,6 +516,8 @@ def worker(a):
             k = next(counter) % nb
             loss = lossfn(m(xs[k]), ts[k])
             loss.backward()
+            if "clip_norm" in cfg:
+                grad_norms.append(torch.nn.utils.clip_grad_norm_(m.parameters(), cfg["clip_norm"]).item())
             opt.step()
             opt.zero_grad(set_to_none=True)
             if sched is not None:
@@ -565,7 +571,7 @@ def worker(a):
         if i + 1 in (1, n_state):  # the states after 1 and the parity steps, for the driver's `state_diffs`
             save_state(m, os.path.join(a.workdir, f"torch-state{i + 1}-{a.mode}.safetensors"))
     res = dict(example=ex, mode=a.mode, device=a.device, threads=threads, torch=torch.__version__,
-               losses=losses, times_ms=times, rss0=rss0, hwm_reset=hwm_ok,
+               losses=losses, times_ms=times, rss0=rss0, hwm_reset=hwm_ok, grad_norms=grad_norms,
                rss_peak_increase=peak - rss0, step_rss_increase_max=max(step_incr[1:] or step_incr))
     # Bytes live between steps: parameters + optimizer state.
     nparams = sum(p.numel() for p in m.parameters())
