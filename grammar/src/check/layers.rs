@@ -240,19 +240,7 @@ impl Checker<'_> {
             params: vec![(pname, false)],
             example: None,
         };
-        let mut positional = vec![];
-        let mut kw = vec![];
-        for x in args {
-            let v = match x.value.kind {
-                ExprKind::Int(i) => Val::Int(i),
-                ExprKind::Float(f) => Val::Float(f),
-                _ => Val::Poison,
-            };
-            match &x.name {
-                Some(n) => kw.push((n, v, x.value.span)),
-                None => positional.push((v, x.value.span)),
-            }
-        }
+        let (positional, kw) = numeric_args(args);
         let r = (|| {
             let b = bind(&sig, positional, kw, func, e.span)?;
             let v = b.float(pname, 0.0)?;
@@ -282,19 +270,7 @@ impl Checker<'_> {
             params: vec![(p.name, true)],
             example: None,
         };
-        let mut positional = vec![];
-        let mut kw = vec![];
-        for x in args {
-            let v = match x.value.kind {
-                ExprKind::Int(i) => Val::Int(i),
-                ExprKind::Float(f) => Val::Float(f),
-                _ => Val::Poison,
-            };
-            match &x.name {
-                Some(n) => kw.push((n, v, x.value.span)),
-                None => positional.push((v, x.value.span)),
-            }
-        }
+        let (positional, kw) = numeric_args(args);
         let b = bind(&sig, positional, kw, func, span)?;
         let v = b.float(p.name, p.default)?;
         let at = b.get(p.name).map_or(span, |(_, s)| *s);
@@ -463,3 +439,25 @@ impl Checker<'_> {
         Ok(Val::Tensor(r))
     }
 }
+
+/// The literal numbers of a call's arguments (anything else poisoned), split into positional and
+/// keyword ones, for [`bind`].
+fn numeric_args(args: &[Arg]) -> NumericArgs<'_> {
+    let mut positional = vec![];
+    let mut kw = vec![];
+    for x in args {
+        let v = match x.value.kind {
+            ExprKind::Int(i) => Val::Int(i),
+            ExprKind::Float(f) => Val::Float(f),
+            _ => Val::Poison,
+        };
+        match &x.name {
+            Some(n) => kw.push((n, v, x.value.span)),
+            None => positional.push((v, x.value.span)),
+        }
+    }
+    (positional, kw)
+}
+
+/// Positional (value, span) and keyword (name, value, span) arguments.
+type NumericArgs<'a> = (Vec<(Val, Span)>, Vec<(&'a Ident, Val, Span)>);
