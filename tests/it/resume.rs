@@ -462,3 +462,53 @@ fn resume_is_bit_identical_on_the_emulated_cuda_backend() {
     run_ok(&[&common[..], &["--steps", "6", "--save", s(&b), "--resume"]].concat());
     assert_same_files(&a, &b);
 }
+
+/// `train { accumulate: N }` written into a copy of the MLP example.
+fn mlp_accumulating(dir: &Path, n: usize) -> std::path::PathBuf {
+    let src = std::fs::read_to_string(MLP).unwrap();
+    let train = src.lines().find(|l| l.starts_with("train {")).unwrap();
+    let with = train.replacen("train {", &format!("train {{ accumulate: {n},"), 1);
+    let p = dir.join(format!("mlp-acc{n}.dm"));
+    std::fs::write(&p, src.replace(train, &with)).unwrap();
+    p
+}
+
+#[test]
+fn accumulating_runs_resume_bit_identically_and_refuse_another_accumulation() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = data(dir.path(), MLP, 640);
+    let (acc2, acc4) = (
+        mlp_accumulating(dir.path(), 2),
+        mlp_accumulating(dir.path(), 4),
+    );
+    let (whole, parts) = (
+        dir.path().join("whole.safetensors"),
+        dir.path().join("parts.safetensors"),
+    );
+    let run = |program: &Path, w: &Path, extra: &[&str]| {
+        let args = [
+            &["run", s(program), "--data", s(&d), "--save", s(w), "-q"][..],
+            &["--save-every", "2"][..],
+            extra,
+        ]
+        .concat();
+        dmc(&args)
+    };
+    let ok = |r: (i32, String, String)| assert_eq!(r.0, 0, "{}", r.2);
+    ok(run(&acc2, &whole, &["--steps", "4"]));
+    ok(run(&acc2, &parts, &["--steps", "2"]));
+    assert_eq!(steps_in_state(&state_of(&parts)), 2);
+    // Resuming with another accumulation is another run: refused, nothing replaced.
+    let before = (bytes(&parts), bytes(&state_of(&parts)));
+    let (code, _, err) = run(&acc4, &parts, &["--steps", "4", "--resume"]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("accumulate 2") && err.contains("accumulate 4"),
+        "{err}"
+    );
+    assert!(before == (bytes(&parts), bytes(&state_of(&parts))));
+    // The same accumulation continues where it stopped: the micro-batches of steps 3 and 4 are the
+    // uninterrupted run's.
+    ok(run(&acc2, &parts, &["--steps", "4", "--resume"]));
+    assert_same_files(&whole, &parts);
+}

@@ -47,10 +47,17 @@ pub fn save_policy(
             samples,
             // the schedule is part of the optimizer a run continues (a constant rate adds
             // nothing, so states saved before schedules existed still resume)
-            optimizer: if plan.schedule.is_constant() {
-                format!("{:?}", plan.optimizer)
-            } else {
-                format!("{:?}, schedule {:?}", plan.optimizer, plan.schedule)
+            // (and so is gradient accumulation: N micro-batches per step change every step;
+            // `accumulate: 1` adds nothing, so states saved before it existed still resume)
+            optimizer: {
+                let mut o = format!("{:?}", plan.optimizer);
+                if !plan.schedule.is_constant() {
+                    o.push_str(&format!(", schedule {:?}", plan.schedule));
+                }
+                if plan.accumulate > 1 {
+                    o.push_str(&format!(", accumulate {}", plan.accumulate));
+                }
+                o
             },
             best_val_loss: None,
             shuffle,
