@@ -57,14 +57,15 @@ fn fixture(dir: &Path) -> (String, String, String) {
     write_safetensors(&weights, &w);
     let data = dir.join("data.safetensors");
     let xs: Vec<f32> = SAMPLES.iter().flat_map(|(x, _)| *x).collect();
-    let ys: Vec<u8> = SAMPLES
-        .iter()
-        .flat_map(|(_, y)| y.to_le_bytes())
-        .collect();
+    let ys: Vec<u8> = SAMPLES.iter().flat_map(|(_, y)| y.to_le_bytes()).collect();
     let mut d = BTreeMap::new();
     d.insert(
         "x".to_string(),
-        ("F32".to_string(), vec![SAMPLES.len() as u64, 2], f32_bytes(&xs)),
+        (
+            "F32".to_string(),
+            vec![SAMPLES.len() as u64, 2],
+            f32_bytes(&xs),
+        ),
     );
     d.insert(
         "y".to_string(),
@@ -184,8 +185,7 @@ fn a_top_k_that_cannot_be_computed_is_refused() {
         let (code, _, err) = dmc(&[command, s(&mse), "--top-k", "1", "-q"]);
         assert_eq!(code, 1, "{err}");
         assert!(
-            err.contains("--top-k 1: top-K accuracy needs class labels")
-                && err.contains("`mse`"),
+            err.contains("--top-k 1: top-K accuracy needs class labels") && err.contains("`mse`"),
             "{err}"
         );
     }
