@@ -27,6 +27,7 @@ mod runtime_memory;
 mod runtime_nvrtc;
 mod runtime_remat;
 mod runtime_seed;
+mod top_k;
 mod tour;
 mod train;
 mod train_losses_optim;

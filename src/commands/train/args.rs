@@ -77,6 +77,11 @@ pub struct RunArgs {
     /// Number of epochs over the data.
     #[arg(long)]
     pub epochs: Option<usize>,
+    /// Also report top-K accuracy beside the accuracy (a classifier's: `cross_entropy`): the
+    /// fraction of samples whose label is among the K largest outputs (ties go to the lower class
+    /// index, so `--top-k 1` is the accuracy); K from 1 to the number of classes.
+    #[arg(long, value_name = "K")]
+    pub top_k: Option<usize>,
     /// Validation data (same format as --data); reports loss (and accuracy) after each epoch.
     #[arg(long, value_name = "FILE", conflicts_with = "val_split")]
     pub val: Option<String>,
@@ -115,7 +120,8 @@ pub struct RunArgs {
     /// parity checks (bench/).
     #[arg(long, value_name = "FILE")]
     pub loss_log: Option<PathBuf>,
-    /// Write the run's summary as JSON to FILE: steps, final loss, ms per step, and the planned
+    /// Write the run's summary as JSON to FILE: steps, final loss, ms per step, the last epoch's
+    /// train and validation accuracy (and --top-k accuracy), and the planned
     /// arena, the measured peak (arena + other allocations) and the cap in exact bytes (for
     /// benchmarks: the printed lines round to one unit).
     #[arg(long, value_name = "FILE.json")]
@@ -126,6 +132,11 @@ pub struct RunArgs {
 pub struct EvalArgs {
     #[command(flatten)]
     pub common: CommonArgs,
+    /// Also report top-K accuracy beside the accuracy (a classifier's: `cross_entropy`): the
+    /// fraction of samples whose label is among the K largest outputs (ties go to the lower class
+    /// index, so `--top-k 1` is the accuracy); K from 1 to the number of classes.
+    #[arg(long, value_name = "K")]
+    pub top_k: Option<usize>,
     /// Samples in the synthetic data set used without --data.
     #[arg(long, default_value_t = 1024)]
     pub synthetic_samples: usize,

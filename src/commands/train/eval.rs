@@ -1,10 +1,10 @@
-//! `dmc eval`: loss and (for classification) accuracy of weights on a data set.
+//! `dmc eval`: loss and (for classification) accuracy, and `--top-k` accuracy, of weights on a data set.
 
 use dmc_compiler::plan::Mode;
 
 use super::args::EvalArgs;
 use super::dataset::{seed_or_default, DataRequest};
-use super::metrics::{evaluate, fmt_metrics};
+use super::metrics::{check_top_k, evaluate, fmt_metrics};
 use super::setup::{compile, init_params, resolve_device};
 use crate::commands::program::load_model;
 use crate::report::CliError;
@@ -19,11 +19,12 @@ pub fn run(args: &EvalArgs) -> Result<(), CliError> {
     }
     let seed = seed_or_default(c.seed, &model);
     let plan = compile(&model, c, &c.inference_plan("eval")?, Mode::Eval)?;
+    check_top_k(args.top_k, &model, &plan)?;
     let batch = plan.batch;
     let ds = DataRequest::new(c, &plan, &model, args.synthetic_samples, seed).load()?;
     let mut be = dmc_runtime::open_backend(kind, plan, &c.codegen.options())?;
     init_params(&mut be, c.init.as_deref(), seed, &c.file)?;
-    let m = evaluate(&mut be, &model, &ds, batch)?;
+    let m = evaluate(&mut be, &model, &ds, batch, args.top_k)?;
     println!("{}", fmt_metrics(&m));
     Ok(())
 }

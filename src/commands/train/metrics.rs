@@ -1,6 +1,7 @@
-//! Metrics over a data set: mean loss and (for classification) accuracy, from the network's
-//! outputs, for `dmc eval` and the validation of `dmc run`.
+//! Metrics over a data set: mean loss and (for classification) accuracy and `--top-k` accuracy,
+//! from the network's outputs, for `dmc eval` and the validation of `dmc run`.
 
+use dmc_compiler::plan::Plan;
 use dmc_grammar::model::{LossKind, Model};
 use dmc_runtime::io::Dataset;
 use dmc_runtime::Backend;
@@ -13,22 +14,45 @@ use crate::report::CliError;
 pub struct Metrics {
     pub loss: f64,
     pub accuracy: Option<f64>,
+    /// `--top-k K`: `(K, the fraction of samples whose label is among the K best outputs)`.
+    pub top_k: Option<(usize, f64)>,
     pub samples: usize,
 }
 
-/// Runs `be` (an eval plan) over `ds` in order, in batches of `batch` (the last one padded).
+/// Refuses a `--top-k K` that cannot be computed: K = 0, K above the number of classes (the
+/// outputs per sample), or a loss without class labels.
+pub fn check_top_k(top_k: Option<usize>, model: &Model, plan: &Plan) -> Result<(), CliError> {
+    let Some(k) = top_k else { return Ok(()) };
+    if !model.loss.kind.takes_labels() {
+        return Err(CliError::Usage(format!(
+            "--top-k {k}: top-K accuracy needs class labels, and the loss `{}` compares with float targets; use it with `cross_entropy`",
+            model.loss.kind.name()
+        )));
+    }
+    let classes = plan.output.shape[1..].iter().product::<usize>().max(1);
+    if k == 0 || k > classes {
+        return Err(CliError::Usage(format!(
+            "--top-k {k}: K must be between 1 and the number of classes, {classes} (the outputs per sample)"
+        )));
+    }
+    Ok(())
+}
+
+/// Runs `be` (an eval plan) over `ds` in order, in batches of `batch` (the last one padded), with
+/// the top-K accuracy too for `top_k` = Some(K) (checked by [`check_top_k`]).
 pub fn evaluate(
     be: &mut dyn Backend,
     model: &Model,
     ds: &Dataset,
     batch: usize,
+    top_k: Option<usize>,
 ) -> Result<Metrics, CliError> {
     let plan = be.plan().clone();
     let mut feeder = Feeder::new(&plan, true);
     let epoch = ds.in_order_padded(batch)?;
     let target = &plan.targets[0].name;
     let per = plan.output.shape[1..].iter().product::<usize>().max(1);
-    let (mut loss_sum, mut correct, mut n) = (0f64, 0usize, 0usize);
+    let (mut loss_sum, mut correct, mut in_top, mut n) = (0f64, 0usize, 0usize, 0usize);
     // Regression targets (held in memory: only inputs are read in place from a mapped file).
     let targets_f32 = ds.tensor_f32(target);
     for b in 0..epoch.num_batches() {
@@ -42,6 +66,7 @@ pub fn evaluate(
                 let label = ds.tensor_i32(target).unwrap_or(&[])[sample] as usize;
                 loss_sum += cross_entropy(row, label, label_smoothing as f64);
                 correct += usize::from(argmax(row) == label);
+                in_top += usize::from(in_top_k(row, label, top_k.unwrap_or(1)));
             } else {
                 let t = targets_f32.as_deref().unwrap_or(&[]);
                 let tr = &t[sample * per..(sample + 1) * per];
@@ -55,14 +80,15 @@ pub fn evaluate(
             n += 1;
         }
     }
-    let accuracy = model
-        .loss
-        .kind
-        .takes_labels()
-        .then(|| correct as f64 / n.max(1) as f64);
+    let labels = model.loss.kind.takes_labels();
+    let accuracy = labels.then(|| correct as f64 / n.max(1) as f64);
+    let top_k = top_k
+        .filter(|_| labels)
+        .map(|k| (k, in_top as f64 / n.max(1) as f64));
     Ok(Metrics {
         loss: loss_sum / n.max(1) as f64,
         accuracy,
+        top_k,
         samples: n,
     })
 }
@@ -112,15 +138,38 @@ pub fn argmax(row: &[f32]) -> usize {
         .0
 }
 
-/// How many samples of a training batch the network classified right, from the output of the
-/// step that trained on them (computed before that step's update): `None` when the loss is not a
-/// classification loss.
+/// Whether `label` is among the `k` best of `row`: fewer than `k` outputs rank above it, an output
+/// ranking above it when it is strictly greater, or equal and at a lower index (ties go to the
+/// lower index, as in [`argmax`], so that K = 1 is the accuracy). A label outside the row is not.
+pub fn in_top_k(row: &[f32], label: usize, k: usize) -> bool {
+    let Some(&v) = row.get(label) else {
+        return false;
+    };
+    let above = row
+        .iter()
+        .enumerate()
+        .filter(|&(i, &x)| x > v || (x == v && i < label))
+        .count();
+    above < k
+}
+
+/// Classified-right counts of a training batch: top-1 and (with `--top-k`) top-K.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Correct {
+    pub top1: usize,
+    pub top_k: usize,
+}
+
+/// How many samples of a training batch the network classified right (and had their label among
+/// the `top_k` best outputs), from the output of the step that trained on them (computed before
+/// that step's update): `None` when the loss is not a classification loss.
 pub fn batch_correct(
     be: &dyn Backend,
     model: &Model,
     ds: &Dataset,
     batch: &[usize],
-) -> Result<Option<usize>, CliError> {
+    top_k: Option<usize>,
+) -> Result<Option<Correct>, CliError> {
     if !model.loss.kind.takes_labels() {
         return Ok(None);
     }
@@ -128,27 +177,36 @@ pub fn batch_correct(
     let per = plan.output.shape[1..].iter().product::<usize>().max(1);
     let labels = ds.tensor_i32(&plan.targets[0].name).unwrap_or(&[]);
     let out = be.output()?;
-    Ok(Some(
-        batch
-            .iter()
-            .enumerate()
-            .filter(|&(j, &sample)| {
-                let row = &out[j * per..(j + 1) * per];
-                labels.get(sample).map(|&l| l as usize) == Some(argmax(row))
-            })
-            .count(),
-    ))
+    let mut c = Correct::default();
+    for (j, &sample) in batch.iter().enumerate() {
+        let row = &out[j * per..(j + 1) * per];
+        let Some(label) = labels.get(sample).map(|&l| l as usize) else {
+            continue;
+        };
+        c.top1 += usize::from(argmax(row) == label);
+        c.top_k += usize::from(in_top_k(row, label, top_k.unwrap_or(1)));
+    }
+    Ok(Some(c))
 }
 
-/// `loss 0.123456, accuracy 97.50% (400 samples)`.
+/// `loss 0.123456, accuracy 97.50% (400 samples)`; with `--top-k 5`
+/// `loss 0.123456, accuracy 97.50%, top-5 99.75% (400 samples)`.
 pub fn fmt_metrics(m: &Metrics) -> String {
     match m.accuracy {
         Some(a) => format!(
-            "loss {:.6}, accuracy {:.2}% ({} samples)",
+            "loss {:.6}, accuracy {:.2}%{} ({} samples)",
             m.loss,
             a * 100.0,
+            fmt_top_k(m.top_k),
             m.samples
         ),
         None => format!("loss {:.6} ({} samples)", m.loss, m.samples),
     }
+}
+
+/// `, top-5 99.75%` (empty without `--top-k`).
+pub fn fmt_top_k(top_k: Option<(usize, f64)>) -> String {
+    top_k
+        .map(|(k, a)| format!(", top-{k} {:.2}%", a * 100.0))
+        .unwrap_or_default()
 }

@@ -135,6 +135,13 @@ pub struct Summary {
     pub steps: usize,
     pub final_loss: Option<f32>,
     pub ms_per_step: f64,
+    /// The last epoch's running train accuracy and the last validation's (fractions; a
+    /// classifier's, else null), and with `--top-k K` the top-K ones beside them.
+    pub train_accuracy: Option<f64>,
+    pub val_accuracy: Option<f64>,
+    pub top_k: Option<usize>,
+    pub train_top_k_accuracy: Option<f64>,
+    pub val_top_k_accuracy: Option<f64>,
     /// The arena the plan asks for.
     pub planned_arena_bytes: u64,
     /// The arena as allocated (device memory on a GPU, by `cuMemGetInfo`) plus everything else
@@ -224,6 +231,11 @@ fn print_summary(
             steps: progress.steps,
             final_loss: progress.last_loss,
             ms_per_step: per_step * 1e3,
+            train_accuracy: progress.train_accuracy,
+            val_accuracy: progress.val_accuracy,
+            top_k: args.top_k,
+            train_top_k_accuracy: progress.train_top_k_accuracy,
+            val_top_k_accuracy: progress.val_top_k_accuracy,
             planned_arena_bytes: plan.arena_bytes,
             measured_peak_bytes: total,
             measured_arena_bytes: measured.arena as u64,

@@ -73,6 +73,7 @@ fn schedule(
         accumulate,
         seed,
         shuffle: shuffles(args, model),
+        top_k: args.top_k,
     })
 }
 
@@ -136,6 +137,7 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
         io::check_writable(p)?;
     }
     let plan = compile(&model, c, &args.plan(), Mode::Train)?;
+    super::metrics::check_top_k(args.top_k, &model, &plan)?;
     stop_before_training(save_path)?;
 
     let request = DataRequest::new(c, &plan, &model, args.synthetic_samples, seed);

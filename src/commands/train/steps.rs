@@ -12,7 +12,7 @@ use dmc_runtime::Backend;
 use indicatif::ProgressBar;
 
 use super::dataset::Feeder;
-use super::metrics::{batch_correct, evaluate, fmt_metrics};
+use super::metrics::{batch_correct, evaluate, fmt_metrics, fmt_top_k, Correct, Metrics};
 use super::progress::{say, LossLog};
 use crate::commands::checkpoint::SavePolicy;
 use crate::report::CliError;
@@ -42,6 +42,12 @@ pub struct Progress {
     pub best_val_loss: Option<f64>,
     /// The step after which this process last saved the training state and weights.
     pub saved_at: Option<usize>,
+    /// The last epoch's running train accuracy and `--top-k` accuracy (fractions; a classifier's).
+    pub train_accuracy: Option<f64>,
+    pub train_top_k_accuracy: Option<f64>,
+    /// The last validation's accuracy and `--top-k` accuracy.
+    pub val_accuracy: Option<f64>,
+    pub val_top_k_accuracy: Option<f64>,
 }
 
 /// How many steps, over how many epochs.
@@ -55,6 +61,8 @@ pub struct Schedule {
     pub seed: u64,
     /// Reshuffle every epoch (else file order: `--no-shuffle`).
     pub shuffle: bool,
+    /// `--top-k K`: top-K accuracy beside the accuracy, of the training batches and the validation.
+    pub top_k: Option<usize>,
 }
 
 /// The validation of each epoch: an eval backend and its data.
@@ -71,29 +79,68 @@ struct EpochStats {
     steps: usize,
     loss_sum: f64,
     samples: usize,
-    correct: Option<usize>,
+    correct: Option<Correct>,
+    top_k: Option<usize>,
 }
 
 impl EpochStats {
-    fn add(&mut self, loss: f32, samples: usize, correct: Option<usize>) {
+    fn new(top_k: Option<usize>) -> EpochStats {
+        EpochStats {
+            top_k,
+            ..EpochStats::default()
+        }
+    }
+
+    fn add(&mut self, loss: f32, samples: usize, correct: Option<Correct>) {
         self.steps += 1;
         self.loss_sum += loss as f64;
         self.samples += samples;
-        self.correct = correct.map(|c| c + self.correct.unwrap_or(0));
+        let sum = self.correct.unwrap_or_default();
+        self.correct = correct.map(|c| Correct {
+            top1: sum.top1 + c.top1,
+            top_k: sum.top_k + c.top_k,
+        });
     }
 
-    /// `train loss 0.812345, accuracy 71.20% (768 samples)`.
+    /// The accuracy and (with `--top-k`) the top-K accuracy, as fractions.
+    fn accuracies(&self) -> Option<(f64, Option<(usize, f64)>)> {
+        let n = self.samples.max(1) as f64;
+        self.correct.map(|c| {
+            (
+                c.top1 as f64 / n,
+                self.top_k.map(|k| (k, c.top_k as f64 / n)),
+            )
+        })
+    }
+
+    /// `train loss 0.812345, accuracy 71.20% (768 samples)`, with `--top-k 5`
+    /// `train loss 0.812345, accuracy 71.20%, top-5 93.10% (768 samples)`.
     fn text(&self) -> String {
         let loss = self.loss_sum / self.steps.max(1) as f64;
-        match self.correct {
-            Some(c) => format!(
-                "train loss {loss:.6}, accuracy {:.2}% ({} samples)",
-                100.0 * c as f64 / self.samples.max(1) as f64,
+        match self.accuracies() {
+            Some((a, top_k)) => format!(
+                "train loss {loss:.6}, accuracy {:.2}%{} ({} samples)",
+                100.0 * a,
+                fmt_top_k(top_k),
                 self.samples
             ),
             None => format!("train loss {loss:.6} ({} samples)", self.samples),
         }
     }
+
+    /// Records this epoch's accuracies in `progress` (for `--summary-json`).
+    fn record(&self, progress: &mut Progress) {
+        if let Some((a, top_k)) = self.accuracies() {
+            progress.train_accuracy = Some(a);
+            progress.train_top_k_accuracy = top_k.map(|(_, a)| a);
+        }
+    }
+}
+
+/// Records a validation's accuracies in `progress` (for `--summary-json`).
+fn record_validation(m: &Metrics, progress: &mut Progress) {
+    progress.val_accuracy = m.accuracy;
+    progress.val_top_k_accuracy = m.top_k.map(|(_, a)| a);
 }
 
 /// Prints the line of epoch `epoch` (from 0) of `epochs`: `partial` of `per_epoch` steps when the
@@ -157,6 +204,7 @@ pub fn train(
         accumulate,
         seed,
         shuffle,
+        top_k,
     } = schedule;
     let accumulate = accumulate.max(1);
     let per_epoch = (train.len() / (batch * accumulate)).max(1);
@@ -176,7 +224,7 @@ pub fn train(
         } else {
             0
         };
-        let mut stats = EpochStats::default();
+        let mut stats = EpochStats::new(top_k);
         // One optimizer step per `accumulate` consecutive batches (a remainder is dropped).
         let micro: Vec<&[usize]> = order.batches().collect();
         for group in micro.chunks_exact(accumulate).skip(skip) {
@@ -188,6 +236,7 @@ pub fn train(
                 None
             };
             if let Some(end) = stop {
+                stats.record(progress);
                 epoch_line(pb, epoch, epochs, &stats, Some(per_epoch), None);
                 return Ok(end);
             }
@@ -196,7 +245,7 @@ pub fn train(
             // The micro-batches of the step: each accumulates its gradient, the last one updates;
             // the step's loss is their mean.
             let (mut loss_sum, mut dt, mut halted) = (0.0f64, Duration::ZERO, None);
-            let (mut samples, mut correct) = (0usize, Some(0usize));
+            let (mut samples, mut correct) = (0usize, Some(Correct::default()));
             for (j, idx) in group.iter().enumerate() {
                 feeder.feed(be, train, idx)?;
                 let t0 = Instant::now();
@@ -212,8 +261,11 @@ pub fn train(
                 }
                 loss_sum += l as f64;
                 samples += idx.len();
-                correct = match (correct, batch_correct(be, model, train, idx)?) {
-                    (Some(a), Some(b)) => Some(a + b),
+                correct = match (correct, batch_correct(be, model, train, idx, top_k)?) {
+                    (Some(a), Some(b)) => Some(Correct {
+                        top1: a.top1 + b.top1,
+                        top_k: a.top_k + b.top_k,
+                    }),
                     _ => None,
                 };
             }
@@ -245,7 +297,8 @@ pub fn train(
                 for (name, _, data) in be.params()? {
                     v.backend.set_param(&name, &data)?;
                 }
-                let m = evaluate(v.backend, model, v.data, batch)?;
+                let m = evaluate(v.backend, model, v.data, batch, top_k)?;
+                record_validation(&m, progress);
                 let (best, saved) = saves.after_validation(be, m.loss, progress.best_val_loss)?;
                 progress.best_val_loss = best;
                 Some(format!(
@@ -258,6 +311,7 @@ pub fn train(
         };
         // A resumed epoch's metrics cover only the steps this process ran.
         let partial = (skip > 0).then_some(per_epoch);
+        stats.record(progress);
         epoch_line(pb, epoch, epochs, &stats, partial, validation);
         if saves.periodic(be, progress.steps, progress.best_val_loss)? {
             progress.saved_at = Some(progress.steps);
