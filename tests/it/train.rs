@@ -619,3 +619,43 @@ fn a_run_stopped_inside_an_epoch_says_how_much_of_it_the_line_covers() {
         .collect();
     assert_eq!(units.len(), 1, "{last}");
 }
+
+/// The memory line's "other allocations during steps" is the steps' host peak: the final
+/// `--save`, after the steps, copies the weights (at least their 940,584 bytes for the MLP) and
+/// must not be counted in it.
+#[test]
+fn the_final_save_is_not_counted_as_memory_of_the_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let other = |extra: &[&str]| -> u64 {
+        let json = dir.path().join("s.json");
+        let js = json.to_str().unwrap();
+        let args = [
+            &[
+                "run",
+                "examples/mlp.dm",
+                "--steps",
+                "2",
+                "-q",
+                "--summary-json",
+                js,
+            ][..],
+            extra,
+        ]
+        .concat();
+        let (code, _, err) = dmc(&args);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        v["other_allocation_bytes"].as_u64().unwrap()
+    };
+    let w = dir.path().join("w.safetensors");
+    let without = other(&[]);
+    let with = other(&["--save", w.to_str().unwrap()]);
+    assert!(w.exists());
+    // The steps' own allocations vary by a few hundred KB between runs (thread scheduling); a
+    // counted save would add at least the parameters' 940,584 bytes.
+    assert!(
+        with < without + 700_000,
+        "with --save {with} B, without {without} B"
+    );
+}

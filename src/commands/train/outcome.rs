@@ -50,6 +50,9 @@ pub fn finish(
     measured: Measured,
 ) -> Result<(), CliError> {
     let plan = be.plan();
+    // The host peak of the steps, taken before the final save (whose copies of the weights are
+    // not part of a step; `--save-every`'s saves during the loop are counted).
+    let steps_peak = dmc_runtime::alloc::peak();
     let save_path = args.save.as_deref();
     // Save, whatever ended the loop (the rules are in `checkpoint`), except after a non-finite
     // loss: the weights now in the arena are the ones that produced it.
@@ -107,7 +110,7 @@ pub fn finish(
     if !args.common.quiet {
         print_peak(plan);
     }
-    print_summary(args, plan, progress, &saved, measured)?;
+    print_summary(args, plan, progress, &saved, measured, steps_peak)?;
     if let Some(e) = loss_log_error {
         let p = args.loss_log.as_deref().unwrap_or(Path::new("?"));
         return Err(CliError::Usage(format!(
@@ -164,9 +167,10 @@ fn print_summary(
     progress: &Progress,
     saved: &Saved,
     measured: Measured,
+    steps_peak: usize,
 ) -> Result<(), CliError> {
     // The arena was allocated once, before the steps; everything else the steps allocated is on top.
-    let extra = dmc_runtime::alloc::peak().saturating_sub(measured.base) as u64;
+    let extra = steps_peak.saturating_sub(measured.base) as u64;
     let total = measured.arena as u64 + extra;
     let per_step =
         progress.step_time.as_secs_f64() / (progress.steps - progress.resumed_at).max(1) as f64;
