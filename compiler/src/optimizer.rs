@@ -99,13 +99,7 @@ pub fn optimizer_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> 
         if clip_norm {
             held.push((p, ins, pname));
         } else {
-            g.add_node(
-                op.clone(),
-                &ins,
-                [pname.as_str(), " update"].concat(),
-                Phase::Update,
-                None,
-            )?;
+            add_update(g, &op, &ins, &pname)?;
         }
         changed = true;
     }
@@ -129,14 +123,21 @@ pub fn optimizer_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> 
     if let Some(s) = norm {
         for (_, mut ins, pname) in held {
             ins.push(s);
-            g.add_node(
-                op.clone(),
-                &ins,
-                [pname.as_str(), " update"].concat(),
-                Phase::Update,
-                None,
-            )?;
+            add_update(g, &op, &ins, &pname)?;
         }
     }
     Ok(changed)
+}
+
+/// The update node of parameter `pname`, reading `ins` (parameter, gradient, state, and the
+/// squared norm under clip_norm).
+fn add_update(g: &mut Graph, op: &Op, ins: &[Value], pname: &str) -> Result<(), CompileError> {
+    g.add_node(
+        op.clone(),
+        ins,
+        [pname, " update"].concat(),
+        Phase::Update,
+        None,
+    )?;
+    Ok(())
 }

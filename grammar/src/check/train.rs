@@ -191,17 +191,7 @@ impl Checker<'_> {
         }
         let f = v as f32;
         if !f.is_normal() {
-            return Err(err(
-                Kind::Training,
-                e.span,
-                format!("`{k}` = {v:?} does not fit in f32 (it would become {f})"),
-            )
-            .label("out of f32 range")
-            .help(format!(
-                "use a value between {:e} and {:e}",
-                f32::MIN_POSITIVE,
-                f32::MAX
-            )));
+            return Err(beyond_f32(k, v, f, e.span));
         }
         Ok(f)
     }
@@ -336,17 +326,7 @@ impl Checker<'_> {
                 return Ok(f);
             }
             let s = b.get(k).map_or(e.span, |x| x.1);
-            Err(err(
-                Kind::Training,
-                s,
-                format!("`{k}` = {v:?} does not fit in f32 (it would become {f})"),
-            )
-            .label("out of f32 range")
-            .help(format!(
-                "use a value between {:e} and {:e}",
-                f32::MIN_POSITIVE,
-                f32::MAX
-            )))
+            Err(beyond_f32(k, v, f, s))
         };
         // PyTorch's defaults (lion-pytorch's for Lion)
         let lr_default = match op {
@@ -515,4 +495,19 @@ pub(super) fn setting_call(e: &Expr) -> Option<(Ident, &[Arg])> {
         } => Some((func.clone(), args.as_slice())),
         _ => None,
     }
+}
+
+/// `k = v` of a training setting that rounds to `f` (0, subnormal or infinite) in f32.
+fn beyond_f32(k: &str, v: f64, f: f32, span: Span) -> Error {
+    err(
+        Kind::Training,
+        span,
+        format!("`{k}` = {v:?} does not fit in f32 (it would become {f})"),
+    )
+    .label("out of f32 range")
+    .help(format!(
+        "use a value between {:e} and {:e}",
+        f32::MIN_POSITIVE,
+        f32::MAX
+    ))
 }
