@@ -197,7 +197,7 @@ pub struct Plan {
     pub params: Vec<ParamBinding>,
     /// Optimizer state buffers (zero-initialised), with names like `conv3.weight.momentum`.
     pub opt_state: Vec<ParamBinding>,
-    /// The scalar loss buffer (f32[1]).
+    /// The scalar loss buffer (f32\[1\]).
     pub loss: BufferId,
     /// The network's output (the loss' prediction), for `predict`.
     pub output: IoBinding,
@@ -249,7 +249,7 @@ pub enum ClipNormMethod {
 
 /// The version of plan.json's shape. 2: one `Update { rule }` op for the unfused optimizer updates
 /// (was `SgdUpdate` / `AdamUpdate`). 3: ops grouped by family (`{"Optim":{"Update":..}}`,
-/// `{"Conv":{"Conv2d":..}}`; see [`Op`](crate::op::Op)). 4: fused ops (`fuse_epilogues`): an
+/// `{"Conv":{"Conv2d":..}}`; see [`Op`]). 4: fused ops (`fuse_epilogues`): an
 /// `epi` on the GEMMs, `bias`/`keep_old` on the fused weight updates, `in_place` on the conv data
 /// gradient, `GlobalAvgPoolBwdAct`; each field absent when off, so unfused ops read as in 3.
 /// 5: `CrossEntropyLoss { label_smoothing }` (was a unit variant), and the ops and rules added with

@@ -56,7 +56,7 @@
 //!    the lower bound (a deep transformer: 1.0001), so compilation stays near-linear in the
 //!    number of layers.
 //!
-//! [`check_placement`] is an independent, deliberately naive (`O(n^2)` pairwise, `u128`
+//! [`check_placement`](super::check_placement) is an independent, deliberately naive (`O(n^2)` pairwise, `u128`
 //! arithmetic) validator of the result.
 //!
 //! Intervals given with `start > end` are treated as spanning `end..=start` by every function

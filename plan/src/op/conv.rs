@@ -10,8 +10,8 @@ use crate::update::UpdateRule;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ConvOp {
-    /// x[N,H,W,Ci], w[kh,kw,Ci,Co], (b[Co] if bias), (r[N,Ho,Wo,Co] if `epi.add`) ->
-    /// y[N,Ho,Wo,Co] = epi.act(conv + b + r) ([`Epilogue`], forward side).
+    /// x\[N,H,W,Ci\], w\[kh,kw,Ci,Co\], (b\[Co\] if bias), (r\[N,Ho,Wo,Co\] if `epi.add`) ->
+    /// y\[N,Ho,Wo,Co\] = epi.act(conv + b + r) ([`Epilogue`], forward side).
     /// Workspace: [`conv_workspace_elems`] f32 (im2col rows of a chunk).
     Conv2d {
         geom: ConvGeom,
@@ -19,8 +19,8 @@ pub enum ConvOp {
         #[serde(default, skip_serializing_if = "Epilogue::is_none")]
         epi: Epilogue,
     },
-    /// dy[N,Ho,Wo,Co], w[kh,kw,Ci,Co], (g[N,H,W,Ci] if `epi.add`), (saved[N,H,W,Ci] if `epi.act`)
-    /// -> dx[N,H,W,Ci] = epi.act'(saved) * (conv^T(dy, w) + g) (reads w in place, flipped: no
+    /// dy\[N,Ho,Wo,Co\], w\[kh,kw,Ci,Co\], (g\[N,H,W,Ci\] if `epi.add`), (saved\[N,H,W,Ci\] if `epi.act`)
+    /// -> dx\[N,H,W,Ci\] = epi.act'(saved) * (conv^T(dy, w) + g) (reads w in place, flipped: no
     /// transposed copy). With `in_place` (an activation's backward only), dx is written over
     /// `saved` (InOut): each element of saved is read by the epilogue of the same element of dx
     /// only, so the GEMM may overwrite it.
@@ -31,16 +31,16 @@ pub enum ConvOp {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         in_place: bool,
     },
-    /// x[N,H,W,Ci], dy[N,Ho,Wo,Co] -> dw[kh,kw,Ci,Co]. Workspace as for `Conv2d`.
+    /// x\[N,H,W,Ci\], dy\[N,Ho,Wo,Co\] -> dw\[kh,kw,Ci,Co\]. Workspace as for `Conv2d`.
     Conv2dBwdWeight { geom: ConvGeom },
-    /// x[N,H,W,Ci], dy[N,Ho,Wo,Co], w[kh,kw,Ci,Co] (InOut), state.. (InOut) -> w', state'..
+    /// x\[N,H,W,Ci\], dy\[N,Ho,Wo,Co\], w\[kh,kw,Ci,Co\] (InOut), state.. (InOut) -> w', state'..
     /// For each block of `chunk` output channels (columns of the [K, Co] weight matrix,
     /// K = kh*kw*Ci): the gradient of that block into the workspace `gw` [K x chunk], then the
     /// update `rule` on that block of w and its state. Workspaces: `gw` (K*chunk), `cols` (as for
     /// `Conv2d`). No whole-layer gradient is ever held.
-    /// With `bias` (the bias gradient fused in by `fuse_epilogues`): b[Co] (InOut) and its state
+    /// With `bias` (the bias gradient fused in by `fuse_epilogues`): b\[Co\] (InOut) and its state
     /// (InOut, [`UpdateRule::bias_state_names`]) follow the weight's state, and a third workspace
-    /// `db` [Co] receives db = sum of dy over every leading axis before b's update.
+    /// `db` \[Co\] receives db = sum of dy over every leading axis before b's update.
     /// With `keep_old`, the weights before the update are written to the output `w_old` (Out,
     /// after the InOut ones), so that the data gradient can run after the update (see
     /// `fuse_epilogues`, "update first").
@@ -53,8 +53,8 @@ pub enum ConvOp {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         keep_old: bool,
     },
-    /// The transposed convolution (PyTorch's `ConvTranspose2d`): x[N,H,W,Ci], w[kh,kw,Co/groups,Ci],
-    /// (b[Co] if bias) -> y[N,Ho,Wo,Co] = conv^T(x, w) + b: the data gradient of the convolution
+    /// The transposed convolution (PyTorch's `ConvTranspose2d`): x\[N,H,W,Ci\], w\[kh,kw,Co/groups,Ci\],
+    /// (b\[Co\] if bias) -> y\[N,Ho,Wo,Co\] = conv^T(x, w) + b: the data gradient of the convolution
     /// `geom` (whose input is y and whose output is x) with x in the place of dy, the extents
     /// [`ConvGeom::transposed_out_hw`] (`out_pad`: PyTorch's `output_padding`, extra rows at the
     /// bottom and columns at the right, each below its stride). w is that convolution's HWIO weight:
@@ -79,8 +79,8 @@ impl ConvOp {
 /// `CONV_CHUNK_ROWS x (kh*kw*Ci)` f32 (or fewer rows when the whole problem is smaller).
 pub const CONV_CHUNK_ROWS: usize = 256;
 
-/// Workspace elements (f32) a convolution kernel needs, given x's full shape [N,H,W,Ci] and the
-/// output's [N,Ho,Wo,Co]. Shared by the planner (size of the workspace buffer) and the backends.
+/// Workspace elements (f32) a convolution kernel needs, given x's full shape \[N,H,W,Ci\] and the
+/// output's \[N,Ho,Wo,Co\]. Shared by the planner (size of the workspace buffer) and the backends.
 /// With groups, the rows hold one group's `kh*kw*Ci/groups` columns (the groups are done in turn).
 pub fn conv_workspace_elems(geom: &ConvGeom, x_shape: &[usize], y_shape: &[usize]) -> usize {
     let rows = y_shape[0] * y_shape[1] * y_shape[2];

@@ -10,26 +10,26 @@ use crate::update::UpdateRule;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum DenseOp {
-    /// x[N,K], w[K,M], (b[M] if bias), (r[N,M] if `epi.add`) -> y[N,M] = epi.act(x w + b + r)
+    /// x\[N,K\], w\[K,M\], (b\[M\] if bias), (r\[N,M\] if `epi.add`) -> y\[N,M\] = epi.act(x w + b + r)
     /// ([`Epilogue`], forward side).
     Dense {
         bias: bool,
         #[serde(default, skip_serializing_if = "Epilogue::is_none")]
         epi: Epilogue,
     },
-    /// dy[N,M], w[K,M], (g[N,K] if `epi.add`), (saved[N,K] if `epi.act`) -> dx[N,K] =
+    /// dy\[N,M\], w\[K,M\], (g\[N,K\] if `epi.add`), (saved\[N,K\] if `epi.act`) -> dx\[N,K\] =
     /// epi.act'(saved) * (dy w^T + g)
     DenseBwdData {
         #[serde(default, skip_serializing_if = "Epilogue::is_none")]
         epi: Epilogue,
     },
-    /// x[N,K], dy[N,M] -> dw[K,M] = x^T dy
+    /// x\[N,K\], dy\[N,M\] -> dw\[K,M\] = x^T dy
     DenseBwdWeight,
-    /// x[N,K], dy[N,M], w[K,M] (InOut), state.. (InOut) -> w', state'..; gradient in blocks of
+    /// x\[N,K\], dy\[N,M\], w\[K,M\] (InOut), state.. (InOut) -> w', state'..; gradient in blocks of
     /// `chunk` columns into the workspace `gw` [K x chunk], each block updated at once.
-    /// With `bias` (fused in by `fuse_epilogues`): b[M] (InOut) and its state (InOut,
+    /// With `bias` (fused in by `fuse_epilogues`): b\[M\] (InOut) and its state (InOut,
     /// [`UpdateRule::bias_state_names`]) follow the weight's state, and a second workspace `db`
-    /// [M] receives db = sum of dy over the batch before b's update.
+    /// \[M\] receives db = sum of dy over the batch before b's update.
     DenseBwdWeightUpdate {
         rule: UpdateRule,
         chunk: usize,

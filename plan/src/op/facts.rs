@@ -306,7 +306,7 @@ pub trait OpFacts {
     fn workspace_elems(&self, shapes: &[Vec<usize>]) -> Vec<usize>;
     /// The shape rule: output types from input types (arity and dtypes already checked against
     /// [`OpFacts::params`]). `hint` is the expected type of output 0, required by the ops whose
-    /// output is not a function of their inputs (see [`Op::infer_outputs`]).
+    /// output is not a function of their inputs (see [`Op::infer_outputs`](super::Op::infer_outputs)).
     fn infer(
         &self,
         inputs: &[TensorType],

@@ -7,26 +7,26 @@ use super::shape::{err, numel, rank, same};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum LossOp {
-    /// pred[N,..], target[N,..] -> loss[1] = mean((pred - target)^2)
+    /// pred\[N,..\], target\[N,..\] -> loss\[1\] = mean((pred - target)^2)
     MseLoss,
     /// pred, target -> dpred = 2 (pred - target) / numel
     MseLossBwd,
-    /// logits[N,C], labels i32[N] -> loss[1] = mean_n(logsumexp(logits_n) - (1-e) logits_n[label_n]
-    /// minus e/C sum_j logits_n[j]), `e` = `label_smoothing` (PyTorch's: the target is
+    /// logits\[N,C\], labels i32\[N\] -> loss\[1\] = mean_n(logsumexp(logits_n) - (1-e) logits_n\[label_n\]
+    /// minus e/C sum_j logits_n\[j\]), `e` = `label_smoothing` (PyTorch's: the target is
     /// (1-e) onehot + e/C), 0 for the plain cross-entropy.
     CrossEntropyLoss { label_smoothing: f32 },
-    /// logits[N,C], labels i32[N] -> dlogits = (softmax(logits) - (1-e) onehot(label) - e/C) / N
+    /// logits\[N,C\], labels i32\[N\] -> dlogits = (softmax(logits) - (1-e) onehot(label) - e/C) / N
     CrossEntropyLossBwd { label_smoothing: f32 },
-    /// pred[N,..], target[N,..] -> loss[1] = mean|pred - target| (PyTorch's `L1Loss`)
+    /// pred\[N,..\], target\[N,..\] -> loss\[1\] = mean|pred - target| (PyTorch's `L1Loss`)
     MaeLoss,
     /// pred, target -> dpred = sign(pred - target) / numel (0 where they are equal)
     MaeLossBwd,
-    /// pred, target -> loss[1] = mean(|d| <= delta ? d^2/2 : delta (|d| - delta/2)), d = pred -
+    /// pred, target -> loss\[1\] = mean(|d| <= delta ? d^2/2 : delta (|d| - delta/2)), d = pred -
     /// target (PyTorch's `HuberLoss(delta)`)
     HuberLoss { delta: f32 },
     /// pred, target -> dpred = clamp(d, -delta, delta) / numel
     HuberLossBwd { delta: f32 },
-    /// logits[N,..], target[N,..] (probabilities in [0, 1], same shape) -> loss[1] =
+    /// logits\[N,..\], target\[N,..\] (probabilities in \[0, 1\], same shape) -> loss\[1\] =
     /// mean(max(x, 0) - x t + ln(1 + e^-|x|)) (PyTorch's `BCEWithLogitsLoss`, stable)
     BceWithLogitsLoss,
     /// logits, target -> dlogits = (sigmoid(x) - t) / numel

@@ -20,18 +20,18 @@ use crate::unary::Coef;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum NormOp {
-    /// x[.., C], gamma[C], beta[C] -> y[.., C], mean[C], var[C]: per channel over every leading
+    /// x\[.., C\], gamma\[C\], beta\[C\] -> y\[.., C\], mean\[C\], var\[C\]: per channel over every leading
     /// axis (M = numel / C rows), mean and biased variance; y = (x - mean) / sqrt(var + eps) *
     /// gamma + beta.
     BatchNorm { eps: Coef },
-    /// x, gamma, beta, running_mean[C], running_var[C] -> y = (x - running_mean) /
+    /// x, gamma, beta, running_mean\[C\], running_var\[C\] -> y = (x - running_mean) /
     /// sqrt(running_var + eps) * gamma + beta (eval and predict).
     BatchNormInfer { eps: Coef },
     /// running_mean (InOut), running_var (InOut), mean, var -> running_mean', running_var':
     /// PyTorch's momentum: r' = (1 - momentum) r + momentum b, with the unbiased batch variance
     /// var * count / (count - 1) (`count` = rows per channel, M; var itself when M = 1).
     BatchNormStats { momentum: Coef, count: usize },
-    /// dy, x, mean, var, gamma -> dx, dgamma[C], dbeta[C]: with xh = (x - mean) rstd,
+    /// dy, x, mean, var, gamma -> dx, dgamma\[C\], dbeta\[C\]: with xh = (x - mean) rstd,
     /// dbeta = sum dy, dgamma = sum dy xh, dx = gamma rstd (dy - dbeta / M - xh dgamma / M).
     /// `in_place`: dx is written over dy (slot 0 `InOut`; the in-place pass sets it when dy dies
     /// there).
@@ -40,11 +40,11 @@ pub enum NormOp {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         in_place: bool,
     },
-    /// x[.., C], gamma[C], beta[C] -> y[.., C], mean[..], rstd[..]: per row (every position of
+    /// x\[.., C\], gamma\[C\], beta\[C\] -> y\[.., C\], mean\[..\], rstd\[..\]: per row (every position of
     /// the leading axes; M = numel / C rows) over its C elements, mean and rstd = 1 / sqrt(biased
     /// variance + eps); y = (x - mean) rstd gamma + beta.
     LayerNorm { eps: Coef },
-    /// dy, x, mean, rstd, gamma -> dx, dgamma[C], dbeta[C]: with xh = (x - mean) rstd and
+    /// dy, x, mean, rstd, gamma -> dx, dgamma\[C\], dbeta\[C\]: with xh = (x - mean) rstd and
     /// g = dy gamma, per row dx = rstd (g - mean_C g - xh mean_C (g xh)); dgamma = sum over the
     /// rows of dy xh, dbeta = sum over the rows of dy.
     LayerNormBwd,

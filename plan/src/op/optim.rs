@@ -31,12 +31,12 @@ pub enum OptimOp {
     /// `(loss / N).backward()`).
     GradAccum { scale: f32 },
     /// The squared global L2 norm of the gradients (`clip_norm`), one kernel per parameter in a
-    /// chain: g, (s) -> s' = (first ? 0 : s) + sum g^2 (f32[1]; `first` writes it, so `s` is no
+    /// chain: g, (s) -> s' = (first ? 0 : s) + sum g^2 (f32\[1\]; `first` writes it, so `s` is no
     /// argument then). The updates of a rule with `clip_norm` read the chain's last `s'`.
     GradSqNorm { first: bool },
-    /// dy[.., C] -> db[C] = sum over every leading axis
+    /// dy\[.., C\] -> db\[C\] = sum over every leading axis
     BiasGrad,
-    /// dy[.., C], b[C] (InOut), state.. (InOut) -> b', state'..; db (workspace [C]) = sum dy, then
+    /// dy\[.., C\], b\[C\] (InOut), state.. (InOut) -> b', state'..; db (workspace \[C\]) = sum dy, then
     /// the update.
     BiasGradUpdate { rule: UpdateRule },
 }

@@ -9,43 +9,43 @@ use crate::unary::UnaryKind;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum PoolOp {
-    /// x[N,H,W,C] -> y[N,Ho,Wo,C], argmax u8[N,Ho,Wo,C] (row-major index dy*kw+dx inside the
+    /// x\[N,H,W,C\] -> y\[N,Ho,Wo,C\], argmax u8\[N,Ho,Wo,C\] (row-major index dy*kw+dx inside the
     /// window of the maximum; first maximum wins). Windows over the input padded per
     /// [`PoolGeom`], whose padded cells are never the maximum (a window always holds an input
     /// cell: the padding is at most half the window, a ceil-mode window starts inside the input or
     /// its top / left padding); at most [`MAX_ARGMAX_WINDOW`] positions per window.
     MaxPool { geom: PoolGeom },
-    /// x[N,H,W,C] -> y[N,Ho,Wo,C], the sum over each window divided by its cells inside the
+    /// x\[N,H,W,C\] -> y\[N,Ho,Wo,C\], the sum over each window divided by its cells inside the
     /// padded input ([`PoolGeom::divisor`]: `kh*kw` but for ceil-mode windows that hang over;
     /// padded cells count as zeros: PyTorch's `count_include_pad=True`).
     AvgPool { geom: PoolGeom },
-    /// x[N,H,W,C] -> y[N,C]
+    /// x\[N,H,W,C\] -> y\[N,C\]
     GlobalAvgPool,
-    /// x[N,H,W,C] -> y[N,C] = the maximum over the height and width, argmax i32[N,C] (its index
+    /// x\[N,H,W,C\] -> y\[N,C\] = the maximum over the height and width, argmax i32\[N,C\] (its index
     /// `iy*W + ix`; the first maximum wins).
     GlobalMaxPool,
-    /// dy[N,C], argmax i32[N,C] -> dx[N,H,W,C]: dy at the argmax position, 0 elsewhere.
+    /// dy\[N,C\], argmax i32\[N,C\] -> dx\[N,H,W,C\]: dy at the argmax position, 0 elsewhere.
     GlobalMaxPoolBwd,
-    /// dy[N,Ho,Wo,C], argmax u8[N,Ho,Wo,C] -> dx[N,H,W,C] (scatter-add into the argmax position)
+    /// dy\[N,Ho,Wo,C\], argmax u8\[N,Ho,Wo,C\] -> dx\[N,H,W,C\] (scatter-add into the argmax position)
     MaxPoolBwd { geom: PoolGeom },
-    /// dy[N,Ho,Wo,C] -> dx[N,H,W,C]
+    /// dy\[N,Ho,Wo,C\] -> dx\[N,H,W,C\]
     AvgPoolBwd { geom: PoolGeom },
-    /// dy[N,C] -> dx[N,H,W,C] = dy / (H*W) broadcast
+    /// dy\[N,C\] -> dx\[N,H,W,C\] = dy / (H*W) broadcast
     GlobalAvgPoolBwd,
-    /// dy[N,C], saved[N,H,W,C] -> dx[N,H,W,C] = act'(saved) * dy / (H*W): the backward of an
+    /// dy\[N,C\], saved\[N,H,W,C\] -> dx\[N,H,W,C\] = act'(saved) * dy / (H*W): the backward of an
     /// activation whose output was globally average-pooled, with the broadcast folded in (made by
     /// `fuse_epilogues`: the broadcast gradient is never materialised). `saved` is what
     /// [`UnaryKind::saved`] names.
     GlobalAvgPoolBwdAct(UnaryKind),
     /// The same, written over `saved` (InOut; made by `inplace_elementwise` where `saved` dies).
     GlobalAvgPoolBwdActInPlace(UnaryKind),
-    /// dy[N,Ho,Wo,C], saved[N,H,W,C] -> dx[N,H,W,C] = act'(saved) * avgpool_bwd(dy): the
+    /// dy\[N,Ho,Wo,C\], saved\[N,H,W,C\] -> dx\[N,H,W,C\] = act'(saved) * avgpool_bwd(dy): the
     /// backward of an activation whose output was average-pooled, folded into the pool's
     /// backward (made by `fuse_epilogues`: one pass instead of two over dx).
     AvgPoolBwdAct { geom: PoolGeom, act: UnaryKind },
-    /// x[N,H,W,C] -> y[N,H*f,W*f,C], nearest neighbour: y[n,i,j,c] = x[n,i/f,j/f,c] (`f` = `factor`).
+    /// x\[N,H,W,C\] -> y\[N,H*f,W*f,C\], nearest neighbour: y\[n,i,j,c\] = x\[n,i/f,j/f,c\] (`f` = `factor`).
     Upsample { factor: usize },
-    /// dy[N,H*f,W*f,C] -> dx[N,H,W,C] = the sum of dy over each f x f block (rows, then columns).
+    /// dy\[N,H*f,W*f,C\] -> dx\[N,H,W,C\] = the sum of dy over each f x f block (rows, then columns).
     UpsampleBwd { factor: usize },
 }
 

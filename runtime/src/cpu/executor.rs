@@ -1,5 +1,5 @@
-//! Executes plan steps on the CPU: [`exec`] runs one step, the `match` over every
-//! [`Op`](dmc_plan::op::Op) that calls its CPU kernel on the step's argument slices; the
+//! Executes plan steps on the CPU: `exec` runs one step, the `match` over every
+//! [`Op`] that calls its CPU kernel on the step's argument slices; the
 //! [`CpuBackend`](super::CpuBackend) runs a plan's steps through it, and [`run_single_kernel`]
 //! runs one kernel outside any plan (the reference other backends are checked against).
 

@@ -1,7 +1,7 @@
 //! Normalisation kernels: batchnorm over the last axis of `[rows, c]` (channels last), its
 //! inference form, the running statistics' update and the backward. Sums are f64, over the rows in
 //! order for each channel (the generated CUDA's order, one thread per channel); channels are taken
-//! in blocks of [`CH_BLOCK`] so the rows are read contiguously, with the block's accumulators on
+//! in blocks of `CH_BLOCK` so the rows are read contiguously, with the block's accumulators on
 //! the stack. Layernorm normalises each row of `[rows, c]` over its c elements (sums over the row
 //! in order, the generated CUDA's order, one thread per row); its backward's dgamma and dbeta are
 //! sums over the rows in order for each channel (one thread per channel there).
@@ -36,7 +36,7 @@ fn col_sums(
     s
 }
 
-/// x[rows, c], gamma[c], beta[c] -> y, mean[c], biased var[c]; y = (x - mean) / sqrt(var + eps)
+/// `x[rows, c], gamma[c], beta[c] -> y, mean[c], biased var[c]`; y = (x - mean) / sqrt(var + eps)
 /// gamma + beta.
 pub fn batchnorm(
     x: &[f32],
@@ -190,7 +190,7 @@ pub fn batchnorm_bwd(
     batchnorm_bwd_in_place(dx, x, mean, var, gamma, dgamma, dbeta, eps);
 }
 
-/// x[rows, c], gamma[c], beta[c] -> y, mean[rows], rstd[rows]: per row, mean and rstd = 1 /
+/// `x[rows, c], gamma[c], beta[c] -> y, mean[rows], rstd[rows]`: per row, mean and rstd = 1 /
 /// sqrt(biased var + eps); y = (x - mean) rstd gamma + beta.
 pub fn layernorm(
     x: &[f32],
@@ -224,7 +224,7 @@ pub fn layernorm(
     }
 }
 
-/// The backward: dy, x, mean[rows], rstd[rows], gamma -> dx, dgamma, dbeta. With xh = (x - mean)
+/// The backward: `dy, x, mean[rows], rstd[rows], gamma -> dx, dgamma, dbeta`. With xh = (x - mean)
 /// rstd and g = dy gamma, per row dx = rstd (g - sum g / c - xh sum (g xh) / c); per channel
 /// dgamma = sum over the rows of dy xh, dbeta = sum over the rows of dy.
 #[allow(clippy::too_many_arguments)]

@@ -2,7 +2,7 @@
 //!
 //! * reads refuse what is not a regular file (a FIFO, `/dev/zero`, a socket: they may never end)
 //!   and files larger than this machine's memory, before reading anything;
-//! * writes are atomic, all through one function ([`replace_file`]: a `tempfile` temp file
+//! * writes are atomic, all through one function (`replace_file`: a `tempfile` temp file
 //!   `.<name>.tmp.<pid>.<random>` in the target's directory, fsync, `persist`, a rename),
 //!   never replace something that is not a regular file (a device node, a FIFO, a directory), and
 //!   write *through* a symbolic link to the regular file it names (the link stays a link);
@@ -316,7 +316,7 @@ pub(crate) fn atomic_write(
     })
 }
 
-/// Writes `bytes` to `path` atomically (see [`atomic_write`]): for plans, reports and drawings.
+/// Writes `bytes` to `path` atomically (see `atomic_write`): for plans, reports and drawings.
 pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> Result<(), IoError> {
     atomic_write(path, |w| w.write_all(bytes))
 }

@@ -4,7 +4,7 @@
 //! padded to 64 bytes as numpy pads it, little-endian, C order).
 //!
 //! Reading accepts bool, u8/i8, u16/i16, u32/i32, u64/i64, f16, f32 and f64 in either byte order
-//! and either memory order. [`NpyLayout`] describes the data in place (for a memory-mapped file:
+//! and either memory order. `NpyLayout` describes the data in place (for a memory-mapped file:
 //! no copy); [`parse_npy`]/[`read_npy`] return an owned copy in little-endian C order (Fortran-order
 //! arrays transposed, big-endian data swapped).
 
@@ -67,7 +67,7 @@ impl NpyLayout {
     }
 }
 
-/// Reads a `.npy` file (an owned copy; see [`NpyLayout`] for the in-place view).
+/// Reads a `.npy` file (an owned copy; see `NpyLayout` for the in-place view).
 pub fn read_npy(path: &Path) -> Result<NpyArray, IoError> {
     let bytes = read_file(path, "npy file")?;
     parse_npy(&bytes).map_err(|reason| IoError::Npy {

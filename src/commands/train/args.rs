@@ -41,7 +41,7 @@ pub struct CommonArgs {
     /// Weights to start from (.safetensors; names as `conv3.weight`).
     #[arg(long, value_name = "FILE")]
     pub init: Option<PathBuf>,
-    /// Data: a .safetensors file, a .npz archive, a directory of <name>.npy, or `x=a.npy,y=b.npy`;
+    /// Data: a .safetensors file, a .npz archive, a directory of `<name>.npy`, or `x=a.npy,y=b.npy`;
     /// tensors named after the program's inputs and targets, first dimension = samples. The file
     /// is memory-mapped (read in place where its layout allows): do not modify it during the run.
     #[arg(long, value_name = "FILE")]
