@@ -393,6 +393,7 @@ pub fn vjp(
         | Op::Optim(OptimOp::Update { .. })
         | Op::Optim(OptimOp::GradAccum { .. })
         | Op::Optim(OptimOp::GradSqNorm { .. })
+        | Op::Optim(OptimOp::GradNormStore)
         | Op::Elementwise(ElementwiseOp::UnaryInPlace(_))
         | Op::Elementwise(ElementwiseOp::AddInPlace)
         | Op::Elementwise(ElementwiseOp::DropoutInPlace { .. })

@@ -3,7 +3,7 @@
 //! modules of their own without importing the pipeline back.
 
 use crate::op::Optimizer;
-use crate::plan::Mode;
+use crate::plan::{ClipNormMethod, Mode};
 use dmc_plan::schedule::LrSchedule;
 
 /// What the passes may depend on.
@@ -16,6 +16,9 @@ pub struct Ctx {
     pub batch: usize,
     /// `accumulate: N`: the gradients are accumulated over N micro-batches (1: not).
     pub accumulate: usize,
+    /// How `clip_norm` (if the optimizer has it) gets the global norm before any update (chosen
+    /// by `compile`: held gradients unless they do not fit the cap).
+    pub clip_method: ClipNormMethod,
     /// Run the IR verifier around the passes (every pass in debug and test builds; see
     /// [`crate::passes`]).
     pub verify: bool,

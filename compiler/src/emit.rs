@@ -21,8 +21,8 @@ use crate::ir::{Graph, Phase, Value};
 use crate::op::{DType, Op, PoolOp, Role};
 use crate::placement::{place, Interval, PlannerKind};
 use crate::plan::{
-    Buffer, BufferId, BufferKind, Init, IoBinding, Kernel, Mode, ParamBinding, Plan, Step,
-    FORMAT_VERSION,
+    Buffer, BufferId, BufferKind, ClipNormMethod, Init, IoBinding, Kernel, Mode, ParamBinding,
+    Plan, RunPass, Step, FORMAT_VERSION,
 };
 
 /// Plans with more buffers than this are placed on a second thread while their buffers are built.
@@ -394,42 +394,77 @@ pub fn emit(
         clip_norm: None,
     };
     if mode == Mode::Train {
-        plan.clip_norm = clip_norm_plan(&plan);
+        plan.clip_norm = clip_norm_plan(&plan, ctx.clip_method);
     }
     Ok(plan)
 }
 
-/// What `clip_norm` costs in `plan` (held gradients): the gradient buffers (unless accumulation
-/// holds them anyway) and the squared norm's buffer; 2 FLOPs per gradient element for the norm and
-/// 1 for the scaling.
-fn clip_norm_plan(plan: &Plan) -> Option<crate::plan::ClipNormPlan> {
+/// What `clip_norm` costs in `plan`. Held gradients: the gradient buffers (unless accumulation
+/// holds them anyway) and the squared norm's buffers; 2 FLOPs per gradient element for the norm
+/// and 1 for the scaling. The norm pass: the norm's buffers and the most bytes of the (unfused)
+/// gradients live at once, an upper bound of what not fusing them costs; the same FLOPs plus
+/// every step the second run repeats, and one extra forward/backward pass.
+fn clip_norm_plan(plan: &Plan, method: ClipNormMethod) -> Option<crate::plan::ClipNormPlan> {
+    use crate::op::OptimOp;
     let max_norm = plan.optimizer.clip_norm()?;
     let mut norm_bufs = std::collections::BTreeSet::new();
+    let mut grads = std::collections::BTreeSet::new();
     let mut elems = 0u64;
     for s in &plan.steps {
-        if let Op::Optim(crate::op::OptimOp::GradSqNorm { .. }) = plan.kernels[s.kernel].op {
-            norm_bufs.extend(s.args.get(1).copied());
-            elems += plan.kernels[s.kernel]
-                .arg_shapes
-                .first()
-                .map_or(0, |sh| sh.iter().product::<usize>() as u64);
+        match plan.kernels[s.kernel].op {
+            Op::Optim(OptimOp::GradSqNorm { .. }) => {
+                norm_bufs.extend(s.args.get(1).copied());
+                grads.extend(s.args.first().copied());
+                elems += plan.kernels[s.kernel]
+                    .arg_shapes
+                    .first()
+                    .map_or(0, |sh| sh.iter().product::<usize>() as u64);
+            }
+            Op::Optim(OptimOp::GradNormStore) => norm_bufs.extend(s.args.get(1).copied()),
+            _ => {}
         }
     }
-    let held: u64 = if plan.accumulate > 1 {
-        0
-    } else {
-        plan.buffers
-            .iter()
-            .filter(|b| b.kind == BufferKind::GradAccum)
-            .map(|b| b.bytes)
-            .sum()
-    };
     let norm: u64 = norm_bufs.iter().map(|&b| plan.buffers[b].bytes).sum();
+    let (extra_bytes, extra_flops, extra_passes) = match method {
+        ClipNormMethod::HeldGradients => {
+            let held: u64 = if plan.accumulate > 1 {
+                0
+            } else {
+                plan.buffers
+                    .iter()
+                    .filter(|b| b.kind == BufferKind::GradAccum)
+                    .map(|b| b.bytes)
+                    .sum()
+            };
+            (held + norm, 3 * elems, 0)
+        }
+        ClipNormMethod::NormPass => {
+            // the most gradient bytes live at any step
+            let live_grads = (0..plan.steps.len())
+                .map(|t| {
+                    grads
+                        .iter()
+                        .map(|&b| &plan.buffers[b])
+                        .filter(|b| !b.persistent && b.live.0 <= t && t <= b.live.1)
+                        .map(|b| b.bytes)
+                        .sum::<u64>()
+                })
+                .max()
+                .unwrap_or(0);
+            let again: u64 = (0..plan.steps.len())
+                .filter(|&si| {
+                    plan.runs_step(si, RunPass::Norm) && plan.runs_step(si, RunPass::Update)
+                })
+                .map(|si| crate::cost::step_flops(plan, si))
+                .sum();
+            (live_grads + norm, 3 * elems + again, 1)
+        }
+    };
     Some(crate::plan::ClipNormPlan {
         max_norm,
-        method: crate::plan::ClipNormMethod::HeldGradients,
-        extra_bytes: held + norm,
-        extra_flops: 3 * elems,
-        extra_passes: 0,
+        method,
+        extra_bytes,
+        extra_flops,
+        extra_passes,
     })
 }

@@ -17,7 +17,7 @@ use crate::ir::Graph;
 use crate::op::{ConvOp, DenseOp, Op};
 use crate::options::{context, CompileOptions};
 use crate::placement::{align_up, PlannerKind};
-use crate::plan::{BufferKind, Mode, Plan};
+use crate::plan::{BufferKind, ClipNormMethod, Mode, Plan};
 use crate::{cost, emit, lower, passes, remat, schedule, verify};
 
 /// Compiles `model` to an execution plan.
@@ -65,11 +65,51 @@ pub fn recompute_flops(plan: &Plan) -> u64 {
 /// strategy is planned too, and the plan with the least recompute FLOPs that fits wins. If even
 /// the smallest-memory strategy (with one-column gradient chunks) does not fit, the error names
 /// its arena as the smallest cap that works.
+///
+/// `clip_norm`: with held gradients unless `opts.clip_method` says otherwise; when no plan with
+/// held gradients fits the cap (even rematerialized), the norm pass
+/// ([`ClipNormMethod::NormPass`]: no gradient held, one more forward/backward per step) is
+/// fitted the same way, and the error of both failing names the smaller cap.
 pub fn compile_explained(
     model: &Model,
     opts: &CompileOptions,
 ) -> Result<(Plan, Option<RematInfo>), CompileError> {
     let ctx = context(model, opts);
+    let held = match fit_cap(model, opts, &ctx) {
+        Err(e @ CompileError::CapExceeded { .. }) => e,
+        r => return r,
+    };
+    let lean = ctx.optimizer.clip_norm().is_some()
+        && opts.clip_method.is_none()
+        && ctx.accumulate == 1
+        && ctx.mode == Mode::Train;
+    if !lean {
+        return Err(held);
+    }
+    let c = Ctx {
+        clip_method: ClipNormMethod::NormPass,
+        ..ctx
+    };
+    match fit_cap(model, opts, &c) {
+        Err(e @ CompileError::CapExceeded { .. }) => {
+            let needed = |e: &CompileError| match e {
+                CompileError::CapExceeded { needed, .. } => *needed,
+                _ => u64::MAX,
+            };
+            Err(if needed(&e) < needed(&held) { e } else { held })
+        }
+        r => r,
+    }
+}
+
+/// [`compile_explained`] for one pass context: without recomputation, else (`CapExceeded`,
+/// `--remat auto`, train) the rematerialization search.
+fn fit_cap(
+    model: &Model,
+    opts: &CompileOptions,
+    ctx: &Ctx,
+) -> Result<(Plan, Option<RematInfo>), CompileError> {
+    let ctx = ctx.clone();
     let err = match compile_with(model, opts, &ctx) {
         Err(e @ CompileError::CapExceeded { .. }) => e,
         r => return r.map(|p| (p, None)),

@@ -4,6 +4,10 @@
 //! node consuming `(param, grad, state...)`, whose outputs alias the param/state buffers. With
 //! `accumulate: N`, each gradient is first added (times 1/N) into the parameter's persistent
 //! gradient buffer (`GradBuf` leaf, `GradAccum` node), which the update reads and zeroes.
+//! With `clip_norm`, a chain of `GradSqNorm` nodes sums the squared global norm; held gradients
+//! (the gradient buffers, and every update after the chain) or the norm pass (each gradient
+//! read by its link and its update, the chain's result stored into a persistent buffer that the
+//! updates read, and two runs per step: see [`ClipNormMethod::NormPass`]).
 
 use petgraph::stable_graph::NodeIndex;
 
@@ -11,7 +15,7 @@ use crate::ctx::Ctx;
 use crate::error::CompileError;
 use crate::ir::{Graph, Phase, TensorType, Value};
 use crate::op::{Op, OptimOp, Optimizer};
-use crate::plan::Mode;
+use crate::plan::{ClipNormMethod, Mode};
 
 /// The update op of an optimizer and the suffixes of its state slots (one per
 /// [`UpdateRule::state_names`](crate::op::UpdateRule::state_names), in order).
@@ -45,7 +49,14 @@ pub fn optimizer_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> 
     // Gradients held in buffers: to accumulate them, or (clip_norm) to take their global norm
     // before any update.
     let clip_norm = ctx.optimizer.clip_norm().is_some();
-    let accumulate = ctx.accumulate > 1 || clip_norm;
+    let norm_pass = clip_norm && ctx.clip_method == ClipNormMethod::NormPass;
+    if norm_pass && ctx.accumulate > 1 {
+        return Err(CompileError::InvalidModel(format!(
+            "clip_norm in two passes with accumulate: {} (accumulation holds the gradients anyway: use the held-gradient method)",
+            ctx.accumulate
+        )));
+    }
+    let accumulate = ctx.accumulate > 1 || (clip_norm && !norm_pass);
     if let Op::Optim(OptimOp::Update { zero_grad, .. }) = &mut op {
         *zero_grad = accumulate;
     }
@@ -103,9 +114,31 @@ pub fn optimizer_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> 
         }
         changed = true;
     }
-    // clip_norm: the squared global norm of the held gradients, chained over the parameters
-    // (the first link writes it), then every update reads it.
+    // clip_norm: the squared global norm of the gradients, chained over the parameters. Held:
+    // the first link writes it, and every update reads the chain's last link. Norm pass: the
+    // links add in place to a persistent sum (so none allocates), in the order the gradients are
+    // produced (the backward creates them last layer first), so that each link can run as soon
+    // as its gradient is complete; the store moves the sum into the persistent
+    // `clip_norm.sq_norm` (zeroing the sum), which the updates read as it was before the run.
     let mut norm: Option<Value> = None;
+    let mut stored: Option<NodeIndex> = None;
+    if norm_pass && !held.is_empty() {
+        held.sort_by_key(|(_, ins, _)| ins[1]);
+        let mut leaf = |name: &str| {
+            let l = g.add_leaf(
+                Op::GradBuf {
+                    name: name.to_string(),
+                },
+                TensorType::f32(vec![1]),
+                name.to_string(),
+                Phase::Update,
+            );
+            g.grad_bufs.push(l);
+            l
+        };
+        norm = Some((leaf("clip_norm.sq_norm_sum"), 0));
+        stored = Some(leaf("clip_norm.sq_norm"));
+    }
     for (_, ins, pname) in &held {
         let (op, inputs) = match norm {
             None => (OptimOp::GradSqNorm { first: true }, vec![ins[1]]),
@@ -120,11 +153,22 @@ pub fn optimizer_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> 
         )?;
         norm = Some((n, 0));
     }
-    if let Some(s) = norm {
-        for (_, mut ins, pname) in held {
-            ins.push(s);
-            add_update(g, &op, &ins, &pname)?;
-        }
+    let Some(mut s) = norm else {
+        return Ok(changed);
+    };
+    if let Some(stored) = stored {
+        g.add_node(
+            Op::Optim(OptimOp::GradNormStore),
+            &[s, (stored, 0)],
+            "clip_norm store".to_string(),
+            Phase::Update,
+            None,
+        )?;
+        s = (stored, 0);
+    }
+    for (_, mut ins, pname) in held {
+        ins.push(s);
+        add_update(g, &op, &ins, &pname)?;
     }
     Ok(changed)
 }

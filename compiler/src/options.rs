@@ -5,7 +5,7 @@ use dmc_grammar::model::{Model, Optimizer};
 
 use crate::ctx::{Ctx, RematMode, Strategy};
 use crate::placement::PlannerKind;
-use crate::plan::Mode;
+use crate::plan::{ClipNormMethod, Mode};
 
 /// Whether this is a checked build: debug builds, and any build with the `verify-passes` feature
 /// (the workspace's tests enable it, so `cargo test --release` checks as a debug build does). A
@@ -34,6 +34,9 @@ pub struct CompileOptions {
     pub inplace: bool,
     /// Whether to recompute forward values to fit the cap (`--remat off|auto`).
     pub remat: RematMode,
+    /// How `clip_norm` is done: `None` lets `compile` choose (held gradients, or the norm pass
+    /// when they do not fit the cap); a method forces it (`--clip-norm-method`).
+    pub clip_method: Option<ClipNormMethod>,
 }
 
 impl Default for CompileOptions {
@@ -48,6 +51,7 @@ impl Default for CompileOptions {
             fuse: true,
             inplace: true,
             remat: RematMode::Auto,
+            clip_method: None,
         }
     }
 }
@@ -69,6 +73,7 @@ pub fn context(model: &Model, opts: &CompileOptions) -> Ctx {
         schedule: model.train.schedule,
         batch: opts.batch.unwrap_or(model.train.batch),
         accumulate: model.train.accumulate.max(1),
+        clip_method: opts.clip_method.unwrap_or(ClipNormMethod::HeldGradients),
         verify: opts.verify,
         fuse: opts.fuse,
         inplace: opts.inplace,

@@ -6,8 +6,10 @@
 //! (through views too) must run before it — e.g. a dense layer's `dx = dy w^T` before `w` is
 //! updated. (b) Memory: a greedy list scheduler; among the ready kernels it runs the one that frees
 //! the most bytes net of what it allocates when that is non-negative (an update right after its
-//! gradient is complete, so gradients die early), and otherwise the oldest node (forward in
-//! program order, backward in creation order, i.e. reverse program order). (c) Rematerialization
+//! gradient is complete, so gradients die early), else the oldest one that allocates nothing (it
+//! costs no memory and may let a later reader free a value: `clip_norm`'s norm-pass link reads a
+//! gradient its update frees), and otherwise the oldest node (forward in program order, backward
+//! in creation order, i.e. reverse program order). (c) Rematerialization
 //! hints ([`Graph::not_before`]) are extra constraints: a recomputed node waits for the backward
 //! step the strategy puts before it.
 
@@ -267,7 +269,12 @@ pub fn schedule(g: &Graph) -> Result<Vec<NodeIndex>, CompileError> {
     let mut order = Vec::with_capacity(kernels.len());
     while !ready.is_empty() {
         let mut best: Option<(i64, usize)> = None;
+        // the oldest ready kernel that allocates nothing
+        let mut free_run: Option<usize> = None;
         for &n in &ready {
+            if free_run.is_none() && alloc[n] == 0 {
+                free_run = Some(n);
+            }
             let freed: i64 = reads
                 .get(n)
                 .iter()
@@ -279,8 +286,8 @@ pub fn schedule(g: &Graph) -> Result<Vec<NodeIndex>, CompileError> {
                 best = Some((net, n));
             }
         }
-        let n = match best {
-            Some((_, n)) => n,
+        let n = match best.map(|(_, n)| n).or(free_run) {
+            Some(n) => n,
             None => *ready
                 .iter()
                 .next()

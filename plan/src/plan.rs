@@ -209,7 +209,7 @@ pub struct Plan {
     /// Gradient accumulation (`train { accumulate: N }`): one optimizer step per `accumulate`
     /// runs of the plan on micro-batches of `batch` samples. Every run accumulates the gradients
     /// into the `GradAccum` buffers; only the last run of an optimizer step runs the steps that
-    /// [`Plan::is_optimizer_update`] names (see `Backend::set_optimizer_step`). 1: no accumulation.
+    /// [`Plan::is_optimizer_update`] names (see `Backend::set_run_pass`). 1: no accumulation.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub accumulate: usize,
     /// How `clip_norm` is implemented and what it costs (absent without `clip_norm`).
@@ -235,7 +235,8 @@ pub struct ClipNormPlan {
     pub extra_bytes: u64,
     /// FLOPs per optimizer step it adds (the squared norm, the scaling).
     pub extra_flops: u64,
-    /// Extra forward + backward passes per optimizer step (0 with held gradients).
+    /// Extra forward + backward passes per optimizer step (0 with held gradients, 1 with the
+    /// norm pass).
     pub extra_passes: u32,
 }
 
@@ -245,6 +246,32 @@ pub enum ClipNormMethod {
     /// Every gradient held (in its `GradAccum` buffer, unfused) until the squared norm of all of
     /// them is summed (`GradSqNorm` kernels); then the updates scale by it.
     HeldGradients,
+    /// Two runs of the plan per optimizer step, on the same batch ([`RunPass::Norm`] then
+    /// [`RunPass::Update`]): the first computes the gradients only to sum their squared norm
+    /// (`GradSqNorm`) and stores it in the persistent `clip_norm.sq_norm` buffer
+    /// (`GradNormStore`), skipping the updates; the second recomputes them (same dropout masks:
+    /// same step counter and seed) and updates, scaled by the stored norm, skipping the norm and
+    /// batchnorm's running statistics (so those are updated once). No gradient is held: each
+    /// dies at its update, as without clipping. Chosen when the held gradients do not fit the
+    /// cap. Needs `accumulate` 1 (accumulation holds the gradients anyway).
+    NormPass,
+}
+
+/// Which steps of a plan one run executes ([`Plan::runs_step`]); the training loop sets it
+/// (`Backend::set_run_pass`) before each run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RunPass {
+    /// Every step: a whole training step (or the last micro-batch of an accumulated one).
+    #[default]
+    Whole,
+    /// A micro-batch of `accumulate: N` but the last: it only accumulates its gradients
+    /// (no update, no norm).
+    Accumulate,
+    /// The first run of a [`ClipNormMethod::NormPass`] step: everything but the updates.
+    Norm,
+    /// The second run of a [`ClipNormMethod::NormPass`] step: everything but the squared norm
+    /// (its chain and store) and batchnorm's running statistics.
+    Update,
 }
 
 /// The version of plan.json's shape. 2: one `Update { rule }` op for the unfused optimizer updates
@@ -266,7 +293,8 @@ pub enum ClipNormMethod {
 /// (each absent when off, so plans without them read as in 6).
 /// 8: `PoolGeom` with a window, stride and padding per axis (and side) and `ceil_mode` (was
 /// `size`, `stride`, `pad`).
-pub const FORMAT_VERSION: u32 = 8;
+/// 9: `ClipNormMethod::NormPass` and the `GradNormStore` op (plans without it read as in 8).
+pub const FORMAT_VERSION: u32 = 9;
 
 fn one() -> usize {
     1
@@ -283,19 +311,63 @@ impl Plan {
     /// the last micro-batch. Batchnorm's running statistics are updated by every micro-batch
     /// (as PyTorch's, by every forward).
     pub fn is_optimizer_update(&self, si: usize) -> bool {
-        use crate::op::{ConvOp, DenseOp, OptimOp};
-        let Some(k) = self.steps.get(si).and_then(|s| self.kernels.get(s.kernel)) else {
-            return false;
-        };
-        matches!(
-            k.op,
-            Op::Optim(
-                OptimOp::Update { .. }
-                    | OptimOp::BiasGradUpdate { .. }
-                    | OptimOp::GradSqNorm { .. }
-            ) | Op::Conv(ConvOp::Conv2dBwdWeightUpdate { .. })
-                | Op::Dense(DenseOp::DenseBwdWeightUpdate { .. })
-        )
+        matches!(self.step_role(si), Some(StepRole::Update | StepRole::Norm))
+    }
+
+    /// Whether a run in `pass` executes step `si` (see [`RunPass`]).
+    pub fn runs_step(&self, si: usize, pass: RunPass) -> bool {
+        let role = self.step_role(si);
+        match pass {
+            RunPass::Whole => true,
+            RunPass::Accumulate => !matches!(role, Some(StepRole::Update | StepRole::Norm)),
+            RunPass::Norm => role != Some(StepRole::Update),
+            RunPass::Update => !matches!(role, Some(StepRole::Norm | StepRole::RunningStats)),
+        }
+    }
+
+    /// Whether the passes a run is asked for suit this plan: a [`ClipNormMethod::NormPass`]
+    /// plan runs only as a norm pass followed by an update pass (a whole run would update with
+    /// the previous step's norm), and its passes mean nothing to other plans.
+    pub fn check_run_pass(&self, pass: RunPass) -> Result<(), String> {
+        let two_pass = matches!(
+            &self.clip_norm,
+            Some(ClipNormPlan {
+                method: ClipNormMethod::NormPass,
+                ..
+            })
+        );
+        match (two_pass, pass) {
+            (true, RunPass::Norm | RunPass::Update) | (false, RunPass::Whole) => Ok(()),
+            (false, RunPass::Accumulate) if self.accumulate > 1 => Ok(()),
+            (true, _) => Err(format!(
+                "this plan clips the gradient norm in two passes (clip_norm {}): run each step as a norm pass, then an update pass (RunPass::Norm, RunPass::Update), not as a {pass:?} run",
+                self.clip_norm.as_ref().map_or(0.0, |c| c.max_norm)
+            )),
+            (false, _) => Err(format!(
+                "a {pass:?} run of a plan that {}",
+                if self.accumulate > 1 {
+                    "accumulates gradients (only Whole and Accumulate runs)"
+                } else {
+                    "neither accumulates nor clips in two passes (only Whole runs)"
+                }
+            )),
+        }
+    }
+
+    fn step_role(&self, si: usize) -> Option<StepRole> {
+        use crate::op::{ConvOp, DenseOp, NormOp, OptimOp};
+        let k = self
+            .steps
+            .get(si)
+            .and_then(|s| self.kernels.get(s.kernel))?;
+        match k.op {
+            Op::Optim(OptimOp::Update { .. } | OptimOp::BiasGradUpdate { .. })
+            | Op::Conv(ConvOp::Conv2dBwdWeightUpdate { .. })
+            | Op::Dense(DenseOp::DenseBwdWeightUpdate { .. }) => Some(StepRole::Update),
+            Op::Optim(OptimOp::GradSqNorm { .. } | OptimOp::GradNormStore) => Some(StepRole::Norm),
+            Op::Norm(NormOp::BatchNormStats { .. }) => Some(StepRole::RunningStats),
+            _ => None,
+        }
     }
 
     /// Whether the runtime reads buffer `id` after the last step: the output always, the loss
@@ -325,4 +397,15 @@ impl Plan {
         };
         (start, end)
     }
+}
+
+/// What a step does that some [`RunPass`]es skip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StepRole {
+    /// Changes the weights (and their optimizer state).
+    Update,
+    /// Part of `clip_norm`'s squared global norm.
+    Norm,
+    /// Updates batchnorm's running statistics.
+    RunningStats,
 }

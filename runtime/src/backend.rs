@@ -6,7 +6,7 @@
 
 use std::borrow::Cow;
 
-use dmc_plan::plan::Plan;
+use dmc_plan::plan::{Plan, RunPass};
 
 use crate::error::RuntimeError;
 
@@ -80,11 +80,14 @@ pub trait Backend {
     /// step's rate from the plan's schedule ([`Plan::schedule`]).
     fn set_learning_rate(&mut self, lr: f32);
 
-    /// Whether the following `run`s end their optimizer step (default on): with gradient
-    /// accumulation ([`Plan::accumulate`]) the training loop turns it off for every micro-batch
-    /// but the last of a step, and those runs skip the steps [`Plan::is_optimizer_update`] names
-    /// (they only accumulate the gradients).
-    fn set_optimizer_step(&mut self, on: bool);
+    /// Which steps the following `run`s execute ([`Plan::runs_step`]; default
+    /// [`RunPass::Whole`]): with gradient accumulation ([`Plan::accumulate`]) the training loop
+    /// runs every micro-batch but the last of a step as [`RunPass::Accumulate`] (they only
+    /// accumulate the gradients); a plan clipping the norm in two passes
+    /// ([`ClipNormMethod::NormPass`](dmc_plan::plan::ClipNormMethod::NormPass)) runs each step as
+    /// [`RunPass::Norm`] then [`RunPass::Update`] on the same batch. A `run` in a pass the plan
+    /// does not run in ([`Plan::check_run_pass`]) is an error.
+    fn set_run_pass(&mut self, pass: RunPass);
 
     /// The network output after the last `run`.
     fn output(&self) -> Result<Cow<'_, [f32]>, RuntimeError>;
@@ -141,8 +144,8 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
         (**self).set_learning_rate(lr);
     }
 
-    fn set_optimizer_step(&mut self, on: bool) {
-        (**self).set_optimizer_step(on);
+    fn set_run_pass(&mut self, pass: RunPass) {
+        (**self).set_run_pass(pass);
     }
 
     fn output(&self) -> Result<Cow<'_, [f32]>, RuntimeError> {

@@ -31,6 +31,9 @@ pub enum RuntimeError {
     ArenaTooLarge { bytes: u64, memory: u64 },
     #[error("bad plan: {0}")]
     BadPlan(String),
+    /// A run in a pass the plan does not run in (see `Plan::check_run_pass`).
+    #[error("{0}")]
+    RunPass(String),
     #[error("step {step} (`{label}`): label {label_value} of row {row} is outside 0..{classes}")]
     BadLabel {
         step: usize,

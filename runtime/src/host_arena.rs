@@ -5,7 +5,7 @@
 
 use dmc_codegen::Scalars;
 use dmc_plan::op::{DType, LossOp, Op};
-use dmc_plan::plan::{BufferId, ParamBinding, Plan};
+use dmc_plan::plan::{BufferId, ParamBinding, Plan, RunPass};
 
 use crate::backend::{InputData, Params};
 use crate::error::RuntimeError;
@@ -99,8 +99,8 @@ macro_rules! impl_backend_over_host_arena {
                 $ty::set_learning_rate(self, lr);
             }
 
-            fn set_optimizer_step(&mut self, on: bool) {
-                $ty::set_optimizer_step(self, on);
+            fn set_run_pass(&mut self, pass: dmc_plan::plan::RunPass) {
+                $ty::set_run_pass(self, pass);
             }
 
             fn output(&self) -> Result<std::borrow::Cow<'_, [f32]>, crate::error::RuntimeError> {
@@ -201,9 +201,8 @@ pub(crate) struct StepFlags {
     pub(crate) halt: bool,
     /// The learning rate the update kernels get (`Backend::set_learning_rate`).
     pub(crate) lr: f32,
-    /// Whether runs end their optimizer step (`Backend::set_optimizer_step`); off, they skip the
-    /// optimizer updates.
-    pub(crate) update: bool,
+    /// Which steps runs execute (`Backend::set_run_pass`).
+    pub(crate) pass: RunPass,
 }
 
 impl StepFlags {
@@ -213,7 +212,7 @@ impl StepFlags {
             poison: None,
             halt: false,
             lr: plan.optimizer.lr(),
-            update: true,
+            pass: RunPass::Whole,
         }
     }
 
@@ -255,8 +254,12 @@ pub(crate) fn run_steps<B: StepLauncher>(
         step: step_counter,
         lr: b.flags().lr,
     };
+    let pass = b.flags().pass;
+    b.plan()
+        .check_run_pass(pass)
+        .map_err(RuntimeError::RunPass)?;
     for si in 0..b.plan().steps.len() {
-        if !b.flags().update && b.plan().is_optimizer_update(si) {
+        if !b.plan().runs_step(si, pass) {
             continue;
         }
         b.launch_step(si, &scalars)?;

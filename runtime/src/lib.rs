@@ -20,6 +20,7 @@ pub mod validate;
 
 pub use backend::{Backend, BackendKind, InputData};
 pub use cpu::CpuBackend;
+pub use dmc_plan::plan::RunPass;
 pub use error::RuntimeError;
 pub use host_arena::HostArena;
 pub use open::open_backend;

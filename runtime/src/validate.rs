@@ -56,6 +56,36 @@ pub(crate) fn validate(plan: &Plan) -> Result<(), RuntimeError> {
     if plan.accumulate == 0 {
         return Err(bad("accumulate is 0 (1 means no accumulation)"));
     }
+    // The norm pass skips the updates: one that computes its own gradient (fused) would leave
+    // that gradient out of the norm.
+    if let Some(dmc_plan::plan::ClipNormPlan {
+        method: dmc_plan::plan::ClipNormMethod::NormPass,
+        ..
+    }) = &plan.clip_norm
+    {
+        if plan.accumulate > 1 {
+            return Err(bad("a two-pass clip_norm plan that accumulates gradients"));
+        }
+        for (si, s) in plan.steps.iter().enumerate() {
+            let op = plan.kernels.get(s.kernel).map(|k| &k.op);
+            let plain = matches!(op, Some(Op::Optim(dmc_plan::op::OptimOp::Update { .. })));
+            if plan.is_optimizer_update(si)
+                && !plain
+                && !matches!(
+                    op,
+                    Some(Op::Optim(
+                        dmc_plan::op::OptimOp::GradSqNorm { .. }
+                            | dmc_plan::op::OptimOp::GradNormStore
+                    ))
+                )
+            {
+                return Err(bad(format!(
+                    "step {si} `{}`: a fused gradient + update in a two-pass clip_norm plan (its gradient would miss the norm)",
+                    s.label
+                )));
+            }
+        }
+    }
     if plan.accumulate > 1 {
         for (si, s) in plan.steps.iter().enumerate() {
             let op = plan.kernels.get(s.kernel).map(|k| &k.op);

@@ -35,7 +35,7 @@ pub struct StepArgs {
     pub vram_cap: Option<u64>,
 }
 
-/// `--no-fuse`, `--remat`, `--lr`: what shapes a training step beyond [`StepArgs`] (`dmc run`).
+/// `--no-fuse`, `--remat`, `--clip-norm-method`, `--lr`: what shapes a training step beyond [`StepArgs`] (`dmc run`).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct TrainStepArgs {
     /// Keep whole per-layer weight gradients and unfused epilogues (no optimizer update fused
@@ -45,6 +45,10 @@ pub struct TrainStepArgs {
     /// Recompute forward values in the backward to fit `--vram-cap` (auto: only when needed).
     #[arg(long, value_enum, default_value_t = RematArg::Auto)]
     pub remat: RematArg,
+    /// How `clip_norm` gets the global gradient norm before any update (auto: held gradients,
+    /// or the norm pass when they do not fit `--vram-cap`).
+    #[arg(long, value_enum, default_value_t = ClipNormArg::Auto)]
+    pub clip_norm_method: ClipNormArg,
     /// Learning rate of the training step's optimizer update (overrides the program's): a positive
     /// number such as 0.01.
     #[arg(long, value_parser = parse_lr)]
@@ -77,6 +81,7 @@ impl PlanArgs {
             cap: self.step.vram_cap,
             fuse: !self.train.no_fuse,
             remat: self.train.remat.into(),
+            clip_method: self.train.clip_norm_method.into(),
             verify,
             ..CompileOptions::default()
         })
@@ -141,6 +146,28 @@ pub enum RematArg {
     /// Recompute only when the plan does not fit the cap otherwise, as little as possible.
     #[default]
     Auto,
+}
+
+/// `--clip-norm-method`: how `clip_norm` gets the global norm before any update.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ClipNormArg {
+    /// Held gradients, or the norm pass when the held gradients do not fit `--vram-cap`.
+    #[default]
+    Auto,
+    /// Every gradient held until the norm is summed (no extra pass; the gradients' memory).
+    Held,
+    /// A first forward/backward that only sums the norm, then the step (no gradient held).
+    NormPass,
+}
+
+impl From<ClipNormArg> for Option<dmc_plan::plan::ClipNormMethod> {
+    fn from(c: ClipNormArg) -> Self {
+        match c {
+            ClipNormArg::Auto => None,
+            ClipNormArg::Held => Some(dmc_plan::plan::ClipNormMethod::HeldGradients),
+            ClipNormArg::NormPass => Some(dmc_plan::plan::ClipNormMethod::NormPass),
+        }
+    }
 }
 
 impl From<RematArg> for dmc_compiler::RematMode {

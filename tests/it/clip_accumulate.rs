@@ -8,7 +8,7 @@
 use dmc_compiler::plan::{BufferKind, Mode, Plan};
 use dmc_compiler::{compile, CompileOptions};
 use dmc_runtime::compare::Batch;
-use dmc_runtime::{Backend, BackendKind, InputData};
+use dmc_runtime::{Backend, BackendKind, InputData, RunPass};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -194,7 +194,11 @@ fn train_accumulating(kind: BackendKind, plan: Plan, data: &[Batch]) -> (Vec<Vec
                 be.set_input(name, InputData::F32(&f[j * len..(j + 1) * len]))
                     .expect("input");
             }
-            be.set_optimizer_step(j + 1 == n);
+            be.set_run_pass(if j + 1 == n {
+                RunPass::Whole
+            } else {
+                RunPass::Accumulate
+            });
             sum += be.run(s as u64 + 1, 4).expect("step") as f64;
         }
         losses.push((sum / n as f64) as f32);

@@ -110,6 +110,13 @@ pub(crate) fn grad_sq_norm(s: &Site, first: bool) -> Result<Spec, CodegenError> 
     Ok(sp)
 }
 
+/// `GradNormStore`: held = sum, sum = 0, one thread.
+pub(crate) fn grad_norm_store(s: &Site) -> Result<Spec, CodegenError> {
+    let mut sp = per_element(s, "optim.cu.tera", 1)?;
+    sp.ctx.insert("norm_store", &true);
+    Ok(sp)
+}
+
 /// `GradAccum`: acc += scale * g, one thread per element.
 pub(crate) fn grad_accum(s: &Site, scale: f32) -> Result<Spec, CodegenError> {
     let mut sp = per_element(s, "optim.cu.tera", numel(s.shape(0)?))?;
@@ -137,6 +144,7 @@ pub(crate) fn spec(s: &Site, op: &OptimOp) -> Result<Spec, CodegenError> {
         OptimOp::Update { rule, zero_grad } => update(s, rule, *zero_grad),
         OptimOp::GradAccum { scale } => grad_accum(s, *scale),
         OptimOp::GradSqNorm { first } => grad_sq_norm(s, *first),
+        OptimOp::GradNormStore => grad_norm_store(s),
         OptimOp::BiasGrad => bias_grad(s, None),
         OptimOp::BiasGradUpdate { rule } => bias_grad(s, Some(rule)),
     }
@@ -270,6 +278,8 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
             o(OptimOp::GradSqNorm { first: false }),
             vec![vec![50], vec![1]],
         ),
+        // the norm pass's store of the squared norm
+        (o(OptimOp::GradNormStore), vec![vec![1], vec![1]]),
         (
             o(OptimOp::Update {
                 rule: sgd_nesterov.with_clip_norm(Some(1.5)),

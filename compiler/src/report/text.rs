@@ -127,6 +127,8 @@ pub fn render_verdict(r: &MemoryReport, cap: Option<u64>) -> String {
             match c.method {
                 crate::plan::ClipNormMethod::HeldGradients =>
                     "held gradients (every gradient kept until the global norm is summed)",
+                crate::plan::ClipNormMethod::NormPass =>
+                    "norm pass (a first forward/backward only sums the global norm; no gradient held)",
             },
             human(c.extra_bytes),
             thousands(c.extra_bytes),

@@ -190,12 +190,13 @@ impl Op {
     }
 
     /// Whether the op overwrites persistent state (a parameter with its update, the running
-    /// statistics): a root of the training step.
+    /// statistics, the norm pass's stored norm): a root of the training step.
     pub fn is_update(&self) -> bool {
         matches!(
             self,
-            Op::Optim(OptimOp::Update { .. } | OptimOp::BiasGradUpdate { .. })
-                | Op::Norm(NormOp::BatchNormStats { .. })
+            Op::Optim(
+                OptimOp::Update { .. } | OptimOp::BiasGradUpdate { .. } | OptimOp::GradNormStore
+            ) | Op::Norm(NormOp::BatchNormStats { .. })
                 | Op::Conv(ConvOp::Conv2dBwdWeightUpdate { .. })
                 | Op::Dense(DenseOp::DenseBwdWeightUpdate { .. })
         )

@@ -34,6 +34,13 @@ pub enum OptimOp {
     /// chain: g, (s) -> s' = (first ? 0 : s) + sum g^2 (f32\[1\]; `first` writes it, so `s` is no
     /// argument then). The updates of a rule with `clip_norm` read the chain's last `s'`.
     GradSqNorm { first: bool },
+    /// `clip_norm` in two passes ([`crate::plan::ClipNormMethod::NormPass`]): sum (InOut, the
+    /// chain's last `s'`: the persistent `clip_norm.sq_norm_sum`, which the chain's links add to
+    /// in place), held (InOut, the persistent `clip_norm.sq_norm`) -> sum' = 0, held' = sum.
+    /// The norm pass stores the step's squared norm and zeroes the sum for the next one; the
+    /// update pass's updates read `held` (its value before the run: nothing writes it in the
+    /// update pass), so no update waits for the whole chain and no gradient is held.
+    GradNormStore,
     /// dy\[.., C\] -> db\[C\] = sum over every leading axis
     BiasGrad,
     /// dy\[.., C\], b\[C\] (InOut), state.. (InOut) -> b', state'..; db (workspace \[C\]) = sum dy, then
@@ -59,6 +66,7 @@ impl OpFacts for OptimOp {
             OptimOp::GradAccum { .. } => vec![p("acc", InOut, F32), p("g", In, F32)],
             OptimOp::GradSqNorm { first: true } => vec![p("g", In, F32), p("s", Out, F32)],
             OptimOp::GradSqNorm { first: false } => vec![p("g", In, F32), p("s", InOut, F32)],
+            OptimOp::GradNormStore => vec![p("sum", InOut, F32), p("held", InOut, F32)],
             OptimOp::BiasGradUpdate { rule } => {
                 let mut v = vec![p("dy", In, F32), p("b", InOut, F32)];
                 v.extend(rule.state_names().iter().map(|s| p(s, InOut, F32)));
@@ -74,6 +82,7 @@ impl OpFacts for OptimOp {
             OptimOp::BiasGrad => "bias_grad",
             OptimOp::GradAccum { .. } => "grad_accum",
             OptimOp::GradSqNorm { .. } => "grad_sq_norm",
+            OptimOp::GradNormStore => "grad_norm_store",
             OptimOp::BiasGradUpdate { .. } => "bias_grad_update",
         }
     }
@@ -94,6 +103,7 @@ impl OpFacts for OptimOp {
             OptimOp::GradAccum { .. } => vec![(0, 0)],
             OptimOp::GradSqNorm { first: true } => vec![],
             OptimOp::GradSqNorm { first: false } => vec![(0, 1)],
+            OptimOp::GradNormStore => vec![(0, 0), (1, 1)],
             OptimOp::BiasGradUpdate { rule } => {
                 (0..=rule.state_names().len()).map(|o| (o, o + 1)).collect()
             }
@@ -105,7 +115,8 @@ impl OpFacts for OptimOp {
             OptimOp::Update { .. }
             | OptimOp::BiasGrad
             | OptimOp::GradAccum { .. }
-            | OptimOp::GradSqNorm { .. } => vec![],
+            | OptimOp::GradSqNorm { .. }
+            | OptimOp::GradNormStore => vec![],
             OptimOp::BiasGradUpdate { .. } => {
                 vec![s.get(1).map(|b| b.iter().product()).unwrap_or(0)]
             }
@@ -145,6 +156,13 @@ impl OpFacts for OptimOp {
                 }
                 Ok(vec![s])
             }
+            OptimOp::GradNormStore => {
+                let s = TensorType::f32(vec![1]);
+                if inputs[0] != s || inputs[1] != s {
+                    return err("the squared norm and its stored copy must be f32[1]");
+                }
+                Ok(vec![s.clone(), s])
+            }
             OptimOp::BiasGrad => match inputs[0].shape.last() {
                 Some(c) => Ok(vec![TensorType::f32(vec![*c])]),
                 None => err("dy must have rank >= 1"),
@@ -166,6 +184,7 @@ impl OpFacts for OptimOp {
             OptimOp::Update { rule, .. } => rule.flops_per_elem() * i(0),
             OptimOp::BiasGrad => i(0),
             OptimOp::GradAccum { .. } | OptimOp::GradSqNorm { .. } => 2 * i(0),
+            OptimOp::GradNormStore => 0,
             OptimOp::BiasGradUpdate { .. } => i(0) + 4 * i(1),
         }
     }

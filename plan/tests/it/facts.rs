@@ -1,7 +1,7 @@
 //! The facts the plan crate holds in one place hold together: every activation's name, kernel
 //! names, saved value, Rust formulas and CUDA statements agree with each other and with the ops'
 //! signatures; every update rule's state slots agree with its op's signature and aliasing; and the
-//! JSON shape of an update op is the one `FORMAT_VERSION` 3 names (kept in 4 to 8: the fields added since are absent when off).
+//! JSON shape of an update op is the one `FORMAT_VERSION` 3 names (kept in 4 to 9: the fields added since are absent when off).
 
 use dmc_plan::op::{ElementwiseOp, Op, OptimOp, Role, TensorType, UnaryKind, UpdateRule};
 use dmc_plan::plan::FORMAT_VERSION;
@@ -144,7 +144,7 @@ fn an_update_op_has_the_state_slots_of_its_rule() {
 
 #[test]
 fn an_update_op_in_plan_json_carries_its_rule() {
-    assert_eq!(FORMAT_VERSION, 8);
+    assert_eq!(FORMAT_VERSION, 9);
     let op = Op::Optim(OptimOp::Update {
         rule: rules()[1],
         zero_grad: false,
@@ -206,6 +206,30 @@ fn clipping_and_accumulation_in_plan_json_and_their_aliasing() {
     assert!(acc
         .infer_outputs(&[t, TensorType::f32(vec![4, 3])], None)
         .is_err());
+}
+
+#[test]
+fn the_norm_pass_store_moves_the_sum_in_place_and_is_a_root() {
+    // sum, held -> sum' (zeroed), held' (the sum): both in place, both persistent state
+    let op = Op::Optim(OptimOp::GradNormStore);
+    assert_eq!(op.aliased_outputs(), vec![(0, 0), (1, 1)]);
+    assert!(
+        op.is_update(),
+        "nothing reads it: it must survive dead code elimination"
+    );
+    let roles: Vec<Role> = op.signature().params.iter().map(|p| p.role).collect();
+    assert_eq!(roles, [Role::InOut, Role::InOut]);
+    let s = TensorType::f32(vec![1]);
+    assert_eq!(
+        op.infer_outputs(&[s.clone(), s.clone()], None)
+            .expect("infers"),
+        vec![s.clone(), s.clone()]
+    );
+    assert!(op
+        .infer_outputs(&[TensorType::f32(vec![2]), s], None)
+        .is_err());
+    let json = serde_json::to_string(&op).expect("serialises");
+    assert_eq!(json, r#"{"Optim":"GradNormStore"}"#);
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 use dmc_plan::op::DType;
-use dmc_plan::plan::{Buffer, BufferId, BufferKind, Plan};
+use dmc_plan::plan::{Buffer, BufferId, BufferKind, Plan, RunPass};
 
 use super::args::{Args, Ctx};
 use super::executor::exec;
@@ -26,8 +26,8 @@ pub struct CpuBackend {
     halt_on_nonfinite_loss: bool,
     /// The learning rate of the updates (`set_learning_rate`; the plan optimizer's until set).
     lr: f32,
-    /// Whether runs end their optimizer step (`set_optimizer_step`).
-    update: bool,
+    /// Which steps runs execute (`set_run_pass`).
+    pass: RunPass,
     /// Per step: the buffers to fill with NaN after it in poison mode.
     poison_after: Vec<Vec<BufferId>>,
     params: HashMap<String, usize>,
@@ -64,7 +64,7 @@ impl CpuBackend {
             poison: false,
             halt_on_nonfinite_loss: false,
             lr,
-            update: true,
+            pass: RunPass::Whole,
             poison_after,
             params,
             opt_state,
@@ -295,11 +295,9 @@ impl CpuBackend {
         self.lr = lr;
     }
 
-    /// Whether the next `run`s end their optimizer step (default on). Off (the micro-batches of
-    /// `accumulate: N` but the last), they skip the optimizer updates
-    /// ([`Plan::is_optimizer_update`]) and only accumulate the gradients.
-    pub fn set_optimizer_step(&mut self, on: bool) {
-        self.update = on;
+    /// Which steps the next `run`s execute (default all; see `Backend::set_run_pass`).
+    pub fn set_run_pass(&mut self, pass: RunPass) {
+        self.pass = pass;
     }
 
     /// Executes every step of the plan in order and returns the loss (NaN/Inf is returned as is).
@@ -319,8 +317,11 @@ impl CpuBackend {
             lr: self.lr,
             mode: self.plan.mode,
         };
+        self.plan
+            .check_run_pass(self.pass)
+            .map_err(RuntimeError::RunPass)?;
         for (si, step) in self.plan.steps.iter().enumerate() {
-            if !self.update && self.plan.is_optimizer_update(si) {
+            if !self.plan.runs_step(si, self.pass) {
                 continue;
             }
             let kernel = &self.plan.kernels[step.kernel];
@@ -418,8 +419,8 @@ impl Backend for CpuBackend {
         CpuBackend::set_learning_rate(self, lr);
     }
 
-    fn set_optimizer_step(&mut self, on: bool) {
-        CpuBackend::set_optimizer_step(self, on);
+    fn set_run_pass(&mut self, pass: RunPass) {
+        CpuBackend::set_run_pass(self, pass);
     }
 
     fn output(&self) -> Result<Cow<'_, [f32]>, RuntimeError> {

@@ -383,6 +383,12 @@ pub(super) unsafe fn exec(op: &OptimOp, a: &Args, ctx: &Ctx) {
                 let s = a.f32_mut(1);
                 s[0] = grad_sq_norm(if *first { 0.0 } else { s[0] }, a.f32(0));
             }
+            // the norm pass's squared norm, kept for the update pass; the sum restarts at 0
+            OptimOp::GradNormStore => {
+                let sum = a.f32_mut(0);
+                a.f32_mut(1)[0] = sum[0];
+                sum[0] = 0.0;
+            }
             OptimOp::BiasGradUpdate { rule } => {
                 let ns = rule.state_names().len();
                 let db = a.f32_mut(2 + ns);

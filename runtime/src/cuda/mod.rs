@@ -300,9 +300,9 @@ impl CudaBackend {
         self.flags.lr = lr;
     }
 
-    /// Whether the next `run`s end their optimizer step (see `Backend::set_optimizer_step`).
-    pub fn set_optimizer_step(&mut self, on: bool) {
-        self.flags.update = on;
+    /// Which steps the next `run`s execute (see `Backend::set_run_pass`).
+    pub fn set_run_pass(&mut self, pass: dmc_plan::plan::RunPass) {
+        self.flags.pass = pass;
     }
 
     /// Waits for the stream.

@@ -7,8 +7,9 @@
 use std::time::{Duration, Instant};
 
 use dmc_grammar::model::Model;
+use dmc_plan::plan::{ClipNormMethod, ClipNormPlan};
 use dmc_runtime::io::Dataset;
-use dmc_runtime::Backend;
+use dmc_runtime::{Backend, RunPass};
 use indicatif::ProgressBar;
 
 use super::dataset::Feeder;
@@ -212,6 +213,13 @@ pub fn train(
     let (lr_schedule, base_lr) = (be.plan().schedule, be.plan().optimizer.lr());
     let first_epoch = progress.steps / per_epoch;
     let mut feeder = Feeder::new(be.plan(), true);
+    let two_pass = matches!(
+        be.plan().clip_norm,
+        Some(ClipNormPlan {
+            method: ClipNormMethod::NormPass,
+            ..
+        })
+    );
     for epoch in first_epoch..epochs {
         let order = if shuffle {
             train.epoch(batch, seed, epoch as u64)?
@@ -249,11 +257,29 @@ pub fn train(
             for (j, idx) in group.iter().enumerate() {
                 feeder.feed(be, train, idx)?;
                 let t0 = Instant::now();
-                be.set_optimizer_step(j + 1 == group.len());
                 // each micro-batch its own dropout masks (the first one's those of an
                 // unaccumulated step)
                 let micro_seed = seed.wrapping_add((j as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-                let l = be.run(step as u64, micro_seed)?;
+                let l = if two_pass {
+                    // clip_norm's norm pass, then the update pass on the same batch (fed again: the
+                    // plan reuses an input's memory after its last reader; same step counter and
+                    // seed: the same dropout masks); both give the same loss
+                    be.set_run_pass(RunPass::Norm);
+                    let l = be.run(step as u64, micro_seed)?;
+                    if l.is_finite() {
+                        feeder.feed(be, train, idx)?;
+                        be.set_run_pass(RunPass::Update);
+                        be.run(step as u64, micro_seed)?;
+                    }
+                    l
+                } else {
+                    be.set_run_pass(if j + 1 == group.len() {
+                        RunPass::Whole
+                    } else {
+                        RunPass::Accumulate
+                    });
+                    be.run(step as u64, micro_seed)?
+                };
                 dt += t0.elapsed();
                 if !l.is_finite() {
                     halted = Some(l);
