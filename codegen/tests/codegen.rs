@@ -13,12 +13,12 @@ const PRELUDE_END: &str = "#define DMC_FRAC_1_SQRT_2PI 0.3989422804014327\n";
 fn the_zoo_covers_every_kernel_op_and_renders() {
     let kinds: std::collections::BTreeSet<&str> = zoo().iter().map(|k| k.op.kind_name()).collect();
     // every Op variant but the 4 leaves and Reshape (four update kinds, SGD, Adam, RMSprop and
-    // Lion; four unary kinds per activation; fused epilogues keep their GEMM's kind, the folded
+    // Lion, and clip_norm's squared-norm link and norm store; four unary kinds per activation; fused epilogues keep their GEMM's kind, the folded
     // global average pool backward has two, the folded average pool backward one; the softmax
     // and its backward; five losses with their gradients; the global max pool and its backward;
     // the transposed convolution; batchnorm's forward, inference form, statistics update and
     // backward out of place and in place; layernorm's forward and backward)
-    assert_eq!(kinds.len(), 58 + 4 * UnaryKind::ALL.len(), "{kinds:?}");
+    assert_eq!(kinds.len(), 59 + 4 * UnaryKind::ALL.len(), "{kinds:?}");
     let mut s = String::new();
     for k in zoo() {
         let c = render_kernel(&k, Mode::Train, &CodegenOptions::default())

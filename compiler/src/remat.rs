@@ -782,8 +782,13 @@ pub fn rewrite(g: &mut Graph, stages: &[Stage], acts: &[Action]) -> Result<(), C
                         );
                     }
                 }
-                let mine: BTreeSet<NodeIndex> =
-                    members.get(i).into_iter().flatten().copied().collect();
+                let mine: BTreeSet<NodeIndex> = members
+                    .get(i)
+                    .into_iter()
+                    .flatten()
+                    .copied()
+                    .filter(|x| !waits_for_every_gradient(g, *x))
+                    .collect();
                 if !mine.is_empty() {
                     gate = mine;
                 }
@@ -791,6 +796,22 @@ pub fn rewrite(g: &mut Graph, stages: &[Stage], acts: &[Action]) -> Result<(), C
         }
     }
     Ok(())
+}
+
+/// Whether node `x` runs only once every gradient is complete, so that no recomputation may wait
+/// for it (it would wait for the backward that needs the recomputation): `clip_norm`'s chain of
+/// `GradSqNorm` links and its store, and the updates that read the chain's result (held
+/// gradients; the norm pass's updates read a stored leaf instead).
+fn waits_for_every_gradient(g: &Graph, x: NodeIndex) -> bool {
+    use crate::op::OptimOp;
+    match &g.node(x).op {
+        Op::Optim(OptimOp::GradSqNorm { .. } | OptimOp::GradNormStore) => true,
+        Op::Optim(OptimOp::Update { rule, .. }) if rule.clip_norm().is_some() => g
+            .inputs(x)
+            .last()
+            .is_some_and(|v| !g.node(v.0).op.is_leaf()),
+        _ => false,
+    }
 }
 
 /// A compact description of a strategy: the stage outputs held as checkpoints, and the sequence

@@ -7,6 +7,7 @@ mod batchnorm;
 mod cli;
 mod cli_flags;
 mod clip_accumulate;
+mod clip_norm_pass;
 mod codegen;
 mod cuda;
 mod cuda_emu;

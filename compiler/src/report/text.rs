@@ -122,7 +122,7 @@ pub fn render_verdict(r: &MemoryReport, cap: Option<u64>) -> String {
     if let Some(c) = &r.clip_norm {
         let _ = writeln!(
             s,
-            "  clip_norm {}: {}, +{} ({} B) and +{} FLOPs per step, {} extra forward/backward passes",
+            "  clip_norm {}: {}, +{} ({} B) and +{} FLOPs per step, {} extra forward/backward pass{}",
             c.max_norm,
             match c.method {
                 crate::plan::ClipNormMethod::HeldGradients =>
@@ -133,7 +133,8 @@ pub fn render_verdict(r: &MemoryReport, cap: Option<u64>) -> String {
             human(c.extra_bytes),
             thousands(c.extra_bytes),
             thousands(c.extra_flops),
-            c.extra_passes
+            c.extra_passes,
+            if c.extra_passes == 1 { "" } else { "es" }
         );
     }
     let _ = match cap {
