@@ -183,7 +183,7 @@ loss mse(out, y)
     let dense_3 = m.nodes.iter().position(|n| n.name == "dense_3").unwrap();
     m.nodes.truncate(dense_3 + 1);
     m.output = ValueRef::Node(dense_3);
-    m.loss.pred = m.output;
+    m.loss.terms[0].pred = m.output;
     let g = train(&m);
     let dead = g
         .params

@@ -275,6 +275,16 @@ impl<'s> P<'s> {
                 self.bump();
                 let mut terms = vec![self.loss_call()?];
                 while self.eat_punct("+") {
+                    let term_starts = match &self.peek().tok {
+                        Tok::Ident(k) => !is_keyword(k),
+                        Tok::Int(_) | Tok::Float(_) | Tok::Punct("-") => true,
+                        _ => false,
+                    };
+                    if !term_starts {
+                        return Err(self
+                            .unexpected("a loss term")
+                            .help("join weighted losses with `+`: `loss 0.5 * mse(recon, x) + cross_entropy(logits, label)`"));
+                    }
                     terms.push(self.loss_call()?);
                 }
                 Ok(Item::Loss(LossStmt {

@@ -7,3 +7,4 @@ mod fuzz;
 mod language;
 mod layers;
 mod reliability;
+mod loss_terms;
