@@ -19,6 +19,7 @@ mod gradients;
 mod interop;
 mod interop_norm;
 mod lr_schedule;
+mod multi_loss;
 mod memory;
 mod reliability;
 mod reshape;
