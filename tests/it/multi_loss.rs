@@ -242,3 +242,34 @@ train { batch: 4, optimizer: sgd(lr: 0.1) }
         );
     }
 }
+
+/// `dmc run`'s "final loss" of `args`.
+fn final_loss(args: &[&str]) -> f64 {
+    let (code, out, err) = dmc(args);
+    assert_eq!(code, 0, "{args:?}: {err}");
+    let text = format!("{out}{err}");
+    text.split("final loss ")
+        .nth(1)
+        .and_then(|s| s.split(',').next())
+        .unwrap_or_else(|| panic!("no final loss in {text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// The example trains (its weighted loss falls), and through the emulated CUDA kernels its first
+/// steps' loss is the CPU backend's.
+#[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
+fn the_autoencoder_classifier_example_trains_on_the_cpu_and_the_emulator() {
+    let ex = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/autoencoder_classifier.dm");
+    let first = final_loss(&["run", ex, "--steps", "1", "-q"]);
+    let later = final_loss(&["run", ex, "--steps", "80", "-q"]);
+    assert!(later < 0.9 * first, "loss {first} after 1 step, {later} after 80");
+    let cpu = final_loss(&["run", ex, "--steps", "3", "-q"]);
+    let emu = final_loss(&["run", ex, "--steps", "3", "-q", "--device", "cuda-emu"]);
+    assert!(
+        (cpu - emu).abs() <= 1e-5 * cpu,
+        "3 steps: loss {cpu} on the CPU, {emu} through the emulator"
+    );
+}
