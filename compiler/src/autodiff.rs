@@ -16,9 +16,7 @@ use crate::ctx::Ctx;
 use crate::error::CompileError;
 use crate::fxhash::FxHashMap;
 use crate::ir::{Graph, Phase, Value};
-use crate::op::{
-    ConvGeom, ConvOp, DenseOp, ElementwiseOp, Epilogue, NormOp, Op, OptimOp, PoolOp,
-};
+use crate::op::{ConvGeom, ConvOp, DenseOp, ElementwiseOp, Epilogue, NormOp, Op, OptimOp, PoolOp};
 use crate::plan::Mode;
 use dmc_plan::unary::Saved;
 

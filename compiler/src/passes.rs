@@ -150,11 +150,10 @@ pub fn drop_loss(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> {
     if ctx.mode != Mode::Predict || g.loss.take().is_none() {
         return Ok(false);
     }
-    let loss_nodes: Vec<NodeIndex> = g
-        .g
-        .node_indices()
-        .filter(|n| g.node(*n).phase == Phase::Loss && !g.node(*n).op.is_leaf())
-        .collect();
+    let loss_nodes: Vec<NodeIndex> =
+        g.g.node_indices()
+            .filter(|n| g.node(*n).phase == Phase::Loss && !g.node(*n).op.is_leaf())
+            .collect();
     for n in loss_nodes {
         g.g.remove_node(n);
     }

@@ -718,7 +718,11 @@ train { batch: 3, optimizer: sgd(lr: 0.1, momentum: 0.9) }
             .iter()
             .filter(|k| matches!(&k.op, dmc_compiler::op::Op::Loss(l) if l.weight() != 1.0))
             .count();
-        assert_eq!(weighted, if mode == Mode::Train { 6 } else { 3 }, "{mode:?}");
+        assert_eq!(
+            weighted,
+            if mode == Mode::Train { 6 } else { 3 },
+            "{mode:?}"
+        );
         let checks = check_plan(&plan, CheckRun::default()).expect("emulate");
         assert_all_ok(&format!("weighted loss {mode:?}"), &checks);
     }

@@ -96,7 +96,9 @@ fn weighted_step_is_the_weighted_sum(src: &str, inputs: &[(&str, InputData)]) {
             .into_iter()
             .map(|(n, v)| {
                 let v = if n.ends_with(".bias") {
-                    v.iter().map(|_| r.random_range(-0.5..0.5f32) as f64).collect()
+                    v.iter()
+                        .map(|_| r.random_range(-0.5..0.5f32) as f64)
+                        .collect()
                 } else {
                     v
                 };
@@ -173,10 +175,7 @@ train { batch: 4, optimizer: sgd(lr: 8.0) }
 ";
     let (x, y, _) = batch(5, 3, 2);
     let y: Vec<f32> = y.iter().map(|v| (v + 1.0) / 2.0).collect();
-    weighted_step_is_the_weighted_sum(
-        src,
-        &[("x", InputData::F32(&x)), ("y", InputData::F32(&y))],
-    );
+    weighted_step_is_the_weighted_sum(src, &[("x", InputData::F32(&x)), ("y", InputData::F32(&y))]);
 }
 
 #[test]
@@ -190,11 +189,13 @@ fn a_loss_of_weight_one_compiles_to_the_unweighted_plan() {
         serde_json::to_string(&a).unwrap(),
         serde_json::to_string(&b).unwrap()
     );
-    let weighted = compile(&check(&plain.replace("loss mse", "loss 0.5 * mse")), &opts)
-        .expect("compile");
+    let weighted =
+        compile(&check(&plain.replace("loss mse", "loss 0.5 * mse")), &opts).expect("compile");
     let json = serde_json::to_string(&weighted).unwrap();
     assert!(json.contains(r#"{"MseLoss":{"weight":0.5}}"#), "{json}");
-    assert!(serde_json::to_string(&a).unwrap().contains(r#"{"MseLoss":{}}"#));
+    assert!(serde_json::to_string(&a)
+        .unwrap()
+        .contains(r#"{"MseLoss":{}}"#));
 }
 
 /// `dmc eval` of a two-term model on 10 samples: with a batch of 5 (no padding), 3 and 4 (a
@@ -221,8 +222,15 @@ train { batch: 4, optimizer: sgd(lr: 0.1) }
     let (code, _, err) = dmc(&["data", p, "-o", data.to_str().unwrap(), "--samples", "10"]);
     assert_eq!(code, 0, "{err}");
     let loss_at = |b: &str| -> f64 {
-        let (code, out, err) =
-            dmc(&["eval", p, "--data", data.to_str().unwrap(), "--batch", b, "-q"]);
+        let (code, out, err) = dmc(&[
+            "eval",
+            p,
+            "--data",
+            data.to_str().unwrap(),
+            "--batch",
+            b,
+            "-q",
+        ]);
         assert_eq!(code, 0, "{err}");
         let text = format!("{out}{err}");
         let v = text
@@ -262,10 +270,16 @@ fn final_loss(args: &[&str]) -> f64 {
 #[test]
 #[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
 fn the_autoencoder_classifier_example_trains_on_the_cpu_and_the_emulator() {
-    let ex = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/autoencoder_classifier.dm");
+    let ex = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/autoencoder_classifier.dm"
+    );
     let first = final_loss(&["run", ex, "--steps", "1", "-q"]);
     let later = final_loss(&["run", ex, "--steps", "80", "-q"]);
-    assert!(later < 0.9 * first, "loss {first} after 1 step, {later} after 80");
+    assert!(
+        later < 0.9 * first,
+        "loss {first} after 1 step, {later} after 80"
+    );
     let cpu = final_loss(&["run", ex, "--steps", "3", "-q"]);
     let emu = final_loss(&["run", ex, "--steps", "3", "-q", "--device", "cuda-emu"]);
     assert!(

@@ -147,15 +147,9 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
             ),
             (LossOp::MaeLoss { weight }, &ew),
             (LossOp::MaeLossBwd { weight }, &ewb),
-            (
-                LossOp::HuberLoss { delta: 0.5, weight },
-                &ew,
-            ),
+            (LossOp::HuberLoss { delta: 0.5, weight }, &ew),
             (LossOp::HuberLossBwd { delta: 0.5, weight }, &ewb),
-            (
-                LossOp::BceWithLogitsLoss { weight },
-                &ew,
-            ),
+            (LossOp::BceWithLogitsLoss { weight }, &ew),
             (LossOp::BceWithLogitsLossBwd { weight }, &ewb),
         ];
         out.extend(

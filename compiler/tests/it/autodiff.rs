@@ -264,7 +264,11 @@ train { batch: 2, optimizer: sgd(lr: 0.1) }
         .filter(|n| g.node(*n).phase == Phase::Backward && g.node(*n).name.ends_with("(sum)"))
         .count();
     assert_eq!(sums, 1);
-    assert_eq!(g.grads.len(), 6, "every weight and bias of the three layers");
+    assert_eq!(
+        g.grads.len(),
+        6,
+        "every weight and bias of the three layers"
+    );
     // the output is the classifier's logits
     let out = g.node(g.output.0).name.clone();
     assert_eq!(out, "dense_3");

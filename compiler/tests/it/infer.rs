@@ -118,7 +118,11 @@ fn forward_ops() {
     )
     .is_err());
     assert_eq!(
-        shapes(&Op::Loss(LossOp::MseLoss { weight: 1.0 }), &[f(&[2, 3]), f(&[2, 3])], None),
+        shapes(
+            &Op::Loss(LossOp::MseLoss { weight: 1.0 }),
+            &[f(&[2, 3]), f(&[2, 3])],
+            None
+        ),
         vec![f(&[1])]
     );
     let labels = TensorType::new(vec![2], DType::I32);

@@ -29,7 +29,7 @@ impl Checker<'_> {
                 }
             }
         }
-        (ok && !terms.is_empty()).then(|| Loss {
+        (ok && !terms.is_empty()).then_some(Loss {
             terms,
             span: l.span,
         })
@@ -38,15 +38,16 @@ impl Checker<'_> {
     /// A term's weight: 1 without one, else a positive number that is finite in f32.
     fn loss_weight(&self, t: &LossCall) -> Result<f32, Error> {
         let Some(w) = &t.weight else { return Ok(1.0) };
-        let v = match w.kind {
-            ExprKind::Int(i) => i as f64,
-            ExprKind::Float(f) => f,
-            _ => {
-                return Err(err(Kind::Argument, w.span, "a loss weight must be a number")
-                    .label("not a number")
-                    .help("write e.g. `loss 0.5 * mse(out, y) + cross_entropy(logits, label)`"))
-            }
-        };
+        let v =
+            match w.kind {
+                ExprKind::Int(i) => i as f64,
+                ExprKind::Float(f) => f,
+                _ => return Err(
+                    err(Kind::Argument, w.span, "a loss weight must be a number")
+                        .label("not a number")
+                        .help("write e.g. `loss 0.5 * mse(out, y) + cross_entropy(logits, label)`"),
+                ),
+            };
         let f = v as f32;
         if v.is_nan() || v <= 0.0 {
             return Err(err(

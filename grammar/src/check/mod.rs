@@ -221,9 +221,7 @@ fn run<'a>(c: &mut Checker<'a>, prog: &'a Program) -> Option<Model> {
         return None;
     }
     let preds: Vec<ValueRef> = loss.terms.iter().map(|t| t.pred).collect();
-    let r = c
-        .check_dead(&preds)
-        .and_then(|()| c.check_trainable(&loss));
+    let r = c.check_dead(&preds).and_then(|()| c.check_trainable(&loss));
     c.recover(r)?;
     let output = loss.output_term().pred;
     Some(Model {

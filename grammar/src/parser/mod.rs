@@ -325,11 +325,10 @@ impl<'s> P<'s> {
     /// One term of a `loss`: `[NUMBER *] NAME(args)`.
     fn loss_call(&mut self) -> R<LossCall> {
         let start = self.peek().span.start;
-        let number = match (&self.peek().tok, &self.peek_at(1).tok) {
-            (Tok::Int(_) | Tok::Float(_), _) => true,
-            (Tok::Punct("-"), Tok::Int(_) | Tok::Float(_)) => true,
-            _ => false,
-        };
+        let number = matches!(
+            (&self.peek().tok, &self.peek_at(1).tok),
+            (Tok::Int(_) | Tok::Float(_), _) | (Tok::Punct("-"), Tok::Int(_) | Tok::Float(_))
+        );
         let weight = if number {
             let w = self.primary()?;
             if !self.eat_punct("*") {

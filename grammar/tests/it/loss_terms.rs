@@ -89,14 +89,22 @@ fn the_same_term_twice_and_terms_sharing_a_prediction_are_fine() {
     let t = &m.loss.terms;
     assert_eq!(t.len(), 3);
     assert_eq!(t[0].pred, t[1].pred);
-    assert_eq!(t[0], LossTerm { span: t[0].span, ..t[1].clone() });
+    assert_eq!(
+        t[0],
+        LossTerm {
+            span: t[0].span,
+            ..t[1].clone()
+        }
+    );
     assert_eq!(t[2].kind, LossKind::Huber { delta: 0.5 });
     assert_eq!(t[2].weight, 0.25);
 }
 
 #[test]
 fn one_term_of_weight_one_is_the_unweighted_loss() {
-    let plain = ok(&format!("{AE}loss cross_entropy(logits, label) + mse(recon, x2)\n{TRAIN}"));
+    let plain = ok(&format!(
+        "{AE}loss cross_entropy(logits, label) + mse(recon, x2)\n{TRAIN}"
+    ));
     let one = ok(&format!(
         "{AE}loss 1 * cross_entropy(logits, label) + 1.0 * mse(recon, x2)\n{TRAIN}"
     ));
@@ -122,12 +130,30 @@ fn one_term_of_weight_one_is_the_unweighted_loss() {
 fn weights_must_be_positive_finite_numbers() {
     let head = "input x: [4]\ntarget y: [1]\nout = x |> dense(1)\n";
     for (loss, message) in [
-        ("0 * mse(out, y)", "a loss weight must be positive, found 0.0"),
-        ("-1 * mse(out, y)", "a loss weight must be positive, found -1.0"),
-        ("mse(out, y) + -2.5 * mae(out, y)", "a loss weight must be positive, found -2.5"),
-        ("1e39 * mse(out, y)", "the loss weight 1e39 does not fit in f32"),
-        ("1e-50 * mse(out, y)", "the loss weight 1e-50 does not fit in f32"),
-        ("w * mse(out, y)", "a loss weight must be a number, found the name `w`"),
+        (
+            "0 * mse(out, y)",
+            "a loss weight must be positive, found 0.0",
+        ),
+        (
+            "-1 * mse(out, y)",
+            "a loss weight must be positive, found -1.0",
+        ),
+        (
+            "mse(out, y) + -2.5 * mae(out, y)",
+            "a loss weight must be positive, found -2.5",
+        ),
+        (
+            "1e39 * mse(out, y)",
+            "the loss weight 1e39 does not fit in f32",
+        ),
+        (
+            "1e-50 * mse(out, y)",
+            "the loss weight 1e-50 does not fit in f32",
+        ),
+        (
+            "w * mse(out, y)",
+            "a loss weight must be a number, found the name `w`",
+        ),
         ("0.5 mse(out, y)", "expected `*` after the loss weight"),
         ("mse(out, y) +", "expected a loss term"),
         ("mse(out, y) + + mae(out, y)", "expected a loss term"),
@@ -139,11 +165,14 @@ fn weights_must_be_positive_finite_numbers() {
         };
         let text = render_plain(&d);
         assert!(text.contains(message), "`loss {loss}`: {text}");
-        assert!(text.contains("bad.dm:4:"), "`loss {loss}`: no line:col in {text}");
+        assert!(
+            text.contains("bad.dm:4:"),
+            "`loss {loss}`: no line:col in {text}"
+        );
     }
     // Every term in error is reported, in one run.
     let src = format!("{head}loss 0 * mse(out, y) + mae(out, z) + -1 * huber(out, y)\ntrain {{ batch: 1, optimizer: sgd }}\n");
-    let d = compile_source(&src, "bad.dm").err().expect("fails");
+    let d = compile_source(&src, "bad.dm").expect_err("fails");
     let text = render_plain(&d);
     assert!(text.contains("3 errors"), "{text}");
 }
@@ -156,7 +185,7 @@ fn a_target_used_by_terms_of_incompatible_kinds_is_refused() {
         "mse(recon, x2) + cross_entropy(logits, x2)",
     ] {
         let src = format!("{AE}loss {loss}\n{TRAIN}");
-        let d = compile_source(&src, "bad.dm").err().expect("fails");
+        let d = compile_source(&src, "bad.dm").expect_err("fails");
         let text = render_plain(&d);
         assert!(
             text.contains("needs a float target") || text.contains("needs integer class labels"),
@@ -165,6 +194,6 @@ fn a_target_used_by_terms_of_incompatible_kinds_is_refused() {
     }
     // Every head must feed a term: a head no term reads is an unused value.
     let src = format!("{AE}loss mse(recon, x2)\n{TRAIN}");
-    let d = compile_source(&src, "bad.dm").err().expect("fails");
+    let d = compile_source(&src, "bad.dm").expect_err("fails");
     assert!(render_plain(&d).contains("`logits` is never used"));
 }

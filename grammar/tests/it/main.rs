@@ -6,5 +6,5 @@ mod errors;
 mod fuzz;
 mod language;
 mod layers;
-mod reliability;
 mod loss_terms;
+mod reliability;

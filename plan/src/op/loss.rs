@@ -146,11 +146,13 @@ impl OpFacts for LossOp {
                 p("target", In, F32),
                 p("loss", Out, F32),
             ],
-            LossOp::MseLossBwd { .. } | LossOp::MaeLossBwd { .. } | LossOp::HuberLossBwd { .. } => vec![
-                p("pred", In, F32),
-                p("target", In, F32),
-                p("dpred", Out, F32),
-            ],
+            LossOp::MseLossBwd { .. } | LossOp::MaeLossBwd { .. } | LossOp::HuberLossBwd { .. } => {
+                vec![
+                    p("pred", In, F32),
+                    p("target", In, F32),
+                    p("dpred", Out, F32),
+                ]
+            }
             LossOp::CrossEntropyLoss { .. } => vec![
                 p("logits", In, F32),
                 p("labels", In, I32),
@@ -246,7 +248,10 @@ impl OpFacts for LossOp {
     fn flops(&self, ins: &[Vec<usize>], _outs: &[Vec<usize>]) -> u64 {
         let i0 = ins.first().map(|s| numel(s)).unwrap_or(0);
         match self {
-            LossOp::MseLoss { .. } | LossOp::MseLossBwd { .. } | LossOp::MaeLoss { .. } | LossOp::MaeLossBwd { .. } => 3 * i0,
+            LossOp::MseLoss { .. }
+            | LossOp::MseLossBwd { .. }
+            | LossOp::MaeLoss { .. }
+            | LossOp::MaeLossBwd { .. } => 3 * i0,
             LossOp::HuberLoss { .. } | LossOp::HuberLossBwd { .. } => 4 * i0,
             LossOp::CrossEntropyLoss { .. } | LossOp::CrossEntropyLossBwd { .. } => 4 * i0,
             // max, product, exp, log1p (or sigmoid), sums

@@ -317,8 +317,8 @@ pub fn cross_entropy_loss_bwd_w(
 /// As [`exec`](super::executor::exec): a validated step, exclusive access to the arena; each
 /// mutable slice is taken only for a slot with role Out, InOut or Workspace.
 pub(super) unsafe fn exec(op: &LossOp, a: &Args, _ctx: &Ctx) -> Result<(), BadLabel> {
-    // SAFETY: (all calls below) see this function's contract; slot indices follow the signature.
     let w = op.weight();
+    // SAFETY: (all calls below) see this function's contract; slot indices follow the signature.
     unsafe {
         match op {
             LossOp::MseLoss { .. } => a.f32_mut(2)[0] = mse_loss_w(w, a.f32(0), a.f32(1)),
@@ -326,8 +326,7 @@ pub(super) unsafe fn exec(op: &LossOp, a: &Args, _ctx: &Ctx) -> Result<(), BadLa
                 label_smoothing, ..
             } => {
                 let c = a.shape(0)[1];
-                a.f32_mut(2)[0] =
-                    cross_entropy_loss_w(w, a.f32(0), a.i32(1), c, *label_smoothing)?;
+                a.f32_mut(2)[0] = cross_entropy_loss_w(w, a.f32(0), a.i32(1), c, *label_smoothing)?;
             }
             LossOp::MseLossBwd { .. } => mse_loss_bwd_w(w, a.f32(0), a.f32(1), a.f32_mut(2)),
             LossOp::CrossEntropyLossBwd {

@@ -580,7 +580,10 @@ fn synthetic_bigger_inputs_multiple_tensors() {
     assert_eq!(z.len(), 64);
     let mean = z.iter().map(|&v| v as f64).sum::<f64>() / 64.0;
     let var = z.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / 64.0;
-    assert!(mean.abs() < 1e-5 && (var - 1.0).abs() < 1e-4, "mean {mean}, var {var}");
+    assert!(
+        mean.abs() < 1e-5 && (var - 1.0).abs() < 1e-4,
+        "mean {mean}, var {var}"
+    );
     assert!(z.iter().any(|&v| v != 0.0 && v != 1.0));
     let y = d.tensor_i32("y").expect("labels");
     assert!(y.iter().all(|&l| (0..10).contains(&l)));

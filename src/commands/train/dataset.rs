@@ -126,14 +126,19 @@ impl<'a> DataRequest<'a> {
         };
         if self.with_targets {
             // Each term's labels against its own class count.
-            for t in self.model.loss.terms.iter().filter(|t| t.kind.takes_labels()) {
+            for t in self
+                .model
+                .loss
+                .terms
+                .iter()
+                .filter(|t| t.kind.takes_labels())
+            {
                 let Some(name) = self.model.target_name(t.target) else {
                     continue;
                 };
-                if specs
-                    .iter()
-                    .any(|s| s.name == name && s.role == TensorRole::Target && s.dtype == DType::I32)
-                {
+                if specs.iter().any(|s| {
+                    s.name == name && s.role == TensorRole::Target && s.dtype == DType::I32
+                }) {
                     ds.check_classes(name, classes_of(self.model, t))?;
                 }
             }

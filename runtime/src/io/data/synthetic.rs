@@ -113,7 +113,9 @@ impl Dataset {
             // (another term's, `loss mse(recon, x2) + cross_entropy(logits, label)`) is a
             // regression target.
             let task_here = match (task, s.dtype) {
-                (Task::Classification { classes }, DType::F32) if len != classes => Task::Regression,
+                (Task::Classification { classes }, DType::F32) if len != classes => {
+                    Task::Regression
+                }
                 _ => task,
             };
             let col = match (task_here, s.dtype) {
