@@ -4,7 +4,9 @@
 //! Only gradients that are needed are built: a node is differentiated only if it depends on a
 //! parameter and the loss depends on it, and an input slot only gets a gradient if it depends on a
 //! parameter (no gradients for inputs/targets/labels). Contributions to a value used more than
-//! once are summed with `ElementwiseOp::Add`. The loss-bwd ops seed the backward pass (they take no `dy`).
+//! once are summed with `ElementwiseOp::Add`. The loss-bwd ops seed the backward pass (they take no `dy`):
+//! with a loss of several terms, each term's (weighted) backward seeds it, and the gradients of a
+//! value two terms read are summed as any other fan-out.
 
 use petgraph::stable_graph::NodeIndex;
 use petgraph::visit::EdgeRef;
@@ -14,9 +16,7 @@ use crate::ctx::Ctx;
 use crate::error::CompileError;
 use crate::fxhash::FxHashMap;
 use crate::ir::{Graph, Phase, Value};
-use crate::op::{
-    ConvGeom, ConvOp, DenseOp, ElementwiseOp, Epilogue, LossOp, NormOp, Op, OptimOp, PoolOp,
-};
+use crate::op::{ConvGeom, ConvOp, DenseOp, ElementwiseOp, Epilogue, NormOp, Op, OptimOp, PoolOp};
 use crate::plan::Mode;
 use dmc_plan::unary::Saved;
 
@@ -339,31 +339,18 @@ pub fn vjp(
                 ));
             }
         }
-        // d/dpred of a loss (seeds the backward pass): mse 2 (pred - target) / numel; mae
+        // d/dpred of a loss (seeds the backward pass), times the term's weight: mse 2 (pred - target) / numel; mae
         // sign(pred - target) / numel; huber clamp(pred - target, -delta, delta) / numel;
         // bce_with_logits (sigmoid(x) - t) / numel; cross-entropy (softmax(logits) - (1-e)
         // onehot(label) - e/C) / N
         Op::Loss(l) if !l.is_backward() => {
             if want(0) {
-                let bwd = match l {
-                    LossOp::MseLoss => LossOp::MseLossBwd,
-                    LossOp::MaeLoss => LossOp::MaeLossBwd,
-                    LossOp::HuberLoss { delta } => LossOp::HuberLossBwd { delta: *delta },
-                    LossOp::BceWithLogitsLoss => LossOp::BceWithLogitsLossBwd,
-                    LossOp::CrossEntropyLoss { label_smoothing } => LossOp::CrossEntropyLossBwd {
-                        label_smoothing: *label_smoothing,
-                    },
-                    LossOp::MseLossBwd
-                    | LossOp::MaeLossBwd
-                    | LossOp::HuberLossBwd { .. }
-                    | LossOp::BceWithLogitsLossBwd
-                    | LossOp::CrossEntropyLossBwd { .. } => {
-                        return Err(CompileError::Internal(format!(
-                            "`{}`: a loss' backward is not a loss",
-                            node.name
-                        )))
-                    }
-                };
+                let bwd = l.backward().ok_or_else(|| {
+                    CompileError::Internal(format!(
+                        "`{}`: a loss' backward is not a loss",
+                        node.name
+                    ))
+                })?;
                 let name = gname(x[0], g);
                 out[0] = Some((g.add_node(Op::Loss(bwd), &[x[0], x[1]], name, bw, None)?, 0));
             }
@@ -471,8 +458,12 @@ pub fn autodiff(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> {
         if !useful(n) || !depends(n) || g.node(n).op.is_leaf() {
             continue;
         }
-        let dy = if n == loss.0 {
+        let dy = if matches!(&g.node(n).op, Op::Loss(l) if !l.is_backward()) {
+            // A term of the loss: its backward seeds the gradient (weighted by its term).
             None
+        } else if g.node(n).phase == Phase::Loss {
+            // The sum of the terms' losses: each term seeds its own gradient.
+            continue;
         } else {
             match grad.get(&(n, 0)) {
                 Some(d) => Some(*d),

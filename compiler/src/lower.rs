@@ -457,40 +457,87 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
         nodes.push((n, 0));
     }
 
-    let pred = resolve(&nodes, model.loss.pred)?;
-    let mut target = resolve(&nodes, model.loss.target)?;
+    // The loss: each term's op (weighted), their sum by `Add`s of the scalars, in term order.
+    let mut loss: Option<Value> = None;
+    let many = model.loss.terms.len() > 1;
+    let mut reshaped: Vec<(Value, TensorType, Value)> = vec![];
+    for (i, term) in model.loss.terms.iter().enumerate() {
+        let pred = resolve(&nodes, term.pred)?;
+        let target = resolve(&nodes, term.target)?;
+        let weight = term.weight;
+        let loss_op = match term.kind {
+            LossKind::Mse => LossOp::MseLoss { weight },
+            LossKind::Mae => LossOp::MaeLoss { weight },
+            LossKind::Huber { delta } => LossOp::HuberLoss { delta, weight },
+            LossKind::BceWithLogits => LossOp::BceWithLogitsLoss { weight },
+            LossKind::CrossEntropy { label_smoothing } => LossOp::CrossEntropyLoss {
+                label_smoothing,
+                weight,
+            },
+        };
+        let target = loss_target(&mut g, &loss_op, pred, target, batch, &mut reshaped)?;
+        let name = if many {
+            format!("loss {} ({})", i + 1, term.kind.name())
+        } else {
+            "loss".to_string()
+        };
+        let l = (
+            g.add_node(Op::Loss(loss_op), &[pred, target], name, Phase::Loss, None)?,
+            0,
+        );
+        loss = Some(match loss {
+            None => l,
+            Some(prev) => (
+                g.add_node(
+                    Op::Elementwise(ElementwiseOp::Add),
+                    &[prev, l],
+                    format!("loss (sum of terms 1..{})", i + 1),
+                    Phase::Loss,
+                    None,
+                )?,
+                0,
+            ),
+        });
+    }
+    g.loss = loss;
+    g.output = resolve(&nodes, model.output)?;
+    Ok(g)
+}
+
+/// The target as a loss op reads it: the prediction's shape, or one label per sample (a reshape
+/// of the declared target, made once per target and shape and shared by the terms).
+fn loss_target(
+    g: &mut Graph,
+    op: &LossOp,
+    pred: Value,
+    target: Value,
+    batch: usize,
+    reshaped: &mut Vec<(Value, TensorType, Value)>,
+) -> Result<Value, CompileError> {
     let pt = g.ty(pred).clone();
     let tt = g.ty(target).clone();
-    let tname = g.node(target.0).name.clone();
-    let loss_op = match model.loss.kind {
-        LossKind::Mse => LossOp::MseLoss,
-        LossKind::Mae => LossOp::MaeLoss,
-        LossKind::Huber { delta } => LossOp::HuberLoss { delta },
-        LossKind::BceWithLogits => LossOp::BceWithLogitsLoss,
-        LossKind::CrossEntropy { label_smoothing } => LossOp::CrossEntropyLoss { label_smoothing },
-    };
-    let same_shape = loss_op.elementwise_target();
-    let op = Op::Loss(loss_op);
-    // The target as the loss reads it: the prediction's shape, or one label per sample.
-    let want = if same_shape {
+    let want = if op.elementwise_target() {
         TensorType::new(pt.shape.clone(), tt.dtype)
     } else {
         TensorType::new(vec![batch], tt.dtype)
     };
-    if tt.shape != want.shape {
-        target = (
-            g.add_node(
-                Op::Reshape,
-                &[target],
-                format!("{tname} (as {})", want),
-                Phase::Loss,
-                Some(&want),
-            )?,
-            0,
-        );
+    if tt.shape == want.shape {
+        return Ok(target);
     }
-    let loss = g.add_node(op, &[pred, target], "loss", Phase::Loss, None)?;
-    g.loss = Some((loss, 0));
-    g.output = resolve(&nodes, model.output)?;
-    Ok(g)
+    if let Some((_, _, r)) = reshaped.iter().find(|(t, w, _)| *t == target && *w == want) {
+        return Ok(*r);
+    }
+    let tname = g.node(target.0).name.clone();
+    let r = (
+        g.add_node(
+            Op::Reshape,
+            &[target],
+            format!("{tname} (as {})", want),
+            Phase::Loss,
+            Some(&want),
+        )?,
+        0,
+    );
+    reshaped.push((target, want, r));
+    Ok(r)
 }

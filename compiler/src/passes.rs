@@ -144,18 +144,20 @@ fn run_pipelines_then<T: Send>(
     })
 }
 
-/// Pass (predict): removes the loss node; the targets then die in dead-code elimination.
+/// Pass (predict): removes the loss nodes (every term, their sum, the targets' reshapes); the
+/// targets then die in dead-code elimination.
 pub fn drop_loss(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> {
-    if ctx.mode != Mode::Predict {
+    if ctx.mode != Mode::Predict || g.loss.take().is_none() {
         return Ok(false);
     }
-    match g.loss.take() {
-        Some((l, _)) => {
-            g.g.remove_node(l);
-            Ok(true)
-        }
-        None => Ok(false),
+    let loss_nodes: Vec<NodeIndex> =
+        g.g.node_indices()
+            .filter(|n| g.node(*n).phase == Phase::Loss && !g.node(*n).op.is_leaf())
+            .collect();
+    for n in loss_nodes {
+        g.g.remove_node(n);
     }
+    Ok(true)
 }
 
 /// Pass (eval, predict): `Dropout` becomes `Reshape` to the same shape, i.e. the identity view.

@@ -29,7 +29,7 @@ pub enum Item {
     Let(Let),
     /// `block name(params) { ... return expr }`
     Block(BlockDef),
-    /// `loss mse(out, y)`
+    /// `loss mse(out, y)`, `loss 0.5 * mse(recon, x) + cross_entropy(logits, label)`
     Loss(LossStmt),
     /// `train { batch: 1, optimizer: sgd(lr: 0.01) }`
     Train(TrainSection),
@@ -73,10 +73,21 @@ pub struct BlockDef {
     pub span: Span,
 }
 
+/// A `loss` statement: one or more terms joined by `+`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LossStmt {
+    pub terms: Vec<LossCall>,
+    pub span: Span,
+}
+
+/// One term of a `loss`: `[weight *] NAME(args)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LossCall {
+    /// The weight as written (a number literal, possibly negative: the checker rejects those).
+    pub weight: Option<Expr>,
     pub func: Ident,
     pub args: Vec<Arg>,
+    /// From the weight (or the name) to the closing parenthesis.
     pub span: Span,
 }
 

@@ -287,12 +287,44 @@ impl LossKind {
     }
 }
 
+/// One term of the loss: `weight * kind(pred, target)`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Loss {
+pub struct LossTerm {
     pub kind: LossKind,
     pub pred: ValueRef,
     pub target: ValueRef,
+    /// A positive finite factor (1 when the term has none).
+    pub weight: f32,
+    /// The term as written (its weight, name and arguments).
     pub span: Span,
+}
+
+/// The loss: the sum of its terms, `w1 * l1(p1, t1) + w2 * l2(p2, t2) + ...` (at least one; a
+/// single term without a weight is that loss).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Loss {
+    pub terms: Vec<LossTerm>,
+    /// The whole `loss` statement.
+    pub span: Span,
+}
+
+impl Loss {
+    /// The term classification metrics (accuracy, top-k) are measured on: the first
+    /// `cross_entropy` term, if any.
+    pub fn classifier(&self) -> Option<&LossTerm> {
+        self.terms.iter().find(|t| t.kind.takes_labels())
+    }
+
+    /// The term whose prediction is the model's output (what `predict` writes, what accuracy is
+    /// measured on): the classifier if there is one, else the first term.
+    pub fn output_term(&self) -> &LossTerm {
+        self.classifier().unwrap_or(&self.terms[0])
+    }
+
+    /// Whether the loss is one term of weight 1 (what a program without weights means).
+    pub fn is_single(&self) -> bool {
+        self.terms.len() == 1 && self.terms[0].weight == 1.0
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -327,13 +359,22 @@ pub struct Model {
     pub targets: Vec<TensorDecl>,
     /// Topologically ordered: a node's inputs refer only to earlier nodes, inputs or targets.
     pub nodes: Vec<Node>,
-    /// The value the user calls the output (the loss' prediction).
+    /// The value the user calls the output: the prediction of [`Loss::output_term`] (what
+    /// `predict` writes).
     pub output: ValueRef,
     pub loss: Loss,
     pub train: TrainConfig,
 }
 
 impl Model {
+    /// The name of a target (`None` for another value).
+    pub fn target_name(&self, v: ValueRef) -> Option<&str> {
+        match v {
+            ValueRef::Target(i) => self.targets.get(i).map(|t| t.name.as_str()),
+            _ => None,
+        }
+    }
+
     /// Per-sample shape of a value.
     pub fn shape(&self, v: ValueRef) -> &Shape {
         match v {

@@ -151,9 +151,15 @@ fn optimizer_text(o: &Optimizer) -> String {
     }
 }
 
+/// The loss as the program would write it: its terms, each with its weight when it is not 1.
 fn loss_text(m: &Model) -> String {
-    let k = m.loss.kind.name();
-    let opt = match m.loss.kind {
+    let terms: Vec<String> = m.loss.terms.iter().map(|t| term_text(m, t)).collect();
+    terms.join(" + ")
+}
+
+fn term_text(m: &Model, t: &LossTerm) -> String {
+    let k = t.kind.name();
+    let opt = match t.kind {
         LossKind::Huber { delta } => format!(", delta: {delta}"),
         LossKind::CrossEntropy { label_smoothing } if label_smoothing != 0.0 => {
             format!(", label_smoothing: {label_smoothing}")
@@ -162,10 +168,15 @@ fn loss_text(m: &Model) -> String {
             String::new()
         }
     };
+    let w = if t.weight == 1.0 {
+        String::new()
+    } else {
+        format!("{} * ", t.weight)
+    };
     format!(
-        "{k}({}, {}{opt})",
-        value_name(m, m.loss.pred),
-        value_name(m, m.loss.target)
+        "{w}{k}({}, {}{opt})",
+        value_name(m, t.pred),
+        value_name(m, t.target)
     )
 }
 

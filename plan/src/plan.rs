@@ -293,8 +293,11 @@ pub enum RunPass {
 /// (each absent when off, so plans without them read as in 6).
 /// 8: `PoolGeom` with a window, stride and padding per axis (and side) and `ceil_mode` (was
 /// `size`, `stride`, `pad`).
-/// 9: `ClipNormMethod::NormPass` and the `GradNormStore` op (plans without it read as in 8).
-pub const FORMAT_VERSION: u32 = 9;
+/// 9: a loss may be a weighted sum of terms: every loss op (`MseLoss`, ..) is a struct variant
+/// with a `weight` (absent when 1: `{"MseLoss":{}}`, was the unit variant `"MseLoss"`); the step's
+/// loss is the `Add` of the terms' losses.
+/// 10: `ClipNormMethod::NormPass` and the `GradNormStore` op (plans without it read as in 9).
+pub const FORMAT_VERSION: u32 = 10;
 
 fn one() -> usize {
     1

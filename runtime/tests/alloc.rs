@@ -70,9 +70,9 @@ fn counts_current_and_peak() {
             Kernel {
                 id: 1,
                 name: "mse".into(),
-                op: Op::Loss(LossOp::MseLoss),
+                op: Op::Loss(LossOp::MseLoss { weight: 1.0 }),
                 arg_shapes: vec![sh.clone(), sh.clone(), vec![1]],
-                signature: Op::Loss(LossOp::MseLoss).signature(),
+                signature: Op::Loss(LossOp::MseLoss { weight: 1.0 }).signature(),
             },
         ],
         steps: vec![

@@ -695,3 +695,39 @@ fn unet_trains_through_emulated_kernels_like_the_cpu_backend() {
     let plan = plan_of_source(&src, "unet.dm", Mode::Train, Some(2));
     trains_like_the_cpu_backend("unet", plan);
 }
+
+/// A weighted sum of losses over two heads (a regression head read by two terms, a classifier):
+/// every kernel of the train and eval plans (the weighted loss kernels and their gradients), then
+/// training, against the CPU backend.
+#[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
+fn a_weighted_loss_trains_through_emulated_kernels_like_the_cpu_backend() {
+    const SRC: &str = "input x: [6]
+target r: [3]
+target label: int
+h = x |> dense(8, activation: tanh)
+recon = h |> dense(3)
+logits = h |> dense(4)
+loss 0.3 * mse(recon, r) + 0.5 * huber(recon, r, delta: 0.25) + 1.75 * cross_entropy(logits, label, label_smoothing: 0.1)
+train { batch: 3, optimizer: sgd(lr: 0.1, momentum: 0.9) }
+";
+    for mode in [Mode::Train, Mode::Eval] {
+        let plan = plan_of_source(SRC, "weighted.dm", mode, None);
+        let weighted = plan
+            .kernels
+            .iter()
+            .filter(|k| matches!(&k.op, dmc_compiler::op::Op::Loss(l) if l.weight() != 1.0))
+            .count();
+        assert_eq!(
+            weighted,
+            if mode == Mode::Train { 6 } else { 3 },
+            "{mode:?}"
+        );
+        let checks = check_plan(&plan, CheckRun::default()).expect("emulate");
+        assert_all_ok(&format!("weighted loss {mode:?}"), &checks);
+    }
+    trains_like_the_cpu_backend(
+        "weighted loss",
+        plan_of_source(SRC, "weighted.dm", Mode::Train, None),
+    );
+}

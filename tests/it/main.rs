@@ -21,6 +21,7 @@ mod interop;
 mod interop_norm;
 mod lr_schedule;
 mod memory;
+mod multi_loss;
 mod reliability;
 mod reshape;
 mod resume;

@@ -24,9 +24,9 @@ fn train(
     check_plan(&plan).expect("plan checker");
     let arena = plan.arena_bytes;
     let specs = TensorSpec::from_plan(&plan);
-    let task = if m.loss.kind.takes_labels() {
+    let task = if m.loss.terms[0].kind.takes_labels() {
         Task::Classification {
-            classes: *m.shape(m.loss.pred).last().expect("classes"),
+            classes: *m.shape(m.loss.terms[0].pred).last().expect("classes"),
         }
     } else {
         Task::Regression

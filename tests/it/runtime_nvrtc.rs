@@ -44,6 +44,7 @@ fn every_example_kernel_compiles_for_sm80_and_sm90_without_warnings_or_spills() 
         "resnet18",
         "mobilenet",
         "unet",
+        "autoencoder_classifier",
     ] {
         for mode in [Mode::Train, Mode::Eval] {
             let plan = plan_of(ex, mode);

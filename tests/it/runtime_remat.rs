@@ -109,6 +109,14 @@ fn mobilenet_and_unet_train_bit_identically_under_caps() {
     }
 }
 
+/// A weighted loss over two heads (the autoencoder with a classifier head) under caps down to its
+/// minimum: bit for bit the uncapped training.
+#[test]
+fn a_two_headed_weighted_loss_trains_bit_identically_under_caps() {
+    let src = example("autoencoder_classifier.dm");
+    check_bit_identical("autoencoder_classifier", &model(&src), 2);
+}
+
 #[test]
 fn mlp_trains_bit_identically_under_remat() {
     check_bit_identical("mlp", &model(&example("mlp.dm")), 3);

@@ -8,10 +8,21 @@ use dmc_plan::op::LossOp;
 
 const TEMPLATE: &str = "loss.cu.tera";
 
-/// `MseLoss`: pred, target -> loss[1].
-pub(crate) fn mse(s: &Site) -> Result<Spec, CodegenError> {
+/// The term's weight `w` in the template context: `false` when 1 (the unweighted formulas,
+/// unchanged), else its literal.
+fn weight_ctx(sp: &mut Spec, w: f32) {
+    if w == 1.0 {
+        sp.ctx.insert("weight", &false);
+    } else {
+        sp.ctx.insert("weight", &f32_lit(w));
+    }
+}
+
+/// `MseLoss` (also `MaeLoss`, `BceWithLogitsLoss`): pred, target -> loss[1].
+pub(crate) fn mse(s: &Site, w: f32) -> Result<Spec, CodegenError> {
     let mut sp = reduction(s, TEMPLATE);
     sp.ctx.insert("n", &numel(s.shape(0)?));
+    weight_ctx(&mut sp, w);
     Ok(sp)
 }
 
@@ -23,19 +34,20 @@ fn logits(s: &Site) -> Result<(usize, usize), CodegenError> {
 }
 
 /// `HuberLoss` (pred, target -> loss[1]).
-fn huber(s: &Site, delta: f32) -> Result<Spec, CodegenError> {
-    let mut sp = mse(s)?;
+fn huber(s: &Site, delta: f32, w: f32) -> Result<Spec, CodegenError> {
+    let mut sp = mse(s, w)?;
     sp.ctx.insert("delta", &f32_lit(delta));
     Ok(sp)
 }
 
 /// The per-element gradients of the elementwise losses (`elementwise.cu.tera`), with Huber's
 /// `delta`.
-fn elementwise_bwd(s: &Site, delta: Option<f32>) -> Result<Spec, CodegenError> {
+fn elementwise_bwd(s: &Site, delta: Option<f32>, w: f32) -> Result<Spec, CodegenError> {
     let mut sp = super::elementwise::binary(s)?;
     if let Some(d) = delta {
         sp.ctx.insert("delta", &f32_lit(d));
     }
+    weight_ctx(&mut sp, w);
     Ok(sp)
 }
 
@@ -50,93 +62,101 @@ fn smoothing_ctx(sp: &mut Spec, e: f32) {
 }
 
 /// `CrossEntropyLoss`: logits, labels -> loss[1].
-pub(crate) fn cross_entropy(s: &Site, e: f32) -> Result<Spec, CodegenError> {
+pub(crate) fn cross_entropy(s: &Site, e: f32, w: f32) -> Result<Spec, CodegenError> {
     let (rows, classes) = logits(s)?;
     let mut sp = reduction(s, TEMPLATE);
     sp.ctx.insert("rows", &rows);
     sp.ctx.insert("classes", &classes);
     smoothing_ctx(&mut sp, e);
+    weight_ctx(&mut sp, w);
     Ok(sp)
 }
 
 /// `CrossEntropyLossBwd`: logits, labels -> dlogits.
-pub(crate) fn cross_entropy_bwd(s: &Site, e: f32) -> Result<Spec, CodegenError> {
+pub(crate) fn cross_entropy_bwd(s: &Site, e: f32, w: f32) -> Result<Spec, CodegenError> {
     let (rows, classes) = logits(s)?;
     let mut sp = per_element(s, TEMPLATE, rows)?;
     sp.ctx.insert("rows", &rows);
     sp.ctx.insert("classes", &classes);
     smoothing_ctx(&mut sp, e);
+    weight_ctx(&mut sp, w);
     Ok(sp)
 }
 
 /// The kernel of one op of the loss family.
 pub(crate) fn spec(s: &Site, op: &LossOp) -> Result<Spec, CodegenError> {
+    let w = op.weight();
     match op {
-        LossOp::MseLoss | LossOp::MaeLoss | LossOp::BceWithLogitsLoss => mse(s),
-        LossOp::HuberLoss { delta } => huber(s, *delta),
-        LossOp::MseLossBwd | LossOp::MaeLossBwd | LossOp::BceWithLogitsLossBwd => {
-            elementwise_bwd(s, None)
+        LossOp::MseLoss { .. } | LossOp::MaeLoss { .. } | LossOp::BceWithLogitsLoss { .. } => {
+            mse(s, w)
         }
-        LossOp::HuberLossBwd { delta } => elementwise_bwd(s, Some(*delta)),
-        LossOp::CrossEntropyLoss { label_smoothing } => cross_entropy(s, *label_smoothing),
-        LossOp::CrossEntropyLossBwd { label_smoothing } => cross_entropy_bwd(s, *label_smoothing),
+        LossOp::HuberLoss { delta, .. } => huber(s, *delta, w),
+        LossOp::MseLossBwd { .. }
+        | LossOp::MaeLossBwd { .. }
+        | LossOp::BceWithLogitsLossBwd { .. } => elementwise_bwd(s, None, w),
+        LossOp::HuberLossBwd { delta, .. } => elementwise_bwd(s, Some(*delta), w),
+        LossOp::CrossEntropyLoss {
+            label_smoothing, ..
+        } => cross_entropy(s, *label_smoothing, w),
+        LossOp::CrossEntropyLossBwd {
+            label_smoothing, ..
+        } => cross_entropy_bwd(s, *label_smoothing, w),
     }
 }
 
-/// The zoo's losses and their gradients.
+/// The zoo's losses and their gradients: each unweighted, and each with a weight (a term of a
+/// weighted sum, `loss 0.25 * mse(..) + ..`).
 pub(crate) fn zoo() -> Vec<super::cases::Case> {
     use dmc_plan::op::Op;
-    let l = |op: LossOp| Op::Loss(op);
-    vec![
-        (l(LossOp::MseLoss), vec![vec![4, 3], vec![4, 3], vec![1]]),
-        (
-            l(LossOp::MseLossBwd),
-            vec![vec![4, 3], vec![4, 3], vec![4, 3]],
-        ),
-        (
-            l(LossOp::CrossEntropyLoss {
-                label_smoothing: 0.0,
-            }),
-            vec![vec![5, 7], vec![5], vec![1]],
-        ),
-        (
-            l(LossOp::CrossEntropyLossBwd {
-                label_smoothing: 0.0,
-            }),
-            vec![vec![5, 7], vec![5], vec![5, 7]],
-        ),
-        (
-            l(LossOp::CrossEntropyLoss {
-                label_smoothing: 0.1,
-            }),
-            vec![vec![5, 7], vec![5], vec![1]],
-        ),
-        (
-            l(LossOp::CrossEntropyLossBwd {
-                label_smoothing: 0.1,
-            }),
-            vec![vec![5, 7], vec![5], vec![5, 7]],
-        ),
-        (l(LossOp::MaeLoss), vec![vec![4, 3], vec![4, 3], vec![1]]),
-        (
-            l(LossOp::MaeLossBwd),
-            vec![vec![4, 3], vec![4, 3], vec![4, 3]],
-        ),
-        (
-            l(LossOp::HuberLoss { delta: 0.5 }),
-            vec![vec![4, 3], vec![4, 3], vec![1]],
-        ),
-        (
-            l(LossOp::HuberLossBwd { delta: 0.5 }),
-            vec![vec![4, 3], vec![4, 3], vec![4, 3]],
-        ),
-        (
-            l(LossOp::BceWithLogitsLoss),
-            vec![vec![4, 3], vec![4, 3], vec![1]],
-        ),
-        (
-            l(LossOp::BceWithLogitsLossBwd),
-            vec![vec![4, 3], vec![4, 3], vec![4, 3]],
-        ),
-    ]
+    let ew = [vec![4, 3], vec![4, 3], vec![1]];
+    let ewb = [vec![4, 3], vec![4, 3], vec![4, 3]];
+    let ce = [vec![5, 7], vec![5], vec![1]];
+    let ceb = [vec![5, 7], vec![5], vec![5, 7]];
+    let mut out = vec![];
+    for weight in [1.0, 0.25] {
+        let cases: Vec<(LossOp, &[Vec<usize>; 3])> = vec![
+            (LossOp::MseLoss { weight }, &ew),
+            (LossOp::MseLossBwd { weight }, &ewb),
+            (
+                LossOp::CrossEntropyLoss {
+                    label_smoothing: 0.0,
+                    weight,
+                },
+                &ce,
+            ),
+            (
+                LossOp::CrossEntropyLossBwd {
+                    label_smoothing: 0.0,
+                    weight,
+                },
+                &ceb,
+            ),
+            (
+                LossOp::CrossEntropyLoss {
+                    label_smoothing: 0.1,
+                    weight,
+                },
+                &ce,
+            ),
+            (
+                LossOp::CrossEntropyLossBwd {
+                    label_smoothing: 0.1,
+                    weight,
+                },
+                &ceb,
+            ),
+            (LossOp::MaeLoss { weight }, &ew),
+            (LossOp::MaeLossBwd { weight }, &ewb),
+            (LossOp::HuberLoss { delta: 0.5, weight }, &ew),
+            (LossOp::HuberLossBwd { delta: 0.5, weight }, &ewb),
+            (LossOp::BceWithLogitsLoss { weight }, &ew),
+            (LossOp::BceWithLogitsLossBwd { weight }, &ewb),
+        ];
+        out.extend(
+            cases
+                .into_iter()
+                .map(|(op, shapes)| (Op::Loss(op), shapes.to_vec())),
+        );
+    }
+    out
 }

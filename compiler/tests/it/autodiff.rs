@@ -183,7 +183,7 @@ loss mse(out, y)
     let dense_3 = m.nodes.iter().position(|n| n.name == "dense_3").unwrap();
     m.nodes.truncate(dense_3 + 1);
     m.output = ValueRef::Node(dense_3);
-    m.loss.pred = m.output;
+    m.loss.terms[0].pred = m.output;
     let g = train(&m);
     let dead = g
         .params
@@ -218,4 +218,84 @@ loss mse(out, y)
     )
     .unwrap();
     assert_eq!(plan.params.len(), 6);
+}
+
+/// A loss of two weighted terms over two heads: each term is a loss node of its weight, their sum
+/// the loss; each term's backward (of its weight) seeds the gradient of its head, and the two heads'
+/// gradients meet at the shared layer in one sum. Predict plans drop every loss node.
+#[test]
+fn a_weighted_loss_seeds_one_backward_per_term() {
+    let m = checked(
+        "input x: [6]
+target r: [3]
+target label: int
+h = x |> dense(8, activation: tanh)
+recon = h |> dense(3)
+logits = h |> dense(4)
+loss 0.3 * mse(recon, r) + 1.5 * cross_entropy(logits, label)
+train { batch: 2, optimizer: sgd(lr: 0.1) }
+",
+    );
+    let g = train(&m);
+    let losses: Vec<_> = g
+        .nodes()
+        .into_iter()
+        .filter_map(|n| match &g.node(n).op {
+            Op::Loss(l) => Some((l.is_backward(), l.weight(), g.node(n).phase)),
+            _ => None,
+        })
+        .collect();
+    let mut fwd: Vec<f32> = losses.iter().filter(|l| !l.0).map(|l| l.1).collect();
+    let mut bwd: Vec<f32> = losses.iter().filter(|l| l.0).map(|l| l.1).collect();
+    fwd.sort_by(f32::total_cmp);
+    bwd.sort_by(f32::total_cmp);
+    assert_eq!((fwd, bwd), (vec![0.3, 1.5], vec![0.3, 1.5]));
+    let loss = g.loss.expect("loss");
+    assert!(matches!(
+        g.node(loss.0).op,
+        Op::Elementwise(ElementwiseOp::Add)
+    ));
+    assert_eq!(g.node(loss.0).phase, Phase::Loss);
+    assert_eq!(g.ty(loss).shape, vec![1]);
+    // the two heads' gradients summed at the hidden activation, once
+    let sums = g
+        .nodes()
+        .into_iter()
+        .filter(|n| g.node(*n).phase == Phase::Backward && g.node(*n).name.ends_with("(sum)"))
+        .count();
+    assert_eq!(sums, 1);
+    assert_eq!(
+        g.grads.len(),
+        6,
+        "every weight and bias of the three layers"
+    );
+    // the output is the classifier's logits
+    let out = g.node(g.output.0).name.clone();
+    assert_eq!(out, "dense_3");
+    let p = compile_graph(
+        &m,
+        &CompileOptions {
+            mode: Mode::Predict,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(p.loss.is_none());
+    assert!(p.targets.is_empty());
+    assert!(p
+        .nodes()
+        .into_iter()
+        .all(|n| !matches!(p.node(n).op, Op::Loss(_)) && p.node(n).phase != Phase::Loss));
+    // under a cap (chunked updates, recomputation when needed) the two-headed plan still plans
+    let plain = compile(&m, &CompileOptions::default()).unwrap();
+    let capped = compile(
+        &m,
+        &CompileOptions {
+            cap: Some(plain.arena_bytes),
+            verify: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(capped.arena_bytes <= plain.arena_bytes);
 }

@@ -118,14 +118,19 @@ fn forward_ops() {
     )
     .is_err());
     assert_eq!(
-        shapes(&Op::Loss(LossOp::MseLoss), &[f(&[2, 3]), f(&[2, 3])], None),
+        shapes(
+            &Op::Loss(LossOp::MseLoss { weight: 1.0 }),
+            &[f(&[2, 3]), f(&[2, 3])],
+            None
+        ),
         vec![f(&[1])]
     );
     let labels = TensorType::new(vec![2], DType::I32);
     assert_eq!(
         shapes(
             &Op::Loss(LossOp::CrossEntropyLoss {
-                label_smoothing: 0.0
+                label_smoothing: 0.0,
+                weight: 1.0,
             }),
             &[f(&[2, 3]), labels.clone()],
             None
@@ -134,7 +139,8 @@ fn forward_ops() {
     );
     assert!(infer_outputs(
         &Op::Loss(LossOp::CrossEntropyLoss {
-            label_smoothing: 0.0
+            label_smoothing: 0.0,
+            weight: 1.0,
         }),
         &[f(&[2, 3]), f(&[2])],
         None
@@ -143,7 +149,8 @@ fn forward_ops() {
     assert_eq!(
         shapes(
             &Op::Loss(LossOp::CrossEntropyLossBwd {
-                label_smoothing: 0.0
+                label_smoothing: 0.0,
+                weight: 1.0,
             }),
             &[f(&[2, 3]), labels],
             None
@@ -263,7 +270,7 @@ fn backward_and_update_ops() {
     );
     assert_eq!(
         shapes(
-            &Op::Loss(LossOp::MseLossBwd),
+            &Op::Loss(LossOp::MseLossBwd { weight: 1.0 }),
             &[f(&[2, 3]), f(&[2, 3])],
             None
         ),

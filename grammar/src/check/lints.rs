@@ -42,10 +42,12 @@ impl Checker<'_> {
     }
 
     /// Every layer must contribute to the loss' prediction.
-    pub(super) fn check_dead(&self, pred: ValueRef) -> Result<(), Error> {
+    pub(super) fn check_dead(&self, preds: &[ValueRef]) -> Result<(), Error> {
         let mut live = vec![false; self.nodes.len()];
-        if let ValueRef::Node(i) = pred {
-            live[i] = true;
+        for p in preds {
+            if let ValueRef::Node(i) = p {
+                live[*i] = true;
+            }
         }
         for i in (0..self.nodes.len()).rev() {
             if !live[i] {

@@ -1,18 +1,83 @@
-//! The `loss` statement: its kind, prediction and target, and whether their shapes and types
-//! fit the loss.
+//! The `loss` statement: its terms (each a weight, a kind, a prediction and a target), and
+//! whether their shapes and types fit each term's loss.
 
 use super::args::{bind, Sig};
 use super::names::LOSSES;
 use super::scope::{Scope, Val};
 use super::state::{err, Checker};
 use super::suggest::{suggest, unsupported_help};
-use crate::ast::LossStmt;
+use crate::ast::{ExprKind, LossCall, LossStmt};
 use crate::diag::{Error, Kind};
 use crate::limits::fmt_shape;
 use crate::model::*;
 
 impl Checker<'_> {
-    pub(super) fn loss(&mut self, l: &LossStmt, scope: &mut Scope) -> Result<Loss, Error> {
+    /// The loss: every term checked (each term's errors reported, all of them in one run); `None`
+    /// when a term is in error.
+    pub(super) fn loss(&mut self, l: &LossStmt, scope: &mut Scope) -> Option<Loss> {
+        let mut terms = Vec::with_capacity(l.terms.len());
+        let mut ok = true;
+        for t in &l.terms {
+            let r = self
+                .loss_weight(t)
+                .and_then(|w| self.loss_term(t, w, scope));
+            match self.recover(r) {
+                Some(term) => terms.push(term),
+                None => {
+                    t.args.iter().for_each(|a| scope.mark_used(&a.value));
+                    ok = false;
+                }
+            }
+        }
+        (ok && !terms.is_empty()).then_some(Loss {
+            terms,
+            span: l.span,
+        })
+    }
+
+    /// A term's weight: 1 without one, else a positive number that is finite in f32.
+    fn loss_weight(&self, t: &LossCall) -> Result<f32, Error> {
+        let Some(w) = &t.weight else { return Ok(1.0) };
+        let v =
+            match w.kind {
+                ExprKind::Int(i) => i as f64,
+                ExprKind::Float(f) => f,
+                _ => return Err(
+                    err(Kind::Argument, w.span, "a loss weight must be a number")
+                        .label("not a number")
+                        .help("write e.g. `loss 0.5 * mse(out, y) + cross_entropy(logits, label)`"),
+                ),
+            };
+        let f = v as f32;
+        if v.is_nan() || v <= 0.0 {
+            return Err(err(
+                Kind::Argument,
+                w.span,
+                format!("a loss weight must be positive, found {v:?}"),
+            )
+            .label("not positive")
+            .help(format!(
+                "weights scale a term's loss and gradient; drop the term instead of weighting it by {v:?}"
+            )));
+        }
+        if !f.is_finite() || f == 0.0 {
+            return Err(err(
+                Kind::Argument,
+                w.span,
+                format!("the loss weight {v:?} does not fit in f32"),
+            )
+            .label("out of f32 range")
+            .help("use a weight between about 1e-38 and 3.4e38"));
+        }
+        Ok(f)
+    }
+
+    fn loss_term(
+        &mut self,
+        l: &LossCall,
+        weight: f32,
+        scope: &mut Scope,
+    ) -> Result<LossTerm, Error> {
         // The options each loss takes after (prediction, target), with their defaults.
         let options: &'static [(&'static str, bool)] = match l.func.name.as_str() {
             "mse" | "mae" | "bce_with_logits" => &[],
@@ -193,10 +258,11 @@ impl Checker<'_> {
                 }
             }
         }
-        Ok(Loss {
+        Ok(LossTerm {
             kind,
             pred,
             target,
+            weight,
             span: l.span,
         })
     }
@@ -205,7 +271,7 @@ impl Checker<'_> {
     /// to `options`), checked.
     fn loss_kind(
         &self,
-        l: &LossStmt,
+        l: &LossCall,
         options: &'static [(&'static str, bool)],
     ) -> Result<LossKind, Error> {
         let fname = l.func.name.as_str();

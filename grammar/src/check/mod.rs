@@ -142,7 +142,7 @@ fn run<'a>(c: &mut Checker<'a>, prog: &'a Program) -> Option<Model> {
                     )
                     .label("second loss")
                     .note(prev.span, "first loss here")
-                    .help("a model is trained on one loss; remove one of them"),
+                    .help("a model is trained on one loss; to train on several, write one weighted sum: `loss 0.5 * mse(recon, x) + cross_entropy(logits, label)`"),
                 ),
                 None => loss = Some(l),
             },
@@ -178,10 +178,6 @@ fn run<'a>(c: &mut Checker<'a>, prog: &'a Program) -> Option<Model> {
             scope.horizon = Some(l.span.start);
             let r = c.loss(l, &mut scope);
             scope.horizon = None;
-            let r = c.recover(r);
-            if r.is_none() {
-                l.args.iter().for_each(|a| scope.mark_used(&a.value));
-            }
             r
         }
         None => {
@@ -224,15 +220,15 @@ fn run<'a>(c: &mut Checker<'a>, prog: &'a Program) -> Option<Model> {
     if !c.errors.is_empty() {
         return None;
     }
-    let r = c
-        .check_dead(loss.pred)
-        .and_then(|()| c.check_trainable(&loss));
+    let preds: Vec<ValueRef> = loss.terms.iter().map(|t| t.pred).collect();
+    let r = c.check_dead(&preds).and_then(|()| c.check_trainable(&loss));
     c.recover(r)?;
+    let output = loss.output_term().pred;
     Some(Model {
         inputs: std::mem::take(&mut c.inputs),
         targets: std::mem::take(&mut c.targets),
         nodes: std::mem::take(&mut c.nodes),
-        output: loss.pred,
+        output,
         loss,
         train,
     })
@@ -296,7 +292,11 @@ fn mentioned(prog: &Program) -> std::collections::HashSet<String> {
                     names_in(e, &mut add);
                 }
             }
-            Item::Loss(l) => l.args.iter().for_each(|a| names_in(&a.value, &mut add)),
+            Item::Loss(l) => l
+                .terms
+                .iter()
+                .flat_map(|t| &t.args)
+                .for_each(|a| names_in(&a.value, &mut add)),
             Item::Input(_) | Item::Target(_) | Item::Train(_) => {}
         }
     }

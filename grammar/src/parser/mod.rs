@@ -273,15 +273,22 @@ impl<'s> P<'s> {
             Tok::Ident(k) if k == "block" => self.block(),
             Tok::Ident(k) if k == "loss" => {
                 self.bump();
-                let func = self.ident("a loss function such as `mse` or `cross_entropy`")?;
-                if !self.is_punct("(") {
-                    return Err(self.unexpected("`(` after the loss function"));
+                let mut terms = vec![self.loss_call()?];
+                while self.eat_punct("+") {
+                    let term_starts = match &self.peek().tok {
+                        Tok::Ident(k) => !is_keyword(k),
+                        Tok::Int(_) | Tok::Float(_) | Tok::Punct("-") => true,
+                        _ => false,
+                    };
+                    if !term_starts {
+                        return Err(self
+                            .unexpected("a loss term")
+                            .help("join weighted losses with `+`: `loss 0.5 * mse(recon, x) + cross_entropy(logits, label)`"));
+                    }
+                    terms.push(self.loss_call()?);
                 }
-                let open = self.bump().span;
-                let args = self.args(open)?;
                 Ok(Item::Loss(LossStmt {
-                    func,
-                    args,
+                    terms,
                     span: Span::new(t.span.start, self.prev_end()),
                 }))
             }
@@ -313,6 +320,50 @@ impl<'s> P<'s> {
                 Err(e)
             }
         }
+    }
+
+    /// One term of a `loss`: `[NUMBER *] NAME(args)`.
+    fn loss_call(&mut self) -> R<LossCall> {
+        let start = self.peek().span.start;
+        let number = matches!(
+            (&self.peek().tok, &self.peek_at(1).tok),
+            (Tok::Int(_) | Tok::Float(_), _) | (Tok::Punct("-"), Tok::Int(_) | Tok::Float(_))
+        );
+        let weight = if number {
+            let w = self.primary()?;
+            if !self.eat_punct("*") {
+                return Err(self
+                    .unexpected("`*` after the loss weight")
+                    .help("write a weighted term as `0.5 * mse(out, y)`"));
+            }
+            Some(w)
+        } else {
+            None
+        };
+        if let (Tok::Ident(n), Tok::Punct("*")) = (&self.peek().tok, &self.peek_at(1).tok) {
+            if !is_keyword(n) {
+                let t = self.peek().clone();
+                return Err(Error::new(
+                    Kind::Syntax,
+                    t.span,
+                    format!("a loss weight must be a number, found the name `{n}`"),
+                )
+                .label("not a number")
+                .help("write the weight as a number literal, e.g. `loss 0.5 * mse(out, y) + cross_entropy(logits, label)`"));
+            }
+        }
+        let func = self.ident("a loss function such as `mse` or `cross_entropy`")?;
+        if !self.is_punct("(") {
+            return Err(self.unexpected("`(` after the loss function"));
+        }
+        let open = self.bump().span;
+        let args = self.args(open)?;
+        Ok(LossCall {
+            weight,
+            func,
+            args,
+            span: Span::new(start, self.prev_end()),
+        })
     }
 
     fn let_stmt(&mut self) -> R<Let> {

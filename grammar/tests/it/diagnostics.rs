@@ -142,6 +142,16 @@ fn cases() -> Vec<(&'static str, String)> {
         ("multiply_shape_mismatch", wrap("a = x |> conv2d(4, 3)\nout = (x * a) |> flatten |> dense(1)")),
         ("concat_axis_differs", wrap("p = x |> maxpool(2)\nout = concat(x, p) |> flatten |> dense(1)")),
         ("concat_one_value", wrap("out = concat(x) |> flatten |> dense(1)")),
+        // --- a weighted sum of losses ---
+        ("loss_weight_zero", format!("{HEAD}out = x |> flatten |> dense(1)\nloss 0 * mse(out, y) + mae(out, y)\ntrain {{ batch: 1, optimizer: sgd }}\n")),
+        ("loss_weight_negative", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y) + -0.5 * mae(out, y)\ntrain {{ batch: 1, optimizer: sgd }}\n")),
+        ("loss_weight_beyond_f32", format!("{HEAD}out = x |> flatten |> dense(1)\nloss 1e39 * mse(out, y)\ntrain {{ batch: 1, optimizer: sgd }}\n")),
+        ("loss_weight_a_name", format!("{HEAD}w = 2\nout = x |> flatten |> dense(1)\nloss w * mse(out, y)\ntrain {{ batch: 1, optimizer: sgd }}\n")),
+        ("loss_weight_without_star", format!("{HEAD}out = x |> flatten |> dense(1)\nloss 0.5 mse(out, y)\ntrain {{ batch: 1, optimizer: sgd }}\n")),
+        ("loss_trailing_plus", format!("{HEAD}out = x |> flatten |> dense(1)\nloss mse(out, y) +\ntrain {{ batch: 1, optimizer: sgd }}\n")),
+        ("loss_terms_share_a_target_of_another_kind", "input x: [4]\ntarget label: int\nlogits = x |> dense(3)\nloss cross_entropy(logits, label) + 0.1 * mse(logits, label)\ntrain { batch: 1, optimizer: sgd }\n".to_string()),
+        ("loss_two_terms_in_error", "input x: [4]\ntarget y: [2]\nout = x |> dense(3)\nloss 0.5 * mse(out, y) + huber(out, y, delta: -1)\ntrain { batch: 1, optimizer: sgd }\n".to_string()),
+        ("loss_head_unused", "input x: [4]\ntarget y: [1]\nh = x |> dense(8)\nout = h |> dense(1)\nother = h |> dense(2)\nloss mse(out, y)\ntrain { batch: 1, optimizer: sgd }\n".to_string()),
         ("block_error_in_every_use", wrap("block b(x, c) {\n  h = x |> conv2d(c, 3, activation: selu)\n  return x + h\n}\nout = x |> b(1) |> b(1) |> flatten |> dense(1)")),
     ]
 }

@@ -68,7 +68,7 @@ fn seed_matches_the_question() {
             clip_norm: None,
         }
     );
-    assert_eq!(m.loss.kind, LossKind::Mse);
+    assert_eq!(m.loss.terms[0].kind, LossKind::Mse);
     assert_eq!(m.output, ValueRef::Node(m.nodes.len() - 1));
     // Parameter specs of the first conv: HWIO weight, bias, fans.
     let c1 = &m.nodes[0];
@@ -132,7 +132,7 @@ fn mlp_example() {
     assert_eq!(m.targets[0].dtype, DType::I32);
     assert_eq!(m.targets[0].shape, Vec::<usize>::new());
     assert_eq!(
-        m.loss.kind,
+        m.loss.terms[0].kind,
         LossKind::CrossEntropy {
             label_smoothing: 0.0
         }

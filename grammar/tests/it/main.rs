@@ -6,4 +6,5 @@ mod errors;
 mod fuzz;
 mod language;
 mod layers;
+mod loss_terms;
 mod reliability;

@@ -5,35 +5,111 @@ use serde::{Deserialize, Serialize};
 use super::facts::{p, DType, OpFacts, ParamKind, Role, ShapeError, TensorType};
 use super::shape::{err, numel, rank, same};
 
+/// Every op carries the `weight` of its term of the loss (`loss 0.5 * mse(..) + ..`): the forward
+/// computes `weight * loss`, the backward `weight * dloss/dpred`; 1 (absent in the JSON) when the
+/// term has none.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum LossOp {
     /// pred\[N,..\], target\[N,..\] -> loss\[1\] = mean((pred - target)^2)
-    MseLoss,
+    MseLoss {
+        #[serde(default = "unit", skip_serializing_if = "is_unit")]
+        weight: f32,
+    },
     /// pred, target -> dpred = 2 (pred - target) / numel
-    MseLossBwd,
+    MseLossBwd {
+        #[serde(default = "unit", skip_serializing_if = "is_unit")]
+        weight: f32,
+    },
     /// logits\[N,C\], labels i32\[N\] -> loss\[1\] = mean_n(logsumexp(logits_n) - (1-e) logits_n\[label_n\]
     /// minus e/C sum_j logits_n\[j\]), `e` = `label_smoothing` (PyTorch's: the target is
     /// (1-e) onehot + e/C), 0 for the plain cross-entropy.
-    CrossEntropyLoss { label_smoothing: f32 },
+    CrossEntropyLoss {
+        label_smoothing: f32,
+        #[serde(default = "unit", skip_serializing_if = "is_unit")]
+        weight: f32,
+    },
     /// logits\[N,C\], labels i32\[N\] -> dlogits = (softmax(logits) - (1-e) onehot(label) - e/C) / N
-    CrossEntropyLossBwd { label_smoothing: f32 },
+    CrossEntropyLossBwd {
+        label_smoothing: f32,
+        #[serde(default = "unit", skip_serializing_if = "is_unit")]
+        weight: f32,
+    },
     /// pred\[N,..\], target\[N,..\] -> loss\[1\] = mean|pred - target| (PyTorch's `L1Loss`)
-    MaeLoss,
+    MaeLoss {
+        #[serde(default = "unit", skip_serializing_if = "is_unit")]
+        weight: f32,
+    },
     /// pred, target -> dpred = sign(pred - target) / numel (0 where they are equal)
-    MaeLossBwd,
+    MaeLossBwd {
+        #[serde(default = "unit", skip_serializing_if = "is_unit")]
+        weight: f32,
+    },
     /// pred, target -> loss\[1\] = mean(|d| <= delta ? d^2/2 : delta (|d| - delta/2)), d = pred -
     /// target (PyTorch's `HuberLoss(delta)`)
-    HuberLoss { delta: f32 },
+    HuberLoss {
+        delta: f32,
+        #[serde(default = "unit", skip_serializing_if = "is_unit")]
+        weight: f32,
+    },
     /// pred, target -> dpred = clamp(d, -delta, delta) / numel
-    HuberLossBwd { delta: f32 },
+    HuberLossBwd {
+        delta: f32,
+        #[serde(default = "unit", skip_serializing_if = "is_unit")]
+        weight: f32,
+    },
     /// logits\[N,..\], target\[N,..\] (probabilities in \[0, 1\], same shape) -> loss\[1\] =
     /// mean(max(x, 0) - x t + ln(1 + e^-|x|)) (PyTorch's `BCEWithLogitsLoss`, stable)
-    BceWithLogitsLoss,
+    BceWithLogitsLoss {
+        #[serde(default = "unit", skip_serializing_if = "is_unit")]
+        weight: f32,
+    },
     /// logits, target -> dlogits = (sigmoid(x) - t) / numel
-    BceWithLogitsLossBwd,
+    BceWithLogitsLossBwd {
+        #[serde(default = "unit", skip_serializing_if = "is_unit")]
+        weight: f32,
+    },
 }
 
 impl LossOp {
+    /// The weight of the op's loss term (1 for a loss without weights).
+    pub fn weight(&self) -> f32 {
+        match self {
+            LossOp::MseLoss { weight }
+            | LossOp::MseLossBwd { weight }
+            | LossOp::CrossEntropyLoss { weight, .. }
+            | LossOp::CrossEntropyLossBwd { weight, .. }
+            | LossOp::MaeLoss { weight }
+            | LossOp::MaeLossBwd { weight }
+            | LossOp::HuberLoss { weight, .. }
+            | LossOp::HuberLossBwd { weight, .. }
+            | LossOp::BceWithLogitsLoss { weight }
+            | LossOp::BceWithLogitsLossBwd { weight } => *weight,
+        }
+    }
+
+    /// The backward of a loss (its gradient with respect to the prediction, with the same
+    /// weight and options); `None` for a backward.
+    pub fn backward(&self) -> Option<LossOp> {
+        Some(match *self {
+            LossOp::MseLoss { weight } => LossOp::MseLossBwd { weight },
+            LossOp::MaeLoss { weight } => LossOp::MaeLossBwd { weight },
+            LossOp::HuberLoss { delta, weight } => LossOp::HuberLossBwd { delta, weight },
+            LossOp::BceWithLogitsLoss { weight } => LossOp::BceWithLogitsLossBwd { weight },
+            LossOp::CrossEntropyLoss {
+                label_smoothing,
+                weight,
+            } => LossOp::CrossEntropyLossBwd {
+                label_smoothing,
+                weight,
+            },
+            LossOp::MseLossBwd { .. }
+            | LossOp::MaeLossBwd { .. }
+            | LossOp::HuberLossBwd { .. }
+            | LossOp::BceWithLogitsLossBwd { .. }
+            | LossOp::CrossEntropyLossBwd { .. } => return None,
+        })
+    }
+
     /// Whether the op compares a prediction with a float target of its shape (mse, mae, huber,
     /// bce_with_logits; cross-entropy takes class labels).
     pub fn elementwise_target(&self) -> bool {
@@ -46,16 +122,16 @@ impl LossOp {
     /// Whether the op is a backward (the gradient of the prediction) rather than the loss.
     pub fn is_backward(&self) -> bool {
         match self {
-            LossOp::MseLoss
+            LossOp::MseLoss { .. }
             | LossOp::CrossEntropyLoss { .. }
-            | LossOp::MaeLoss
+            | LossOp::MaeLoss { .. }
             | LossOp::HuberLoss { .. }
-            | LossOp::BceWithLogitsLoss => false,
-            LossOp::MseLossBwd
+            | LossOp::BceWithLogitsLoss { .. } => false,
+            LossOp::MseLossBwd { .. }
             | LossOp::CrossEntropyLossBwd { .. }
-            | LossOp::MaeLossBwd
+            | LossOp::MaeLossBwd { .. }
             | LossOp::HuberLossBwd { .. }
-            | LossOp::BceWithLogitsLossBwd => true,
+            | LossOp::BceWithLogitsLossBwd { .. } => true,
         }
     }
 }
@@ -65,16 +141,18 @@ impl OpFacts for LossOp {
         use DType::*;
         use Role::*;
         match self {
-            LossOp::MseLoss | LossOp::MaeLoss | LossOp::HuberLoss { .. } => vec![
+            LossOp::MseLoss { .. } | LossOp::MaeLoss { .. } | LossOp::HuberLoss { .. } => vec![
                 p("pred", In, F32),
                 p("target", In, F32),
                 p("loss", Out, F32),
             ],
-            LossOp::MseLossBwd | LossOp::MaeLossBwd | LossOp::HuberLossBwd { .. } => vec![
-                p("pred", In, F32),
-                p("target", In, F32),
-                p("dpred", Out, F32),
-            ],
+            LossOp::MseLossBwd { .. } | LossOp::MaeLossBwd { .. } | LossOp::HuberLossBwd { .. } => {
+                vec![
+                    p("pred", In, F32),
+                    p("target", In, F32),
+                    p("dpred", Out, F32),
+                ]
+            }
             LossOp::CrossEntropyLoss { .. } => vec![
                 p("logits", In, F32),
                 p("labels", In, I32),
@@ -85,12 +163,12 @@ impl OpFacts for LossOp {
                 p("labels", In, I32),
                 p("dlogits", Out, F32),
             ],
-            LossOp::BceWithLogitsLoss => vec![
+            LossOp::BceWithLogitsLoss { .. } => vec![
                 p("logits", In, F32),
                 p("target", In, F32),
                 p("loss", Out, F32),
             ],
-            LossOp::BceWithLogitsLossBwd => vec![
+            LossOp::BceWithLogitsLossBwd { .. } => vec![
                 p("logits", In, F32),
                 p("target", In, F32),
                 p("dlogits", Out, F32),
@@ -100,16 +178,16 @@ impl OpFacts for LossOp {
 
     fn kind_name(&self) -> &'static str {
         match self {
-            LossOp::MseLoss => "mse_loss",
-            LossOp::MseLossBwd => "mse_loss_bwd",
+            LossOp::MseLoss { .. } => "mse_loss",
+            LossOp::MseLossBwd { .. } => "mse_loss_bwd",
             LossOp::CrossEntropyLoss { .. } => "cross_entropy_loss",
             LossOp::CrossEntropyLossBwd { .. } => "cross_entropy_loss_bwd",
-            LossOp::MaeLoss => "mae_loss",
-            LossOp::MaeLossBwd => "mae_loss_bwd",
+            LossOp::MaeLoss { .. } => "mae_loss",
+            LossOp::MaeLossBwd { .. } => "mae_loss_bwd",
             LossOp::HuberLoss { .. } => "huber_loss",
             LossOp::HuberLossBwd { .. } => "huber_loss_bwd",
-            LossOp::BceWithLogitsLoss => "bce_with_logits_loss",
-            LossOp::BceWithLogitsLossBwd => "bce_with_logits_loss_bwd",
+            LossOp::BceWithLogitsLoss { .. } => "bce_with_logits_loss",
+            LossOp::BceWithLogitsLossBwd { .. } => "bce_with_logits_loss_bwd",
         }
     }
 
@@ -128,14 +206,14 @@ impl OpFacts for LossOp {
     ) -> Result<Vec<TensorType>, ShapeError> {
         let f = TensorType::f32;
         match self {
-            LossOp::MseLoss
-            | LossOp::MseLossBwd
-            | LossOp::MaeLoss
-            | LossOp::MaeLossBwd
+            LossOp::MseLoss { .. }
+            | LossOp::MseLossBwd { .. }
+            | LossOp::MaeLoss { .. }
+            | LossOp::MaeLossBwd { .. }
             | LossOp::HuberLoss { .. }
             | LossOp::HuberLossBwd { .. }
-            | LossOp::BceWithLogitsLoss
-            | LossOp::BceWithLogitsLossBwd => {
+            | LossOp::BceWithLogitsLoss { .. }
+            | LossOp::BceWithLogitsLossBwd { .. } => {
                 same(&inputs[0], &inputs[1], "pred, target")?;
                 if inputs[0].numel() == 0 {
                     return err(format!("empty prediction {}", inputs[0]));
@@ -170,11 +248,22 @@ impl OpFacts for LossOp {
     fn flops(&self, ins: &[Vec<usize>], _outs: &[Vec<usize>]) -> u64 {
         let i0 = ins.first().map(|s| numel(s)).unwrap_or(0);
         match self {
-            LossOp::MseLoss | LossOp::MseLossBwd | LossOp::MaeLoss | LossOp::MaeLossBwd => 3 * i0,
+            LossOp::MseLoss { .. }
+            | LossOp::MseLossBwd { .. }
+            | LossOp::MaeLoss { .. }
+            | LossOp::MaeLossBwd { .. } => 3 * i0,
             LossOp::HuberLoss { .. } | LossOp::HuberLossBwd { .. } => 4 * i0,
             LossOp::CrossEntropyLoss { .. } | LossOp::CrossEntropyLossBwd { .. } => 4 * i0,
             // max, product, exp, log1p (or sigmoid), sums
-            LossOp::BceWithLogitsLoss | LossOp::BceWithLogitsLossBwd => 6 * i0,
+            LossOp::BceWithLogitsLoss { .. } | LossOp::BceWithLogitsLossBwd { .. } => 6 * i0,
         }
     }
+}
+
+fn unit() -> f32 {
+    1.0
+}
+
+fn is_unit(w: &f32) -> bool {
+    *w == 1.0
 }

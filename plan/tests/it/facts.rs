@@ -1,7 +1,7 @@
 //! The facts the plan crate holds in one place hold together: every activation's name, kernel
 //! names, saved value, Rust formulas and CUDA statements agree with each other and with the ops'
 //! signatures; every update rule's state slots agree with its op's signature and aliasing; and the
-//! JSON shape of an update op is the one `FORMAT_VERSION` 3 names (kept in 4 to 9: the fields added since are absent when off).
+//! JSON shape of an update op is the one `FORMAT_VERSION` 3 names (kept in 4 to 10: the fields added since are absent when off).
 
 use dmc_plan::op::{ElementwiseOp, Op, OptimOp, Role, TensorType, UnaryKind, UpdateRule};
 use dmc_plan::plan::FORMAT_VERSION;
@@ -144,7 +144,7 @@ fn an_update_op_has_the_state_slots_of_its_rule() {
 
 #[test]
 fn an_update_op_in_plan_json_carries_its_rule() {
-    assert_eq!(FORMAT_VERSION, 9);
+    assert_eq!(FORMAT_VERSION, 10);
     let op = Op::Optim(OptimOp::Update {
         rule: rules()[1],
         zero_grad: false,
@@ -308,4 +308,43 @@ fn layernorm_shape_rules_give_one_statistic_per_row() {
         (fwd.kind_name(), bwd.kind_name()),
         ("layernorm", "layernorm_bwd")
     );
+}
+
+#[test]
+fn a_loss_op_carries_its_weight_absent_when_one() {
+    use dmc_plan::op::LossOp;
+    let plain = Op::Loss(LossOp::MseLoss { weight: 1.0 });
+    assert_eq!(
+        serde_json::to_string(&plain).unwrap(),
+        r#"{"Loss":{"MseLoss":{}}}"#
+    );
+    let w = Op::Loss(LossOp::CrossEntropyLoss {
+        label_smoothing: 0.1,
+        weight: 0.25,
+    });
+    let json = serde_json::to_string(&w).unwrap();
+    assert_eq!(
+        json,
+        r#"{"Loss":{"CrossEntropyLoss":{"label_smoothing":0.1,"weight":0.25}}}"#
+    );
+    assert_eq!(serde_json::from_str::<Op>(&json).unwrap(), w);
+    let back: Op = serde_json::from_str(r#"{"Loss":{"HuberLossBwd":{"delta":0.5}}}"#).unwrap();
+    assert_eq!(
+        back,
+        Op::Loss(LossOp::HuberLossBwd {
+            delta: 0.5,
+            weight: 1.0
+        })
+    );
+    // The backward keeps the weight and the options; a backward has none.
+    let Op::Loss(l) = &w else { unreachable!() };
+    assert_eq!(
+        l.backward(),
+        Some(LossOp::CrossEntropyLossBwd {
+            label_smoothing: 0.1,
+            weight: 0.25
+        })
+    );
+    assert_eq!(l.backward().and_then(|b| b.backward()), None);
+    assert_eq!(l.backward().map(|b| b.weight()), Some(0.25));
 }

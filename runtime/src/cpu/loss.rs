@@ -1,4 +1,9 @@
 //! Losses and their gradients. Reductions are deterministic (fixed parts, f64 partials).
+//!
+//! Each kernel takes the weight `w` of its term of the loss (`loss 0.5 * mse(..) + ..`): the
+//! loss is `w * mean(..)` (the product in f64), the gradient `w * dmean/dpred` (`w` folded into
+//! the constant factor); `w = 1` gives bit for bit the unweighted values, which the functions
+//! without `w` compute.
 
 use rayon::prelude::*;
 
@@ -8,6 +13,11 @@ use dmc_plan::op::LossOp;
 
 /// mean((pred - target)^2).
 pub fn mse_loss(pred: &[f32], target: &[f32]) -> f32 {
+    mse_loss_w(1.0, pred, target)
+}
+
+/// w mean((pred - target)^2).
+pub fn mse_loss_w(w: f32, pred: &[f32], target: &[f32]) -> f32 {
     assert_eq!(pred.len(), target.len(), "mse: size");
     let n = pred.len();
     let s = det_sum(n, |r| {
@@ -20,14 +30,19 @@ pub fn mse_loss(pred: &[f32], target: &[f32]) -> f32 {
             })
             .sum()
     });
-    (s / n as f64) as f32
+    (w as f64 * (s / n as f64)) as f32
 }
 
 /// dpred = 2 (pred - target) / numel.
 pub fn mse_loss_bwd(pred: &[f32], target: &[f32], dpred: &mut [f32]) {
+    mse_loss_bwd_w(1.0, pred, target, dpred)
+}
+
+/// dpred = 2 w (pred - target) / numel.
+pub fn mse_loss_bwd_w(w: f32, pred: &[f32], target: &[f32], dpred: &mut [f32]) {
     assert_eq!(pred.len(), target.len(), "mse_bwd: size");
     assert_eq!(pred.len(), dpred.len(), "mse_bwd: size");
-    let k = 2.0 / pred.len() as f32;
+    let k = 2.0 * w / pred.len() as f32;
     for_chunks(dpred, |o, dc| {
         for ((d, &p), &t) in dc.iter_mut().zip(&pred[o..]).zip(&target[o..]) {
             *d = k * (p - t);
@@ -37,12 +52,22 @@ pub fn mse_loss_bwd(pred: &[f32], target: &[f32], dpred: &mut [f32]) {
 
 /// mean|pred - target| (PyTorch's `L1Loss`), in f64.
 pub fn mae_loss(pred: &[f32], target: &[f32]) -> f32 {
-    elementwise_mean(pred, target, |p, t| (p - t).abs())
+    mae_loss_w(1.0, pred, target)
+}
+
+/// w mean|pred - target|.
+pub fn mae_loss_w(w: f32, pred: &[f32], target: &[f32]) -> f32 {
+    elementwise_mean(w, pred, target, |p, t| (p - t).abs())
 }
 
 /// dpred = sign(pred - target) / numel (0 where they are equal, as PyTorch).
 pub fn mae_loss_bwd(pred: &[f32], target: &[f32], dpred: &mut [f32]) {
-    let k = 1.0 / pred.len() as f32;
+    mae_loss_bwd_w(1.0, pred, target, dpred)
+}
+
+/// dpred = w sign(pred - target) / numel.
+pub fn mae_loss_bwd_w(w: f32, pred: &[f32], target: &[f32], dpred: &mut [f32]) {
+    let k = w / pred.len() as f32;
     elementwise_grad(pred, target, dpred, |p, t| {
         let d = p - t;
         // NaN stays NaN
@@ -60,8 +85,13 @@ pub fn mae_loss_bwd(pred: &[f32], target: &[f32], dpred: &mut [f32]) {
 /// mean(|d| <= delta ? d^2/2 : delta (|d| - delta/2)), d = pred - target (PyTorch's
 /// `HuberLoss(delta)`), in f64.
 pub fn huber_loss(delta: f32, pred: &[f32], target: &[f32]) -> f32 {
+    huber_loss_w(1.0, delta, pred, target)
+}
+
+/// w times [`huber_loss`].
+pub fn huber_loss_w(w: f32, delta: f32, pred: &[f32], target: &[f32]) -> f32 {
     let dl = delta as f64;
-    elementwise_mean(pred, target, |p, t| {
+    elementwise_mean(w, pred, target, |p, t| {
         let a = (p - t).abs();
         if a <= dl {
             0.5 * a * a
@@ -73,7 +103,12 @@ pub fn huber_loss(delta: f32, pred: &[f32], target: &[f32]) -> f32 {
 
 /// dpred = clamp(pred - target, -delta, delta) / numel.
 pub fn huber_loss_bwd(delta: f32, pred: &[f32], target: &[f32], dpred: &mut [f32]) {
-    let k = 1.0 / pred.len() as f32;
+    huber_loss_bwd_w(1.0, delta, pred, target, dpred)
+}
+
+/// dpred = w clamp(pred - target, -delta, delta) / numel.
+pub fn huber_loss_bwd_w(w: f32, delta: f32, pred: &[f32], target: &[f32], dpred: &mut [f32]) {
+    let k = w / pred.len() as f32;
     elementwise_grad(pred, target, dpred, |p, t| {
         let d = p - t;
         let c = if d > delta {
@@ -90,14 +125,24 @@ pub fn huber_loss_bwd(delta: f32, pred: &[f32], target: &[f32], dpred: &mut [f32
 /// mean(max(x, 0) - x t + ln(1 + e^-|x|)) over logits x and targets t of the same shape
 /// (PyTorch's `BCEWithLogitsLoss`), in f64.
 pub fn bce_with_logits_loss(logits: &[f32], target: &[f32]) -> f32 {
-    elementwise_mean(logits, target, |x, t| {
+    bce_with_logits_loss_w(1.0, logits, target)
+}
+
+/// w times [`bce_with_logits_loss`].
+pub fn bce_with_logits_loss_w(w: f32, logits: &[f32], target: &[f32]) -> f32 {
+    elementwise_mean(w, logits, target, |x, t| {
         x.max(0.0) - x * t + (-x.abs()).exp().ln_1p()
     })
 }
 
 /// dlogits = (sigmoid(x) - t) / numel.
 pub fn bce_with_logits_loss_bwd(logits: &[f32], target: &[f32], dlogits: &mut [f32]) {
-    let k = 1.0 / logits.len() as f32;
+    bce_with_logits_loss_bwd_w(1.0, logits, target, dlogits)
+}
+
+/// dlogits = w (sigmoid(x) - t) / numel.
+pub fn bce_with_logits_loss_bwd_w(w: f32, logits: &[f32], target: &[f32], dlogits: &mut [f32]) {
+    let k = w / logits.len() as f32;
     elementwise_grad(logits, target, dlogits, |x, t| {
         let s = if x >= 0.0 {
             1.0 / (1.0 + (-x).exp())
@@ -109,8 +154,8 @@ pub fn bce_with_logits_loss_bwd(logits: &[f32], target: &[f32], dlogits: &mut [f
     });
 }
 
-/// mean_i f(a_i, b_i), each term in f64, summed deterministically.
-fn elementwise_mean(a: &[f32], b: &[f32], f: impl Fn(f64, f64) -> f64 + Sync) -> f32 {
+/// w mean_i f(a_i, b_i), each term in f64, summed deterministically.
+fn elementwise_mean(w: f32, a: &[f32], b: &[f32], f: impl Fn(f64, f64) -> f64 + Sync) -> f32 {
     assert_eq!(a.len(), b.len(), "loss: size");
     let n = a.len();
     let s = det_sum(n, |r| {
@@ -120,7 +165,7 @@ fn elementwise_mean(a: &[f32], b: &[f32], f: impl Fn(f64, f64) -> f64 + Sync) ->
             .map(|(&x, &y)| f(x as f64, y as f64))
             .sum()
     });
-    (s / n as f64) as f32
+    (w as f64 * (s / n as f64)) as f32
 }
 
 /// out_i = f(a_i, b_i) in f32.
@@ -174,6 +219,17 @@ pub fn cross_entropy_loss_smoothed(
     c: usize,
     smoothing: f32,
 ) -> Result<f32, BadLabel> {
+    cross_entropy_loss_w(1.0, logits, labels, c, smoothing)
+}
+
+/// w times [`cross_entropy_loss_smoothed`].
+pub fn cross_entropy_loss_w(
+    w: f32,
+    logits: &[f32],
+    labels: &[i32],
+    c: usize,
+    smoothing: f32,
+) -> Result<f32, BadLabel> {
     let n = labels.len();
     assert_eq!(logits.len(), n * c, "cross_entropy: size");
     check_labels(labels, c)?;
@@ -190,7 +246,7 @@ pub fn cross_entropy_loss_smoothed(
         })
         .sum()
     });
-    Ok((s / n as f64) as f32)
+    Ok((w as f64 * (s / n as f64)) as f32)
 }
 
 /// dlogits = (softmax(logits) - onehot(label)) / N.
@@ -212,6 +268,18 @@ pub fn cross_entropy_loss_smoothed_bwd(
     smoothing: f32,
     dlogits: &mut [f32],
 ) -> Result<(), BadLabel> {
+    cross_entropy_loss_bwd_w(1.0, logits, labels, c, smoothing, dlogits)
+}
+
+/// dlogits = w (softmax(logits) - (1-e) onehot(label) - e/C) / N.
+pub fn cross_entropy_loss_bwd_w(
+    w: f32,
+    logits: &[f32],
+    labels: &[i32],
+    c: usize,
+    smoothing: f32,
+    dlogits: &mut [f32],
+) -> Result<(), BadLabel> {
     let e = smoothing as f64;
     let n = labels.len();
     assert_eq!(logits.len(), n * c, "cross_entropy_bwd: size");
@@ -220,7 +288,7 @@ pub fn cross_entropy_loss_smoothed_bwd(
     if c == 0 {
         return Ok(());
     }
-    let inv_n = 1.0 / n as f64;
+    let inv_n = w as f64 / n as f64;
     dlogits
         .par_chunks_mut(c)
         .with_min_len(16)
@@ -249,30 +317,38 @@ pub fn cross_entropy_loss_smoothed_bwd(
 /// As [`exec`](super::executor::exec): a validated step, exclusive access to the arena; each
 /// mutable slice is taken only for a slot with role Out, InOut or Workspace.
 pub(super) unsafe fn exec(op: &LossOp, a: &Args, _ctx: &Ctx) -> Result<(), BadLabel> {
+    let w = op.weight();
     // SAFETY: (all calls below) see this function's contract; slot indices follow the signature.
     unsafe {
         match op {
-            LossOp::MseLoss => a.f32_mut(2)[0] = mse_loss(a.f32(0), a.f32(1)),
-            LossOp::CrossEntropyLoss { label_smoothing } => {
+            LossOp::MseLoss { .. } => a.f32_mut(2)[0] = mse_loss_w(w, a.f32(0), a.f32(1)),
+            LossOp::CrossEntropyLoss {
+                label_smoothing, ..
+            } => {
                 let c = a.shape(0)[1];
-                a.f32_mut(2)[0] =
-                    cross_entropy_loss_smoothed(a.f32(0), a.i32(1), c, *label_smoothing)?;
+                a.f32_mut(2)[0] = cross_entropy_loss_w(w, a.f32(0), a.i32(1), c, *label_smoothing)?;
             }
-            LossOp::MseLossBwd => mse_loss_bwd(a.f32(0), a.f32(1), a.f32_mut(2)),
-            LossOp::CrossEntropyLossBwd { label_smoothing } => {
+            LossOp::MseLossBwd { .. } => mse_loss_bwd_w(w, a.f32(0), a.f32(1), a.f32_mut(2)),
+            LossOp::CrossEntropyLossBwd {
+                label_smoothing, ..
+            } => {
                 let c = a.shape(0)[1];
                 let (l, y) = (a.f32(0), a.i32(1));
-                cross_entropy_loss_smoothed_bwd(l, y, c, *label_smoothing, a.f32_mut(2))?;
+                cross_entropy_loss_bwd_w(w, l, y, c, *label_smoothing, a.f32_mut(2))?;
             }
-            LossOp::MaeLoss => a.f32_mut(2)[0] = mae_loss(a.f32(0), a.f32(1)),
-            LossOp::MaeLossBwd => mae_loss_bwd(a.f32(0), a.f32(1), a.f32_mut(2)),
-            LossOp::HuberLoss { delta } => a.f32_mut(2)[0] = huber_loss(*delta, a.f32(0), a.f32(1)),
-            LossOp::HuberLossBwd { delta } => {
-                huber_loss_bwd(*delta, a.f32(0), a.f32(1), a.f32_mut(2))
+            LossOp::MaeLoss { .. } => a.f32_mut(2)[0] = mae_loss_w(w, a.f32(0), a.f32(1)),
+            LossOp::MaeLossBwd { .. } => mae_loss_bwd_w(w, a.f32(0), a.f32(1), a.f32_mut(2)),
+            LossOp::HuberLoss { delta, .. } => {
+                a.f32_mut(2)[0] = huber_loss_w(w, *delta, a.f32(0), a.f32(1))
             }
-            LossOp::BceWithLogitsLoss => a.f32_mut(2)[0] = bce_with_logits_loss(a.f32(0), a.f32(1)),
-            LossOp::BceWithLogitsLossBwd => {
-                bce_with_logits_loss_bwd(a.f32(0), a.f32(1), a.f32_mut(2))
+            LossOp::HuberLossBwd { delta, .. } => {
+                huber_loss_bwd_w(w, *delta, a.f32(0), a.f32(1), a.f32_mut(2))
+            }
+            LossOp::BceWithLogitsLoss { .. } => {
+                a.f32_mut(2)[0] = bce_with_logits_loss_w(w, a.f32(0), a.f32(1))
+            }
+            LossOp::BceWithLogitsLossBwd { .. } => {
+                bce_with_logits_loss_bwd_w(w, a.f32(0), a.f32(1), a.f32_mut(2))
             }
         }
     }

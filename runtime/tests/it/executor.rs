@@ -208,13 +208,13 @@ fn linear_plan() -> Plan {
         "fc forward",
     );
     p.step(
-        Op::Loss(LossOp::MseLoss),
+        Op::Loss(LossOp::MseLoss { weight: 1.0 }),
         &[&[4, 2], &[4, 2], &[1]],
         &[y, t, loss],
         "loss",
     );
     p.step(
-        Op::Loss(LossOp::MseLossBwd),
+        Op::Loss(LossOp::MseLossBwd { weight: 1.0 }),
         &[&[4, 2], &[4, 2], &[4, 2]],
         &[y, t, dy],
         "loss backward",
@@ -623,6 +623,7 @@ fn conv_plan() -> Plan {
     p.step(
         Op::Loss(LossOp::CrossEntropyLoss {
             label_smoothing: 0.0,
+            weight: 1.0,
         }),
         &[&[2, 3], &[2], &[1]],
         &[logits, lab, loss],
@@ -631,6 +632,7 @@ fn conv_plan() -> Plan {
     p.step(
         Op::Loss(LossOp::CrossEntropyLossBwd {
             label_smoothing: 0.0,
+            weight: 1.0,
         }),
         &[&[2, 3], &[2], &[2, 3]],
         &[logits, lab, dl],
@@ -792,7 +794,7 @@ fn dropout_plan(mode: Mode) -> Plan {
         "dropout",
     );
     p.step(
-        Op::Loss(LossOp::MseLoss),
+        Op::Loss(LossOp::MseLoss { weight: 1.0 }),
         &[&[n], &[n], &[1]],
         &[y, t, loss],
         "loss",

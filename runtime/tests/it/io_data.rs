@@ -572,9 +572,21 @@ fn synthetic_bigger_inputs_multiple_tensors() {
         TensorSpec::target("z", &[1], DType::F32),
     ];
     let task = Task::Classification { classes: 10 };
-    let e = Dataset::synthetic(&s, 64, 3, task).unwrap_err();
-    // An f32 target that is not one-hot of 10 classes is rejected under classification.
-    assert!(matches!(e, IoError::Synthetic { .. }), "{e:?}");
+    // An f32 target that is not one-hot of 10 classes is, under classification, a regression
+    // target (another loss term's, `loss mse(out, z) + cross_entropy(logits, y)`): standardised
+    // values of a linear teacher, while `y` still gets labels.
+    let d = Dataset::synthetic(&s, 64, 3, task).unwrap();
+    let z = d.tensor_f32("z").expect("z is f32");
+    assert_eq!(z.len(), 64);
+    let mean = z.iter().map(|&v| v as f64).sum::<f64>() / 64.0;
+    let var = z.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / 64.0;
+    assert!(
+        mean.abs() < 1e-5 && (var - 1.0).abs() < 1e-4,
+        "mean {mean}, var {var}"
+    );
+    assert!(z.iter().any(|&v| v != 0.0 && v != 1.0));
+    let y = d.tensor_i32("y").expect("labels");
+    assert!(y.iter().all(|&l| (0..10).contains(&l)));
     let s = &s[..3];
     let d1 = Dataset::synthetic(s, 300, 3, task).unwrap();
     let d2 = Dataset::synthetic(s, 300, 3, task).unwrap();

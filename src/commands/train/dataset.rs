@@ -5,7 +5,7 @@ use std::path::Path;
 
 use dmc_compiler::op::DType;
 use dmc_compiler::plan::Plan;
-use dmc_grammar::model::Model;
+use dmc_grammar::model::{LossTerm, Model};
 use dmc_runtime::io::{Dataset, LoadOptions, Task, TensorRole, TensorSpec};
 use dmc_runtime::{Backend, InputData};
 
@@ -20,14 +20,22 @@ pub fn seed_or_default(explicit: Option<u64>, model: &Model) -> u64 {
 }
 
 /// What the program learns: classification (cross-entropy over its classes) or regression.
+/// With several `cross_entropy` terms the labels are drawn from the fewest classes, valid for
+/// every term.
 pub fn task_of(model: &Model) -> Task {
-    if model.loss.kind.takes_labels() {
-        Task::Classification {
-            classes: model.shape(model.loss.pred).last().copied().unwrap_or(1),
-        }
-    } else {
-        Task::Regression
-    }
+    model
+        .loss
+        .terms
+        .iter()
+        .filter(|t| t.kind.takes_labels())
+        .map(|t| classes_of(model, t))
+        .min()
+        .map_or(Task::Regression, |classes| Task::Classification { classes })
+}
+
+/// The class count of a classification term (its logits' last axis).
+fn classes_of(model: &Model, t: &LossTerm) -> usize {
+    model.shape(t.pred).last().copied().unwrap_or(1)
 }
 
 /// How [`Dataset::synthetic`] makes its data for `task`, for the messages that announce it.
@@ -116,12 +124,23 @@ impl<'a> DataRequest<'a> {
                 Dataset::synthetic(&specs, samples, seed, task)?
             }
         };
-        if let (true, Task::Classification { classes }) = (self.with_targets, task_of(self.model)) {
-            for t in specs
+        if self.with_targets {
+            // Each term's labels against its own class count.
+            for t in self
+                .model
+                .loss
+                .terms
                 .iter()
-                .filter(|s| s.role == TensorRole::Target && s.dtype == DType::I32)
+                .filter(|t| t.kind.takes_labels())
             {
-                ds.check_classes(&t.name, classes)?;
+                let Some(name) = self.model.target_name(t.target) else {
+                    continue;
+                };
+                if specs.iter().any(|s| {
+                    s.name == name && s.role == TensorRole::Target && s.dtype == DType::I32
+                }) {
+                    ds.check_classes(name, classes_of(self.model, t))?;
+                }
             }
         }
         Ok(ds)

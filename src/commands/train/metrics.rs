@@ -23,10 +23,11 @@ pub struct Metrics {
 /// outputs per sample), or a loss without class labels.
 pub fn check_top_k(top_k: Option<usize>, model: &Model, plan: &Plan) -> Result<(), CliError> {
     let Some(k) = top_k else { return Ok(()) };
-    if !model.loss.kind.takes_labels() {
+    if model.loss.classifier().is_none() {
+        let names: Vec<&str> = model.loss.terms.iter().map(|t| t.kind.name()).collect();
         return Err(CliError::Usage(format!(
             "--top-k {k}: top-K accuracy needs class labels, and the loss `{}` compares with float targets; use it with `cross_entropy`",
-            model.loss.kind.name()
+            names.join(" + ")
         )));
     }
     let classes = plan.output.shape[1..].iter().product::<usize>().max(1);
@@ -50,37 +51,60 @@ pub fn evaluate(
     let plan = be.plan().clone();
     let mut feeder = Feeder::new(&plan, true);
     let epoch = ds.in_order_padded(batch)?;
-    let target = &plan.targets[0].name;
+    let term = model.loss.output_term();
+    let target = model
+        .target_name(term.target)
+        .unwrap_or(&plan.targets[0].name)
+        .to_string();
     let per = plan.output.shape[1..].iter().product::<usize>().max(1);
     let (mut loss_sum, mut correct, mut in_top, mut n) = (0f64, 0usize, 0usize, 0usize);
     // Regression targets (held in memory: only inputs are read in place from a mapped file).
-    let targets_f32 = ds.tensor_f32(target);
+    let targets_f32 = ds.tensor_f32(&target);
+    let labels = ds.tensor_i32(&target);
+    // A weighted sum of losses over several predictions: the loss of a full batch is the plan's
+    // (every loss is a mean over the samples); the samples of the padded last batch are each run
+    // as a batch of copies of themselves (whose loss is that sample's).
+    let summed = !model.loss.is_single();
+    let mut alone = vec![0usize; batch];
     for b in 0..epoch.num_batches() {
         let idx = epoch.batch(b);
         feeder.feed(be, ds, idx)?;
-        be.run(1, 0)?;
-        let out = be.output()?;
-        for (j, &sample) in idx.iter().enumerate().take(epoch.valid(b)) {
+        let batch_loss = be.run(1, 0)?;
+        let out = be.output()?.into_owned();
+        let valid = epoch.valid(b);
+        if summed && valid == idx.len() {
+            loss_sum += batch_loss as f64 * valid as f64;
+        }
+        for (j, &sample) in idx.iter().enumerate().take(valid) {
             let row = &out[j * per..(j + 1) * per];
-            if let LossKind::CrossEntropy { label_smoothing } = model.loss.kind {
-                let label = ds.tensor_i32(target).unwrap_or(&[])[sample] as usize;
-                loss_sum += cross_entropy(row, label, label_smoothing as f64);
+            if let LossKind::CrossEntropy { label_smoothing } = term.kind {
+                let label = labels.unwrap_or(&[])[sample] as usize;
+                if !summed {
+                    loss_sum += cross_entropy(row, label, label_smoothing as f64);
+                }
                 correct += usize::from(argmax(row) == label);
                 in_top += usize::from(in_top_k(row, label, top_k.unwrap_or(1)));
-            } else {
+            } else if !summed {
                 let t = targets_f32.as_deref().unwrap_or(&[]);
                 let tr = &t[sample * per..(sample + 1) * per];
                 let sum: f64 = row
                     .iter()
                     .zip(tr)
-                    .map(|(&a, &b)| elementwise_loss(model.loss.kind, a as f64, b as f64))
+                    .map(|(&a, &b)| elementwise_loss(term.kind, a as f64, b as f64))
                     .sum();
                 loss_sum += sum / per as f64;
             }
             n += 1;
         }
+        if summed && valid < idx.len() {
+            for &sample in idx.iter().take(valid) {
+                alone.fill(sample);
+                feeder.feed(be, ds, &alone)?;
+                loss_sum += be.run(1, 0)? as f64;
+            }
+        }
     }
-    let labels = model.loss.kind.takes_labels();
+    let labels = model.loss.classifier().is_some();
     let accuracy = labels.then(|| correct as f64 / n.max(1) as f64);
     let top_k = top_k
         .filter(|_| labels)
@@ -170,12 +194,15 @@ pub fn batch_correct(
     batch: &[usize],
     top_k: Option<usize>,
 ) -> Result<Option<Correct>, CliError> {
-    if !model.loss.kind.takes_labels() {
+    let Some(term) = model.loss.classifier() else {
         return Ok(None);
-    }
+    };
     let plan = be.plan();
     let per = plan.output.shape[1..].iter().product::<usize>().max(1);
-    let labels = ds.tensor_i32(&plan.targets[0].name).unwrap_or(&[]);
+    let target = model
+        .target_name(term.target)
+        .unwrap_or(&plan.targets[0].name);
+    let labels = ds.tensor_i32(target).unwrap_or(&[]);
     let out = be.output()?;
     let mut c = Correct::default();
     for (j, &sample) in batch.iter().enumerate() {

@@ -48,7 +48,7 @@ pub fn run(args: &PredictArgs) -> Result<(), CliError> {
     let mut shape = vec![ds.len()];
     shape.extend_from_slice(&plan.output.shape[1..]);
     io::write_tensor(&args.output, &plan.output.name, &shape, &out)?;
-    let what = match (args.softmax, model.loss.kind) {
+    let what = match (args.softmax, model.loss.output_term().kind) {
         (true, _) => "probabilities: the softmax of each row".to_string(),
         (false, LossKind::CrossEntropy { .. }) => format!(
             "logits: `{}` before the softmax the loss applies; --softmax writes probabilities",

@@ -109,7 +109,16 @@ impl Dataset {
             }
             let mut tr = rng(seed, 2 + t as u64);
             let len = s.sample_len();
-            let col = match (task, s.dtype) {
+            // Under a classification, a float target that is not a one-hot vector of the classes
+            // (another term's, `loss mse(recon, x2) + cross_entropy(logits, label)`) is a
+            // regression target.
+            let task_here = match (task, s.dtype) {
+                (Task::Classification { classes }, DType::F32) if len != classes => {
+                    Task::Regression
+                }
+                _ => task,
+            };
+            let col = match (task_here, s.dtype) {
                 (Task::Regression, DType::F32) => {
                     let w: Vec<f32> = (0..len * features)
                         .map(|_| tr.random::<f32>() * 2.0 - 1.0)
