@@ -343,7 +343,10 @@ fn alongside_the_check_the_check_decides() {
         let p = compile(&m, &opts).unwrap();
         // More buffers than the checker's parallel threshold, or fewer.
         assert_eq!(p.buffers.len() > 4096, large, "{} buffers", p.buffers.len());
-        assert_eq!(check_plan_alongside(&p, |q| q.buffers.len()), Ok(p.buffers.len()));
+        assert_eq!(
+            check_plan_alongside(&p, |q| q.buffers.len()),
+            Ok(p.buffers.len())
+        );
         let (q, info, report) = compile_explained_alongside(&m, &opts, memory_report).unwrap();
         assert_eq!(q, p);
         assert!(info.is_none());
