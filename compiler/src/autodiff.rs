@@ -46,7 +46,7 @@ pub fn vjp(
             name: nd.name.clone(),
         }
     };
-    let x: Vec<Value> = g.inputs(n);
+    let x = g.inputs(n);
     let nin = x.len();
     let mut out: Grads = vec![None; nin];
     let bw = Phase::Backward;
@@ -450,8 +450,14 @@ pub fn autodiff(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> {
     };
 
     // The backward is about as many nodes as the forward (a kernel's VJP, one node per input
-    // that needs a gradient) with about twice its edges.
-    g.reserve(g.g.node_count(), 2 * g.g.edge_count());
+    // that needs a gradient) with about twice its edges; the optimizer pass then adds its nodes
+    // per parameter. Both reserved at once: the graph's vectors grow (are copied and faulted in)
+    // once, not once per pass.
+    let (opt_nodes, opt_edges) = crate::optimizer::added(ctx, g.params.len());
+    g.reserve(
+        g.g.node_count() + opt_nodes,
+        2 * g.g.edge_count() + opt_edges,
+    );
     let mut grad: FxHashMap<Value, Value> =
         FxHashMap::with_capacity_and_hasher(order.len(), Default::default());
     for &n in order.iter().rev() {

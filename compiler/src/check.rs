@@ -46,6 +46,28 @@ pub fn check_plan(plan: &Plan) -> Result<(), PlanCheckError> {
     })
 }
 
+/// [`check_plan`] on a second thread while `next(plan)` runs on this one (a large plan's; a small
+/// one is checked first): for the work that follows the check (the memory report, the
+/// serialisation), which then overlaps it. The check's error wins over `next`'s result, as if it
+/// had run first, and over a panic of `next` (on a plan the checker rejects).
+pub fn check_plan_alongside<T>(
+    plan: &Plan,
+    next: impl FnOnce(&Plan) -> T,
+) -> Result<T, PlanCheckError> {
+    if plan.buffers.len() <= PARALLEL_BUFFERS {
+        check_plan(plan)?;
+        return Ok(next(plan));
+    }
+    std::thread::scope(|s| {
+        let checked = s.spawn(|| check_plan(plan));
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| next(plan)));
+        checked
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
+        Ok(result.unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+    })
+}
+
 /// The buffers: ids, alignment, arena bounds, live ranges, and no two live at once sharing a byte.
 fn check_buffers(plan: &Plan) -> Result<(), PlanCheckError> {
     use PlanCheckError as E;

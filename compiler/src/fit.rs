@@ -74,8 +74,37 @@ pub fn compile_explained(
     model: &Model,
     opts: &CompileOptions,
 ) -> Result<(Plan, Option<RematInfo>), CompileError> {
+    explained(model, opts, true)
+}
+
+/// [`compile_explained`], then `alongside(&plan)` on this thread while the plan checker
+/// ([`check_plan`], when `opts.verify`) checks the plan on another: for the work a caller does
+/// with the plan next (its memory report, its serialisation into a temp file), which then
+/// overlaps the check. A check error wins over `alongside`'s result, as if the check had run
+/// first (see [`crate::check::check_plan_alongside`]): `alongside` must not make the plan
+/// visible (write it where a reader finds it) before it returns.
+pub fn compile_explained_alongside<T>(
+    model: &Model,
+    opts: &CompileOptions,
+    alongside: impl FnOnce(&Plan) -> T,
+) -> Result<(Plan, Option<RematInfo>, T), CompileError> {
+    let (plan, info) = explained(model, opts, false)?;
+    let t = if opts.verify {
+        crate::check::check_plan_alongside(&plan, alongside)?
+    } else {
+        alongside(&plan)
+    };
+    Ok((plan, info, t))
+}
+
+/// [`compile_explained`]; the plan returned is checked (when `opts.verify`) only if `check`.
+fn explained(
+    model: &Model,
+    opts: &CompileOptions,
+    check: bool,
+) -> Result<(Plan, Option<RematInfo>), CompileError> {
     let ctx = context(model, opts);
-    let held = match fit_cap(model, opts, &ctx) {
+    let held = match fit_cap(model, opts, &ctx, check) {
         Err(e @ CompileError::CapExceeded { .. }) => e,
         r => return r,
     };
@@ -90,7 +119,7 @@ pub fn compile_explained(
         clip_method: ClipNormMethod::NormPass,
         ..ctx
     };
-    match fit_cap(model, opts, &c) {
+    match fit_cap(model, opts, &c, check) {
         Err(e @ CompileError::CapExceeded { .. }) => {
             let needed = |e: &CompileError| match e {
                 CompileError::CapExceeded { needed, .. } => *needed,
@@ -108,9 +137,10 @@ fn fit_cap(
     model: &Model,
     opts: &CompileOptions,
     ctx: &Ctx,
+    check: bool,
 ) -> Result<(Plan, Option<RematInfo>), CompileError> {
     let ctx = ctx.clone();
-    let err = match compile_with(model, opts, &ctx) {
+    let err = match compile_with_check(model, opts, &ctx, check) {
         Err(e @ CompileError::CapExceeded { .. }) => e,
         r => return r.map(|p| (p, None)),
     };
@@ -183,7 +213,7 @@ fn fit_cap(
             None => (0, String::new()),
         }
     };
-    let plan = match compile_with(model, opts, &c) {
+    let plan = match compile_with_check(model, opts, &c, check) {
         Ok(p) => p,
         Err(CompileError::CapExceeded {
             needed,
@@ -228,6 +258,16 @@ fn fit_cap(
 
 /// [`compile`] with a given pass context (no rematerialization search).
 pub fn compile_with(model: &Model, opts: &CompileOptions, ctx: &Ctx) -> Result<Plan, CompileError> {
+    compile_with_check(model, opts, ctx, true)
+}
+
+/// [`compile_with`]; the plan returned is checked (when `opts.verify`) only if `check`.
+fn compile_with_check(
+    model: &Model,
+    opts: &CompileOptions,
+    ctx: &Ctx,
+    check: bool,
+) -> Result<Plan, CompileError> {
     let ctx = ctx.clone();
     let mut g = lower::lower(model, ctx.batch)?;
     // (The scheduler runs while unchecked builds verify the graph the passes left.)
@@ -274,7 +314,7 @@ pub fn compile_with(model: &Model, opts: &CompileOptions, ctx: &Ctx) -> Result<P
             };
             let (params, opt_state) = (sum(BufferKind::Parameter), sum(BufferKind::OptimizerState));
             if small.arena_bytes <= cap {
-                if opts.verify {
+                if opts.verify && check {
                     check_plan(&small)?;
                 }
                 return Ok(small);
@@ -291,7 +331,7 @@ pub fn compile_with(model: &Model, opts: &CompileOptions, ctx: &Ctx) -> Result<P
     }
     // Freed before the check (its memory is then reused rather than fresh pages faulted in).
     drop(g);
-    if opts.verify {
+    if opts.verify && check {
         check_plan(&plan)?;
     }
     Ok(plan)

@@ -36,7 +36,7 @@ use petgraph::stable_graph::NodeIndex;
 
 use crate::ctx::Ctx;
 use crate::error::CompileError;
-use crate::ir::{Edge, Graph, Value};
+use crate::ir::{Edge, Graph, Inputs, Value};
 use crate::op::{ConvOp, DenseOp, ElementwiseOp, Epilogue, Op, OptimOp, PoolOp, UpdateRule};
 
 /// Pass (`ctx.fuse`, every mode; the gradient rewrites only exist in training): see the module
@@ -63,7 +63,7 @@ struct Fusion {
     into: NodeIndex,
     absorb: NodeIndex,
     op: Op,
-    inputs: Vec<Value>,
+    inputs: Inputs,
     outputs: OutputMap,
 }
 

@@ -20,6 +20,10 @@ pub use crate::tensor::{fmt_types, TensorType};
 /// A value of the dataflow: output `.1` of node `.0`.
 pub type Value = (NodeIndex, usize);
 
+/// The values feeding one node ([`Graph::inputs`]): held inline up to 4 (almost every node), so
+/// that asking for them allocates nothing.
+pub type Inputs = smallvec::SmallVec<[Value; 4]>;
+
 /// Which part of the training step a node belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Phase {
@@ -210,9 +214,9 @@ impl Graph {
     }
 
     /// The values feeding `n`, in slot order (slots without an edge are skipped).
-    pub fn inputs(&self, n: NodeIndex) -> Vec<Value> {
-        // A node has a handful of inputs: sorted by insertion on the stack, one allocation (the
-        // result); more than `SMALL` take the general path.
+    pub fn inputs(&self, n: NodeIndex) -> Inputs {
+        // A node has a handful of inputs: sorted by insertion on the stack, no allocation for up
+        // to 4 (the result's inline capacity); more than `SMALL` take the general path.
         const SMALL: usize = 8;
         let mut keyed = [(0usize, 0usize, 0usize); SMALL];
         let mut k = 0;
@@ -240,7 +244,7 @@ impl Graph {
     }
 
     /// [`Graph::inputs`] for any number of inputs.
-    fn inputs_general(&self, n: NodeIndex) -> Vec<Value> {
+    fn inputs_general(&self, n: NodeIndex) -> Inputs {
         let mut es: Vec<(usize, Value)> = self
             .g
             .edges_directed(n, Direction::Incoming)

@@ -39,12 +39,13 @@ use dmc_grammar::model::Model;
 /// The plan's ops and the plan itself, from `dmc-plan` (the contract the compiler writes).
 pub use dmc_plan::{op, plan};
 
-pub use check::check_plan;
+pub use check::{check_plan, check_plan_alongside};
 pub use ctx::{RematMode, Strategy as RematStrategy};
 pub use dump::graph_dump;
 pub use error::{CompileError, PlanCheckError, ShapeError, VerifyError};
 pub use fit::{
-    compile, compile_explained, compile_with, default_chunk_bytes, recompute_flops, RematInfo,
+    compile, compile_explained, compile_explained_alongside, compile_with, default_chunk_bytes,
+    recompute_flops, RematInfo,
 };
 pub use ir::Graph;
 pub use options::{context, CompileOptions, CHECKED_BUILD};

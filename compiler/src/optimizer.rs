@@ -40,6 +40,19 @@ pub fn update_op(opt: &Optimizer) -> (Op, &'static [&'static str]) {
     )
 }
 
+/// At most the nodes and edges [`optimizer_update`] adds for `ngrads` parameter gradients: per
+/// parameter its state leaves and the update (reading the parameter, the gradient, the state),
+/// with accumulation or `clip_norm` a gradient buffer, its accumulation and a norm link.
+pub(crate) fn added(ctx: &Ctx, ngrads: usize) -> (usize, usize) {
+    let (_, suffixes) = update_op(&ctx.optimizer);
+    let held = ctx.accumulate > 1 || ctx.optimizer.clip_norm().is_some();
+    let (n, e) = if held { (3, 5) } else { (0, 0) };
+    (
+        ngrads * (suffixes.len() + 1 + n),
+        ngrads * (suffixes.len() + 3 + e),
+    )
+}
+
 /// Pass: adds the optimizer state and update nodes (train mode only).
 pub fn optimizer_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> {
     if ctx.mode != Mode::Train {
@@ -61,12 +74,10 @@ pub fn optimizer_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> 
         *zero_grad = accumulate;
     }
     let grads: Vec<(NodeIndex, Value)> = g.grads.iter().map(|(p, d)| (*p, *d)).collect();
-    // Per parameter: its state leaves and the update (reading the parameter, the gradient, the
-    // state).
-    g.reserve(
-        grads.len() * (suffixes.len() + 1),
-        grads.len() * (suffixes.len() + 2),
-    );
+    // (Usually reserved already by autodiff, with its own nodes: the graph's vectors are then
+    // grown once, not copied again here.)
+    let (nodes, edges) = added(ctx, grads.len());
+    g.reserve(nodes, edges);
     let mut changed = false;
     let mut held: Vec<(NodeIndex, Vec<Value>, String)> = Vec::with_capacity(grads.len());
     for (p, d) in grads {

@@ -142,4 +142,17 @@ fn counts_current_and_peak() {
         "a step allocated {} bytes",
         alloc::peak() - base
     );
+    drop(be);
+
+    // Last (it is for good): once stopped, allocations and frees leave both counters alone.
+    assert!(alloc::counting());
+    alloc::stop_counting();
+    assert!(!alloc::counting());
+    let (current, peak) = (alloc::current(), alloc::peak());
+    let big = vec![1u8; 64 << 20];
+    assert_eq!((alloc::current(), alloc::peak()), (current, peak));
+    drop(big);
+    let small: Vec<Vec<u8>> = (0..1000).map(|i| vec![0u8; i]).collect();
+    drop(small);
+    assert_eq!((alloc::current(), alloc::peak()), (current, peak));
 }

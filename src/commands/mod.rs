@@ -74,6 +74,8 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         // Short compiling processes: keep freed memory, small pages (see the function). An
         // option this mimalloc lacks only leaves its default.
         let _ = dmc_runtime::mi_options::tune_for_compiling();
+        // They report no host memory: no counting of their millions of small allocations.
+        dmc_runtime::alloc::stop_counting();
     }
     match cli.command {
         Command::Check(a) => check::run(a),

@@ -107,8 +107,9 @@ pub fn run(args: Args) -> Result<(), CliError> {
         }
         return Ok(());
     }
-    let (plan, info) = dmc_compiler::compile_explained(&model, &opts)?;
-    let mut report = memory_report(&plan);
+    // The memory report is built while the plan checker checks the plan.
+    let (plan, info, mut report) =
+        dmc_compiler::compile_explained_alongside(&model, &opts, memory_report)?;
     report.remat = info.map(|i| RematSummary {
         no_remat_arena: i.no_remat_arena,
         saved_bytes: i.no_remat_arena.saturating_sub(plan.arena_bytes),

@@ -319,3 +319,46 @@ mod never_panics {
         }
     }
 }
+
+/// `check_plan_alongside` (and `compile_explained_alongside`, which the CLI's `plan` uses to build
+/// the memory report while the checker runs): `next`'s result when the plan passes, the checker's
+/// own error when it does not (whatever `next` returned, or if it panicked), for a small plan
+/// (checked first) and a large one (checked on another thread).
+#[test]
+fn alongside_the_check_the_check_decides() {
+    use dmc_compiler::report::memory_report;
+    use dmc_compiler::{check_plan_alongside, compile_explained_alongside};
+    let chain = |layers: usize| {
+        let src = format!(
+            "input x: [4]\ntarget y: [4]\nout = x |> repeat {layers} {{ dense(4) }}\n\
+             loss mse(out, y)\ntrain {{ batch: 1, optimizer: sgd(lr: 0.01) }}\n"
+        );
+        dmc_grammar::compile_source(&src, "chain.dm").unwrap()
+    };
+    let opts = CompileOptions {
+        verify: true,
+        ..Default::default()
+    };
+    for (m, large) in [(mlp(adam(1e-3)), false), (chain(2000), true)] {
+        let p = compile(&m, &opts).unwrap();
+        // More buffers than the checker's parallel threshold, or fewer.
+        assert_eq!(p.buffers.len() > 4096, large, "{} buffers", p.buffers.len());
+        assert_eq!(
+            check_plan_alongside(&p, |q| q.buffers.len()),
+            Ok(p.buffers.len())
+        );
+        let (q, info, report) = compile_explained_alongside(&m, &opts, memory_report).unwrap();
+        assert_eq!(q, p);
+        assert!(info.is_none());
+        assert_eq!(report, memory_report(&p));
+
+        // Two parameters on the same bytes.
+        let mut bad = p.clone();
+        bad.buffers[1].offset = bad.buffers[0].offset;
+        let want = check_plan(&bad).unwrap_err();
+        assert!(matches!(want, E::Overlap { .. }), "{want:?}");
+        assert_eq!(check_plan_alongside(&bad, |_| 7), Err(want.clone()));
+        let panicked = check_plan_alongside(&bad, |_| -> usize { panic!("on a bad plan") });
+        assert_eq!(panicked, Err(want));
+    }
+}
