@@ -36,6 +36,7 @@ use petgraph::stable_graph::NodeIndex;
 
 use crate::ctx::Ctx;
 use crate::error::CompileError;
+use crate::gate_order::GateOrder;
 use crate::ir::{Edge, Graph, Inputs, Value};
 use crate::op::{ConvOp, DenseOp, ElementwiseOp, Epilogue, Op, OptimOp, PoolOp, UpdateRule};
 
@@ -78,75 +79,40 @@ enum OutputMap {
 type Rule = fn(&Graph, NodeIndex) -> Option<Fusion>;
 
 /// Applies `rule` to every node (in index order, so deterministic), rewriting each fusion found
-/// that keeps the graph acyclic with its scheduling gates ([`waits_for`]).
+/// that keeps the graph acyclic with its scheduling gates ([`GateOrder::waits_for`]).
 fn fuse_each(g: &mut Graph, rule: Rule) -> Result<bool, CompileError> {
     let mut changed = false;
+    let mut order = GateOrder::new();
     for n in g.nodes() {
         if !g.g.contains_node(n) {
             continue;
         }
         if let Some(f) = rule(g, n) {
             let producers: Vec<NodeIndex> = f.inputs.iter().map(|v| v.0).collect();
-            if waits_for(g, &producers, &[f.into, f.absorb]) {
+            if order.waits_for(g, &producers, &[f.into, f.absorb]) {
                 continue;
             }
-            apply(g, f)?;
+            let olds = [f.into, f.absorb];
+            let gates = gates_of(g, &olds);
+            let fused = apply(g, f)?;
+            order.replaced(g, &olds, &gates, fused);
             changed = true;
         }
     }
     Ok(changed)
 }
 
-/// How many nodes [`waits_for`] visits before it gives up (and the fusion is not made).
-const WAIT_SEARCH_LIMIT: usize = 20_000;
-
-/// Whether one of the nodes `targets` can run only after one of `nodes`: some path leads from them to it along
-/// data edges, scheduling gates (`Graph::not_before`, set by rematerialization: a recomputed node
-/// waits for the backward step before it) and in-place hazards (an op that overwrites a value
-/// waits for that value's other readers). A node fused from `nodes` must not read such a value: it
-/// would have to run before itself (in the unfused graph the read happened later, in the other
-/// node). Without gates no such path exists (updates, the only in-place writers here, are read by
-/// nothing), so this is free then; with gates a search that grows too large answers yes.
-fn waits_for(g: &Graph, targets: &[NodeIndex], nodes: &[NodeIndex]) -> bool {
-    if g.not_before.is_empty() {
-        return false;
-    }
-    let mut gated_on: crate::fxhash::FxHashMap<NodeIndex, Vec<NodeIndex>> = Default::default();
-    for (m, gate) in &g.not_before {
-        for x in gate {
-            gated_on.entry(*x).or_default().push(*m);
-        }
-    }
-    let mut stack: Vec<NodeIndex> = nodes.to_vec();
-    let mut seen = crate::fxhash::FxHashMap::<NodeIndex, ()>::default();
-    while let Some(m) = stack.pop() {
-        if targets.contains(&m) && !nodes.contains(&m) {
-            return true;
-        }
-        if seen.insert(m, ()).is_some() {
-            continue;
-        }
-        if seen.len() > WAIT_SEARCH_LIMIT {
-            return true;
-        }
-        stack.extend(g.g.neighbors_directed(m, petgraph::Direction::Outgoing));
-        stack.extend(gated_on.get(&m).into_iter().flatten().copied());
-        // the in-place writers of what m reads
-        for v in g.inputs(m) {
-            for (c, slot) in g.consumers(v) {
-                if c != m
-                    && g.node(c)
-                        .op
-                        .aliased_outputs()
-                        .iter()
-                        .any(|(_, i)| *i == slot)
-                {
-                    stack.push(c);
-                }
-            }
-        }
-    }
-    false
+/// The union of the scheduling gates of `nodes`.
+fn gates_of(g: &Graph, nodes: &[NodeIndex]) -> Vec<NodeIndex> {
+    let mut out: Vec<NodeIndex> = nodes
+        .iter()
+        .filter_map(|n| g.not_before.get(n))
+        .flatten()
+        .copied()
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// The only consumer of `v`, if it has exactly one and is neither the output nor the loss.
@@ -329,7 +295,7 @@ fn fold_bias_grad(g: &Graph, n: NodeIndex) -> Option<Fusion> {
 
 /// Replaces `f.into` and `f.absorb` by one node: consumers, the output/loss/gradient records and
 /// the scheduling gates of both move to it.
-fn apply(g: &mut Graph, f: Fusion) -> Result<(), CompileError> {
+fn apply(g: &mut Graph, f: Fusion) -> Result<NodeIndex, CompileError> {
     let into = g.node(f.into);
     let (name, phase) = (into.name.clone(), into.phase);
     // The output type of the fused node's output 0 (needed by the ops whose output shape is not a
@@ -403,7 +369,7 @@ fn apply(g: &mut Graph, f: Fusion) -> Result<(), CompileError> {
     }
     g.g.remove_node(f.absorb);
     g.g.remove_node(f.into);
-    Ok(())
+    Ok(fused)
 }
 
 /// Nodes reachable from `start` along edges in direction `dir`, as a bitmap by node index.
@@ -443,8 +409,9 @@ fn update_first(g: &mut Graph) -> Result<bool, CompileError> {
     let before_all = reach(g, out, petgraph::Direction::Incoming);
     let after_out = reach(g, out, petgraph::Direction::Outgoing);
     let mut changed = false;
+    let mut order = GateOrder::new();
     for d in candidates {
-        let Some((u, saved)) = update_first_pair(g, d, &before_all, &after_out) else {
+        let Some((u, saved)) = update_first_pair(g, d, &before_all, &after_out, &mut order) else {
             continue;
         };
         // the update, keeping the old weights (its last output)
@@ -453,7 +420,9 @@ fn update_first(g: &mut Graph) -> Result<bool, CompileError> {
             *keep_old = true;
         }
         let uins = g.inputs(u);
+        let gates = gates_of(g, &[u]);
         let nu = replace(g, u, uop, &uins)?;
+        order.replaced(g, &[u], &gates, nu);
         let w_old = (nu, g.node(nu).outputs.len() - 1);
         // the data gradient, reading them and writing over the saved value, after the update
         let mut dop = g.node(d).op.clone();
@@ -463,8 +432,11 @@ fn update_first(g: &mut Graph) -> Result<bool, CompileError> {
         let mut dins = g.inputs(d);
         dins[1] = w_old;
         debug_assert_eq!(dins.last(), Some(&saved));
+        let gates = gates_of(g, &[d]);
         let nd = replace(g, d, dop, &dins)?;
+        order.replaced(g, &[d], &gates, nd);
         g.not_before.entry(nd).or_default().insert(nu);
+        order.gated(g, nd, nu);
         changed = true;
     }
     Ok(changed)
@@ -477,6 +449,7 @@ fn update_first_pair(
     d: NodeIndex,
     before_all: &[bool],
     after_out: &[bool],
+    order: &mut GateOrder,
 ) -> Option<(NodeIndex, Value)> {
     let ins = g.inputs(d);
     let (dy, w, saved) = (*ins.first()?, *ins.get(1)?, *ins.last()?);
@@ -512,7 +485,7 @@ fn update_first_pair(
     // the update must not read anything that waits for the data gradient (rematerialization's
     // gates), since the data gradient will wait for the update
     let producers: Vec<NodeIndex> = g.inputs(u).iter().map(|v| v.0).collect();
-    if waits_for(g, &producers, &[d]) {
+    if order.waits_for(g, &producers, &[d]) {
         return None;
     }
     let others_first = g.consumers(saved).iter().all(|(c, _)| {

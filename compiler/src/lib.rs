@@ -19,6 +19,7 @@ pub mod error;
 pub mod fit;
 pub mod fuse;
 pub mod fxhash;
+mod gate_order;
 pub mod ir;
 pub mod json;
 pub mod lower;

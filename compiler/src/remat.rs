@@ -30,7 +30,7 @@
 //! in the sequence, so the scheduler runs them right before the backward that needs them.
 //! Recomputation repeats the same kernels on the same inputs: results are bit-identical.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use petgraph::stable_graph::NodeIndex;
@@ -714,6 +714,9 @@ pub fn rewrite(g: &mut Graph, stages: &[Stage], acts: &[Action]) -> Result<(), C
     let mut runs = vec![0usize; l];
     let mut current: Vec<HashMap<Value, Value>> = vec![HashMap::new(); l];
     let mut gate: BTreeSet<NodeIndex> = BTreeSet::new();
+    // The copies made since the gate was last set that wait for it, themselves or through an
+    // input: only the first ones (no such input) carry it, the rest follow through their inputs.
+    let mut covered: HashSet<NodeIndex> = HashSet::new();
     for a in acts {
         match *a {
             Action::Fwd { stage, .. } => {
@@ -748,8 +751,11 @@ pub fn rewrite(g: &mut Graph, stages: &[Stage], acts: &[Action]) -> Result<(), C
                         Phase::Forward,
                         node.outputs.first(),
                     )?;
-                    if g.is_kernel(y) && !gate.is_empty() {
+                    if ins.iter().any(|v| covered.contains(&v.0)) {
+                        covered.insert(y);
+                    } else if g.is_kernel(y) && !gate.is_empty() {
                         g.not_before.insert(y, gate.clone());
+                        covered.insert(y);
                     }
                     for o in 0..node.outputs.len() {
                         map.insert((x, o), (y, o));
@@ -789,8 +795,20 @@ pub fn rewrite(g: &mut Graph, stages: &[Stage], acts: &[Action]) -> Result<(), C
                     .copied()
                     .filter(|x| !waits_for_every_gradient(g, *x))
                     .collect();
+                // Waiting for the members that no other member reads is waiting for all of them
+                // (each of the others is read, through members, by one of those): the gate stays
+                // small (a stage's gate was copied onto every copy of the next stage).
+                let mine: BTreeSet<NodeIndex> = mine
+                    .iter()
+                    .copied()
+                    .filter(|x| {
+                        !g.g.neighbors_directed(*x, Direction::Outgoing)
+                            .any(|c| c != *x && mine.contains(&c))
+                    })
+                    .collect();
                 if !mine.is_empty() {
                     gate = mine;
+                    covered.clear();
                 }
             }
         }

@@ -197,3 +197,42 @@ fn a_chain_longer_than_the_dp_rematerializes_under_a_cap() {
     assert!(info.stages > MAX_DP_STAGES, "{} stages", info.stages);
     assert!(dmc_compiler::recompute_flops(&p) > 0);
 }
+
+/// Under a cap, an 8,000-layer chain is rematerialized and every copy is fused like the original:
+/// each `tanh` folds into its dense layer, recomputed or not. (The legality search of the fusion
+/// pass walked every node after the fused pair, and past 20,000 nodes refused the fusion: minutes
+/// at 32,000 layers, and unfused copies.)
+#[test]
+fn a_capped_8000_layer_chain_is_rematerialized_with_every_copy_fused() {
+    let src =
+        "input x: [16]\ntarget y: [16]\nout = x |> repeat 8000 { dense(16, activation: tanh) }\n\
+               loss mse(out, y)\ntrain { batch: 64, optimizer: sgd(lr: 0.01) }\n";
+    let m = dmc_grammar::compile_source(src, "long.dm").unwrap();
+    let free = compile(&m, &opts(Mode::Train)).unwrap();
+    let cap = free.arena_bytes * 4 / 5;
+    let (p, info) = compile_explained(
+        &m,
+        &CompileOptions {
+            cap: Some(cap),
+            ..opts(Mode::Train)
+        },
+    )
+    .unwrap();
+    check_plan(&p).unwrap();
+    assert!(p.arena_bytes <= cap && info.is_some());
+    let recomputed = p
+        .steps
+        .iter()
+        .filter(|s| s.label.contains("(recompute"))
+        .count();
+    assert!(recomputed > 1000, "{recomputed} recomputed steps");
+    let kind = |s: &dmc_compiler::plan::Step| p.kernels[s.kernel].op.kind_name();
+    let unfused = p.steps.iter().filter(|s| kind(s) == "tanh").count();
+    assert_eq!(unfused, 0, "tanh steps not fused into their dense layer");
+    let dense = p.steps.iter().filter(|s| kind(s) == "dense").count();
+    assert_eq!(
+        dense,
+        8000 + recomputed,
+        "one dense step per layer and per copy"
+    );
+}
