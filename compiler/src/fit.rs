@@ -104,6 +104,15 @@ fn explained(
     check: bool,
 ) -> Result<(Plan, Option<RematInfo>), CompileError> {
     let ctx = context(model, opts);
+    if let (Some(m), None, Mode::Train) = (opts.clip_method, ctx.optimizer.clip_norm(), ctx.mode) {
+        return Err(CompileError::InvalidModel(format!(
+            "a global-norm clipping method was chosen ({}), but the train block has no clip_norm: add `clip_norm: 1.0` (the largest gradient norm) to `train {{ ... }}`, or drop the method",
+            match m {
+                ClipNormMethod::HeldGradients => "held gradients",
+                ClipNormMethod::NormPass => "the norm pass",
+            }
+        )));
+    }
     let held = match fit_cap(model, opts, &ctx, check) {
         Err(e @ CompileError::CapExceeded { .. }) => e,
         r => return r,

@@ -338,6 +338,24 @@ fn dmc_run_trains_through_the_norm_pass_as_through_held_gradients() {
     ]);
     assert_eq!(rc, 1, "{err}");
     assert!(err.contains("accumulate") && err.contains("held"), "{err}");
+    // a method for a program without clip_norm is refused, not ignored (auto stays quiet)
+    let plain = dir.path().join("p.dm");
+    std::fs::write(
+        &plain,
+        format!("{NET}train {{ batch: 2, optimizer: sgd(lr: 0.1) }}\n"),
+    )
+    .expect("write");
+    let plain = plain.to_str().expect("utf-8");
+    for method in ["held", "norm-pass"] {
+        let (rc, _, err) = dmc(&["plan", plain, "--clip-norm-method", method]);
+        assert_eq!(rc, 1, "{method}: {err}");
+        assert!(
+            err.contains("no clip_norm") && err.contains("clip_norm: 1.0"),
+            "{err}"
+        );
+    }
+    let (rc, _, err) = dmc(&["plan", plain, "--clip-norm-method", "auto"]);
+    assert_eq!(rc, 0, "{err}");
 }
 
 /// A chain whose memory is its activations (so a cap is met by recomputation), by train block.
