@@ -177,14 +177,13 @@ fn value_slots_number_every_value_once() {
 
 /// A chain longer than the DP plans stage by stage is planned on groups of stages: under half of
 /// its arena, it still fits, recomputes, and checks.
-#[test]
-fn a_chain_longer_than_the_dp_rematerializes_under_a_cap() {
-    let layers = 3 * MAX_DP_STAGES;
-    let m = relu_chain(layers);
-    let free = compile(&m, &opts(Mode::Train)).unwrap();
-    let cap = free.arena_bytes / 2;
+/// The training step of `m` under `cap`, rematerialized as needed, checked.
+fn capped(
+    m: &dmc_grammar::Model,
+    cap: u64,
+) -> (dmc_compiler::Plan, Option<dmc_compiler::RematInfo>) {
     let (p, info) = compile_explained(
-        &m,
+        m,
         &CompileOptions {
             cap: Some(cap),
             ..opts(Mode::Train)
@@ -192,6 +191,16 @@ fn a_chain_longer_than_the_dp_rematerializes_under_a_cap() {
     )
     .unwrap();
     check_plan(&p).unwrap();
+    (p, info)
+}
+
+#[test]
+fn a_chain_longer_than_the_dp_rematerializes_under_a_cap() {
+    let layers = 3 * MAX_DP_STAGES;
+    let m = relu_chain(layers);
+    let free = compile(&m, &opts(Mode::Train)).unwrap();
+    let cap = free.arena_bytes / 2;
+    let (p, info) = capped(&m, cap);
     assert!(p.arena_bytes <= cap, "{} > {cap}", p.arena_bytes);
     let info = info.expect("rematerialized");
     assert!(info.stages > MAX_DP_STAGES, "{} stages", info.stages);
@@ -210,15 +219,7 @@ fn a_capped_8000_layer_chain_is_rematerialized_with_every_copy_fused() {
     let m = dmc_grammar::compile_source(src, "long.dm").unwrap();
     let free = compile(&m, &opts(Mode::Train)).unwrap();
     let cap = free.arena_bytes * 4 / 5;
-    let (p, info) = compile_explained(
-        &m,
-        &CompileOptions {
-            cap: Some(cap),
-            ..opts(Mode::Train)
-        },
-    )
-    .unwrap();
-    check_plan(&p).unwrap();
+    let (p, info) = capped(&m, cap);
     assert!(p.arena_bytes <= cap && info.is_some());
     let recomputed = p
         .steps
