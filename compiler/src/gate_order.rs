@@ -144,13 +144,10 @@ impl GateOrder {
             .copied()
             .filter(|t| !nodes.contains(t))
             .collect();
-        let Some(bound) = targets
-            .iter()
-            .map(|t| self.pos_of(*t))
-            .try_fold(0u64, |b, p| p.map(|p| b.max(p)))
-        else {
-            return self.search(g, &targets, nodes, u64::MAX);
-        };
+        // (a target without a position leaves the search unbounded)
+        let bound = self
+            .extreme(&targets, u64::max)
+            .map_or(u64::MAX, |b| b.unwrap_or(0));
         self.search(g, &targets, nodes, bound)
     }
 
@@ -232,22 +229,9 @@ impl GateOrder {
     /// Gives `n` a position between its predecessors' and its successors', or marks the order
     /// stale where there is none.
     fn place(&mut self, g: &Graph, n: NodeIndex) {
-        let lo = self
-            .preds(g, n)
-            .iter()
-            .filter(|p| **p != n)
-            .map(|p| self.pos_of(*p))
-            .try_fold(None::<u64>, |b, p| {
-                p.map(|p| Some(b.map_or(p, |b| b.max(p))))
-            });
-        let hi = self
-            .succs(g, n)
-            .iter()
-            .filter(|s| **s != n)
-            .map(|s| self.pos_of(*s))
-            .try_fold(None::<u64>, |b, p| {
-                p.map(|p| Some(b.map_or(p, |b| b.min(p))))
-            });
+        let others = |v: Vec<NodeIndex>| v.into_iter().filter(|m| *m != n).collect::<Vec<_>>();
+        let lo = self.extreme(&others(self.preds(g, n)), u64::max);
+        let hi = self.extreme(&others(self.succs(g, n)), u64::min);
         let (Some(lo), Some(hi)) = (lo, hi) else {
             self.fresh = false; // a neighbour without a position
             return;
@@ -268,6 +252,14 @@ impl GateOrder {
             }
             None => self.fresh = false,
         }
+    }
+
+    /// The largest (`pick = u64::max`) or smallest position of `nodes`: `None` when one has no
+    /// position, `Some(None)` when there are no nodes.
+    fn extreme(&self, nodes: &[NodeIndex], pick: fn(u64, u64) -> u64) -> Option<Option<u64>> {
+        nodes.iter().try_fold(None, |b: Option<u64>, n| {
+            self.pos_of(*n).map(|p| Some(b.map_or(p, |b| pick(b, p))))
+        })
     }
 }
 
