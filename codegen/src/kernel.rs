@@ -6,6 +6,8 @@ use serde::Serialize;
 
 use dmc_plan::op::{DType, Role, Signature};
 
+use crate::spec::gemm::GemmGeom;
+
 /// Where a kernel parameter's value comes from at launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum ArgSource {
@@ -109,6 +111,8 @@ pub struct CudaKernel {
     /// arguments: the fixed-order reduction of a split-K GEMM's partial sums (see
     /// [`split_k`](crate::split_k)).
     pub then: Option<Launch>,
+    /// The GEMM it computes, for a GEMM-shaped kernel (see [`GemmGeom`]).
+    pub gemm: Option<GemmGeom>,
 }
 
 impl CudaKernel {

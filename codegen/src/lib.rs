@@ -15,6 +15,7 @@
 mod error;
 mod kernel;
 mod options;
+pub mod perf;
 mod render;
 mod spec;
 mod templates;
@@ -26,6 +27,7 @@ pub use options::CodegenOptions;
 pub use render::{entry_name, render_kernel, render_plan};
 pub use spec::common::{f32_lit, ELEM_THREADS, REDUCE_THREADS};
 pub use spec::gemm::{
-    split_k, GemmTile, CHUNK_TILES, DEFAULT_TILE, SPLIT_MAX, SPLIT_MIN_TILES, SPLIT_TARGET_BLOCKS,
+    split_k, GemmGeom, GemmTile, CHUNK_TILES, DEFAULT_TILE, SPLIT_MAX, SPLIT_MIN_TILES,
+    SPLIT_TARGET_BLOCKS,
 };
 pub use templates::{HOST_HEADER, TEMPLATES};

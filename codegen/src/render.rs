@@ -68,6 +68,7 @@ fn render_with(
         block,
         split,
         outputs,
+        gemm,
     }) = crate::spec::spec(k, mode, opts)?
     else {
         return Ok(None);
@@ -104,6 +105,7 @@ fn render_with(
         block,
         params,
         then,
+        gemm,
     }))
 }
 

@@ -6,7 +6,7 @@
 //! convolutions and matrix products — which is what makes recomputing them attractive.
 
 use crate::ir::Graph;
-use crate::op::{Op, Role};
+use crate::op::Op;
 use crate::plan::Plan;
 use petgraph::stable_graph::NodeIndex;
 
@@ -42,20 +42,7 @@ pub fn step_flops(plan: &Plan, s: usize) -> u64 {
 
 /// FLOPs of one launch of kernel `k` (every step of the kernel costs this: [`step_flops`]).
 pub fn kernel_flops(k: &crate::plan::Kernel) -> u64 {
-    let mut ins = vec![];
-    let mut outs = vec![];
-    for (p, shape) in k.signature.params.iter().zip(&k.arg_shapes) {
-        match p.role {
-            Role::In => ins.push(shape.clone()),
-            Role::InOut => {
-                ins.push(shape.clone());
-                outs.push(shape.clone());
-            }
-            Role::Out => outs.push(shape.clone()),
-            Role::Workspace => {}
-        }
-    }
-    flops(&k.op, &ins, &outs)
+    k.flops()
 }
 
 /// Whether step label / node name `name` marks a recomputed forward node.

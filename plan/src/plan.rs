@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::op::{DType, Op, Signature};
+use crate::op::{DType, Op, Role, Signature};
 use crate::schedule::LrSchedule;
 use crate::update::UpdateRule;
 pub use crate::update::{LearningRate, UpdateRule as Optimizer};
@@ -142,6 +142,28 @@ pub struct Kernel {
     /// One shape per signature parameter, in signature order.
     pub arg_shapes: Vec<Vec<usize>>,
     pub signature: Signature,
+}
+
+impl Kernel {
+    /// FLOPs of one launch (every step of the kernel costs this): the op's own fact
+    /// ([`Op::flops`]) on its argument shapes, `In` and `InOut` as inputs, `Out` and `InOut` as
+    /// outputs.
+    pub fn flops(&self) -> u64 {
+        let mut ins = vec![];
+        let mut outs = vec![];
+        for (p, shape) in self.signature.params.iter().zip(&self.arg_shapes) {
+            match p.role {
+                Role::In => ins.push(shape.clone()),
+                Role::InOut => {
+                    ins.push(shape.clone());
+                    outs.push(shape.clone());
+                }
+                Role::Out => outs.push(shape.clone()),
+                Role::Workspace => {}
+            }
+        }
+        self.op.flops(&ins, &outs)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -7,6 +7,7 @@ use dmc_compiler::plan::Mode;
 use dmc_runtime::io;
 
 use super::kernels::{write_kernels, CodegenArgs};
+use super::perf::{predict, resources_for, table, GpuArg};
 use super::plan_args::{ModeArgs, PlanArgs, VERIFY};
 use super::program::load_model;
 use crate::report::CliError;
@@ -32,10 +33,18 @@ pub struct Args {
     /// and print each kernel's registers, shared memory and spills. Needs NVRTC, not a GPU.
     #[arg(long, value_name = "ARCH")]
     pub arch: Option<String>,
+    /// Print the performance model's table: per kernel FLOPs, bytes, blocks, occupancy, waves,
+    /// roofline floor and predicted time on `--gpu`, and the step's total (registers from NVRTC
+    /// for `--arch` or the GPU's architecture where NVRTC loads; estimated otherwise). No GPU needed.
+    #[arg(long)]
+    pub perf: bool,
+    #[command(flatten)]
+    pub gpu: GpuArg,
 }
 
 pub fn run(args: Args) -> Result<(), CliError> {
     let model = load_model(&args.file)?;
+    let gpu = args.gpu.gpu()?;
     let opts = args.plan.options(Mode::from(args.mode.mode), VERIFY)?;
     if args.dump_ir {
         print!(
@@ -61,6 +70,11 @@ pub fn run(args: Args) -> Result<(), CliError> {
         args.arch.as_deref(),
         &args.codegen.options(),
     )?;
+    if args.perf {
+        let cg = args.codegen.options();
+        let (res, src) = resources_for(&plan, args.arch.as_deref(), gpu, &cg);
+        print!("{}", table(&predict(&plan, &cg, &res, gpu)?, gpu, &src));
+    }
     println!(
         "{}: {} kernels, {} steps, {} buffers, arena {} ({} bytes) -> {}",
         args.file.display(),

@@ -13,6 +13,7 @@ mod data;
 mod emu_check;
 mod gpu_selftest;
 mod kernels;
+mod perf;
 mod plan;
 mod plan_args;
 mod program;

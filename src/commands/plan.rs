@@ -16,6 +16,7 @@ use dmc_compiler::report::{
 use dmc_runtime::io::write_file_atomic;
 use std::io::Write;
 
+use super::perf::{predict, step_line, GpuArg, ResourceSource};
 use super::plan_args::{PlanArgs, RematArg, VERIFY};
 use super::program::load_model;
 use crate::report::CliError;
@@ -52,6 +53,8 @@ pub struct Args {
     /// `--json` or `--timeline`).
     #[arg(long, requires = "vram_cap", conflicts_with_all = ["batch", "sweep", "json", "timeline"])]
     pub max_batch: bool,
+    #[command(flatten)]
+    pub gpu: GpuArg,
 }
 
 /// Plans with more kernels than this are not compiled a second time without fusion for the
@@ -60,6 +63,7 @@ const UNFUSED_COMPARISON_MAX_STEPS: usize = 5_000;
 
 pub fn run(args: Args) -> Result<(), CliError> {
     let model = load_model(&args.file)?;
+    let gpu = args.gpu.gpu()?;
     let opts = args.plan.options(Mode::Train, VERIFY)?;
     if args.max_batch {
         let cap = args.plan.step.vram_cap.unwrap_or(u64::MAX);
@@ -141,6 +145,15 @@ pub fn run(args: Args) -> Result<(), CliError> {
             "{}",
             render_text(&report, args.plan.step.vram_cap, args.verbose)
         );
+        // The performance model's line (registers estimated: NVRTC's are `dmc compile --perf`'s);
+        // not for huge programs, whose kernels take seconds to render.
+        if plan.steps.len() <= UNFUSED_COMPARISON_MAX_STEPS {
+            let cg = dmc_codegen::CodegenOptions::default();
+            let p = predict(&plan, &cg, &Default::default(), gpu)?;
+            let src =
+                ResourceSource::Estimated("per kind; `dmc compile --perf` uses NVRTC's".into());
+            println!("{}", step_line(&p, &src));
+        }
     }
     if let Some(path) = &args.timeline {
         let svg = render_svg(&report, args.plan.step.vram_cap)

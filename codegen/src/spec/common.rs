@@ -8,6 +8,7 @@ use dmc_plan::plan::{Kernel, Mode};
 
 use crate::error::CodegenError;
 use crate::options::CodegenOptions;
+use crate::spec::gemm::GemmGeom;
 
 /// Threads per block of the one-thread-per-element kernels.
 pub const ELEM_THREADS: u32 = 256;
@@ -24,6 +25,8 @@ pub(crate) struct Spec {
     /// per GEMM output.
     pub split: usize,
     pub outputs: usize,
+    /// The GEMM a GEMM-shaped kernel computes (the performance model's input); `None` otherwise.
+    pub gemm: Option<GemmGeom>,
 }
 
 /// One kernel being rendered, as the family modules read it.
@@ -127,6 +130,7 @@ pub(crate) fn per_element(
         block: [ELEM_THREADS, 1, 1],
         split: 1,
         outputs: 0,
+        gemm: None,
     })
 }
 
@@ -142,5 +146,6 @@ pub(crate) fn reduction(s: &Site, template: &'static str) -> Spec {
         block: [REDUCE_THREADS, 1, 1],
         split: 1,
         outputs: 0,
+        gemm: None,
     }
 }

@@ -91,6 +91,9 @@ fn grouped(mut sp: Spec, groups: usize) -> Result<Spec, CodegenError> {
         debug_assert_eq!(sp.split, 1);
         sp.grid[2] = groups as u32;
         sp.outputs *= groups;
+        if let Some(g) = &mut sp.gemm {
+            g.groups = groups;
+        }
     }
     Ok(sp)
 }

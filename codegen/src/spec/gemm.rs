@@ -19,6 +19,21 @@ pub struct GemmTile {
     pub tn: u32,
 }
 
+/// The GEMM a kernel computes, as launched: `groups` independent `gm x gn x gk` GEMMs (a grouped
+/// convolution's), each tiled by `tile` and, when `split` > 1, split into that many k ranges whose
+/// partial sums a second launch adds. The performance model's view of a GEMM kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct GemmGeom {
+    pub gm: usize,
+    pub gn: usize,
+    pub gk: usize,
+    pub groups: usize,
+    pub split: usize,
+    pub tile: GemmTile,
+    /// Whether an operand's loads decompose an implicit-GEMM (im2col) index, i.e. a convolution.
+    pub implicit: bool,
+}
+
 /// k-tiles per partial sum of a long GEMM reduction (see `gemm.cuh.tera`).
 pub const CHUNK_TILES: usize = 32;
 
@@ -122,5 +137,14 @@ pub(crate) fn gemm(
         block: [(t.bm / t.tm) * (t.bn / t.tn), 1, 1],
         split,
         outputs: gm * gn,
+        gemm: Some(GemmGeom {
+            gm,
+            gn,
+            gk,
+            groups: 1,
+            split,
+            tile: t,
+            implicit: template.starts_with("conv"),
+        }),
     })
 }

@@ -1,0 +1,436 @@
+//! The static performance model: for every kernel of a plan, on a named GPU ([`gpus`]), its FLOPs,
+//! the fewest global bytes it could move (each operand once), the bytes its tiling does move,
+//! blocks, occupancy (from NVRTC's registers and shared memory, or estimated from the tile), waves,
+//! the roofline floor and a predicted time; per step, the sum, the floor and their ratio. No GPU is
+//! needed: it is how kernels are chosen and how a plan's step time is told before running it.
+//!
+//! The model is a latency-aware roofline. A GEMM kernel (`gemm.cuh.tera`) runs k-tiles one after
+//! the other in each block: a tile's global loads (one tile in flight, no double buffering) cost a
+//! memory latency, its inner loop costs the cycles of the SM's busiest pipe (FFMA issue, shared
+//! memory, or instruction issue); the blocks resident on an SM hide each other's latency. Every
+//! other kernel streams its operands: dependent rounds of loads per thread, each a memory latency,
+//! or the DRAM bandwidth, whichever is slower. Each launch adds a launch overhead. Re-reads of an
+//! operand hit L2 when it fits in half of it and go to DRAM otherwise.
+//!
+//! The latencies and the launch overhead are not on any data sheet: they are [`CALIBRATION`],
+//! fitted to the three H200 step times of docs/gpu-check-h200.log (seed 77.8 ms, deep_convnet
+//! 529.7 ms, resnet_small 2.6 ms, measured before split-K, so against `--no-split-k` renderings:
+//! the model gives 77.9, 464.5 and 3.2 ms; BENCHMARKS.md). Three step totals fit two tile
+//! latencies, not a per-kernel truth: recalibrate on per-kernel times when a GPU measures them
+//! (`dmc run --device cuda --profile`).
+
+pub mod gpus;
+
+use serde::Serialize;
+
+use dmc_plan::op::Role;
+use dmc_plan::plan::{Kernel, Plan};
+
+use crate::kernel::CudaKernel;
+use crate::spec::gemm::GemmGeom;
+pub use gpus::{gpu, gpu_names, gpu_of_device, Gpu, GPUS};
+
+/// The model's constants that no data sheet gives (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Calibration {
+    /// Latency of a streaming kernel's round of loads (DRAM), ns.
+    pub dram_latency_ns: f64,
+    /// The wait of one k-tile of a GEMM block before its inner loop can start, when its operands
+    /// come from L2 and when they come from DRAM, ns: the loads' latency, their address
+    /// arithmetic, the stores to shared memory and the two barriers around the tile (one tile in
+    /// flight). Fitted, not measured: see the module doc.
+    pub tile_l2_ns: f64,
+    pub tile_dram_ns: f64,
+    /// Cost of one kernel launch issued by the host, s.
+    pub launch_s: f64,
+    /// Integer instructions per element a convolution's implicit-GEMM load spends on its index
+    /// (the im2col decomposition: divisions and bounds), and a dense GEMM's.
+    pub implicit_index_instrs: f64,
+    pub dense_index_instrs: f64,
+    /// The fraction of peak DRAM bandwidth a streaming kernel reaches.
+    pub dram_efficiency: f64,
+}
+
+/// The constants in use (fitted as the module doc says).
+pub const CALIBRATION: Calibration = Calibration {
+    dram_latency_ns: 600.0,
+    tile_l2_ns: 800.0,
+    tile_dram_ns: 2600.0,
+    launch_s: 3.0e-6,
+    implicit_index_instrs: 24.0,
+    dense_index_instrs: 6.0,
+    dram_efficiency: 0.85,
+};
+
+/// A compiled kernel's resources, as NVRTC reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct KernelResources {
+    pub registers: u32,
+    pub shared_bytes: u32,
+}
+
+/// What bounds a kernel's predicted time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Bound {
+    /// DRAM bandwidth.
+    Memory,
+    /// Memory latency not hidden by the resident blocks (too few blocks or tiles in flight).
+    Latency,
+    /// The SM's pipes (FFMA, shared memory, issue).
+    Compute,
+    /// The launch overhead.
+    Launch,
+}
+
+impl Bound {
+    pub fn name(self) -> &'static str {
+        match self {
+            Bound::Memory => "memory",
+            Bound::Latency => "latency",
+            Bound::Compute => "compute",
+            Bound::Launch => "launch",
+        }
+    }
+}
+
+/// One kernel's prediction (one launch of it; `launches` per step).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KernelPerf {
+    pub kernel: String,
+    pub kind: &'static str,
+    /// Steps of the plan that launch it.
+    pub launches: usize,
+    pub flops: f64,
+    /// Each operand read once, each output written once (bytes).
+    pub min_bytes: f64,
+    /// What the tiling reads and writes in global memory (L2 or DRAM), bytes.
+    pub moved_bytes: f64,
+    /// What of that reaches DRAM (re-reads of an operand larger than half the L2), bytes.
+    pub dram_bytes: f64,
+    /// Blocks of its main launch, threads per block.
+    pub blocks: u64,
+    pub threads: u32,
+    /// Blocks resident per SM, and the resulting warps over the SM's maximum.
+    pub resident: u32,
+    pub occupancy: f64,
+    /// Blocks over the blocks one wave holds (SMs x resident).
+    pub waves: f64,
+    pub registers: u32,
+    /// The registers are an estimate (no NVRTC report).
+    pub estimated: bool,
+    /// The roofline of `flops` and `min_bytes` at the GPU's peaks, s.
+    pub floor_s: f64,
+    /// Predicted time of one launch, s.
+    pub predicted_s: f64,
+    pub bound: Bound,
+}
+
+/// A step's prediction: every kernel, and the totals over the plan's steps.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepPerf {
+    pub gpu: &'static str,
+    pub kernels: Vec<KernelPerf>,
+    /// Sum over steps of the predicted times, s.
+    pub predicted_s: f64,
+    /// Sum over steps of the floors, s.
+    pub floor_s: f64,
+    pub launches: usize,
+    pub flops: f64,
+    pub min_bytes: f64,
+    /// Some kernel's registers were estimated.
+    pub estimated: bool,
+}
+
+impl StepPerf {
+    /// Predicted over floor.
+    pub fn ratio(&self) -> f64 {
+        if self.floor_s > 0.0 {
+            self.predicted_s / self.floor_s
+        } else {
+            1.0
+        }
+    }
+}
+
+/// Registers a kernel `k` of kind `kind` is assumed to take when NVRTC has not compiled it: a
+/// GEMM's accumulators and fragments plus a fixed overhead (more for a data gradient's epilogue,
+/// about 150 for a fused optimizer update, as NVRTC gives for sm_90), 32 for the others.
+pub fn estimated_registers(k: &CudaKernel, kind: &str) -> u32 {
+    match &k.gemm {
+        Some(g) => {
+            let t = g.tile;
+            let base = t.tm * t.tn + t.tm + t.tn + 40;
+            if kind.ends_with("update") {
+                base + 88
+            } else if kind.contains("bwd_data") {
+                base + 16
+            } else {
+                base
+            }
+            .min(255)
+        }
+        None => 32,
+    }
+}
+
+/// Shared memory of a kernel of `k` when NVRTC has not reported it: a GEMM's two tiles.
+fn estimated_shared(k: &CudaKernel) -> u32 {
+    match &k.gemm {
+        Some(g) => {
+            let t = g.tile;
+            (t.bk * (t.bm + 1) + t.bk * t.bn) * 4
+        }
+        None => 2048,
+    }
+}
+
+/// Blocks of `threads` threads with `regs` registers and `smem` bytes of shared memory that one
+/// SM of `gpu` holds at once (the CUDA occupancy rules: registers allocated per warp in units of
+/// 256, at least one block).
+pub fn resident_blocks(gpu: &Gpu, threads: u32, regs: u32, smem: u32) -> u32 {
+    let warps = threads.div_ceil(32).max(1);
+    let by_threads = gpu.max_threads_per_sm / (warps * 32);
+    let regs_per_warp = (regs.max(1) * 32).div_ceil(256) * 256;
+    let by_regs = gpu.regs_per_sm / (regs_per_warp * warps);
+    // the driver reserves 1 KiB of shared memory per block
+    let by_smem = gpu.smem_per_sm / (smem + 1024);
+    by_threads
+        .min(by_regs)
+        .min(by_smem)
+        .min(gpu.max_blocks_per_sm)
+        .max(1)
+}
+
+/// Bytes of argument `i` of `k`.
+fn arg_bytes(k: &Kernel, i: usize) -> f64 {
+    let n: usize = k.arg_shapes.get(i).map_or(0, |s| s.iter().product());
+    (n * k.signature.params[i].dtype.size()) as f64
+}
+
+/// (bytes read, bytes written) of `k`'s operands, each once (workspaces not counted).
+fn operand_bytes(k: &Kernel) -> (f64, f64) {
+    let (mut r, mut w) = (0.0, 0.0);
+    for (i, p) in k.signature.params.iter().enumerate() {
+        let b = arg_bytes(k, i);
+        match p.role {
+            Role::In => r += b,
+            Role::Out => w += b,
+            Role::InOut => {
+                r += b;
+                w += b;
+            }
+            Role::Workspace => {}
+        }
+    }
+    (r, w)
+}
+
+/// Time of `waves` waves of blocks that each make `rounds` dependent rounds of loads
+/// (`latency_s` each) plus `compute_s` of work per round.
+fn stream_time(waves: f64, rounds: f64, latency_s: f64, compute_s: f64) -> f64 {
+    waves.ceil().max(1.0) * rounds.max(1.0) * (latency_s + compute_s)
+}
+
+/// The prediction for one rendered kernel `ck` of plan kernel `k` (`launches` steps run it), with
+/// NVRTC's `res` when known.
+pub fn kernel_perf(
+    ck: &CudaKernel,
+    k: &Kernel,
+    launches: usize,
+    res: Option<KernelResources>,
+    gpu: &Gpu,
+    cal: &Calibration,
+) -> KernelPerf {
+    let threads: u32 = ck.block.iter().product();
+    let blocks: u64 = ck.grid.iter().map(|&g| u64::from(g)).product();
+    let estimated = res.is_none();
+    let res = res.unwrap_or(KernelResources {
+        registers: estimated_registers(ck, k.op.kind_name()),
+        shared_bytes: estimated_shared(ck),
+    });
+    let resident = resident_blocks(gpu, threads, res.registers, res.shared_bytes);
+    let per_wave = u64::from(gpu.sms) * u64::from(resident);
+    let waves = blocks as f64 / per_wave as f64;
+    let occupancy =
+        f64::from(resident * threads.div_ceil(32)) / f64::from(gpu.max_threads_per_sm / 32);
+    let flops = k.flops() as f64;
+    let (rd, wr) = operand_bytes(k);
+    let min_bytes = rd + wr;
+    let floor_s = (flops / gpu.fp32_flops()).max(min_bytes / gpu.dram_bw);
+    let cyc = gpu.cycle_s();
+    let dram_lat = cal.dram_latency_ns * 1e-9;
+    let (moved, dram, body_s, bound_body) = match &ck.gemm {
+        Some(g) => gemm_time(g, (rd, wr), threads, resident, gpu, cal),
+        None => {
+            // streaming: each thread reads its share of the inputs in rounds of a few
+            // independent loads (4 B each, 4 in flight)
+            let t = (blocks * u64::from(threads)).max(1) as f64;
+            let rounds = (rd / t / 16.0).ceil();
+            let lat = stream_time(waves, rounds, dram_lat, 64.0 * cyc);
+            let mem = min_bytes / (gpu.dram_bw * cal.dram_efficiency);
+            if lat > mem {
+                (min_bytes, min_bytes, lat, Bound::Latency)
+            } else {
+                (min_bytes, min_bytes, mem, Bound::Memory)
+            }
+        }
+    };
+    // the split-K reduction: a second, streaming launch over the partial sums
+    let reduce_s = match (&ck.gemm, &ck.then) {
+        (Some(g), Some(l)) if g.split > 1 => {
+            let outs = (g.gm * g.gn * g.groups) as f64;
+            let bytes = outs * 4.0 * (g.split as f64 + 1.0);
+            let rb: u64 = l.grid.iter().map(|&x| u64::from(x)).product();
+            let lt: u32 = l.block.iter().product();
+            let r = resident_blocks(gpu, lt, 32, 0);
+            let w = rb as f64 / (u64::from(gpu.sms) * u64::from(r)) as f64;
+            let lat = stream_time(w, (g.split as f64 / 4.0).ceil(), dram_lat, 32.0 * cyc);
+            cal.launch_s + lat.max(bytes / (gpu.dram_bw * cal.dram_efficiency))
+        }
+        _ => 0.0,
+    };
+    let predicted_s = cal.launch_s + body_s + reduce_s;
+    let bound = if cal.launch_s + reduce_s > body_s {
+        Bound::Launch
+    } else {
+        bound_body
+    };
+    KernelPerf {
+        kernel: ck.name.clone(),
+        kind: k.op.kind_name(),
+        launches,
+        flops,
+        min_bytes,
+        moved_bytes: moved,
+        dram_bytes: dram,
+        blocks,
+        threads,
+        resident,
+        occupancy,
+        waves,
+        registers: res.registers,
+        estimated,
+        floor_s,
+        predicted_s,
+        bound,
+    }
+}
+
+/// A GEMM kernel's (moved bytes, DRAM bytes, time, bound): see the module doc. `(rd, wr)` are its
+/// operands' bytes; `resident` its blocks per SM.
+fn gemm_time(
+    g: &GemmGeom,
+    (rd, wr): (f64, f64),
+    threads: u32,
+    resident: u32,
+    gpu: &Gpu,
+    cal: &Calibration,
+) -> (f64, f64, f64, Bound) {
+    let t = g.tile;
+    let (bm, bn, bk) = (t.bm as usize, t.bn as usize, t.bk as usize);
+    let tiles_m = g.gm.div_ceil(bm).max(1);
+    let tiles_n = g.gn.div_ceil(bn).max(1);
+    let gr = g.groups.max(1) as f64;
+    // A (gm x gk) is read once per column of tiles, B (gk x gn) once per row of tiles
+    let a = (g.gm * g.gk) as f64 * 4.0 * gr;
+    let b = (g.gk * g.gn) as f64 * 4.0 * gr;
+    let c = (g.gm * g.gn) as f64 * 4.0 * gr;
+    let partials = if g.split > 1 { c * g.split as f64 } else { 0.0 };
+    // the other operands (epilogue inputs, optimizer state, bias): streamed once
+    let rest = (rd + wr - a - b - c).max(0.0);
+    let moved = a * tiles_n as f64 + b * tiles_m as f64 + c + partials + rest;
+    let l2_half = gpu.l2_bytes as f64 / 2.0;
+    let reread = |x: f64, r: usize| if x <= l2_half { x } else { x * r as f64 };
+    let dram = reread(a, tiles_n) + reread(b, tiles_m) + c + partials + rest;
+    // one k-tile of one block, in SM cycles: the FFMA pipe, shared memory (one warp-wide 4-byte
+    // access per cycle) and instruction issue (4 schedulers)
+    let warps = f64::from(threads.div_ceil(32));
+    let (tm, tn, bkf) = (f64::from(t.tm), f64::from(t.tn), bk as f64);
+    let fma = warps * bkf * tm * tn;
+    let lds = warps * bkf * (tm + tn);
+    let ldg = warps * ((bk * (bm + bn)) as f64 / f64::from(threads)).ceil();
+    let idx = if g.implicit {
+        cal.implicit_index_instrs
+    } else {
+        cal.dense_index_instrs
+    };
+    let issue = (fma + lds + ldg * (2.0 + idx) + warps * bkf * 2.0) / 4.0;
+    let fma_pipe = fma * 32.0 / f64::from(gpu.fp32_lanes);
+    let smem = lds + ldg;
+    let tc = issue.max(fma_pipe).max(smem);
+    // a tile's loads wait a latency: L2's for re-read operands, DRAM's for the first reads
+    let frac_dram = (dram / moved.max(1.0)).clamp(0.0, 1.0);
+    let lat_ns = cal.tile_l2_ns + frac_dram * (cal.tile_dram_ns - cal.tile_l2_ns);
+    let lat = lat_ns * 1e-9 / gpu.cycle_s();
+    let ks = g.gk.div_ceil(g.split.max(1));
+    let ktiles = ks.div_ceil(bk).max(1) as f64;
+    // waves: full ones with `resident` blocks per SM, then the rest spread over the SMs
+    let blocks = (tiles_m * tiles_n * g.split.max(1) * g.groups.max(1)) as u64;
+    let per_wave = u64::from(gpu.sms) * u64::from(resident);
+    let full = blocks / per_wave;
+    let rest_blocks = blocks % per_wave;
+    let wave = |r: f64| ktiles * (lat + tc).max(r * tc);
+    let mut cycles = full as f64 * wave(f64::from(resident));
+    if rest_blocks > 0 {
+        cycles += wave(rest_blocks.div_ceil(u64::from(gpu.sms)) as f64);
+    }
+    let compute_s = cycles * gpu.cycle_s();
+    let mem_s = dram / (gpu.dram_bw * cal.dram_efficiency);
+    let hidden = ktiles * tc * (full as f64 * f64::from(resident)).max(1.0) * gpu.cycle_s();
+    if mem_s >= compute_s {
+        (moved, dram, mem_s, Bound::Memory)
+    } else if hidden >= 0.8 * compute_s {
+        (moved, dram, compute_s, Bound::Compute)
+    } else {
+        (moved, dram, compute_s, Bound::Latency)
+    }
+}
+
+/// The prediction for every kernel of `plan` (rendered as `kernels`, with NVRTC's `resources` by
+/// kernel name where known) and the step's totals.
+pub fn step_perf(
+    plan: &Plan,
+    kernels: &[CudaKernel],
+    resources: &dyn Fn(&str) -> Option<KernelResources>,
+    gpu: &'static Gpu,
+    cal: &Calibration,
+) -> StepPerf {
+    let mut launches = vec![0usize; plan.kernels.len()];
+    for s in &plan.steps {
+        if let Some(n) = launches.get_mut(s.kernel) {
+            *n += 1;
+        }
+    }
+    let by_id: std::collections::HashMap<usize, usize> = plan
+        .kernels
+        .iter()
+        .enumerate()
+        .map(|(i, k)| (k.id, i))
+        .collect();
+    let mut out = StepPerf {
+        gpu: gpu.name,
+        kernels: Vec::with_capacity(kernels.len()),
+        predicted_s: 0.0,
+        floor_s: 0.0,
+        launches: 0,
+        flops: 0.0,
+        min_bytes: 0.0,
+        estimated: false,
+    };
+    for ck in kernels {
+        let Some(&i) = by_id.get(&ck.id) else {
+            continue;
+        };
+        let n = launches[i];
+        let p = kernel_perf(ck, &plan.kernels[i], n, resources(&ck.name), gpu, cal);
+        let nf = n as f64;
+        out.predicted_s += p.predicted_s * nf;
+        out.floor_s += p.floor_s * nf;
+        out.flops += p.flops * nf;
+        out.min_bytes += p.min_bytes * nf;
+        out.launches += n * ck.launches().len();
+        out.estimated |= p.estimated;
+        out.kernels.push(p);
+    }
+    out
+}
