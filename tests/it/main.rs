@@ -22,6 +22,7 @@ mod interop_norm;
 mod lr_schedule;
 mod memory;
 mod multi_loss;
+mod perf;
 mod reliability;
 mod reshape;
 mod resume;

@@ -1,0 +1,309 @@
+//! The static performance model (`dmc_codegen::perf`): the occupancy rule against the CUDA
+//! occupancy calculator's values, the GPU table against the data sheets' peaks, the floor against
+//! an independent count of each plan's bytes and FLOPs, the invariants every prediction keeps,
+//! the calibration against the H200 step times logged in docs/gpu-check-h200.log, and the CLI
+//! (`dmc compile --perf`, `dmc plan`'s line, `--gpu`).
+
+use std::path::Path;
+
+use crate::common::dmc;
+
+use dmc_codegen::perf::{
+    gpu, gpu_of_device, resident_blocks, step_perf, Gpu, StepPerf, CALIBRATION, GPUS,
+};
+use dmc_codegen::{render_plan, CodegenOptions};
+use dmc_compiler::op::Role;
+use dmc_compiler::plan::{Mode, Plan};
+use dmc_compiler::{compile, CompileOptions};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn plan_of(example: &str) -> Plan {
+    let path = root().join("examples").join(format!("{example}.dm"));
+    let src = std::fs::read_to_string(&path).expect("read example");
+    let model = dmc_grammar::compile_source(&src, &path.display().to_string())
+        .unwrap_or_else(|e| panic!("{example}: {e:?}"));
+    let opts = CompileOptions {
+        mode: Mode::Train,
+        ..Default::default()
+    };
+    compile(&model, &opts).unwrap_or_else(|e| panic!("{example}: {e}"))
+}
+
+/// The model with registers estimated (no NVRTC), so the test runs everywhere.
+fn predict(plan: &Plan, g: &'static Gpu, split_k: bool) -> StepPerf {
+    let kernels = render_plan(plan, &CodegenOptions { split_k }).expect("render");
+    step_perf(plan, &kernels, &|_| None, g, &CALIBRATION)
+}
+
+const EXAMPLES: [&str; 4] = ["seed", "deep_convnet", "resnet_small", "mlp"];
+
+#[test]
+fn resident_blocks_follow_the_occupancy_rules() {
+    let h = gpu("h200").unwrap();
+    // CUDA occupancy calculator, compute capability 9.0: 256 threads
+    assert_eq!(
+        resident_blocks(h, 256, 56, 8256),
+        4,
+        "56 regs: 14,336 per block"
+    );
+    assert_eq!(resident_blocks(h, 256, 64, 8256), 4);
+    assert_eq!(
+        resident_blocks(h, 256, 80, 8256),
+        3,
+        "80 regs: 20,480 per block"
+    );
+    assert_eq!(
+        resident_blocks(h, 256, 152, 8256),
+        1,
+        "152 regs: 38,912 per block"
+    );
+    assert_eq!(resident_blocks(h, 256, 14, 0), 8, "threads: 2048 / 256");
+    assert_eq!(resident_blocks(h, 32, 16, 0), 32, "the 32-block limit");
+    // shared memory: 228 KiB per SM, 1 KiB reserved per block
+    assert_eq!(resident_blocks(h, 128, 32, 100 * 1024), 2);
+    // RTX 4090: 1536 threads per SM, 24 blocks
+    let r = gpu("rtx4090").unwrap();
+    assert_eq!(resident_blocks(r, 256, 32, 0), 6);
+    assert_eq!(resident_blocks(r, 32, 16, 0), 24);
+    // never zero, even for a block that could not launch
+    assert_eq!(resident_blocks(h, 1024, 255, 0), 1);
+}
+
+#[test]
+fn the_gpu_table_has_the_data_sheets_peaks() {
+    // (name, FP32 TFLOP/s, TB/s) as NVIDIA publishes them
+    let sheets = [
+        ("H200", 67.0, 4.8),
+        ("H100", 67.0, 3.35),
+        ("A100", 19.5, 2.039),
+        ("RTX4090", 82.6, 1.008),
+        ("GTX960", 2.41, 0.112),
+    ];
+    assert_eq!(GPUS.len(), sheets.len());
+    for (name, tflops, tbs) in sheets {
+        let g = gpu(name).unwrap_or_else(|| panic!("{name} missing"));
+        let f = g.fp32_flops() / 1e12;
+        assert!((f / tflops - 1.0).abs() < 0.03, "{name}: {f} TFLOP/s");
+        assert!((g.dram_bw / 1e12 / tbs - 1.0).abs() < 0.01, "{name}");
+        assert_eq!(gpu(&name.to_lowercase()).map(|g| g.name), Some(name));
+    }
+    assert_eq!(gpu("nope"), None);
+    assert_eq!(gpu_of_device("NVIDIA H200").map(|g| g.name), Some("H200"));
+    assert_eq!(
+        gpu_of_device("NVIDIA GeForce RTX 4090").map(|g| g.name),
+        Some("RTX4090")
+    );
+    assert_eq!(
+        gpu_of_device("NVIDIA A100-SXM4-80GB").map(|g| g.name),
+        Some("A100")
+    );
+}
+
+#[test]
+fn the_floor_is_each_operand_once_at_the_peaks() {
+    for ex in EXAMPLES {
+        let plan = plan_of(ex);
+        for g in GPUS {
+            let p = predict(&plan, g, true);
+            // independently: per step, max(FLOPs / peak, bytes of its operands / bandwidth)
+            let mut floor = 0.0;
+            for s in &plan.steps {
+                let k = &plan.kernels[s.kernel];
+                let bytes: usize = k
+                    .signature
+                    .params
+                    .iter()
+                    .zip(&k.arg_shapes)
+                    .map(|(p, sh)| {
+                        let b = sh.iter().product::<usize>() * p.dtype.size();
+                        match p.role {
+                            Role::In | Role::Out => b,
+                            Role::InOut => 2 * b,
+                            Role::Workspace => 0,
+                        }
+                    })
+                    .sum();
+                if matches!(k.op.kind_name(), "reshape" | "input" | "param") {
+                    continue;
+                }
+                floor += (k.flops() as f64 / g.fp32_flops()).max(bytes as f64 / g.dram_bw);
+            }
+            assert!(
+                (p.floor_s / floor - 1.0).abs() < 1e-9,
+                "{ex} on {}: floor {} vs {floor}",
+                g.name,
+                p.floor_s
+            );
+        }
+    }
+    // the count for the seed network: ~3.3 GB per step, ~0.7 ms on an H200
+    let p = predict(&plan_of("seed"), gpu("h200").unwrap(), true);
+    assert!((3.2e9..3.4e9).contains(&p.min_bytes), "{}", p.min_bytes);
+    assert!((0.65e-3..0.75e-3).contains(&p.floor_s), "{}", p.floor_s);
+}
+
+#[test]
+fn no_prediction_beats_the_roofline_and_a_faster_gpu_is_never_slower() {
+    let (h200, h100, gtx) = (
+        gpu("h200").unwrap(),
+        gpu("h100").unwrap(),
+        gpu("gtx960").unwrap(),
+    );
+    for ex in EXAMPLES {
+        let plan = plan_of(ex);
+        let ps: Vec<StepPerf> = [h200, h100, gtx]
+            .iter()
+            .map(|g| predict(&plan, g, true))
+            .collect();
+        for p in &ps {
+            assert!(!p.kernels.is_empty());
+            for k in &p.kernels {
+                assert!(
+                    k.predicted_s.is_finite() && k.predicted_s > 0.0,
+                    "{ex} {}",
+                    k.kernel
+                );
+                assert!(
+                    k.predicted_s >= k.floor_s,
+                    "{ex} {}: below its floor",
+                    k.kernel
+                );
+                assert!(k.moved_bytes >= k.min_bytes * 0.999, "{ex} {}", k.kernel);
+                assert!(k.dram_bytes <= k.moved_bytes * 1.001, "{ex} {}", k.kernel);
+                assert!(k.resident >= 1 && k.occupancy > 0.0 && k.occupancy <= 1.0);
+            }
+            let sum: f64 = p
+                .kernels
+                .iter()
+                .map(|k| k.predicted_s * k.launches as f64)
+                .sum();
+            assert!((sum / p.predicted_s - 1.0).abs() < 1e-9);
+            assert_eq!(
+                p.kernels.iter().map(|k| k.launches).sum::<usize>(),
+                plan.steps
+                    .iter()
+                    .filter(|s| !matches!(plan.kernels[s.kernel].op.kind_name(), "reshape"))
+                    .count(),
+                "{ex}: every kernel step counted once"
+            );
+        }
+        // the H200 is an H100 with more bandwidth: never slower, kernel by kernel
+        for (a, b) in ps[0].kernels.iter().zip(&ps[1].kernels) {
+            assert!(
+                a.predicted_s <= b.predicted_s * (1.0 + 1e-12),
+                "{ex} {}",
+                a.kernel
+            );
+        }
+        assert!(
+            ps[2].predicted_s > ps[0].predicted_s,
+            "{ex}: GTX 960 vs H200"
+        );
+    }
+}
+
+/// The H200 step times of docs/gpu-check-h200.log (`<name> train ... <ms> ms/step`; resnet_small's
+/// from its `dmc run --device auto` line), measured before split-K landed.
+fn logged_ms() -> Vec<(&'static str, f64)> {
+    let log = std::fs::read_to_string(root().join("docs/gpu-check-h200.log")).expect("log");
+    let ms_of = |l: &str| -> f64 {
+        let i = l.find(" ms/step").unwrap_or_else(|| panic!("{l}"));
+        l[..i].split_whitespace().last().unwrap().parse().unwrap()
+    };
+    let mut out = vec![];
+    for ex in ["seed", "deep_convnet"] {
+        let line = log
+            .lines()
+            .find(|l| l.starts_with(&format!("{ex} ")) && l.contains(" ms/step"))
+            .unwrap_or_else(|| panic!("{ex} not in the log"));
+        out.push((ex, ms_of(line)));
+    }
+    let first_run = log
+        .lines()
+        .find(|l| l.contains("steps, final loss"))
+        .unwrap();
+    out.push(("resnet_small", ms_of(first_run)));
+    assert!(out.iter().all(|(_, ms)| *ms > 0.0));
+    out
+}
+
+#[test]
+fn the_calibrated_model_is_within_30_percent_of_the_logged_h200_steps() {
+    let h200 = gpu("h200").unwrap();
+    for (ex, measured) in logged_ms() {
+        let p = predict(&plan_of(ex), h200, false);
+        let model = p.predicted_s * 1e3;
+        let r = model / measured;
+        assert!(
+            (0.7..=1.3).contains(&r),
+            "{ex}: model {model:.1} ms vs measured {measured:.1} ms on the H200"
+        );
+    }
+}
+
+#[test]
+fn split_k_is_predicted_faster_where_it_fills_the_gpu() {
+    let h200 = gpu("h200").unwrap();
+    for ex in ["seed", "deep_convnet"] {
+        let plan = plan_of(ex);
+        let (on, off) = (predict(&plan, h200, true), predict(&plan, h200, false));
+        assert!(on.predicted_s < off.predicted_s, "{ex}");
+    }
+}
+
+#[test]
+fn compile_perf_prints_a_row_per_kernel_and_the_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().display().to_string();
+    let ex = root().join("examples/mlp.dm").display().to_string();
+    let (code, stdout, stderr) = dmc(&["compile", &ex, "-o", &out, "--perf", "--gpu", "a100"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("performance model: A100 (sm_80, 108 SMs"),
+        "{stdout}"
+    );
+    let kernels = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "cu")
+        })
+        .count();
+    assert!(kernels > 0);
+    let rows = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("kernel "))
+        .skip(1)
+        .take_while(|l| !l.starts_with("step:"))
+        .count();
+    assert_eq!(rows, kernels, "{stdout}");
+    assert!(stdout.contains("predicted step on A100: "), "{stdout}");
+
+    let (code, _, stderr) = dmc(&["compile", &ex, "-o", &out, "--perf", "--gpu", "tpu"]);
+    assert_ne!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("--gpu tpu: not a GPU the performance model knows; use one of H200, H100"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn plan_prints_the_predicted_step() {
+    let ex = root().join("examples/seed.dm").display().to_string();
+    let (code, stdout, stderr) = dmc(&["plan", &ex]);
+    assert_eq!(code, 0, "{stderr}");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("predicted step on H200: "))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(line.contains("roofline floor 0.69"), "{line}");
+    let (code, stdout, _) = dmc(&["plan", &ex, "--gpu", "GTX960"]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("predicted step on GTX960: "), "{stdout}");
+}
