@@ -370,13 +370,17 @@ fn gemm_time(
     let full = blocks / per_wave;
     let rest_blocks = blocks % per_wave;
     let wave = |r: f64| ktiles * (lat + tc).max(r * tc);
+    let busy = |r: f64| ktiles * r * tc;
     let mut cycles = full as f64 * wave(f64::from(resident));
+    let mut busy_cycles = full as f64 * busy(f64::from(resident));
     if rest_blocks > 0 {
-        cycles += wave(rest_blocks.div_ceil(u64::from(gpu.sms)) as f64);
+        let r = rest_blocks.div_ceil(u64::from(gpu.sms)) as f64;
+        cycles += wave(r);
+        busy_cycles += busy(r);
     }
     let compute_s = cycles * gpu.cycle_s();
     let mem_s = dram / (gpu.dram_bw * cal.dram_efficiency);
-    let hidden = ktiles * tc * (full as f64 * f64::from(resident)).max(1.0) * gpu.cycle_s();
+    let hidden = busy_cycles * gpu.cycle_s();
     if mem_s >= compute_s {
         (moved, dram, mem_s, Bound::Memory)
     } else if hidden >= 0.8 * compute_s {
