@@ -5,10 +5,12 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use dmc_codegen::perf::{gpu_of_device, GPUS};
 use dmc_codegen::CodegenOptions;
 use dmc_compiler::plan::{Mode, Plan};
 use dmc_runtime::cuda::{self, selftest};
 
+use super::perf::{predict, resources_for};
 use super::plan_args::{PlanArgs, StepArgs, VERIFY};
 use super::program::load_model;
 use crate::report::CliError;
@@ -296,13 +298,22 @@ fn train_row(
         .map(human)
         .unwrap_or_else(|| "none".into());
     let check = format!("train {} steps, cap {cap}", a.steps);
+    // The performance model's step on this device (its GPU in the model's table, else the H200),
+    // with NVRTC's registers for the architecture compiled for.
+    let g = dev.and_then(|d| gpu_of_device(&d.name)).unwrap_or(&GPUS[0]);
+    let arch = dev.map_or(a.arch.as_str(), |d| d.arch.as_str());
+    let cg = CodegenOptions::default();
+    let (res, _) = resources_for(plan, Some(arch), g, &cg);
+    let model_s = predict(plan, &cg, &res, g)?.predicted_s;
     let Some(d) = dev else {
         return Ok(Row {
             example: name.to_string(),
             check,
             result: format!(
-                "planned arena {} (dry run: not launched)",
-                human(plan.arena_bytes)
+                "planned arena {} (dry run: not launched), model {:.2} ms/step on {}",
+                human(plan.arena_bytes),
+                model_s * 1e3,
+                g.name
             ),
             ok: true,
         });
@@ -317,11 +328,14 @@ fn train_row(
         example: name.to_string(),
         check,
         result: format!(
-            "arena planned {} measured {} ({:+.2}%), {:.2} ms/step, loss {:.4} -> {:.4}, step-1 loss vs CPU rel err {cpu:.1e}",
+            "arena planned {} measured {} ({:+.2}%), {:.2} ms/step (model {:.2} on {}, {:.2}x), loss {:.4} -> {:.4}, step-1 loss vs CPU rel err {cpu:.1e}",
             human(r.planned_arena),
             human(r.measured_arena),
             (r.measured_arena as f64 / r.planned_arena.max(1) as f64 - 1.0) * 100.0,
             r.ms_per_step,
+            model_s * 1e3,
+            g.name,
+            model_s * 1e3 / r.ms_per_step.max(1e-9),
             r.first_loss,
             r.last_loss
         ),
