@@ -22,6 +22,7 @@ mod interop_norm;
 mod lr_schedule;
 mod memory;
 mod multi_loss;
+mod profile;
 mod reliability;
 mod reshape;
 mod resume;
