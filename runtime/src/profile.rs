@@ -106,7 +106,11 @@ impl ProfileAccumulator {
                 .filter(|(_, &(n, _))| n > 0)
                 .map(|(k, &(launches, total_ms))| KernelTime {
                     kernel: k,
-                    name: self.names.get(k).cloned().unwrap_or_else(|| format!("#{k}")),
+                    name: self
+                        .names
+                        .get(k)
+                        .cloned()
+                        .unwrap_or_else(|| format!("#{k}")),
                     launches,
                     total_ms,
                 })
@@ -130,14 +134,21 @@ fn per_step(count: u64, steps: u64) -> String {
 /// is given, the prediction (seconds of one launch of the kernel of that id, e.g. a performance
 /// model's for the rendered kernel; `None`: no prediction) times the launches per step, with the
 /// ratio measured / predicted. The last row is the step's total.
-pub fn profile_table(p: &KernelProfile, predicted: Option<&dyn Fn(usize) -> Option<f64>>) -> String {
+pub fn profile_table(
+    p: &KernelProfile,
+    predicted: Option<&dyn Fn(usize) -> Option<f64>>,
+) -> String {
     if p.kernels.is_empty() {
         return "Measured per kernel: no kernel ran in a profiled step.\n".into();
     }
     let steps = p.steps.max(1) as f64;
     let total_us: f64 = p.kernels.iter().map(|k| k.total_ms).sum::<f64>() * 1e3 / steps;
     let mut rows: Vec<&KernelTime> = p.kernels.iter().collect();
-    rows.sort_by(|a, b| b.total_ms.total_cmp(&a.total_ms).then(a.kernel.cmp(&b.kernel)));
+    rows.sort_by(|a, b| {
+        b.total_ms
+            .total_cmp(&a.total_ms)
+            .then(a.kernel.cmp(&b.kernel))
+    });
     let mut out = String::new();
     out.push_str(&format!(
         "Measured per kernel (CUDA events around each launch), mean over {} step{}{}:\n\n",
@@ -158,7 +169,11 @@ pub fn profile_table(p: &KernelProfile, predicted: Option<&dyn Fn(usize) -> Opti
     let mut predicted_total: Option<f64> = predicted.map(|_| 0.0);
     for k in rows {
         let us = k.total_ms * 1e3 / steps;
-        let share = if total_us > 0.0 { 100.0 * us / total_us } else { 0.0 };
+        let share = if total_us > 0.0 {
+            100.0 * us / total_us
+        } else {
+            0.0
+        };
         out.push_str(&format!(
             "| {} | {} | {us:.1} | {share:.1}% |",
             k.name,

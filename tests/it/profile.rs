@@ -68,7 +68,10 @@ fn the_table_is_markdown_slowest_first_with_shares_and_a_total() {
         .copied()
         .filter(|l| l.starts_with("| "))
         .collect();
-    assert_eq!(rows[0], "| kernel | launches/step | µs/step | share |", "{t}");
+    assert_eq!(
+        rows[0], "| kernel | launches/step | µs/step | share |",
+        "{t}"
+    );
     assert_eq!(rows[1], "| conv | 1 | 3000.0 | 75.0% |", "{t}");
     assert_eq!(rows[2], "| relu | 2 | 1000.0 | 25.0% |", "{t}");
     assert_eq!(rows[3], "| **step** | 3 | 4000.0 | 100% |", "{t}");
@@ -92,7 +95,10 @@ fn the_table_has_a_slot_for_a_prediction_by_kernel_id() {
         ),
         "{t}"
     );
-    assert!(t.contains("| conv | 1 | 3000.0 | 75.0% | 1500.0 | 2.00x |"), "{t}");
+    assert!(
+        t.contains("| conv | 1 | 3000.0 | 75.0% | 1500.0 | 2.00x |"),
+        "{t}"
+    );
     assert!(t.contains("| relu | 2 | 1000.0 | 25.0% | - | - |"), "{t}");
     assert!(
         t.contains("| **step** | 3 | 4000.0 | 100% | 1500.0 | 2.67x |"),
@@ -151,7 +157,10 @@ fn graph_segments_cut_at_the_loss_read_and_cover_each_pass() {
     assert!(cut[0].check_loss);
     let first_backward = cut[1].steps[0];
     assert!(
-        first_backward > 0 && p.steps[..first_backward].iter().any(|s| s.args.contains(&p.loss))
+        first_backward > 0
+            && p.steps[..first_backward]
+                .iter()
+                .any(|s| s.args.contains(&p.loss))
     );
 
     // clip_norm's two passes run different subsets of the steps: one set of segments each
@@ -203,7 +212,9 @@ fn profile_and_cuda_graph_are_refused_off_cuda_with_a_clear_error() {
         ]);
         assert_eq!(rc, 1, "{err}");
         assert!(
-            err.contains("--profile times each kernel launch with CUDA events and needs --device cuda"),
+            err.contains(
+                "--profile times each kernel launch with CUDA events and needs --device cuda"
+            ),
             "{err}"
         );
         assert!(err.contains("--loss-log"), "{err}");
@@ -218,7 +229,10 @@ fn profile_and_cuda_graph_are_refused_off_cuda_with_a_clear_error() {
             "--cuda-graph",
         ]);
         assert_eq!(rc, 1, "{err}");
-        assert!(err.contains("--cuda-graph replays the step as a CUDA graph and needs --device cuda"), "{err}");
+        assert!(
+            err.contains("--cuda-graph replays the step as a CUDA graph and needs --device cuda"),
+            "{err}"
+        );
     }
     // --profile launches kernel by kernel: with --cuda-graph it is refused by the parser
     let (rc, _, err) = dmc(&[

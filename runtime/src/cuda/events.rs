@@ -50,7 +50,10 @@ impl Profiler {
             let pair = (self.event()?, self.event()?);
             self.pairs.push(pair);
         }
-        self.pairs[i].0.record(stream).map_err(drv("cuEventRecord"))?;
+        self.pairs[i]
+            .0
+            .record(stream)
+            .map_err(drv("cuEventRecord"))?;
         self.kernels.push(kernel);
         Ok(())
     }

@@ -170,7 +170,10 @@ impl CudaBackend {
         if graph.is_none() && !nodes.is_empty() {
             return Err(CudaError::Driver {
                 what: "cuStreamEndCapture".into(),
-                message: format!("{} launches were captured but no graph came back", nodes.len()),
+                message: format!(
+                    "{} launches were captured but no graph came back",
+                    nodes.len()
+                ),
             }
             .into());
         }
@@ -218,7 +221,13 @@ impl CudaBackend {
             let check_loss = match self.graphs.as_mut() {
                 Some(g) => {
                     let seg = &mut g.by_pass[pi].1[i];
-                    replay(seg, &self.rendered, &self.functions, &self.dev.stream, &scalars)?;
+                    replay(
+                        seg,
+                        &self.rendered,
+                        &self.functions,
+                        &self.dev.stream,
+                        &scalars,
+                    )?;
                     seg.check_loss
                 }
                 None => false,
@@ -271,11 +280,9 @@ fn replay(
             // function with the same geometry and parameter list (one 8-byte value per
             // parameter, as `launch_values` builds it); `args` points at `vals`, both alive for
             // the call, which copies them. A replay already in flight keeps its old arguments.
-            unsafe {
-                sys::cuGraphExecKernelNodeSetParams_v2(graph.cu_graph_exec(), n.node, &p)
-            }
-            .result()
-            .map_err(drv("cuGraphExecKernelNodeSetParams"))?;
+            unsafe { sys::cuGraphExecKernelNodeSetParams_v2(graph.cu_graph_exec(), n.node, &p) }
+                .result()
+                .map_err(drv("cuGraphExecKernelNodeSetParams"))?;
         }
         seg.scalars = *scalars;
     }
