@@ -122,7 +122,7 @@ impl ProfileAccumulator {
 /// A count per step: an integer when it is one, else two decimals.
 fn per_step(count: u64, steps: u64) -> String {
     let steps = steps.max(1);
-    if count % steps == 0 {
+    if count / steps * steps == count {
         (count / steps).to_string()
     } else {
         format!("{:.2}", count as f64 / steps as f64)

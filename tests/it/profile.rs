@@ -75,7 +75,7 @@ fn the_table_is_markdown_slowest_first_with_shares_and_a_total() {
     assert_eq!(rows[1], "| conv | 1 | 3000.0 | 75.0% |", "{t}");
     assert_eq!(rows[2], "| relu | 2 | 1000.0 | 25.0% |", "{t}");
     assert_eq!(rows[3], "| **step** | 3 | 4000.0 | 100% |", "{t}");
-    assert!(lines.iter().any(|l| *l == "|---|---:|---:|---:|"), "{t}");
+    assert!(lines.contains(&"|---|---:|---:|---:|"), "{t}");
 }
 
 #[test]
