@@ -11,7 +11,9 @@
 #   * trains examples/seed.dm and examples/deep_convnet.dm for 20 steps on the GPU under a memory cap,
 #     compares the device memory taken (cuMemGetInfo) with the planned arena and the first step's loss
 #     with the CPU backend's, and times the step;
-# and prints one summary table; then, where PyTorch is installed, the dmc vs PyTorch comparison of bench/. `scripts/gpu-check.sh --dry-run` does everything but launch (no GPU).
+# and prints one summary table; then split-K on/off, and the dmc vs PyTorch eager table of every example with
+# and without --cuda-graph and the --profile tables (bench/gpu_compare.py; PyTorch where installed). It is
+# sized for 8 minutes of GPU time. `scripts/gpu-check.sh --dry-run` does everything but launch (no GPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -66,13 +68,19 @@ case " $* " in *" --dry-run "*) ;; *)
   done ;;
 esac
 
-# The same comparison with PyTorch as bench/ makes on the CPU, on this GPU, when PyTorch is installed
-# (skipped in --dry-run and with GPU_CHECK_BENCH=0).
-case " $* " in *" --dry-run "*) GPU_CHECK_BENCH=0 ;; esac
-if [ "${GPU_CHECK_BENCH:-1}" != 0 ] && python3 -c "import torch, safetensors, numpy" 2>/dev/null; then
-  echo "gpu-check: dmc vs PyTorch on the GPU (bench/run.sh --device cuda):"
-  BENCH_NO_BUILD=1 BENCH_PYTHON=python3 DMC_BIN="$BIN" timeout 150 bench/run.sh --device cuda \
-    --only seed,mlp,resnet_small --no-profile --dmc "$BIN" --workdir "${GPU_CHECK_OUT:-$(mktemp -d)}" \
-    2>&1 | sed -n '/^Machine:/,$p' || echo "gpu-check: the PyTorch comparison did not finish"
-fi
+# dmc vs PyTorch eager on this GPU, one markdown table for BENCHMARKS.md (bench/gpu_compare.py): every
+# example's ms/step launching kernel by kernel and with --cuda-graph (whose losses must be identical),
+# PyTorch eager fp32 with TF32 off on both sides, then the --profile per-kernel tables of seed and
+# deep_convnet. Without PyTorch, dmc only; in --dry-run, only the commands. GPU_CHECK_BENCH=0 skips it.
+case " $* " in *" --dry-run "*)
+  python3 bench/gpu_compare.py --dry-run --dmc "$BIN" || { echo "gpu-check: FAIL bench/gpu_compare.py --dry-run"; rc=1; } ;;
+*)
+  if [ "${GPU_CHECK_BENCH:-1}" != 0 ]; then
+    torch_flag=--no-torch
+    python3 -c "import torch, safetensors, numpy" 2>/dev/null && torch_flag=
+    echo "gpu-check: dmc vs PyTorch eager on the GPU (bench/gpu_compare.py ${torch_flag}):"
+    timeout 200 python3 bench/gpu_compare.py --dmc "$BIN" $torch_flag --timeout 60 \
+      --workdir "${GPU_CHECK_OUT:-$(mktemp -d)}" || { echo "gpu-check: FAIL bench/gpu_compare.py"; rc=1; }
+  fi ;;
+esac
 exit $rc

@@ -9,6 +9,7 @@ use std::borrow::Cow;
 use dmc_plan::plan::{Plan, RunPass};
 
 use crate::error::RuntimeError;
+use crate::profile::KernelProfile;
 
 /// Which backend to build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +92,30 @@ pub trait Backend {
 
     /// The network output after the last `run`.
     fn output(&self) -> Result<Cow<'_, [f32]>, RuntimeError>;
+
+    /// Times every kernel launch of the following `run`s (`dmc run --profile`), read back with
+    /// [`Backend::profile`]. Only the CUDA backend measures (with CUDA events); the others refuse.
+    fn set_profile(&mut self, on: bool) -> Result<(), RuntimeError> {
+        let _ = on;
+        Err(RuntimeError::Unsupported(
+            "profiling times kernels with CUDA events: only the CUDA backend has it".into(),
+        ))
+    }
+
+    /// The per-kernel times of the profiled runs so far (`None` when not profiling).
+    fn profile(&self) -> Option<KernelProfile> {
+        None
+    }
+
+    /// Replay each run's launches as CUDA graphs captured once (`dmc run --cuda-graph`): the
+    /// same kernels in the same order, so the same results, with one graph launch instead of a
+    /// launch per kernel. Only the CUDA backend has it; the others refuse.
+    fn set_cuda_graph(&mut self, on: bool) -> Result<(), RuntimeError> {
+        let _ = on;
+        Err(RuntimeError::Unsupported(
+            "CUDA graphs are a CUDA backend option".into(),
+        ))
+    }
 }
 
 /// A boxed backend (as [`open_backend`](crate::open_backend) returns it) is a backend, so
@@ -150,5 +175,17 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
 
     fn output(&self) -> Result<Cow<'_, [f32]>, RuntimeError> {
         (**self).output()
+    }
+
+    fn set_profile(&mut self, on: bool) -> Result<(), RuntimeError> {
+        (**self).set_profile(on)
+    }
+
+    fn profile(&self) -> Option<KernelProfile> {
+        (**self).profile()
+    }
+
+    fn set_cuda_graph(&mut self, on: bool) -> Result<(), RuntimeError> {
+        (**self).set_cuda_graph(on)
     }
 }

@@ -42,6 +42,9 @@ pub enum RuntimeError {
         label_value: i32,
         classes: usize,
     },
+    /// An option this backend does not have (`--profile` on the CPU, say).
+    #[error("{0}")]
+    Unsupported(String),
     #[error(transparent)]
     Cuda(#[from] CudaError),
     #[error(transparent)]

@@ -26,9 +26,13 @@ pub(crate) fn owned_params(v: Vec<NamedTensor>) -> Params<'static> {
 /// backend and the emulator): parameters, inputs and the output go through [`HostArena`]; the plan,
 /// the device memory, poison mode, the NaN halt and the step are the backend's own inherent methods
 /// (`measured_arena_bytes` given as an expression of `self`). The trait is named by path: its method
-/// names are [`HostArena`]'s, so both in scope would be ambiguous.
+/// names are [`HostArena`]'s, so both in scope would be ambiguous. `extra: { ... }` adds methods
+/// (the trait's optional ones a backend has).
 macro_rules! impl_backend_over_host_arena {
     ($ty:ident, measured_arena_bytes: |$s:ident| $bytes:expr) => {
+        crate::host_arena::impl_backend_over_host_arena!($ty, measured_arena_bytes: |$s| $bytes, extra: {});
+    };
+    ($ty:ident, measured_arena_bytes: |$s:ident| $bytes:expr, extra: { $($extra:tt)* }) => {
         impl crate::backend::Backend for $ty {
             fn plan(&self) -> &dmc_plan::plan::Plan {
                 &self.plan
@@ -108,6 +112,8 @@ macro_rules! impl_backend_over_host_arena {
                     crate::host_arena::HostArena::output(self)?,
                 ))
             }
+
+            $($extra)*
         }
     };
 }
@@ -220,7 +226,7 @@ impl StepFlags {
         self.poison = on.then(|| poison_ranges(plan));
     }
 
-    fn poison_after(&self, si: usize) -> &[(u64, u64)] {
+    pub(crate) fn poison_after(&self, si: usize) -> &[(u64, u64)] {
         self.poison
             .as_ref()
             .and_then(|p| p.get(si))
@@ -239,39 +245,80 @@ pub(crate) trait StepLauncher: HostArena {
     fn fill_poison(&mut self, offset: u64, bytes: u64) -> Result<(), RuntimeError>;
 }
 
+/// A run's steps cut where the halt on a non-finite loss reads the loss: the CUDA backend captures
+/// one graph per segment ([`crate::cuda::graph`]), and [`run_steps`] launches them one by one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segment {
+    /// Plan steps, in order, that run in the pass (leaves and reshapes included: they launch
+    /// nothing).
+    pub steps: Vec<usize>,
+    /// Read the loss after the segment (its last step has the loss among its arguments and the
+    /// halt is on) and stop the run when it is not finite.
+    pub check_loss: bool,
+}
+
+/// The steps of a run in `pass`, cut after every step that has the loss among its arguments when
+/// `halt` is on (one segment otherwise). Empty segments are dropped.
+pub fn segments(plan: &Plan, pass: RunPass, halt: bool) -> Vec<Segment> {
+    let mut out = Vec::new();
+    let mut cur = Vec::new();
+    for si in 0..plan.steps.len() {
+        if !plan.runs_step(si, pass) {
+            continue;
+        }
+        cur.push(si);
+        if halt && plan.steps[si].args.contains(&plan.loss) {
+            out.push(Segment {
+                steps: std::mem::take(&mut cur),
+                check_loss: true,
+            });
+        }
+    }
+    if !cur.is_empty() {
+        out.push(Segment {
+            steps: cur,
+            check_loss: false,
+        });
+    }
+    out
+}
+
+/// The scalars of a run (`Backend::run`'s step counter and seed, the learning rate set).
+pub(crate) fn run_scalars(flags: &StepFlags, step_counter: u64, seed: u64) -> Scalars {
+    Scalars {
+        seed,
+        step: step_counter,
+        lr: flags.lr,
+    }
+}
+
 /// Runs every step in plan order and returns the loss: after each step the poison ranges of
 /// [`StepFlags`] are filled with NaN, and with `halt` the run stops right after the step that
-/// computes the loss when it is not finite, so no backward or update step runs and the weights stay
-/// the last good ones.
+/// computes the loss (and its poison fills) when it is not finite, so no backward or update step
+/// runs and the weights stay the last good ones.
 pub(crate) fn run_steps<B: StepLauncher>(
     b: &mut B,
     step_counter: u64,
     seed: u64,
 ) -> Result<f32, RuntimeError> {
-    let loss = b.plan().loss;
-    let scalars = Scalars {
-        seed,
-        step: step_counter,
-        lr: b.flags().lr,
-    };
+    let scalars = run_scalars(b.flags(), step_counter, seed);
     let pass = b.flags().pass;
     b.plan()
         .check_run_pass(pass)
         .map_err(RuntimeError::RunPass)?;
-    for si in 0..b.plan().steps.len() {
-        if !b.plan().runs_step(si, pass) {
-            continue;
+    for seg in segments(b.plan(), pass, b.flags().halt) {
+        for &si in &seg.steps {
+            b.launch_step(si, &scalars)?;
+            let ranges = b.flags().poison_after(si).to_vec();
+            for (off, n) in ranges {
+                b.fill_poison(off, n)?;
+            }
         }
-        b.launch_step(si, &scalars)?;
-        if b.flags().halt && b.plan().steps[si].args.contains(&loss) {
+        if seg.check_loss {
             let l = b.loss()?;
             if !l.is_finite() {
                 return Ok(l);
             }
-        }
-        let ranges = b.flags().poison_after(si).to_vec();
-        for (off, n) in ranges {
-            b.fill_poison(off, n)?;
         }
     }
     b.loss()

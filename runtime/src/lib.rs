@@ -16,6 +16,7 @@ pub mod io;
 pub mod mi_options;
 mod open;
 mod poison;
+pub mod profile;
 pub mod validate;
 
 pub use backend::{Backend, BackendKind, InputData};

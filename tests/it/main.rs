@@ -23,6 +23,7 @@ mod lr_schedule;
 mod memory;
 mod multi_loss;
 mod perf;
+mod profile;
 mod reliability;
 mod reshape;
 mod resume;

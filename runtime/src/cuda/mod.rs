@@ -11,7 +11,11 @@
 //!   kernel's parameter list): `arena base + offset` per signature slot, then `seed`, `step`.
 //!   Nothing is allocated on the device during a step.
 //! * Device memory is measured with `cuMemGetInfo` around the arena allocation.
+//! * Opt-in: the step's launches captured once into CUDA graphs and replayed ([`graph`],
+//!   `--cuda-graph`), and timing events around each launch ([`events`], `--profile`).
 
+mod events;
+mod graph;
 pub mod nvrtc;
 pub mod nvrtc_search;
 pub mod selftest;
@@ -21,7 +25,7 @@ use std::sync::Arc;
 use cudarc::driver::{
     result as cu, CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg,
 };
-use dmc_codegen::{render_plan, CodegenOptions, CudaKernel, Scalars};
+use dmc_codegen::{render_plan, CodegenOptions, CudaKernel, Launch, Scalars};
 use dmc_plan::plan::Plan;
 
 pub use crate::error::CudaError;
@@ -129,20 +133,36 @@ pub unsafe fn launch(
     // The launch arguments, built from the same list that rendered the parameter list.
     let vals = k.launch_values(ptrs, scalars);
     for (f, l) in fs.iter().zip(k.launches()) {
-        let mut b = d.stream.launch_builder(f);
-        for v in &vals {
-            b.arg(v);
-        }
-        let cfg = LaunchConfig {
-            grid_dim: (l.grid[0], l.grid[1], l.grid[2]),
-            block_dim: (l.block[0], l.block[1], l.block[2]),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: per this function's contract; the argument count and types (pointers, u64
-        // scalars and the learning rate's double, all 8 bytes) match the generated parameter list by construction, the same for
-        // every entry of the translation unit.
-        unsafe { b.launch(cfg) }.map_err(drv("cuLaunchKernel"))?;
+        // SAFETY: per this function's contract.
+        unsafe { launch_one(&d.stream, f, &l, &vals) }?;
     }
+    Ok(())
+}
+
+/// Launches entry `f` with the geometry of `l` and the launch values `vals` on `s` (recorded as a
+/// node when `s` is capturing).
+///
+/// # Safety
+/// As [`launch`]'s: `vals` are [`CudaKernel::launch_values`] of valid pointers for `f`'s kernel.
+pub(crate) unsafe fn launch_one(
+    s: &CudaStream,
+    f: &CudaFunction,
+    l: &Launch,
+    vals: &[u64],
+) -> Result<(), CudaError> {
+    let mut b = s.launch_builder(f);
+    for v in vals {
+        b.arg(v);
+    }
+    let cfg = LaunchConfig {
+        grid_dim: (l.grid[0], l.grid[1], l.grid[2]),
+        block_dim: (l.block[0], l.block[1], l.block[2]),
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: per this function's contract; the argument count and types (pointers, u64 scalars
+    // and the learning rate's double, all 8 bytes) match the generated parameter list by
+    // construction, the same for every entry of the translation unit.
+    unsafe { b.launch(cfg) }.map_err(drv("cuLaunchKernel"))?;
     Ok(())
 }
 
@@ -223,6 +243,10 @@ pub struct CudaBackend {
     rendered: Vec<CudaKernel>,
     functions: Vec<Vec<CudaFunction>>,
     flags: StepFlags,
+    /// The captured graphs when runs replay them (`set_cuda_graph`).
+    graphs: Option<graph::StepGraphs>,
+    /// The timing events when runs are profiled (`set_profile`).
+    profiler: Option<events::Profiler>,
     /// Device memory taken by the arena allocation (free before - free after).
     pub measured_arena_bytes: u64,
 }
@@ -267,6 +291,8 @@ impl CudaBackend {
             rendered,
             functions,
             flags,
+            graphs: None,
+            profiler: None,
             measured_arena_bytes: free0.saturating_sub(free1) as u64,
         })
     }
@@ -282,17 +308,65 @@ impl CudaBackend {
     /// the stream) after each step.
     pub fn set_poison(&mut self, on: bool) {
         self.flags.set_poison(&self.plan, on);
+        if let Some(g) = self.graphs.as_mut() {
+            g.clear();
+        }
     }
 
     /// Stop right after the loss when it is not finite (no backward, no update): the step is
     /// queued in two parts with one synchronisation between them.
     pub fn set_halt_on_nonfinite_loss(&mut self, on: bool) {
         self.flags.halt = on;
+        if let Some(g) = self.graphs.as_mut() {
+            g.clear();
+        }
     }
 
-    /// Launches every step in plan order on the stream and returns the loss (synchronises).
+    /// Runs replay CUDA graphs of their launches (captured at the first run of each pass) instead
+    /// of launching kernel by kernel; see [`graph`]. Off by default. Profiled runs launch kernel
+    /// by kernel whatever this says.
+    pub fn set_cuda_graph(&mut self, on: bool) -> Result<(), RuntimeError> {
+        self.graphs = match (on, self.graphs.take()) {
+            (true, Some(g)) => Some(g),
+            (true, None) => Some(graph::StepGraphs::new(&self.dev)?),
+            (false, _) => None,
+        };
+        Ok(())
+    }
+
+    /// Times every launch of the following runs with CUDA events ([`events`]); the times
+    /// accumulate per plan kernel ([`CudaBackend::profile`]). Turning it off drops them.
+    pub fn set_profile(&mut self, on: bool) {
+        self.profiler = match (on, self.profiler.take()) {
+            (true, Some(p)) => Some(p),
+            (true, None) => {
+                let names = self.plan.kernels.iter().map(|k| k.name.clone()).collect();
+                Some(events::Profiler::new(self.dev.ctx.clone(), names))
+            }
+            (false, _) => None,
+        };
+    }
+
+    /// The per-kernel times of the profiled runs so far (`None` unless profiling).
+    pub fn profile(&self) -> Option<crate::profile::KernelProfile> {
+        self.profiler.as_ref().map(events::Profiler::profile)
+    }
+
+    /// Launches every step in plan order on the stream (or replays the graphs) and returns the
+    /// loss (synchronises).
     pub fn run(&mut self, step_counter: u64, seed: u64) -> Result<f32, RuntimeError> {
-        run_steps(self, step_counter, seed)
+        if self.graphs.is_some() && self.profiler.is_none() {
+            return self.run_graphed(step_counter, seed);
+        }
+        let r = run_steps(self, step_counter, seed);
+        if let Some(p) = self.profiler.as_mut() {
+            match r {
+                // the run's loss read synchronised the stream
+                Ok(_) => p.collect(step_counter)?,
+                Err(_) => p.discard(),
+            }
+        }
+        r
     }
 
     /// The learning rate of the next `run`s (the plan's optimizer's until set).
@@ -312,6 +386,18 @@ impl CudaBackend {
     }
 }
 
+impl CudaBackend {
+    /// A poison range must lie inside the arena.
+    fn check_poison_range(&self, offset: u64, bytes: u64) -> Result<(), RuntimeError> {
+        if !matches!(offset.checked_add(bytes), Some(e) if e <= self.plan.arena_bytes) {
+            return Err(RuntimeError::BadPlan(format!(
+                "poison outside the arena at {offset}"
+            )));
+        }
+        Ok(())
+    }
+}
+
 impl StepLauncher for CudaBackend {
     fn flags(&self) -> &StepFlags {
         &self.flags
@@ -321,6 +407,10 @@ impl StepLauncher for CudaBackend {
         let Some((ki, ptrs)) = step_launch(&self.plan, &self.kernels, si, self.base) else {
             return Ok(()); // leaves and reshapes: no kernel
         };
+        let kernel = self.plan.steps[si].kernel;
+        if let Some(p) = self.profiler.as_mut() {
+            p.start(&self.dev.stream, kernel)?;
+        }
         // SAFETY: `validate` (in `with_device`) checked that the plan's buffers lie inside the
         // arena with their slots' sizes and that written arguments do not overlap others.
         unsafe {
@@ -332,15 +422,14 @@ impl StepLauncher for CudaBackend {
                 scalars,
             )
         }?;
+        if let Some(p) = self.profiler.as_mut() {
+            p.end(&self.dev.stream)?;
+        }
         Ok(())
     }
 
     fn fill_poison(&mut self, offset: u64, bytes: u64) -> Result<(), RuntimeError> {
-        if offset + bytes > self.plan.arena_bytes {
-            return Err(RuntimeError::BadPlan(format!(
-                "poison outside the arena at {offset}"
-            )));
-        }
+        self.check_poison_range(offset, bytes)?;
         // SAFETY: the range lies inside the arena allocation (checked); the memset is ordered on
         // the stream after the kernels launched so far.
         unsafe {
@@ -375,4 +464,17 @@ impl HostArena for CudaBackend {
     }
 }
 
-crate::host_arena::impl_backend_over_host_arena!(CudaBackend, measured_arena_bytes: |b| Some(b.measured_arena_bytes));
+crate::host_arena::impl_backend_over_host_arena!(CudaBackend, measured_arena_bytes: |b| Some(b.measured_arena_bytes), extra: {
+    fn set_profile(&mut self, on: bool) -> Result<(), crate::error::RuntimeError> {
+        CudaBackend::set_profile(self, on);
+        Ok(())
+    }
+
+    fn profile(&self) -> Option<crate::profile::KernelProfile> {
+        CudaBackend::profile(self)
+    }
+
+    fn set_cuda_graph(&mut self, on: bool) -> Result<(), crate::error::RuntimeError> {
+        CudaBackend::set_cuda_graph(self, on)
+    }
+});

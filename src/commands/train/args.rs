@@ -126,6 +126,16 @@ pub struct RunArgs {
     /// benchmarks: the printed lines round to one unit).
     #[arg(long, value_name = "FILE.json")]
     pub summary_json: Option<PathBuf>,
+    /// Time every kernel launch with CUDA events and print, after training, a table per plan
+    /// kernel: launches per step, mean µs per step, share of the step (mean over the steps after
+    /// the first). Needs --device cuda; launches kernel by kernel (no CUDA graph).
+    #[arg(long, conflicts_with = "cuda_graph")]
+    pub profile: bool,
+    /// Capture each step's launches once into CUDA graphs and replay them (one graph launch per
+    /// step, two with the NaN halt's loss read between them) instead of one launch per kernel;
+    /// same kernels, same order, same results. Needs --device cuda.
+    #[arg(long)]
+    pub cuda_graph: bool,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -6,7 +6,7 @@ use std::path::Path;
 use dmc_compiler::plan::Mode;
 use dmc_grammar::model::Model;
 use dmc_runtime::io::{self, Dataset};
-use dmc_runtime::Backend;
+use dmc_runtime::{Backend, BackendKind};
 
 use super::args::RunArgs;
 use super::dataset::{seed_or_default, DataRequest};
@@ -30,6 +30,26 @@ fn stop_before_training(save: Option<&Path>) -> Result<(), CliError> {
             ),
             None => "before training started".into(),
         }));
+    }
+    Ok(())
+}
+
+/// `--profile` and `--cuda-graph` are options of the CUDA backend: refused on another.
+fn check_cuda_options(args: &RunArgs, kind: BackendKind) -> Result<(), CliError> {
+    let on = match kind {
+        BackendKind::Cuda => return Ok(()),
+        BackendKind::Cpu => "the CPU",
+        BackendKind::CudaEmu => "the CUDA emulator",
+    };
+    if args.profile {
+        return Err(CliError::Usage(format!(
+            "--profile times each kernel launch with CUDA events and needs --device cuda (this run is on {on}); --loss-log FILE records each step's wall time on any device"
+        )));
+    }
+    if args.cuda_graph {
+        return Err(CliError::Usage(format!(
+            "--cuda-graph replays the step as a CUDA graph and needs --device cuda (this run is on {on}): drop it"
+        )));
     }
     Ok(())
 }
@@ -131,6 +151,7 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     let c = &args.common;
     let save_path = args.save.as_deref();
     let kind = resolve_device(c.device, c.quiet)?;
+    check_cuda_options(args, kind)?;
     let model = load_model(&c.file)?;
     let seed = seed_or_default(c.seed, &model);
     if let Some(p) = save_path {
@@ -165,6 +186,12 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     };
     be.set_poison(c.poison);
     be.set_halt_on_nonfinite_loss(true);
+    if args.profile {
+        be.set_profile(true)?;
+    }
+    if args.cuda_graph {
+        be.set_cuda_graph(true)?;
+    }
     init_params(&mut be, c.init.as_deref(), seed, &c.file)?;
     let mut done = Progress::default();
     if args.resume {
@@ -246,7 +273,7 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     );
     pb.finish_and_clear();
     let loss_log_error = loss_log.finish();
-    outcome::finish(
+    let finished = outcome::finish(
         args,
         &saves,
         &be,
@@ -258,5 +285,10 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
             base,
             data: data_memory,
         },
-    )
+    );
+    if let Some(p) = be.profile() {
+        // the measured column; a performance model's prediction per kernel id goes in the slot
+        println!("\n{}", dmc_runtime::profile::profile_table(&p, None));
+    }
+    finished
 }
