@@ -27,7 +27,7 @@ pub use options::CodegenOptions;
 pub use render::{entry_name, render_kernel, render_plan};
 pub use spec::common::{f32_lit, ELEM_THREADS, REDUCE_THREADS};
 pub use spec::gemm::{
-    split_k, GemmGeom, GemmTile, CHUNK_TILES, DEFAULT_TILE, SPLIT_MAX, SPLIT_MIN_TILES,
-    SPLIT_TARGET_BLOCKS,
+    candidate, choose, effective_split, GemmGeom, GemmNeeds, GemmTile, CHUNK_TILES, DEFAULT_TILE,
+    TILES,
 };
 pub use templates::{HOST_HEADER, TEMPLATES};

@@ -1,16 +1,30 @@
 //! How to render: the caller's choices (nothing is read from the environment).
 
+use crate::spec::gemm::GemmTile;
+
 /// How to render a plan's kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CodegenOptions {
-    /// Split the reduction of a GEMM with too few output tiles for the GPU ([`split_k`](crate::split_k)).
-    /// Off renders every GEMM unsplit: the baseline of a split-K speed comparison on a GPU
-    /// (`dmc run --no-split-k`, timed by `scripts/gpu-check.sh`).
+    /// Split the reduction of a GEMM with too few output tiles for the GPU (into the planned
+    /// workspace, `dmc_plan::op::split`). Off renders every GEMM unsplit (`dmc run --no-split-k`).
     pub split_k: bool,
+    /// Render every GEMM as the baseline kernel the logged H200 times measured: the
+    /// [`DEFAULT_TILE`](crate::DEFAULT_TILE), unsplit, unpipelined (`--baseline-gemm`, the
+    /// reference of a GEMM speed comparison and of the model's calibration).
+    pub baseline_gemm: bool,
+    /// Every GEMM with this tile instead of the one the model chooses (tests cover each tile).
+    pub tile: Option<GemmTile>,
+    /// The GPU (a name of `perf::GPUS`) the model chooses tiles and splits for.
+    pub gpu: &'static str,
 }
 
 impl Default for CodegenOptions {
     fn default() -> Self {
-        CodegenOptions { split_k: true }
+        CodegenOptions {
+            split_k: true,
+            baseline_gemm: false,
+            tile: None,
+            gpu: "H200",
+        }
     }
 }

@@ -3,12 +3,25 @@
 //! Each op family lists its own cases next to its code generation (`spec/<family>.rs`, `zoo()`,
 //! with the helpers of `spec/cases.rs`); this module numbers them.
 
-use dmc_plan::op::Op;
+use dmc_plan::op::{Op, Role};
 use dmc_plan::plan::Kernel;
 
 use crate::spec;
 
-fn k(id: usize, op: Op, arg_shapes: Vec<Vec<usize>>) -> Kernel {
+fn k(id: usize, op: Op, mut arg_shapes: Vec<Vec<usize>>) -> Kernel {
+    // the workspaces as the planner sizes them (`Op::workspace_elems`: a GPU split-K's partial
+    // sums included), a case's trailing ones filled in
+    let sizes = op.workspace_elems(&arg_shapes);
+    let slots = op.signature().params.into_iter().enumerate();
+    let ws = slots
+        .filter(|(_, p)| p.role == Role::Workspace)
+        .map(|(i, _)| i);
+    for (i, n) in ws.zip(sizes) {
+        match arg_shapes.get_mut(i) {
+            Some(s) => *s = vec![n],
+            None => arg_shapes.push(vec![n]),
+        }
+    }
     Kernel {
         id,
         name: format!("{}_{id}", op.kind_name()),

@@ -319,7 +319,9 @@ pub enum RunPass {
 /// with a `weight` (absent when 1: `{"MseLoss":{}}`, was the unit variant `"MseLoss"`); the step's
 /// loss is the `Add` of the terms' losses.
 /// 10: `ClipNormMethod::NormPass` and the `GradNormStore` op (plans without it read as in 9).
-pub const FORMAT_VERSION: u32 = 10;
+/// 11: `Conv2dBwdData` has a workspace (`partial`, a GPU split-K's partial sums), and the
+/// convolutions' `cols` may be larger than im2col's rows ([`crate::op::split`]).
+pub const FORMAT_VERSION: u32 = 11;
 
 fn one() -> usize {
     1

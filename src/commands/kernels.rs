@@ -17,13 +17,19 @@ pub struct CodegenArgs {
     /// Render every GEMM kernel unsplit (no split-K): the baseline of a split-K comparison.
     #[arg(long)]
     pub no_split_k: bool,
+    /// Render every GEMM as the baseline kernel (one 64x64 tile, k-step 16, unpipelined,
+    /// unsplit): the reference of a GEMM speed comparison.
+    #[arg(long)]
+    pub baseline_gemm: bool,
 }
 
 impl CodegenArgs {
     /// The code generator's options these flags name.
     pub fn options(&self) -> CodegenOptions {
         CodegenOptions {
-            split_k: !self.no_split_k,
+            split_k: !self.no_split_k && !self.baseline_gemm,
+            baseline_gemm: self.baseline_gemm,
+            ..CodegenOptions::default()
         }
     }
 }

@@ -24,8 +24,8 @@ use dmc_compiler::plan::{Kernel, Mode, Plan};
 use dmc_compiler::{compile, CompileOptions};
 use dmc_runtime::compare::Batch;
 use dmc_runtime::emu::check::{
-    check_compiled, check_kernel, check_kernels, check_plan, packed_site, site_in_plan, CheckRun,
-    EmuCheck, KernelSite,
+    check_compiled, check_kernel, check_kernels, check_kernels_with, check_plan, packed_site,
+    site_in_plan, CheckRun, EmuCheck, KernelSite,
 };
 use dmc_runtime::emu::{compile_with, EmuBackend, Switch};
 use dmc_runtime::{CpuBackend, HostArena, InputData};
@@ -154,6 +154,55 @@ fn every_op_zoo_kernel_matches_the_cpu_backend() {
         )
         .expect("emulate");
         assert_all_ok(&format!("op zoo {mode:?}"), &checks);
+    }
+}
+
+/// The op zoo's GEMM kernels (convolutions and dense layers, every template arm).
+fn zoo_gemms() -> Vec<Kernel> {
+    dmc_codegen::zoo::zoo()
+        .into_iter()
+        .filter(|k| {
+            render_kernel(k, Mode::Train, &CodegenOptions::default())
+                .ok()
+                .flatten()
+                .is_some_and(|c| c.gemm.is_some())
+        })
+        .collect()
+}
+
+#[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
+fn every_gemm_tile_matches_the_cpu_backend_split_and_unsplit() {
+    // each tile the compiler may choose, forced on every GEMM of the zoo (partial tiles, fused
+    // epilogues and updates, groups), the split chosen by the model within the planned workspace
+    let zoo = zoo_gemms();
+    assert!(zoo.len() >= 20, "{} GEMM kernels in the zoo", zoo.len());
+    let mut split = std::collections::BTreeSet::new();
+    for tile in dmc_codegen::TILES {
+        let opts = CodegenOptions {
+            tile: Some(tile),
+            ..CodegenOptions::default()
+        };
+        for k in &zoo {
+            let ck = render_kernel(k, Mode::Train, &opts)
+                .expect("render")
+                .expect("a kernel");
+            if ck.gemm.is_some_and(|g| g.split > 1) {
+                split.insert(k.op.kind_name());
+            }
+        }
+        let checks =
+            check_kernels_with(&zoo, Mode::Train, CheckRun::default(), &opts).expect("emulate");
+        assert_all_ok(&format!("zoo GEMMs with tile {tile:?}"), &checks);
+    }
+    // the split-K entries of every GEMM family ran too
+    for kind in [
+        "conv2d",
+        "conv2d_bwd_data",
+        "conv2d_bwd_weight",
+        "conv2d_bwd_weight_update",
+    ] {
+        assert!(split.contains(kind), "no split {kind} kernel: {split:?}");
     }
 }
 

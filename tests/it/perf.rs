@@ -32,10 +32,29 @@ fn plan_of(example: &str) -> Plan {
     compile(&model, &opts).unwrap_or_else(|e| panic!("{example}: {e}"))
 }
 
-/// The model with registers estimated (no NVRTC), so the test runs everywhere.
+/// The model with registers estimated (no NVRTC), so the test runs everywhere: the kernels as
+/// rendered by default (tiles and splits chosen by the model) with `split_k`, or (`!split_k`)
+/// the baseline GEMM the logged H200 times measured (one tile, unpipelined, unsplit).
 fn predict(plan: &Plan, g: &'static Gpu, split_k: bool) -> StepPerf {
-    let kernels = render_plan(plan, &CodegenOptions { split_k }).expect("render");
+    let opts = if split_k {
+        CodegenOptions::default()
+    } else {
+        baseline()
+    };
+    predict_with(plan, g, &opts)
+}
+
+fn predict_with(plan: &Plan, g: &'static Gpu, opts: &CodegenOptions) -> StepPerf {
+    let kernels = render_plan(plan, opts).expect("render");
     step_perf(plan, &kernels, &|_| None, g, &CALIBRATION)
+}
+
+fn baseline() -> CodegenOptions {
+    CodegenOptions {
+        split_k: false,
+        baseline_gemm: true,
+        ..CodegenOptions::default()
+    }
 }
 
 const EXAMPLES: [&str; 4] = ["seed", "deep_convnet", "resnet_small", "mlp"];
@@ -247,11 +266,109 @@ fn the_calibrated_model_is_within_30_percent_of_the_logged_h200_steps() {
 #[test]
 fn split_k_is_predicted_faster_where_it_fills_the_gpu() {
     let h200 = gpu("h200").unwrap();
+    let unsplit = CodegenOptions {
+        split_k: false,
+        ..CodegenOptions::default()
+    };
     for ex in ["seed", "deep_convnet"] {
         let plan = plan_of(ex);
-        let (on, off) = (predict(&plan, h200, true), predict(&plan, h200, false));
+        let (on, off) = (
+            predict(&plan, h200, true),
+            predict_with(&plan, h200, &unsplit),
+        );
         assert!(on.predicted_s < off.predicted_s, "{ex}");
+        // and the chosen tiles (pipelined, split) beat the baseline kernel by far
+        let base = predict(&plan, h200, false);
+        assert!(on.predicted_s * 4.0 < base.predicted_s, "{ex}");
     }
+}
+
+#[test]
+fn every_kernel_that_moves_4_mb_covers_a_132_sm_gpu() {
+    // the rule: every kernel of seed.dm and deep_convnet.dm touching at least 4 MB
+    // launches at least one block per SM of an H200 (132 SMs)
+    let h200 = gpu("h200").unwrap();
+    for ex in ["seed", "deep_convnet"] {
+        let p = predict(&plan_of(ex), h200, true);
+        let mut large = 0;
+        for k in p.kernels.iter().filter(|k| k.min_bytes >= 4e6) {
+            large += 1;
+            assert!(
+                k.blocks >= u64::from(h200.sms),
+                "{ex} {}: {} blocks for {:.1} MB",
+                k.kernel,
+                k.blocks,
+                k.min_bytes / 1e6
+            );
+        }
+        assert!(large >= 4, "{ex}: {large} kernels of 4 MB");
+    }
+}
+
+#[test]
+fn the_chosen_gemm_is_the_models_fastest_candidate_within_its_workspace() {
+    use dmc_codegen::perf::gemm_launch_s;
+    use dmc_codegen::{candidate, choose, effective_split, GemmNeeds, DEFAULT_TILE, TILES};
+    let h200 = gpu("h200").unwrap();
+    let opts = CodegenOptions::default();
+    // a fixed spread of shapes: skinny, square, narrow, long and short reductions
+    let mut shapes = vec![];
+    for gm in [1, 16, 27, 100, 576, 4096, 131072] {
+        for gn in [4, 64, 1000, 1024] {
+            for gk in [16, 300, 9216, 131072] {
+                shapes.push((gm, gn, gk));
+            }
+        }
+    }
+    for (gm, gn, gk) in shapes {
+        for (update, ws) in [(false, 0), (true, 1 << 22), (false, 37 * gm * gn)] {
+            let needs = GemmNeeds {
+                groups: 1,
+                implicit: true,
+                update,
+                partial_elems: ws,
+            };
+            let g = choose(gm, gn, gk, &needs, &opts);
+            assert!(g.pipelined, "{gm}x{gn}x{gk}");
+            assert!(
+                g.split == 1 || g.split * gm * gn <= ws,
+                "{gm}x{gn}x{gk}: split {} outgrows the workspace of {ws}",
+                g.split
+            );
+            // whole-tile k ranges, none empty, covering the reduction (as the template splits)
+            let bk = g.tile.bk as usize;
+            let ks = gk.div_ceil(g.split).div_ceil(bk) * bk;
+            assert!(
+                g.split * ks >= gk && (g.split - 1) * ks < gk,
+                "{gm}x{gn}x{gk}"
+            );
+            // independently: every tile, every split the workspace allows
+            let mut best = f64::INFINITY;
+            for t in TILES {
+                for s in 1..=(ws / (gm * gn)).clamp(1, 128) {
+                    let c = candidate(&g, t, effective_split(gk, s, t.bk), update);
+                    best = best.min(gemm_launch_s(&c, update, h200, &CALIBRATION));
+                }
+            }
+            let got = gemm_launch_s(&g, update, h200, &CALIBRATION);
+            assert!(
+                got <= best * 1.10,
+                "{gm}x{gn}x{gk} ws {ws}: chose {:?} split {} at {got:e} s, a candidate takes {best:e} s",
+                g.tile,
+                g.split
+            );
+        }
+    }
+    // grouped GEMMs are never split (grid z is the group), the baseline is the logged kernel
+    let grouped = GemmNeeds {
+        groups: 4,
+        implicit: true,
+        update: false,
+        partial_elems: 1 << 22,
+    };
+    assert_eq!(choose(16, 64, 9216, &grouped, &opts).split, 1);
+    let b = choose(16, 1024, 9216, &grouped, &baseline());
+    assert_eq!((b.tile, b.split, b.pipelined), (DEFAULT_TILE, 1, false));
 }
 
 #[test]

@@ -97,3 +97,49 @@ fn every_example_kernel_compiles_for_sm80_and_sm90_without_warnings_or_spills() 
     }
     assert!(n > 200, "{n} kernels");
 }
+
+#[test]
+#[cfg_attr(
+    not(dmc_has_nvrtc),
+    ignore = "needs NVRTC (set DMC_NVRTC to libnvrtc.so.12, e.g. from `pip install nvidia-cuda-nvrtc-cu12`)"
+)]
+fn every_gemm_tile_compiles_for_sm80_and_sm90_without_warnings_or_spills() {
+    nvrtc::nvrtc()
+        .unwrap_or_else(|e| panic!("NVRTC is needed here (CI is set, or the build found it): {e}"));
+    // each tile the compiler may choose, forced on the zoo's GEMM kernels
+    let zoo: Vec<_> = dmc_codegen::zoo::zoo()
+        .into_iter()
+        .filter(|k| {
+            dmc_codegen::render_kernel(k, Mode::Train, &CodegenOptions::default())
+                .ok()
+                .flatten()
+                .is_some_and(|c| c.gemm.is_some())
+        })
+        .collect();
+    let mut n = 0;
+    for tile in dmc_codegen::TILES {
+        let opts = CodegenOptions {
+            tile: Some(tile),
+            ..CodegenOptions::default()
+        };
+        for arch in ["sm_80", "sm_90"] {
+            for r in selftest::compile_kernels(&zoo, Mode::Train, arch, &opts).expect("compiles") {
+                assert!(
+                    r.warnings.is_empty(),
+                    "{tile:?} {arch} {}: {:?}",
+                    r.kernel,
+                    r.warnings
+                );
+                let s = r.resources;
+                assert_eq!(
+                    s.spill_stores + s.spill_loads,
+                    0,
+                    "{tile:?} {arch} {}: spills",
+                    r.kernel
+                );
+                n += 1;
+            }
+        }
+    }
+    assert!(n >= 6 * 2 * 20, "{n} kernels");
+}

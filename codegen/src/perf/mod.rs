@@ -27,6 +27,7 @@ use dmc_plan::op::Role;
 use dmc_plan::plan::{Kernel, Plan};
 
 use crate::kernel::CudaKernel;
+use crate::spec::common::ELEM_THREADS;
 use crate::spec::gemm::GemmGeom;
 pub use gpus::{gpu, gpu_names, gpu_of_device, Gpu, GPUS};
 
@@ -153,35 +154,81 @@ impl StepPerf {
 }
 
 /// Registers a kernel `k` of kind `kind` is assumed to take when NVRTC has not compiled it: a
-/// GEMM's accumulators and fragments plus a fixed overhead (more for a data gradient's epilogue,
-/// about 150 for a fused optimizer update, as NVRTC gives for sm_90), 32 for the others.
+/// GEMM's ([`gemm_registers`]), 32 for the others.
 pub fn estimated_registers(k: &CudaKernel, kind: &str) -> u32 {
     match &k.gemm {
-        Some(g) => {
-            let t = g.tile;
-            let base = t.tm * t.tn + t.tm + t.tn + 40;
-            if kind.ends_with("update") {
-                base + 88
-            } else if kind.contains("bwd_data") {
-                base + 16
-            } else {
-                base
-            }
-            .min(255)
-        }
+        Some(g) => gemm_registers(g, kind.ends_with("update")),
         None => 32,
     }
+}
+
+/// Registers of a GEMM kernel: its accumulators and fragments, the staged loads of a pipelined
+/// one, plus a fixed overhead; about 88 more for an optimizer update in the epilogue of an unsplit
+/// kernel (as NVRTC gives for sm_90; a split one updates in its reduction entry); never more than
+/// its launch bounds allow.
+pub fn gemm_registers(g: &GemmGeom, update: bool) -> u32 {
+    let t = g.tile;
+    let extra = if update && g.split <= 1 { 88 } else { 0 };
+    if !g.pipelined {
+        return (t.tm * t.tn + t.tm + t.tn + 40 + extra).min(255);
+    }
+    // pipelined: the staged loads, and the fragments of the unrolled 32-deep k loop that NVRTC
+    // hoists (fitted to NVRTC's sm_90 counts), up to the launch bounds' cap
+    let (sa, sb) = t.staged();
+    let hoisted = (t.bk * (t.tm + t.tn)) * 2 / 5;
+    let cap = (65536 / (t.threads() * g.min_blocks.max(1))).min(255);
+    (t.tm * t.tn + sa + sb + hoisted + 40 + extra).min(cap)
 }
 
 /// Shared memory of a kernel of `k` when NVRTC has not reported it: a GEMM's two tiles.
 fn estimated_shared(k: &CudaKernel) -> u32 {
     match &k.gemm {
-        Some(g) => {
-            let t = g.tile;
-            (t.bk * (t.bm + 1) + t.bk * t.bn) * 4
-        }
+        Some(g) => g.tile.shared_bytes(),
         None => 2048,
     }
+}
+
+/// The model's time of one launch of the GEMM `g` (with its split-K reduction and the launch
+/// overheads), registers and shared memory estimated from the tile, its operands counted as A, B
+/// and C once each: how the compiler ranks a GEMM's tiles and splits (`spec::gemm::choose`).
+pub fn gemm_launch_s(g: &GemmGeom, update: bool, gpu: &Gpu, cal: &Calibration) -> f64 {
+    let t = g.tile;
+    let threads = t.threads();
+    let resident = resident_blocks(gpu, threads, gemm_registers(g, update), t.shared_bytes());
+    let gr = g.groups.max(1) as f64;
+    let rd = ((g.gm * g.gk + g.gk * g.gn) as f64) * 4.0 * gr;
+    let wr = (g.gm * g.gn) as f64 * 4.0 * gr;
+    let (_, _, body, _) = gemm_time(g, (rd, wr), threads, resident, gpu, cal);
+    let reduce = if g.split > 1 {
+        let outs = (g.gm * g.gn * g.groups.max(1)) as u64;
+        reduce_time(
+            g,
+            outs.div_ceil(u64::from(ELEM_THREADS)),
+            ELEM_THREADS,
+            gpu,
+            cal,
+        )
+    } else {
+        0.0
+    };
+    cal.launch_s + body + reduce
+}
+
+/// A split-K reduction launch of `blocks` blocks of `threads`: each output's `split` partial sums
+/// read, the output written (a streaming kernel), plus its launch.
+fn reduce_time(g: &GemmGeom, blocks: u64, threads: u32, gpu: &Gpu, cal: &Calibration) -> f64 {
+    let outs = (g.gm * g.gn * g.groups.max(1)) as f64;
+    let bytes = outs * 4.0 * (g.split as f64 + 1.0);
+    let r = resident_blocks(gpu, threads, 32, 0);
+    let w = blocks as f64 / (u64::from(gpu.sms) * u64::from(r)) as f64;
+    let dram_lat = cal.dram_latency_ns * 1e-9;
+    let lat = stream_time(
+        w,
+        (g.split as f64 / 4.0).ceil(),
+        dram_lat,
+        32.0 * gpu.cycle_s(),
+    );
+    cal.launch_s + lat.max(bytes / (gpu.dram_bw * cal.dram_efficiency))
 }
 
 /// Blocks of `threads` threads with `regs` registers and `smem` bytes of shared memory that one
@@ -278,14 +325,8 @@ pub fn kernel_perf(
     // the split-K reduction: a second, streaming launch over the partial sums
     let reduce_s = match (&ck.gemm, &ck.then) {
         (Some(g), Some(l)) if g.split > 1 => {
-            let outs = (g.gm * g.gn * g.groups) as f64;
-            let bytes = outs * 4.0 * (g.split as f64 + 1.0);
             let rb: u64 = l.grid.iter().map(|&x| u64::from(x)).product();
-            let lt: u32 = l.block.iter().product();
-            let r = resident_blocks(gpu, lt, 32, 0);
-            let w = rb as f64 / (u64::from(gpu.sms) * u64::from(r)) as f64;
-            let lat = stream_time(w, (g.split as f64 / 4.0).ceil(), dram_lat, 32.0 * cyc);
-            cal.launch_s + lat.max(bytes / (gpu.dram_bw * cal.dram_efficiency))
+            reduce_time(g, rb, l.block.iter().product(), gpu, cal)
         }
         _ => 0.0,
     };
@@ -369,7 +410,16 @@ fn gemm_time(
     let per_wave = u64::from(gpu.sms) * u64::from(resident);
     let full = blocks / per_wave;
     let rest_blocks = blocks % per_wave;
-    let wave = |r: f64| ktiles * (lat + tc).max(r * tc);
+    // unpipelined, a tile's loads and its arithmetic alternate (the other resident blocks fill
+    // the gaps); pipelined, the next tile's loads fly during the arithmetic, so a tile takes the
+    // longer of the two, plus the first tile's loads once
+    let wave = |r: f64| {
+        if g.pipelined {
+            lat + ktiles * lat.max(r * tc)
+        } else {
+            ktiles * (lat + tc).max(r * tc)
+        }
+    };
     let busy = |r: f64| ktiles * r * tc;
     let mut cycles = full as f64 * wave(f64::from(resident));
     let mut busy_cycles = full as f64 * busy(f64::from(resident));

@@ -8,7 +8,7 @@ use dmc_plan::update::UpdateRule;
 
 use super::common::{numel, Site, Spec};
 use super::epilogue::epilogue_ctx;
-use super::gemm::{gemm, split_k};
+use super::gemm::{gemm, GemmNeeds};
 use super::optim::{bias_ctx, rule_ctx};
 use crate::error::CodegenError;
 use dmc_plan::op::ConvOp;
@@ -56,9 +56,13 @@ pub(crate) fn forward(
     let gr = groups(s, geom, x[3], y[3])?;
     let gk = geom.kh * geom.kw * x[3] / gr;
     let (gm, gn) = (y[0] * y[1] * y[2], y[3] / gr);
-    // the im2col workspace (the CPU's) holds the partial sums of a split-K (one group only)
-    let ws = numel(s.shape(yi + 1)?);
-    let split = if gr > 1 { 1 } else { split_k(gm, gn, gk, ws) };
+    // the workspace `cols` (the CPU's im2col rows, or a GPU split-K's partial sums if more)
+    let needs = GemmNeeds {
+        groups: gr,
+        implicit: true,
+        update: false,
+        partial_elems: numel(s.shape(yi + 1)?),
+    };
     grouped(
         gemm(
             s,
@@ -66,7 +70,7 @@ pub(crate) fn forward(
             ctx,
             (gm, gn, gk),
             (true, false),
-            (split, "cols"),
+            (needs, "cols"),
         )?,
         gr,
     )
@@ -115,6 +119,13 @@ pub(crate) fn backward_data(
     ctx.insert("src", "dy");
     let gr = groups(s, geom, dx[3], dy[3])?;
     let gk = geom.kh * geom.kw * dy[3] / gr;
+    // the workspace `partial` (after dx) holds a split-K's partial sums
+    let needs = GemmNeeds {
+        groups: gr,
+        implicit: true,
+        update: false,
+        partial_elems: s.shape(dxi + 1).map_or(0, numel),
+    };
     grouped(
         gemm(
             s,
@@ -122,7 +133,7 @@ pub(crate) fn backward_data(
             ctx,
             (dx[0] * dx[1] * dx[2], dx[3] / gr, gk),
             (true, true),
-            (1, ""), // no workspace in its signature
+            (needs, "partial"),
         )?,
         gr,
     )
@@ -140,6 +151,12 @@ pub(crate) fn transpose(s: &Site, geom: &ConvGeom, bias: bool) -> Result<Spec, C
     ctx.insert("src", "x");
     let gr = groups(s, geom, y[3], x[3])?;
     let gk = geom.kh * geom.kw * x[3] / gr;
+    let needs = GemmNeeds {
+        groups: gr,
+        implicit: true,
+        update: false,
+        partial_elems: 0, // no workspace in its signature
+    };
     grouped(
         gemm(
             s,
@@ -147,7 +164,7 @@ pub(crate) fn transpose(s: &Site, geom: &ConvGeom, bias: bool) -> Result<Spec, C
             ctx,
             (y[0] * y[1] * y[2], y[3] / gr, gk),
             (true, true),
-            (1, ""), // no workspace in its signature
+            (needs, ""),
         )?,
         gr,
     )
@@ -187,7 +204,12 @@ pub(crate) fn backward_weight(
             })
             .max_by_key(|(_, n)| *n)
             .unwrap_or_default();
-    let split = if gr > 1 { 1 } else { split_k(gm, gn, gk, ws) };
+    let needs = GemmNeeds {
+        groups: gr,
+        implicit: true,
+        update: rule.is_some(),
+        partial_elems: ws,
+    };
     let mut sp = grouped(
         gemm(
             s,
@@ -195,7 +217,7 @@ pub(crate) fn backward_weight(
             ctx,
             (gm, gn, gk),
             (false, false),
-            (split, &ws_slot),
+            (needs, &ws_slot),
         )?,
         gr,
     )?;
@@ -399,6 +421,25 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         vec![xw, yw],
         ww,
         vec![5],
+    ));
+    // a split-K data gradient (16 pixels x 7 channels over 1170 taps), plain and with its
+    // activation's backward written over the saved value
+    let (dyl, wl, dxl) = (vec![1, 4, 4, 130], vec![3, 3, 7, 130], vec![1, 4, 4, 7]);
+    v.push((
+        c(ConvOp::Conv2dBwdData {
+            geom: g3,
+            epi: Epilogue::NONE,
+            in_place: false,
+        }),
+        vec![dyl.clone(), wl.clone(), dxl.clone()],
+    ));
+    v.push((
+        c(ConvOp::Conv2dBwdData {
+            geom: g3,
+            epi: epi(false, UnaryKind::Relu),
+            in_place: true,
+        }),
+        vec![dyl, wl, dxl],
     ));
     v.extend(zoo_geometries());
     v

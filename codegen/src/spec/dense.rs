@@ -7,7 +7,7 @@ use dmc_plan::update::UpdateRule;
 
 use super::common::{numel, Site, Spec};
 use super::epilogue::epilogue_ctx;
-use super::gemm::gemm;
+use super::gemm::{gemm, GemmNeeds};
 use super::optim::{bias_ctx, rule_ctx};
 use crate::error::CodegenError;
 use dmc_plan::op::{DenseOp, Epilogue, EpilogueSide};
@@ -32,6 +32,14 @@ fn dense_ctx(
     Ok((ctx, kin, mout, rows))
 }
 
+/// A dense GEMM's needs: one group, no workspace in its signature (never split).
+const DENSE: GemmNeeds = GemmNeeds {
+    groups: 1,
+    implicit: false,
+    update: false,
+    partial_elems: 0,
+};
+
 /// `Dense`: x, w, (b), (r), y.
 pub(crate) fn forward(s: &Site, bias: bool, epi: &Epilogue) -> Result<Spec, CodegenError> {
     let (mut ctx, kin, mout, rows) = dense_ctx(s, 1, 0)?;
@@ -43,7 +51,7 @@ pub(crate) fn forward(s: &Site, bias: bool, epi: &Epilogue) -> Result<Spec, Code
         ctx,
         (rows, mout, kin),
         (true, false),
-        (1, ""),
+        (DENSE, ""),
     )
 }
 
@@ -58,7 +66,7 @@ pub(crate) fn backward_data(s: &Site, epi: &Epilogue) -> Result<Spec, CodegenErr
         ctx,
         (rows, kin, mout),
         (true, true),
-        (1, ""),
+        (DENSE, ""),
     )
 }
 
@@ -77,7 +85,13 @@ pub(crate) fn backward_weight(
         ctx,
         (kin, mout, rows),
         (false, false),
-        (1, ""),
+        (
+            GemmNeeds {
+                update: rule.is_some(),
+                ..DENSE
+            },
+            "",
+        ),
     )?;
     if let Some(rule) = rule {
         rule_ctx(&mut sp.ctx, rule, "w", true);

@@ -1,12 +1,16 @@
-//! The shared-memory tiled GEMM (`gemm.cuh.tera`) behind every convolution and dense kernel: its
-//! tile, its context, and split-K (a GEMM with too few output tiles for the GPU splits its
-//! reduction; a second entry adds the partial sums in a fixed order).
+//! The shared-memory tiled GEMM (`gemm.cuh.tera`) behind every convolution and dense kernel: the
+//! tiles it may use, the choice of a tile and a split-K factor per GEMM by the performance model
+//! ([`choose`]), and its context. A GEMM with too few output tiles for the GPU splits its reduction
+//! into the planned workspace (`dmc_plan::op::split`); a second entry adds the partial sums in a
+//! fixed order.
 
 use serde::Serialize;
 use tera::Context;
 
 use super::common::{blocks, Site, Spec, ELEM_THREADS};
 use crate::error::CodegenError;
+use crate::options::CodegenOptions;
+use crate::perf;
 
 /// Tile sizes of the shared-memory GEMM (`gemm.cuh.tera`): a block computes `bm x bn` outputs
 /// with `(bm/tm) * (bn/tn)` threads, stepping `bk` along the reduction.
@@ -17,6 +21,22 @@ pub struct GemmTile {
     pub bk: u32,
     pub tm: u32,
     pub tn: u32,
+}
+
+impl GemmTile {
+    /// Threads per block.
+    pub const fn threads(&self) -> u32 {
+        (self.bm / self.tm) * (self.bn / self.tn)
+    }
+    /// Shared memory of its two tiles (A padded by one column), bytes.
+    pub const fn shared_bytes(&self) -> u32 {
+        (self.bk * (self.bm + 1) + self.bk * self.bn) * 4
+    }
+    /// Elements of A and of B each thread stages in registers per k-tile (pipelined kernels).
+    pub const fn staged(&self) -> (u32, u32) {
+        let t = self.threads();
+        (self.bk * self.bm / t, self.bk * self.bn / t)
+    }
 }
 
 /// The GEMM a kernel computes, as launched: `groups` independent `gm x gn x gk` GEMMs (a grouped
@@ -32,12 +52,20 @@ pub struct GemmGeom {
     pub tile: GemmTile,
     /// Whether an operand's loads decompose an implicit-GEMM (im2col) index, i.e. a convolution.
     pub implicit: bool,
+    /// The next k-tile's loads are in flight (staged in registers) while the current one is
+    /// computed; off, a tile's loads and its arithmetic alternate (the baseline kernel).
+    pub pipelined: bool,
+    /// The blocks per SM the kernel is compiled for (`__launch_bounds__`): 2 caps a 256-thread
+    /// block at 128 registers; 1 (an unsplit fused update, the largest tile, the baseline) leaves
+    /// them to NVRTC.
+    pub min_blocks: u32,
 }
 
 /// k-tiles per partial sum of a long GEMM reduction (see `gemm.cuh.tera`).
 pub const CHUNK_TILES: usize = 32;
 
-/// The tile every GEMM-shaped kernel uses (256 threads, 4x4 outputs each).
+/// The baseline tile (256 threads, 4x4 outputs each, k-step 16), rendered unpipelined and unsplit
+/// by [`CodegenOptions::baseline_gemm`]: the kernel the logged H200 times measured.
 pub const DEFAULT_TILE: GemmTile = GemmTile {
     bm: 64,
     bn: 64,
@@ -46,49 +74,185 @@ pub const DEFAULT_TILE: GemmTile = GemmTile {
     tn: 4,
 };
 
-/// Blocks a GEMM launch should have at least before split-K is worth it (an H100/H200 has 132 SMs).
-pub const SPLIT_TARGET_BLOCKS: usize = 256;
-/// k-tiles per split at least, so a block's loop outweighs writing its partial tile.
-pub const SPLIT_MIN_TILES: usize = 32;
-/// Most splits.
-pub const SPLIT_MAX: usize = 64;
+/// The tiles the compiler chooses among (each 256 threads, every load loop a whole number of
+/// rounds): large square ones for compute-bound GEMMs, skinny ones for a few rows or columns
+/// (a batch-1 layer, a narrow weight gradient), all with a 32-deep k-step.
+pub const TILES: [GemmTile; 6] = [
+    GemmTile {
+        bm: 128,
+        bn: 64,
+        bk: 32,
+        tm: 8,
+        tn: 4,
+    },
+    GemmTile {
+        bm: 64,
+        bn: 64,
+        bk: 32,
+        tm: 4,
+        tn: 4,
+    },
+    GemmTile {
+        bm: 32,
+        bn: 64,
+        bk: 32,
+        tm: 2,
+        tn: 4,
+    },
+    GemmTile {
+        bm: 16,
+        bn: 64,
+        bk: 32,
+        tm: 1,
+        tn: 4,
+    },
+    GemmTile {
+        bm: 64,
+        bn: 32,
+        bk: 32,
+        tm: 4,
+        tn: 2,
+    },
+    GemmTile {
+        bm: 16,
+        bn: 32,
+        bk: 32,
+        tm: 1,
+        tn: 2,
+    },
+];
 
-/// The split-K factor of a `gm x gn x gk` GEMM whose partial sums (`split x gm x gn` floats) must
-/// fit a workspace of `ws_elems` floats: 1 (no split) when the grid already has enough blocks or
-/// the reduction is short, else as many splits as bring the grid to [`SPLIT_TARGET_BLOCKS`].
-pub fn split_k(gm: usize, gn: usize, gk: usize, ws_elems: usize) -> usize {
-    let t = DEFAULT_TILE;
-    let blocks = gm.div_ceil(t.bm as usize).max(1) * gn.div_ceil(t.bn as usize).max(1);
-    if blocks * 2 >= SPLIT_TARGET_BLOCKS || gm * gn == 0 {
+/// The split-K factors tried below the most the planned workspace allows (which is tried too).
+/// Every factor to 16, then steps of an eighth at most (2 to 32, 4 to 64, 8 to 128).
+const SPLITS: [usize; 40] = [
+    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 20, 22, 24, 26, 28, 30, 32, 36, 40,
+    44, 48, 52, 56, 60, 64, 72, 80, 88, 96, 104, 112, 120, 128,
+];
+
+/// The split actually launched for a requested `s`: k ranges of whole `bk` tiles, equal but the
+/// last (which may be shorter, none empty).
+pub fn effective_split(gk: usize, s: usize, bk: u32) -> usize {
+    if s < 2 || gk == 0 {
         return 1;
     }
-    let by_k = gk / (t.bk as usize * SPLIT_MIN_TILES);
-    let by_ws = ws_elems / (gm * gn);
-    let s = SPLIT_TARGET_BLOCKS
-        .div_ceil(blocks)
-        .min(by_k)
-        .min(by_ws)
-        .min(SPLIT_MAX);
-    if s < 2 {
-        return 1;
-    }
-    // equal k ranges of whole tiles; the last range may be shorter, none empty
-    let ks = gk.div_ceil(s).div_ceil(t.bk as usize) * t.bk as usize;
+    let ks = gk.div_ceil(s).div_ceil(bk as usize) * bk as usize;
     gk.div_ceil(ks)
 }
 
-/// A `gm x gn x gk` GEMM kernel from `template`. `split` > 1 (and split-K on in the options): a
-/// split-K GEMM whose partial sums go to the workspace parameter `partial`.
+/// What [`choose`] needs to know of a GEMM besides its extents.
+#[derive(Debug, Clone, Copy)]
+pub struct GemmNeeds {
+    pub groups: usize,
+    pub implicit: bool,
+    /// The kernel applies an optimizer update in its epilogue (more registers when unsplit).
+    pub update: bool,
+    /// The partial sums the planned workspace holds (floats); 0 for none.
+    pub partial_elems: usize,
+}
+
+/// The tile and split of a `gm x gn x gk` GEMM: the candidate ([`TILES`] x [`SPLITS`] within the
+/// workspace, or the options' forced tile) with the smallest predicted time on the options' GPU
+/// (`perf::gemm_launch_s`, registers and shared memory estimated from the tile); the first such on
+/// ties. The baseline options give [`DEFAULT_TILE`], unsplit and unpipelined.
+pub fn choose(gm: usize, gn: usize, gk: usize, n: &GemmNeeds, opts: &CodegenOptions) -> GemmGeom {
+    let base = GemmGeom {
+        gm,
+        gn,
+        gk,
+        groups: n.groups.max(1),
+        split: 1,
+        tile: DEFAULT_TILE,
+        implicit: n.implicit,
+        pipelined: false,
+        min_blocks: 1,
+    };
+    if opts.baseline_gemm {
+        return base;
+    }
+    let gpu = perf::gpu(opts.gpu).unwrap_or(&perf::GPUS[0]);
+    let forced = opts.tile.map(|t| [t]);
+    let tiles: &[GemmTile] = match &forced {
+        Some(t) => t,
+        None => &TILES,
+    };
+    let max_split = if opts.split_k && n.groups <= 1 && gm * gn > 0 {
+        n.partial_elems / (gm * gn)
+    } else {
+        1
+    };
+    let mut best: Option<(f64, GemmGeom)> = None;
+    for &tile in tiles {
+        if gn.div_ceil(tile.bn as usize) > 65535 {
+            continue;
+        }
+        let mut last = 0;
+        let most = max_split.clamp(1, *SPLITS.last().unwrap_or(&1));
+        let tried = SPLITS.iter().copied().filter(|&s| s < most).chain([most]);
+        for s in tried {
+            let split = effective_split(gk, s, tile.bk);
+            if split == last {
+                continue;
+            }
+            last = split;
+            let g = candidate(&base, tile, split, n.update);
+            let t = perf::gemm_launch_s(&g, n.update, gpu, &perf::CALIBRATION);
+            // within 1% (a tie: a tiny GEMM is its launch), the tile wasting fewer outputs on
+            // padding, then the fewer splits
+            let better = match &best {
+                None => true,
+                Some((bt, bg)) => {
+                    t < bt * 0.99
+                        || (t <= bt * 1.01 && (padded(&g), g.split) < (padded(bg), bg.split))
+                }
+            };
+            if better {
+                best = Some((t, g));
+            }
+        }
+    }
+    best.map_or(candidate(&base, tiles[0], 1, n.update), |(_, g)| g)
+}
+
+/// The launch bounds' blocks per SM of a pipelined kernel: 2 (at most 128 registers for 256
+/// threads), but 1 for a fused update's epilogue or 16 accumulators per thread or more (NVRTC
+/// spills a 4x4 implicit GEMM under 128 for sm_80).
+fn min_blocks(t: &GemmTile, unsplit_update: bool) -> u32 {
+    if unsplit_update || t.tm * t.tn >= 16 {
+        1
+    } else {
+        2
+    }
+}
+
+/// The pipelined candidate of `base`'s GEMM with `tile` and (effective) `split`.
+pub fn candidate(base: &GemmGeom, tile: GemmTile, split: usize, update: bool) -> GemmGeom {
+    GemmGeom {
+        split,
+        tile,
+        pipelined: true,
+        min_blocks: min_blocks(&tile, update && split <= 1),
+        ..*base
+    }
+}
+
+/// Outputs a GEMM's tiles cover, padding included.
+fn padded(g: &GemmGeom) -> usize {
+    let (bm, bn) = (g.tile.bm as usize, g.tile.bn as usize);
+    g.gm.div_ceil(bm) * bm * g.gn.div_ceil(bn) * bn
+}
+
+/// A `gm x gn x gk` GEMM kernel from `template`, tiled and split as [`choose`] says for `needs`;
+/// a split-K GEMM's partial sums go to the workspace parameter `partial`.
 pub(crate) fn gemm(
     s: &Site,
     template: &'static str,
     mut ctx: Context,
     (gm, gn, gk): (usize, usize, usize),
     (a_k_fastest, b_k_fastest): (bool, bool),
-    (split, partial): (usize, &str),
+    (needs, partial): (GemmNeeds, &str),
 ) -> Result<Spec, CodegenError> {
-    let t = DEFAULT_TILE;
-    let split = if s.opts.split_k { split } else { 1 };
+    let g = choose(gm, gn, gk, &needs, s.opts);
+    let (t, split) = (g.tile, g.split);
     let ks = if split > 1 {
         gk.div_ceil(split).div_ceil(t.bk as usize) * t.bk as usize
     } else {
@@ -106,6 +270,11 @@ pub(crate) fn gemm(
     ctx.insert("bk", &t.bk);
     ctx.insert("tm", &t.tm);
     ctx.insert("tn", &t.tn);
+    ctx.insert("pipelined", &g.pipelined);
+    ctx.insert("min_blocks", &g.min_blocks);
+    let (sa, sb) = t.staged();
+    ctx.insert("stage_a", &sa);
+    ctx.insert("stage_b", &sb);
     ctx.insert("a_k_fastest", &a_k_fastest);
     // long reductions: two-level fp32 summation (chunks of CHUNK_TILES k-tiles)
     let chunk = if ks > CHUNK_TILES * t.bk as usize * 8 {
@@ -134,17 +303,9 @@ pub(crate) fn gemm(
         template,
         ctx,
         grid: [blocks(gm, t.bm, s.name())?, gy as u32, split as u32],
-        block: [(t.bm / t.tm) * (t.bn / t.tn), 1, 1],
+        block: [t.threads(), 1, 1],
         split,
         outputs: gm * gn,
-        gemm: Some(GemmGeom {
-            gm,
-            gn,
-            gk,
-            groups: 1,
-            split,
-            tile: t,
-            implicit: template.starts_with("conv"),
-        }),
+        gemm: Some(g),
     })
 }

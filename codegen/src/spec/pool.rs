@@ -3,7 +3,7 @@
 
 use dmc_plan::op::PoolGeom;
 
-use super::common::{numel, per_element, Site, Spec};
+use super::common::{numel, per_element, Site, Spec, ELEM_THREADS};
 use crate::error::CodegenError;
 use dmc_plan::op::PoolOp;
 
@@ -54,12 +54,29 @@ pub(crate) fn backward(s: &Site, geom: &PoolGeom, dx_slot: usize) -> Result<Spec
     pool(s, geom, dx, dy, numel(dx))
 }
 
-/// `GlobalAvgPool` or `GlobalMaxPool`: x, y (, argmax); one thread per (sample, channel).
+/// `GlobalMaxPool`: x, y, argmax; one thread per (sample, channel).
 pub(crate) fn global(s: &Site) -> Result<Spec, CodegenError> {
     let x = s.shape(0)?;
     s.rank(x, 4, "x")?;
     let g = PoolGeom::square(1, 1, 0);
     pool(s, &g, x, x, x[0] * x[3])
+}
+
+/// Channels per block of `GlobalAvgPool`, and the parts its pixels are summed in.
+const GA_CH: usize = 8;
+const GA_PARTS: usize = ELEM_THREADS as usize / GA_CH;
+
+/// `GlobalAvgPool`: x, y; a block per (sample, [`GA_CH`] channels), each thread summing one of
+/// [`GA_PARTS`] runs of the pixels (see `pool.cu.tera`).
+fn global_avg(s: &Site) -> Result<Spec, CodegenError> {
+    let x = s.shape(0)?;
+    s.rank(x, 4, "x")?;
+    let g = PoolGeom::square(1, 1, 0);
+    let blocks = x[0] * x[3].div_ceil(GA_CH);
+    let mut sp = pool(s, &g, x, x, blocks * ELEM_THREADS as usize)?;
+    sp.ctx.insert("ga_ch", &GA_CH);
+    sp.ctx.insert("ga_parts", &GA_PARTS);
+    Ok(sp)
 }
 
 /// `GlobalMaxPoolBwd`: dy, argmax, dx; one thread per element of dx.
@@ -87,7 +104,8 @@ pub(crate) fn spec(s: &Site, op: &PoolOp) -> Result<Spec, CodegenError> {
         PoolOp::MaxPool { geom } | PoolOp::AvgPool { geom } => forward(s, geom),
         PoolOp::MaxPoolBwd { geom } => backward(s, geom, 2),
         PoolOp::AvgPoolBwd { geom } => backward(s, geom, 1),
-        PoolOp::GlobalAvgPool | PoolOp::GlobalMaxPool => global(s),
+        PoolOp::GlobalAvgPool => global_avg(s),
+        PoolOp::GlobalMaxPool => global(s),
         PoolOp::GlobalMaxPoolBwd => global_max_bwd(s),
         PoolOp::GlobalAvgPoolBwd => super::elementwise::global_avgpool_bwd(s),
         PoolOp::GlobalAvgPoolBwdAct(k) => super::elementwise::global_avgpool_bwd_act(s, *k, false),

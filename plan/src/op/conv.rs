@@ -6,13 +6,15 @@ use serde::{Deserialize, Serialize};
 use super::epilogue::{Epilogue, EpilogueSide};
 use super::facts::{p, ConvGeom, DType, OpFacts, ParamKind, Role, ShapeError, TensorType};
 use super::shape::{err, numel, rank, states_like};
+use super::split::split_partials_elems;
 use crate::update::UpdateRule;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ConvOp {
     /// x\[N,H,W,Ci\], w\[kh,kw,Ci,Co\], (b\[Co\] if bias), (r\[N,Ho,Wo,Co\] if `epi.add`) ->
     /// y\[N,Ho,Wo,Co\] = epi.act(conv + b + r) ([`Epilogue`], forward side).
-    /// Workspace: [`conv_workspace_elems`] f32 (im2col rows of a chunk).
+    /// Workspace: [`conv_workspace_elems`] f32 (im2col rows of a chunk), or a GPU split-K's partial
+    /// sums ([`split_partials_elems`](super::split::split_partials_elems)) if more.
     Conv2d {
         geom: ConvGeom,
         bias: bool,
@@ -21,7 +23,8 @@ pub enum ConvOp {
     },
     /// dy\[N,Ho,Wo,Co\], w\[kh,kw,Ci,Co\], (g\[N,H,W,Ci\] if `epi.add`), (saved\[N,H,W,Ci\] if `epi.act`)
     /// -> dx\[N,H,W,Ci\] = epi.act'(saved) * (conv^T(dy, w) + g) (reads w in place, flipped: no
-    /// transposed copy). With `in_place` (an activation's backward only), dx is written over
+    /// transposed copy). Workspace `partial`: a GPU split-K's partial sums
+    /// ([`split_partials_elems`](super::split::split_partials_elems); the CPU leaves it unused). With `in_place` (an activation's backward only), dx is written over
     /// `saved` (InOut): each element of saved is read by the epilogue of the same element of dx
     /// only, so the GEMM may overwrite it.
     Conv2dBwdData {
@@ -87,6 +90,23 @@ pub fn conv_workspace_elems(geom: &ConvGeom, x_shape: &[usize], y_shape: &[usize
     rows.min(CONV_CHUNK_ROWS) * k_per_group(geom, x_shape)
 }
 
+/// The split-K room of a forward GEMM (x [N,H,W,Ci] -> y [N,Ho,Wo,Co]); none with groups (a
+/// grouped GEMM's grid z is its group).
+fn fwd_partials(geom: &ConvGeom, x: &[usize], y: &[usize]) -> usize {
+    if geom.groups > 1 {
+        return 0;
+    }
+    split_partials_elems(y[0] * y[1] * y[2], y[3], k_per_group(geom, x))
+}
+
+/// The split-K room of a weight-gradient GEMM ([K, Co] over the N*Ho*Wo output pixels).
+fn wgrad_partials(geom: &ConvGeom, x: &[usize], dy: &[usize]) -> usize {
+    if geom.groups > 1 {
+        return 0;
+    }
+    split_partials_elems(k_per_group(geom, x), dy[3], dy[0] * dy[1] * dy[2])
+}
+
 /// The reduction length of one group: `kh*kw*Ci/groups` (x [N,H,W,Ci]).
 pub fn k_per_group(geom: &ConvGeom, x_shape: &[usize]) -> usize {
     geom.kh * geom.kw * x_shape.get(3).copied().unwrap_or(0) / geom.groups.max(1)
@@ -146,6 +166,7 @@ impl OpFacts for ConvOp {
                     Some(saved) if *in_place && saved.0 == "saved" => saved.1 = InOut,
                     _ => v.push(p("dx", Out, F32)),
                 }
+                v.push(p("partial", Workspace, F32));
                 v
             }
             ConvOp::ConvTranspose2d { bias, .. } => {
@@ -223,15 +244,33 @@ impl OpFacts for ConvOp {
                 let yi = ConvOp::y_slot(*bias, epi);
                 match (s.first(), s.get(yi)) {
                     (Some(x), Some(y)) if x.len() == 4 && y.len() == 4 => {
-                        vec![conv_workspace_elems(geom, x, y)]
+                        vec![conv_workspace_elems(geom, x, y).max(fwd_partials(geom, x, y))]
                     }
                     _ => vec![0],
                 }
             }
-            ConvOp::Conv2dBwdData { .. } | ConvOp::ConvTranspose2d { .. } => vec![],
+            ConvOp::Conv2dBwdData {
+                geom,
+                epi,
+                in_place,
+            } => {
+                let dxi = 2 + epi.num_inputs(EpilogueSide::DataGradient) - *in_place as usize;
+                match (s.first(), s.get(dxi)) {
+                    // dx's pixels x its channels, over dy's taps (no split with groups)
+                    (Some(dy), Some(dx)) if dy.len() == 4 && dx.len() == 4 && geom.groups <= 1 => {
+                        vec![split_partials_elems(
+                            dx[0] * dx[1] * dx[2],
+                            dx[3],
+                            k_per_group(geom, dy),
+                        )]
+                    }
+                    _ => vec![0],
+                }
+            }
+            ConvOp::ConvTranspose2d { .. } => vec![],
             ConvOp::Conv2dBwdWeight { geom } => match (s.first(), s.get(1)) {
                 (Some(x), Some(dy)) if x.len() == 4 && dy.len() == 4 => {
-                    vec![conv_workspace_elems(geom, x, dy)]
+                    vec![conv_workspace_elems(geom, x, dy).max(wgrad_partials(geom, x, dy))]
                 }
                 _ => vec![0],
             },
@@ -242,7 +281,7 @@ impl OpFacts for ConvOp {
                     (Some(x), Some(dy)) if x.len() == 4 && dy.len() == 4 => {
                         vec![
                             k_per_group(geom, x) * chunk,
-                            conv_workspace_elems(geom, x, dy),
+                            conv_workspace_elems(geom, x, dy).max(wgrad_partials(geom, x, dy)),
                         ]
                     }
                     _ => vec![0, 0],

@@ -15,6 +15,7 @@ mod norm;
 mod optim;
 mod pool;
 pub mod shape;
+pub mod split;
 
 use serde::{Deserialize, Serialize};
 

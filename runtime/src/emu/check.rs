@@ -471,11 +471,19 @@ pub fn check_kernels(
     mode: Mode,
     run: CheckRun,
 ) -> Result<Vec<EmuCheck>, RuntimeError> {
+    check_kernels_with(kernels, mode, run, &CodegenOptions::default())
+}
+
+/// [`check_kernels`] with the kernels rendered as `codegen` says (e.g. every GEMM with one tile).
+pub fn check_kernels_with(
+    kernels: &[Kernel],
+    mode: Mode,
+    run: CheckRun,
+    codegen: &CodegenOptions,
+) -> Result<Vec<EmuCheck>, RuntimeError> {
     let mut pairs = Vec::new();
     for k in kernels {
-        if let Some(ck) =
-            render_kernel(k, mode, &CodegenOptions::default()).map_err(EmuError::from)?
-        {
+        if let Some(ck) = render_kernel(k, mode, codegen).map_err(EmuError::from)? {
             pairs.push((k, ck));
         }
     }
