@@ -27,7 +27,7 @@ pub use options::CodegenOptions;
 pub use render::{entry_name, render_kernel, render_plan};
 pub use spec::common::{f32_lit, ELEM_THREADS, REDUCE_THREADS};
 pub use spec::gemm::{
-    candidate, choose, effective_split, GemmGeom, GemmNeeds, GemmTile, CHUNK_TILES, DEFAULT_TILE,
-    TILES,
+    candidate, choose, covers, effective_split, grid_blocks, GemmGeom, GemmNeeds, GemmTile,
+    CHUNK_TILES, DEFAULT_TILE, LARGE_BYTES, TILES,
 };
 pub use templates::{HOST_HEADER, TEMPLATES};

@@ -85,15 +85,16 @@ fn split_k_kernels_have_a_reduce_launch_and_fit_their_workspace() {
         ],
         "{split:?}"
     );
-    // the planned room: none for a big grid or a short reduction, at most 128 splits and 16 MiB
+    // the planned room: none for a big grid or a short reduction; enough splits for 256 blocks
+    // of 16 x 64 outputs or one per 2048 of a long reduction, at most 128 and 8 MiB
     use dmc_plan::op::split::{split_max, split_partials_elems};
     assert_eq!(split_max(4096, 4096, 1 << 20), 1);
     assert_eq!(split_partials_elems(16, 16, 100), 0);
-    assert_eq!(split_max(16, 1024, 9216), 36);
-    assert_eq!(split_partials_elems(16, 1024, 9216), 36 * 16 * 1024);
-    assert_eq!(split_max(576, 64, 131072), 113, "16 MiB");
+    assert_eq!(split_max(16, 1024, 9216), 16, "16 tiles: 16 splits");
+    assert_eq!(split_partials_elems(16, 1024, 9216), 16 * 16 * 1024);
+    assert_eq!(split_max(576, 64, 131072), 56, "8 MiB");
     assert_eq!(split_max(27, 64, 131072), 128);
-    assert_eq!(split_max(1024, 1000, 1 << 20), 4, "16 MiB of partial sums");
+    assert_eq!(split_max(256, 1000, 1 << 20), 8, "8 MiB of partial sums");
 }
 
 #[test]

@@ -28,6 +28,9 @@ pub struct Ctx {
     pub inplace: bool,
     /// What the `rematerialize` pass does (chosen by `compile` to fit the cap; see [`crate::remat`]).
     pub remat: Strategy,
+    /// Workspaces with the GPU's split-K room (`dmc_plan::op::split`); `compile` drops it only
+    /// when no plan with it fits the cap.
+    pub split_room: bool,
 }
 
 /// `--remat`: whether `compile` may rematerialize to fit the cap.

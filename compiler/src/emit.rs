@@ -171,7 +171,12 @@ pub fn emit(
             .iter()
             .filter(|(_, role, _)| *role == Role::Workspace)
             .map(|(name, _, _)| *name);
-        for (elems, pname) in op.workspace_elems(&shapes).into_iter().zip(ws_names) {
+        let sizes = if ctx.split_room {
+            op.workspace_elems(&shapes)
+        } else {
+            op.workspace_elems_unsplit(&shapes)
+        };
+        for (elems, pname) in sizes.into_iter().zip(ws_names) {
             bufs.push(Buf {
                 name: [node.name.as_str(), " workspace ", pname].concat(),
                 bytes: (elems * DType::F32.size()) as u64,

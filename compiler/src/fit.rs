@@ -98,12 +98,30 @@ pub fn compile_explained_alongside<T>(
 }
 
 /// [`compile_explained`]; the plan returned is checked (when `opts.verify`) only if `check`.
+/// The workspaces carry the GPU's split-K room unless no plan with it fits the cap: then the
+/// whole fit is redone without it (the CPU never needs it; the GPU then runs those GEMMs
+/// unsplit), so a cap's floor is what it is without the room.
 fn explained(
     model: &Model,
     opts: &CompileOptions,
     check: bool,
 ) -> Result<(Plan, Option<RematInfo>), CompileError> {
-    let ctx = context(model, opts);
+    match explained_in(model, opts, check, true) {
+        Err(CompileError::CapExceeded { .. }) => explained_in(model, opts, check, false),
+        r => r,
+    }
+}
+
+fn explained_in(
+    model: &Model,
+    opts: &CompileOptions,
+    check: bool,
+    split_room: bool,
+) -> Result<(Plan, Option<RematInfo>), CompileError> {
+    let ctx = Ctx {
+        split_room,
+        ..context(model, opts)
+    };
     if let (Some(m), None, Mode::Train) = (opts.clip_method, ctx.optimizer.clip_norm(), ctx.mode) {
         return Err(CompileError::InvalidModel(format!(
             "a global-norm clipping method was chosen ({}), but the train block has no clip_norm: add `clip_norm: 1.0` (the largest gradient norm) to `train {{ ... }}`, or drop the method",

@@ -78,5 +78,6 @@ pub fn context(model: &Model, opts: &CompileOptions) -> Ctx {
         fuse: opts.fuse,
         inplace: opts.inplace,
         remat: Strategy::KeepAll,
+        split_room: true,
     }
 }

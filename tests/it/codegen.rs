@@ -80,8 +80,10 @@ fn no_transposed_weight_copy_in_backward_data() {
     let plan = plan_of("seed", Mode::Train);
     for k in render_plan(&plan, &CodegenOptions::default()).unwrap() {
         if k.template == "conv2d_bwd_data.cu.tera" {
-            // one parameter per signature slot + seed, step, lr: dy, w, dx; nothing else
-            assert_eq!(k.params.len(), 6);
+            // one parameter per signature slot + seed, step, lr: dy, w, dx and the split-K
+            // partial sums; no transposed weight
+            let names: Vec<&str> = k.params.iter().map(|p| p.name.as_str()).collect();
+            assert_eq!(names, ["dy", "w", "dx", "partial", "seed", "step", "lr"]);
         }
     }
 }

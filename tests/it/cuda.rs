@@ -51,14 +51,30 @@ fn compile_arch_prints_the_resource_table() {
         "{stdout}"
     );
     assert!(stdout.contains("conv2d_bwd_data"), "{stdout}");
-    // the launch geometry: resnet_small's stem conv2d_0 has N*H*W = 8*16*16 = 2048 output rows
-    // (32 blocks of 64) and 16 output channels (1 block of 64), 256 threads each
+    // the launch geometry: resnet_small's stem conv2d_0 (N*H*W = 8*16*16 = 2048 output rows, 16
+    // output channels) as the renderer launches it: its tile's blocks, 256 threads each
     let row = stdout
         .lines()
         .find(|l| l.starts_with("conv2d_0 "))
         .unwrap_or_else(|| panic!("no conv2d_0 row in:\n{stdout}"));
     let cols: Vec<&str> = row.split_whitespace().collect();
-    assert_eq!(cols[cols.len() - 2..], ["32", "256"], "{row}");
+    let src = std::fs::read_to_string("examples/resnet_small.dm").expect("example");
+    let model = dmc_grammar::compile_source(&src, "resnet_small.dm").expect("model");
+    let plan = dmc_compiler::compile(&model, &Default::default()).expect("plan");
+    let k = dmc_codegen::render_plan(&plan, &dmc_codegen::CodegenOptions::default())
+        .expect("render")
+        .into_iter()
+        .find(|k| k.name == "conv2d_0")
+        .expect("conv2d_0");
+    let g = k.gemm.expect("a GEMM");
+    assert_eq!((g.gm, g.gn), (2048, 16));
+    let blocks: u32 = k.grid.iter().product();
+    assert!(u64::from(blocks) * u64::from(g.tile.bm * g.tile.bn) >= 2048 * 16);
+    assert_eq!(
+        cols[cols.len() - 2..],
+        [blocks.to_string(), "256".to_string()],
+        "{row}"
+    );
     let (code, _, err) = dmc(&["compile", "examples/mlp.dm", "-o", out, "--arch", "banana"]);
     assert_ne!(code, 0, "{err}");
 }

@@ -308,7 +308,9 @@ fn every_kernel_that_moves_4_mb_covers_a_132_sm_gpu() {
 #[test]
 fn the_chosen_gemm_is_the_models_fastest_candidate_within_its_workspace() {
     use dmc_codegen::perf::gemm_launch_s;
-    use dmc_codegen::{candidate, choose, effective_split, GemmNeeds, DEFAULT_TILE, TILES};
+    use dmc_codegen::{
+        candidate, choose, effective_split, grid_blocks, GemmGeom, GemmNeeds, DEFAULT_TILE, TILES,
+    };
     let h200 = gpu("h200").unwrap();
     let opts = CodegenOptions::default();
     // a fixed spread of shapes: skinny, square, narrow, long and short reductions
@@ -342,14 +344,27 @@ fn the_chosen_gemm_is_the_models_fastest_candidate_within_its_workspace() {
                 g.split * ks >= gk && (g.split - 1) * ks < gk,
                 "{gm}x{gn}x{gk}"
             );
-            // independently: every tile, every split the workspace allows
-            let mut best = f64::INFINITY;
+            // independently: every tile, every split the workspace allows; for a GEMM of 4 MB,
+            // only the grids with a block per SM when there are any
+            let mut all = vec![];
             for t in TILES {
                 for s in 1..=(ws / (gm * gn)).clamp(1, 128) {
-                    let c = candidate(&g, t, effective_split(gk, s, t.bk), update);
-                    best = best.min(gemm_launch_s(&c, update, h200, &CALIBRATION));
+                    all.push(candidate(&g, t, effective_split(gk, s, t.bk), update));
                 }
             }
+            let bytes = (gm * gk + gk * gn + gm * gn) * 4;
+            let covering = |c: &GemmGeom| bytes < 4_000_000 || grid_blocks(c) >= 132;
+            let any_covers = all.iter().any(covering);
+            assert!(
+                covering(&g) || !any_covers,
+                "{gm}x{gn}x{gk}: {} blocks",
+                grid_blocks(&g)
+            );
+            let best = all
+                .iter()
+                .filter(|c| covering(c) || !any_covers)
+                .map(|c| gemm_launch_s(c, update, h200, &CALIBRATION))
+                .fold(f64::INFINITY, f64::min);
             let got = gemm_launch_s(&g, update, h200, &CALIBRATION);
             assert!(
                 got <= best * 1.10,

@@ -141,5 +141,5 @@ fn every_gemm_tile_compiles_for_sm80_and_sm90_without_warnings_or_spills() {
             }
         }
     }
-    assert!(n >= 6 * 2 * 20, "{n} kernels");
+    assert!(n >= dmc_codegen::TILES.len() * 2 * 20, "{n} kernels");
 }

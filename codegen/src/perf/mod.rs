@@ -172,8 +172,8 @@ pub fn gemm_registers(g: &GemmGeom, update: bool) -> u32 {
     if !g.pipelined {
         return (t.tm * t.tn + t.tm + t.tn + 40 + extra).min(255);
     }
-    // pipelined: the staged loads, and the fragments of the unrolled 32-deep k loop that NVRTC
-    // hoists (fitted to NVRTC's sm_90 counts), up to the launch bounds' cap
+    // pipelined: the staged loads, and the fragments of the unrolled k loop that NVRTC hoists
+    // (fitted to NVRTC's sm_90 counts), up to the launch bounds' cap
     let (sa, sb) = t.staged();
     let hoisted = (t.bk * (t.tm + t.tn)) * 2 / 5;
     let cap = (65536 / (t.threads() * g.min_blocks.max(1))).min(255);

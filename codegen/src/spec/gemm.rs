@@ -76,7 +76,8 @@ pub const DEFAULT_TILE: GemmTile = GemmTile {
 
 /// The tiles the compiler chooses among (each 256 threads, every load loop a whole number of
 /// rounds): large square ones for compute-bound GEMMs, skinny ones for a few rows or columns
-/// (a batch-1 layer, a narrow weight gradient), all with a 32-deep k-step.
+/// (a batch-1 layer, a narrow weight gradient), all with a 32-deep k-step. (64-deep ones, tried,
+/// take more than 128 registers without spilling: one block per SM, no faster in the model.)
 pub const TILES: [GemmTile; 6] = [
     GemmTile {
         bm: 128,
@@ -152,8 +153,11 @@ pub struct GemmNeeds {
 
 /// The tile and split of a `gm x gn x gk` GEMM: the candidate ([`TILES`] x [`SPLITS`] within the
 /// workspace, or the options' forced tile) with the smallest predicted time on the options' GPU
-/// (`perf::gemm_launch_s`, registers and shared memory estimated from the tile); the first such on
-/// ties. The baseline options give [`DEFAULT_TILE`], unsplit and unpipelined.
+/// (`perf::gemm_launch_s`, registers and shared memory estimated from the tile); on ties (within
+/// 1%), the one padding fewer outputs, then the fewer splits. A GEMM of [`LARGE_BYTES`] or more
+/// takes a candidate whose grid gives every SM a block whenever one does ([`covers`]): the model's
+/// wave counting may favour a grid just short of the SMs, which a real GPU does not reward. The
+/// baseline options give [`DEFAULT_TILE`], unsplit and unpipelined.
 pub fn choose(gm: usize, gn: usize, gk: usize, n: &GemmNeeds, opts: &CodegenOptions) -> GemmGeom {
     let base = GemmGeom {
         gm,
@@ -200,6 +204,7 @@ pub fn choose(gm: usize, gn: usize, gk: usize, n: &GemmNeeds, opts: &CodegenOpti
             // padding, then the fewer splits
             let better = match &best {
                 None => true,
+                Some((_, bg)) if covers(&g, gpu.sms) != covers(bg, gpu.sms) => covers(&g, gpu.sms),
                 Some((bt, bg)) => {
                     t < bt * 0.99
                         || (t <= bt * 1.01 && (padded(&g), g.split) < (padded(bg), bg.split))
@@ -215,7 +220,7 @@ pub fn choose(gm: usize, gn: usize, gk: usize, n: &GemmNeeds, opts: &CodegenOpti
 
 /// The launch bounds' blocks per SM of a pipelined kernel: 2 (at most 128 registers for 256
 /// threads), but 1 for a fused update's epilogue or 16 accumulators per thread or more (NVRTC
-/// spills a 4x4 implicit GEMM under 128 for sm_80).
+/// spills those under 128 registers for sm_80).
 fn min_blocks(t: &GemmTile, unsplit_update: bool) -> u32 {
     if unsplit_update || t.tm * t.tn >= 16 {
         1
@@ -233,6 +238,22 @@ pub fn candidate(base: &GemmGeom, tile: GemmTile, split: usize, update: bool) ->
         min_blocks: min_blocks(&tile, update && split <= 1),
         ..*base
     }
+}
+
+/// Operand bytes from which a GEMM must cover the GPU (the 4 MB rule, see [`choose`]).
+pub const LARGE_BYTES: usize = 4_000_000;
+
+/// Whether `g`'s grid has a block for each of `sms` SMs, or `g` is smaller than [`LARGE_BYTES`].
+pub fn covers(g: &GemmGeom, sms: u32) -> bool {
+    let gr = g.groups.max(1);
+    let bytes = (g.gm * g.gk + g.gk * g.gn + g.gm * g.gn) * 4 * gr;
+    bytes < LARGE_BYTES || grid_blocks(g) >= sms as usize
+}
+
+/// Blocks of `g`'s main launch.
+pub fn grid_blocks(g: &GemmGeom) -> usize {
+    let (bm, bn) = (g.tile.bm as usize, g.tile.bn as usize);
+    g.gm.div_ceil(bm).max(1) * g.gn.div_ceil(bn).max(1) * g.split.max(1) * g.groups.max(1)
 }
 
 /// Outputs a GEMM's tiles cover, padding included.

@@ -144,6 +144,70 @@ fn weight_shape(geom: &ConvGeom, ci: usize, co: usize) -> [usize; 4] {
     [geom.kh, geom.kw, ci / geom.groups.max(1), co]
 }
 
+impl ConvOp {
+    /// The workspaces of [`OpFacts::workspace_elems`], with the GPU's split-K room or (`!split`)
+    /// without it.
+    fn workspaces(&self, s: &[Vec<usize>], split: bool) -> Vec<usize> {
+        let room = usize::from(split);
+        match self {
+            ConvOp::Conv2d { geom, bias, epi } => {
+                let yi = ConvOp::y_slot(*bias, epi);
+                match (s.first(), s.get(yi)) {
+                    (Some(x), Some(y)) if x.len() == 4 && y.len() == 4 => {
+                        vec![conv_workspace_elems(geom, x, y).max(room * fwd_partials(geom, x, y))]
+                    }
+                    _ => vec![0],
+                }
+            }
+            ConvOp::Conv2dBwdData {
+                geom,
+                epi,
+                in_place,
+            } => {
+                let dxi = 2 + epi.num_inputs(EpilogueSide::DataGradient) - *in_place as usize;
+                match (s.first(), s.get(dxi)) {
+                    // dx's pixels x its channels, over dy's taps (no split with groups)
+                    (Some(dy), Some(dx)) if dy.len() == 4 && dx.len() == 4 && geom.groups <= 1 => {
+                        vec![
+                            room * split_partials_elems(
+                                dx[0] * dx[1] * dx[2],
+                                dx[3],
+                                k_per_group(geom, dy),
+                            ),
+                        ]
+                    }
+                    _ => vec![0],
+                }
+            }
+            ConvOp::ConvTranspose2d { .. } => vec![],
+            ConvOp::Conv2dBwdWeight { geom } => match (s.first(), s.get(1)) {
+                (Some(x), Some(dy)) if x.len() == 4 && dy.len() == 4 => {
+                    vec![conv_workspace_elems(geom, x, dy).max(room * wgrad_partials(geom, x, dy))]
+                }
+                _ => vec![0],
+            },
+            ConvOp::Conv2dBwdWeightUpdate {
+                geom, chunk, bias, ..
+            } => {
+                let mut v = match (s.first(), s.get(1)) {
+                    (Some(x), Some(dy)) if x.len() == 4 && dy.len() == 4 => {
+                        vec![
+                            k_per_group(geom, x) * chunk,
+                            conv_workspace_elems(geom, x, dy)
+                                .max(room * wgrad_partials(geom, x, dy)),
+                        ]
+                    }
+                    _ => vec![0, 0],
+                };
+                if *bias {
+                    v.push(s.get(1).and_then(|dy| dy.get(3)).copied().unwrap_or(0));
+                }
+                v
+            }
+        }
+    }
+}
+
 impl OpFacts for ConvOp {
     fn params(&self) -> Vec<ParamKind> {
         use DType::*;
@@ -239,59 +303,11 @@ impl OpFacts for ConvOp {
     }
 
     fn workspace_elems(&self, s: &[Vec<usize>]) -> Vec<usize> {
-        match self {
-            ConvOp::Conv2d { geom, bias, epi } => {
-                let yi = ConvOp::y_slot(*bias, epi);
-                match (s.first(), s.get(yi)) {
-                    (Some(x), Some(y)) if x.len() == 4 && y.len() == 4 => {
-                        vec![conv_workspace_elems(geom, x, y).max(fwd_partials(geom, x, y))]
-                    }
-                    _ => vec![0],
-                }
-            }
-            ConvOp::Conv2dBwdData {
-                geom,
-                epi,
-                in_place,
-            } => {
-                let dxi = 2 + epi.num_inputs(EpilogueSide::DataGradient) - *in_place as usize;
-                match (s.first(), s.get(dxi)) {
-                    // dx's pixels x its channels, over dy's taps (no split with groups)
-                    (Some(dy), Some(dx)) if dy.len() == 4 && dx.len() == 4 && geom.groups <= 1 => {
-                        vec![split_partials_elems(
-                            dx[0] * dx[1] * dx[2],
-                            dx[3],
-                            k_per_group(geom, dy),
-                        )]
-                    }
-                    _ => vec![0],
-                }
-            }
-            ConvOp::ConvTranspose2d { .. } => vec![],
-            ConvOp::Conv2dBwdWeight { geom } => match (s.first(), s.get(1)) {
-                (Some(x), Some(dy)) if x.len() == 4 && dy.len() == 4 => {
-                    vec![conv_workspace_elems(geom, x, dy).max(wgrad_partials(geom, x, dy))]
-                }
-                _ => vec![0],
-            },
-            ConvOp::Conv2dBwdWeightUpdate {
-                geom, chunk, bias, ..
-            } => {
-                let mut v = match (s.first(), s.get(1)) {
-                    (Some(x), Some(dy)) if x.len() == 4 && dy.len() == 4 => {
-                        vec![
-                            k_per_group(geom, x) * chunk,
-                            conv_workspace_elems(geom, x, dy).max(wgrad_partials(geom, x, dy)),
-                        ]
-                    }
-                    _ => vec![0, 0],
-                };
-                if *bias {
-                    v.push(s.get(1).and_then(|dy| dy.get(3)).copied().unwrap_or(0));
-                }
-                v
-            }
-        }
+        self.workspaces(s, true)
+    }
+
+    fn workspace_elems_unsplit(&self, s: &[Vec<usize>]) -> Vec<usize> {
+        self.workspaces(s, false)
     }
 
     fn infer(

@@ -304,6 +304,11 @@ pub trait OpFacts {
     /// Elements (f32) of each `Workspace` parameter, given the full shapes of the other
     /// signature parameters (signature order, workspaces left out).
     fn workspace_elems(&self, shapes: &[Vec<usize>]) -> Vec<usize>;
+    /// [`OpFacts::workspace_elems`] without the room a GPU split-K needs (`super::split`): what
+    /// the CPU needs, and what a plan fitted to a tight cap plans.
+    fn workspace_elems_unsplit(&self, shapes: &[Vec<usize>]) -> Vec<usize> {
+        self.workspace_elems(shapes)
+    }
     /// The shape rule: output types from input types (arity and dtypes already checked against
     /// [`OpFacts::params`]). `hint` is the expected type of output 0, required by the ops whose
     /// output is not a function of their inputs (see [`Op::infer_outputs`](super::Op::infer_outputs)).

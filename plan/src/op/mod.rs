@@ -212,6 +212,13 @@ impl Op {
             .unwrap_or_default()
     }
 
+    /// [`Op::workspace_elems`] without a GPU split-K's room ([`OpFacts::workspace_elems_unsplit`]).
+    pub fn workspace_elems_unsplit(&self, s: &[Vec<usize>]) -> Vec<usize> {
+        self.facts()
+            .map(|f| f.workspace_elems_unsplit(s))
+            .unwrap_or_default()
+    }
+
     /// Short kernel-style name, e.g. `conv2d`, `sgd_update`.
     pub fn kind_name(&self) -> &'static str {
         match (self, self.facts()) {

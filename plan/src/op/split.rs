@@ -7,8 +7,8 @@
 pub const SPLIT_MAX: usize = 128;
 /// Reduction elements per split at least (so a block's loop outweighs writing its partial tile).
 pub const SPLIT_MIN_K: usize = 256;
-/// The partial sums of one GEMM take at most this many floats (4 MiB).
-pub const SPLIT_MAX_PARTIALS: usize = 1 << 20;
+/// The partial sums of one GEMM take at most this many floats (8 MiB).
+pub const SPLIT_MAX_PARTIALS: usize = 1 << 21;
 /// Output elements from which a GEMM's grid covers a 132-SM GPU several times over without a split
 /// (256 tiles of 64 x 64).
 pub const SPLIT_OUTPUTS_ENOUGH: usize = 1 << 20;
@@ -25,14 +25,26 @@ pub fn split_partials_elems(gm: usize, gn: usize, gk: usize) -> usize {
     }
 }
 
+/// Blocks a split grid needs at most: about two per SM of a 132-SM GPU (H100, H200).
+pub const SPLIT_TARGET_BLOCKS: usize = 256;
+/// Outputs of the smallest GPU tile a split GEMM uses (16 x 64, `codegen::TILES`).
+pub const SPLIT_TILE_OUTPUTS: usize = 16 * 64;
+
+/// A reduction this long is worth a split per this many elements, however many tiles there are.
+pub const SPLIT_LONG_K: usize = 2048;
+
 /// Most splits of a `gm x gn x gk` GEMM the planned workspace allows (see
-/// [`split_partials_elems`]).
+/// [`split_partials_elems`]): enough for [`SPLIT_TARGET_BLOCKS`] blocks of the smallest tile, or
+/// one per [`SPLIT_LONG_K`] of a long reduction, bounded by the reduction ([`SPLIT_MIN_K`] each),
+/// [`SPLIT_MAX`] and [`SPLIT_MAX_PARTIALS`].
 pub fn split_max(gm: usize, gn: usize, gk: usize) -> usize {
     let outs = gm * gn;
     if outs == 0 || outs >= SPLIT_OUTPUTS_ENOUGH {
         return 1;
     }
+    let tiles = outs.div_ceil(SPLIT_TILE_OUTPUTS);
     (gk / SPLIT_MIN_K)
+        .min(SPLIT_TARGET_BLOCKS.div_ceil(tiles).max(gk / SPLIT_LONG_K))
         .min(SPLIT_MAX)
         .min(SPLIT_MAX_PARTIALS / outs)
         .max(1)
