@@ -198,3 +198,30 @@ pub fn resources_for(
         },
     }
 }
+
+/// The model's time of one launch of each kernel of `plan` (by name) on the GPU this process
+/// runs on (its entry of the model's table, else the H200), with NVRTC's registers for the
+/// device's architecture, and a line saying so: the predicted column of `dmc run --profile`.
+/// `None` when no device opens.
+pub fn device_predictions(
+    plan: &Plan,
+    codegen: &CodegenOptions,
+) -> Option<(HashMap<String, f64>, String)> {
+    let d = cuda::open_device().ok()?;
+    let g = perf::gpu_of_device(&d.name).unwrap_or(&perf::GPUS[0]);
+    let (res, src) = resources_for(plan, Some(&d.arch), g, codegen);
+    let p = predict(plan, codegen, &res, g).ok()?;
+    let by_name = p
+        .kernels
+        .iter()
+        .map(|k| (k.kernel.clone(), k.predicted_s))
+        .collect();
+    let line = format!(
+        "predicted: the performance model on {} (for {}), {}; whole step {} predicted",
+        g.name,
+        d.name,
+        src.describe(),
+        ms(p.predicted_s)
+    );
+    Some((by_name, line))
+}

@@ -95,7 +95,7 @@ fn fused_signatures_put_the_extra_inputs_after_the_ops_own() {
     assert_eq!(e.params(EpilogueSide::DataGradient).len(), 2);
     let dense = Op::Dense(DenseOp::DenseBwdData { epi: e });
     let n: Vec<String> = names(&dense).into_iter().map(|p| p.0).collect();
-    assert_eq!(n, ["dy", "w", "g", "saved", "dx", "partial"]);
+    assert_eq!(n, ["dy", "w", "g", "saved", "dx"]);
 }
 
 #[test]

@@ -287,8 +287,17 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
         },
     );
     if let Some(p) = be.profile() {
-        // the measured column; a performance model's prediction per kernel id goes in the slot
-        println!("\n{}", dmc_runtime::profile::profile_table(&p, None));
+        // the measured column, and the performance model's prediction for this device
+        let model = crate::commands::perf::device_predictions(&plan, &c.codegen.options());
+        let f = |id: usize| -> Option<f64> {
+            let k = p.kernels.iter().find(|k| k.kernel == id)?;
+            model.as_ref()?.0.get(&k.name).copied()
+        };
+        let predicted: Option<&dyn Fn(usize) -> Option<f64>> = model.as_ref().map(|_| &f as _);
+        println!("\n{}", dmc_runtime::profile::profile_table(&p, predicted));
+        if let Some((_, line)) = &model {
+            println!("{line}");
+        }
     }
     finished
 }
