@@ -127,4 +127,45 @@ fn split_k_can_be_switched_off_for_a_baseline() {
     };
     assert!(reduces(&[]) >= 2);
     assert_eq!(reduces(&["--no-split-k"]), 0);
+    assert_eq!(reduces(&["--baseline-gemm"]), 0);
+}
+
+#[test]
+fn baseline_gemm_renders_the_one_tile_unpipelined_kernel() {
+    // --baseline-gemm: every GEMM with the 64 x 64 tile, k-step 16, no staged loads; the default:
+    // the tiles the model chose, pipelined
+    let defines = |flags: &[&str]| {
+        let d = tempfile::tempdir().expect("tempdir");
+        let out = d.path().to_str().expect("utf-8").to_string();
+        let mut args = vec!["compile", "examples/seed.dm", "-o", &out];
+        args.extend_from_slice(flags);
+        let (code, _, err) = common::dmc(&args);
+        assert_eq!(code, 0, "{err}");
+        let mut v = vec![];
+        for e in std::fs::read_dir(d.path()).expect("dir").flatten() {
+            let src = std::fs::read_to_string(e.path()).unwrap_or_default();
+            if src.contains("#define BM ") {
+                let def = |n: &str| {
+                    src.lines()
+                        .find_map(|l| l.strip_prefix(&format!("#define {n} ")))
+                        .unwrap_or("?")
+                        .to_string()
+                };
+                v.push((def("BM"), def("BN"), def("BK"), src.contains("dmc_stage(")));
+            }
+        }
+        v
+    };
+    let base = defines(&["--baseline-gemm"]);
+    assert!(base.len() >= 10, "{base:?}");
+    assert!(base
+        .iter()
+        .all(|(m, n, k, staged)| (m.as_str(), n.as_str(), k.as_str(), *staged)
+            == ("64", "64", "16", false)));
+    let chosen = defines(&[]);
+    assert!(chosen.iter().all(|(_, _, k, staged)| k == "32" && *staged));
+    assert!(
+        chosen.iter().any(|(m, _, _, _)| m == "16"),
+        "the seed's batch-1 layers take a 16-row tile: {chosen:?}"
+    );
 }
