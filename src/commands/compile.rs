@@ -64,14 +64,13 @@ pub fn run(args: Args) -> Result<(), CliError> {
     // Serialised straight into the file: the plan of a deep network is hundreds of MB of JSON
     // (`serde_json::to_writer_pretty`'s bytes, its largest arrays on two threads).
     io::write_file_atomic_with(&path, |w| dmc_compiler::json::write_plan(w, &mut plan))?;
-    write_kernels(
-        &plan,
-        &args.out,
-        args.arch.as_deref(),
-        &args.codegen.options(),
-    )?;
+    // the GEMM tiles and splits are chosen for the named GPU (the H200 by default)
+    let cg = dmc_codegen::CodegenOptions {
+        gpu: gpu.name,
+        ..args.codegen.options()
+    };
+    write_kernels(&plan, &args.out, args.arch.as_deref(), &cg)?;
     if args.perf {
-        let cg = args.codegen.options();
         let (res, src) = resources_for(&plan, args.arch.as_deref(), gpu, &cg);
         print!("{}", table(&predict(&plan, &cg, &res, gpu)?, gpu, &src));
     }

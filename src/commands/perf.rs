@@ -14,7 +14,8 @@ use crate::report::CliError;
 /// `--gpu NAME`: the GPU the performance model predicts for.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct GpuArg {
-    /// The GPU the performance model predicts the step's time on: H200 (the default), H100,
+    /// The GPU the performance model predicts the step's time on, and chooses the GEMM tiles and
+    /// splits for: H200 (the default), H100,
     /// A100, RTX4090 or GTX960 (the question's 2 GB card).
     #[arg(long, value_name = "NAME")]
     pub gpu: Option<String>,

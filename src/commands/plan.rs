@@ -148,7 +148,10 @@ pub fn run(args: Args) -> Result<(), CliError> {
         // The performance model's line (registers estimated: NVRTC's are `dmc compile --perf`'s);
         // not for huge programs, whose kernels take seconds to render.
         if plan.steps.len() <= UNFUSED_COMPARISON_MAX_STEPS {
-            let cg = dmc_codegen::CodegenOptions::default();
+            let cg = dmc_codegen::CodegenOptions {
+                gpu: gpu.name,
+                ..Default::default()
+            };
             let p = predict(&plan, &cg, &Default::default(), gpu)?;
             let src =
                 ResourceSource::Estimated("per kind; `dmc compile --perf` uses NVRTC's".into());

@@ -158,10 +158,10 @@ fn baseline_gemm_renders_the_one_tile_unpipelined_kernel() {
     };
     let base = defines(&["--baseline-gemm"]);
     assert!(base.len() >= 10, "{base:?}");
-    assert!(base
-        .iter()
-        .all(|(m, n, k, staged)| (m.as_str(), n.as_str(), k.as_str(), *staged)
-            == ("64", "64", "16", false)));
+    assert!(base.iter().all(
+        |(m, n, k, staged)| (m.as_str(), n.as_str(), k.as_str(), *staged)
+            == ("64", "64", "16", false)
+    ));
     let chosen = defines(&[]);
     assert!(chosen.iter().all(|(_, _, k, staged)| k == "32" && *staged));
     assert!(

@@ -183,7 +183,7 @@ pub fn gemm_registers(g: &GemmGeom, update: bool) -> u32 {
 /// Shared memory of a kernel of `k` when NVRTC has not reported it: a GEMM's two tiles.
 fn estimated_shared(k: &CudaKernel) -> u32 {
     match &k.gemm {
-        Some(g) => g.tile.shared_bytes(),
+        Some(g) => g.tile.shared_bytes(g.pipelined),
         None => 2048,
     }
 }
@@ -194,7 +194,12 @@ fn estimated_shared(k: &CudaKernel) -> u32 {
 pub fn gemm_launch_s(g: &GemmGeom, update: bool, gpu: &Gpu, cal: &Calibration) -> f64 {
     let t = g.tile;
     let threads = t.threads();
-    let resident = resident_blocks(gpu, threads, gemm_registers(g, update), t.shared_bytes());
+    let resident = resident_blocks(
+        gpu,
+        threads,
+        gemm_registers(g, update),
+        t.shared_bytes(g.pipelined),
+    );
     let gr = g.groups.max(1) as f64;
     let rd = ((g.gm * g.gk + g.gk * g.gn) as f64) * 4.0 * gr;
     let wr = (g.gm * g.gn) as f64 * 4.0 * gr;
@@ -388,7 +393,9 @@ fn gemm_time(
     let warps = f64::from(threads.div_ceil(32));
     let (tm, tn, bkf) = (f64::from(t.tm), f64::from(t.tn), bk as f64);
     let fma = warps * bkf * tm * tn;
-    let lds = warps * bkf * (tm + tn);
+    // shared-memory loads of the fragments: one per element, or per float4 / float2 (pipelined)
+    let (va, vb) = if g.pipelined { t.frag_width() } else { (1, 1) };
+    let lds = warps * bkf * (tm / f64::from(va) + tn / f64::from(vb));
     let ldg = warps * ((bk * (bm + bn)) as f64 / f64::from(threads)).ceil();
     let idx = if g.implicit {
         cal.implicit_index_instrs

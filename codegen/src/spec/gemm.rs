@@ -28,9 +28,29 @@ impl GemmTile {
     pub const fn threads(&self) -> u32 {
         (self.bm / self.tm) * (self.bn / self.tn)
     }
-    /// Shared memory of its two tiles (A padded by one column), bytes.
-    pub const fn shared_bytes(&self) -> u32 {
-        (self.bk * (self.bm + 1) + self.bk * self.bn) * 4
+    /// Shared memory of its two tiles, bytes: A padded by one column, or by four when a
+    /// pipelined kernel reads its fragments as `float4` (16-byte rows).
+    pub const fn shared_bytes(&self, pipelined: bool) -> u32 {
+        let pad = if pipelined && self.frag_width().0 == 4 {
+            4
+        } else {
+            1
+        };
+        (self.bk * (self.bm + pad) + self.bk * self.bn) * 4
+    }
+    /// Floats per shared-memory load of a thread's A and B fragments in a pipelined kernel
+    /// (`float4` for 4 or 8 rows or columns, `float2` for 2, else 1).
+    pub const fn frag_width(&self) -> (u32, u32) {
+        const fn w(t: u32) -> u32 {
+            if t % 4 == 0 {
+                4
+            } else if t % 2 == 0 {
+                2
+            } else {
+                1
+            }
+        }
+        (w(self.tm), w(self.tn))
     }
     /// Elements of A and of B each thread stages in registers per k-tile (pipelined kernels).
     pub const fn staged(&self) -> (u32, u32) {
@@ -296,6 +316,11 @@ pub(crate) fn gemm(
     let (sa, sb) = t.staged();
     ctx.insert("stage_a", &sa);
     ctx.insert("stage_b", &sb);
+    // pipelined: a thread's fragments read as float4 / float2 from shared memory
+    let (va, vb) = if g.pipelined { t.frag_width() } else { (1, 1) };
+    ctx.insert("vec_a", &va);
+    ctx.insert("vec_b", &vb);
+    ctx.insert("a_pad", &if va == 4 { 4 } else { 1 });
     ctx.insert("a_k_fastest", &a_k_fastest);
     // long reductions: two-level fp32 summation (chunks of CHUNK_TILES k-tiles)
     let chunk = if ks > CHUNK_TILES * t.bk as usize * 8 {

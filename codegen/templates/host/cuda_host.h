@@ -38,8 +38,17 @@
 #define __restrict__ __restrict
 #define __shared__ static __thread
 
+#define __align__(n) __attribute__((aligned(n)))
+
 struct uint3 {
     unsigned x, y, z;
+};
+// The vector types the GEMM reads shared memory with (16- and 8-byte aligned, as on the GPU).
+struct __attribute__((aligned(16))) float4 {
+    float x, y, z, w;
+};
+struct __attribute__((aligned(8))) float2 {
+    float x, y;
 };
 typedef uint3 dim3;
 

@@ -84,7 +84,9 @@ impl Switch {
 }
 
 /// The compiler flags: C++17, optimised, warnings are errors, contraction to FMA as NVRTC's
-/// default `--fmad=true`, no errno (CUDA has none); AVX2+FMA where the CPU has them.
+/// default `--fmad=true`, no errno (CUDA has none), no type-based alias analysis (the GEMM reads
+/// rows of `float` shared memory as `float4` / `float2`, as CUDA C does); AVX2+FMA where the CPU
+/// has them.
 pub fn cxx_flags(switch: Switch) -> Vec<&'static str> {
     let mut f = vec![
         "-std=c++17",
@@ -99,6 +101,7 @@ pub fn cxx_flags(switch: Switch) -> Vec<&'static str> {
         "-Wno-sign-compare",
         "-ffp-contract=fast",
         "-fno-math-errno",
+        "-fno-strict-aliasing",
     ];
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
