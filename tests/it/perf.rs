@@ -327,6 +327,7 @@ fn the_chosen_gemm_is_the_models_fastest_candidate_within_its_workspace() {
             let needs = GemmNeeds {
                 groups: 1,
                 implicit: true,
+                b_implicit: false,
                 update,
                 partial_elems: ws,
             };
@@ -367,7 +368,7 @@ fn the_chosen_gemm_is_the_models_fastest_candidate_within_its_workspace() {
                 .fold(f64::INFINITY, f64::min);
             let got = gemm_launch_s(&g, update, h200, &CALIBRATION);
             assert!(
-                got <= best * 1.10,
+                got <= best * 1.02,
                 "{gm}x{gn}x{gk} ws {ws}: chose {:?} split {} at {got:e} s, a candidate takes {best:e} s",
                 g.tile,
                 g.split
@@ -378,6 +379,7 @@ fn the_chosen_gemm_is_the_models_fastest_candidate_within_its_workspace() {
     let grouped = GemmNeeds {
         groups: 4,
         implicit: true,
+        b_implicit: false,
         update: false,
         partial_elems: 1 << 22,
     };

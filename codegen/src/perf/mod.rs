@@ -5,19 +5,23 @@
 //! needed: it is how kernels are chosen and how a plan's step time is told before running it.
 //!
 //! The model is a latency-aware roofline. A GEMM kernel (`gemm.cuh.tera`) runs k-tiles one after
-//! the other in each block: a tile's global loads (one tile in flight, no double buffering) cost a
-//! memory latency, its inner loop costs the cycles of the SM's busiest pipe (FFMA issue, shared
-//! memory, or instruction issue); the blocks resident on an SM hide each other's latency. Every
+//! the other in each block: a tile's global loads cost a memory latency, its inner loop costs the
+//! cycles of the SM's busiest pipe (FFMA issue, shared memory, or instruction issue); the blocks
+//! resident on an SM hide each other's latency. The baseline kernel (`--baseline-gemm`) alternates
+//! a tile's loads and its arithmetic; the pipelined one loads the next tile during the current
+//! one's arithmetic, so a tile costs the longer of the two. The compiler ranks each GEMM's
+//! candidate tiles and splits with this model (`spec::gemm::choose`, [`gemm_launch_s`]). Every
 //! other kernel streams its operands: dependent rounds of loads per thread, each a memory latency,
 //! or the DRAM bandwidth, whichever is slower. Each launch adds a launch overhead. Re-reads of an
 //! operand hit L2 when it fits in half of it and go to DRAM otherwise.
 //!
 //! The latencies and the launch overhead are not on any data sheet: they are [`CALIBRATION`],
 //! fitted to the three H200 step times of docs/gpu-check-h200.log (seed 77.8 ms, deep_convnet
-//! 529.7 ms, resnet_small 2.6 ms, measured before split-K, so against `--no-split-k` renderings:
-//! the model gives 77.9, 464.5 and 3.2 ms; BENCHMARKS.md). Three step totals fit two tile
-//! latencies, not a per-kernel truth: recalibrate on per-kernel times when a GPU measures them
-//! (`dmc run --device cuda --profile`).
+//! 529.7 ms, resnet_small 2.6 ms, measured with the baseline kernels, so against
+//! `--baseline-gemm` renderings: the model gives 77.9, 464.5 and 3.2 ms; BENCHMARKS.md). Three
+//! step totals fit two tile latencies, not a per-kernel truth, and the pipelined kernels have never
+//! run on a GPU: recalibrate on per-kernel times when one measures them (`dmc run --device cuda
+//! --profile` prints the model's prediction next to each kernel's measured time).
 
 pub mod gpus;
 
@@ -36,12 +40,15 @@ pub use gpus::{gpu, gpu_names, gpu_of_device, Gpu, GPUS};
 pub struct Calibration {
     /// Latency of a streaming kernel's round of loads (DRAM), ns.
     pub dram_latency_ns: f64,
-    /// The wait of one k-tile of a GEMM block before its inner loop can start, when its operands
-    /// come from L2 and when they come from DRAM, ns: the loads' latency, their address
-    /// arithmetic, the stores to shared memory and the two barriers around the tile (one tile in
-    /// flight). Fitted, not measured: see the module doc.
-    pub tile_l2_ns: f64,
-    pub tile_dram_ns: f64,
+    /// The wait of one round of a GEMM block's tile loads, when its operands come from L2 and
+    /// when they come from DRAM, ns: the loads' latency, their address arithmetic and the store to
+    /// shared memory that waits on them. The baseline kernel's load loops (not unrolled: each
+    /// store waits for its load before the next load issues) make one round per element a thread
+    /// loads per tile, 8 for its 64x64x16 tile; a pipelined kernel issues all of a tile's staged
+    /// loads at once: one round. Fitted on the baseline's step times (a tile's 800 and 2600 ns
+    /// over its 8 rounds), not measured: see the module doc.
+    pub round_l2_ns: f64,
+    pub round_dram_ns: f64,
     /// Cost of one kernel launch issued by the host, s.
     pub launch_s: f64,
     /// Integer instructions per element a convolution's implicit-GEMM load spends on its index
@@ -55,8 +62,8 @@ pub struct Calibration {
 /// The constants in use (fitted as the module doc says).
 pub const CALIBRATION: Calibration = Calibration {
     dram_latency_ns: 600.0,
-    tile_l2_ns: 800.0,
-    tile_dram_ns: 2600.0,
+    round_l2_ns: 100.0,
+    round_dram_ns: 325.0,
     launch_s: 3.0e-6,
     implicit_index_instrs: 24.0,
     dense_index_instrs: 6.0,
@@ -396,20 +403,34 @@ fn gemm_time(
     // shared-memory loads of the fragments: one per element, or per float4 / float2 (pipelined)
     let (va, vb) = if g.pipelined { t.frag_width() } else { (1, 1) };
     let lds = warps * bkf * (tm / f64::from(va) + tn / f64::from(vb));
-    let ldg = warps * ((bk * (bm + bn)) as f64 / f64::from(threads)).ceil();
-    let idx = if g.implicit {
-        cal.implicit_index_instrs
-    } else {
-        cal.dense_index_instrs
+    // global loads of a tile per warp, each with its index arithmetic: an implicit-GEMM
+    // operand's (the im2col decomposition) or a row-major one's
+    let per_warp = |n: usize| warps * ((bk * n) as f64 / f64::from(threads)).ceil();
+    let idx = |implicit: bool| {
+        if implicit {
+            cal.implicit_index_instrs
+        } else {
+            cal.dense_index_instrs
+        }
     };
-    let issue = (fma + lds + ldg * (2.0 + idx) + warps * bkf * 2.0) / 4.0;
+    let (ldg_a, ldg_b) = (per_warp(bm), per_warp(bn));
+    let ldg = ldg_a + ldg_b;
+    let index = ldg_a * (2.0 + idx(g.implicit)) + ldg_b * (2.0 + idx(g.b_implicit));
+    let issue = (fma + lds + index + warps * bkf * 2.0) / 4.0;
     let fma_pipe = fma * 32.0 / f64::from(gpu.fp32_lanes);
     let smem = lds + ldg;
     let tc = issue.max(fma_pipe).max(smem);
-    // a tile's loads wait a latency: L2's for re-read operands, DRAM's for the first reads
+    // a tile's loads wait a latency per round: L2's for re-read operands, DRAM's for the first
+    // reads; dependent rounds of one element per thread in the baseline, one in a pipelined kernel
     let frac_dram = (dram / moved.max(1.0)).clamp(0.0, 1.0);
-    let lat_ns = cal.tile_l2_ns + frac_dram * (cal.tile_dram_ns - cal.tile_l2_ns);
-    let lat = lat_ns * 1e-9 / gpu.cycle_s();
+    let round_ns = cal.round_l2_ns + frac_dram * (cal.round_dram_ns - cal.round_l2_ns);
+    let rounds = if g.pipelined {
+        1.0
+    } else {
+        let per = |n: usize| (bk * n).div_ceil(threads.max(1) as usize) as f64;
+        per(bm) + per(bn)
+    };
+    let lat = rounds * round_ns * 1e-9 / gpu.cycle_s();
     let ks = g.gk.div_ceil(g.split.max(1));
     let ktiles = ks.div_ceil(bk).max(1) as f64;
     // waves: full ones with `resident` blocks per SM, then the rest spread over the SMs

@@ -60,6 +60,7 @@ pub(crate) fn forward(
     let needs = GemmNeeds {
         groups: gr,
         implicit: true,
+        b_implicit: false,
         update: false,
         partial_elems: numel(s.shape(yi + 1)?),
     };
@@ -123,6 +124,7 @@ pub(crate) fn backward_data(
     let needs = GemmNeeds {
         groups: gr,
         implicit: true,
+        b_implicit: true,
         update: false,
         partial_elems: s.shape(dxi + 1).map_or(0, numel),
     };
@@ -154,6 +156,7 @@ pub(crate) fn transpose(s: &Site, geom: &ConvGeom, bias: bool) -> Result<Spec, C
     let needs = GemmNeeds {
         groups: gr,
         implicit: true,
+        b_implicit: true,
         update: false,
         partial_elems: 0, // no workspace in its signature
     };
@@ -207,6 +210,7 @@ pub(crate) fn backward_weight(
     let needs = GemmNeeds {
         groups: gr,
         implicit: true,
+        b_implicit: false,
         update: rule.is_some(),
         partial_elems: ws,
     };

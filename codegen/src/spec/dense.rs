@@ -36,6 +36,7 @@ fn dense_ctx(
 const DENSE: GemmNeeds = GemmNeeds {
     groups: 1,
     implicit: false,
+    b_implicit: false,
     update: false,
     partial_elems: 0,
 };

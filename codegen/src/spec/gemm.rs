@@ -70,8 +70,10 @@ pub struct GemmGeom {
     pub groups: usize,
     pub split: usize,
     pub tile: GemmTile,
-    /// Whether an operand's loads decompose an implicit-GEMM (im2col) index, i.e. a convolution.
+    /// Whether A's loads decompose an implicit-GEMM (im2col) index (a convolution's image), and
+    /// B's (the data gradient's flipped weight, its dy); else a row-major index.
     pub implicit: bool,
+    pub b_implicit: bool,
     /// The next k-tile's loads are in flight (staged in registers) while the current one is
     /// computed; off, a tile's loads and its arithmetic alternate (the baseline kernel).
     pub pipelined: bool,
@@ -143,13 +145,6 @@ pub const TILES: [GemmTile; 6] = [
     },
 ];
 
-/// The split-K factors tried below the most the planned workspace allows (which is tried too).
-/// Every factor to 16, then steps of an eighth at most (2 to 32, 4 to 64, 8 to 128).
-const SPLITS: [usize; 40] = [
-    1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 20, 22, 24, 26, 28, 30, 32, 36, 40,
-    44, 48, 52, 56, 60, 64, 72, 80, 88, 96, 104, 112, 120, 128,
-];
-
 /// The split actually launched for a requested `s`: k ranges of whole `bk` tiles, equal but the
 /// last (which may be shorter, none empty).
 pub fn effective_split(gk: usize, s: usize, bk: u32) -> usize {
@@ -164,14 +159,16 @@ pub fn effective_split(gk: usize, s: usize, bk: u32) -> usize {
 #[derive(Debug, Clone, Copy)]
 pub struct GemmNeeds {
     pub groups: usize,
+    /// A's and B's loads decompose an implicit-GEMM index (see [`GemmGeom::implicit`]).
     pub implicit: bool,
+    pub b_implicit: bool,
     /// The kernel applies an optimizer update in its epilogue (more registers when unsplit).
     pub update: bool,
     /// The partial sums the planned workspace holds (floats); 0 for none.
     pub partial_elems: usize,
 }
 
-/// The tile and split of a `gm x gn x gk` GEMM: the candidate ([`TILES`] x [`SPLITS`] within the
+/// The tile and split of a `gm x gn x gk` GEMM: the candidate ([`TILES`] x every split within the
 /// workspace, or the options' forced tile) with the smallest predicted time on the options' GPU
 /// (`perf::gemm_launch_s`, registers and shared memory estimated from the tile); on ties (within
 /// 1%), the one padding fewer outputs, then the fewer splits. A GEMM of [`LARGE_BYTES`] or more
@@ -187,6 +184,7 @@ pub fn choose(gm: usize, gn: usize, gk: usize, n: &GemmNeeds, opts: &CodegenOpti
         split: 1,
         tile: DEFAULT_TILE,
         implicit: n.implicit,
+        b_implicit: n.b_implicit,
         pipelined: false,
         min_blocks: 1,
     };
@@ -210,9 +208,9 @@ pub fn choose(gm: usize, gn: usize, gk: usize, n: &GemmNeeds, opts: &CodegenOpti
             continue;
         }
         let mut last = 0;
-        let most = max_split.clamp(1, *SPLITS.last().unwrap_or(&1));
-        let tried = SPLITS.iter().copied().filter(|&s| s < most).chain([most]);
-        for s in tried {
+        // every factor the workspace allows (a grid that just fills a wave matters: the next
+        // block starts a wave of its own)
+        for s in 1..=max_split.clamp(1, MOST_SPLITS) {
             let split = effective_split(gk, s, tile.bk);
             if split == last {
                 continue;
@@ -275,6 +273,9 @@ pub fn grid_blocks(g: &GemmGeom) -> usize {
     let (bm, bn) = (g.tile.bm as usize, g.tile.bn as usize);
     g.gm.div_ceil(bm).max(1) * g.gn.div_ceil(bn).max(1) * g.split.max(1) * g.groups.max(1)
 }
+
+/// The most splits tried (`dmc_plan::op::split::SPLIT_MAX`).
+const MOST_SPLITS: usize = dmc_plan::op::split::SPLIT_MAX;
 
 /// Outputs a GEMM's tiles cover, padding included.
 fn padded(g: &GemmGeom) -> usize {
