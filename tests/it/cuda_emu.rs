@@ -183,6 +183,8 @@ fn every_gemm_tile_matches_the_cpu_backend_split_and_unsplit() {
             tile: Some(tile),
             ..CodegenOptions::default()
         };
+        let (sa, sb) = tile.staged();
+        let (mut va, mut vb) = (false, false);
         for k in &zoo {
             let ck = render_kernel(k, Mode::Train, &opts)
                 .expect("render")
@@ -190,7 +192,11 @@ fn every_gemm_tile_matches_the_cpu_backend_split_and_unsplit() {
             if ck.gemm.is_some_and(|g| g.split > 1) {
                 split.insert(k.op.kind_name());
             }
+            va |= ck.gemm.is_some_and(|g| g.vec_a);
+            vb |= ck.gemm.is_some_and(|g| g.vec_b);
         }
+        // the 128-bit loads run wherever the tile stages whole float4s (channels in fours)
+        assert_eq!((va, vb), (sa % 4 == 0, sb % 4 == 0), "{tile:?}");
         let checks =
             check_kernels_with(&zoo, Mode::Train, CheckRun::default(), &opts).expect("emulate");
         assert_all_ok(&format!("zoo GEMMs with tile {tile:?}"), &checks);
@@ -228,6 +234,13 @@ fn tensor_rel_err(a: &[f32], b: &[f32]) -> f64 {
 /// poisoned with NaN), each with its own learning rate: the same loss at every step and the same
 /// weights afterwards.
 fn trains_like_the_cpu_backend(name: &str, plan: Plan) {
+    trains_like_the_cpu_backend_within(name, plan, TOL, 0.0)
+}
+
+/// [`trains_like_the_cpu_backend`] with the losses and weights compared within `tol`, a weight's
+/// error relative to the larger of its largest element and `floor` (for parameters that start at
+/// zero, whose few small updates make any relative error of their gradient sums look large).
+fn trains_like_the_cpu_backend_within(name: &str, plan: Plan, tol: f64, floor: f64) {
     let seed = 5;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let batches: Vec<_> = (0..3).map(|_| Batch::random(&plan, &mut rng)).collect();
@@ -249,7 +262,7 @@ fn trains_like_the_cpu_backend(name: &str, plan: Plan) {
         let le = emu.run(s as u64 + 1, seed).expect("emulated step");
         let e = ((lc - le).abs() / lc.abs().max(1e-30)) as f64;
         assert!(
-            lc.is_finite() && e <= TOL,
+            lc.is_finite() && e <= tol,
             "{name}: step {} loss {le} (emulated) vs {lc} (CPU): rel err {e:.2e}",
             s + 1
         );
@@ -258,9 +271,10 @@ fn trains_like_the_cpu_backend(name: &str, plan: Plan) {
     let mut n = 0;
     for ((cn, _, cv), (en, _, ev)) in cpu.params().zip(&ep) {
         assert_eq!(cn, en);
-        let e = tensor_rel_err(ev, cv);
+        let top = cv.iter().fold(0f64, |m, v| m.max(v.abs() as f64));
+        let e = tensor_rel_err(ev, cv) * top.max(1e-30) / top.max(floor).max(1e-30);
         assert!(
-            e <= TOL,
+            e <= tol,
             "{name}: weight `{cn}` after 3 steps: rel err {e:.2e}"
         );
         n += 1;
@@ -741,8 +755,13 @@ fn unet_trains_through_emulated_kernels_like_the_cpu_backend() {
         src.contains("sgd("),
         "unet.dm's optimizer changed: update this test"
     );
+    // With the GPU's split-K weight gradients (each kernel alone within 1e-6 of the CPU, at the
+    // planned offsets, no stray write), three steps through three batchnorms drift further than
+    // unsplit: the convolutions' weights by up to 6.4e-5 of their largest, the batchnorm biases
+    // (zero at first, at most 7e-4 after 3 steps) by 1e-6 absolute. So the weights are compared
+    // within 1e-4 of the larger of their largest element and 0.1.
     let plan = plan_of_source(&src, "unet.dm", Mode::Train, Some(2));
-    trains_like_the_cpu_backend("unet", plan);
+    trains_like_the_cpu_backend_within("unet", plan, 1e-4, 0.1);
 }
 
 /// A weighted sum of losses over two heads (a regression head read by two terms, a classifier):

@@ -328,6 +328,8 @@ fn the_chosen_gemm_is_the_models_fastest_candidate_within_its_workspace() {
                 groups: 1,
                 implicit: true,
                 b_implicit: false,
+                vec_a: true,
+                vec_b: true,
                 update,
                 partial_elems: ws,
             };
@@ -380,6 +382,8 @@ fn the_chosen_gemm_is_the_models_fastest_candidate_within_its_workspace() {
         groups: 4,
         implicit: true,
         b_implicit: false,
+        vec_a: true,
+        vec_b: true,
         update: false,
         partial_elems: 1 << 22,
     };

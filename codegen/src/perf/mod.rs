@@ -5,11 +5,13 @@
 //! needed: it is how kernels are chosen and how a plan's step time is told before running it.
 //!
 //! The model is a latency-aware roofline. A GEMM kernel (`gemm.cuh.tera`) runs k-tiles one after
-//! the other in each block: a tile's global loads cost a memory latency, its inner loop costs the
-//! cycles of the SM's busiest pipe (FFMA issue, shared memory, or instruction issue); the blocks
-//! resident on an SM hide each other's latency. The baseline kernel (`--baseline-gemm`) alternates
-//! a tile's loads and its arithmetic; the pipelined one loads the next tile during the current
-//! one's arithmetic, so a tile costs the longer of the two. The compiler ranks each GEMM's
+//! the other in each block: a tile's global loads cost a memory latency per dependent round of
+//! loads, its inner loop costs the cycles of the SM's busiest pipe (FFMA issue, shared memory, or
+//! instruction issue, with each operand's index arithmetic); the blocks resident on an SM hide each
+//! other's latency. The baseline kernel (`--baseline-gemm`) alternates a tile's loads (a round per
+//! element a thread loads: its load loops are not unrolled) and its arithmetic; the pipelined one
+//! issues the next tile's staged loads together (one round) during the current one's arithmetic,
+//! so a tile costs the longer of the two. The compiler ranks each GEMM's
 //! candidate tiles and splits with this model (`spec::gemm::choose`, [`gemm_launch_s`]). Every
 //! other kernel streams its operands: dependent rounds of loads per thread, each a memory latency,
 //! or the DRAM bandwidth, whichever is slower. Each launch adds a launch overhead. Re-reads of an
@@ -403,8 +405,9 @@ fn gemm_time(
     // shared-memory loads of the fragments: one per element, or per float4 / float2 (pipelined)
     let (va, vb) = if g.pipelined { t.frag_width() } else { (1, 1) };
     let lds = warps * bkf * (tm / f64::from(va) + tn / f64::from(vb));
-    // global loads of a tile per warp, each with its index arithmetic: an implicit-GEMM
-    // operand's (the im2col decomposition) or a row-major one's
+    // global loads of a tile per warp (a 128-bit one per 4 elements where the kernel has them),
+    // each with its index arithmetic: an implicit-GEMM operand's (the im2col decomposition) or a
+    // row-major one's
     let per_warp = |n: usize| warps * ((bk * n) as f64 / f64::from(threads)).ceil();
     let idx = |implicit: bool| {
         if implicit {
@@ -413,7 +416,8 @@ fn gemm_time(
             cal.dense_index_instrs
         }
     };
-    let (ldg_a, ldg_b) = (per_warp(bm), per_warp(bn));
+    let vec = |v: bool| if v { 4.0 } else { 1.0 };
+    let (ldg_a, ldg_b) = (per_warp(bm) / vec(g.vec_a), per_warp(bn) / vec(g.vec_b));
     let ldg = ldg_a + ldg_b;
     let index = ldg_a * (2.0 + idx(g.implicit)) + ldg_b * (2.0 + idx(g.b_implicit));
     let issue = (fma + lds + index + warps * bkf * 2.0) / 4.0;

@@ -61,6 +61,8 @@ pub(crate) fn forward(
         groups: gr,
         implicit: true,
         b_implicit: false,
+        vec_a: vec4(x[3], x[3] / gr),
+        vec_b: vec4(y[3], y[3] / gr),
         update: false,
         partial_elems: numel(s.shape(yi + 1)?),
     };
@@ -75,6 +77,12 @@ pub(crate) fn forward(
         )?,
         gr,
     )
+}
+
+/// Whether an operand's rows of `channels` (a group's `per_group` of them) load as float4: both
+/// multiples of 4, so 4 consecutive channels of a group are contiguous and 16-byte aligned.
+fn vec4(channels: usize, per_group: usize) -> bool {
+    channels % 4 == 0 && per_group % 4 == 0
 }
 
 /// The groups of a convolution, checked against its channels (`ci` in, `co` out).
@@ -125,6 +133,8 @@ pub(crate) fn backward_data(
         groups: gr,
         implicit: true,
         b_implicit: true,
+        vec_a: vec4(dy[3], dy[3] / gr),
+        vec_b: vec4(dy[3], dy[3] / gr),
         update: false,
         partial_elems: s.shape(dxi + 1).map_or(0, numel),
     };
@@ -157,6 +167,8 @@ pub(crate) fn transpose(s: &Site, geom: &ConvGeom, bias: bool) -> Result<Spec, C
         groups: gr,
         implicit: true,
         b_implicit: true,
+        vec_a: vec4(x[3], x[3] / gr),
+        vec_b: vec4(x[3], x[3] / gr),
         update: false,
         partial_elems: 0, // no workspace in its signature
     };
@@ -211,6 +223,8 @@ pub(crate) fn backward_weight(
         groups: gr,
         implicit: true,
         b_implicit: false,
+        vec_a: vec4(x[3], x[3] / gr),
+        vec_b: vec4(dy[3], dy[3] / gr),
         update: rule.is_some(),
         partial_elems: ws,
     };
@@ -444,6 +458,50 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
             in_place: true,
         }),
         vec![dyl, wl, dxl],
+    ));
+    // channels in fours (128-bit loads of x, dy and w): the forward with bias, both gradients,
+    // the fused update with its bias, and two groups of four input channels
+    let (x4, w4, y4) = (vec![2, 5, 6, 8], vec![3, 3, 8, 12], vec![2, 5, 6, 12]);
+    v.push((
+        c(ConvOp::Conv2d {
+            geom: g3,
+            bias: true,
+            epi: Epilogue::NONE,
+        }),
+        vec![x4.clone(), w4.clone(), vec![12], y4.clone()],
+    ));
+    v.push((
+        c(ConvOp::Conv2dBwdData {
+            geom: g3,
+            epi: epi(false, UnaryKind::Relu),
+            in_place: true,
+        }),
+        vec![y4.clone(), w4.clone(), x4.clone()],
+    ));
+    v.push((
+        c(ConvOp::Conv2dBwdWeight { geom: g3 }),
+        vec![x4.clone(), y4.clone(), w4.clone()],
+    ));
+    v.push(fused_bias(
+        c(ConvOp::Conv2dBwdWeightUpdate {
+            geom: g3,
+            rule: sgd(0.9, true),
+            chunk: 4,
+            bias: true,
+            keep_old: false,
+        }),
+        vec![x4.clone(), y4.clone()],
+        w4,
+        vec![12],
+    ));
+    let two4 = ConvGeom { groups: 2, ..g3 };
+    v.push((
+        c(ConvOp::Conv2d {
+            geom: two4,
+            bias: false,
+            epi: Epilogue::NONE,
+        }),
+        vec![x4, vec![3, 3, 4, 12], y4],
     ));
     v.extend(zoo_geometries());
     v

@@ -37,6 +37,8 @@ const DENSE: GemmNeeds = GemmNeeds {
     groups: 1,
     implicit: false,
     b_implicit: false,
+    vec_a: false,
+    vec_b: false,
     update: false,
     partial_elems: 0,
 };

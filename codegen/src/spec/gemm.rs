@@ -74,6 +74,10 @@ pub struct GemmGeom {
     /// B's (the data gradient's flipped weight, its dy); else a row-major index.
     pub implicit: bool,
     pub b_implicit: bool,
+    /// A's and B's staged loads are 128-bit (4 elements along the operand's fastest axis, one
+    /// index computation each): the operand allows it and the tile stages a multiple of 4.
+    pub vec_a: bool,
+    pub vec_b: bool,
     /// The next k-tile's loads are in flight (staged in registers) while the current one is
     /// computed; off, a tile's loads and its arithmetic alternate (the baseline kernel).
     pub pipelined: bool,
@@ -162,6 +166,10 @@ pub struct GemmNeeds {
     /// A's and B's loads decompose an implicit-GEMM index (see [`GemmGeom::implicit`]).
     pub implicit: bool,
     pub b_implicit: bool,
+    /// 4 consecutive elements of A (of B) along its fastest axis are contiguous and 16-byte
+    /// aligned, and its extent along that axis is a multiple of 4 (so they load as one float4).
+    pub vec_a: bool,
+    pub vec_b: bool,
     /// The kernel applies an optimizer update in its epilogue (more registers when unsplit).
     pub update: bool,
     /// The partial sums the planned workspace holds (floats); 0 for none.
@@ -185,12 +193,20 @@ pub fn choose(gm: usize, gn: usize, gk: usize, n: &GemmNeeds, opts: &CodegenOpti
         tile: DEFAULT_TILE,
         implicit: n.implicit,
         b_implicit: n.b_implicit,
+        vec_a: false,
+        vec_b: false,
         pipelined: false,
         min_blocks: 1,
     };
     if opts.baseline_gemm {
         return base;
     }
+    // what the operands allow; each candidate keeps it where its tile can
+    let base = GemmGeom {
+        vec_a: n.vec_a,
+        vec_b: n.vec_b,
+        ..base
+    };
     let gpu = perf::gpu(opts.gpu).unwrap_or(&perf::GPUS[0]);
     let forced = opts.tile.map(|t| [t]);
     let tiles: &[GemmTile] = match &forced {
@@ -248,11 +264,17 @@ fn min_blocks(t: &GemmTile, unsplit_update: bool) -> u32 {
 }
 
 /// The pipelined candidate of `base`'s GEMM with `tile` and (effective) `split`.
+/// The pipelined candidate of `base`'s GEMM with `tile` and (effective) `split`; its loads are
+/// 128-bit where `base` allows them (its `vec_a` / `vec_b`: the operand's layout) and the tile
+/// stages a multiple of 4 elements per thread.
 pub fn candidate(base: &GemmGeom, tile: GemmTile, split: usize, update: bool) -> GemmGeom {
+    let (sa, sb) = tile.staged();
     GemmGeom {
         split,
         tile,
         pipelined: true,
+        vec_a: base.vec_a && sa % 4 == 0,
+        vec_b: base.vec_b && sb % 4 == 0,
         min_blocks: min_blocks(&tile, update && split <= 1),
         ..*base
     }
@@ -322,6 +344,8 @@ pub(crate) fn gemm(
     ctx.insert("vec_a", &va);
     ctx.insert("vec_b", &vb);
     ctx.insert("a_pad", &if va == 4 { 4 } else { 1 });
+    ctx.insert("vec_ga", &g.vec_a);
+    ctx.insert("vec_gb", &g.vec_b);
     ctx.insert("a_k_fastest", &a_k_fastest);
     // long reductions: two-level fp32 summation (chunks of CHUNK_TILES k-tiles)
     let chunk = if ks > CHUNK_TILES * t.bk as usize * 8 {

@@ -50,6 +50,7 @@ struct __attribute__((aligned(16))) float4 {
 struct __attribute__((aligned(8))) float2 {
     float x, y;
 };
+static __forceinline__ float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 typedef uint3 dim3;
 
 static __thread uint3 threadIdx, blockIdx, blockDim, gridDim;
