@@ -82,7 +82,7 @@ pub(crate) fn forward(
 /// Whether an operand's rows of `channels` (a group's `per_group` of them) load as float4: both
 /// multiples of 4, so 4 consecutive channels of a group are contiguous and 16-byte aligned.
 fn vec4(channels: usize, per_group: usize) -> bool {
-    channels % 4 == 0 && per_group % 4 == 0
+    channels.is_multiple_of(4) && per_group.is_multiple_of(4)
 }
 
 /// The groups of a convolution, checked against its channels (`ci` in, `co` out).

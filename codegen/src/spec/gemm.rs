@@ -42,9 +42,9 @@ impl GemmTile {
     /// (`float4` for 4 or 8 rows or columns, `float2` for 2, else 1).
     pub const fn frag_width(&self) -> (u32, u32) {
         const fn w(t: u32) -> u32 {
-            if t % 4 == 0 {
+            if t.is_multiple_of(4) {
                 4
-            } else if t % 2 == 0 {
+            } else if t.is_multiple_of(2) {
                 2
             } else {
                 1
