@@ -352,7 +352,7 @@ fn the_chosen_gemm_is_the_models_fastest_candidate_within_its_workspace() {
             let mut all = vec![];
             for t in TILES {
                 for s in 1..=(ws / (gm * gn)).clamp(1, 128) {
-                    all.push(candidate(&g, t, effective_split(gk, s, t.bk), update));
+                    all.push(candidate(&g, t, effective_split(gk, s, t.bk), false));
                 }
             }
             let bytes = (gm * gk + gk * gn + gm * gn) * 4;
@@ -366,9 +366,25 @@ fn the_chosen_gemm_is_the_models_fastest_candidate_within_its_workspace() {
             let best = all
                 .iter()
                 .filter(|c| covering(c) || !any_covers)
-                .map(|c| gemm_launch_s(c, update, h200, &CALIBRATION))
+                .map(|c| gemm_launch_s(c, false, h200, &CALIBRATION))
                 .fold(f64::INFINITY, f64::min);
-            let got = gemm_launch_s(&g, update, h200, &CALIBRATION);
+            // ranked as the plain GEMM: a fused update takes the unfused gradient's tile and split
+            let plain = choose(
+                gm,
+                gn,
+                gk,
+                &GemmNeeds {
+                    update: false,
+                    ..needs
+                },
+                &opts,
+            );
+            assert_eq!(
+                (g.tile, g.split),
+                (plain.tile, plain.split),
+                "{gm}x{gn}x{gk}"
+            );
+            let got = gemm_launch_s(&plain, false, h200, &CALIBRATION);
             assert!(
                 got <= best * 1.02,
                 "{gm}x{gn}x{gk} ws {ws}: chose {:?} split {} at {got:e} s, a candidate takes {best:e} s",

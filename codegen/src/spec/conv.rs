@@ -202,22 +202,21 @@ pub(crate) fn backward_weight(
     let gr = groups(s, geom, x[3], dy[3])?;
     let (gm, gn) = (geom.kh * geom.kw * x[3] / gr, dy[3] / gr);
     let gk = dy[0] * dy[1] * dy[2];
-    // the largest workspace (the CPU's im2col `cols`, or the fused op's gradient chunk `gw`)
-    // holds the partial sums of a split-K
+    // the workspace `cols` (the CPU's im2col rows, or a GPU split-K's partial sums if more; the
+    // same slot in the unfused and the fused op, so fusing never changes a sum's order)
     let (ws_slot, ws) =
         s.k.op
             .signature()
             .params
             .iter()
             .enumerate()
-            .filter(|(_, p)| p.role == Role::Workspace)
+            .find(|(_, p)| p.role == Role::Workspace && p.name == "cols")
             .map(|(i, p)| {
                 (
                     p.name.clone(),
                     s.k.arg_shapes.get(i).map_or(0, |s| numel(s)),
                 )
             })
-            .max_by_key(|(_, n)| *n)
             .unwrap_or_default();
     let needs = GemmNeeds {
         groups: gr,

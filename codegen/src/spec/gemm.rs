@@ -181,8 +181,11 @@ pub struct GemmNeeds {
 /// (`perf::gemm_launch_s`, registers and shared memory estimated from the tile); on ties (within
 /// 1%), the one padding fewer outputs, then the fewer splits. A GEMM of [`LARGE_BYTES`] or more
 /// takes a candidate whose grid gives every SM a block whenever one does ([`covers`]): the model's
-/// wave counting may favour a grid just short of the SMs, which a real GPU does not reward. The
-/// baseline options give [`DEFAULT_TILE`], unsplit and unpipelined.
+/// wave counting may favour a grid just short of the SMs, which a real GPU does not reward. An
+/// optimizer update in the epilogue does not enter the ranking: a fused weight-gradient + update
+/// kernel takes the tile and split of the unfused gradient's, so fusing never changes the order of
+/// a sum (only the launch bounds). The baseline options give [`DEFAULT_TILE`], unsplit and
+/// unpipelined.
 pub fn choose(gm: usize, gn: usize, gk: usize, n: &GemmNeeds, opts: &CodegenOptions) -> GemmGeom {
     let base = GemmGeom {
         gm,
@@ -232,8 +235,10 @@ pub fn choose(gm: usize, gn: usize, gk: usize, n: &GemmNeeds, opts: &CodegenOpti
                 continue;
             }
             last = split;
-            let g = candidate(&base, tile, split, n.update);
-            let t = perf::gemm_launch_s(&g, n.update, gpu, &perf::CALIBRATION);
+            // ranked as the plain GEMM: a fused update's kernel gets the tile and split of its
+            // unfused gradient, so fusing never changes a sum's order (only its launch bounds)
+            let g = candidate(&base, tile, split, false);
+            let t = perf::gemm_launch_s(&g, false, gpu, &perf::CALIBRATION);
             // within 1% (a tie: a tiny GEMM is its launch), the tile wasting fewer outputs on
             // padding, then the fewer splits
             let better = match &best {
@@ -249,7 +254,8 @@ pub fn choose(gm: usize, gn: usize, gk: usize, n: &GemmNeeds, opts: &CodegenOpti
             }
         }
     }
-    best.map_or(candidate(&base, tiles[0], 1, n.update), |(_, g)| g)
+    let g = best.map_or(candidate(&base, tiles[0], 1, false), |(_, g)| g);
+    candidate(&base, g.tile, g.split, n.update)
 }
 
 /// The launch bounds' blocks per SM of a pipelined kernel: 2 (at most 128 registers for 256

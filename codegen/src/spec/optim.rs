@@ -7,7 +7,7 @@ use tera::Context;
 
 use dmc_plan::update::UpdateRule;
 
-use super::common::{f32_lit, numel, per_element, reduction, Site, Spec, ELEM_THREADS};
+use super::common::{f32_lit, numel, per_element, reduction, Site, Spec};
 use crate::error::CodegenError;
 use dmc_plan::op::OptimOp;
 
@@ -129,14 +129,10 @@ pub(crate) fn grad_accum(s: &Site, scale: f32) -> Result<Spec, CodegenError> {
 pub(crate) fn bias_grad(s: &Site, rule: Option<&UpdateRule>) -> Result<Spec, CodegenError> {
     let (dy, db) = (s.shape(0)?, s.shape(1)?);
     let c = numel(db);
-    // two levels: a block per `cb` columns, its threads `parts` runs of the rows each
-    let cb = c.next_power_of_two().clamp(1, 32);
-    let parts = ELEM_THREADS as usize / cb;
-    let blocks = c.div_ceil(cb);
-    let mut sp = per_element(s, "bias_grad.cu.tera", blocks * ELEM_THREADS as usize)?;
+    // one thread per column, rows in order: the order of the fused kernels' bias sums (in the
+    // weight gradient's GEMM), so an unfused plan trains bit-identically to the fused one
+    let mut sp = per_element(s, "bias_grad.cu.tera", c)?;
     sp.ctx.insert("c", &c);
-    sp.ctx.insert("cb", &cb);
-    sp.ctx.insert("parts", &parts);
     sp.ctx.insert("rows", &(numel(dy) / c.max(1)));
     if let Some(rule) = rule {
         rule_ctx(&mut sp.ctx, rule, "b", true);
@@ -192,7 +188,6 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
     };
     vec![
         (o(OptimOp::BiasGrad), vec![vec![2, 3, 4, 5], vec![5]]),
-        // two blocks of 32 columns (the second partly filled), 8 runs of 189 rows each
         (o(OptimOp::BiasGrad), vec![vec![3, 7, 9, 40], vec![40]]),
         (
             o(OptimOp::Update {
