@@ -306,6 +306,25 @@ fn small_deep_convnet_trains_through_emulated_kernels_like_the_cpu_backend() {
     trains_like_the_cpu_backend("small deep_convnet", plan);
 }
 
+/// The small deep_convnet on 32x32 images (batch 2): its weight gradients are split-K kernels
+/// (the update in the reduction entry), trained through the emulator like the CPU backend with a
+/// changing learning rate.
+#[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
+fn split_k_weight_updates_train_like_the_cpu_backend() {
+    let src = SMALL_DEEP_CONVNET
+        .replace("[13, 11, 3]", "[32, 32, 3]")
+        .replace("batch: 3", "batch: 2");
+    let plan = plan_of_source(&src, "split_convnet.dm", Mode::Train, None);
+    let split = render_plan(&plan, &CodegenOptions::default())
+        .expect("render")
+        .iter()
+        .filter(|k| k.then.is_some() && k.name.contains("bwd_weight_update"))
+        .count();
+    assert!(split >= 2, "{split} split-K weight updates");
+    trains_like_the_cpu_backend("split-K convnet", plan);
+}
+
 /// Layernorm over an image's channels and over a dense layer's features: every kernel of the
 /// train and eval plans, then training, against the CPU backend.
 #[test]
@@ -756,10 +775,13 @@ fn unet_trains_through_emulated_kernels_like_the_cpu_backend() {
         "unet.dm's optimizer changed: update this test"
     );
     // With the GPU's split-K weight gradients (each kernel alone within 1e-6 of the CPU, at the
-    // planned offsets, no stray write), three steps through three batchnorms drift further than
-    // unsplit: the convolutions' weights by up to 6.4e-5 of their largest, the batchnorm biases
-    // (zero at first, at most 7e-4 after 3 steps) by 1e-6 absolute. So the weights are compared
-    // within 1e-4 of the larger of their largest element and 0.1.
+    // planned offsets, no stray write) unet drifts from the CPU at step 3: the convolutions'
+    // weights by up to 6.4e-5 of their largest, the batchnorm biases (zero at first, at most 7e-4
+    // after 3 steps) by 1e-6 absolute. Unsplit it stays within 3e-6 for 8 steps; it also does with
+    // a constant learning rate, or with any one of its four split kernels unsplit; a split-K
+    // convnet without batchnorm trains within 4e-7 (`split_k_weight_updates_train_like_...`). Not
+    // understood yet (see the session note): the weights are compared within 1e-4 of the larger
+    // of their largest element and 0.1.
     let plan = plan_of_source(&src, "unet.dm", Mode::Train, Some(2));
     trains_like_the_cpu_backend_within("unet", plan, 1e-4, 0.1);
 }
