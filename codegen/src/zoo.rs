@@ -48,3 +48,18 @@ pub fn zoo() -> Vec<Kernel> {
     .map(|(i, (op, s))| k(i, op, s))
     .collect()
 }
+
+/// The zoo's GEMM kernels (convolutions and dense layers: every GEMM template arm), for tests that
+/// force each tile on them.
+pub fn gemms() -> Vec<Kernel> {
+    let opts = crate::CodegenOptions::default();
+    zoo()
+        .into_iter()
+        .filter(|k| {
+            crate::render_kernel(k, dmc_plan::plan::Mode::Train, &opts)
+                .ok()
+                .flatten()
+                .is_some_and(|c| c.gemm.is_some())
+        })
+        .collect()
+}

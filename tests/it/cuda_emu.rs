@@ -157,25 +157,12 @@ fn every_op_zoo_kernel_matches_the_cpu_backend() {
     }
 }
 
-/// The op zoo's GEMM kernels (convolutions and dense layers, every template arm).
-fn zoo_gemms() -> Vec<Kernel> {
-    dmc_codegen::zoo::zoo()
-        .into_iter()
-        .filter(|k| {
-            render_kernel(k, Mode::Train, &CodegenOptions::default())
-                .ok()
-                .flatten()
-                .is_some_and(|c| c.gemm.is_some())
-        })
-        .collect()
-}
-
 #[test]
 #[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
 fn every_gemm_tile_matches_the_cpu_backend_split_and_unsplit() {
     // each tile the compiler may choose, forced on every GEMM of the zoo (partial tiles, fused
     // epilogues and updates, groups), the split chosen by the model within the planned workspace
-    let zoo = zoo_gemms();
+    let zoo = dmc_codegen::zoo::gemms();
     assert!(zoo.len() >= 20, "{} GEMM kernels in the zoo", zoo.len());
     let mut split = std::collections::BTreeSet::new();
     for tile in dmc_codegen::TILES {

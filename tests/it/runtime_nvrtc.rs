@@ -52,20 +52,12 @@ fn every_example_kernel_compiles_for_sm80_and_sm90_without_warnings_or_spills() 
                 for r in selftest::compile_plan(&plan, arch, &CodegenOptions::default())
                     .expect("compiles")
                 {
+                    assert_clean(&r, &format!("{ex} {arch}"));
                     assert!(
-                        r.warnings.is_empty(),
-                        "{ex} {arch} {}: {:?}",
-                        r.kernel,
-                        r.warnings
-                    );
-                    let s = r.resources;
-                    assert_eq!(
-                        s.spill_stores + s.spill_loads,
-                        0,
-                        "{ex} {arch} {}: spills",
+                        r.resources.registers > 0,
+                        "{ex} {arch} {}: no ptxas report",
                         r.kernel
                     );
-                    assert!(s.registers > 0, "{ex} {arch} {}: no ptxas report", r.kernel);
                     n += 1;
                 }
             }
@@ -78,19 +70,7 @@ fn every_example_kernel_compiles_for_sm80_and_sm90_without_warnings_or_spills() 
             for r in selftest::compile_kernels(&zoo, mode, arch, &CodegenOptions::default())
                 .expect("compiles")
             {
-                assert!(
-                    r.warnings.is_empty(),
-                    "zoo {arch} {}: {:?}",
-                    r.kernel,
-                    r.warnings
-                );
-                let s = r.resources;
-                assert_eq!(
-                    s.spill_stores + s.spill_loads,
-                    0,
-                    "zoo {arch} {}: spills",
-                    r.kernel
-                );
+                assert_clean(&r, &format!("zoo {arch}"));
                 n += 1;
             }
         }
@@ -107,15 +87,7 @@ fn every_gemm_tile_compiles_for_sm80_and_sm90_without_warnings_or_spills() {
     nvrtc::nvrtc()
         .unwrap_or_else(|e| panic!("NVRTC is needed here (CI is set, or the build found it): {e}"));
     // each tile the compiler may choose, forced on the zoo's GEMM kernels
-    let zoo: Vec<_> = dmc_codegen::zoo::zoo()
-        .into_iter()
-        .filter(|k| {
-            dmc_codegen::render_kernel(k, Mode::Train, &CodegenOptions::default())
-                .ok()
-                .flatten()
-                .is_some_and(|c| c.gemm.is_some())
-        })
-        .collect();
+    let zoo = dmc_codegen::zoo::gemms();
     let mut n = 0;
     for tile in dmc_codegen::TILES {
         let opts = CodegenOptions {
@@ -124,22 +96,27 @@ fn every_gemm_tile_compiles_for_sm80_and_sm90_without_warnings_or_spills() {
         };
         for arch in ["sm_80", "sm_90"] {
             for r in selftest::compile_kernels(&zoo, Mode::Train, arch, &opts).expect("compiles") {
-                assert!(
-                    r.warnings.is_empty(),
-                    "{tile:?} {arch} {}: {:?}",
-                    r.kernel,
-                    r.warnings
-                );
-                let s = r.resources;
-                assert_eq!(
-                    s.spill_stores + s.spill_loads,
-                    0,
-                    "{tile:?} {arch} {}: spills",
-                    r.kernel
-                );
+                assert_clean(&r, &format!("{tile:?} {arch}"));
                 n += 1;
             }
         }
     }
     assert!(n >= dmc_codegen::TILES.len() * 2 * 20, "{n} kernels");
+}
+
+/// NVRTC compiled `r` without a warning and without spilling registers.
+fn assert_clean(r: &selftest::CompileReport, what: &str) {
+    assert!(
+        r.warnings.is_empty(),
+        "{what} {}: {:?}",
+        r.kernel,
+        r.warnings
+    );
+    let s = r.resources;
+    assert_eq!(
+        s.spill_stores + s.spill_loads,
+        0,
+        "{what} {}: spills",
+        r.kernel
+    );
 }

@@ -118,7 +118,7 @@ pub(crate) fn backward_data(
     epi: &Epilogue,
     in_place: bool,
 ) -> Result<Spec, CodegenError> {
-    let dxi = 2 + epi.num_inputs(EpilogueSide::DataGradient) - in_place as usize;
+    let dxi = ConvOp::dx_slot(epi, in_place);
     let (dy, dx) = (s.shape(0)?, s.shape(dxi)?);
     s.rank(dy, 4, "dy")?;
     s.rank(dx, 4, "dx")?;

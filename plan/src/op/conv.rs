@@ -76,6 +76,11 @@ impl ConvOp {
     pub fn y_slot(bias: bool, epi: &Epilogue) -> usize {
         2 + bias as usize + epi.num_inputs(EpilogueSide::Forward)
     }
+
+    /// Signature slot of the data gradient's `dx` (after dy, w, g, saved; in place, `saved`'s).
+    pub fn dx_slot(epi: &Epilogue, in_place: bool) -> usize {
+        2 + epi.num_inputs(EpilogueSide::DataGradient) - in_place as usize
+    }
 }
 
 /// Rows of im2col processed per chunk by convolution kernels: the workspace holds
@@ -164,7 +169,7 @@ impl ConvOp {
                 epi,
                 in_place,
             } => {
-                let dxi = 2 + epi.num_inputs(EpilogueSide::DataGradient) - *in_place as usize;
+                let dxi = ConvOp::dx_slot(epi, *in_place);
                 match (s.first(), s.get(dxi)) {
                     // dx's pixels x its channels, over dy's taps (no split with groups)
                     (Some(dy), Some(dx)) if dy.len() == 4 && dx.len() == 4 && geom.groups <= 1 => {

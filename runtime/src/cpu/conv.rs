@@ -23,7 +23,7 @@ use super::args::{state_slices, Args, Ctx};
 use super::epilogue;
 use super::gemm::{sgemm, View};
 use super::optim::update_block;
-use dmc_plan::op::{ConvOp, Epilogue, EpilogueSide};
+use dmc_plan::op::{ConvOp, Epilogue};
 
 /// Sizes of one convolution: x `[n,h,w,ci]`, y `[n,ho,wo,co]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -614,7 +614,7 @@ pub(super) unsafe fn exec(op: &ConvOp, a: &Args, ctx: &Ctx) {
                 in_place,
             } => {
                 // in place, dx is the saved value's slot (the last input)
-                let dxi = 2 + epi.num_inputs(EpilogueSide::DataGradient) - *in_place as usize;
+                let dxi = ConvOp::dx_slot(epi, *in_place);
                 let d = ConvDims::from_shapes(a.shape(dxi), a.shape(0));
                 let ga = epi.add.then(|| a.f32(2));
                 let saved = match (epi.act, in_place) {
