@@ -34,7 +34,7 @@ use dmc_plan::plan::{Kernel, Plan};
 
 use crate::kernel::CudaKernel;
 use crate::spec::common::ELEM_THREADS;
-use crate::spec::gemm::GemmGeom;
+use crate::spec::gemm::{grid_blocks, GemmGeom};
 pub use gpus::{gpu, gpu_names, gpu_of_device, Gpu, GPUS};
 
 /// The model's constants that no data sheet gives (see the module doc).
@@ -438,7 +438,7 @@ fn gemm_time(
     let ks = g.gk.div_ceil(g.split.max(1));
     let ktiles = ks.div_ceil(bk).max(1) as f64;
     // waves: full ones with `resident` blocks per SM, then the rest spread over the SMs
-    let blocks = (tiles_m * tiles_n * g.split.max(1) * g.groups.max(1)) as u64;
+    let blocks = grid_blocks(g) as u64;
     let per_wave = u64::from(gpu.sms) * u64::from(resident);
     let full = blocks / per_wave;
     let rest_blocks = blocks % per_wave;

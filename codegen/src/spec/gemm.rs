@@ -155,8 +155,16 @@ pub fn effective_split(gk: usize, s: usize, bk: u32) -> usize {
     if s < 2 || gk == 0 {
         return 1;
     }
-    let ks = gk.div_ceil(s).div_ceil(bk as usize) * bk as usize;
-    gk.div_ceil(ks)
+    gk.div_ceil(split_len(gk, s, bk))
+}
+
+/// The reduction length of each of `split` k ranges of whole `bk` tiles (`gk` unsplit): the
+/// template's `KS`.
+pub fn split_len(gk: usize, split: usize, bk: u32) -> usize {
+    if split < 2 {
+        return gk;
+    }
+    gk.div_ceil(split).div_ceil(bk as usize) * bk as usize
 }
 
 /// What [`choose`] needs to know of a GEMM besides its extents.
@@ -323,11 +331,7 @@ pub(crate) fn gemm(
 ) -> Result<Spec, CodegenError> {
     let g = choose(gm, gn, gk, &needs, s.opts);
     let (t, split) = (g.tile, g.split);
-    let ks = if split > 1 {
-        gk.div_ceil(split).div_ceil(t.bk as usize) * t.bk as usize
-    } else {
-        gk
-    };
+    let ks = split_len(gk, split, t.bk);
     ctx.insert("split", &split);
     ctx.insert("ks", &ks);
     ctx.insert("partial", partial);

@@ -27,7 +27,7 @@ pub fn split_partials_elems(gm: usize, gn: usize, gk: usize) -> usize {
 
 /// Blocks a split grid needs at most: about two per SM of a 132-SM GPU (H100, H200).
 pub const SPLIT_TARGET_BLOCKS: usize = 256;
-/// Outputs of the smallest GPU tile a split GEMM uses (16 x 64, `codegen::TILES`).
+/// Outputs of a skinny GPU tile (16 x 64 of `codegen::TILES`), the unit the room is counted in.
 pub const SPLIT_TILE_OUTPUTS: usize = 16 * 64;
 
 /// A reduction this long is worth a split per this many elements, however many tiles there are.
