@@ -167,9 +167,40 @@ fn fit_cap(
     check: bool,
 ) -> Result<(Plan, Option<RematInfo>), CompileError> {
     let ctx = ctx.clone();
-    let err = match compile_with_check(model, opts, &ctx, check) {
-        Err(e @ CompileError::CapExceeded { .. }) => e,
-        r => return r.map(|p| (p, None)),
+    let time = |p: &Plan| dmc_plan::cpu::plan_time(p, &opts.rates).step_s;
+    let free = CompileOptions {
+        cap: None,
+        verify: false,
+        planner: PlannerKind::BestFit,
+        ..opts.clone()
+    };
+    // Without recomputation: the plan that fits by shrinking chunks, unless recomputing is
+    // predicted faster (small chunks redo im2col and run narrow GEMMs per chunk: see
+    // `dmc_plan::cpu`), which the search below decides when the chunks cost over 10%.
+    let (err, chunked) = match compile_with_check(model, opts, &ctx, check) {
+        Err(e @ CompileError::CapExceeded { .. }) => (e, None),
+        Ok(p) => {
+            let (Some(cap), RematMode::Auto, Mode::Train) = (opts.cap, opts.remat, ctx.mode) else {
+                return Ok((p, None));
+            };
+            let t = time(&p);
+            let unchunked = compile_with(model, &free, &ctx)?;
+            if t <= 1.1 * time(&unchunked) {
+                return Ok((p, None));
+            }
+            let needed = unchunked.arena_bytes.max(p.arena_bytes);
+            (
+                CompileError::CapExceeded {
+                    needed,
+                    cap,
+                    params: 0,
+                    opt_state: 0,
+                    working_set: 0,
+                },
+                Some((t, p)),
+            )
+        }
+        Err(e) => return Err(e),
     };
     let (Some(cap), RematMode::Auto, Mode::Train) = (opts.cap, opts.remat, ctx.mode) else {
         return Err(err);
@@ -180,14 +211,8 @@ fn fit_cap(
     else {
         return Err(err);
     };
-    let free = CompileOptions {
-        cap: None,
-        verify: false,
-        planner: PlannerKind::BestFit,
-        ..opts.clone()
-    };
     let mut probes = 0usize;
-    let mut probe = |strategy: Strategy| -> Result<Option<u64>, CompileError> {
+    let mut probe = |strategy: Strategy| -> Result<Option<(f64, u64)>, CompileError> {
         probes += 1;
         let c = Ctx {
             remat: strategy,
@@ -195,10 +220,10 @@ fn fit_cap(
             ..ctx.clone()
         };
         let p = compile_with(model, &free, &c)?;
-        Ok((p.arena_bytes <= cap).then(|| recompute_flops(&p)))
+        Ok((p.arena_bytes <= cap).then(|| (time(&p), recompute_flops(&p))))
     };
-    // (recompute FLOPs, strategy) of every plan that fits.
-    let mut fits: Vec<(u64, Strategy)> = vec![];
+    // ((predicted time, recompute FLOPs), strategy) of every plan that fits.
+    let mut fits: Vec<((f64, u64), Strategy)> = vec![];
     let (mut lo, mut hi) = (0u64, remat::BUCKETS);
     match probe(Strategy::Budget(0))? {
         Some(f) => fits.push((f, Strategy::Budget(0))),
@@ -217,11 +242,22 @@ fn fit_cap(
     if let Some(f) = probe(Strategy::SqrtN)? {
         fits.push((f, Strategy::SqrtN));
     }
+    // the fastest predicted (then the least recompute, then the DP over sqrt(n))
     let best = fits
         .iter()
-        .min_by_key(|(f, s)| (*f, matches!(s, Strategy::SqrtN)))
-        .map(|(_, s)| *s)
-        .unwrap_or(Strategy::Budget(0));
+        .min_by(|(a, s), (b, t)| {
+            a.0.total_cmp(&b.0)
+                .then(a.1.cmp(&b.1))
+                .then(matches!(s, Strategy::SqrtN).cmp(&matches!(t, Strategy::SqrtN)))
+        })
+        .copied();
+    if let Some((t, p)) = chunked {
+        // recompute only if some strategy is predicted faster than the chunks
+        if best.is_none_or(|((bt, _), _)| bt >= t) {
+            return Ok((p, None));
+        }
+    }
+    let best = best.map(|(_, s)| s).unwrap_or(Strategy::Budget(0));
     let c = Ctx {
         remat: best,
         ..ctx.clone()

@@ -37,6 +37,10 @@ pub struct CompileOptions {
     /// How `clip_norm` is done: `None` lets `compile` choose (held gradients, or the norm pass
     /// when they do not fit the cap); a method forces it (`--clip-norm-method`).
     pub clip_method: Option<ClipNormMethod>,
+    /// The CPU time model's rates the cap fitter ranks its candidate plans by
+    /// ([`dmc_plan::cpu`]; [`CpuRates::nominal`](dmc_plan::cpu::CpuRates::nominal) unless the
+    /// caller measured the machine).
+    pub rates: dmc_plan::cpu::CpuRates,
 }
 
 impl Default for CompileOptions {
@@ -52,6 +56,7 @@ impl Default for CompileOptions {
             inplace: true,
             remat: RematMode::Auto,
             clip_method: None,
+            rates: dmc_plan::cpu::CpuRates::nominal(),
         }
     }
 }

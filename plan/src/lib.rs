@@ -6,6 +6,7 @@
 //! the CUDA emulator) and the CUDA code generator, which read them. It depends on no other dmc
 //! crate; the language re-exports its activations and optimizers under their `.dm` names.
 
+pub mod cpu;
 pub mod op;
 pub mod plan;
 pub mod schedule;

@@ -149,6 +149,23 @@ impl Kernel {
     /// ([`Op::flops`]) on its argument shapes, `In` and `InOut` as inputs, `Out` and `InOut` as
     /// outputs.
     pub fn flops(&self) -> u64 {
+        let (ins, outs) = self.ins_outs();
+        self.op.flops(&ins, &outs)
+    }
+
+    /// What one launch does on the CPU backend: the op's own fact
+    /// ([`OpFacts::cpu_work`](crate::op::OpFacts::cpu_work)) on its argument shapes, as
+    /// [`Kernel::flops`]; nothing for an op without a kernel.
+    pub fn cpu_work(&self) -> crate::cpu::CpuWork {
+        let (ins, outs) = self.ins_outs();
+        self.op
+            .facts()
+            .map(|f| f.cpu_work(&ins, &outs))
+            .unwrap_or_default()
+    }
+
+    /// The argument shapes as the op's inputs (`In`, `InOut`) and outputs (`Out`, `InOut`).
+    fn ins_outs(&self) -> (Vec<Vec<usize>>, Vec<Vec<usize>>) {
         let mut ins = vec![];
         let mut outs = vec![];
         for (p, shape) in self.signature.params.iter().zip(&self.arg_shapes) {
@@ -162,7 +179,7 @@ impl Kernel {
                 Role::Workspace => {}
             }
         }
-        self.op.flops(&ins, &outs)
+        (ins, outs)
     }
 }
 

@@ -94,11 +94,12 @@ pub trait Backend {
     fn output(&self) -> Result<Cow<'_, [f32]>, RuntimeError>;
 
     /// Times every kernel launch of the following `run`s (`dmc run --profile`), read back with
-    /// [`Backend::profile`]. Only the CUDA backend measures (with CUDA events); the others refuse.
+    /// [`Backend::profile`]. The CUDA backend measures with CUDA events, the CPU backend with the
+    /// wall clock around each step; the others refuse.
     fn set_profile(&mut self, on: bool) -> Result<(), RuntimeError> {
         let _ = on;
         Err(RuntimeError::Unsupported(
-            "profiling times kernels with CUDA events: only the CUDA backend has it".into(),
+            "profiling times kernels on the CPU backend (wall clock) and the CUDA backend (CUDA events) only".into(),
         ))
     }
 

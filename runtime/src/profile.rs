@@ -29,6 +29,8 @@ pub struct KernelProfile {
     pub warmup_excluded: bool,
     /// Kernels that ran, in plan kernel order.
     pub kernels: Vec<KernelTime>,
+    /// How the times were taken, e.g. `CUDA events around each launch`.
+    pub clock: String,
 }
 
 /// Per kernel id: launches and milliseconds.
@@ -55,6 +57,7 @@ impl Bucket {
 #[derive(Debug, Clone)]
 pub struct ProfileAccumulator {
     names: Vec<String>,
+    clock: String,
     last_step: Option<u64>,
     /// The first step seen (the warm-up), and every later one.
     first: Bucket,
@@ -62,10 +65,12 @@ pub struct ProfileAccumulator {
 }
 
 impl ProfileAccumulator {
-    /// For a plan whose kernel `i` is named `names[i]`.
-    pub fn new(names: Vec<String>) -> Self {
+    /// For a plan whose kernel `i` is named `names[i]`, timed by `clock` (what the table says
+    /// the times are, e.g. `CUDA events around each launch`).
+    pub fn new(names: Vec<String>, clock: &str) -> Self {
         ProfileAccumulator {
             names,
+            clock: clock.to_string(),
             last_step: None,
             first: Bucket::default(),
             rest: Bucket::default(),
@@ -99,6 +104,7 @@ impl ProfileAccumulator {
         KernelProfile {
             steps: b.steps,
             warmup_excluded,
+            clock: self.clock.clone(),
             kernels: b
                 .per_kernel
                 .iter()
@@ -151,7 +157,8 @@ pub fn profile_table(
     });
     let mut out = String::new();
     out.push_str(&format!(
-        "Measured per kernel (CUDA events around each launch), mean over {} step{}{}:\n\n",
+        "Measured per kernel ({}), mean over {} step{}{}:\n\n",
+        p.clock,
         p.steps,
         if p.steps == 1 { "" } else { "s" },
         if p.warmup_excluded {

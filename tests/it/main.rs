@@ -9,6 +9,7 @@ mod cli_flags;
 mod clip_accumulate;
 mod clip_norm_pass;
 mod codegen;
+mod cpu_time;
 mod cuda;
 mod cuda_emu;
 mod data;

@@ -1,8 +1,9 @@
 //! `dmc run --profile` and `--cuda-graph` without a GPU: the profile's aggregation by training
 //! step and its table (the measurement itself, CUDA events, needs a GPU: `scripts/gpu-check.sh`),
 //! the segments the graphs are captured in (cut where the NaN halt reads the loss, one set per
-//! pass), the flags refused on the backends that do not have them, and `Backend::set_profile` /
-//! `set_cuda_graph` refused by the CPU backend.
+//! pass), the flags refused on the backends that do not have them, the CPU backend's own profile
+//! (wall clock per step, with the CPU time model's prediction), and `set_cuda_graph` refused by
+//! the CPU backend.
 
 use dmc_compiler::plan::{ClipNormMethod, Mode, Plan};
 use dmc_compiler::{compile, CompileOptions};
@@ -10,10 +11,13 @@ use dmc_runtime::host_arena::segments;
 use dmc_runtime::profile::{profile_table, ProfileAccumulator};
 use dmc_runtime::{Backend, BackendKind, RunPass};
 
-use crate::common::dmc;
+use crate::common::{dmc, dmc_env};
 
 fn accumulator() -> ProfileAccumulator {
-    ProfileAccumulator::new(vec!["conv".into(), "relu".into(), "update".into()])
+    ProfileAccumulator::new(
+        vec!["conv".into(), "relu".into(), "update".into()],
+        "CUDA events around each launch",
+    )
 }
 
 #[test]
@@ -185,39 +189,75 @@ fn graph_segments_cut_at_the_loss_read_and_cover_each_pass() {
 }
 
 #[test]
-fn the_cpu_backend_refuses_profiling_and_graphs() {
+fn the_cpu_backend_profiles_every_step_and_refuses_graphs() {
     let p = plan(
         &format!("{NET}train {{ batch: 2, optimizer: sgd(lr: 0.1) }}\n"),
         None,
     );
-    let mut be = dmc_runtime::open_backend(BackendKind::Cpu, p, &Default::default()).expect("cpu");
-    let e = be.set_profile(true).expect_err("no events on the CPU");
-    assert!(e.to_string().contains("CUDA"), "{e}");
+    let mut launches = vec![0u64; p.kernels.len()];
+    for s in &p.steps {
+        launches[s.kernel] += 1;
+    }
+    let mut be =
+        dmc_runtime::open_backend(BackendKind::Cpu, p.clone(), &Default::default()).expect("cpu");
+    assert!(be.profile().is_none(), "not profiling yet");
+    be.set_profile(true).expect("the CPU backend profiles");
+    be.init_params(1).expect("init");
+    for step in 1..=3 {
+        be.run(step, 0).expect("run");
+    }
+    let prof = be.profile().expect("profiling");
+    assert_eq!(prof.steps, 2, "the two steps after the first");
+    assert!(prof.warmup_excluded);
+    assert!(prof.clock.contains("wall clock"), "{}", prof.clock);
+    // every kernel that has steps, each launched as often as the plan runs it, per step
+    let ran: Vec<usize> = prof.kernels.iter().map(|k| k.kernel).collect();
+    let want: Vec<usize> = (0..p.kernels.len()).filter(|&k| launches[k] > 0).collect();
+    assert_eq!(ran, want);
+    for k in &prof.kernels {
+        assert_eq!(k.launches, 2 * launches[k.kernel], "{}", k.name);
+        assert_eq!(k.name, p.kernels[k.kernel].name);
+        assert!(k.total_ms >= 0.0 && k.total_ms.is_finite());
+    }
     assert!(be.set_cuda_graph(true).is_err());
-    assert!(be.profile().is_none());
 }
 
 #[test]
-fn profile_and_cuda_graph_are_refused_off_cuda_with_a_clear_error() {
-    for device in ["cpu", "cuda-emu"] {
-        let (rc, _, err) = dmc(&[
+fn profile_runs_on_the_cpu_with_the_models_prediction_and_flags_off_cuda_are_refused() {
+    let (rc, out, err) = dmc_env(
+        &[
             "run",
             "examples/mlp.dm",
             "--steps",
-            "1",
+            "2",
             "-q",
             "--device",
-            device,
+            "cpu",
             "--profile",
-        ]);
-        assert_eq!(rc, 1, "{err}");
-        assert!(
-            err.contains(
-                "--profile times each kernel launch with CUDA events and needs --device cuda"
-            ),
-            "{err}"
-        );
-        assert!(err.contains("--loss-log"), "{err}");
+        ],
+        &[("DMC_CPU_RATES", "nominal")],
+    );
+    assert_eq!(rc, 0, "{err}");
+    assert!(out.contains("wall clock around each step"), "{out}");
+    assert!(out.contains("predicted µs/step"), "{out}");
+    assert!(
+        out.contains("predicted: the CPU time model at nominal rates"),
+        "{out}"
+    );
+    let (rc, _, err) = dmc(&[
+        "run",
+        "examples/mlp.dm",
+        "--steps",
+        "1",
+        "-q",
+        "--device",
+        "cuda-emu",
+        "--profile",
+    ]);
+    assert_eq!(rc, 1, "{err}");
+    assert!(err.contains("not on the CUDA emulator"), "{err}");
+    assert!(err.contains("--loss-log"), "{err}");
+    for device in ["cpu", "cuda-emu"] {
         let (rc, _, err) = dmc(&[
             "run",
             "examples/mlp.dm",

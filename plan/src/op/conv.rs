@@ -87,6 +87,10 @@ impl ConvOp {
 /// `CONV_CHUNK_ROWS x (kh*kw*Ci)` f32 (or fewer rows when the whole problem is smaller).
 pub const CONV_CHUNK_ROWS: usize = 256;
 
+/// Elements of the CPU data gradient's per-thread `dcols` tile (256 KiB of f32): a tile holds
+/// `max(1, BWD_DATA_TILE / K)` rows (at most [`CONV_CHUNK_ROWS`]).
+pub const BWD_DATA_TILE: usize = 1 << 16;
+
 /// Workspace elements (f32) a convolution kernel needs, given x's full shape \[N,H,W,Ci\] and the
 /// output's \[N,Ho,Wo,Co\]. Shared by the planner (size of the workspace buffer) and the backends.
 /// With groups, the rows hold one group's `kh*kw*Ci/groups` columns (the groups are done in turn).
@@ -497,4 +501,162 @@ impl OpFacts for ConvOp {
             }
         }
     }
+
+    /// The CPU backend's im2col + GEMM per chunk of [`CONV_CHUNK_ROWS`] output pixels (the
+    /// forward and weight gradient; a fused update once per block of `chunk` columns, im2col
+    /// redone per block), and its data gradient's GEMM + col2im per tile of an image's pixels
+    /// (images in parallel).
+    fn cpu_work(&self, ins: &[Vec<usize>], outs: &[Vec<usize>]) -> crate::cpu::CpuWork {
+        use crate::cpu::{strided_bytes, CpuWork, GemmCalls};
+        let dim = |s: Option<&Vec<usize>>, a: usize| s.and_then(|s| s.get(a)).copied().unwrap_or(0);
+        let el = |s: Option<&Vec<usize>>| s.map(|s| numel(s)).unwrap_or(0);
+        let gemm = |m, n, k, calls, outer, accumulate| GemmCalls {
+            m,
+            n,
+            k,
+            calls,
+            outer,
+            accumulate,
+        };
+        // (rows of a full chunk, full chunks, rows of the last partial one)
+        let chunks = |rows: usize, per: usize| (per, (rows / per.max(1)) as u64, rows % per.max(1));
+        let mut w = CpuWork::default();
+        // the GEMMs of `rows` in chunks of `per`: (rows, full, rest) -> calls per row count
+        let add = |w: &mut CpuWork,
+                   (per, full, rest): (usize, u64, usize),
+                   f: &dyn Fn(usize, u64) -> GemmCalls| {
+            if full > 0 {
+                w.gemms.push(f(per, full));
+            }
+            if rest > 0 {
+                w.gemms.push(f(rest, 1));
+            }
+        };
+        match self {
+            ConvOp::Conv2d { geom, bias, epi } => {
+                let (x, y) = (ins.first(), outs.first());
+                let (k, groups) = (x.map_or(0, |x| k_per_group(geom, x)), geom.groups.max(1));
+                let (rows, co) = (el(y) as usize / dim(y, 3).max(1), dim(y, 3));
+                let ch = chunks(rows, rows.clamp(1, CONV_CHUNK_ROWS));
+                let n_chunks = ch.1 + (ch.2 > 0) as u64;
+                add(&mut w, ch, &|m, c| {
+                    gemm(m, co / groups, k, c * groups as u64, 1, *bias)
+                });
+                w.im2col_t = (rows * k * groups) as u64;
+                w.loops = n_chunks * (groups as u64 + *bias as u64 + !epi.is_none() as u64);
+                let out = el(y) * 4;
+                w.streamed = if *bias { out } else { 0 }
+                    + if epi.is_none() {
+                        0
+                    } else {
+                        out * (2 + epi.add as u64)
+                    };
+            }
+            ConvOp::Conv2dBwdData { geom, epi, .. } => {
+                // dy [N,Ho,Wo,Co], w [kh,kw,Ci/g,Co] -> dx [N,H,W,Ci]
+                let (dy, wt, dx) = (ins.first(), ins.get(1), outs.first());
+                let groups = geom.groups.max(1);
+                let k = geom.kh * geom.kw * dim(wt, 2);
+                let (n, co) = (dim(dy, 0).max(1), dim(dy, 3));
+                let per_img = el(dy) as usize / n / co.max(1);
+                w = bwd_data_work(k, co / groups, groups, n, per_img);
+                let dxb = el(dx) * 4;
+                w.streamed += dxb
+                    + if epi.is_none() {
+                        0
+                    } else {
+                        dxb * (1 + epi.add as u64 + epi.act.is_some() as u64)
+                    };
+            }
+            ConvOp::ConvTranspose2d { geom, bias, .. } => {
+                // x [N,H,W,Ci] in the place of dy; w [kh,kw,Co/g,Ci] -> y
+                let (x, wt, y) = (ins.first(), ins.get(1), outs.first());
+                let groups = geom.groups.max(1);
+                let k = geom.kh * geom.kw * dim(wt, 2);
+                let (n, ci) = (dim(x, 0).max(1), dim(x, 3));
+                let per_img = el(x) as usize / n / ci.max(1);
+                w = bwd_data_work(k, ci / groups, groups, n, per_img);
+                w.streamed += el(y) * 4 * (1 + 2 * *bias as u64);
+            }
+            ConvOp::Conv2dBwdWeight { geom } => {
+                let (x, dy) = (ins.first(), ins.get(1));
+                let (k, groups) = (x.map_or(0, |x| k_per_group(geom, x)), geom.groups.max(1));
+                let (rows, co) = (el(dy) as usize / dim(dy, 3).max(1), dim(dy, 3));
+                let ch = chunks(rows, rows.clamp(1, CONV_CHUNK_ROWS));
+                add(&mut w, ch, &|m, c| {
+                    gemm(k, co / groups, m, c * groups as u64, 1, true)
+                });
+                w.im2col = (rows * k * groups) as u64;
+                w.loops = (ch.1 + (ch.2 > 0) as u64) * groups as u64 + 1;
+                w.streamed = (k * co) as u64 * 4;
+            }
+            ConvOp::Conv2dBwdWeightUpdate {
+                geom,
+                rule,
+                chunk,
+                bias,
+                ..
+            } => {
+                let (x, dy) = (ins.first(), ins.get(1));
+                let (k, groups) = (x.map_or(0, |x| k_per_group(geom, x)), geom.groups.max(1));
+                let (rows, co) = (el(dy) as usize / dim(dy, 3).max(1), dim(dy, 3));
+                let cog = co / groups;
+                let ch = chunks(rows, rows.clamp(1, CONV_CHUNK_ROWS));
+                let n_chunks = ch.1 + (ch.2 > 0) as u64;
+                let c = (*chunk).clamp(1, cog.max(1));
+                // per group: blocks of c columns, the last one partial
+                let (full, rest) = ((cog / c) as u64 * groups as u64, cog % c);
+                let blocks = full + if rest > 0 { groups as u64 } else { 0 };
+                let states = 1 + rule.state_names().len();
+                for (nc, count) in [(c, full), (rest, if rest > 0 { groups as u64 } else { 0 })] {
+                    if count == 0 || nc == 0 {
+                        continue;
+                    }
+                    add(&mut w, ch, &|m, cc| gemm(k, nc, m, cc * count, 1, true));
+                    // the block's fill and update: k rows of nc columns of w and its states
+                    w.streamed += count * (k * nc) as u64 * 4
+                        + count * 2 * states as u64 * strided_bytes(k, nc, co);
+                    if *bias {
+                        // the block's columns of dy, summed row by row
+                        w.streamed += count * strided_bytes(rows, nc, co);
+                    }
+                }
+                w.im2col = blocks * (rows * k) as u64;
+                w.loops = blocks * (n_chunks + 1);
+            }
+        }
+        w
+    }
+}
+
+/// The CPU data gradient's work: per image (`n` of them, in parallel) and per tile of its
+/// `per_img` pixels, `groups` GEMMs `dcols[tile, k] = dy[tile, cog] w^T` and their col2im.
+fn bwd_data_work(
+    k: usize,
+    cog: usize,
+    groups: usize,
+    n: usize,
+    per_img: usize,
+) -> crate::cpu::CpuWork {
+    use crate::cpu::{CpuWork, GemmCalls};
+    let t = (BWD_DATA_TILE / k.max(1)).clamp(1, CONV_CHUNK_ROWS);
+    let (full, rest) = ((per_img / t) as u64, per_img % t);
+    let mut w = CpuWork {
+        col2im: (n * per_img * k * groups) as u64,
+        loops: 1,
+        ..Default::default()
+    };
+    for (m, per) in [(t, full), (rest, (rest > 0) as u64)] {
+        if per > 0 && m > 0 {
+            w.gemms.push(GemmCalls {
+                m,
+                n: k,
+                k: cog,
+                calls: per * groups as u64 * n as u64,
+                outer: n as u64,
+                accumulate: false,
+            });
+        }
+    }
+    w
 }

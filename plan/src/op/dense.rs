@@ -208,4 +208,76 @@ impl OpFacts for DenseOp {
             }
         }
     }
+
+    /// One CPU GEMM (the fused update: one per block of `chunk` columns, each block then
+    /// updated), the bias and epilogue streamed.
+    fn cpu_work(&self, ins: &[Vec<usize>], outs: &[Vec<usize>]) -> crate::cpu::CpuWork {
+        use crate::cpu::{strided_bytes, CpuWork, GemmCalls};
+        let el = |s: Option<&Vec<usize>>| s.map(|s| numel(s)).unwrap_or(0) as usize;
+        let last = |s: Option<&Vec<usize>>| s.and_then(|s| s.last()).copied().unwrap_or(0);
+        let gemm = |m, n, k, calls, accumulate| GemmCalls {
+            m,
+            n,
+            k,
+            calls,
+            outer: 1,
+            accumulate,
+        };
+        let mut w = CpuWork::default();
+        match self {
+            DenseOp::Dense { bias, epi } => {
+                let (x, y) = (ins.first(), outs.first());
+                let (k, m) = (last(x), last(y));
+                let n = el(y) / m.max(1);
+                w.gemms.push(gemm(n, m, k, 1, *bias));
+                let out = el(y) as u64 * 4;
+                w.streamed = if *bias { out } else { 0 }
+                    + if epi.is_none() {
+                        0
+                    } else {
+                        out * (2 + epi.add as u64)
+                    };
+                w.loops = 1 + *bias as u64 + !epi.is_none() as u64;
+            }
+            DenseOp::DenseBwdData { epi } => {
+                let (dy, dx) = (ins.first(), outs.first());
+                let (m, k) = (last(dy), last(dx));
+                let n = el(dx) / k.max(1);
+                w.gemms.push(gemm(n, k, m, 1, false));
+                let out = el(dx) as u64 * 4;
+                w.streamed = if epi.is_none() {
+                    0
+                } else {
+                    out * (1 + epi.add as u64 + epi.act.is_some() as u64)
+                };
+                w.loops = 1 + !epi.is_none() as u64;
+            }
+            DenseOp::DenseBwdWeight => {
+                let (x, dy) = (ins.first(), ins.get(1));
+                let (k, m) = (last(x), last(dy));
+                let n = el(x) / k.max(1);
+                w.gemms.push(gemm(k, m, n, 1, false));
+                w.loops = 1;
+            }
+            DenseOp::DenseBwdWeightUpdate { rule, chunk, bias } => {
+                let (x, dy) = (ins.first(), ins.get(1));
+                let (k, m) = (last(x), last(dy));
+                let n = el(x) / k.max(1);
+                let c = (*chunk).clamp(1, m.max(1));
+                let states = 1 + rule.state_names().len() as u64;
+                for (nc, count) in [(c, (m / c) as u64), (m % c, (m % c > 0) as u64)] {
+                    if count == 0 || nc == 0 {
+                        continue;
+                    }
+                    w.gemms.push(gemm(k, nc, n, count, false));
+                    w.streamed += count * 2 * states * strided_bytes(k, nc, m);
+                    w.loops += count;
+                }
+                if *bias {
+                    w.streamed += el(dy) as u64 * 4 + 2 * states * m as u64 * 4;
+                }
+            }
+        }
+        w
+    }
 }

@@ -320,6 +320,13 @@ pub trait OpFacts {
     /// Floating-point operations of one launch, given the full shapes of the node's inputs (slot
     /// order) and outputs. A multiply-add counts 2; elementwise work one per element read.
     fn flops(&self, ins: &[Vec<usize>], outs: &[Vec<usize>]) -> u64;
+    /// What one launch does on the CPU backend (the terms of the CPU time model,
+    /// [`crate::cpu`]), given the shapes as for [`OpFacts::flops`]. By default one parallel loop
+    /// streaming every input and output once; the GEMM families say their calls.
+    fn cpu_work(&self, ins: &[Vec<usize>], outs: &[Vec<usize>]) -> crate::cpu::CpuWork {
+        let elems: u64 = ins.iter().chain(outs).map(|s| super::shape::numel(s)).sum();
+        crate::cpu::CpuWork::stream(elems * 4)
+    }
 }
 
 /// Type of one value: full shape (batch first) and element type.

@@ -16,6 +16,7 @@ use crate::backend::{Backend, InputData, Params};
 use crate::error::RuntimeError;
 use crate::init::{init_values, name_seed};
 use crate::poison::poison_lists;
+use crate::profile::{KernelProfile, ProfileAccumulator};
 use crate::validate::validate;
 
 /// The CPU backend for one plan.
@@ -32,6 +33,8 @@ pub struct CpuBackend {
     poison_after: Vec<Vec<BufferId>>,
     params: HashMap<String, usize>,
     opt_state: HashMap<String, usize>,
+    /// Wall time of every step's kernel when runs are profiled (`set_profile`).
+    profiler: Option<ProfileAccumulator>,
 }
 
 fn numel(shape: &[usize]) -> usize {
@@ -68,7 +71,25 @@ impl CpuBackend {
             poison_after,
             params,
             opt_state,
+            profiler: None,
         })
+    }
+
+    /// Times every step of the following runs (wall time around each kernel, on the thread that
+    /// runs the step; its parallel loops join before it returns), accumulated per plan kernel
+    /// ([`CpuBackend::profile`]). Turning it off drops them.
+    pub fn set_profile(&mut self, on: bool) {
+        self.profiler = on.then(|| {
+            ProfileAccumulator::new(
+                self.plan.kernels.iter().map(|k| k.name.clone()).collect(),
+                "wall clock around each step",
+            )
+        });
+    }
+
+    /// The per-kernel times of the profiled runs so far (`None` unless profiling).
+    pub fn profile(&self) -> Option<KernelProfile> {
+        self.profiler.as_ref().map(ProfileAccumulator::profile)
     }
 
     pub fn plan(&self) -> &Plan {
@@ -331,10 +352,15 @@ impl CpuBackend {
                 kernel,
                 step,
             };
+            let t0 = self.profiler.is_some().then(std::time::Instant::now);
             // SAFETY: `new` validated this step (see `validate`): every argument lies inside the
             // arena with the dtype and size of its signature slot, and no written argument
             // overlaps another argument; `&mut self` gives us exclusive access to the arena.
-            unsafe { exec(&args, &ctx) }.map_err(|e| RuntimeError::BadLabel {
+            let r = unsafe { exec(&args, &ctx) };
+            if let (Some(p), Some(t0)) = (self.profiler.as_mut(), t0) {
+                p.record(step_counter, step.kernel, t0.elapsed().as_secs_f64() * 1e3);
+            }
+            r.map_err(|e| RuntimeError::BadLabel {
                 step: si,
                 label: step.label.clone(),
                 row: e.row,
@@ -425,5 +451,14 @@ impl Backend for CpuBackend {
 
     fn output(&self) -> Result<Cow<'_, [f32]>, RuntimeError> {
         Ok(Cow::Borrowed(CpuBackend::output(self)))
+    }
+
+    fn set_profile(&mut self, on: bool) -> Result<(), RuntimeError> {
+        CpuBackend::set_profile(self, on);
+        Ok(())
+    }
+
+    fn profile(&self) -> Option<KernelProfile> {
+        CpuBackend::profile(self)
     }
 }

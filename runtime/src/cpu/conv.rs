@@ -288,7 +288,7 @@ pub fn conv2d_fwd_epi(
 
 /// Elements of the per-thread `dcols` tile of [`conv2d_bwd_data`] (256 KiB of f32): the tile holds
 /// `max(1, TILE / K)` rows (at most [`CONV_CHUNK_ROWS`]).
-pub const BWD_DATA_TILE_ELEMS: usize = 1 << 16;
+pub const BWD_DATA_TILE_ELEMS: usize = dmc_plan::op::BWD_DATA_TILE;
 
 thread_local! {
     /// The `dcols` tile of `conv2d_bwd_data`, reused across calls: a fixed O(tile) buffer per

@@ -9,11 +9,8 @@
 use rayon::prelude::*;
 
 /// Multiply-adds (m*n*k) below which a GEMM runs on the calling thread.
-pub const PAR_WORK: usize = 1 << 20;
-/// Smallest block of output rows (columns) per task.
-const MIN_BLOCK: usize = 32;
-/// matrixmultiply's sgemm `nc`: each call packs up to `kc x min(n, nc)` of B in its own buffer.
-const MM_NC: usize = 1024;
+pub use dmc_plan::cpu::PAR_WORK;
+use dmc_plan::cpu::{gemm_split, GemmSplit};
 
 /// A read-only strided matrix view: element (i, j) is `data[i*rs + j*cs]`.
 #[derive(Clone, Copy)]
@@ -89,23 +86,15 @@ pub fn sgemm(alpha: f32, a: View, b: View, beta: f32, c: &mut [f32], rsc: usize,
         }
         return;
     }
-    // Blocks for rayon (or one, on this thread, when small). Every block packs its own operands,
-    // so the packing memory of the blocks running at once stays that of one unsplit call
-    // (`kc x nc` of B): rows are split only while all of B's columns fit a thread's share of `nc`;
-    // otherwise columns, in blocks of at most that share.
-    let threads = rayon::current_num_threads();
-    let share = (MM_NC / threads.max(1)).max(MIN_BLOCK);
-    let (split_rows, len, per) = if threads < 2 || m * n * k < PAR_WORK {
-        (true, m, m)
-    } else if n <= share && m >= 2 * MIN_BLOCK {
-        let parts = threads.min(m / MIN_BLOCK);
-        (true, m, m.div_ceil(parts))
-    } else if n >= 2 * MIN_BLOCK {
-        (false, n, n.div_ceil(threads).min(share))
-    } else {
-        (true, m, m)
-    };
-    let parts = len.div_ceil(per.max(1));
+    // Blocks for rayon (or one, on this thread, when small): the split the CPU time model
+    // counts too ([`gemm_split`]). Every block packs its own operands, so the packing memory of
+    // the blocks running at once stays that of one unsplit call (`kc x nc` of B).
+    let GemmSplit {
+        rows: split_rows,
+        per,
+        parts,
+    } = gemm_split(m, n, k, rayon::current_num_threads());
+    let len = if split_rows { m } else { n };
     let cp = SendPtr(c.as_mut_ptr());
     let block = |p: usize| {
         let (s, e) = (p * per, ((p + 1) * per).min(len));

@@ -24,6 +24,7 @@
 
 mod args;
 pub mod backend;
+pub mod calibrate;
 pub mod conv;
 pub mod dense;
 pub mod elementwise;

@@ -32,7 +32,7 @@ impl Profiler {
             ctx,
             pairs: Vec::new(),
             kernels: Vec::new(),
-            acc: ProfileAccumulator::new(names),
+            acc: ProfileAccumulator::new(names, "CUDA events around each launch"),
         }
     }
 

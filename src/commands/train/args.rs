@@ -126,9 +126,10 @@ pub struct RunArgs {
     /// benchmarks: the printed lines round to one unit).
     #[arg(long, value_name = "FILE.json")]
     pub summary_json: Option<PathBuf>,
-    /// Time every kernel launch with CUDA events and print, after training, a table per plan
-    /// kernel: launches per step, mean µs per step, share of the step (mean over the steps after
-    /// the first). Needs --device cuda; launches kernel by kernel (no CUDA graph).
+    /// Time every kernel launch and print, after training, a table per plan kernel: launches per
+    /// step, mean µs per step, share of the step (mean over the steps after the first), and the
+    /// performance model's prediction. On the CPU the wall clock around each step; on CUDA
+    /// events, launching kernel by kernel (no CUDA graph). Not on the CUDA emulator.
     #[arg(long, conflicts_with = "cuda_graph")]
     pub profile: bool,
     /// Capture each step's launches once into CUDA graphs and replay them (one graph launch per

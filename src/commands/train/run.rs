@@ -1,6 +1,7 @@
 //! `dmc run`: compile the training step, load the data, set up the backend (and a validation
 //! backend), then train (`steps`) and save and report (`outcome`).
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use dmc_compiler::plan::Mode;
@@ -34,17 +35,18 @@ fn stop_before_training(save: Option<&Path>) -> Result<(), CliError> {
     Ok(())
 }
 
-/// `--profile` and `--cuda-graph` are options of the CUDA backend: refused on another.
+/// `--cuda-graph` is an option of the CUDA backend, `--profile` of the CUDA and CPU backends:
+/// refused on another.
 fn check_cuda_options(args: &RunArgs, kind: BackendKind) -> Result<(), CliError> {
     let on = match kind {
         BackendKind::Cuda => return Ok(()),
         BackendKind::Cpu => "the CPU",
         BackendKind::CudaEmu => "the CUDA emulator",
     };
-    if args.profile {
-        return Err(CliError::Usage(format!(
-            "--profile times each kernel launch with CUDA events and needs --device cuda (this run is on {on}); --loss-log FILE records each step's wall time on any device"
-        )));
+    if args.profile && kind == BackendKind::CudaEmu {
+        return Err(CliError::Usage(
+            "--profile times each kernel on the CPU or a GPU (--device cpu or cuda), not on the CUDA emulator (its times say nothing about either); --loss-log FILE records each step's wall time on any device".into(),
+        ));
     }
     if args.cuda_graph {
         return Err(CliError::Usage(format!(
@@ -288,7 +290,10 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     );
     if let Some(p) = be.profile() {
         // the measured column, and the performance model's prediction for this device
-        let model = crate::commands::perf::device_predictions(&plan, &c.codegen.options());
+        let model = match kind {
+            BackendKind::Cpu => cpu_predictions(&plan),
+            _ => crate::commands::perf::device_predictions(&plan, &c.codegen.options()),
+        };
         let f = |id: usize| -> Option<f64> {
             let k = p.kernels.iter().find(|k| k.kernel == id)?;
             model.as_ref()?.0.get(&k.name).copied()
@@ -300,4 +305,29 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
         }
     }
     finished
+}
+
+/// The CPU time model's time of one launch of each kernel of `plan` (by name) at this machine's
+/// rates, and a line saying so: the predicted column of `dmc run --profile` on the CPU.
+fn cpu_predictions(plan: &dmc_plan::plan::Plan) -> Option<(HashMap<String, f64>, String)> {
+    let rates = match dmc_runtime::cpu::calibrate::for_this_machine() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("warning: {e}; no prediction column");
+            return None;
+        }
+    };
+    let t = dmc_plan::cpu::plan_time(plan, &rates);
+    let by_name = plan
+        .kernels
+        .iter()
+        .zip(&t.kernel_s)
+        .map(|(k, s)| (k.name.clone(), *s))
+        .collect();
+    let line = format!(
+        "predicted: the CPU time model at {}; whole step {:.1} ms predicted",
+        rates.source,
+        t.step_s * 1e3
+    );
+    Some((by_name, line))
 }

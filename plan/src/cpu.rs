@@ -1,0 +1,231 @@
+//! The CPU backend's time model: what one launch of a kernel does on the CPU ([`CpuWork`]: its
+//! GEMM calls, im2col/col2im gathers, streamed bytes and parallel loops, each op family's fact
+//! [`OpFacts::cpu_work`](crate::op::OpFacts::cpu_work)), the machine's rates ([`CpuRates`],
+//! measured by the runtime's micro-benchmark and cached) and the predicted time of a launch, a
+//! kernel and a plan's step ([`plan_time`]).
+//!
+//! The GEMM term follows the backend's GEMM ([`gemm_split`] is the one split both use): each
+//! block of output rows or columns is one single-threaded matrixmultiply call, costing its
+//! arithmetic on whole 8x8 micro-tiles (a 1-column block pays for 8), the packing of its operands
+//! and a fixed call overhead; the blocks run in waves over the threads. A fused weight-gradient
+//! update in chunks of `c` columns makes `Co/c` GEMMs of `c` columns and redoes im2col per chunk:
+//! that is what makes small chunks slow, and what the cap fitter weighs against recomputation.
+
+use serde::{Deserialize, Serialize};
+
+use crate::plan::Plan;
+
+/// Multiply-adds (m*n*k) below which a GEMM runs on the calling thread.
+pub const PAR_WORK: usize = 1 << 20;
+/// Smallest block of output rows (columns) per task.
+pub const MIN_BLOCK: usize = 32;
+/// matrixmultiply's sgemm `nc`: each call packs up to `kc x min(n, nc)` of B in its own buffer.
+pub const MM_NC: usize = 1024;
+
+/// How the CPU backend splits one `m x k` by `k x n` GEMM over `threads`: into `parts` blocks of
+/// at most `per` rows (`rows`) or columns of the output, each one single-threaded call. Every
+/// block packs its own operands, so rows are split only while all of B's columns fit a thread's
+/// share of [`MM_NC`]; otherwise columns, in blocks of at most that share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemmSplit {
+    pub rows: bool,
+    pub per: usize,
+    pub parts: usize,
+}
+
+/// The split of an `m x n` (inner `k`) GEMM on `threads` threads ([`GemmSplit`]).
+pub fn gemm_split(m: usize, n: usize, k: usize, threads: usize) -> GemmSplit {
+    let share = (MM_NC / threads.max(1)).max(MIN_BLOCK);
+    let (rows, len, per) = if threads < 2 || m * n * k < PAR_WORK {
+        (true, m, m)
+    } else if n <= share && m >= 2 * MIN_BLOCK {
+        let parts = threads.min(m / MIN_BLOCK);
+        (true, m, m.div_ceil(parts))
+    } else if n >= 2 * MIN_BLOCK {
+        (false, n, n.div_ceil(threads).min(share))
+    } else {
+        (true, m, m)
+    };
+    GemmSplit {
+        rows,
+        per: per.max(1),
+        parts: len.div_ceil(per.max(1)).max(1),
+    }
+}
+
+/// `calls` GEMMs of `m x n` outputs over an inner dimension `k`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GemmCalls {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub calls: u64,
+    /// Independent items of an outer parallel loop the calls are spread over (the images of a
+    /// data gradient); 1: the calls run one after the other, each split by [`gemm_split`].
+    pub outer: u64,
+    /// Whether C is read (accumulated into) as well as written.
+    pub accumulate: bool,
+}
+
+/// What one launch of a kernel does on the CPU backend, in the terms of [`CpuRates`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuWork {
+    pub gemms: Vec<GemmCalls>,
+    /// Elements the weight gradient's im2col gathers (row-major rows of the chunk).
+    pub im2col: u64,
+    /// Elements the forward's im2col gathers (stored K-major: a transpose).
+    pub im2col_t: u64,
+    /// Elements the data gradient's col2im scatter-adds.
+    pub col2im: u64,
+    /// Bytes the rest of the kernel streams through memory (read + written).
+    pub streamed: u64,
+    /// Parallel loops it starts (each a dispatch to the thread pool and a join).
+    pub loops: u64,
+}
+
+impl CpuWork {
+    /// A kernel that streams `bytes` in one parallel loop.
+    pub fn stream(bytes: u64) -> Self {
+        CpuWork {
+            streamed: bytes,
+            loops: 1,
+            ..Default::default()
+        }
+    }
+}
+
+/// Bytes a loop moves reading and writing `cols` of every row of a `rows x stride` row-major
+/// f32 matrix: whole 64-byte lines once a row's run is shorter than one.
+pub fn strided_bytes(rows: usize, cols: usize, stride: usize) -> u64 {
+    let run = if cols < stride { cols.max(16) } else { cols };
+    (rows * run.min(stride.max(cols))) as u64 * 4
+}
+
+/// The machine's rates the model needs, measured by the runtime's micro-benchmark
+/// (`dmc_runtime::cpu::calibrate`) on this machine with this many threads.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CpuRates {
+    /// Threads of the pool the kernels run on.
+    pub threads: usize,
+    /// matrixmultiply's f32 micro-tile on this CPU (8 with AVX/FMA, 16 with AVX-512): a call
+    /// computes whole `tile x tile` blocks, so a 1-column GEMM pays for `tile` columns.
+    pub micro_tile: usize,
+    /// One thread's sgemm rate on whole micro-tiles, FLOP/s.
+    pub gemm_flops: f64,
+    /// Bytes per second one thread's sgemm packs (its operands, read and written, and C).
+    pub pack_bytes: f64,
+    /// Seconds one sgemm call costs beyond its arithmetic and packing.
+    pub gemm_call_s: f64,
+    /// Elements per second, all threads, of the weight gradient's im2col, the forward's
+    /// (transposing) im2col and the data gradient's col2im.
+    pub im2col_elems: f64,
+    pub im2col_t_elems: f64,
+    pub col2im_elems: f64,
+    /// Bytes per second streamed through memory, all threads.
+    pub stream_bytes: f64,
+    /// Seconds per parallel loop (dispatch and join).
+    pub loop_s: f64,
+    /// Seconds per kernel launch beyond its work (the executor's own).
+    pub launch_s: f64,
+    /// What measured them, e.g. `micro-benchmark, 2 threads, 0.4 s`.
+    pub source: String,
+}
+
+impl CpuRates {
+    /// Rates of a typical 2-thread x86 machine (AVX2/FMA), for plans compiled without a
+    /// measurement: the defaults tests and snapshots use. `dmc` measures the machine it runs on.
+    pub fn nominal() -> Self {
+        CpuRates {
+            threads: 2,
+            micro_tile: 8,
+            gemm_flops: 60e9,
+            pack_bytes: 20e9,
+            gemm_call_s: 2e-6,
+            im2col_elems: 4e9,
+            im2col_t_elems: 2e9,
+            col2im_elems: 2e9,
+            stream_bytes: 10e9,
+            loop_s: 5e-6,
+            launch_s: 1e-6,
+            source: "nominal rates (2 threads, 60 GFLOP/s per thread)".into(),
+        }
+    }
+
+    /// The terms of one single-threaded GEMM call: FLOPs on whole micro-tiles, bytes packed
+    /// (A and B, and C written, read too when accumulating), and 1 (the call).
+    pub fn gemm_terms(&self, m: usize, n: usize, k: usize, accumulate: bool) -> [f64; 3] {
+        let t = self.micro_tile.max(1);
+        let rup = |x: usize| x.div_ceil(t) * t;
+        [
+            2.0 * rup(m) as f64 * rup(n) as f64 * k as f64,
+            4.0 * (m * k + k * n + m * n * (1 + accumulate as usize)) as f64,
+            1.0,
+        ]
+    }
+
+    /// Seconds of one GEMM call of `m x n` over `k` on `threads` threads (as [`gemm_split`]).
+    pub fn gemm_s(&self, m: usize, n: usize, k: usize, accumulate: bool, threads: usize) -> f64 {
+        if m == 0 || n == 0 {
+            return 0.0;
+        }
+        let sp = gemm_split(m, n, k, threads);
+        let (mm, nn) = if sp.rows {
+            (sp.per.min(m), n)
+        } else {
+            (m, sp.per.min(n))
+        };
+        let [flops, bytes, _] = self.gemm_terms(mm, nn, k, accumulate);
+        let block = flops / self.gemm_flops + bytes / self.pack_bytes + self.gemm_call_s;
+        let waves = sp.parts.div_ceil(threads.max(1)) as f64;
+        waves * block + if sp.parts > 1 { self.loop_s } else { 0.0 }
+    }
+
+    /// Seconds of `g`'s calls.
+    pub fn gemm_calls_s(&self, g: &GemmCalls) -> f64 {
+        let t = self.threads.max(1) as u64;
+        let outer = g.outer.max(1);
+        if outer == 1 {
+            return g.calls as f64 * self.gemm_s(g.m, g.n, g.k, g.accumulate, t as usize);
+        }
+        // each item's calls on its own thread(s): waves of items over the threads
+        let inner = (t / outer).max(1);
+        let waves = (outer * inner).div_ceil(t) as f64;
+        let per_item = g.calls as f64 / outer as f64;
+        waves * per_item * self.gemm_s(g.m, g.n, g.k, g.accumulate, inner as usize)
+    }
+
+    /// Seconds of one launch doing `w`.
+    pub fn work_s(&self, w: &CpuWork) -> f64 {
+        w.gemms.iter().map(|g| self.gemm_calls_s(g)).sum::<f64>()
+            + w.im2col as f64 / self.im2col_elems
+            + w.im2col_t as f64 / self.im2col_t_elems
+            + w.col2im as f64 / self.col2im_elems
+            + w.streamed as f64 / self.stream_bytes
+            + w.loops as f64 * self.loop_s
+            + self.launch_s
+    }
+}
+
+/// The predicted CPU time of a plan's step.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CpuTime {
+    /// Seconds of one launch of each plan kernel (`Plan::kernels` order).
+    pub kernel_s: Vec<f64>,
+    /// Seconds of the whole step (every plan step once).
+    pub step_s: f64,
+}
+
+/// The predicted time of every kernel of `plan` and of its step, at `rates`.
+pub fn plan_time(plan: &Plan, rates: &CpuRates) -> CpuTime {
+    let kernel_s: Vec<f64> = plan
+        .kernels
+        .iter()
+        .map(|k| rates.work_s(&k.cpu_work()))
+        .collect();
+    let step_s = plan
+        .steps
+        .iter()
+        .map(|s| kernel_s.get(s.kernel).copied().unwrap_or(0.0))
+        .sum();
+    CpuTime { kernel_s, step_s }
+}

@@ -1,0 +1,365 @@
+//! The CPU time model's rates ([`CpuRates`]) measured on this machine by a short micro-benchmark
+//! of the backend's own kernels ([`measure`], about half a second), and cached per machine and
+//! thread count ([`cached`]).
+//!
+//! * GEMM: single-threaded calls of eight shapes (square, the blocks of a convolution's forward and
+//!   weight gradient, narrow ones as a small fused-update chunk makes, tiny ones), each timed as the
+//!   best of a few repetitions; the per-call time is fitted to `a * FLOPs + b * bytes + c`
+//!   (relative least squares, every coefficient non-negative): `1/a` the FLOP rate on whole
+//!   micro-tiles, `1/b` the packing rate, `c` the call overhead.
+//! * Streaming: a ReLU's backward over 32 MiB arrays, all threads.
+//! * Gathers: a 3x3 convolution of 8 images of 64x64x64, its forward, weight and data gradients
+//!   timed, all threads; what the model's GEMM, streaming and loop terms leave of each time is its
+//!   im2col's (or col2im's).
+//! * Parallel loops: an empty loop over the threads, dispatched and joined.
+
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use dmc_plan::cpu::{CpuRates, CpuWork};
+use dmc_plan::op::{ConvGeom, ConvOp, Epilogue, OpFacts};
+use dmc_plan::unary::UnaryKind;
+use rayon::prelude::*;
+use sha2::{Digest, Sha256};
+
+use super::conv::{conv2d_bwd_data, conv2d_bwd_weight, conv2d_fwd, ConvDims};
+use super::elementwise::unary_bwd;
+use super::gemm::{sgemm, View};
+use crate::io::files::{replace_file, Durability};
+
+/// The shapes `(m, n, k)` the GEMM fit is measured on.
+const GEMM_SHAPES: [(usize, usize, usize); 8] = [
+    (256, 256, 256),
+    (128, 64, 576),
+    (576, 64, 256),
+    (576, 1, 256),
+    (576, 8, 256),
+    (1024, 16, 64),
+    (64, 64, 64),
+    (8, 8, 8),
+];
+
+/// Bumped when what is measured or how changes: older cache entries are then ignored.
+const CACHE_VERSION: &str = "cpu-rates-1";
+
+/// Seconds of the best of `reps` runs of `f`, each repeated until it took `min_s`.
+fn best_of(reps: usize, min_s: f64, mut f: impl FnMut()) -> f64 {
+    let mut best = f64::INFINITY;
+    for _ in 0..reps {
+        let t0 = Instant::now();
+        let mut n = 0u32;
+        loop {
+            f();
+            n += 1;
+            let e = t0.elapsed().as_secs_f64();
+            if e >= min_s || n >= 1 << 16 {
+                best = best.min(e / f64::from(n));
+                break;
+            }
+        }
+    }
+    best
+}
+
+/// Solves the 3x3 system `a x = b` (Gaussian elimination with partial pivoting); `None` when
+/// singular.
+fn solve3(mut a: [[f64; 3]; 3], mut b: [f64; 3]) -> Option<[f64; 3]> {
+    for c in 0..3 {
+        let p = (c..3).max_by(|&i, &j| a[i][c].abs().total_cmp(&a[j][c].abs()))?;
+        if a[p][c].abs() < 1e-300 {
+            return None;
+        }
+        a.swap(c, p);
+        b.swap(c, p);
+        for r in c + 1..3 {
+            let (f, pivot) = (a[r][c] / a[c][c], a[c]);
+            for (x, p) in a[r][c..].iter_mut().zip(&pivot[c..]) {
+                *x -= f * p;
+            }
+            b[r] -= f * b[c];
+        }
+    }
+    let mut x = [0.0; 3];
+    for r in (0..3).rev() {
+        let s: f64 = (r + 1..3).map(|k| a[r][k] * x[k]).sum();
+        x[r] = (b[r] - s) / a[r][r];
+    }
+    Some(x)
+}
+
+/// Non-negative `x` minimising `sum(((rows_i . x) - t_i) / t_i)^2`: the least-squares solution
+/// on every subset of the three coefficients (the others 0), the best that is non-negative.
+pub fn fit_nonneg(rows: &[[f64; 3]], t: &[f64]) -> [f64; 3] {
+    let mut best = ([0.0; 3], f64::INFINITY);
+    for mask in 1u8..8 {
+        let on: Vec<usize> = (0..3).filter(|i| mask & (1 << i) != 0).collect();
+        let mut a = [[0.0; 3]; 3];
+        let mut b = [0.0; 3];
+        for (r, &ti) in rows.iter().zip(t) {
+            let w = 1.0 / (ti * ti);
+            for &i in &on {
+                for &j in &on {
+                    a[i][j] += w * r[i] * r[j];
+                }
+                b[i] += w * r[i] * ti;
+            }
+        }
+        for i in 0..3 {
+            if !on.contains(&i) {
+                a[i][i] = 1.0;
+                b[i] = 0.0;
+            }
+        }
+        let Some(x) = solve3(a, b) else { continue };
+        if x.iter().any(|v| *v < 0.0 || !v.is_finite()) {
+            continue;
+        }
+        let err: f64 = rows
+            .iter()
+            .zip(t)
+            .map(|(r, &ti)| ((r[0] * x[0] + r[1] * x[1] + r[2] * x[2]) / ti - 1.0).powi(2))
+            .sum();
+        if err < best.1 {
+            best = (x, err);
+        }
+    }
+    best.0
+}
+
+/// Seconds of one single-threaded call of each of [`GEMM_SHAPES`] (as each block of a split GEMM
+/// runs), the best of a few repetitions.
+pub fn gemm_samples() -> Vec<((usize, usize, usize), f64)> {
+    let serial = rayon::ThreadPoolBuilder::new().num_threads(1).build();
+    GEMM_SHAPES
+        .iter()
+        .map(|&(m, n, k)| {
+            let a: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 * 0.25).collect();
+            let b: Vec<f32> = (0..k * n).map(|i| (i % 5) as f32 * 0.5).collect();
+            let mut c = vec![0f32; m * n];
+            let mut run = || {
+                sgemm(
+                    1.0,
+                    View::rm(&a, m, k),
+                    View::rm(&b, k, n),
+                    0.0,
+                    &mut c,
+                    n,
+                    1,
+                );
+                black_box(&mut c);
+            };
+            let t = match &serial {
+                Ok(pool) => pool.install(|| best_of(3, 0.008, &mut run)),
+                Err(_) => best_of(3, 0.008, &mut run),
+            };
+            ((m, n, k), t)
+        })
+        .collect()
+}
+
+/// matrixmultiply's f32 micro-tile on this CPU: 16 with AVX-512, else 8.
+fn micro_tile() -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        return 16;
+    }
+    8
+}
+
+/// Measures the rates on this machine, in the global thread pool (the one the CPU backend's
+/// kernels run on).
+pub fn measure() -> CpuRates {
+    let t0 = Instant::now();
+    let threads = rayon::current_num_threads().max(1);
+    let mut r = CpuRates {
+        threads,
+        micro_tile: micro_tile(),
+        launch_s: 1e-6,
+        ..CpuRates::nominal()
+    };
+    let samples = gemm_samples();
+    let rows: Vec<[f64; 3]> = samples
+        .iter()
+        .map(|&((m, n, k), _)| r.gemm_terms(m, n, k, false))
+        .collect();
+    let times: Vec<f64> = samples.iter().map(|s| s.1).collect();
+    let [a, b, c] = fit_nonneg(&rows, &times);
+    let inv = |v: f64, d: f64| if v > 0.0 { 1.0 / v } else { d };
+    r.gemm_flops = inv(a, r.gemm_flops);
+    r.pack_bytes = inv(b, r.pack_bytes);
+    r.gemm_call_s = c;
+
+    // parallel loops: dispatch and join of one empty task per thread
+    r.loop_s = rayon::scope(|_| {
+        best_of(3, 0.005, || {
+            (0..threads).into_par_iter().for_each(|i| {
+                black_box(i);
+            })
+        })
+    });
+
+    // streaming: a ReLU's backward over 8 Mi elements (saved and dy read, dx written)
+    let len = 8 << 20;
+    let saved: Vec<f32> = (0..len).map(|i| (i % 3) as f32 - 1.0).collect();
+    let dy = vec![1f32; len];
+    let mut dx = vec![0f32; len];
+    let stream_s = rayon::scope(|_| {
+        best_of(3, 0.02, || {
+            unary_bwd(UnaryKind::Relu, &saved, &dy, &mut dx);
+            black_box(&mut dx);
+        })
+    });
+    r.stream_bytes = 12.0 * len as f64 / stream_s;
+    drop((saved, dy, dx));
+
+    // gathers: a 3x3 convolution of 8 images of 64x64x64 (rows of 256 pixels: 128 chunks), each
+    // of its three kernels timed; what the model's other terms leave of its time is the gather's
+    let geom = ConvGeom::square(3, 1, 1);
+    let d = ConvDims {
+        n: 8,
+        h: 64,
+        w: 64,
+        ci: 64,
+        ho: 64,
+        wo: 64,
+        co: 64,
+    };
+    let x: Vec<f32> = (0..d.n * d.h * d.w * d.ci)
+        .map(|i| (i % 11) as f32 * 0.1)
+        .collect();
+    let wt: Vec<f32> = (0..d.k(&geom) * d.co)
+        .map(|i| (i % 5) as f32 * 0.01)
+        .collect();
+    let mut y = vec![0f32; d.rows() * d.co];
+    let mut dxs = vec![0f32; x.len()];
+    let mut dw = vec![0f32; wt.len()];
+    let mut cols = vec![0f32; d.workspace_elems(&geom)];
+    let xs = vec![d.n, d.h, d.w, d.ci];
+    let ys = vec![d.n, d.ho, d.wo, d.co];
+    let ws = vec![3, 3, d.ci, d.co];
+    let work = |op: ConvOp, ins: &[&Vec<usize>], outs: &[&Vec<usize>]| -> CpuWork {
+        let ins: Vec<Vec<usize>> = ins.iter().map(|s| (*s).clone()).collect();
+        let outs: Vec<Vec<usize>> = outs.iter().map(|s| (*s).clone()).collect();
+        op.cpu_work(&ins, &outs)
+    };
+    let rest = |w: &CpuWork, r: &CpuRates| {
+        let mut w = w.clone();
+        (w.im2col, w.im2col_t, w.col2im) = (0, 0, 0);
+        r.work_s(&w)
+    };
+    let rate = |elems: u64, t: f64, other: f64| elems as f64 / (t - other).max(t * 0.1);
+    let fwd = work(
+        ConvOp::Conv2d {
+            geom,
+            bias: false,
+            epi: Epilogue::NONE,
+        },
+        &[&xs, &ws],
+        &[&ys],
+    );
+    let t = rayon::scope(|_| {
+        best_of(2, 0.02, || {
+            conv2d_fwd(&geom, &d, &x, &wt, None, &mut y, &mut cols);
+            black_box(&mut y);
+        })
+    });
+    r.im2col_t_elems = rate(fwd.im2col_t, t, rest(&fwd, &r));
+    let bwd_w = work(ConvOp::Conv2dBwdWeight { geom }, &[&xs, &ys], &[&ws]);
+    let t = rayon::scope(|_| {
+        best_of(2, 0.02, || {
+            conv2d_bwd_weight(&geom, &d, &x, &y, &mut dw, &mut cols);
+            black_box(&mut dw);
+        })
+    });
+    r.im2col_elems = rate(bwd_w.im2col, t, rest(&bwd_w, &r));
+    let bwd_d = work(
+        ConvOp::Conv2dBwdData {
+            geom,
+            epi: Epilogue::NONE,
+            in_place: false,
+        },
+        &[&ys, &ws],
+        &[&xs],
+    );
+    let t = rayon::scope(|_| {
+        best_of(2, 0.02, || {
+            conv2d_bwd_data(&geom, &d, &y, &wt, &mut dxs);
+            black_box(&mut dxs);
+        })
+    });
+    r.col2im_elems = rate(bwd_d.col2im, t, rest(&bwd_d, &r));
+    r.source = format!(
+        "measured on this machine ({threads} thread{}, micro-benchmark {:.2} s)",
+        if threads == 1 { "" } else { "s" },
+        t0.elapsed().as_secs_f64()
+    );
+    r
+}
+
+/// What the rates depend on: the CPU, the thread count, this build.
+fn cache_key(threads: usize) -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(str::to_string)
+        })
+        .unwrap_or_default();
+    let mut h = Sha256::new();
+    h.update(CACHE_VERSION.as_bytes());
+    h.update(b"\0");
+    h.update(cpu.as_bytes());
+    h.update(b"\0");
+    h.update(threads.to_le_bytes());
+    h.update(env!("CARGO_PKG_VERSION").as_bytes());
+    let d = h.finalize();
+    d.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The cache file of this machine's rates in `dir`.
+pub fn cache_path(dir: &Path) -> PathBuf {
+    let threads = rayon::current_num_threads().max(1);
+    dir.join(format!("{CACHE_VERSION}-{}.json", cache_key(threads)))
+}
+
+/// This machine's rates: read from `dir`'s cache entry, else measured ([`measure`]) and written
+/// there (atomically; a cache that cannot be written only costs the next run the measurement).
+pub fn cached(dir: Option<&Path>) -> CpuRates {
+    let path = dir.map(cache_path);
+    if let Some(p) = &path {
+        if let Some(r) = std::fs::read(p)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<CpuRates>(&b).ok())
+        {
+            return r;
+        }
+    }
+    let r = measure();
+    if let Some(p) = &path {
+        let _ = std::fs::create_dir_all(p.parent().unwrap_or(Path::new(".")));
+        let _ = replace_file(p, Durability::Cache, |w| {
+            serde_json::to_writer_pretty(&mut *w, &r).map_err(std::io::Error::other)
+        });
+    }
+    r
+}
+
+/// The rates the CLI plans with: `$DMC_CPU_RATES` = `nominal` ([`CpuRates::nominal`], e.g. for
+/// reproducible output) or a JSON file of rates; else this machine's, cached in the dmc cache
+/// directory (`$DMC_CACHE_DIR`, else `~/.cache/dmc`).
+pub fn for_this_machine() -> Result<CpuRates, String> {
+    match std::env::var("DMC_CPU_RATES") {
+        Ok(v) if v == "nominal" => Ok(CpuRates::nominal()),
+        Ok(v) if !v.is_empty() => {
+            let b = std::fs::read(&v).map_err(|e| {
+                format!("DMC_CPU_RATES={v}: cannot read the rates file: {e} (set it to `nominal` or a JSON file of CPU rates, or unset it to measure this machine)")
+            })?;
+            serde_json::from_slice(&b).map_err(|e| {
+                format!("DMC_CPU_RATES={v}: not a JSON file of CPU rates: {e} (unset it to measure this machine)")
+            })
+        }
+        _ => Ok(cached(crate::cuda::nvrtc::cache_dir().as_deref())),
+    }
+}

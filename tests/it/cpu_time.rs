@@ -1,0 +1,227 @@
+//! The CPU time model (`dmc_plan::cpu`), its calibration (`dmc_runtime::cpu::calibrate`) and the
+//! cap fitter that ranks plans by it: the model's structure (chunks, splits, sums), the
+//! calibration's fit and cache, and the fitter never choosing a plan predicted slower than the
+//! plan it had without recomputation.
+
+use dmc_compiler::plan::{Mode, Plan};
+use dmc_compiler::{compile, CompileError, CompileOptions, RematMode};
+use dmc_plan::cpu::{gemm_split, plan_time, CpuRates, CpuWork, GemmCalls};
+use dmc_plan::op::{ConvGeom, ConvOp, OpFacts};
+use dmc_plan::update::UpdateRule;
+use dmc_runtime::cpu::calibrate;
+
+fn model(src: &str) -> dmc_grammar::model::Model {
+    dmc_grammar::compile_source(src, "t.dm")
+        .unwrap_or_else(|d| panic!("{}", dmc_grammar::render_plain(&d)))
+}
+
+/// A fused conv weight-gradient + SGD-momentum update of a 3x3, 64 -> 64 conv on 32 images of
+/// 64x64, in chunks of `chunk` output channels.
+fn update_work(chunk: usize) -> CpuWork {
+    let op = ConvOp::Conv2dBwdWeightUpdate {
+        geom: ConvGeom::square(3, 1, 1),
+        rule: UpdateRule::Sgd {
+            lr: 0.01,
+            momentum: 0.9,
+            weight_decay: 0.0,
+            nesterov: false,
+            clip_value: None,
+            clip_norm: None,
+        },
+        chunk,
+        bias: false,
+        keep_old: false,
+    };
+    let (x, dy, w) = (
+        vec![32, 64, 64, 64],
+        vec![32, 64, 64, 64],
+        vec![3, 3, 64, 64],
+    );
+    op.cpu_work(&[x, dy, w.clone(), w.clone()], &[w.clone(), w])
+}
+
+#[test]
+fn smaller_update_chunks_are_predicted_slower_and_redo_im2col_per_chunk() {
+    let r = CpuRates::nominal();
+    let times: Vec<f64> = [64, 32, 16, 8, 4, 2, 1]
+        .iter()
+        .map(|&c| r.work_s(&update_work(c)))
+        .collect();
+    for w in times.windows(2) {
+        assert!(w[1] > w[0], "a smaller chunk is slower: {times:?}");
+    }
+    // one column per chunk: 64 im2cols of the whole input instead of one
+    assert_eq!(update_work(1).im2col, 64 * update_work(64).im2col);
+    assert!(
+        times[6] > 8.0 * times[0],
+        "chunk 1 pays for a whole micro-tile per column and redoes im2col: {times:?}"
+    );
+    // the GEMM calls: per chunk of 256 rows, one [K x c] += cols^T dy
+    let w = update_work(16);
+    let calls: u64 = w.gemms.iter().map(|g| g.calls).sum();
+    assert_eq!(calls, 4 * (32 * 64 * 64 / 256));
+    assert!(w
+        .gemms
+        .iter()
+        .all(|g| g.m == 576 && g.n == 16 && g.k == 256));
+}
+
+#[test]
+fn a_gemm_is_split_as_the_backend_splits_it_and_costs_whole_micro_tiles() {
+    // small: one block on the calling thread; large: rows over the threads
+    assert_eq!(gemm_split(8, 8, 8, 2).parts, 1);
+    let s = gemm_split(256, 64, 576, 2);
+    assert!(s.rows && s.parts == 2 && s.per == 128, "{s:?}");
+    // wide: blocks of columns
+    let s = gemm_split(256, 4096, 256, 2);
+    assert!(!s.rows && s.parts >= 2, "{s:?}");
+    let r = CpuRates::nominal();
+    // a 1-column GEMM costs as much arithmetic as a micro-tile-wide one
+    let [f1, _, _] = r.gemm_terms(576, 1, 256, false);
+    let [f8, _, _] = r.gemm_terms(576, r.micro_tile, 256, false);
+    assert_eq!(f1, f8);
+    // outer-parallel calls over more items than threads take waves of single-threaded calls
+    let g = GemmCalls {
+        m: 64,
+        n: 576,
+        k: 64,
+        calls: 32,
+        outer: 32,
+        accumulate: false,
+    };
+    let one = r.gemm_s(64, 576, 64, false, 1);
+    assert!((r.gemm_calls_s(&g) - 16.0 * one).abs() < 1e-12 * one.max(1.0));
+}
+
+#[test]
+fn a_plans_predicted_step_is_the_sum_of_its_steps() {
+    let m = model(
+        "input x: [8, 8, 3]\ntarget y: int\n\
+         out = x |> conv2d(8, 3, activation: relu) |> flatten |> dense(10)\n\
+         loss cross_entropy(out, y)\ntrain { batch: 4, optimizer: adam(lr: 0.001) }\n",
+    );
+    let p = compile(&m, &CompileOptions::default()).expect("compile");
+    let r = CpuRates::nominal();
+    let t = plan_time(&p, &r);
+    assert_eq!(t.kernel_s.len(), p.kernels.len());
+    let sum: f64 = p.steps.iter().map(|s| t.kernel_s[s.kernel]).sum();
+    assert!((sum - t.step_s).abs() <= 1e-12 * sum);
+    assert!(t.kernel_s.iter().all(|s| *s > 0.0 && s.is_finite()));
+    // faster rates, faster step
+    let fast = CpuRates {
+        gemm_flops: r.gemm_flops * 2.0,
+        stream_bytes: r.stream_bytes * 2.0,
+        ..r.clone()
+    };
+    assert!(plan_time(&p, &fast).step_s < t.step_s);
+}
+
+#[test]
+fn the_fit_recovers_known_coefficients_and_never_goes_negative() {
+    let rows: Vec<[f64; 3]> = [(256, 256, 256), (576, 1, 256), (64, 64, 64), (8, 8, 8)]
+        .iter()
+        .map(|&(m, n, k)| CpuRates::nominal().gemm_terms(m, n, k, false))
+        .collect();
+    let truth = [1.0 / 150e9, 1.0 / 25e9, 3e-7];
+    let t: Vec<f64> = rows
+        .iter()
+        .map(|r| r[0] * truth[0] + r[1] * truth[1] + r[2] * truth[2])
+        .collect();
+    let x = calibrate::fit_nonneg(&rows, &t);
+    for (a, b) in x.iter().zip(truth) {
+        assert!((a / b - 1.0).abs() < 1e-6, "{x:?} vs {truth:?}");
+    }
+    // data no non-negative line explains: still non-negative
+    let x = calibrate::fit_nonneg(&rows, &[1.0, 1e-9, 1.0, 1e-9]);
+    assert!(x.iter().all(|v| *v >= 0.0), "{x:?}");
+}
+
+#[test]
+fn calibration_measures_positive_rates_and_caches_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let r = calibrate::cached(Some(dir.path()));
+    for (name, v) in [
+        ("gemm_flops", r.gemm_flops),
+        ("pack_bytes", r.pack_bytes),
+        ("im2col", r.im2col_elems),
+        ("im2col_t", r.im2col_t_elems),
+        ("col2im", r.col2im_elems),
+        ("stream", r.stream_bytes),
+    ] {
+        assert!(v.is_finite() && v > 0.0, "{name} = {v}");
+    }
+    assert!(r.gemm_call_s >= 0.0 && r.loop_s >= 0.0);
+    assert!(r.threads >= 1);
+    let path = calibrate::cache_path(dir.path());
+    assert!(path.is_file(), "cached at {}", path.display());
+    // read back, not measured again: an entry marked by hand comes back as it is
+    let marked = CpuRates {
+        source: "marked".into(),
+        ..r.clone()
+    };
+    std::fs::write(&path, serde_json::to_vec(&marked).expect("json")).expect("write");
+    assert_eq!(calibrate::cached(Some(dir.path())).source, "marked");
+    // a damaged entry is measured again and replaced
+    std::fs::write(&path, b"{ not json").expect("write");
+    let again = calibrate::cached(Some(dir.path()));
+    assert!(again.gemm_flops > 0.0);
+    let back: CpuRates =
+        serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("valid json");
+    assert_eq!(back.source, again.source);
+    assert_ne!(back.source, "marked");
+}
+
+/// A chain of convolutions whose weights (and their gradient chunks) weigh as much as their
+/// activations: caps between the smallest plan and the plan without recomputation, some where
+/// chunks alone fit but only at a few columns each.
+const CHAIN: &str = "input x: [8, 8, 64]\ntarget y: int\n\
+    out = x |> repeat 4 { conv2d(128, 3) |> relu } |> global_avgpool |> dense(10)\n\
+    loss cross_entropy(out, y)\n\
+    train { batch: 8, optimizer: sgd(lr: 0.01, momentum: 0.9) }\n";
+
+fn at(
+    m: &dmc_grammar::model::Model,
+    cap: Option<u64>,
+    remat: RematMode,
+) -> Result<Plan, CompileError> {
+    compile(
+        m,
+        &CompileOptions {
+            mode: Mode::Train,
+            cap,
+            remat,
+            ..CompileOptions::default()
+        },
+    )
+}
+
+#[test]
+fn the_fitter_never_picks_a_plan_predicted_slower_than_chunking_alone() {
+    let m = model(CHAIN);
+    let r = CpuRates::nominal();
+    let full = at(&m, None, RematMode::Off).expect("uncapped");
+    let min = match at(&m, Some(1), RematMode::Auto) {
+        Err(CompileError::CapExceeded { needed, .. }) => needed,
+        other => panic!("{:?}", other.map(|p| p.arena_bytes)),
+    };
+    let mut chose_remat = false;
+    for i in 0..=12u64 {
+        let cap = min + (full.arena_bytes - min) * i / 12;
+        let auto = at(&m, Some(cap), RematMode::Auto).expect("fits at or above the floor");
+        assert!(auto.arena_bytes <= cap);
+        let t = plan_time(&auto, &r).step_s;
+        if let Ok(off) = at(&m, Some(cap), RematMode::Off) {
+            let t_off = plan_time(&off, &r).step_s;
+            assert!(
+                t <= t_off * (1.0 + 1e-9),
+                "cap {cap}: chose {t} s over chunking's {t_off} s"
+            );
+            chose_remat |= dmc_compiler::recompute_flops(&auto) > 0;
+        }
+    }
+    // the caps include one where chunking alone fits but recomputing is faster
+    assert!(
+        chose_remat,
+        "no cap where recomputation beat chunks that fit: the test does not test the choice"
+    );
+}
