@@ -17,6 +17,8 @@ pub struct SweepPoint {
     /// dmc's plan at this cap: its arena and recompute FLOPs in % of the step.
     pub arena: u64,
     pub recompute_pct: f64,
+    /// dmc's plan's step time predicted by the CPU time model (`opts.rates`), in seconds.
+    pub predicted_s: f64,
     /// sqrt(n) checkpointing at this cap (`None`: does not fit).
     pub sqrt_pct: Option<f64>,
     /// Checkpoint-all (no recomputation): 0 when it fits.
@@ -35,6 +37,9 @@ pub struct Sweep {
     pub sqrt_pct: f64,
     /// The step's FLOPs without recomputation.
     pub step_flops: u64,
+    /// The predicted step time without a cap (seconds), and what the rates are.
+    pub no_remat_s: f64,
+    pub rates: String,
     pub points: Vec<SweepPoint>,
 }
 
@@ -56,6 +61,7 @@ pub fn sweep(model: &Model, opts: &CompileOptions, points: usize) -> Result<Swee
         ..opts.clone()
     };
     let full = compile(model, &off)?;
+    let time = |p: &Plan| dmc_plan::cpu::plan_time(p, &opts.rates).step_s;
     let (_, step_flops) = pct_of(&full);
     let min_arena = match compile(
         model,
@@ -92,6 +98,7 @@ pub fn sweep(model: &Model, opts: &CompileOptions, points: usize) -> Result<Swee
             cap,
             arena: p.arena_bytes,
             recompute_pct: pct_of(&p).0,
+            predicted_s: time(&p),
             sqrt_pct: (sq.arena_bytes <= cap).then_some(sqrt_pct),
             keep_all_pct: (full.arena_bytes <= cap).then_some(0.0),
         });
@@ -102,6 +109,8 @@ pub fn sweep(model: &Model, opts: &CompileOptions, points: usize) -> Result<Swee
         sqrt_arena: sq.arena_bytes,
         sqrt_pct,
         step_flops,
+        no_remat_s: time(&full),
+        rates: opts.rates.source.clone(),
         points: out,
     })
 }

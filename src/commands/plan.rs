@@ -91,7 +91,11 @@ pub fn run(args: Args) -> Result<(), CliError> {
         return Ok(());
     }
     if args.sweep {
-        let sw = dmc_compiler::sweep(&model, &args.plan.options(Mode::Train, false)?, args.points)?;
+        let sw_opts = dmc_compiler::CompileOptions {
+            rates: super::plan_args::cpu_rates()?,
+            ..args.plan.options(Mode::Train, false)?
+        };
+        let sw = dmc_compiler::sweep(&model, &sw_opts, args.points)?;
         if args.json {
             println!(
                 "{}",
@@ -156,6 +160,13 @@ pub fn run(args: Args) -> Result<(), CliError> {
             let src =
                 ResourceSource::Estimated("per kind; `dmc compile --perf` uses NVRTC's".into());
             println!("{}", step_line(&p, &src));
+            let rates = super::plan_args::cpu_rates()?;
+            let t = dmc_plan::cpu::plan_time(&plan, &rates);
+            println!(
+                "CPU step: {} predicted by the CPU time model at {}",
+                cpu_ms(t.step_s),
+                rates.source
+            );
         }
     }
     if let Some(path) = &args.timeline {
@@ -172,4 +183,16 @@ pub fn run(args: Args) -> Result<(), CliError> {
     std::mem::forget(plan);
     std::mem::forget(model);
     Ok(())
+}
+
+/// Seconds as milliseconds with 3 significant digits, e.g. `2.92 ms`, `2920 ms`.
+fn cpu_ms(s: f64) -> String {
+    let ms = s * 1e3;
+    if ms >= 100.0 {
+        format!("{ms:.0} ms")
+    } else if ms >= 10.0 {
+        format!("{ms:.1} ms")
+    } else {
+        format!("{ms:.2} ms")
+    }
 }

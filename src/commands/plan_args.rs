@@ -74,11 +74,18 @@ impl PlanArgs {
                 mode_name(mode)
             )));
         }
+        // Under a cap the fitter ranks its plans by the CPU time model at this machine's rates
+        // (measured once and cached); without one nothing is ranked.
+        let rates = match self.step.vram_cap {
+            Some(_) => cpu_rates()?,
+            None => dmc_plan::cpu::CpuRates::nominal(),
+        };
         Ok(CompileOptions {
             mode,
             batch: self.step.batch,
             lr: self.train.lr,
             cap: self.step.vram_cap,
+            rates,
             fuse: !self.train.no_fuse,
             remat: self.train.remat.into(),
             clip_method: self.train.clip_norm_method.into(),
@@ -183,4 +190,10 @@ impl From<RematArg> for dmc_compiler::RematMode {
 fn parse_lr(s: &str) -> Result<LearningRate, String> {
     s.parse::<LearningRate>()
         .map_err(|e| format!("{e}; pass a positive number such as 0.01 (written `--lr=1e-3`)"))
+}
+
+/// This machine's CPU rates for the time model (`$DMC_CPU_RATES`: `nominal` or a JSON file of
+/// rates; else measured once by a micro-benchmark and cached in the dmc cache directory).
+pub fn cpu_rates() -> Result<dmc_plan::cpu::CpuRates, CliError> {
+    dmc_runtime::cpu::calibrate::for_this_machine().map_err(CliError::Usage)
 }

@@ -87,11 +87,19 @@ fn plan_of_seed_is_pinned_and_within_one_percent_of_the_parameters() {
     assert!(short.lines().count() <= 10, "{short}");
     assert!(short.contains("no cap given"), "{short}");
     assert!(short.contains("--verbose"), "{short}");
-    // (the performance model's line ends both reports)
+    // (the performance models' lines, GPU and CPU, end both reports)
     let verdict: Vec<&str> = short
         .lines()
-        .filter(|l| !l.contains("--verbose") && !l.starts_with("predicted step on"))
+        .filter(|l| {
+            !l.contains("--verbose")
+                && !l.starts_with("predicted step on")
+                && !l.starts_with("CPU step:")
+        })
         .collect();
+    assert!(
+        short.contains("CPU step: ") && short.contains("predicted by the CPU time model"),
+        "{short}"
+    );
     assert!(
         out.starts_with(&(verdict.join("\n") + "\n")),
         "{short}\n---\n{out}"

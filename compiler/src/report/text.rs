@@ -600,7 +600,8 @@ pub fn write_json(w: &mut impl std::io::Write, r: &mut MemoryReport) -> std::io:
     written
 }
 
-/// The sweep as text: one row per cap, dmc's recompute against sqrt(n) and checkpoint-all.
+/// The sweep as text: one row per cap, dmc's recompute and predicted step time against sqrt(n)
+/// and checkpoint-all.
 pub fn render_sweep_text(sw: &Sweep) -> String {
     let mut s = String::new();
     let _ = writeln!(
@@ -618,13 +619,21 @@ pub fn render_sweep_text(sw: &Sweep) -> String {
         "recompute = added FLOPs in % of the step's {} FLOPs (same cost model for all three)",
         thousands(sw.step_flops)
     );
-    let mut t = Table::new(">>>>>>>");
+    let _ = writeln!(
+        s,
+        "step = dmc's step time predicted by the CPU time model at {}, and its ratio to the step without a cap ({:.2} ms)",
+        sw.rates,
+        sw.no_remat_s * 1e3
+    );
+    let mut t = Table::new(">>>>>>>>>");
     t.row([
         "cap",
         "",
         "% of no-remat",
         "dmc arena",
         "dmc",
+        "step",
+        "x uncapped",
         "sqrt(n)",
         "checkpoint-all",
     ]);
@@ -639,6 +648,8 @@ pub fn render_sweep_text(sw: &Sweep) -> String {
             ),
             human(p.arena),
             format!("{:.1}%", p.recompute_pct),
+            format!("{:.2} ms", p.predicted_s * 1e3),
+            format!("{:.2}x", p.predicted_s / sw.no_remat_s.max(1e-12)),
             opt(p.sqrt_pct),
             opt(p.keep_all_pct),
         ]);

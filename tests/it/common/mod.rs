@@ -10,8 +10,11 @@ pub fn dmc(args: &[&str]) -> (i32, String, String) {
 
 /// [`dmc`] with extra environment variables.
 pub fn dmc_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    // the CPU time model at fixed rates unless a test says otherwise: plans and reports that do
+    // not depend on the machine the tests run on
     let out = Command::new(env!("CARGO_BIN_EXE_dmc"))
         .args(args)
+        .env("DMC_CPU_RATES", "nominal")
         .envs(env.iter().copied())
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
