@@ -209,6 +209,14 @@ fn the_fitter_never_picks_a_plan_predicted_slower_than_chunking_alone() {
         let cap = min + (full.arena_bytes - min) * i / 12;
         let auto = at(&m, Some(cap), RematMode::Auto).expect("fits at or above the floor");
         assert!(auto.arena_bytes <= cap);
+        if i == 0 {
+            // the floor's plan leaves out the GPU split-K room: the backends still take it
+            let split_room = at(&m, None, RematMode::Off).expect("uncapped");
+            let mut be = dmc_runtime::CpuBackend::new(auto.clone()).expect("a valid plan");
+            be.init_params(1);
+            assert!(be.run(1, 0).expect("runs").is_finite());
+            assert!(auto.arena_bytes < split_room.arena_bytes);
+        }
         let t = plan_time(&auto, &r).step_s;
         if let Ok(off) = at(&m, Some(cap), RematMode::Off) {
             let t_off = plan_time(&off, &r).step_s;
@@ -224,4 +232,46 @@ fn the_fitter_never_picks_a_plan_predicted_slower_than_chunking_alone() {
         chose_remat,
         "no cap where recomputation beat chunks that fit: the test does not test the choice"
     );
+}
+
+#[test]
+fn deep_convnets_floor_plan_leaves_out_the_split_room_and_the_backends_take_it() {
+    let src = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/deep_convnet.dm"
+    ))
+    .expect("example");
+    let m = model(&src);
+    let floor = match at(&m, Some(1), RematMode::Auto) {
+        Err(CompileError::CapExceeded { needed, .. }) => needed,
+        other => panic!("{:?}", other.map(|p| p.arena_bytes)),
+    };
+    let p = at(&m, Some(floor), RematMode::Auto).expect("fits its floor");
+    // some workspace is smaller than the GPU split-K room would make it
+    let short = p.kernels.iter().any(|k| {
+        let ws: Vec<usize> = k
+            .signature
+            .params
+            .iter()
+            .zip(&k.arg_shapes)
+            .filter(|(s, _)| s.role == dmc_plan::op::Role::Workspace)
+            .map(|(_, sh)| sh.iter().product())
+            .collect();
+        let others: Vec<Vec<usize>> = k
+            .signature
+            .params
+            .iter()
+            .zip(&k.arg_shapes)
+            .filter(|(s, _)| s.role != dmc_plan::op::Role::Workspace)
+            .map(|(_, sh)| sh.clone())
+            .collect();
+        ws.iter()
+            .zip(k.op.workspace_elems(&others))
+            .any(|(have, room)| *have < room)
+    });
+    assert!(
+        short,
+        "the floor plan should be the one without the split room"
+    );
+    dmc_runtime::check_plan(&p).expect("the CPU backend takes the plan without the room");
 }

@@ -336,7 +336,9 @@ impl Op {
                 fmt_types(&inferred)
             ));
         }
-        let need = self.workspace_elems(&shapes[..first_ws]);
+        // at least what the CPU needs: a plan fitted to a tight cap leaves out the GPU split-K's
+        // room (its GEMMs then run unsplit)
+        let need = self.workspace_elems_unsplit(&shapes[..first_ws]);
         if shapes.len() - first_ws != need.len() {
             return err(format!(
                 "{} workspaces, expected {}",
