@@ -338,7 +338,10 @@ pub enum RunPass {
 /// 10: `ClipNormMethod::NormPass` and the `GradNormStore` op (plans without it read as in 9).
 /// 11: `Conv2dBwdData` has a workspace (`partial`, a GPU split-K's partial sums), and the
 /// convolutions' `cols` may be larger than im2col's rows ([`crate::op::split`]).
-pub const FORMAT_VERSION: u32 = 11;
+/// 12: a bias gradient is a two-level column sum (chunks of [`crate::op::BIAS_CHUNK_ROWS`] rows),
+/// and a fused `Conv2dBwdWeightUpdate`'s `db` holds a split GPU kernel's chunk sums when the
+/// split-K room is planned.
+pub const FORMAT_VERSION: u32 = 12;
 
 fn one() -> usize {
     1

@@ -199,6 +199,64 @@ fn every_gemm_tile_matches_the_cpu_backend_split_and_unsplit() {
     }
 }
 
+#[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
+fn bias_gradients_sum_in_the_cpu_backends_order() {
+    // the plan's two-level column sum (chunks of BIAS_CHUNK_ROWS rows): the standalone kernel's
+    // warps sum chunks side by side (more chunks than warps: several rounds), and get the CPU
+    // backend's bits exactly
+    let zoo = dmc_codegen::zoo::zoo();
+    let alone: Vec<Kernel> = zoo
+        .iter()
+        .filter(|k| k.op.kind_name() == "bias_grad")
+        .cloned()
+        .collect();
+    let rows = |k: &Kernel| k.arg_shapes[0].iter().product::<usize>() / k.arg_shapes[1][0];
+    assert!(
+        alone
+            .iter()
+            .any(|k| rows(k) > 32 * dmc_plan::op::BIAS_CHUNK_ROWS),
+        "no bias gradient with more chunks than a block's warps"
+    );
+    let checks = check_kernels(&alone, Mode::Train, CheckRun::default()).expect("emulate");
+    for c in &checks {
+        assert!(
+            c.ok(0.0) && c.rel_err == 0.0,
+            "{}: {}",
+            c.kernel,
+            c.verdict(0.0)
+        );
+    }
+    // a split weight gradient that fuses the bias: its k ranges are whole chunks, several of them,
+    // and the kernel matches the CPU backend (the chunk sums through `db` and the reduction)
+    let opts = CodegenOptions::default();
+    let split_bias: Vec<Kernel> = zoo
+        .iter()
+        .filter(|k| {
+            matches!(
+                k.op,
+                dmc_plan::op::Op::Conv(dmc_plan::op::ConvOp::Conv2dBwdWeightUpdate {
+                    bias: true,
+                    ..
+                })
+            )
+        })
+        .filter(|k| {
+            let ck = render_kernel(k, Mode::Train, &opts).unwrap().unwrap();
+            ck.gemm.is_some_and(|g| {
+                g.split > 1
+                    && g.ks() % dmc_plan::op::BIAS_CHUNK_ROWS == 0
+                    && g.ks() < g.gk
+                    && g.gk % dmc_plan::op::BIAS_CHUNK_ROWS != 0
+            })
+        })
+        .cloned()
+        .collect();
+    assert!(!split_bias.is_empty(), "no split fused bias in the zoo");
+    let checks = check_kernels(&split_bias, Mode::Train, CheckRun::default()).expect("emulate");
+    assert_all_ok("split fused bias", &checks);
+}
+
 // ---- whole training steps through the emulated kernels -------------------------------------------
 
 /// max |a - b| / max |b| over a tensor.

@@ -323,7 +323,13 @@ fn the_chosen_gemm_is_the_models_fastest_candidate_within_its_workspace() {
         }
     }
     for (gm, gn, gk) in shapes {
-        for (update, ws) in [(false, 0), (true, 1 << 22), (false, 37 * gm * gn)] {
+        for (update, ws, k_unit) in [
+            (false, 0, 0),
+            (true, 1 << 22, 0),
+            (false, 37 * gm * gn, 0),
+            (true, 1 << 22, 512),
+            (false, 37 * gm * gn, 512),
+        ] {
             let needs = GemmNeeds {
                 groups: 1,
                 implicit: true,
@@ -332,6 +338,7 @@ fn the_chosen_gemm_is_the_models_fastest_candidate_within_its_workspace() {
                 vec_b: true,
                 update,
                 partial_elems: ws,
+                k_unit,
             };
             let g = choose(gm, gn, gk, &needs, &opts);
             assert!(g.pipelined, "{gm}x{gn}x{gk}");
@@ -340,19 +347,28 @@ fn the_chosen_gemm_is_the_models_fastest_candidate_within_its_workspace() {
                 "{gm}x{gn}x{gk}: split {} outgrows the workspace of {ws}",
                 g.split
             );
-            // whole-tile k ranges, none empty, covering the reduction (as the template splits)
-            let bk = g.tile.bk as usize;
-            let ks = gk.div_ceil(g.split).div_ceil(bk) * bk;
+            // k ranges of whole tiles (and of whole `k_unit`s: a fused bias' chunks), none
+            // empty, covering the reduction (as the template splits)
+            let unit = (g.tile.bk as usize).max(k_unit as usize);
+            let ks = if g.split > 1 {
+                gk.div_ceil(g.split).div_ceil(unit) * unit
+            } else {
+                gk
+            };
+            assert_eq!(ks, g.ks(), "{gm}x{gn}x{gk}");
             assert!(
                 g.split * ks >= gk && (g.split - 1) * ks < gk,
                 "{gm}x{gn}x{gk}"
             );
+            assert!(g.split == 1 || ks % g.tile.bk as usize == 0);
+            assert!(g.split == 1 || k_unit == 0 || ks % k_unit as usize == 0);
             // independently: every tile, every split the workspace allows; for a GEMM of 4 MB,
             // only the grids with a block per SM when there are any
             let mut all = vec![];
             for t in TILES {
                 for s in 1..=(ws / (gm * gn)).clamp(1, 128) {
-                    all.push(candidate(&g, t, effective_split(gk, s, t.bk), false));
+                    let split = effective_split(gk, s, t.bk.max(k_unit));
+                    all.push(candidate(&g, t, split, false));
                 }
             }
             let bytes = (gm * gk + gk * gn + gm * gn) * 4;
@@ -402,6 +418,7 @@ fn the_chosen_gemm_is_the_models_fastest_candidate_within_its_workspace() {
         vec_b: true,
         update: false,
         partial_elems: 1 << 22,
+        k_unit: 0,
     };
     assert_eq!(choose(16, 64, 9216, &grouped, &opts).split, 1);
     let b = choose(16, 1024, 9216, &grouped, &baseline());

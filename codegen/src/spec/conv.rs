@@ -3,7 +3,7 @@
 
 use tera::Context;
 
-use dmc_plan::op::{ConvGeom, Epilogue, EpilogueSide, Role};
+use dmc_plan::op::{bias_chunks, ConvGeom, Epilogue, EpilogueSide, Role, BIAS_CHUNK_ROWS};
 use dmc_plan::update::UpdateRule;
 
 use super::common::{numel, Site, Spec};
@@ -65,6 +65,7 @@ pub(crate) fn forward(
         vec_b: vec4(y[3], y[3] / gr),
         update: false,
         partial_elems: numel(s.shape(yi + 1)?),
+        k_unit: 0,
     };
     grouped(
         gemm(
@@ -137,6 +138,7 @@ pub(crate) fn backward_data(
         vec_b: vec4(dy[3], dy[3] / gr),
         update: false,
         partial_elems: s.shape(dxi + 1).map_or(0, numel),
+        k_unit: 0,
     };
     grouped(
         gemm(
@@ -171,6 +173,7 @@ pub(crate) fn transpose(s: &Site, geom: &ConvGeom, bias: bool) -> Result<Spec, C
         vec_b: vec4(x[3], x[3] / gr),
         update: false,
         partial_elems: 0, // no workspace in its signature
+        k_unit: 0,
     };
     grouped(
         gemm(
@@ -226,6 +229,9 @@ pub(crate) fn backward_weight(
         vec_b: vec4(dy[3], dy[3] / gr),
         update: rule.is_some(),
         partial_elems: ws,
+        // whole bias chunks per k range: the fused bias gradient's partial sums (and the unfused
+        // gradient splits alike, so fusing never changes a sum's order)
+        k_unit: BIAS_CHUNK_ROWS as u32,
     };
     let mut sp = grouped(
         gemm(
@@ -241,6 +247,22 @@ pub(crate) fn backward_weight(
     if let Some(rule) = rule {
         rule_ctx(&mut sp.ctx, rule, "w", true);
         if bias {
+            // a split kernel's k ranges sum whole bias chunks (`k_unit`) into `db`, which the
+            // plan sizes for them with the split-K room
+            let db = s.k.arg_shapes.last().map_or(0, |d| numel(d));
+            if let Some(g) = sp.gemm.filter(|g| {
+                g.split > 1 && (g.ks() % BIAS_CHUNK_ROWS != 0 || db < bias_chunks(gk) * gn)
+            }) {
+                return Err(CodegenError::Grid {
+                    kernel: s.name().into(),
+                    message: format!(
+                        "a split bias gradient needs k ranges of whole {BIAS_CHUNK_ROWS}-row \
+                         chunks (has {}) and {} floats of `db` (has {db})",
+                        g.ks(),
+                        bias_chunks(gk) * gn
+                    ),
+                });
+            }
             bias_ctx(&mut sp.ctx, rule);
         }
     }
@@ -438,6 +460,20 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         vec![xw, yw],
         ww,
         vec![5],
+    ));
+    // a split-K weight gradient with its bias over 2304 pixels: k ranges of whole 512-row bias
+    // chunks (the last partial), each chunk's sum into `db`, added in order by the reduction
+    v.push(fused_bias(
+        c(ConvOp::Conv2dBwdWeightUpdate {
+            geom: g3,
+            rule: sgd(0.9, false),
+            chunk: 6,
+            bias: true,
+            keep_old: false,
+        }),
+        vec![vec![4, 24, 24, 4], vec![4, 24, 24, 6]],
+        vec![3, 3, 4, 6],
+        vec![6],
     ));
     // a split-K data gradient (16 pixels x 7 channels over 1170 taps), plain and with its
     // activation's backward written over the saved value

@@ -41,6 +41,7 @@ const DENSE: GemmNeeds = GemmNeeds {
     vec_b: false,
     update: false,
     partial_elems: 0,
+    k_unit: 0,
 };
 
 /// `Dense`: x, w, (b), (r), y.

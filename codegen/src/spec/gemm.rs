@@ -11,6 +11,7 @@ use super::common::{blocks, Site, Spec, ELEM_THREADS};
 use crate::error::CodegenError;
 use crate::options::CodegenOptions;
 use crate::perf;
+use dmc_plan::op::{bias_chunks, BIAS_CHUNK_ROWS};
 
 /// Tile sizes of the shared-memory GEMM (`gemm.cuh.tera`): a block computes `bm x bn` outputs
 /// with `(bm/tm) * (bn/tn)` threads, stepping `bk` along the reduction.
@@ -85,6 +86,22 @@ pub struct GemmGeom {
     /// block at 128 registers; 1 (an unsplit fused update, the largest tile, the baseline) leaves
     /// them to NVRTC.
     pub min_blocks: u32,
+    /// A split's k ranges are whole multiples of this many (and of `bk`): a weight gradient's
+    /// [`BIAS_CHUNK_ROWS`], so that each range sums whole chunks of the fused bias gradient.
+    /// 0: whole `bk` tiles only.
+    pub k_unit: u32,
+}
+
+impl GemmGeom {
+    /// The granule of a split's k ranges: `k_unit` where set (a multiple of every tile's `bk`),
+    /// else the tile's `bk`.
+    pub fn split_unit(&self) -> u32 {
+        self.k_unit.max(self.tile.bk)
+    }
+    /// The reduction length of each k range (the template's `KS`).
+    pub fn ks(&self) -> usize {
+        split_len(self.gk, self.split, self.split_unit())
+    }
 }
 
 /// k-tiles per partial sum of a long GEMM reduction (see `gemm.cuh.tera`).
@@ -149,22 +166,22 @@ pub const TILES: [GemmTile; 6] = [
     },
 ];
 
-/// The split actually launched for a requested `s`: k ranges of whole `bk` tiles, equal but the
-/// last (which may be shorter, none empty).
-pub fn effective_split(gk: usize, s: usize, bk: u32) -> usize {
+/// The split actually launched for a requested `s`: k ranges of whole `unit`s (a tile's `bk`, or
+/// [`GemmGeom::split_unit`]), equal but the last (which may be shorter, none empty).
+pub fn effective_split(gk: usize, s: usize, unit: u32) -> usize {
     if s < 2 || gk == 0 {
         return 1;
     }
-    gk.div_ceil(split_len(gk, s, bk))
+    gk.div_ceil(split_len(gk, s, unit))
 }
 
-/// The reduction length of each of `split` k ranges of whole `bk` tiles (`gk` unsplit): the
+/// The reduction length of each of `split` k ranges of whole `unit`s (`gk` unsplit): the
 /// template's `KS`.
-pub fn split_len(gk: usize, split: usize, bk: u32) -> usize {
+pub fn split_len(gk: usize, split: usize, unit: u32) -> usize {
     if split < 2 {
         return gk;
     }
-    gk.div_ceil(split).div_ceil(bk as usize) * bk as usize
+    gk.div_ceil(split).div_ceil(unit as usize) * unit as usize
 }
 
 /// What [`choose`] needs to know of a GEMM besides its extents.
@@ -182,6 +199,8 @@ pub struct GemmNeeds {
     pub update: bool,
     /// The partial sums the planned workspace holds (floats); 0 for none.
     pub partial_elems: usize,
+    /// A split's k ranges are multiples of this (see [`GemmGeom::k_unit`]); 0 for whole tiles.
+    pub k_unit: u32,
 }
 
 /// The tile and split of a `gm x gn x gk` GEMM: the candidate ([`TILES`] x every split within the
@@ -208,6 +227,7 @@ pub fn choose(gm: usize, gn: usize, gk: usize, n: &GemmNeeds, opts: &CodegenOpti
         vec_b: false,
         pipelined: false,
         min_blocks: 1,
+        k_unit: n.k_unit,
     };
     if opts.baseline_gemm {
         return base;
@@ -238,7 +258,7 @@ pub fn choose(gm: usize, gn: usize, gk: usize, n: &GemmNeeds, opts: &CodegenOpti
         // every factor the workspace allows (a grid that just fills a wave matters: the next
         // block starts a wave of its own)
         for s in 1..=max_split.clamp(1, MOST_SPLITS) {
-            let split = effective_split(gk, s, tile.bk);
+            let split = effective_split(gk, s, n.k_unit.max(tile.bk));
             if split == last {
                 continue;
             }
@@ -331,7 +351,7 @@ pub(crate) fn gemm(
 ) -> Result<Spec, CodegenError> {
     let g = choose(gm, gn, gk, &needs, s.opts);
     let (t, split) = (g.tile, g.split);
-    let ks = split_len(gk, split, t.bk);
+    let ks = g.ks();
     ctx.insert("split", &split);
     ctx.insert("ks", &ks);
     ctx.insert("partial", partial);
@@ -373,6 +393,9 @@ pub(crate) fn gemm(
     ctx.insert("fused_update", &false);
     // a fused weight-gradient + update kernel that also took the bias gradient sets this
     ctx.insert("fused_bias", &false);
+    // the fused bias gradient's two-level order: chunks of BIAS_CHUNK_ROWS rows of the reduction
+    ctx.insert("bias_rc", &BIAS_CHUNK_ROWS);
+    ctx.insert("bias_chunks", &bias_chunks(gk));
     let gy = gn.div_ceil(t.bn as usize).max(1);
     if gy > 65535 {
         return Err(CodegenError::Grid {

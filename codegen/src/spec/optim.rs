@@ -7,9 +7,9 @@ use tera::Context;
 
 use dmc_plan::update::UpdateRule;
 
-use super::common::{f32_lit, numel, per_element, reduction, Site, Spec};
+use super::common::{blocks, f32_lit, numel, per_element, reduction, Site, Spec};
 use crate::error::CodegenError;
-use dmc_plan::op::OptimOp;
+use dmc_plan::op::{bias_chunks, OptimOp, BIAS_CHUNK_ROWS};
 
 /// The context of `update.cuh.tera` for `rule`, updating the buffer `target` (`w` or `b`) and the
 /// state slots named by [`UpdateRule::state_names`], and `fused_update` (a gradient kernel that
@@ -88,6 +88,8 @@ pub(crate) fn rule_ctx(ctx: &mut Context, rule: &UpdateRule, target: &str, fused
 pub(crate) fn bias_ctx(ctx: &mut Context, rule: &UpdateRule) {
     ctx.insert("fused_bias", &true);
     ctx.insert("bias_states", rule.bias_state_names());
+    // a split kernel's bias chunk sums go to the op's bias workspace
+    ctx.insert("bias_ws", "db");
 }
 
 /// `Update`: w, g, state.. -> w', state'.., one thread per weight.
@@ -126,14 +128,23 @@ pub(crate) fn grad_accum(s: &Site, scale: f32) -> Result<Spec, CodegenError> {
 
 /// `BiasGrad` (`rule` none) or `BiasGradUpdate`: dy, then db (or the updated b): the fused kernel
 /// applies the update to each column sum instead of storing it (its workspace `db` stays unused).
+/// A block per 32 columns, a warp per chunk of rows at a time (up to 32): the plan's two-level
+/// order ([`BIAS_CHUNK_ROWS`]), the one of the fused kernels' bias sums (in the weight gradient's
+/// GEMM), so an unfused plan trains bit-identically to the fused one.
 pub(crate) fn bias_grad(s: &Site, rule: Option<&UpdateRule>) -> Result<Spec, CodegenError> {
     let (dy, db) = (s.shape(0)?, s.shape(1)?);
     let c = numel(db);
-    // one thread per column, rows in order: the order of the fused kernels' bias sums (in the
-    // weight gradient's GEMM), so an unfused plan trains bit-identically to the fused one
+    let rows = numel(dy) / c.max(1);
+    let chunks = bias_chunks(rows);
+    let warps = chunks.clamp(1, 32) as u32;
     let mut sp = per_element(s, "bias_grad.cu.tera", c)?;
+    sp.grid = [blocks(c, 32, s.name())?, 1, 1];
+    sp.block = [32 * warps, 1, 1];
     sp.ctx.insert("c", &c);
-    sp.ctx.insert("rows", &(numel(dy) / c.max(1)));
+    sp.ctx.insert("rows", &rows);
+    sp.ctx.insert("rc", &BIAS_CHUNK_ROWS);
+    sp.ctx.insert("chunks", &chunks);
+    sp.ctx.insert("warps", &warps);
     if let Some(rule) = rule {
         rule_ctx(&mut sp.ctx, rule, "b", true);
     }
@@ -189,6 +200,16 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
     vec![
         (o(OptimOp::BiasGrad), vec![vec![2, 3, 4, 5], vec![5]]),
         (o(OptimOp::BiasGrad), vec![vec![3, 7, 9, 40], vec![40]]),
+        // the two-level sum over many chunks: 67 of 512 rows (three rounds of 32 warps, the last
+        // chunk partial), and 34 chunks of 3 columns fused with an update
+        (o(OptimOp::BiasGrad), vec![vec![34, 1000, 40], vec![40]]),
+        fused(
+            o(OptimOp::BiasGradUpdate {
+                rule: sgd(0.9, false),
+            }),
+            vec![vec![17000, 3]],
+            vec![3],
+        ),
         (
             o(OptimOp::Update {
                 rule: sgd_plain,

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::epilogue::{Epilogue, EpilogueSide};
 use super::facts::{p, ConvGeom, DType, OpFacts, ParamKind, Role, ShapeError, TensorType};
+use super::optim::bias_chunks;
 use super::shape::{err, numel, rank, states_like};
 use super::split::split_partials_elems;
 use crate::update::UpdateRule;
@@ -43,7 +44,8 @@ pub enum ConvOp {
     /// `Conv2d`). No whole-layer gradient is ever held.
     /// With `bias` (the bias gradient fused in by `fuse_epilogues`): b\[Co\] (InOut) and its state
     /// (InOut, [`UpdateRule::bias_state_names`]) follow the weight's state, and a third workspace
-    /// `db` \[Co\] receives db = sum of dy over every leading axis before b's update.
+    /// `db` \[Co\] receives db = sum of dy over every leading axis before b's update (with the
+    /// split-K room, [`bias_chunks`] x Co: a split GPU kernel's chunk sums).
     /// With `keep_old`, the weights before the update are written to the output `w_old` (Out,
     /// after the InOut ones), so that the data gradient can run after the update (see
     /// `fuse_epilogues`, "update first").
@@ -209,7 +211,19 @@ impl ConvOp {
                     _ => vec![0, 0],
                 };
                 if *bias {
-                    v.push(s.get(1).and_then(|dy| dy.get(3)).copied().unwrap_or(0));
+                    // db [Co], or with a split-K room the chunk sums of a split GPU kernel's bias
+                    // ([`bias_chunks`] x Co: each k range sums its own chunks)
+                    let chunks = match (s.first(), s.get(1)) {
+                        (Some(x), Some(dy))
+                            if x.len() == 4
+                                && dy.len() == 4
+                                && room * wgrad_partials(geom, x, dy) > 0 =>
+                        {
+                            bias_chunks(dy[0] * dy[1] * dy[2])
+                        }
+                        _ => 1,
+                    };
+                    v.push(chunks * s.get(1).and_then(|dy| dy.get(3)).copied().unwrap_or(0));
                 }
                 v
             }

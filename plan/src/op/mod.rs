@@ -30,7 +30,7 @@ pub use elementwise::ElementwiseOp;
 pub use epilogue::{Epilogue, EpilogueSide};
 pub use loss::LossOp;
 pub use norm::NormOp;
-pub use optim::OptimOp;
+pub use optim::{bias_chunks, OptimOp, BIAS_CHUNK_ROWS};
 pub use pool::{PoolOp, MAX_ARGMAX_WINDOW};
 use shape::{err, need_hint, numel};
 

@@ -8,6 +8,17 @@ use super::facts::{p, DType, OpFacts, ParamKind, Role, ShapeError, TensorType};
 use super::shape::{err, numel, states_like};
 use crate::update::UpdateRule;
 
+/// Rows of one partial sum of a bias gradient (a column sum of dy over its rows). Every backend
+/// sums a column the same way: the rows of each chunk of this many in order, then the chunk sums in
+/// order, starting from 0 (a two-level sum). A GPU sums the chunks in parallel and stays
+/// bit-identical to the CPU, and the rounding error grows with ~(chunk + rows/chunk) terms, not rows.
+pub const BIAS_CHUNK_ROWS: usize = 512;
+
+/// The partial sums of a bias gradient over `rows` rows (chunks of [`BIAS_CHUNK_ROWS`], at least 1).
+pub fn bias_chunks(rows: usize) -> usize {
+    rows.div_ceil(BIAS_CHUNK_ROWS).max(1)
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum OptimOp {
     /// The update `rule` of one parameter: w, g, state.. -> w', state'.. with w' aliasing w and
@@ -41,7 +52,7 @@ pub enum OptimOp {
     /// update pass's updates read `held` (its value before the run: nothing writes it in the
     /// update pass), so no update waits for the whole chain and no gradient is held.
     GradNormStore,
-    /// dy\[.., C\] -> db\[C\] = sum over every leading axis
+    /// dy\[.., C\] -> db\[C\] = sum over every leading axis (in chunks of [`BIAS_CHUNK_ROWS`] rows)
     BiasGrad,
     /// dy\[.., C\], b\[C\] (InOut), state.. (InOut) -> b', state'..; db (workspace \[C\]) = sum dy, then
     /// the update.

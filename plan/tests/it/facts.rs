@@ -1,7 +1,7 @@
 //! The facts the plan crate holds in one place hold together: every activation's name, kernel
 //! names, saved value, Rust formulas and CUDA statements agree with each other and with the ops'
 //! signatures; every update rule's state slots agree with its op's signature and aliasing; and the
-//! JSON shape of an update op is the one `FORMAT_VERSION` 3 names (kept in 4 to 11: the fields added since are absent when off).
+//! JSON shape of an update op is the one `FORMAT_VERSION` 3 names (kept in 4 to 12: the fields added since are absent when off).
 
 use dmc_plan::op::{ElementwiseOp, Op, OptimOp, Role, TensorType, UnaryKind, UpdateRule};
 use dmc_plan::plan::FORMAT_VERSION;
@@ -144,7 +144,7 @@ fn an_update_op_has_the_state_slots_of_its_rule() {
 
 #[test]
 fn an_update_op_in_plan_json_carries_its_rule() {
-    assert_eq!(FORMAT_VERSION, 11);
+    assert_eq!(FORMAT_VERSION, 12);
     let op = Op::Optim(OptimOp::Update {
         rule: rules()[1],
         zero_grad: false,

@@ -22,7 +22,7 @@ use rayon::prelude::*;
 use super::args::{state_slices, Args, Ctx};
 use super::epilogue;
 use super::gemm::{sgemm, View};
-use super::optim::update_block;
+use super::optim::{bias_col_sums, update_block};
 use dmc_plan::op::{ConvOp, Epilogue};
 
 /// Sizes of one convolution: x `[n,h,w,ci]`, y `[n,ho,wo,co]`.
@@ -515,8 +515,8 @@ pub fn conv2d_bwd_weight(
 /// columns). Never holds more than one block; im2col is redone per block. With groups, a block
 /// never straddles two groups (it ends at its group's last column): it is one group's GEMM
 /// (K = `kh*kw*Ci/groups` rows). With `db` (the fused
-/// bias gradient), the column sums of dy are added into it while each row chunk of dy is in cache
-/// for its GEMM (every column summed in row order, as [`bias_grad`](super::optim::bias_grad)).
+/// bias gradient), each block's column sums of dy go into it (in the plan's two-level order, as
+/// [`bias_grad`](super::optim::bias_grad)).
 #[allow(clippy::too_many_arguments)]
 pub fn conv2d_bwd_weight_chunked(
     g: &ConvGeom,
@@ -567,15 +567,10 @@ pub fn conv2d_bwd_weight_chunked(
                 nc,
                 1,
             );
-            if let Some(db) = db.as_deref_mut() {
-                let dbc = &mut db[c0..c0 + nc];
-                for row in dy[r0 * co..(r0 + nr) * co].chunks_exact(co) {
-                    for (o, v) in dbc.iter_mut().zip(&row[c0..c0 + nc]) {
-                        *o += *v;
-                    }
-                }
-            }
             r0 += nr;
+        }
+        if let Some(db) = db.as_deref_mut() {
+            bias_col_sums(dy, co, c0, &mut db[c0..c0 + nc]);
         }
         apply(c0, nc, block);
         c0 += nc;

@@ -3,7 +3,7 @@
 //! them to whole tensors and [`update_block`] to a block of columns of a `[K, ld]` weight (the
 //! fused weight-gradient + update kernels).
 
-use dmc_plan::op::UpdateRule;
+use dmc_plan::op::{UpdateRule, BIAS_CHUNK_ROWS};
 use rayon::prelude::*;
 
 use super::args::{state_slices, Args, Ctx};
@@ -290,25 +290,45 @@ pub fn update_block(
     }
 }
 
-/// `db[C]` = sum of `dy[R, C]` over its rows. Parallel over column blocks; every column is summed
-/// serially in row order (deterministic, no scratch).
+/// `db[C]` = sum of `dy[R, C]` over its rows, as [`bias_col_sums`] (the two-level order every
+/// backend uses). Parallel over column blocks (deterministic, no scratch).
 pub fn bias_grad(dy: &[f32], db: &mut [f32]) {
     let c = db.len();
     if c == 0 {
         return;
     }
     assert_eq!(dy.len() % c, 0, "bias_grad: dy size");
-    const COLS: usize = 16;
-    db.par_chunks_mut(COLS).enumerate().for_each(|(bi, dbc)| {
-        let c0 = bi * COLS;
-        let nc = dbc.len();
-        dbc.fill(0.0);
-        for row in dy.chunks_exact(c) {
-            for (o, v) in dbc.iter_mut().zip(&row[c0..c0 + nc]) {
-                *o += *v;
+    db.par_chunks_mut(BIAS_COLS)
+        .enumerate()
+        .for_each(|(bi, dbc)| bias_col_sums(dy, c, bi * BIAS_COLS, dbc));
+}
+
+/// Columns a [`bias_col_sums`] pass keeps in registers.
+const BIAS_COLS: usize = 16;
+
+/// `out[j]` = the sum of column `c0 + j` of `dy[R, c]` in the plan's order
+/// ([`dmc_plan::op::BIAS_CHUNK_ROWS`]): per chunk of rows, the rows in order from 0; then the
+/// chunk sums in order from 0. A GPU kernel sums the chunks in parallel and gets the same bits.
+pub fn bias_col_sums(dy: &[f32], c: usize, c0: usize, out: &mut [f32]) {
+    if c == 0 {
+        return;
+    }
+    for (k, oc) in out.chunks_mut(BIAS_COLS).enumerate() {
+        let (b0, nc) = (c0 + k * BIAS_COLS, oc.len());
+        let mut tot = [0.0f32; BIAS_COLS];
+        for chunk in dy.chunks(BIAS_CHUNK_ROWS * c) {
+            let mut part = [0.0f32; BIAS_COLS];
+            for row in chunk.chunks_exact(c) {
+                for (p, v) in part[..nc].iter_mut().zip(&row[b0..b0 + nc]) {
+                    *p += *v;
+                }
+            }
+            for (t, p) in tot[..nc].iter_mut().zip(&part[..nc]) {
+                *t += *p;
             }
         }
-    });
+        oc.copy_from_slice(&tot[..nc]);
+    }
 }
 
 /// The running squared norm `s` plus the sum of `g`'s squares (summed in f64, in order).
