@@ -58,16 +58,18 @@ echo "gpu-check: dmc run examples/resnet_small.dm --steps 30 on cuda (auto) and 
 rc=0
 timeout 300 "$BIN" gpu-selftest --examples examples --steps 20 --vram-cap 3GiB "$@" || rc=$?
 
-# The GEMMs (not yet timed on a GPU): the model's tiles and splits (the default), the same tiles unsplit
-# (--no-split-k), and the baseline kernel the first H200 log measured (--baseline-gemm: one tile,
-# unpipelined, unsplit), the same training steps in one run.
+# The GEMMs: the model's tiles and splits with cp.async stages (the default), the same staged
+# through registers (--no-cp-async), unsplit (--no-split-k), and the baseline kernel the first H200
+# log measured (--baseline-gemm: one tile, unpipelined, unsplit), the same training steps in one run.
 case " $* " in *" --dry-run "*) ;; *)
   echo "gpu-check: GEMM variants (ms/step of 10 steps, --device cuda):"
   for ex in deep_convnet seed; do
-    on=$(timeout 120 "$BIN" run "examples/$ex.dm" --steps 10 --device cuda -q 2>&1 | grep -o '[0-9.]* ms/step' || echo "? ms/step")
-    off=$(timeout 120 "$BIN" run "examples/$ex.dm" --steps 10 --device cuda -q --no-split-k 2>&1 | grep -o '[0-9.]* ms/step' || echo "? ms/step")
-    base=$(timeout 120 "$BIN" run "examples/$ex.dm" --steps 10 --device cuda -q --baseline-gemm 2>&1 | grep -o '[0-9.]* ms/step' || echo "? ms/step")
-    echo "  $ex: chosen tiles + split-K $on, unsplit $off, baseline GEMM $base"
+    ms() { timeout 120 "$BIN" run "examples/$ex.dm" --steps 10 --device cuda -q "$@" 2>&1 | grep -o '[0-9.]* ms/step' || echo "? ms/step"; }
+    on=$(ms)
+    regs=$(ms --no-cp-async)
+    off=$(ms --no-split-k)
+    base=$(ms --baseline-gemm)
+    echo "  $ex: chosen tiles + split-K + cp.async $on, staged in registers $regs, unsplit $off, baseline GEMM $base"
   done ;;
 esac
 

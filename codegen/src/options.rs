@@ -16,6 +16,9 @@ pub struct CodegenOptions {
     pub tile: Option<GemmTile>,
     /// The GPU (a name of `perf::GPUS`) the model chooses tiles and splits for.
     pub gpu: &'static str,
+    /// Stage GEMM tiles through shared memory with cp.async where the GPU has it (sm_80+) and the
+    /// tile's stages fit; off, every GEMM stages its next tile in registers (`--no-cp-async`).
+    pub copy_async: bool,
 }
 
 impl Default for CodegenOptions {
@@ -25,6 +28,7 @@ impl Default for CodegenOptions {
             baseline_gemm: false,
             tile: None,
             gpu: "H200",
+            copy_async: true,
         }
     }
 }

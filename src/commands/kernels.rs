@@ -10,7 +10,7 @@ use dmc_runtime::io;
 
 use crate::report::CliError;
 
-/// `--no-split-k`: how the CUDA kernels are rendered, for the commands that render or run them
+/// `--no-split-k`, `--no-cp-async`, `--baseline-gemm`: how the CUDA kernels are rendered, for the commands that render or run them
 /// (`compile`, `run`, `eval`, `predict`).
 #[derive(Debug, Clone, Copy, Default, clap::Args)]
 pub struct CodegenArgs {
@@ -21,6 +21,10 @@ pub struct CodegenArgs {
     /// unsplit): the reference of a GEMM speed comparison.
     #[arg(long)]
     pub baseline_gemm: bool,
+    /// Stage every GEMM's next tile in registers instead of cp.async copies into shared memory
+    /// (sm_80+): the baseline of a cp.async comparison.
+    #[arg(long)]
+    pub no_cp_async: bool,
 }
 
 impl CodegenArgs {
@@ -29,6 +33,7 @@ impl CodegenArgs {
         CodegenOptions {
             split_k: !self.no_split_k && !self.baseline_gemm,
             baseline_gemm: self.baseline_gemm,
+            copy_async: !self.no_cp_async,
             ..CodegenOptions::default()
         }
     }

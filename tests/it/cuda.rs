@@ -151,7 +151,9 @@ fn baseline_gemm_renders_the_one_tile_unpipelined_kernel() {
                         .unwrap_or("?")
                         .to_string()
                 };
-                v.push((def("BM"), def("BN"), def("BK"), src.contains("dmc_stage(")));
+                // staged: through registers, or with cp.async copies into shared memory
+                let staged = src.contains("dmc_stage(") || src.contains("dmc_cp_wait<");
+                v.push((def("BM"), def("BN"), def("BK"), staged));
             }
         }
         v

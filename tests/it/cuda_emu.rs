@@ -165,9 +165,15 @@ fn every_gemm_tile_matches_the_cpu_backend_split_and_unsplit() {
     let zoo = dmc_codegen::zoo::gemms();
     assert!(zoo.len() >= 20, "{} GEMM kernels in the zoo", zoo.len());
     let mut split = std::collections::BTreeSet::new();
-    for tile in dmc_codegen::TILES {
+    let mut staged = 0;
+    // with cp.async stages where the tile has them, and staged through registers
+    for (tile, copy_async) in dmc_codegen::TILES
+        .into_iter()
+        .flat_map(|t| [(t, true), (t, false)])
+    {
         let opts = CodegenOptions {
             tile: Some(tile),
+            copy_async,
             ..CodegenOptions::default()
         };
         let (sa, sb) = tile.staged();
@@ -181,13 +187,23 @@ fn every_gemm_tile_matches_the_cpu_backend_split_and_unsplit() {
             }
             va |= ck.gemm.is_some_and(|g| g.vec_a);
             vb |= ck.gemm.is_some_and(|g| g.vec_b);
+            // cp.async stages only where asked, and only the tile's
+            let stages = ck.gemm.map_or(0, |g| g.stages);
+            assert!(stages == 0 || (copy_async && stages == tile.async_stages()));
+            staged += usize::from(stages > 1);
         }
         // the 128-bit loads run wherever the tile stages whole float4s (channels in fours)
         assert_eq!((va, vb), (sa % 4 == 0, sb % 4 == 0), "{tile:?}");
         let checks =
             check_kernels_with(&zoo, Mode::Train, CheckRun::default(), &opts).expect("emulate");
-        assert_all_ok(&format!("zoo GEMMs with tile {tile:?}"), &checks);
+        assert_all_ok(
+            &format!("zoo GEMMs with tile {tile:?}, cp.async {copy_async}"),
+            &checks,
+        );
     }
+    // (the weight gradients with channels in fours, on every tile that stages float4s and fits
+    // two stages: 64x64, 32x64, 64x32)
+    assert!(staged >= 6, "{staged} kernels with cp.async stages");
     // the split-K entries of every GEMM family ran too
     for kind in [
         "conv2d",
@@ -554,13 +570,23 @@ fn mlp5() -> Plan {
 /// Checks the first kernel of `kind` in `kernels` (at `site`, or where `plan` launches it) with
 /// the `nth` occurrence of `from` in its source replaced by `to` (`from` must occur).
 fn check_edited(plan: &Plan, kind: &str, from: &str, to: &str, nth: usize) -> EmuCheck {
+    check_edited_with(plan, kind, (from, to, nth), &CodegenOptions::default())
+}
+
+/// As [`check_edited`], rendered with `opts`.
+fn check_edited_with(
+    plan: &Plan,
+    kind: &str,
+    (from, to, nth): (&str, &str, usize),
+    opts: &CodegenOptions,
+) -> EmuCheck {
     let k = plan
         .kernels
         .iter()
         .find(|k| k.op.kind_name() == kind)
         .unwrap_or_else(|| panic!("no {kind} kernel"));
     let site = site_in_plan(plan, k.id).expect("launched by a step");
-    check_edited_at(k, plan.mode, &site, from, to, nth)
+    check_edited_at_with(k, plan.mode, &site, (from, to, nth), opts)
 }
 
 fn check_edited_at(
@@ -571,7 +597,17 @@ fn check_edited_at(
     to: &str,
     nth: usize,
 ) -> EmuCheck {
-    let ck = render_kernel(k, mode, &CodegenOptions::default())
+    check_edited_at_with(k, mode, site, (from, to, nth), &CodegenOptions::default())
+}
+
+fn check_edited_at_with(
+    k: &Kernel,
+    mode: Mode,
+    site: &KernelSite,
+    (from, to, nth): (&str, &str, usize),
+    opts: &CodegenOptions,
+) -> EmuCheck {
+    let ck = render_kernel(k, mode, opts)
         .expect("render")
         .expect("kernel");
     let hits: Vec<usize> = ck.source.match_indices(from).map(|(i, _)| i).collect();
@@ -606,8 +642,8 @@ fn a_wrong_index_is_caught() {
     let c = check_edited(
         &mlp5(),
         "dense",
-        "w[(k) * MOUT + (n)]",
-        "w[(n) * MOUT + (k)]",
+        "(w + (k) * MOUT + (n))",
+        "(w + (n) * MOUT + (k))",
         0,
     );
     assert!(!c.ok(TOL), "a transposed read passed: {c:?}");
@@ -619,15 +655,82 @@ fn a_wrong_index_is_caught() {
 #[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
 fn a_missing_barrier_is_caught_as_a_race() {
     let plan = mlp5();
+    // tiles staged through registers (no cp.async): two barriers per k-tile
+    let regs = CodegenOptions {
+        copy_async: false,
+        ..CodegenOptions::default()
+    };
     // the barrier after the multiply: the next tile's loads overwrite what others still read
-    let c = check_edited(&plan, "dense", "__syncthreads();", "", 1);
+    let c = check_edited_with(&plan, "dense", ("__syncthreads();", "", 1), &regs);
     assert!(
         c.race.as_deref().unwrap_or("").contains("__syncthreads"),
         "{c:?}"
     );
     // the barrier after the loads: threads multiply a tile others have not loaded yet
-    let c = check_edited(&plan, "dense", "__syncthreads();", "", 0);
+    let c = check_edited_with(&plan, "dense", ("__syncthreads();", "", 0), &regs);
     assert!(c.race.is_some() && !c.ok(TOL), "{c:?}");
+    // cp.async stages: the one barrier per k-tile (after the wait) gone, threads multiply a stage
+    // others' copies have not landed in, and overwrite one others still read
+    let (k, site, opts) = staged_kernel();
+    let c = check_edited_at_with(&k, Mode::Train, &site, ("__syncthreads();", "", 0), &opts);
+    assert!(!c.ok(TOL), "{c:?}");
+}
+
+/// A zoo kernel whose tiles are copied with cp.async (a weight gradient with channels in fours, on
+/// the 64x64 tile), its site, and the options that render it so.
+fn staged_kernel() -> (Kernel, KernelSite, CodegenOptions) {
+    let opts = CodegenOptions {
+        tile: Some(dmc_codegen::TILES[1]),
+        ..CodegenOptions::default()
+    };
+    assert_eq!((opts.tile.unwrap().bm, opts.tile.unwrap().bn), (64, 64));
+    let k = dmc_codegen::zoo::zoo()
+        .into_iter()
+        .find(|k| {
+            render_kernel(k, Mode::Train, &opts)
+                .ok()
+                .flatten()
+                .is_some_and(|ck| ck.gemm.is_some_and(|g| g.stages > 1))
+        })
+        .expect("a zoo GEMM with cp.async stages");
+    let site = packed_site(&k);
+    (k, site, opts)
+}
+
+#[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
+fn a_stage_read_before_its_copies_land_is_caught() {
+    let (k, site, opts) = staged_kernel();
+    let c = check_edited_at_with(&k, Mode::Train, &site, ("{", "{", 0), &opts);
+    assert!(c.ok(TOL), "{}", c.verdict(TOL));
+    // waiting for one group fewer: tile t's copies are still in flight when it is multiplied
+    let c = check_edited_at_with(
+        &k,
+        Mode::Train,
+        &site,
+        ("dmc_cp_wait<", "dmc_cp_wait<1 + ", 0),
+        &opts,
+    );
+    assert!(!c.ok(TOL) && c.rel_err > 1e-2, "{c:?}");
+    // a 16-byte copy one float off its alignment fails the launch
+    let c = check_edited_at_with(
+        &k,
+        Mode::Train,
+        &site,
+        (
+            "dmc_cp16(&Bs[st][kk][nn]",
+            "dmc_cp16(&Bs[st][kk][nn] + 1",
+            0,
+        ),
+        &opts,
+    );
+    assert!(
+        c.failure
+            .as_deref()
+            .unwrap_or("")
+            .contains("not 16-byte aligned"),
+        "{c:?}"
+    );
 }
 
 #[test]

@@ -339,6 +339,7 @@ fn the_chosen_gemm_is_the_models_fastest_candidate_within_its_workspace() {
                 update,
                 partial_elems: ws,
                 k_unit,
+                wide_copies: false,
             };
             let g = choose(gm, gn, gk, &needs, &opts);
             assert!(g.pipelined, "{gm}x{gn}x{gk}");
@@ -419,6 +420,7 @@ fn the_chosen_gemm_is_the_models_fastest_candidate_within_its_workspace() {
         update: false,
         partial_elems: 1 << 22,
         k_unit: 0,
+        wide_copies: false,
     };
     assert_eq!(choose(16, 64, 9216, &grouped, &opts).split, 1);
     let b = choose(16, 1024, 9216, &grouped, &baseline());

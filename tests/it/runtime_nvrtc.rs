@@ -90,18 +90,55 @@ fn every_gemm_tile_compiles_for_sm80_and_sm90_without_warnings_or_spills() {
     let zoo = dmc_codegen::zoo::gemms();
     let mut n = 0;
     for tile in dmc_codegen::TILES {
-        let opts = CodegenOptions {
-            tile: Some(tile),
-            ..CodegenOptions::default()
-        };
-        for arch in ["sm_80", "sm_90"] {
-            for r in selftest::compile_kernels(&zoo, Mode::Train, arch, &opts).expect("compiles") {
-                assert_clean(&r, &format!("{tile:?} {arch}"));
-                n += 1;
+        // with cp.async stages where the tile has them, and staged through registers
+        for copy_async in [true, false] {
+            let opts = CodegenOptions {
+                tile: Some(tile),
+                copy_async,
+                ..CodegenOptions::default()
+            };
+            for arch in ["sm_80", "sm_90"] {
+                for r in
+                    selftest::compile_kernels(&zoo, Mode::Train, arch, &opts).expect("compiles")
+                {
+                    assert_clean(&r, &format!("{tile:?} cp.async {copy_async} {arch}"));
+                    n += 1;
+                }
             }
         }
     }
-    assert!(n >= dmc_codegen::TILES.len() * 2 * 20, "{n} kernels");
+    assert!(n >= dmc_codegen::TILES.len() * 2 * 2 * 20, "{n} kernels");
+}
+
+#[test]
+#[cfg_attr(
+    not(dmc_has_nvrtc),
+    ignore = "needs NVRTC (set DMC_NVRTC to libnvrtc.so.12, e.g. from `pip install nvidia-cuda-nvrtc-cu12`)"
+)]
+fn cp_async_kernels_compile_below_sm80_as_plain_copies() {
+    nvrtc::nvrtc()
+        .unwrap_or_else(|e| panic!("NVRTC is needed here (CI is set, or the build found it): {e}"));
+    // rendered for an H200 (cp.async stages), compiled for a GPU without cp.async (sm_75): the
+    // copies are plain loads and stores there, still clean
+    let zoo = dmc_codegen::zoo::gemms();
+    let opts = CodegenOptions::default();
+    let reports = selftest::compile_kernels(&zoo, Mode::Train, "sm_75", &opts).expect("compiles");
+    assert!(reports.len() >= 20, "{} kernels", reports.len());
+    for r in &reports {
+        assert_clean(r, "sm_75");
+    }
+    // and the model's GTX 960 (sm_52) gets the register-staged kernels, no cp.async at all
+    let gtx = CodegenOptions {
+        gpu: "GTX960",
+        ..CodegenOptions::default()
+    };
+    for k in &zoo {
+        let ck = dmc_codegen::render_kernel(k, Mode::Train, &gtx)
+            .expect("render")
+            .expect("a kernel");
+        assert!(ck.gemm.is_some_and(|g| g.stages == 0), "{}", ck.name);
+        assert!(!ck.source.contains("dmc_cp_wait<"), "{}", ck.name);
+    }
 }
 
 /// NVRTC compiled `r` without a warning and without spilling registers.

@@ -43,6 +43,14 @@ impl Gpu {
     pub fn cycle_s(&self) -> f64 {
         1e-9 / self.clock_ghz
     }
+
+    /// The compute capability as a number (`sm_90` -> 90; 0 if unreadable).
+    pub fn sm(&self) -> u32 {
+        self.arch
+            .strip_prefix("sm_")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
 }
 
 const H100_SXM: Gpu = Gpu {

@@ -66,6 +66,7 @@ pub(crate) fn forward(
         update: false,
         partial_elems: numel(s.shape(yi + 1)?),
         k_unit: 0,
+        wide_copies: false, // set by `gemm` from the layouts
     };
     grouped(
         gemm(
@@ -139,6 +140,7 @@ pub(crate) fn backward_data(
         update: false,
         partial_elems: s.shape(dxi + 1).map_or(0, numel),
         k_unit: 0,
+        wide_copies: false, // set by `gemm` from the layouts
     };
     grouped(
         gemm(
@@ -174,6 +176,7 @@ pub(crate) fn transpose(s: &Site, geom: &ConvGeom, bias: bool) -> Result<Spec, C
         update: false,
         partial_elems: 0, // no workspace in its signature
         k_unit: 0,
+        wide_copies: false, // set by `gemm` from the layouts
     };
     grouped(
         gemm(
@@ -232,6 +235,7 @@ pub(crate) fn backward_weight(
         // whole bias chunks per k range: the fused bias gradient's partial sums (and the unfused
         // gradient splits alike, so fusing never changes a sum's order)
         k_unit: BIAS_CHUNK_ROWS as u32,
+        wide_copies: false, // set by `gemm` from the layouts
     };
     let mut sp = grouped(
         gemm(

@@ -42,6 +42,7 @@ const DENSE: GemmNeeds = GemmNeeds {
     update: false,
     partial_elems: 0,
     k_unit: 0,
+    wide_copies: false, // set by `gemm` from the layouts
 };
 
 /// `Dense`: x, w, (b), (r), y.

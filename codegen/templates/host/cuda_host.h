@@ -11,6 +11,11 @@
 // * Checked while running: every live thread of a block reaches the same `__syncthreads()` (same
 //   source line) or none does; no thread exits while others wait at a barrier; no fiber overflows
 //   its stack (canary). The first failure stops the launch and is reported as text.
+// * cp.async (`dmc_cp16`, `dmc_cp_commit`, `dmc_cp_wait<N>`, the GEMMs' staged tiles): a
+//   copy is only recorded when issued and lands at its thread's wait for its group, as late as the
+//   hardware may land it, so a kernel that reads a stage before waiting for it (or before the
+//   barrier after the wait) reads stale data and fails the comparison; a misaligned 16-byte copy
+//   fails the launch.
 // * Kernels use no warp intrinsics: `__shfl*` and friends are deliberately absent, so a kernel
 //   that starts using them fails to compile here and the emulator must learn them first.
 #ifndef DMC_CUDA_HOST_H
@@ -117,11 +122,23 @@ static inline double dmc_f64_bits(uint64_t bits) {
     return d;
 }
 
+// One cp.async copy in flight: `n` floats from `src` (nullptr: zeros) to `dst`, in commit group `group`.
+struct DmcCopy {
+    float* dst;
+    const float* src;
+    unsigned n;
+    unsigned group;
+};
+#define DMC_MAX_COPIES 256
+
 struct DmcFiber {
     void* sp;  // saved stack pointer (x86-64) while suspended
     int done;  // returned from the kernel
     int line;  // source line of the barrier it waits at
     unsigned barriers;
+    unsigned ncopies;  // cp.async copies in flight
+    unsigned group;    // the open commit group (groups 0 .. group-1 are committed)
+    DmcCopy copies[DMC_MAX_COPIES];
 #if !defined(DMC_ASM_SWITCH)
     ucontext_t uc;
 #endif
@@ -185,6 +202,46 @@ static void dmc_fail(const DmcLaunch* L, const char* fmt, ...) {
     va_end(ap);
 }
 
+// ---- cp.async ------------------------------------------------------------------------------------
+
+// Lands the copies of every committed group but the `keep` most recent ones.
+static void dmc_cp_land(DmcFiber* f, unsigned keep) {
+    unsigned j = 0;
+    for (unsigned i = 0; i < f->ncopies; ++i) {
+        const DmcCopy c = f->copies[i];
+        if (c.group + keep < f->group) {
+            if (c.src)
+                memcpy(c.dst, c.src, (size_t)c.n * 4);
+            else
+                memset(c.dst, 0, (size_t)c.n * 4);
+        } else {
+            f->copies[j++] = c;
+        }
+    }
+    f->ncopies = j;
+}
+
+static void dmc_cp(float* dst, const float* src, unsigned n) {
+    DmcFiber* f = dmc_cur;
+    if ((((uintptr_t)dst | (uintptr_t)src) & 15) != 0) {
+        dmc_fail(dmc_launch, "block (%u,%u,%u) thread %u: a 16-byte cp.async from %p to %p is not 16-byte aligned",
+                 blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, (const void*)src, (void*)dst);
+        return;
+    }
+    if (f->ncopies == DMC_MAX_COPIES) {
+        dmc_fail(dmc_launch, "block (%u,%u,%u) thread %u: more than %d cp.async copies in flight", blockIdx.x,
+                 blockIdx.y, blockIdx.z, threadIdx.x, DMC_MAX_COPIES);
+        return;
+    }
+    f->copies[f->ncopies++] = DmcCopy{dst, src, n, f->group};
+}
+// 16 bytes from global `g` (nullptr: zero-fill) to shared `s`; `z` is the address the hardware is
+// handed for a zero-fill (never read).
+__attribute__((unused)) static void dmc_cp16(float* s, const float* g, const float*) { dmc_cp(s, g, 4); }
+__attribute__((unused)) static void dmc_cp_commit() { dmc_cur->group++; }
+// Waits until at most N committed groups are in flight: the older ones land now.
+template <int N> __attribute__((unused)) static void dmc_cp_wait() { dmc_cp_land(dmc_cur, (unsigned)N); }
+
 static void dmc_yield_to_scheduler(DmcFiber* f) {
 #if defined(DMC_ASM_SWITCH)
     __asm__ __volatile__("" ::: "memory");
@@ -216,6 +273,8 @@ static void dmc_fiber_init(DmcFiber* f, char* stack) {
     f->done = 0;
     f->line = 0;
     f->barriers = 0;
+    f->ncopies = 0;
+    f->group = 0;
     *(uint64_t*)stack = DMC_CANARY;  // the stack grows down towards this word
 #if defined(DMC_ASM_SWITCH)
     // As if dmc_emu_switch had been called from dmc_fiber_main's caller: six zeroed registers,
