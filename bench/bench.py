@@ -431,8 +431,10 @@ def worker(a):
     cuda = dev.type == "cuda"
     if cuda:
         # Full fp32, like dmc: cuDNN convolutions default to TF32 on Ampere+, which breaks a 1e-4 parity.
-        torch.backends.cudnn.allow_tf32 = False
-        torch.backends.cuda.matmul.allow_tf32 = False
+        # DMC_BENCH_TF32=1 (gpu_compare.py's TF32 table, against dmc --precision tf32): TF32 on.
+        tf32 = os.environ.get("DMC_BENCH_TF32") == "1"
+        torch.backends.cudnn.allow_tf32 = tf32
+        torch.backends.cuda.matmul.allow_tf32 = tf32
     ex = a.example
     cfg = EXAMPLES[ex]
     data = load_file(os.path.join(a.workdir, "data.safetensors"))

@@ -56,6 +56,8 @@ def main():
     p.add_argument("--timeout", type=int, default=120, help="seconds per dmc or PyTorch run")
     p.add_argument("--no-torch", action="store_true", help="dmc only")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    p.add_argument("--tf32", default="seed,deep_convnet",
+                   help="examples also timed with TF32 on both sides (dmc --precision tf32, PyTorch allow_tf32)")
     a = p.parse_args()
     wd_root = a.workdir or tempfile.mkdtemp(prefix="gpu-compare-")
     examples = [e for e in a.only.split(",") if e]
@@ -108,6 +110,32 @@ def main():
           "forward + backward + step, synchronised), fp32 with TF32 off on both sides.")
     for n in notes:
         print(f"- {n}")
+
+    tf32 = [e for e in a.tf32.split(",") if e and os.path.exists(os.path.join(wd_root, e, "init.safetensors"))]
+    if tf32:
+        print("\n| example (TF32 both sides) | dmc fp32 ms/step | dmc --precision tf32 ms/step | PyTorch TF32 ms/step "
+              "| dmc tf32/PyTorch tf32 | last loss fp32 | last loss tf32 |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
+    for ex in tf32:
+        wd = os.path.join(wd_root, ex)
+        print(f"[{ex}] TF32: dmc --precision tf32 and PyTorch allow_tf32 ...", file=sys.stderr, flush=True)
+        l32, ms32, e1 = dmc_timed(a, ex, wd, STEPS[ex], [], "fp32")
+        ltf, mstf, e2 = dmc_timed(a, ex, wd, STEPS[ex], ["--precision", "tf32"], "tf32")
+        notes = [e for e in (e1, e2) if e]
+        ms_torch = None
+        if not a.no_torch:
+            os.environ["DMC_BENCH_TF32"] = "1"
+            try:
+                r = bench.run_worker(ex, "plain", wd, STEPS[ex], "cuda", os.cpu_count(), profile=False)
+                ms_torch = bench.median_warm(r["times_ms"])
+            except (SystemExit, subprocess.TimeoutExpired) as e:
+                notes.append(f"{ex}: PyTorch TF32 failed: {str(e)[-300:]}")
+            finally:
+                os.environ.pop("DMC_BENCH_TF32", None)
+        last = lambda l: l[-1] if l else "-"
+        print(f"| {ex} | {fmt(ms32)} | {fmt(mstf)} | {fmt(ms_torch)} | {ratio(mstf, ms_torch)} | {last(l32)} | {last(ltf)} |")
+        for n in notes:
+            print(f"- {n}")
 
     for ex in [e for e in a.profile.split(",") if e]:
         wd = os.path.join(wd_root, ex)

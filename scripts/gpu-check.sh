@@ -67,9 +67,10 @@ case " $* " in *" --dry-run "*) ;; *)
     ms() { timeout 120 "$BIN" run "examples/$ex.dm" --steps 10 --device cuda -q "$@" 2>&1 | grep -o '[0-9.]* ms/step' || echo "? ms/step"; }
     on=$(ms)
     regs=$(ms --no-cp-async)
+    tf32=$(ms --precision tf32)
     off=$(ms --no-split-k)
     base=$(ms --baseline-gemm)
-    echo "  $ex: chosen tiles + split-K + cp.async $on, staged in registers $regs, unsplit $off, baseline GEMM $base"
+    echo "  $ex: chosen tiles + split-K + cp.async $on, staged in registers $regs, unsplit $off, baseline GEMM $base, TF32 tensor cores $tf32"
   done ;;
 esac
 

@@ -19,6 +19,9 @@ pub struct CodegenOptions {
     /// Stage GEMM tiles through shared memory with cp.async where the GPU has it (sm_80+) and the
     /// tile's stages fit; off, every GEMM stages its next tile in registers (`--no-cp-async`).
     pub copy_async: bool,
+    /// GEMMs on TF32 tensor cores (sm_80+; `precision: tf32`, `--precision tf32`): inputs rounded
+    /// to 10 mantissa bits, fp32 accumulation. Off (the default): fp32 FMAs, PyTorch's fp32 parity.
+    pub tf32: bool,
 }
 
 impl Default for CodegenOptions {
@@ -29,6 +32,7 @@ impl Default for CodegenOptions {
             tile: None,
             gpu: "H200",
             copy_async: true,
+            tf32: false,
         }
     }
 }

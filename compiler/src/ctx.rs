@@ -13,6 +13,8 @@ pub struct Ctx {
     pub optimizer: Optimizer,
     /// The learning-rate schedule the plan carries to the runtime.
     pub schedule: LrSchedule,
+    /// The GEMMs' arithmetic on a GPU (`train { precision }`), carried to the plan.
+    pub precision: dmc_plan::plan::Precision,
     pub batch: usize,
     /// `accumulate: N`: the gradients are accumulated over N micro-batches (1: not).
     pub accumulate: usize,

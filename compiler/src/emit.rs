@@ -397,6 +397,7 @@ pub fn emit(
             1
         },
         clip_norm: None,
+        precision: ctx.precision,
     };
     if mode == Mode::Train {
         plan.clip_norm = clip_norm_plan(&plan, ctx.clip_method);

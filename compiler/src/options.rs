@@ -76,6 +76,7 @@ pub fn context(model: &Model, opts: &CompileOptions) -> Ctx {
         mode: opts.mode,
         optimizer,
         schedule: model.train.schedule,
+        precision: model.train.precision,
         batch: opts.batch.unwrap_or(model.train.batch),
         accumulate: model.train.accumulate.max(1),
         clip_method: opts.clip_method.unwrap_or(ClipNormMethod::HeldGradients),

@@ -346,6 +346,9 @@ pub struct TrainConfig {
     /// ([`Optimizer::clip_value`]).
     #[serde(default = "one")]
     pub accumulate: usize,
+    /// `precision: tf32`: the GEMMs on TF32 tensor cores on a GPU (fp32 when unset).
+    #[serde(default)]
+    pub precision: dmc_plan::plan::Precision,
 }
 
 fn one() -> usize {

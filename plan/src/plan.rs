@@ -251,6 +251,11 @@ pub struct Plan {
     /// [`Plan::is_optimizer_update`] names (see `Backend::set_run_pass`). 1: no accumulation.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub accumulate: usize,
+    /// The GEMMs' arithmetic on a GPU (`train { precision: tf32 }`): fp32 FMAs (the default,
+    /// PyTorch's fp32 parity), or TF32 tensor cores on sm_80+ (inputs rounded to 10 mantissa
+    /// bits, fp32 accumulation). The CPU backend computes in fp32 either way. Absent when fp32.
+    #[serde(default, skip_serializing_if = "Precision::is_fp32")]
+    pub precision: Precision,
     /// How `clip_norm` is implemented and what it costs (absent without `clip_norm`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clip_norm: Option<ClipNormPlan>,
@@ -341,6 +346,30 @@ pub enum RunPass {
 /// 12: a bias gradient is a two-level column sum (chunks of [`crate::op::BIAS_CHUNK_ROWS`] rows),
 /// and a fused `Conv2dBwdWeightUpdate`'s `db` holds a split GPU kernel's chunk sums when the
 /// split-K room is planned.
+/// The GEMMs' arithmetic on a GPU ([`Plan::precision`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// fp32 FMAs.
+    #[default]
+    Fp32,
+    /// TF32 tensor cores (sm_80+), fp32 accumulation.
+    Tf32,
+}
+
+impl Precision {
+    pub fn is_fp32(&self) -> bool {
+        *self == Precision::Fp32
+    }
+    /// The name in `.dm` and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Tf32 => "tf32",
+        }
+    }
+}
+
 pub const FORMAT_VERSION: u32 = 12;
 
 fn one() -> usize {

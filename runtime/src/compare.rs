@@ -12,6 +12,11 @@ use crate::error::RuntimeError;
 /// Random bytes for every signature slot of `k` (sized per its shapes): f32 in [-1, 1) (Adam's
 /// and RMSprop's second moments in [0, 1)), labels in 0..classes, argmax indices inside the pool window.
 pub fn random_args(k: &Kernel, rng: &mut ChaCha8Rng) -> Vec<Vec<u8>> {
+    random_args_on(k, rng, None)
+}
+
+/// [`random_args`], the f32 values rounded to multiples of `grid` when given.
+pub fn random_args_on(k: &Kernel, rng: &mut ChaCha8Rng, grid: Option<f32>) -> Vec<Vec<u8>> {
     let sig = k.op.signature();
     let rule = match &k.op {
         Op::Optim(OptimOp::Update { rule, .. })
@@ -41,6 +46,7 @@ pub fn random_args(k: &Kernel, rng: &mut ChaCha8Rng) -> Vec<Vec<u8>> {
                             } else {
                                 rng.random_range(-1.0..1.0)
                             };
+                            let v = grid.map_or(v, |q| (v / q).round() * q);
                             v.to_ne_bytes()
                         })
                         .collect()

@@ -67,7 +67,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     // the GEMM tiles and splits are chosen for the named GPU (the H200 by default)
     let cg = dmc_codegen::CodegenOptions {
         gpu: gpu.name,
-        ..args.codegen.options()
+        ..args.codegen.options(&plan)
     };
     write_kernels(&plan, &args.out, args.arch.as_deref(), &cg)?;
     if args.perf {

@@ -45,6 +45,7 @@ pub fn run(a: &EmuCheckArgs) -> Result<(), CliError> {
         check::CheckRun {
             seed: a.seed,
             threads,
+            grid: None,
         },
     )?;
     let width = |f: fn(&check::EmuCheck) -> usize, min: usize| {

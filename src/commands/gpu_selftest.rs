@@ -141,6 +141,9 @@ pub fn run(a: &SelftestArgs) -> Result<(), CliError> {
         }
     }
     rows.push(zoo_row(&arch, dev.as_ref(), a.tol)?);
+    if arch_sm(&arch) >= 80 {
+        rows.push(tf32_row(&arch, dev.as_ref())?);
+    }
     let halted = plans.kernels.iter().find(|(n, _)| n == HALTED);
     if let Some((_, [(_, plan), _])) = halted {
         rows.push(halt_row(plan, dev.as_ref())?);
@@ -219,6 +222,77 @@ fn kernel_row(
     Ok(Row {
         example: name.to_string(),
         check: format!("{mode:?} kernels"),
+        result,
+        ok,
+    })
+}
+
+/// `sm_90` -> 90.
+fn arch_sm(arch: &str) -> u32 {
+    arch.strip_prefix("sm_")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Every GEMM of the op zoo on TF32 tensor cores (the 64x64 tile and the 16x64 one), its
+/// inputs on a grid of 1/8: exact in TF32, every sum of products exact in fp32, so a plain GEMM
+/// must give the CPU's fp32 result exactly (the MMA fragments' layout on the hardware), the ones
+/// with fused updates and activations within the fp32 tolerance.
+fn tf32_row(arch: &str, dev: Option<&cuda::Device>) -> Result<Row, CliError> {
+    let zoo = dmc_codegen::zoo::gemms();
+    let mut n = 0;
+    let (mut ok, mut worst, mut bad) = (true, 0f64, 0);
+    for tile in [dmc_codegen::TILES[1], dmc_codegen::TILES[3]] {
+        let cg = CodegenOptions {
+            tile: Some(tile),
+            tf32: true,
+            ..CodegenOptions::default()
+        };
+        let reports = selftest::compile_kernels(&zoo, Mode::Train, arch, &cg)?;
+        for r in &reports {
+            let spills = r.resources.spill_stores + r.resources.spill_loads;
+            if spills > 0 || !r.warnings.is_empty() {
+                ok = false;
+                eprintln!(
+                    "FAIL TF32 zoo {}x{}: {}: {spills} B spills, warnings {:?}",
+                    tile.bm, tile.bn, r.kernel, r.warnings
+                );
+            }
+        }
+        n += reports.len();
+        let Some(d) = dev else { continue };
+        for k in &zoo {
+            let Some(c) =
+                selftest::check_kernel_with(d, k, Mode::Train, (13, Some(0.125)), 1e-5, &cg)?
+            else {
+                continue;
+            };
+            let plain = matches!(
+                c.kind,
+                "conv2d" | "conv2d_bwd_data" | "conv2d_bwd_weight" | "dense" | "dense_bwd_weight"
+            );
+            if !c.ok || (plain && c.rel_err != 0.0) {
+                bad += 1;
+                eprintln!(
+                    "FAIL TF32 zoo: {} ({}): rel err {:.2e}",
+                    c.kernel, c.kind, c.rel_err
+                );
+            }
+            if c.rel_err.is_nan() || c.rel_err > worst {
+                worst = c.rel_err;
+            }
+        }
+    }
+    ok &= bad == 0;
+    let mut result = format!("{n} TF32 GEMMs compiled for {arch}");
+    if dev.is_some() {
+        result.push_str(&format!(
+            "; on a 1/8 grid vs CPU: max rel err {worst:.2e} (plain GEMMs exact), {bad} failed"
+        ));
+    }
+    Ok(Row {
+        example: "(every GEMM)".into(),
+        check: "TF32 tensor cores".into(),
         result,
         ok,
     })

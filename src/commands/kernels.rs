@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use dmc_codegen::{render_plan, CodegenOptions};
-use dmc_compiler::plan::Plan;
+use dmc_compiler::plan::{Plan, Precision};
 use dmc_runtime::cuda::{self, nvrtc, selftest};
 use dmc_runtime::io;
 
@@ -25,16 +25,39 @@ pub struct CodegenArgs {
     /// (sm_80+): the baseline of a cp.async comparison.
     #[arg(long)]
     pub no_cp_async: bool,
+    /// The GEMMs' arithmetic on the GPU: `fp32` FMAs, or `tf32` tensor cores (sm_80+: inputs
+    /// rounded to 10 mantissa bits, fp32 accumulation). Default: the program's
+    /// `train { precision }`, else fp32. The CPU backend computes in fp32 either way.
+    #[arg(long, value_enum)]
+    pub precision: Option<PrecisionArg>,
+}
+
+/// `--precision`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PrecisionArg {
+    Fp32,
+    Tf32,
 }
 
 impl CodegenArgs {
-    /// The code generator's options these flags name.
-    pub fn options(&self) -> CodegenOptions {
+    /// The code generator's options these flags name, for `plan` (whose `precision` applies
+    /// unless `--precision` overrides it).
+    pub fn options(&self, plan: &Plan) -> CodegenOptions {
         CodegenOptions {
             split_k: !self.no_split_k && !self.baseline_gemm,
             baseline_gemm: self.baseline_gemm,
             copy_async: !self.no_cp_async,
+            tf32: self.precision(plan) == Precision::Tf32,
             ..CodegenOptions::default()
+        }
+    }
+
+    /// The GEMMs' precision for `plan`: `--precision`, else the plan's.
+    pub fn precision(&self, plan: &Plan) -> Precision {
+        match self.precision {
+            Some(PrecisionArg::Fp32) => Precision::Fp32,
+            Some(PrecisionArg::Tf32) => Precision::Tf32,
+            None => plan.precision,
         }
     }
 }

@@ -273,6 +273,113 @@ fn bias_gradients_sum_in_the_cpu_backends_order() {
     assert_all_ok("split fused bias", &checks);
 }
 
+/// The TF32 tiles: each tile that splits into whole m16n8k8 MMAs over its 8 warps.
+fn tf32_tiles() -> Vec<dmc_codegen::GemmTile> {
+    dmc_codegen::TILES
+        .into_iter()
+        .filter(|t| t.mma_per_warp().is_some())
+        .collect()
+}
+
+#[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
+fn tf32_tensor_core_gemms_are_exact_where_tf32_and_fp32_agree() {
+    // Inputs on a grid of 1/8 are exact in TF32 and every sum of their products is exact in fp32,
+    // so a TF32 GEMM must give the CPU backend's fp32 bits whatever its order: the MMA fragments
+    // (which lane holds which element of A, B and D) are checked element by element, on every
+    // TF32 tile over every GEMM of the zoo (partial tiles, split-K, fused epilogues and updates).
+    let zoo = dmc_codegen::zoo::gemms();
+    let tiles = tf32_tiles();
+    assert!(tiles.len() >= 4, "{tiles:?}");
+    for tile in tiles {
+        let opts = CodegenOptions {
+            tile: Some(tile),
+            tf32: true,
+            ..CodegenOptions::default()
+        };
+        for k in &zoo {
+            let ck = render_kernel(k, Mode::Train, &opts).unwrap().unwrap();
+            assert!(ck.gemm.is_some_and(|g| g.tf32), "{}: not TF32", k.name);
+            assert!(ck.source.contains("dmc_mma_tf32(acc[i], a, b);"));
+        }
+        let run = CheckRun {
+            grid: Some(0.125),
+            ..CheckRun::default()
+        };
+        let checks = check_kernels_with(&zoo, Mode::Train, run, &opts).expect("emulate");
+        assert_all_ok(&format!("TF32 zoo GEMMs on a grid, tile {tile:?}"), &checks);
+        for c in &checks {
+            // (the fused updates and activations: their fp32 formulas, as in every fp32 check)
+            let plain = matches!(
+                c.kind,
+                "conv2d" | "conv2d_bwd_data" | "conv2d_bwd_weight" | "dense" | "dense_bwd_weight"
+            );
+            assert!(
+                !plain || c.rel_err == 0.0,
+                "{} ({}) with tile {tile:?}: {}",
+                c.kernel,
+                c.kind,
+                c.verdict(0.0)
+            );
+        }
+    }
+}
+
+/// Max relative error of a TF32 GEMM of reduction length `k` against fp32 on inputs in [-1, 1]:
+/// each input is rounded to 10 mantissa bits (relative error at most 2^-11), so a product is off
+/// by at most 2^-10 of itself and an output by at most 2^-10 of the sum of its terms' magnitudes.
+/// With independent signs an output is ~sqrt(K) terms' size while that sum is ~K terms' size, and
+/// the check divides by the largest output, ~3 sqrt(K) terms: 2^-10 * sqrt(K) / 3, times 4 for
+/// the tails of a few hundred thousand outputs.
+fn tf32_tol(k: usize) -> f64 {
+    4.0 * (2f64).powi(-10) * (k.max(1) as f64).sqrt() / 3.0
+}
+
+#[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
+fn tf32_tensor_core_gemms_match_the_cpu_backend_within_tf32_rounding() {
+    // arbitrary f32 inputs: within tf32_tol(K) of fp32, and not as close as fp32 is (the inputs
+    // were rounded: a kernel that silently stayed fp32 fails)
+    let zoo = dmc_codegen::zoo::gemms();
+    let mut worst: f64 = 0.0;
+    let mut tf32 = 0;
+    // the largest TF32 tile and the smallest, on every GEMM of the zoo
+    let tiles = tf32_tiles();
+    for tile in [tiles[0], tiles[tiles.len() - 1]] {
+        let opts = CodegenOptions {
+            tile: Some(tile),
+            tf32: true,
+            ..CodegenOptions::default()
+        };
+        let checks =
+            check_kernels_with(&zoo, Mode::Train, CheckRun::default(), &opts).expect("emulate");
+        for (c, k) in checks.iter().zip(&zoo) {
+            let ck = render_kernel(k, Mode::Train, &opts).unwrap().unwrap();
+            let g = ck.gemm.expect("a GEMM");
+            assert!(g.tf32, "{}", c.kernel);
+            let tol = tf32_tol(g.gk);
+            assert!(c.ok(tol), "{} (K {}): {}", c.kernel, g.gk, c.verdict(tol));
+            tf32 += 1;
+            worst = worst.max(c.rel_err / tol);
+        }
+    }
+    assert!(tf32 >= 40, "{tf32} TF32 kernels");
+    let opts = CodegenOptions {
+        tile: Some(tiles[0]),
+        tf32: true,
+        ..CodegenOptions::default()
+    };
+    eprintln!("TF32 zoo GEMMs: worst rel err {worst:.3} of the tolerance");
+    // a TF32 kernel over arbitrary inputs is not as close as an fp32 one
+    let plain: Vec<Kernel> = zoo
+        .iter()
+        .filter(|k| k.op.kind_name() == "dense")
+        .cloned()
+        .collect();
+    let c = check_kernels_with(&plain, Mode::Train, CheckRun::default(), &opts).expect("emulate");
+    assert!(c.iter().any(|c| c.rel_err > 1e-5), "{c:?}");
+}
+
 // ---- whole training steps through the emulated kernels -------------------------------------------
 
 /// max |a - b| / max |b| over a tensor.
@@ -823,6 +930,41 @@ fn run_on_the_cuda_emulator_trains_like_the_cpu() {
         final_loss(&cpu),
         "cpu:\n{cpu}\nemulator:\n{emu}"
     );
+}
+
+#[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
+fn tf32_trains_through_the_emulated_tensor_cores_near_the_cpu() {
+    // resnet_small in TF32 (`--precision tf32`; `precision: tf32` in its train section does the
+    // same): its GEMMs on emulated m16n8k8 MMAs, inputs rounded to 10 mantissa bits. Three steps'
+    // losses stay within 1% of the fp32 CPU run's, and are not identical to them.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = std::fs::read_to_string(root().join("examples/resnet_small.dm")).unwrap();
+    let tf32_src = src.replacen("train {", "train { precision: tf32,", 1);
+    assert_ne!(src, tf32_src);
+    let file = dir.path().join("resnet_tf32.dm");
+    std::fs::write(&file, &tf32_src).unwrap();
+    let f = file.display().to_string();
+    let args = ["run", &f, "--steps", "3", "--seed", "3"];
+    let (rc, out, err) = dmc_env(&[&args[..], &["--device", "cpu"]].concat(), &[]);
+    assert_eq!(rc, 0, "{err}");
+    assert!(err.contains("the CPU backend computes in fp32"), "{err}");
+    let cpu: f64 = final_loss(&(out + &err)).parse().unwrap();
+    let (rc, out, err) = dmc_env(&[&args[..], &["--device", "cuda-emu"]].concat(), &[]);
+    assert_eq!(rc, 0, "{err}");
+    let emu: f64 = final_loss(&(out + &err)).parse().unwrap();
+    assert!(
+        (emu - cpu).abs() <= 0.01 * cpu.abs() && emu != cpu,
+        "tf32 emulated {emu} vs fp32 cpu {cpu}"
+    );
+    // --precision fp32 overrides the program: the CPU's loss again
+    let (rc, out, err) = dmc_env(
+        &[&args[..], &["--device", "cuda-emu", "--precision", "fp32"]].concat(),
+        &[],
+    );
+    assert_eq!(rc, 0, "{err}");
+    let fp32: f64 = final_loss(&(out + &err)).parse().unwrap();
+    assert_eq!(fp32, cpu);
 }
 
 #[test]

@@ -90,18 +90,26 @@ fn every_gemm_tile_compiles_for_sm80_and_sm90_without_warnings_or_spills() {
     let zoo = dmc_codegen::zoo::gemms();
     let mut n = 0;
     for tile in dmc_codegen::TILES {
-        // with cp.async stages where the tile has them, and staged through registers
-        for copy_async in [true, false] {
+        // with cp.async stages where the tile has them, staged through registers, and on TF32
+        // tensor cores where the tile splits into MMAs
+        for (copy_async, tf32) in [(true, false), (false, false), (true, true)] {
+            if tf32 && tile.mma_per_warp().is_none() {
+                continue;
+            }
             let opts = CodegenOptions {
                 tile: Some(tile),
                 copy_async,
+                tf32,
                 ..CodegenOptions::default()
             };
             for arch in ["sm_80", "sm_90"] {
                 for r in
                     selftest::compile_kernels(&zoo, Mode::Train, arch, &opts).expect("compiles")
                 {
-                    assert_clean(&r, &format!("{tile:?} cp.async {copy_async} {arch}"));
+                    assert_clean(
+                        &r,
+                        &format!("{tile:?} cp.async {copy_async} tf32 {tf32} {arch}"),
+                    );
                     n += 1;
                 }
             }

@@ -426,8 +426,18 @@ fn gemm_time(
     let (ldg_a, ldg_b) = (per_warp(bm) / vec(g.vec_a), per_warp(bn) / vec(g.vec_b));
     let ldg = ldg_a + ldg_b;
     let index = ldg_a * (2.0 + idx(g.implicit)) + ldg_b * (2.0 + idx(g.b_implicit));
+    let (fma, lds, fma_pipe) = match t.mma_per_warp().filter(|_| g.tf32) {
+        // TF32 tensor cores: the tile's MMAs at the SM's share of the TF32 peak, each reading 6
+        // fragment words from shared memory and converting them (cvt) per lane
+        Some(mpw) => {
+            let mmas = warps * (bkf / 8.0) * f64::from(mpw);
+            let per_sm_cycle = gpu.tf32_flops / f64::from(gpu.sms) / (gpu.clock_ghz * 1e9);
+            let tc_cycles = 2.0 * (bm * bn * bk) as f64 / per_sm_cycle.max(1.0);
+            (mmas * 7.0, mmas * 6.0, tc_cycles)
+        }
+        None => (fma, lds, fma * 32.0 / f64::from(gpu.fp32_lanes)),
+    };
     let issue = (fma + lds + index + warps * bkf * 2.0) / 4.0;
-    let fma_pipe = fma * 32.0 / f64::from(gpu.fp32_lanes);
     let smem = lds + ldg;
     let tc = issue.max(fma_pipe).max(smem);
     // a tile's loads wait a latency per round: L2's for re-read operands, DRAM's for the first

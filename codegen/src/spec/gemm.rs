@@ -77,6 +77,28 @@ impl GemmTile {
     }
 }
 
+impl GemmTile {
+    /// The m16n8 tensor-core tiles of a TF32 block, per warp (8 warps of 256 threads), or `None`
+    /// when the tile does not split into whole m16n8k8 MMAs evenly over its warps, or gives a warp
+    /// more than 4 (the 128x64 tile's 8 spill registers under NVRTC with a long reduction's
+    /// two-level sums).
+    pub const fn mma_per_warp(&self) -> Option<u32> {
+        let tiles = (self.bm / 16) * (self.bn / 8);
+        if self.threads() == 256
+            && self.bm.is_multiple_of(16)
+            && self.bn.is_multiple_of(8)
+            && self.bk.is_multiple_of(8)
+            && tiles >= 8
+            && tiles <= 32
+            && tiles.is_multiple_of(8)
+        {
+            Some(tiles / 8)
+        } else {
+            None
+        }
+    }
+}
+
 /// Static shared memory a block may declare (bytes).
 pub const STATIC_SHARED_BYTES: u32 = 48 * 1024;
 /// Most cp.async stages of a GEMM's tiles (tiles in flight + the one computed).
@@ -121,6 +143,9 @@ pub struct GemmGeom {
     /// operand, seed's data gradients ran 1.7x slower than staged through registers; with 16-byte
     /// copies, deep_convnet's weight gradients 6% faster.)
     pub copy_async: bool,
+    /// TF32 tensor cores (mma.sync m16n8k8, `precision: tf32` on an sm_80+ GPU), where the tile
+    /// splits into whole MMAs ([`GemmTile::mma_per_warp`]); else fp32 FMAs.
+    pub tf32: bool,
 }
 
 impl GemmGeom {
@@ -273,6 +298,7 @@ pub fn choose(gm: usize, gn: usize, gk: usize, n: &GemmNeeds, opts: &CodegenOpti
         k_unit: n.k_unit,
         stages: 0,
         copy_async: false,
+        tf32: false,
     };
     if opts.baseline_gemm {
         return base;
@@ -284,6 +310,7 @@ pub fn choose(gm: usize, gn: usize, gk: usize, n: &GemmNeeds, opts: &CodegenOpti
         vec_a: n.vec_a,
         vec_b: n.vec_b,
         copy_async: opts.copy_async && gpu.sm() >= 80 && n.wide_copies,
+        tf32: opts.tf32 && gpu.sm() >= 80,
         ..base
     };
     let forced = opts.tile.map(|t| [t]);
@@ -354,6 +381,7 @@ pub fn candidate(base: &GemmGeom, tile: GemmTile, split: usize, update: bool) ->
         split,
         tile,
         pipelined: true,
+        tf32: base.tf32 && tile.mma_per_warp().is_some(),
         stages: if base.copy_async && base.vec_a && base.vec_b && sa % 4 == 0 && sb % 4 == 0 {
             tile.async_stages()
         } else {
@@ -423,6 +451,8 @@ pub(crate) fn gemm(
     ctx.insert("tn", &t.tn);
     ctx.insert("pipelined", &g.pipelined);
     ctx.insert("stages", &g.stages);
+    ctx.insert("tf32", &g.tf32);
+    ctx.insert("mpw", &t.mma_per_warp().unwrap_or(0));
     ctx.insert("min_blocks", &g.min_blocks);
     let (sa, sb) = t.staged();
     ctx.insert("stage_a", &sa);

@@ -16,8 +16,14 @@
 //   hardware may land it, so a kernel that reads a stage before waiting for it (or before the
 //   barrier after the wait) reads stale data and fails the comparison; a misaligned 16-byte copy
 //   fails the launch.
-// * Kernels use no warp intrinsics: `__shfl*` and friends are deliberately absent, so a kernel
-//   that starts using them fails to compile here and the emulator must learn them first.
+// * One warp collective, the TF32 tensor-core MMA (`dmc_mma_tf32`, PTX mma.sync m16n8k8): each of the
+//   warp's 32 threads deposits its fragments and waits at a barrier (the whole block meets there, so
+//   it is called in block-uniform control flow, as the GEMM template does); on resuming, each thread
+//   computes its four outputs from the fragments of its warp, with inputs rounded to TF32 as
+//   `cvt.rna.tf32.f32` does (`dmc_tf32`: 10 mantissa bits, to nearest, ties away from zero) and
+//   the exact products added to its accumulator in k order. Any other warp intrinsic (`__shfl*`, ..)
+//   is deliberately absent, so a kernel that starts using one fails to compile here and the emulator
+//   must learn it first.
 #ifndef DMC_CUDA_HOST_H
 #define DMC_CUDA_HOST_H
 
@@ -138,6 +144,7 @@ struct DmcFiber {
     unsigned barriers;
     unsigned ncopies;  // cp.async copies in flight
     unsigned group;    // the open commit group (groups 0 .. group-1 are committed)
+    unsigned mma_gen;  // TF32 MMAs this thread has issued (its exchange generation)
     DmcCopy copies[DMC_MAX_COPIES];
 #if !defined(DMC_ASM_SWITCH)
     ucontext_t uc;
@@ -201,6 +208,58 @@ static void dmc_fail(const DmcLaunch* L, const char* fmt, ...) {
     vsnprintf(m->err, (size_t)m->errlen, fmt, ap);
     va_end(ap);
 }
+
+// ---- TF32 tensor-core MMA ----------------------------------------------------------------------
+
+// x rounded to TF32 (cvt.rna.tf32.f32): the low 13 mantissa bits cleared, to nearest, ties away
+// from zero; NaN and infinity pass unchanged.
+__attribute__((unused)) static unsigned dmc_tf32(float x) {
+    unsigned u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u += 0x1000u;
+    return u & 0xffffe000u;
+}
+static __attribute__((unused)) float dmc_tf32_val(unsigned u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+// The fragments one lane deposits for a warp's MMA.
+struct DmcMmaFrag {
+    unsigned a[4], b[2];
+};
+// Per block (one block runs at a time on an OS thread): two generations of every warp's fragments,
+// so a thread that resumed from one MMA and deposits for the next never overwrites fragments a
+// slower thread of its warp has still to read.
+static __thread DmcMmaFrag dmc_mma_ex[2][32][32];
+static void dmc_syncthreads(int line);
+
+// d += A (16x8, row) * B (8x8, col) for the calling thread's warp (mma.sync.aligned.m16n8k8.row.col
+// .f32.tf32.tf32.f32). Lane l = 4 g + t holds A(g, t), A(g+8, t), A(g, t+4), A(g+8, t+4) in a[0..4],
+// B(t, g), B(t+4, g) in b[0..2], and D(g, 2t), D(g, 2t+1), D(g+8, 2t), D(g+8, 2t+1) in d[0..4].
+__attribute__((unused)) static void dmc_mma_tf32_at(float* d, const unsigned* a, const unsigned* b, int line) {
+    DmcFiber* f = dmc_cur;
+    const unsigned tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    const unsigned w = tid / 32, l = tid % 32, gen = f->mma_gen++ & 1u;
+    DmcMmaFrag* mine = &dmc_mma_ex[gen][w % 32][l];
+    for (int i = 0; i < 4; ++i) mine->a[i] = a[i];
+    for (int i = 0; i < 2; ++i) mine->b[i] = b[i];
+    dmc_syncthreads(line);  // every lane of the warp has deposited
+    const DmcMmaFrag* ex = dmc_mma_ex[gen][w % 32];
+    const unsigned g = l / 4, t = l % 4;
+    for (int r = 0; r < 4; ++r) {
+        const unsigned row = g + 8 * (r / 2), col = 2 * t + (r % 2);
+        float s = d[r];
+        for (unsigned k = 0; k < 8; ++k) {
+            const float av = dmc_tf32_val(ex[(row % 8) * 4 + k % 4].a[row / 8 + 2 * (k / 4)]);
+            const float bv = dmc_tf32_val(ex[col * 4 + k % 4].b[k / 4]);
+            s += av * bv;  // exact product (11-bit significands), added in k order
+        }
+        d[r] = s;
+    }
+}
+#define dmc_mma_tf32(d, a, b) dmc_mma_tf32_at((d), (a), (b), __LINE__)
 
 // ---- cp.async ------------------------------------------------------------------------------------
 
@@ -275,6 +334,7 @@ static void dmc_fiber_init(DmcFiber* f, char* stack) {
     f->barriers = 0;
     f->ncopies = 0;
     f->group = 0;
+    f->mma_gen = 0;
     *(uint64_t*)stack = DMC_CANARY;  // the stack grows down towards this word
 #if defined(DMC_ASM_SWITCH)
     // As if dmc_emu_switch had been called from dmc_fiber_main's caller: six zeroed registers,

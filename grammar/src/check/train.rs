@@ -9,6 +9,7 @@ use crate::ast::*;
 use crate::diag::{Error, Kind};
 use crate::limits::MAX_DIM;
 use crate::model::*;
+use dmc_plan::plan::Precision;
 use std::collections::HashMap;
 
 impl Checker<'_> {
@@ -40,6 +41,7 @@ impl Checker<'_> {
             "clip_value",
             "accumulate",
             "clip_norm",
+            "precision",
         ];
         let mut seen: HashMap<&str, &Field> = HashMap::new();
         for f in &t.fields {
@@ -132,6 +134,25 @@ impl Checker<'_> {
                 }
             },
         };
+        let precision = match seen.get("precision") {
+            None => Precision::Fp32,
+            Some(f) => match self.const_eval(&f.value)? {
+                Val::Sym(s) if s == "fp32" => Precision::Fp32,
+                Val::Sym(s) if s == "tf32" => Precision::Tf32,
+                other => {
+                    return Err(err(
+                        Kind::Training,
+                        f.value.span,
+                        format!(
+                            "`precision` must be `fp32` or `tf32`, found {}",
+                            describe(&other)
+                        ),
+                    )
+                    .label("expected `fp32` or `tf32`")
+                    .help("`tf32` runs the GEMMs on TF32 tensor cores of sm_80+ GPUs (inputs rounded to 10 mantissa bits); `fp32` keeps PyTorch's fp32 parity"))
+                }
+            },
+        };
         let Some(of) = seen.get("optimizer") else {
             return Err(missing("optimizer", "sgd(lr: 0.01)"));
         };
@@ -159,6 +180,7 @@ impl Checker<'_> {
             shuffle,
             schedule,
             accumulate: accumulate as usize,
+            precision,
         })
     }
 

@@ -389,6 +389,25 @@ fn train_clip_value_setting() {
 }
 
 #[test]
+fn train_precision_setting() {
+    use dmc_plan::plan::Precision;
+    let body = "input x: [4]\ntarget y: [1]\nout = x |> dense(1)\nloss mse(out, y)\n";
+    let m = |s: &str| ok(&format!("{body}train {{ batch: 4, optimizer: sgd{s} }}"));
+    assert_eq!(m("").train.precision, Precision::Fp32);
+    assert_eq!(m(", precision: fp32").train.precision, Precision::Fp32);
+    assert_eq!(m(", precision: tf32").train.precision, Precision::Tf32);
+    // anything else: where, what, and what to write
+    let src = format!("{body}train {{ batch: 4, optimizer: sgd, precision: fp16 }}");
+    let d = compile_source(&src, "test.dm").expect_err("fp16");
+    let text = render_plain(&d);
+    assert!(
+        text.contains("`precision` must be `fp32` or `tf32`") && text.contains("test.dm:5:"),
+        "{text}"
+    );
+    assert!(text.contains("tensor cores"), "{text}");
+}
+
+#[test]
 fn train_accumulate_setting() {
     let body = "input x: [4]\ntarget y: [1]\nout = x |> dense(1)\nloss mse(out, y)\n";
     let m = |s: &str| ok(&format!("{body}train {{ batch: 4, optimizer: sgd{s} }}"));

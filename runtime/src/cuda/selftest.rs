@@ -12,7 +12,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::nvrtc::{self, parse_resources, warnings, Output, Resources};
 use super::{drv, launch, load_kernels, mem_info, CudaBackend, CudaError, Device};
-use crate::compare::{random_args, rel_err, Batch};
+use crate::compare::{random_args_on, rel_err, Batch};
 use crate::cpu::executor::run_single_kernel;
 use crate::cpu::CpuBackend;
 use crate::error::RuntimeError;
@@ -82,8 +82,20 @@ pub fn check_kernel(
     seed: u64,
     tol: f64,
 ) -> Result<Option<KernelCheck>, RuntimeError> {
-    let Some(ck): Option<CudaKernel> =
-        render_kernel(k, mode, &CodegenOptions::default()).map_err(CudaError::from)?
+    check_kernel_with(dev, k, mode, (seed, None), tol, &CodegenOptions::default())
+}
+
+/// [`check_kernel`] with `k` rendered as `codegen` says, the inputs on a grid of `grid` when
+/// given (`dmc_runtime::emu::check::CheckRun::grid`: a TF32 GEMM is then exact).
+pub fn check_kernel_with(
+    dev: &Device,
+    k: &Kernel,
+    mode: Mode,
+    (seed, grid): (u64, Option<f32>),
+    tol: f64,
+    codegen: &CodegenOptions,
+) -> Result<Option<KernelCheck>, RuntimeError> {
+    let Some(ck): Option<CudaKernel> = render_kernel(k, mode, codegen).map_err(CudaError::from)?
     else {
         return Ok(None);
     };
@@ -91,7 +103,7 @@ pub fn check_kernel(
         .pop()
         .ok_or_else(|| RuntimeError::BadPlan("no function".into()))?;
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ (k.id as u64).wrapping_mul(0x9e37));
-    let args = random_args(k, &mut rng);
+    let args = random_args_on(k, &mut rng, grid);
     let sig = k.op.signature();
     let (step, run_seed) = (3u64, seed);
 

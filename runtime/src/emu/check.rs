@@ -20,7 +20,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::{compile, compile_all, EmuError, EmuKernel, FiberOrder};
 use crate::arena::Arena;
-use crate::compare::{random_args, rel_err};
+use crate::compare::{random_args_on, rel_err};
 use crate::cpu::executor::run_single_kernel;
 use crate::error::RuntimeError;
 
@@ -141,6 +141,10 @@ pub fn packed_site(k: &Kernel) -> KernelSite {
 pub struct CheckRun {
     pub seed: u64,
     pub threads: usize,
+    /// Inputs on a grid of this step (multiples of it in [-1, 1]) instead of any f32: with a
+    /// power of two like 1/8, every value is exact in TF32 and every sum of products exact in
+    /// fp32, so a TF32 GEMM must match the CPU's fp32 one bit for bit whatever the order.
+    pub grid: Option<f32>,
 }
 
 impl Default for CheckRun {
@@ -148,6 +152,7 @@ impl Default for CheckRun {
         CheckRun {
             seed: 7,
             threads: super::default_threads(),
+            grid: None,
         }
     }
 }
@@ -210,7 +215,11 @@ fn check_in(
     site: &KernelSite,
     run: CheckRun,
 ) -> Result<EmuCheck, RuntimeError> {
-    let CheckRun { seed, threads } = run;
+    let CheckRun {
+        seed,
+        threads,
+        grid,
+    } = run;
     let sig = k.op.signature();
     let lens = slot_bytes(k);
     if site.offsets.len() != lens.len() {
@@ -255,7 +264,7 @@ fn check_in(
 
     // Poison, then the inputs; `init` is every slot as the kernel will find it (aliases resolved).
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ (k.id as u64).wrapping_mul(0x9e37));
-    let args = random_args(k, &mut rng);
+    let args = random_args_on(k, &mut rng, grid);
     // the slots: the rest already holds the gap pattern
     let fill = |bytes: &mut [u8]| {
         for (i, p) in sig.params.iter().enumerate() {

@@ -169,6 +169,7 @@ impl Pb {
             lower_bound_bytes: 0,
             placement_strategy: "trivial".into(),
             accumulate: 1,
+            precision: Default::default(),
             clip_norm: None,
         }
     }

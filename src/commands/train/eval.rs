@@ -22,7 +22,8 @@ pub fn run(args: &EvalArgs) -> Result<(), CliError> {
     check_top_k(args.top_k, &model, &plan)?;
     let batch = plan.batch;
     let ds = DataRequest::new(c, &plan, &model, args.synthetic_samples, seed).load()?;
-    let mut be = dmc_runtime::open_backend(kind, plan, &c.codegen.options())?;
+    let cg = c.codegen.options(&plan);
+    let mut be = dmc_runtime::open_backend(kind, plan, &cg)?;
     init_params(&mut be, c.init.as_deref(), seed, &c.file)?;
     let m = evaluate(&mut be, &model, &ds, batch, args.top_k)?;
     println!("{}", fmt_metrics(&m));

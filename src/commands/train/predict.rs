@@ -29,7 +29,7 @@ pub fn run(args: &PredictArgs) -> Result<(), CliError> {
         ..DataRequest::new(c, &plan, &model, args.synthetic_samples, seed)
     }
     .load()?;
-    let mut be = dmc_runtime::open_backend(kind, plan.clone(), &c.codegen.options())?;
+    let mut be = dmc_runtime::open_backend(kind, plan.clone(), &c.codegen.options(&plan))?;
     init_params(&mut be, c.init.as_deref(), seed, &c.file)?;
     let mut feeder = Feeder::new(&plan, false);
     let per: usize = plan.output.shape[1..].iter().product::<usize>().max(1);

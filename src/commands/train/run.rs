@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use dmc_compiler::plan::Mode;
+use dmc_compiler::plan::Precision;
 use dmc_grammar::model::Model;
 use dmc_runtime::io::{self, Dataset};
 use dmc_runtime::{Backend, BackendKind};
@@ -178,8 +179,13 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     let saves = save_policy(args, &plan, train.len(), seed, schedule.shuffle)?;
     let data_memory = data_memory(&train, val.as_ref());
 
+    if kind == BackendKind::Cpu && c.codegen.precision(&plan) == Precision::Tf32 && !c.quiet {
+        eprintln!(
+            "note: precision tf32 applies to the GEMMs on a GPU (TF32 tensor cores, sm_80+); the CPU backend computes in fp32"
+        );
+    }
     let before_arena = dmc_runtime::alloc::current();
-    let mut be = dmc_runtime::open_backend(kind, plan.clone(), &c.codegen.options())?;
+    let mut be = dmc_runtime::open_backend(kind, plan.clone(), &c.codegen.options(&plan))?;
     // The arena alone, as measured (device memory on a GPU, the counted allocation on the host):
     // the backend's own state (its copy of the plan, compiled kernels) is not what the cap caps.
     let arena = match be.measured_arena_bytes() {
@@ -208,11 +214,8 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     let mut val_be = match &val {
         Some(_) => {
             let eval_plan = compile(&model, c, &args.plan().beside_training(), Mode::Eval)?;
-            Some(dmc_runtime::open_backend(
-                kind,
-                eval_plan,
-                &c.codegen.options(),
-            )?)
+            let cg = c.codegen.options(&eval_plan);
+            Some(dmc_runtime::open_backend(kind, eval_plan, &cg)?)
         }
         None => None,
     };
@@ -292,7 +295,7 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
         // the measured column, and the performance model's prediction for this device
         let model = match kind {
             BackendKind::Cpu => cpu_predictions(&plan),
-            _ => crate::commands::perf::device_predictions(&plan, &c.codegen.options()),
+            _ => crate::commands::perf::device_predictions(&plan, &c.codegen.options(&plan)),
         };
         let f = |id: usize| -> Option<f64> {
             let k = p.kernels.iter().find(|k| k.kernel == id)?;
