@@ -263,6 +263,78 @@ fn the_calibrated_model_is_within_30_percent_of_the_logged_h200_steps() {
     }
 }
 
+/// The per-kernel table of `dmc run --profile` under `header` in docs/gpu-check-h200-2026-12-04.log:
+/// (kernel, measured µs per step).
+fn logged_kernels(header: &str) -> Vec<(String, f64)> {
+    let log = std::fs::read_to_string(root().join("docs/gpu-check-h200-2026-12-04.log")).expect("log");
+    let start = log
+        .find(header)
+        .unwrap_or_else(|| panic!("{header} not in the log"));
+    let mut out = vec![];
+    for l in log[start..].lines().skip(1) {
+        if l.starts_with("## ") {
+            break;
+        }
+        let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+        // | kernel | launches/step | µs/step | share | predicted µs/step | measured/predicted |
+        if cells.len() < 7 || cells[1] == "kernel" || cells[1].starts_with("---") {
+            continue;
+        }
+        if cells[1].starts_with("**") {
+            continue; // the step's total
+        }
+        out.push((cells[1].to_string(), cells[3].parse().expect("µs/step")));
+    }
+    assert!(out.len() >= 10, "{header}: {} rows", out.len());
+    out
+}
+
+#[test]
+fn the_recalibrated_model_is_near_each_measured_h200_kernel() {
+    // the pipelined kernels' per-kernel H200 times (BENCHMARKS.md, 2026-12-04): every kernel that
+    // takes 5% of its step within 1.5x of the model, and the step within 30%
+    let h200 = gpu("h200").unwrap();
+    for (ex, header) in [
+        (
+            "seed",
+            "## dmc run examples/seed.dm --steps 8 --device cuda --profile --no-cp-async\n",
+        ),
+        (
+            "deep_convnet",
+            "## dmc run examples/deep_convnet.dm --steps 5 --device cuda --profile\n",
+        ),
+    ] {
+        let p = predict(&plan_of(ex), h200, true);
+        let measured = logged_kernels(header);
+        let total: f64 = measured.iter().map(|(_, us)| us).sum();
+        let model_us = |name: &str| -> f64 {
+            let k = p
+                .kernels
+                .iter()
+                .find(|k| k.kernel == name)
+                .unwrap_or_else(|| panic!("{ex}: no kernel {name} in the model"));
+            k.predicted_s * k.launches as f64 * 1e6
+        };
+        for (name, us) in &measured {
+            if *us < 0.05 * total {
+                continue;
+            }
+            let r = model_us(name) / us;
+            assert!(
+                (1.0 / 1.5..=1.5).contains(&r),
+                "{ex} {name}: model {:.0} µs vs measured {us:.0} µs per step",
+                model_us(name)
+            );
+        }
+        let r = p.predicted_s * 1e6 / total;
+        assert!(
+            (0.7..=1.3).contains(&r),
+            "{ex}: model {:.0} µs vs measured {total:.0} µs per step",
+            p.predicted_s * 1e6
+        );
+    }
+}
+
 #[test]
 fn split_k_is_predicted_faster_where_it_fills_the_gpu() {
     let h200 = gpu("h200").unwrap();
