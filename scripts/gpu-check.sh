@@ -8,11 +8,14 @@
 #     architecture, failing on warnings or register spills;
 #   * runs every kernel on fresh random inputs against the CPU backend (outputs poisoned with NaN first,
 #     so an element the GPU never writes shows), relative error <= 1e-5 (max |gpu-cpu| / max |cpu|);
+#   * runs every GEMM of the op zoo on TF32 tensor cores (sm_80+) on inputs on a 1/8 grid, which TF32
+#     holds exactly: the plain GEMMs must match the CPU exactly (the MMA fragments' layout);
 #   * trains examples/seed.dm and examples/deep_convnet.dm for 20 steps on the GPU under a memory cap,
 #     compares the device memory taken (cuMemGetInfo) with the planned arena and the first step's loss
 #     with the CPU backend's, and times the step;
-# and prints one summary table; then split-K on/off, and the dmc vs PyTorch eager table of every example with
-# and without --cuda-graph and the --profile tables (bench/gpu_compare.py; PyTorch where installed). It is
+# and prints one summary table; then the GEMM variants (cp.async, registers, unsplit, baseline, TF32), the dmc vs
+# PyTorch eager table of every example with and without --cuda-graph, the TF32 table (TF32 on both sides) and
+# the --profile tables (bench/gpu_compare.py; PyTorch where installed). It is
 # sized for 8 minutes of GPU time. `scripts/gpu-check.sh --dry-run` does everything but launch (no GPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."

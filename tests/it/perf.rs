@@ -266,7 +266,8 @@ fn the_calibrated_model_is_within_30_percent_of_the_logged_h200_steps() {
 /// The per-kernel table of `dmc run --profile` under `header` in docs/gpu-check-h200-2026-12-04.log:
 /// (kernel, measured µs per step).
 fn logged_kernels(header: &str) -> Vec<(String, f64)> {
-    let log = std::fs::read_to_string(root().join("docs/gpu-check-h200-2026-12-04.log")).expect("log");
+    let log =
+        std::fs::read_to_string(root().join("docs/gpu-check-h200-2026-12-04.log")).expect("log");
     let start = log
         .find(header)
         .unwrap_or_else(|| panic!("{header} not in the log"));
