@@ -227,6 +227,29 @@ fn kernel_row(
     })
 }
 
+/// The worst relative error and the failures of a run of kernel checks.
+#[derive(Default)]
+struct Tally {
+    worst: f64,
+    bad: usize,
+}
+
+impl Tally {
+    /// Counts `c` (a failure when `failed`, reported on stderr under `what`).
+    fn add(&mut self, c: &selftest::KernelCheck, what: &str, failed: bool) {
+        if failed {
+            self.bad += 1;
+            eprintln!(
+                "FAIL {what}: {} ({}): rel err {:.2e}",
+                c.kernel, c.kind, c.rel_err
+            );
+        }
+        if c.rel_err.is_nan() || c.rel_err > self.worst {
+            self.worst = c.rel_err;
+        }
+    }
+}
+
 /// `sm_90` -> 90.
 fn arch_sm(arch: &str) -> u32 {
     arch.strip_prefix("sm_")
@@ -241,7 +264,7 @@ fn arch_sm(arch: &str) -> u32 {
 fn tf32_row(arch: &str, dev: Option<&cuda::Device>) -> Result<Row, CliError> {
     let zoo = dmc_codegen::zoo::gemms();
     let mut n = 0;
-    let (mut ok, mut worst, mut bad) = (true, 0f64, 0);
+    let (mut ok, mut tally) = (true, Tally::default());
     for tile in [dmc_codegen::TILES[1], dmc_codegen::TILES[3]] {
         let cg = CodegenOptions {
             tile: Some(tile),
@@ -271,18 +294,10 @@ fn tf32_row(arch: &str, dev: Option<&cuda::Device>) -> Result<Row, CliError> {
                 c.kind,
                 "conv2d" | "conv2d_bwd_data" | "conv2d_bwd_weight" | "dense" | "dense_bwd_weight"
             );
-            if !c.ok || (plain && c.rel_err != 0.0) {
-                bad += 1;
-                eprintln!(
-                    "FAIL TF32 zoo: {} ({}): rel err {:.2e}",
-                    c.kernel, c.kind, c.rel_err
-                );
-            }
-            if c.rel_err.is_nan() || c.rel_err > worst {
-                worst = c.rel_err;
-            }
+            tally.add(&c, "TF32 zoo", !c.ok || (plain && c.rel_err != 0.0));
         }
     }
+    let Tally { worst, bad } = tally;
     ok &= bad == 0;
     let mut result = format!("{n} TF32 GEMMs compiled for {arch}");
     if dev.is_some() {
@@ -309,23 +324,14 @@ fn zoo_row(arch: &str, dev: Option<&cuda::Device>, tol: f64) -> Result<Row, CliE
         reports.len()
     );
     if let Some(d) = dev {
-        let mut worst = 0f64;
-        let mut bad = 0;
+        let mut tally = Tally::default();
         for k in &zoo {
             let Some(c) = selftest::check_kernel(d, k, Mode::Train, 11, tol)? else {
                 continue;
             };
-            if !c.ok {
-                bad += 1;
-                eprintln!(
-                    "FAIL zoo: {} ({}): rel err {:.2e}",
-                    c.kernel, c.kind, c.rel_err
-                );
-            }
-            if c.rel_err.is_nan() || c.rel_err > worst {
-                worst = c.rel_err;
-            }
+            tally.add(&c, "zoo", !c.ok);
         }
+        let Tally { worst, bad } = tally;
         ok &= bad == 0;
         result.push_str(&format!("; vs CPU: max rel err {worst:.2e}, {bad} failed"));
     }
