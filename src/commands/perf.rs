@@ -109,8 +109,9 @@ fn ms(s: f64) -> String {
 /// The one-line step prediction (`dmc plan`, and the last line of the `--perf` table).
 pub fn step_line(p: &StepPerf, src: &ResourceSource) -> String {
     format!(
-        "predicted step on {}: {} ({} launches; roofline floor {}, {:.1}x it; {})",
+        "predicted step on {}{}: {} ({} launches; roofline floor {}, {:.1}x it; {})",
         p.gpu,
+        if p.tf32 { " (TF32 tensor cores)" } else { "" },
         ms(p.predicted_s),
         p.launches,
         ms(p.floor_s),

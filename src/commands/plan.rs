@@ -152,8 +152,10 @@ pub fn run(args: Args) -> Result<(), CliError> {
         // The performance model's line (registers estimated: NVRTC's are `dmc compile --perf`'s);
         // not for huge programs, whose kernels take seconds to render.
         if plan.steps.len() <= UNFUSED_COMPARISON_MAX_STEPS {
+            // the program's precision: TF32 tensor cores predicted as such
             let cg = dmc_codegen::CodegenOptions {
                 gpu: gpu.name,
+                tf32: plan.precision == dmc_compiler::plan::Precision::Tf32,
                 ..Default::default()
             };
             let p = predict(&plan, &cg, &Default::default(), gpu)?;

@@ -553,3 +553,46 @@ fn plan_prints_the_predicted_step() {
     assert_eq!(code, 0);
     assert!(stdout.contains("predicted step on GTX960: "), "{stdout}");
 }
+
+#[test]
+fn a_tf32_program_is_predicted_on_tensor_cores() {
+    // `precision: tf32` in deep_convnet's train section: `dmc plan` predicts the TF32 GEMMs (a
+    // compute-bound step: faster than fp32, and its floor at the tensor cores' peak), and
+    // `dmc compile --perf --precision fp32` overrides it back
+    let dir = tempfile::tempdir().unwrap();
+    let src = std::fs::read_to_string(root().join("examples/deep_convnet.dm")).unwrap();
+    let file = dir.path().join("tf32.dm");
+    std::fs::write(
+        &file,
+        src.replacen("train {", "train { precision: tf32,", 1),
+    )
+    .unwrap();
+    let ms = |out: &str, prefix: &str| -> f64 {
+        let l = out
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("{out}"));
+        let rest = &l[prefix.len()..];
+        rest.split(" ms").next().unwrap().trim().parse().unwrap()
+    };
+    let f = file.display().to_string();
+    let (code, tf32, err) = dmc(&["plan", &f]);
+    assert_eq!(code, 0, "{err}");
+    let tf32_ms = ms(&tf32, "predicted step on H200 (TF32 tensor cores): ");
+    let ex = root()
+        .join("examples/deep_convnet.dm")
+        .display()
+        .to_string();
+    let (code, fp32, err) = dmc(&["plan", &ex]);
+    assert_eq!(code, 0, "{err}");
+    let fp32_ms = ms(&fp32, "predicted step on H200: ");
+    assert!(
+        tf32_ms < 0.8 * fp32_ms,
+        "tf32 {tf32_ms} ms vs fp32 {fp32_ms} ms"
+    );
+    let out = dir.path().join("k").display().to_string();
+    let (code, text, err) = dmc(&["compile", &f, "-o", &out, "--perf", "--precision", "fp32"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!text.contains("TF32"), "{text}");
+    assert!(text.contains("step: "), "{text}");
+}

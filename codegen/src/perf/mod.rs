@@ -159,6 +159,8 @@ pub struct StepPerf {
     pub min_bytes: f64,
     /// Some kernel's registers were estimated.
     pub estimated: bool,
+    /// Some GEMM runs on TF32 tensor cores (`precision: tf32`).
+    pub tf32: bool,
 }
 
 impl StepPerf {
@@ -324,7 +326,12 @@ pub fn kernel_perf(
     let flops = k.flops() as f64;
     let (rd, wr) = operand_bytes(k);
     let min_bytes = rd + wr;
-    let floor_s = (flops / gpu.fp32_flops()).max(min_bytes / gpu.dram_bw);
+    // a TF32 GEMM's FLOPs at the tensor cores' peak
+    let peak = match &ck.gemm {
+        Some(g) if g.tf32 && gpu.tf32_flops > 0.0 => gpu.tf32_flops,
+        _ => gpu.fp32_flops(),
+    };
+    let floor_s = (flops / peak).max(min_bytes / gpu.dram_bw);
     let cyc = gpu.cycle_s();
     let dram_lat = cal.dram_latency_ns * 1e-9;
     let (moved, dram, body_s, bound_body) = match &ck.gemm {
@@ -533,6 +540,7 @@ pub fn step_perf(
         flops: 0.0,
         min_bytes: 0.0,
         estimated: false,
+        tf32: kernels.iter().any(|k| k.gemm.is_some_and(|g| g.tf32)),
     };
     for ck in kernels {
         let Some(&i) = by_id.get(&ck.id) else {
