@@ -170,6 +170,22 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
             vec![vec![5000, 3], vec![5000, 2]],
             vec![3, 2],
         ),
+        // a reduction over 9000 rows: the GEMM's two-level sums (partial sums of 32 k-tiles), and
+        // the fused bias' 18 chunks of 512 rows summed from the GEMM's tiles
+        (
+            d(DenseOp::DenseBwdWeight),
+            vec![vec![9000, 8], vec![9000, 16], vec![8, 16]],
+        ),
+        fused_bias(
+            d(DenseOp::DenseBwdWeightUpdate {
+                rule: sgd(0.9, false),
+                chunk: 4,
+                bias: true,
+            }),
+            vec![vec![9000, 8], vec![9000, 16]],
+            vec![8, 16],
+            vec![16],
+        ),
         // `clip_value` in a fused weight update
         fused(
             d(DenseOp::DenseBwdWeightUpdate {

@@ -377,11 +377,12 @@ fn min_blocks(t: &GemmTile, unsplit_update: bool) -> u32 {
 /// stages a multiple of 4 elements per thread.
 pub fn candidate(base: &GemmGeom, tile: GemmTile, split: usize, update: bool) -> GemmGeom {
     let (sa, sb) = tile.staged();
+    let tf32 = base.tf32 && tile.mma_per_warp().is_some();
     GemmGeom {
         split,
         tile,
         pipelined: true,
-        tf32: base.tf32 && tile.mma_per_warp().is_some(),
+        tf32,
         stages: if base.copy_async && base.vec_a && base.vec_b && sa % 4 == 0 && sb % 4 == 0 {
             tile.async_stages()
         } else {
@@ -389,7 +390,13 @@ pub fn candidate(base: &GemmGeom, tile: GemmTile, split: usize, update: bool) ->
         },
         vec_a: base.vec_a && sa % 4 == 0,
         vec_b: base.vec_b && sb % 4 == 0,
-        min_blocks: min_blocks(&tile, update && split <= 1),
+        // a TF32 kernel's registers are left to NVRTC (under 128 the 32x64 tile spills with a long
+        // reduction's two-level sums)
+        min_blocks: if tf32 {
+            1
+        } else {
+            min_blocks(&tile, update && split <= 1)
+        },
         ..*base
     }
 }
