@@ -12,6 +12,7 @@ mod codegen;
 mod cpu_time;
 mod cuda;
 mod cuda_emu;
+mod cuda_emu_gemm;
 mod data;
 mod front_end;
 mod fusion;
