@@ -49,6 +49,21 @@ pub fn zoo() -> Vec<Kernel> {
     .collect()
 }
 
+/// Whether a GEMM op's outputs are its sums plus bias and residual adds alone (no activation, no
+/// update): on inputs that TF32 holds exactly and whose sums fp32 holds exactly (a grid of 1/8), a
+/// TF32 kernel of it must give the CPU backend's fp32 bits in any order, on any device.
+pub fn exact_on_a_grid(op: &Op) -> bool {
+    use dmc_plan::op::{ConvOp, DenseOp};
+    match op {
+        Op::Conv(ConvOp::Conv2d { epi, .. } | ConvOp::Conv2dBwdData { epi, .. })
+        | Op::Dense(DenseOp::Dense { epi, .. } | DenseOp::DenseBwdData { epi }) => {
+            epi.act.is_none()
+        }
+        Op::Conv(ConvOp::Conv2dBwdWeight { .. }) | Op::Dense(DenseOp::DenseBwdWeight) => true,
+        _ => false,
+    }
+}
+
 /// The zoo's GEMM kernels (convolutions and dense layers: every GEMM template arm), for tests that
 /// force each tile on them.
 pub fn gemms() -> Vec<Kernel> {

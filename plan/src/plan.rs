@@ -318,6 +318,23 @@ pub enum RunPass {
     Update,
 }
 
+/// The GEMMs' arithmetic on a GPU ([`Plan::precision`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// fp32 FMAs.
+    #[default]
+    Fp32,
+    /// TF32 tensor cores (sm_80+), fp32 accumulation.
+    Tf32,
+}
+
+impl Precision {
+    pub fn is_fp32(&self) -> bool {
+        *self == Precision::Fp32
+    }
+}
+
 /// The version of plan.json's shape. 2: one `Update { rule }` op for the unfused optimizer updates
 /// (was `SgdUpdate` / `AdamUpdate`). 3: ops grouped by family (`{"Optim":{"Update":..}}`,
 /// `{"Conv":{"Conv2d":..}}`; see [`Op`]). 4: fused ops (`fuse_epilogues`): an
@@ -345,31 +362,7 @@ pub enum RunPass {
 /// convolutions' `cols` may be larger than im2col's rows ([`crate::op::split`]).
 /// 12: a bias gradient is a two-level column sum (chunks of [`crate::op::BIAS_CHUNK_ROWS`] rows),
 /// and a fused `Conv2dBwdWeightUpdate`'s `db` holds a split GPU kernel's chunk sums when the
-/// split-K room is planned.
-/// The GEMMs' arithmetic on a GPU ([`Plan::precision`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Precision {
-    /// fp32 FMAs.
-    #[default]
-    Fp32,
-    /// TF32 tensor cores (sm_80+), fp32 accumulation.
-    Tf32,
-}
-
-impl Precision {
-    pub fn is_fp32(&self) -> bool {
-        *self == Precision::Fp32
-    }
-    /// The name in `.dm` and on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Precision::Fp32 => "fp32",
-            Precision::Tf32 => "tf32",
-        }
-    }
-}
-
+/// split-K room is planned; the plan's `precision` (absent when fp32, so plans read as in 11).
 pub const FORMAT_VERSION: u32 = 12;
 
 fn one() -> usize {

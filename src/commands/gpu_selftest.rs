@@ -141,7 +141,7 @@ pub fn run(a: &SelftestArgs) -> Result<(), CliError> {
         }
     }
     rows.push(zoo_row(&arch, dev.as_ref(), a.tol)?);
-    if arch_sm(&arch) >= 80 {
+    if dmc_codegen::perf::sm_of(&arch) >= 80 {
         rows.push(tf32_row(&arch, dev.as_ref())?);
     }
     let halted = plans.kernels.iter().find(|(n, _)| n == HALTED);
@@ -250,17 +250,11 @@ impl Tally {
     }
 }
 
-/// `sm_90` -> 90.
-fn arch_sm(arch: &str) -> u32 {
-    arch.strip_prefix("sm_")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
 /// Every GEMM of the op zoo on TF32 tensor cores (the 64x64 tile and the 16x64 one), its
-/// inputs on a grid of 1/8: exact in TF32, every sum of products exact in fp32, so a plain GEMM
-/// must give the CPU's fp32 result exactly (the MMA fragments' layout on the hardware), the ones
-/// with fused updates and activations within the fp32 tolerance.
+/// inputs on a grid of 1/8: exact in TF32, every sum of products exact in fp32, so a GEMM whose
+/// outputs are sums and adds alone ([`dmc_codegen::zoo::exact_on_a_grid`]) must give the CPU's
+/// fp32 result exactly (the MMA fragments' layout on the hardware); those with activations (CUDA's
+/// math library) or fused updates, within the fp32 tolerance.
 fn tf32_row(arch: &str, dev: Option<&cuda::Device>) -> Result<Row, CliError> {
     let zoo = dmc_codegen::zoo::gemms();
     let mut n = 0;
@@ -290,11 +284,8 @@ fn tf32_row(arch: &str, dev: Option<&cuda::Device>) -> Result<Row, CliError> {
             else {
                 continue;
             };
-            let plain = matches!(
-                c.kind,
-                "conv2d" | "conv2d_bwd_data" | "conv2d_bwd_weight" | "dense" | "dense_bwd_weight"
-            );
-            tally.add(&c, "TF32 zoo", !c.ok || (plain && c.rel_err != 0.0));
+            let exact = dmc_codegen::zoo::exact_on_a_grid(&k.op);
+            tally.add(&c, "TF32 zoo", !c.ok || (exact && c.rel_err != 0.0));
         }
     }
     let Tally { worst, bad } = tally;

@@ -44,13 +44,18 @@ impl Gpu {
         1e-9 / self.clock_ghz
     }
 
-    /// The compute capability as a number (`sm_90` -> 90; 0 if unreadable).
+    /// The compute capability as a number (`sm_90` -> 90).
     pub fn sm(&self) -> u32 {
-        self.arch
-            .strip_prefix("sm_")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
+        sm_of(self.arch)
     }
+}
+
+/// The compute capability of an NVRTC architecture name as a number (`sm_90` -> 90; 0 if
+/// unreadable).
+pub fn sm_of(arch: &str) -> u32 {
+    arch.strip_prefix("sm_")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 const H100_SXM: Gpu = Gpu {

@@ -37,7 +37,7 @@ use dmc_plan::plan::{Kernel, Plan};
 use crate::kernel::CudaKernel;
 use crate::spec::common::ELEM_THREADS;
 use crate::spec::gemm::{grid_blocks, GemmGeom};
-pub use gpus::{gpu, gpu_names, gpu_of_device, Gpu, GPUS};
+pub use gpus::{gpu, gpu_names, gpu_of_device, sm_of, Gpu, GPUS};
 
 /// The model's constants that no data sheet gives (see the module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

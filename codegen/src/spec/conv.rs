@@ -257,7 +257,7 @@ pub(crate) fn backward_weight(
             if let Some(g) = sp.gemm.filter(|g| {
                 g.split > 1 && (g.ks() % BIAS_CHUNK_ROWS != 0 || db < bias_chunks(gk) * gn)
             }) {
-                return Err(CodegenError::Grid {
+                return Err(CodegenError::Shape {
                     kernel: s.name().into(),
                     message: format!(
                         "a split bias gradient needs k ranges of whole {BIAS_CHUNK_ROWS}-row \

@@ -75,9 +75,6 @@ impl GemmTile {
             0
         }
     }
-}
-
-impl GemmTile {
     /// The m16n8 tensor-core tiles of a TF32 block, per warp (8 warps of 256 threads), or `None`
     /// when the tile does not split into whole m16n8k8 MMAs evenly over its warps, or gives a warp
     /// more than 4 (the 128x64 tile's 8 spill registers under NVRTC with a long reduction's

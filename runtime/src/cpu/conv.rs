@@ -536,9 +536,8 @@ pub fn conv2d_bwd_weight_chunked(
         gw.len() >= k * chunk.min(co),
         "conv: gradient workspace too small"
     );
-    if let Some(db) = db.as_deref_mut() {
+    if let Some(db) = db.as_deref() {
         assert!(db.len() >= co, "conv: bias workspace too small");
-        db[..co].fill(0.0);
     }
     let cog = d.cog(g);
     let mut c0 = 0;
