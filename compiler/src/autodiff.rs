@@ -68,6 +68,13 @@ pub fn vjp(
         | Op::OptState { .. }
         | Op::RunStat { .. }
         | Op::GradBuf { .. } => {}
+        // Copies are plan steps (streaming), never IR nodes.
+        Op::Transfer(_) => {
+            return Err(CompileError::Internal(format!(
+                "`{}`: a copy step in the IR",
+                node.name
+            )))
+        }
         // d/dx batchnorm(x, gamma, beta) with the batch statistics (outputs 1, 2) saved: one
         // backward node gives dx, dgamma and dbeta (the statistics' own outputs get no gradient:
         // only the running statistics' update reads them).

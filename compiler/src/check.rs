@@ -9,7 +9,8 @@ use std::collections::{BTreeMap, BinaryHeap};
 
 pub use crate::error::PlanCheckError;
 use crate::op::Role;
-use crate::plan::{BufferId, BufferKind, Mode, Plan, ALIGN, FORMAT_VERSION};
+use crate::op::{Op, TransferOp};
+use crate::plan::{BufferId, BufferKind, Mode, Plan, Store, ALIGN, FORMAT_VERSION};
 
 /// Bytes of a tensor (saturating: a corrupted plan must not make the checker panic).
 fn bytes_of(shape: &[usize], elem: u64) -> u64 {
@@ -85,13 +86,27 @@ fn check_buffers(plan: &Plan) -> Result<(), PlanCheckError> {
             });
         }
         let end = b.offset.saturating_add(b.bytes);
-        if end > plan.arena_bytes {
+        let room = match b.store {
+            Store::Arena => plan.arena_bytes,
+            Store::Host => plan.host_bytes,
+        };
+        if end > room {
             return Err(E::OutOfArena {
                 buffer: i,
                 name: b.name.clone(),
                 offset: b.offset,
                 end,
-                arena: plan.arena_bytes,
+                arena: room,
+            });
+        }
+        if b.store == Store::Host
+            && !(b.persistent
+                && matches!(b.kind, BufferKind::Parameter | BufferKind::OptimizerState))
+        {
+            return Err(E::Binding {
+                name: b.name.clone(),
+                msg: "only a parameter or optimizer state tensor's home may be in the host store"
+                    .into(),
             });
         }
         if b.live.0 > b.live.1 {
@@ -125,7 +140,25 @@ fn check_buffers(plan: &Plan) -> Result<(), PlanCheckError> {
     // not at every comparison.
     let mut always: Vec<(u64, u64, usize)> = vec![];
     let mut by_start: Vec<(usize, usize)> = Vec::with_capacity(plan.buffers.len());
-    for (i, b) in plan.buffers.iter().enumerate().filter(|(_, b)| b.bytes > 0) {
+    // The host store's tensors are all held throughout, in their own memory: no two may share
+    // a byte.
+    let mut host: Vec<(u64, u64, usize)> = plan
+        .buffers
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.bytes > 0 && b.store == Store::Host)
+        .map(|(i, b)| (b.offset, b.offset.saturating_add(b.bytes), i))
+        .collect();
+    host.sort_unstable();
+    if let Some(w) = host.windows(2).find(|w| w[1].0 < w[0].1) {
+        return Err(overlap(w[0].2, w[1].2));
+    }
+    for (i, b) in plan
+        .buffers
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.bytes > 0 && b.store == Store::Arena)
+    {
         match live_range(b) {
             (0, usize::MAX) => always.push((b.offset, b.offset.saturating_add(b.bytes), i)),
             (start, _) => by_start.push((start, i)),
@@ -207,6 +240,7 @@ fn check_steps(plan: &Plan) -> Result<(), PlanCheckError> {
     // Steps, in order: arguments, liveness, read-before-write, in-place hazards.
     let mut written = vec![false; plan.buffers.len()];
     let mut in_place_at: Vec<Option<usize>> = vec![None; plan.buffers.len()];
+    let mut windows = Windows::new(plan);
     for (s, st) in plan.steps.iter().enumerate() {
         let label = || st.label.clone();
         // `ok_or_else`: the error (and its label's copy) only when there is one.
@@ -279,6 +313,12 @@ fn check_steps(plan: &Plan) -> Result<(), PlanCheckError> {
                 });
             }
         }
+        if let Op::Transfer(op) = k.op {
+            windows.copy(s, op, &mut in_place_at)?;
+            written[st.args[1]] = true;
+            continue;
+        }
+        windows.kernel(s)?;
         for (&bid, p) in st.args.iter().zip(sig) {
             let b = &plan.buffers[bid];
             if matches!(p.role, Role::In | Role::InOut) {
@@ -332,6 +372,7 @@ fn check_steps(plan: &Plan) -> Result<(), PlanCheckError> {
             }
         }
     }
+    windows.end()?;
     // Bindings.
     let binding = |name: &str,
                    bid: BufferId,
@@ -409,4 +450,178 @@ fn check_steps(plan: &Plan) -> Result<(), PlanCheckError> {
         }
     }
     Ok(())
+}
+
+/// Streaming's rules, checked step by step ([`check_steps`]): a copy moves one tensor between its
+/// home in the host store and a window of the arena of the same kind and size; a kernel touches
+/// only the arena; a window is read only once its copy has landed (its `ready`); the home of a
+/// window written by a kernel gets it back by a write-back, which lands while the window's bytes
+/// are still its own (its live range reaches `ready - 1`); a home written back is not copied in
+/// again within the step (the next step's forward reads it).
+struct Windows<'p> {
+    plan: &'p Plan,
+    /// Per window: its home (set by its copy in).
+    home: Vec<Option<BufferId>>,
+    /// Per window: the step its copy lands at.
+    lands: Vec<usize>,
+    /// Per window: the kernel step that wrote it since its last write-back.
+    dirty: Vec<Option<usize>>,
+}
+
+impl<'p> Windows<'p> {
+    fn new(plan: &'p Plan) -> Self {
+        let n = plan.buffers.len();
+        Windows {
+            plan,
+            home: vec![None; n],
+            lands: vec![0; n],
+            dirty: vec![None; n],
+        }
+    }
+
+    fn err(&self, s: usize, msg: String) -> PlanCheckError {
+        PlanCheckError::Stream {
+            step: s,
+            label: self.plan.steps[s].label.clone(),
+            msg,
+        }
+    }
+
+    /// Copy step `s` (arguments already checked against its kernel).
+    fn copy(
+        &mut self,
+        s: usize,
+        op: TransferOp,
+        in_place_at: &mut [Option<usize>],
+    ) -> Result<(), PlanCheckError> {
+        let plan = self.plan;
+        let st = &plan.steps[s];
+        let (src, dst) = (&plan.buffers[st.args[0]], &plan.buffers[st.args[1]]);
+        let ready = match st.ready {
+            Some(r) if r > s && r <= plan.steps.len() => r,
+            r => {
+                return Err(self.err(
+                    s,
+                    format!(
+                        "a copy must land after its step and by the end of the run (ready {r:?})"
+                    ),
+                ))
+            }
+        };
+        let (home, window) = match op {
+            TransferOp::HostToDevice => (src, dst),
+            TransferOp::DeviceToHost => (dst, src),
+        };
+        if home.store != Store::Host || window.store != Store::Arena || window.persistent {
+            return Err(self.err(
+                s,
+                format!(
+                    "copies between `{}` and `{}`: a copy moves a host-store home to or from a transient arena window",
+                    src.name, dst.name
+                ),
+            ));
+        }
+        if home.kind != window.kind {
+            return Err(self.err(
+                s,
+                format!(
+                    "window `{}` is {:?}, its home {:?}",
+                    window.name, window.kind, home.kind
+                ),
+            ));
+        }
+        match op {
+            TransferOp::HostToDevice => {
+                if let Some(t) = in_place_at[home.id] {
+                    return Err(self.err(
+                        s,
+                        format!(
+                            "copies in `{}` after step {t} wrote it back (a read of the updated tensor within the step)",
+                            home.name
+                        ),
+                    ));
+                }
+                self.home[window.id] = Some(home.id);
+                self.lands[window.id] = ready;
+                self.dirty[window.id] = None;
+            }
+            TransferOp::DeviceToHost => {
+                if self.home[window.id] != Some(home.id) {
+                    return Err(self.err(
+                        s,
+                        format!(
+                            "writes window `{}` back to `{}`, which is not the home it was copied from",
+                            window.name, home.name
+                        ),
+                    ));
+                }
+                if window.live.1.saturating_add(1) < ready {
+                    return Err(self.err(
+                        s,
+                        format!(
+                            "the write-back of window `{}` lands before step {ready}, but the window's bytes are released after step {} (live {:?}): they may be overwritten before the copy has read them",
+                            window.name, window.live.1, window.live
+                        ),
+                    ));
+                }
+                self.dirty[window.id] = None;
+                in_place_at[home.id] = Some(s);
+            }
+        }
+        Ok(())
+    }
+
+    /// Kernel step `s`: no host-store argument, windows read only after their copy landed, the
+    /// windows it writes marked for a write-back.
+    fn kernel(&mut self, s: usize) -> Result<(), PlanCheckError> {
+        let plan = self.plan;
+        let st = &plan.steps[s];
+        let k = &plan.kernels[st.kernel];
+        for (&bid, p) in st.args.iter().zip(&k.signature.params) {
+            let b = &plan.buffers[bid];
+            if b.store == Store::Host {
+                return Err(PlanCheckError::HostArg {
+                    step: s,
+                    label: st.label.clone(),
+                    buffer: bid,
+                    name: b.name.clone(),
+                });
+            }
+            if self.home[bid].is_none() {
+                continue;
+            }
+            if s < self.lands[bid] {
+                return Err(self.err(
+                    s,
+                    format!(
+                        "reads window `{}` before its copy lands (at step {})",
+                        b.name, self.lands[bid]
+                    ),
+                ));
+            }
+            if p.role != Role::In {
+                self.dirty[bid] = Some(s);
+            }
+        }
+        Ok(())
+    }
+
+    /// After the last step: every window written has been written back.
+    fn end(&self) -> Result<(), PlanCheckError> {
+        match self
+            .dirty
+            .iter()
+            .enumerate()
+            .find_map(|(w, d)| d.map(|s| (w, s)))
+        {
+            Some((w, s)) => Err(self.err(
+                s,
+                format!(
+                    "writes window `{}`, which is never written back to its home: the update would be lost",
+                    self.plan.buffers[w].name
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
 }

@@ -33,6 +33,13 @@ pub struct Ctx {
     /// Workspaces with the GPU's split-K room (`dmc_plan::op::split`); `compile` drops it only
     /// when no plan with it fits the cap.
     pub split_room: bool,
+    /// How many parameters / optimizer state tensors stream through windows of the arena from
+    /// the host store, in [`crate::stream::candidates`]' order (0: all resident; chosen by
+    /// `compile` when they do not fit the cap).
+    pub stream: usize,
+    /// Streamed windows are copied in while the previous window's steps run (else just before
+    /// their first use; see [`crate::stream`]).
+    pub prefetch: bool,
 }
 
 /// `--remat`: whether `compile` may rematerialize to fit the cap.

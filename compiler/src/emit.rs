@@ -22,21 +22,25 @@ use crate::op::{DType, Op, PoolOp, Role};
 use crate::placement::{place, Interval, PlannerKind};
 use crate::plan::{
     Buffer, BufferId, BufferKind, ClipNormMethod, Init, IoBinding, Kernel, Mode, ParamBinding,
-    Plan, RunPass, Step, FORMAT_VERSION,
+    Plan, RunPass, Step, Store, FORMAT_VERSION,
 };
 
 /// Plans with more buffers than this are placed on a second thread while their buffers are built.
 const PARALLEL_BUFFERS: usize = 4096;
 
-struct Buf {
-    name: String,
-    bytes: u64,
-    dtype: DType,
-    kind: BufferKind,
-    persistent: bool,
-    first_write: Option<usize>,
-    last_read: Option<usize>,
-    pinned: bool,
+/// A buffer being emitted (see [`Buffer`]): its step range is its first write and last read.
+pub(crate) struct Buf {
+    pub(crate) name: String,
+    pub(crate) bytes: u64,
+    pub(crate) dtype: DType,
+    pub(crate) kind: BufferKind,
+    pub(crate) persistent: bool,
+    pub(crate) first_write: Option<usize>,
+    pub(crate) last_read: Option<usize>,
+    pub(crate) pinned: bool,
+    /// The host store for a streamed tensor's home ([`crate::stream`]), at `host_offset`.
+    pub(crate) store: Store,
+    pub(crate) host_offset: u64,
 }
 
 fn value_name(g: &Graph, v: Value) -> String {
@@ -96,6 +100,8 @@ pub fn emit(
             first_write: None,
             last_read: None,
             pinned: false,
+            store: Store::Arena,
+            host_offset: 0,
         });
         bufs.len() - 1
     };
@@ -186,6 +192,8 @@ pub fn emit(
                 first_write: Some(s),
                 last_read: Some(s),
                 pinned: false,
+                store: Store::Arena,
+                host_offset: 0,
             });
             set_shape(&mut shapes, args.len(), &[elems]);
             args.push(bufs.len() - 1);
@@ -229,6 +237,7 @@ pub fn emit(
             args,
             label,
             phase: node.phase.into(),
+            ready: None,
         });
     }
 
@@ -252,16 +261,39 @@ pub fn emit(
                 first_write: None,
                 last_read: None,
                 pinned: false,
+                store: Store::Arena,
+                host_offset: 0,
             });
             bufs.len() - 1
         }
     };
     bufs[loss_buf].pinned = g.loss.is_some();
+    // Streaming: the chosen tensors' homes to the host store, their uses to windows.
+    let host_bytes = if ctx.stream > 0 {
+        crate::stream::stream(
+            &mut bufs,
+            &mut steps,
+            &mut kernels,
+            ctx.stream,
+            ctx.prefetch,
+        )
+    } else {
+        0
+    };
 
     let last = steps.len().saturating_sub(1);
     let reqs: Vec<Interval> = bufs
         .iter()
         .map(|b| {
+            if b.store == Store::Host {
+                // not in the arena
+                return Interval {
+                    bytes: 0,
+                    start: 0,
+                    end: 0,
+                    persistent: false,
+                };
+            }
             let live = if b.persistent {
                 (0, last)
             } else {
@@ -300,9 +332,14 @@ pub fn emit(
                 bytes: b.bytes,
                 dtype: b.dtype,
                 kind: b.kind,
-                offset: 0,
-                live: (r.start, r.end),
+                offset: b.host_offset,
+                live: if b.store == Store::Host {
+                    (0, last)
+                } else {
+                    (r.start, r.end)
+                },
                 persistent: b.persistent,
+                store: b.store,
             })
             .collect()
     };
@@ -320,7 +357,9 @@ pub fn emit(
         (place(&reqs, planner), build(bufs))
     };
     for (b, &offset) in buffers.iter_mut().zip(&placement.offsets) {
-        b.offset = offset;
+        if b.store == Store::Arena {
+            b.offset = offset;
+        }
     }
 
     let mut io = |n: NodeIndex| -> Result<IoBinding, CompileError> {
@@ -378,6 +417,7 @@ pub fn emit(
         mode,
         batch: g.batch,
         arena_bytes: placement.arena_bytes,
+        host_bytes,
         buffers,
         kernels,
         steps,

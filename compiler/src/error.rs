@@ -43,30 +43,24 @@ pub enum CompileError {
     #[error("schedule: {0}")]
     Schedule(String),
     /// Even the smallest achievable arena (smallest fused-gradient chunks and, with `--remat auto`,
-    /// the smallest-memory recomputation strategy) exceeds the cap; `needed` is that arena.
-    /// `needed` = `params + opt_state + working_set`, exact bytes (aligned buffers).
-    #[error(
-        "parameters {} + optimizer state {} + smallest working set {} = {} > cap {}; \
-         the smallest cap that works is {} ({} bytes): pass --vram-cap {}MiB or more",
-        crate::report::human(*params),
-        crate::report::human(*opt_state),
-        crate::report::human(*working_set),
-        crate::report::human(*needed),
-        crate::report::human(*cap),
-        crate::report::human(*needed),
-        crate::report::thousands(*needed),
-        needed.div_ceil(1 << 20)
-    )]
+    /// the smallest-memory recomputation strategy; streaming every parameter and optimizer state
+    /// tensor when they do not fit resident) exceeds the cap; `needed` is that arena.
+    /// Resident (`host` 0): `needed` = `params + opt_state + working_set`, exact bytes (aligned
+    /// buffers); streamed: `params` and `opt_state` are what stays in the arena (0), `host` the
+    /// host store, `working_set` the rest (the windows in flight among it).
+    #[error("{}", cap_message(*needed, *cap, *params, *opt_state, *working_set, *host))]
     CapExceeded {
         /// The smallest arena the compiler can plan, in bytes.
         needed: u64,
         cap: u64,
-        /// Parameter bytes (aligned, persistent).
+        /// Parameter bytes (aligned, persistent, in the arena).
         params: u64,
-        /// Optimizer-state bytes (aligned, persistent).
+        /// Optimizer-state bytes (aligned, persistent, in the arena).
         opt_state: u64,
         /// The rest: the smallest peak of transient buffers the plan reaches.
         working_set: u64,
+        /// Bytes of the host store in that smallest plan (0: everything resident).
+        host: u64,
     },
     /// The emitted plan failed the independent plan checker.
     #[error("emitted plan is invalid: {0}")]
@@ -197,6 +191,22 @@ pub enum PlanCheckError {
         buffer: BufferId,
         name: String,
     },
+    #[error("step {step} `{label}`: buffer #{buffer} `{name}` is in the host store, which only copy steps may touch")]
+    HostArg {
+        step: usize,
+        label: String,
+        buffer: BufferId,
+        name: String,
+    },
+    /// Streaming's order of copies and uses: a window read before its copy lands, written back
+    /// to another home, released (its bytes reused) before its write-back lands, or written and
+    /// never written back.
+    #[error("step {step} `{label}`: {msg}")]
+    Stream {
+        step: usize,
+        label: String,
+        msg: String,
+    },
     #[error("step {step} `{label}`: reads buffer #{buffer} `{name}` before any step writes it")]
     ReadBeforeWrite {
         step: usize,
@@ -236,4 +246,39 @@ impl From<PlanCheckError> for CompileError {
     fn from(e: PlanCheckError) -> Self {
         CompileError::PlanCheck(Box::new(e))
     }
+}
+
+/// The message of [`CompileError::CapExceeded`].
+fn cap_message(
+    needed: u64,
+    cap: u64,
+    params: u64,
+    opt_state: u64,
+    working_set: u64,
+    host: u64,
+) -> String {
+    use crate::report::{human, thousands};
+    let what = if host == 0 {
+        format!(
+            "parameters {} + optimizer state {} + smallest working set {} = {} > cap {}",
+            human(params),
+            human(opt_state),
+            human(working_set),
+            human(needed),
+            human(cap)
+        )
+    } else {
+        format!(
+            "even with every parameter and optimizer state tensor streamed from the host store ({}), the smallest working set (windows in flight included) is {} > cap {}",
+            human(host),
+            human(needed),
+            human(cap)
+        )
+    };
+    format!(
+        "{what}; the smallest cap that works is {} ({} bytes): pass --vram-cap {}MiB or more",
+        human(needed),
+        thousands(needed),
+        needed.div_ceil(1 << 20)
+    )
 }

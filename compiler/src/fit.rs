@@ -106,8 +106,100 @@ fn explained(
     opts: &CompileOptions,
     check: bool,
 ) -> Result<(Plan, Option<RematInfo>), CompileError> {
-    match explained_in(model, opts, check, true) {
-        Err(CompileError::CapExceeded { .. }) => explained_in(model, opts, check, false),
+    match resident_or_streamed(model, opts, check, NO_STREAM) {
+        Err(e @ CompileError::CapExceeded { .. }) if opts.stream && opts.cap.is_some() => {
+            stream_fit(model, opts, check, e)
+        }
+        r => r,
+    }
+}
+
+/// Nothing streamed (see [`Streaming`]).
+const NO_STREAM: Streaming = Streaming {
+    count: 0,
+    prefetch: false,
+};
+
+/// What streams: the first `count` tensors of [`crate::stream::candidates`], with or without
+/// prefetch.
+#[derive(Debug, Clone, Copy)]
+struct Streaming {
+    count: usize,
+    prefetch: bool,
+}
+
+/// [`explained_in`] with the GPU's split-K room, else (nothing fits with it) without.
+fn resident_or_streamed(
+    model: &Model,
+    opts: &CompileOptions,
+    check: bool,
+    stream: Streaming,
+) -> Result<(Plan, Option<RematInfo>), CompileError> {
+    match explained_in(model, opts, check, true, stream) {
+        Err(CompileError::CapExceeded { .. }) => explained_in(model, opts, check, false, stream),
+        r => r,
+    }
+}
+
+/// When the parameters and optimizer state do not fit the cap resident: the fewest tensors
+/// streamed that fit (a binary search over the count, in [`crate::stream::candidates`]' order;
+/// feasibility only grows with it), with prefetch when that fits too. If even streaming all of
+/// them does not fit, the error names the smaller of the two smallest caps.
+fn stream_fit(
+    model: &Model,
+    opts: &CompileOptions,
+    check: bool,
+    resident: CompileError,
+) -> Result<(Plan, Option<RematInfo>), CompileError> {
+    let all = {
+        let free = CompileOptions {
+            cap: None,
+            verify: false,
+            ..opts.clone()
+        };
+        let ctx = Ctx {
+            stream: usize::MAX,
+            ..context(model, opts)
+        };
+        compile_with(model, &free, &ctx)?
+            .buffers
+            .iter()
+            .filter(|b| !b.store.is_arena())
+            .count()
+    };
+    if all == 0 {
+        return Err(resident);
+    }
+    let fit = |count: usize, prefetch: bool, check: bool| {
+        resident_or_streamed(model, opts, check, Streaming { count, prefetch })
+    };
+    match fit(all, false, false) {
+        Ok(_) => {}
+        Err(e @ CompileError::CapExceeded { .. }) => {
+            let needed = |e: &CompileError| match e {
+                CompileError::CapExceeded { needed, .. } => *needed,
+                _ => u64::MAX,
+            };
+            return Err(if needed(&e) < needed(&resident) {
+                e
+            } else {
+                resident
+            });
+        }
+        Err(e) => return Err(e),
+    }
+    // the smallest count that fits: `lo` does not, `hi` does
+    let (mut lo, mut hi) = (0, all);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        match fit(mid, false, false) {
+            Ok(_) => hi = mid,
+            Err(CompileError::CapExceeded { .. }) => lo = mid,
+            Err(e) => return Err(e),
+        }
+    }
+    match fit(hi, true, check) {
+        Err(CompileError::CapExceeded { .. }) => fit(hi, false, check),
         r => r,
     }
 }
@@ -117,9 +209,12 @@ fn explained_in(
     opts: &CompileOptions,
     check: bool,
     split_room: bool,
+    stream: Streaming,
 ) -> Result<(Plan, Option<RematInfo>), CompileError> {
     let ctx = Ctx {
         split_room,
+        stream: stream.count,
+        prefetch: stream.prefetch,
         ..context(model, opts)
     };
     if let (Some(m), None, Mode::Train) = (opts.clip_method, ctx.optimizer.clip_norm(), ctx.mode) {
@@ -196,6 +291,7 @@ fn fit_cap(
                     params: 0,
                     opt_state: 0,
                     working_set: 0,
+                    host: 0,
                 },
                 Some((t, p)),
             )
@@ -284,6 +380,7 @@ fn fit_cap(
             params,
             opt_state,
             working_set,
+            host,
         }) => {
             return Err(CompileError::CapExceeded {
                 needed: needed.min(no_remat),
@@ -291,6 +388,7 @@ fn fit_cap(
                 params,
                 opt_state,
                 working_set: working_set.min(no_remat.saturating_sub(params + opt_state)),
+                host,
             })
         }
         Err(e) => return Err(e),
@@ -371,7 +469,7 @@ fn compile_with_check(
                 small
                     .buffers
                     .iter()
-                    .filter(|b| b.kind == k && b.persistent)
+                    .filter(|b| b.kind == k && b.persistent && b.store.is_arena())
                     .map(|b| align_up(b.bytes))
                     .sum()
             };
@@ -389,6 +487,7 @@ fn compile_with_check(
                 params,
                 opt_state,
                 working_set: needed.saturating_sub(params + opt_state),
+                host: small.host_bytes,
             });
         }
     }

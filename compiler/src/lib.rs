@@ -30,6 +30,7 @@ pub mod placement;
 pub mod remat;
 pub mod report;
 pub mod schedule;
+pub mod stream;
 pub mod sweep;
 pub mod tensor;
 #[doc(hidden)]

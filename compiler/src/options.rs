@@ -37,6 +37,9 @@ pub struct CompileOptions {
     /// How `clip_norm` is done: `None` lets `compile` choose (held gradients, or the norm pass
     /// when they do not fit the cap); a method forces it (`--clip-norm-method`).
     pub clip_method: Option<ClipNormMethod>,
+    /// Whether parameters and optimizer state may stream through the arena from a host store
+    /// when they do not fit the cap resident (`--no-stream` clears it; see [`crate::stream`]).
+    pub stream: bool,
     /// The CPU time model's rates the cap fitter ranks its candidate plans by
     /// ([`dmc_plan::cpu`]; [`CpuRates::nominal`](dmc_plan::cpu::CpuRates::nominal) unless the
     /// caller measured the machine).
@@ -56,6 +59,7 @@ impl Default for CompileOptions {
             inplace: true,
             remat: RematMode::Auto,
             clip_method: None,
+            stream: true,
             rates: dmc_plan::cpu::CpuRates::nominal(),
         }
     }
@@ -85,5 +89,7 @@ pub fn context(model: &Model, opts: &CompileOptions) -> Ctx {
         inplace: opts.inplace,
         remat: Strategy::KeepAll,
         split_room: true,
+        stream: 0,
+        prefetch: true,
     }
 }

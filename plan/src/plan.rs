@@ -49,6 +49,30 @@ pub struct Buffer {
     /// `conv2d_3 workspace`; an input's own name. Empty in plans written before it existed.
     #[serde(default)]
     pub layer: String,
+    /// Where the buffer's bytes are: in the arena (every buffer but streamed tensors' homes) or in
+    /// the host store ([`Store::Host`]: `offset` is then in the host store of
+    /// [`Plan::host_bytes`]). Absent from the JSON when in the arena.
+    #[serde(default, skip_serializing_if = "Store::is_arena")]
+    pub store: Store,
+}
+
+/// Which memory a [`Buffer`] lives in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Store {
+    /// The arena (device memory on a GPU): what the cap bounds.
+    #[default]
+    Arena,
+    /// The host store (pinned host memory on a GPU, a second allocation on the CPU): the home of
+    /// a streamed parameter or optimizer state tensor, persistent, touched only by the
+    /// [`TransferOp`](crate::op::TransferOp) steps that copy it into and out of its windows.
+    Host,
+}
+
+impl Store {
+    pub fn is_arena(&self) -> bool {
+        *self == Store::Arena
+    }
 }
 
 /// The layer part of an IR node or buffer name: without a leading `grad `, up to the first space
@@ -194,6 +218,14 @@ pub struct Step {
     /// written before it existed.
     #[serde(default)]
     pub phase: StepPhase,
+    /// A copy step's ([`TransferOp`](crate::op::TransferOp)) completion point: the index of the
+    /// first step that may depend on the copy having landed (the steps count; `steps.len()` =
+    /// the end of the run). A backend may run the copy asynchronously from this step on, but it
+    /// must have completed before step `ready` starts: a host-to-device copy before the first
+    /// read of its window, a write-back before its window's bytes are reused (the window is live
+    /// through `ready - 1`). Absent for kernel steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<usize>,
 }
 
 /// Which part of the training step a [`Step`] belongs to.
@@ -225,6 +257,10 @@ pub struct Plan {
     pub mode: Mode,
     pub batch: usize,
     pub arena_bytes: u64,
+    /// Bytes of the host store: the homes of the streamed parameters and optimizer state
+    /// ([`Store::Host`]), outside the arena and the cap. 0 (absent) when everything is resident.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub host_bytes: u64,
     pub buffers: Vec<Buffer>,
     pub kernels: Vec<Kernel>,
     pub steps: Vec<Step>,
@@ -363,10 +399,16 @@ impl Precision {
 /// 12: a bias gradient is a two-level column sum (chunks of [`crate::op::BIAS_CHUNK_ROWS`] rows),
 /// and a fused `Conv2dBwdWeightUpdate`'s `db` holds a split GPU kernel's chunk sums when the
 /// split-K room is planned; the plan's `precision` (absent when fp32, so plans read as in 11).
-pub const FORMAT_VERSION: u32 = 12;
+/// 13: streaming: a buffer's `store` (absent in the arena), the plan's `host_bytes`, the
+/// `Transfer` ops and a copy step's `ready` (each absent without streaming).
+pub const FORMAT_VERSION: u32 = 13;
 
 fn one() -> usize {
     1
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn is_one(n: &usize) -> bool {
@@ -451,7 +493,7 @@ impl Plan {
     /// the runtime reads after the last step ([`Plan::read_after_steps`]) to the end; every other
     /// buffer its declared `live` range.
     pub fn held(&self, b: &Buffer) -> (usize, usize) {
-        if b.persistent {
+        if b.persistent || b.store == Store::Host {
             return (0, usize::MAX);
         }
         let start = if b.kind == BufferKind::Input {
@@ -477,4 +519,66 @@ enum StepRole {
     Norm,
     /// Updates batchnorm's running statistics.
     RunningStats,
+}
+
+/// What the copy steps of a plan move in one run (all zero without streaming).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransferTotals {
+    /// Bytes copied from the host store into windows.
+    pub host_to_device: u64,
+    /// Bytes written back from windows to the host store.
+    pub device_to_host: u64,
+    /// Copy steps.
+    pub copies: usize,
+    /// Bytes of the host store (the streamed tensors).
+    pub host_store: u64,
+    /// Of the parameters and optimizer state, the bytes that stay in the arena.
+    pub resident: u64,
+}
+
+impl Plan {
+    /// The copy of step `si`, if it is one.
+    pub fn transfer_op(&self, si: usize) -> Option<crate::op::TransferOp> {
+        let k = self.kernels.get(self.steps.get(si)?.kernel)?;
+        match k.op {
+            Op::Transfer(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// Whether the plan streams anything (has a host store).
+    pub fn streams(&self) -> bool {
+        self.buffers.iter().any(|b| b.store == Store::Host)
+    }
+
+    /// What the copy steps move in one run, and how the persistent parameters and optimizer
+    /// state split between the arena and the host store.
+    pub fn transfer_totals(&self) -> TransferTotals {
+        let mut t = TransferTotals {
+            host_store: self.host_bytes,
+            ..Default::default()
+        };
+        for (si, s) in self.steps.iter().enumerate() {
+            let Some(op) = self.transfer_op(si) else {
+                continue;
+            };
+            let bytes = s.args.first().map_or(0, |&b| self.buffers[b].bytes);
+            t.copies += 1;
+            match op {
+                crate::op::TransferOp::HostToDevice => t.host_to_device += bytes,
+                crate::op::TransferOp::DeviceToHost => t.device_to_host += bytes,
+            }
+        }
+        t.resident = self
+            .buffers
+            .iter()
+            .filter(|b| {
+                b.persistent
+                    && b.store == Store::Arena
+                    && matches!(b.kind, BufferKind::Parameter | BufferKind::OptimizerState)
+            })
+            .map(|b| b.bytes)
+            .sum();
+        t
+    }
 }

@@ -42,6 +42,14 @@ pub enum RuntimeError {
         label_value: i32,
         classes: usize,
     },
+    /// Poison mode's check of streaming: a window's memory was released (its live range ended,
+    /// or the run did) while it held a value no write-back had copied to the host store.
+    #[error("step {step} (`{label}`) wrote window `{window}`, but no write-back copied it to the host store before its memory was released: the update would be lost (a plan without its device-to-host copy)")]
+    LostWriteBack {
+        window: String,
+        step: usize,
+        label: String,
+    },
     /// An option this backend does not have (`--profile` on the CPU, say).
     #[error("{0}")]
     Unsupported(String),

@@ -5,12 +5,13 @@
 
 use dmc_codegen::Scalars;
 use dmc_plan::op::{DType, LossOp, Op};
-use dmc_plan::plan::{BufferId, ParamBinding, Plan, RunPass};
+use dmc_plan::plan::{BufferId, ParamBinding, Plan, RunPass, Store};
 
 use crate::backend::{InputData, Params};
 use crate::error::RuntimeError;
 use crate::init::{init_values, name_seed};
 use crate::poison::poison_lists;
+use crate::stream::WindowCheck;
 
 /// (name, shape, values) of a tensor copied back from an arena.
 pub type NamedTensor = (String, Vec<usize>, Vec<f32>);
@@ -129,14 +130,14 @@ pub(crate) fn to_f32(b: &[u8]) -> Vec<f32> {
         .collect()
 }
 
-/// The byte ranges (offset, bytes) to fill with NaN after each step in poison mode (see
+/// The buffers and byte ranges (id, offset, bytes) to fill with NaN after each step in poison mode (see
 /// [`CpuBackend::set_poison`](crate::CpuBackend::set_poison)).
-pub(crate) fn poison_ranges(plan: &Plan) -> Vec<Vec<(u64, u64)>> {
+pub(crate) fn poison_ranges(plan: &Plan) -> Vec<Vec<(BufferId, u64, u64)>> {
     poison_lists(plan)
         .into_iter()
         .map(|ids| {
             ids.into_iter()
-                .map(|id| (plan.buffers[id].offset, plan.buffers[id].bytes))
+                .map(|id| (id, plan.buffers[id].offset, plan.buffers[id].bytes))
                 .collect()
         })
         .collect()
@@ -201,14 +202,17 @@ pub(crate) fn step_launch(
 /// steps itself.
 #[derive(Debug)]
 pub(crate) struct StepFlags {
-    /// Per step, the byte ranges (offset, bytes) to fill with NaN after it (poison mode).
-    poison: Option<Vec<Vec<(u64, u64)>>>,
+    /// Per step, the buffers and their byte ranges (id, offset, bytes) to fill with NaN after it
+    /// (poison mode).
+    poison: Option<Vec<Vec<(BufferId, u64, u64)>>>,
     /// Stop right after the step that computes the loss when it is not finite.
     pub(crate) halt: bool,
     /// The learning rate the update kernels get (`Backend::set_learning_rate`).
     pub(crate) lr: f32,
     /// Which steps runs execute (`Backend::set_run_pass`).
     pub(crate) pass: RunPass,
+    /// Poison mode's checks of the copy steps (streaming, [`crate::stream`]).
+    windows: WindowCheck,
 }
 
 impl StepFlags {
@@ -219,6 +223,7 @@ impl StepFlags {
             halt: false,
             lr: plan.optimizer.lr(),
             pass: RunPass::Whole,
+            windows: WindowCheck::new(plan),
         }
     }
 
@@ -226,7 +231,7 @@ impl StepFlags {
         self.poison = on.then(|| poison_ranges(plan));
     }
 
-    pub(crate) fn poison_after(&self, si: usize) -> &[(u64, u64)] {
+    pub(crate) fn poison_after(&self, si: usize) -> &[(BufferId, u64, u64)] {
         self.poison
             .as_ref()
             .and_then(|p| p.get(si))
@@ -238,6 +243,13 @@ impl StepFlags {
 /// on a non-finite loss on top, as the CPU backend has them.
 pub(crate) trait StepLauncher: HostArena {
     fn flags(&self) -> &StepFlags;
+    fn flags_mut(&mut self) -> &mut StepFlags;
+    /// Whether copy steps run asynchronously for real (the CUDA backend's second stream): then
+    /// poison mode only marks a window NaN before its copy is issued; otherwise it lands each
+    /// copy as late as the plan allows (see [`crate::stream`]).
+    fn async_copies(&self) -> bool {
+        false
+    }
     /// Launches (or queues) plan step `si` with the launch's scalars; a step without a kernel does
     /// nothing.
     fn launch_step(&mut self, si: usize, scalars: &Scalars) -> Result<(), RuntimeError>;
@@ -301,16 +313,60 @@ pub(crate) fn run_steps<B: StepLauncher>(
     step_counter: u64,
     seed: u64,
 ) -> Result<f32, RuntimeError> {
+    let mut windows = std::mem::take(&mut b.flags_mut().windows);
+    let r = run_steps_with(b, &mut windows, step_counter, seed);
+    b.flags_mut().windows = windows;
+    r
+}
+
+/// [`run_steps`], with poison mode's checks of the copy steps in `w` (see [`crate::stream`]).
+fn run_steps_with<B: StepLauncher>(
+    b: &mut B,
+    w: &mut WindowCheck,
+    step_counter: u64,
+    seed: u64,
+) -> Result<f32, RuntimeError> {
     let scalars = run_scalars(b.flags(), step_counter, seed);
     let pass = b.flags().pass;
     b.plan()
         .check_run_pass(pass)
         .map_err(RuntimeError::RunPass)?;
+    let copies = b.flags().poison.is_some() && w.any();
+    // Poison mode lands each copy as late as its `ready` allows, unless the copies are
+    // asynchronous for real.
+    let deferred = copies && !b.async_copies();
+    w.reset();
+    // the steps whose due copies have landed
+    let mut landed = 0;
     for seg in segments(b.plan(), pass, b.flags().halt) {
         for &si in &seg.steps {
-            b.launch_step(si, &scalars)?;
+            let op = b.plan().transfer_op(si);
+            if copies && op == Some(dmc_plan::op::TransferOp::HostToDevice) {
+                // the window holds NaN until its copy lands
+                let win = &b.plan().buffers[b.plan().steps[si].args[1]];
+                let (off, bytes) = (win.offset, win.bytes);
+                b.fill_poison(off, bytes)?;
+            }
+            if !(deferred && op.is_some()) {
+                b.launch_step(si, &scalars)?;
+                if copies {
+                    w.ran(b.plan(), si);
+                }
+            }
+            if deferred {
+                for j in landed..=si {
+                    for c in w.land_after(j).to_vec() {
+                        b.launch_step(c, &scalars)?;
+                        w.ran(b.plan(), c);
+                    }
+                }
+                landed = si + 1;
+            }
             let ranges = b.flags().poison_after(si).to_vec();
-            for (off, n) in ranges {
+            for (id, off, n) in ranges {
+                if copies {
+                    w.check_released(b.plan(), Some(id))?;
+                }
                 b.fill_poison(off, n)?;
             }
         }
@@ -321,6 +377,17 @@ pub(crate) fn run_steps<B: StepLauncher>(
             }
         }
     }
+    if deferred {
+        for j in landed..b.plan().steps.len() {
+            for c in w.land_after(j).to_vec() {
+                b.launch_step(c, &scalars)?;
+                w.ran(b.plan(), c);
+            }
+        }
+    }
+    if copies {
+        w.check_released(b.plan(), None)?;
+    }
     b.loss()
 }
 
@@ -328,10 +395,24 @@ pub(crate) fn run_steps<B: StepLauncher>(
 /// [`CpuBackend`](crate::CpuBackend)'s API.
 pub trait HostArena {
     fn plan(&self) -> &Plan;
-    /// Copies `bytes` to the arena at `offset`.
-    fn write_bytes(&mut self, offset: u64, bytes: &[u8]) -> Result<(), RuntimeError>;
-    /// Copies `len` bytes from the arena at `offset` (after the work launched so far).
-    fn read_bytes(&self, offset: u64, len: usize) -> Result<Vec<u8>, RuntimeError>;
+    /// Copies `bytes` to the arena (or the host store) at `offset`.
+    fn write_bytes(&mut self, store: Store, offset: u64, bytes: &[u8]) -> Result<(), RuntimeError>;
+    /// Copies `len` bytes from the arena (or the host store) at `offset` (after the work
+    /// launched so far).
+    fn read_bytes(&self, store: Store, offset: u64, len: usize) -> Result<Vec<u8>, RuntimeError>;
+
+    /// Copies `bytes` into buffer `id` (in whichever memory it lives).
+    fn write_buffer(&mut self, id: BufferId, bytes: &[u8]) -> Result<(), RuntimeError> {
+        let b = &self.plan().buffers[id];
+        let (store, off) = (b.store, b.offset);
+        self.write_bytes(store, off, bytes)
+    }
+
+    /// The first `len` bytes of buffer `id`.
+    fn read_buffer(&self, id: BufferId, len: usize) -> Result<Vec<u8>, RuntimeError> {
+        let b = &self.plan().buffers[id];
+        self.read_bytes(b.store, b.offset, len)
+    }
 
     /// Initialises the parameters exactly as the CPU backend does, then copies them; zeroes the
     /// optimizer state.
@@ -342,21 +423,21 @@ pub trait HostArena {
                 .take(numel(&p.shape))
                 .flat_map(f32::to_ne_bytes)
                 .collect();
-            let off = self.plan().buffers[p.buffer].offset;
-            self.write_bytes(off, &vals)?;
+            let id = p.buffer;
+            self.write_buffer(id, &vals)?;
         }
         for i in 0..self.plan().opt_state.len() {
             let p = &self.plan().opt_state[i];
             let zeros = vec![0u8; numel(&p.shape) * 4];
-            let off = self.plan().buffers[p.buffer].offset;
-            self.write_bytes(off, &zeros)?;
+            let id = p.buffer;
+            self.write_buffer(id, &zeros)?;
         }
         // the accumulated gradients (`accumulate: N`) start at zero
         for i in 0..self.plan().buffers.len() {
             let b = &self.plan().buffers[i];
             if b.kind == dmc_plan::plan::BufferKind::GradAccum {
-                let (off, zeros) = (b.offset, vec![0u8; b.bytes as usize]);
-                self.write_bytes(off, &zeros)?;
+                let (id, zeros) = (b.id, vec![0u8; b.bytes as usize]);
+                self.write_buffer(id, &zeros)?;
             }
         }
         Ok(())
@@ -401,9 +482,8 @@ pub trait HostArena {
                 got: data.len(),
             });
         }
-        let off = self.plan().buffers[buffer].offset;
         let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_ne_bytes()).collect();
-        self.write_bytes(off, &bytes)
+        self.write_buffer(buffer, &bytes)
     }
 
     /// Every parameter, copied back: (name, shape, values), in plan order.
@@ -421,8 +501,7 @@ pub trait HostArena {
         bindings
             .iter()
             .map(|p| {
-                let off = self.plan().buffers[p.buffer].offset;
-                let b = self.read_bytes(off, numel(&p.shape) * 4)?;
+                let b = self.read_buffer(p.buffer, numel(&p.shape) * 4)?;
                 Ok((p.name.clone(), p.shape.clone(), to_f32(&b)))
             })
             .collect()
@@ -437,7 +516,6 @@ pub trait HostArena {
             .find(|b| b.name == name)
             .ok_or_else(|| RuntimeError::UnknownInput(name.into()))?;
         let (n, dtype, id) = (numel(&b.shape), b.dtype, b.buffer);
-        let off = self.plan().buffers[id].offset;
         if let InputData::I32(l) = data {
             check_labels(self.plan(), id, l)?;
         }
@@ -459,19 +537,19 @@ pub trait HostArena {
                 got: bytes.len() / 4,
             });
         }
-        self.write_bytes(off, &bytes)
+        self.write_buffer(id, &bytes)
     }
 
     /// The loss of the last step.
     fn loss(&self) -> Result<f32, RuntimeError> {
-        let b = self.read_bytes(self.plan().buffers[self.plan().loss].offset, 4)?;
+        let b = self.read_buffer(self.plan().loss, 4)?;
         Ok(to_f32(&b)[0])
     }
 
     /// The network output of the last step.
     fn output(&self) -> Result<Vec<f32>, RuntimeError> {
         let o = &self.plan().output;
-        let b = self.read_bytes(self.plan().buffers[o.buffer].offset, numel(&o.shape) * 4)?;
+        let b = self.read_buffer(o.buffer, numel(&o.shape) * 4)?;
         Ok(to_f32(&b))
     }
 }

@@ -17,6 +17,7 @@ pub mod mi_options;
 mod open;
 mod poison;
 pub mod profile;
+pub(crate) mod stream;
 pub mod validate;
 
 pub use backend::{Backend, BackendKind, InputData};

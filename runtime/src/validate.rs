@@ -5,8 +5,9 @@
 //! rule, shared with the compiler), the
 //! optimizer's settings usable. The backends' `unsafe` memory accesses rely on it.
 
+use dmc_plan::op::TransferOp;
 use dmc_plan::op::{DType, Op, Role};
-use dmc_plan::plan::{Buffer, BufferId, Plan, ALIGN};
+use dmc_plan::plan::{Buffer, BufferId, Plan, Store, ALIGN};
 
 use crate::error::RuntimeError;
 use crate::poison::view_buffers;
@@ -43,14 +44,25 @@ pub(crate) fn validate(plan: &Plan) -> Result<(), RuntimeError> {
                 b.name, b.offset
             )));
         }
-        if !matches!(b.offset.checked_add(b.bytes), Some(e) if e <= arena) {
+        let (room, store) = match b.store {
+            Store::Arena => (arena, "the arena"),
+            Store::Host => (plan.host_bytes, "the host store"),
+        };
+        if !matches!(b.offset.checked_add(b.bytes), Some(e) if e <= room) {
             return Err(bad(format!(
-                "buffer `{}` [{}, +{}) exceeds the arena of {arena} bytes",
+                "buffer `{}` [{}, +{}) exceeds {store} of {room} bytes",
                 b.name, b.offset, b.bytes
             )));
         }
+        if b.store == Store::Host && !b.persistent {
+            return Err(bad(format!(
+                "buffer `{}` is in the host store but not persistent",
+                b.name
+            )));
+        }
     }
-    check_memory(plan)?;
+    check_memory(plan, Store::Arena)?;
+    check_memory(plan, Store::Host)?;
     // Accumulating micro-batches skip the optimizer updates: an update that also computes its
     // gradient (a fused weight-gradient + update) would lose the gradient of those runs.
     if plan.accumulate == 0 {
@@ -191,6 +203,7 @@ pub(crate) fn validate(plan: &Plan) -> Result<(), RuntimeError> {
                 k.name
             )));
         }
+        check_stores(plan, si, &what, &k.op)?;
         let mut ranges = Vec::with_capacity(s.args.len());
         for (i, (&id, p)) in s.args.iter().zip(&sig.params).enumerate() {
             fits(
@@ -207,7 +220,8 @@ pub(crate) fn validate(plan: &Plan) -> Result<(), RuntimeError> {
             for j in 0..ranges.len() {
                 let (s0, e0, w0, id0) = ranges[i];
                 let (s1, e1, _, id1) = ranges[j];
-                if i != j && w0 && s0 < e1 && s1 < e0 {
+                let same_memory = plan.buffers[id0].store == plan.buffers[id1].store;
+                if i != j && w0 && same_memory && s0 < e1 && s1 < e0 {
                     return Err(bad(format!(
                         "{what}: written arg `{}` (buffer `{}`) overlaps arg `{}` (buffer `{}`)",
                         sig.params[i].name,
@@ -228,10 +242,14 @@ pub(crate) fn validate(plan: &Plan) -> Result<(), RuntimeError> {
 /// loss of train/eval plans to the end). Buffers with
 /// exactly the same range are views of one value (e.g. `Reshape`) and are exempt. A wrong
 /// *declared* live range is not caught here: that is what poison mode is for.
-fn check_memory(plan: &Plan) -> Result<(), RuntimeError> {
+fn check_memory(plan: &Plan, store: Store) -> Result<(), RuntimeError> {
     let span = |b: &Buffer| plan.held(b);
     let views = view_buffers(plan);
-    let mut order: Vec<&Buffer> = plan.buffers.iter().filter(|b| b.bytes > 0).collect();
+    let mut order: Vec<&Buffer> = plan
+        .buffers
+        .iter()
+        .filter(|b| b.bytes > 0 && b.store == store)
+        .collect();
     order.sort_by_key(|b| (b.offset, b.id));
     for (i, a) in order.iter().enumerate() {
         let a_end = a.offset + a.bytes;
@@ -252,4 +270,52 @@ fn check_memory(plan: &Plan) -> Result<(), RuntimeError> {
         }
     }
     Ok(())
+}
+
+/// Which memory each argument of step `si` may be in: a kernel reads and writes the arena only; a
+/// host-to-device copy reads the host store and writes the arena, a write-back the reverse, of
+/// one tensor's bytes; a copy says when it must have landed (`ready`, after it, at most the end
+/// of the run). (Whether the copies are in the right places is the compiler's plan checker's
+/// business; this is what the backends' memory accesses rely on.)
+fn check_stores(plan: &Plan, si: usize, what: &str, op: &Op) -> Result<(), RuntimeError> {
+    let s = &plan.steps[si];
+    let store = |i: usize| {
+        s.args
+            .get(i)
+            .and_then(|&id| plan.buffers.get(id))
+            .map(|b| b.store)
+    };
+    let want: Vec<Store> = match op {
+        Op::Transfer(TransferOp::HostToDevice) => vec![Store::Host, Store::Arena],
+        Op::Transfer(TransferOp::DeviceToHost) => vec![Store::Arena, Store::Host],
+        _ => vec![Store::Arena; s.args.len()],
+    };
+    for (i, w) in want.iter().enumerate() {
+        if store(i) != Some(*w) {
+            return Err(bad(format!(
+                "{what}: argument {i} must be in {}",
+                match w {
+                    Store::Arena => "the arena",
+                    Store::Host => "the host store",
+                }
+            )));
+        }
+    }
+    match (op, s.ready) {
+        (Op::Transfer(_), Some(r)) if r > si && r <= plan.steps.len() => {
+            let (a, b) = (&plan.buffers[s.args[0]], &plan.buffers[s.args[1]]);
+            if a.bytes != b.bytes {
+                return Err(bad(format!(
+                    "{what}: copies `{}` ({} bytes) into `{}` ({} bytes)",
+                    a.name, a.bytes, b.name, b.bytes
+                )));
+            }
+            Ok(())
+        }
+        (Op::Transfer(_), r) => Err(bad(format!(
+            "{what}: a copy must land after its step and by the end of the run (ready {r:?})"
+        ))),
+        (_, None) => Ok(()),
+        (_, Some(_)) => Err(bad(format!("{what}: a kernel step with a copy's `ready`"))),
+    }
 }

@@ -27,6 +27,7 @@ fn counts_current_and_peak() {
     use dmc_plan::plan::*;
     let n = 1 << 20; // 4 MiB buffers
     let mk = |id: usize, name: &str, kind, offset: u64, live| Buffer {
+        store: Default::default(),
         id,
         name: name.into(),
         bytes: 4 * n as u64,
@@ -39,6 +40,7 @@ fn counts_current_and_peak() {
     };
     let sh = vec![n];
     let plan = Plan {
+        host_bytes: 0,
         format_version: FORMAT_VERSION,
         mode: Mode::Train,
         batch: 1,
@@ -48,6 +50,7 @@ fn counts_current_and_peak() {
             mk(1, "b", BufferKind::Input, 4 * n as u64, (0, 1)),
             mk(2, "y", BufferKind::Activation, 8 * n as u64, (0, 1)),
             Buffer {
+                store: Default::default(),
                 id: 3,
                 name: "loss".into(),
                 bytes: 4,
@@ -77,12 +80,14 @@ fn counts_current_and_peak() {
         ],
         steps: vec![
             Step {
+                ready: None,
                 kernel: 0,
                 args: vec![0, 1, 2],
                 label: "add".into(),
                 phase: StepPhase::Forward,
             },
             Step {
+                ready: None,
                 kernel: 1,
                 args: vec![2, 1, 3],
                 label: "loss".into(),

@@ -34,7 +34,9 @@ pub(crate) fn spec(
         | Op::OptState { .. }
         | Op::RunStat { .. }
         | Op::GradBuf { .. }
-        | Op::Reshape => return Ok(None),
+        | Op::Reshape
+        // a copy between the host store and the arena: the backend's asynchronous copy
+        | Op::Transfer(_) => return Ok(None),
         Op::Conv(op) => conv::spec(s, op)?,
         Op::Dense(op) => dense::spec(s, op)?,
         Op::Pool(op) => pool::spec(s, op)?,

@@ -101,6 +101,8 @@ fn seed_cap_exceeded_names_the_smallest_cap() {
         &CompileOptions {
             cap: Some(800_000_000),
             verify: true,
+            // resident: what the parameters and optimizer state alone need
+            stream: false,
             ..Default::default()
         },
     )
@@ -113,6 +115,7 @@ fn seed_cap_exceeded_names_the_smallest_cap() {
         params,
         opt_state,
         working_set,
+        host: 0,
     } = err
     else {
         panic!("{err:?}")

@@ -106,6 +106,8 @@ fn seed_over_a_cap_is_a_structured_error() {
         &CompileOptions {
             cap: Some(cap),
             verify: true,
+            // resident: what the parameters and optimizer state alone need
+            stream: false,
             ..Default::default()
         },
     ) {
@@ -116,6 +118,7 @@ fn seed_over_a_cap_is_a_structured_error() {
                 params,
                 opt_state,
                 working_set,
+                host: 0,
             } = e.clone()
             else {
                 unreachable!()

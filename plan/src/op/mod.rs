@@ -16,6 +16,7 @@ mod optim;
 mod pool;
 pub mod shape;
 pub mod split;
+mod transfer;
 
 use serde::{Deserialize, Serialize};
 
@@ -33,6 +34,7 @@ pub use norm::NormOp;
 pub use optim::{bias_chunks, OptimOp, BIAS_CHUNK_ROWS};
 pub use pool::{PoolOp, MAX_ARGMAX_WINDOW};
 use shape::{err, need_hint, numel};
+pub use transfer::TransferOp;
 
 pub use crate::unary::UnaryKind;
 /// The optimizer a program names: the update rule of its update ops (the language's name for it).
@@ -78,6 +80,9 @@ pub enum Op {
     Optim(OptimOp),
     /// Normalisation (batchnorm), its running statistics' update and its backward.
     Norm(NormOp),
+    /// Copies between the host store and the arena (streamed parameters and optimizer state):
+    /// plan steps only, never IR nodes; no CUDA kernel (the CUDA backend copies asynchronously).
+    Transfer(TransferOp),
 }
 impl UpdateRule {
     /// The rule of an unfused update op (`None` for any other op).
@@ -105,6 +110,7 @@ impl Op {
             Op::Loss(o) => Some(o),
             Op::Optim(o) => Some(o),
             Op::Norm(o) => Some(o),
+            Op::Transfer(o) => Some(o),
         }
     }
 

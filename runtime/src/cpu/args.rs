@@ -2,7 +2,7 @@
 //! slot (shared or mutable slices of the arena, by the slot's role), [`Ctx`] what a step reads
 //! besides them. Shared by the executor and every family's `exec`.
 
-use dmc_plan::plan::{Buffer, Kernel, Mode, Step};
+use dmc_plan::plan::{Buffer, Kernel, Mode, Step, Store};
 use dmc_plan::update::UpdateRule;
 
 fn numel(shape: &[usize]) -> usize {
@@ -26,9 +26,12 @@ impl Ctx {
     }
 }
 
-/// One step's arguments: the arena base, the plan's buffers, the step and its kernel.
+/// One step's arguments: the arena base (and the host store's, for streamed tensors), the plan's
+/// buffers, the step and its kernel.
 pub(super) struct Args<'p> {
     pub(super) base: *mut u8,
+    /// The host store's base ([`Store::Host`] buffers; null when the plan has none).
+    pub(super) host: *mut u8,
     pub(super) buffers: &'p [Buffer],
     pub(super) kernel: &'p Kernel,
     pub(super) step: &'p Step,
@@ -40,8 +43,13 @@ impl<'p> Args<'p> {
     }
     pub(super) fn ptr(&self, i: usize) -> *mut u8 {
         let b = &self.buffers[self.step.args[i]];
-        // SAFETY: the offset was validated to lie inside the arena.
-        unsafe { self.base.add(b.offset as usize) }
+        let base = match b.store {
+            Store::Arena => self.base,
+            Store::Host => self.host,
+        };
+        // SAFETY: the offset was validated to lie inside the arena (or the host store, whose
+        // buffers only copy steps take).
+        unsafe { base.add(b.offset as usize) }
     }
     /// # Safety
     /// Argument `i` must be a validated f32 argument not written through another slice meanwhile.

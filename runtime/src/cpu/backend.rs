@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 use dmc_plan::op::DType;
-use dmc_plan::plan::{Buffer, BufferId, BufferKind, Plan, RunPass};
+use dmc_plan::plan::{Buffer, BufferId, BufferKind, Plan, RunPass, Store};
 
 use super::args::{Args, Ctx};
 use super::executor::exec;
@@ -17,12 +17,18 @@ use crate::error::RuntimeError;
 use crate::init::{init_values, name_seed};
 use crate::poison::poison_lists;
 use crate::profile::{KernelProfile, ProfileAccumulator};
+use crate::stream::WindowCheck;
 use crate::validate::validate;
 
 /// The CPU backend for one plan.
 pub struct CpuBackend {
     plan: Plan,
     arena: Arena,
+    /// The host store of the streamed parameters and optimizer state (`plan.host_bytes`; empty
+    /// without streaming): a second allocation, outside the arena and its cap.
+    host: Arena,
+    /// Poison mode's checks of the copy steps (streaming).
+    windows: WindowCheck,
     poison: bool,
     halt_on_nonfinite_loss: bool,
     /// The learning rate of the updates (`set_learning_rate`; the plan optimizer's until set).
@@ -47,6 +53,8 @@ impl CpuBackend {
     pub fn new(plan: Plan) -> Result<Self, RuntimeError> {
         validate(&plan)?;
         let arena = Arena::new(plan.arena_bytes)?;
+        let host = Arena::new(plan.host_bytes)?;
+        let windows = WindowCheck::new(&plan);
         let poison_after = poison_lists(&plan);
         let params = plan
             .params
@@ -64,6 +72,8 @@ impl CpuBackend {
         Ok(CpuBackend {
             plan,
             arena,
+            host,
+            windows,
             poison: false,
             halt_on_nonfinite_loss: false,
             lr,
@@ -116,28 +126,37 @@ impl CpuBackend {
         &self.plan.buffers[id]
     }
 
+    /// The base of the memory buffer `b` lives in: the arena, or the host store.
+    fn base_of(&self, b: &Buffer) -> *mut u8 {
+        match b.store {
+            Store::Arena => self.arena.ptr.as_ptr(),
+            Store::Host => self.host.ptr.as_ptr(),
+        }
+    }
+
+    /// Bytes of the host store (the streamed tensors' homes; 0 without streaming).
+    pub fn host_store_bytes(&self) -> u64 {
+        self.plan.host_bytes
+    }
+
     fn f32_slice(&self, id: BufferId, len: usize) -> &[f32] {
         let b = self.buf(id);
         debug_assert!(len * 4 <= b.bytes as usize);
-        // SAFETY: validated in `new`: the buffer lies inside the arena, its offset is 64-byte
-        // aligned and it holds at least `len` f32 (any bit pattern is a valid f32); `&self` keeps
-        // the arena from being written while the slice lives.
+        // SAFETY: validated in `new`: the buffer lies inside the arena (or the host store), its
+        // offset is 64-byte aligned and it holds at least `len` f32 (any bit pattern is a valid
+        // f32); `&self` keeps the memory from being written while the slice lives.
         unsafe {
-            std::slice::from_raw_parts(
-                self.arena.ptr.as_ptr().add(b.offset as usize) as *const f32,
-                len,
-            )
+            std::slice::from_raw_parts(self.base_of(b).add(b.offset as usize) as *const f32, len)
         }
     }
 
     fn bytes_mut(&mut self, id: BufferId, len: usize) -> &mut [u8] {
         let b = &self.plan.buffers[id];
         assert!(len <= b.bytes as usize);
-        // SAFETY: the buffer lies inside the arena (validated in `new`); `&mut self` makes this
-        // the only live reference into the arena.
-        unsafe {
-            std::slice::from_raw_parts_mut(self.arena.ptr.as_ptr().add(b.offset as usize), len)
-        }
+        let base = self.base_of(b);
+        // SAFETY: the buffer lies inside the arena or the host store (validated in `new`);
+        // `&mut self` makes this the only live reference into either.
+        unsafe { std::slice::from_raw_parts_mut(base.add(b.offset as usize), len) }
     }
 
     /// Initialises every parameter per its `Init`, from an RNG seeded by `(seed, name)` (so the
@@ -332,6 +351,7 @@ impl CpuBackend {
 
     fn run_steps(&mut self, step_counter: u64, seed: u64) -> Result<f32, RuntimeError> {
         let base = self.arena.ptr.as_ptr();
+        let host = self.host.ptr.as_ptr();
         let ctx = Ctx {
             step_counter,
             seed,
@@ -341,42 +361,44 @@ impl CpuBackend {
         self.plan
             .check_run_pass(self.pass)
             .map_err(RuntimeError::RunPass)?;
-        for (si, step) in self.plan.steps.iter().enumerate() {
-            if !self.plan.runs_step(si, self.pass) {
-                continue;
-            }
-            let kernel = &self.plan.kernels[step.kernel];
-            let args = Args {
-                base,
-                buffers: &self.plan.buffers,
-                kernel,
-                step,
-            };
-            let t0 = self.profiler.is_some().then(std::time::Instant::now);
-            // SAFETY: `new` validated this step (see `validate`): every argument lies inside the
-            // arena with the dtype and size of its signature slot, and no written argument
-            // overlaps another argument; `&mut self` gives us exclusive access to the arena.
-            let r = unsafe { exec(&args, &ctx) };
-            if let (Some(p), Some(t0)) = (self.profiler.as_mut(), t0) {
-                p.record(step_counter, step.kernel, t0.elapsed().as_secs_f64() * 1e3);
-            }
-            r.map_err(|e| RuntimeError::BadLabel {
-                step: si,
-                label: step.label.clone(),
-                row: e.row,
-                label_value: e.label,
-                classes: e.classes,
-            })?;
-            // The loss is computed before any backward or update step: stop there when it is not
-            // finite, so the weights stay the last good ones.
-            if self.halt_on_nonfinite_loss
-                && step.args.contains(&self.plan.loss)
-                && !self.loss().is_finite()
-            {
-                return Ok(self.loss());
+        // Poison mode lands each copy as late as its `ready` allows (see `crate::stream`).
+        let deferred = self.poison && self.windows.any();
+        self.windows.reset();
+        for si in 0..self.plan.steps.len() {
+            let copy = self.plan.transfer_op(si);
+            let reads_loss = self.plan.steps[si].args.contains(&self.plan.loss);
+            if self.plan.runs_step(si, self.pass) {
+                if deferred && copy.is_some() {
+                    if copy == Some(dmc_plan::op::TransferOp::HostToDevice) {
+                        // the window holds NaN until its copy lands
+                        let w = &self.plan.buffers[self.plan.steps[si].args[1]];
+                        // SAFETY: the window lies inside the arena (validated); no slice is live.
+                        unsafe {
+                            std::ptr::write_bytes(
+                                base.add(w.offset as usize),
+                                0xFF,
+                                w.bytes as usize,
+                            )
+                        };
+                    }
+                } else {
+                    self.exec_step(si, base, host, &ctx)?;
+                }
+                // The loss is computed before any backward or update step: stop there when it is
+                // not finite, so the weights stay the last good ones.
+                if self.halt_on_nonfinite_loss && reads_loss && !self.loss().is_finite() {
+                    return Ok(self.loss());
+                }
             }
             if self.poison {
+                if deferred {
+                    for i in 0..self.windows.land_after(si).len() {
+                        let c = self.windows.land_after(si)[i];
+                        self.exec_step(c, base, host, &ctx)?;
+                    }
+                }
                 for &id in &self.poison_after[si] {
+                    self.windows.check_released(&self.plan, Some(id))?;
                     let b = &self.plan.buffers[id];
                     // SAFETY: the buffer lies inside the arena (validated); no slice is live.
                     unsafe {
@@ -385,7 +407,54 @@ impl CpuBackend {
                 }
             }
         }
+        if self.poison {
+            self.windows.check_released(&self.plan, None)?;
+        }
         Ok(self.loss())
+    }
+
+    /// Runs step `si` (a kernel or a copy), timing it when profiling; in poison mode, notes the
+    /// windows it writes or writes back.
+    fn exec_step(
+        &mut self,
+        si: usize,
+        base: *mut u8,
+        host: *mut u8,
+        ctx: &Ctx,
+    ) -> Result<(), RuntimeError> {
+        let step = &self.plan.steps[si];
+        let kernel = &self.plan.kernels[step.kernel];
+        let args = Args {
+            base,
+            host,
+            buffers: &self.plan.buffers,
+            kernel,
+            step,
+        };
+        let t0 = self.profiler.is_some().then(std::time::Instant::now);
+        // SAFETY: `new` validated this step (see `validate`): every argument lies inside the
+        // arena (a copy's host side inside the host store) with the dtype and size of its
+        // signature slot, and no written argument overlaps another argument; `&mut self` gives us
+        // exclusive access to both.
+        let r = unsafe { exec(&args, ctx) };
+        if let (Some(p), Some(t0)) = (self.profiler.as_mut(), t0) {
+            p.record(
+                ctx.step_counter,
+                step.kernel,
+                t0.elapsed().as_secs_f64() * 1e3,
+            );
+        }
+        r.map_err(|e| RuntimeError::BadLabel {
+            step: si,
+            label: step.label.clone(),
+            row: e.row,
+            label_value: e.label,
+            classes: e.classes,
+        })?;
+        if self.poison {
+            self.windows.ran(&self.plan, si);
+        }
+        Ok(())
     }
 }
 

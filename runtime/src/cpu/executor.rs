@@ -45,6 +45,8 @@ pub(super) unsafe fn exec(a: &Args, ctx: &Ctx) -> Result<(), BadLabel> {
             Op::Loss(op) => super::loss::exec(op, a, ctx)?,
             Op::Optim(op) => super::optim::exec(op, a, ctx),
             Op::Norm(op) => super::norm::exec(op, a),
+            // a copy between the host store and a window of the arena
+            Op::Transfer(_) => a.f32_mut(1).copy_from_slice(a.f32(0)),
         }
     }
     Ok(())
@@ -92,6 +94,7 @@ pub fn run_single_kernel(
             live: (0, 0),
             persistent: false,
             layer: String::new(),
+            store: Default::default(),
         });
         off += (need as u64).div_ceil(ALIGN) * ALIGN;
     }
@@ -106,9 +109,11 @@ pub fn run_single_kernel(
         args: (0..buffers.len()).collect(),
         label: kernel.name.clone(),
         phase: Default::default(),
+        ready: None,
     };
     let a = Args {
         base,
+        host: std::ptr::null_mut(),
         buffers: &buffers,
         kernel,
         step: &step,

@@ -142,7 +142,7 @@ impl CudaBackend {
                     });
                 }
             }
-            for &(off, n) in self.flags.poison_after(si) {
+            for &(_, off, n) in self.flags.poison_after(si) {
                 self.check_poison_range(off, n)?;
                 // SAFETY: the range lies inside the arena allocation (checked); captured as a
                 // memset node ordered after the launches before it.

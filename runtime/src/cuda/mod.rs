@@ -11,9 +11,15 @@
 //!   kernel's parameter list): `arena base + offset` per signature slot, then `seed`, `step`.
 //!   Nothing is allocated on the device during a step.
 //! * Device memory is measured with `cuMemGetInfo` around the arena allocation.
+//! * Streaming ([`copies`]): a plan with a host store gets it as pinned host memory
+//!   (`cuMemHostAlloc` of `host_bytes`), and its copy steps run on a second stream: each waits
+//!   (an event) for the compute work queued before it, and the compute stream waits (the copy's
+//!   completion event) before the copy's `ready` step; a run ends by synchronising the copy
+//!   stream. Not with `--cuda-graph` (one captured stream).
 //! * Opt-in: the step's launches captured once into CUDA graphs and replayed ([`graph`],
 //!   `--cuda-graph`), and timing events around each launch ([`events`], `--profile`).
 
+mod copies;
 mod events;
 mod graph;
 pub mod nvrtc;
@@ -26,7 +32,7 @@ use cudarc::driver::{
     result as cu, CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg,
 };
 use dmc_codegen::{render_plan, CodegenOptions, CudaKernel, Launch, Scalars};
-use dmc_plan::plan::Plan;
+use dmc_plan::plan::{Plan, Store};
 
 pub use crate::error::CudaError;
 use crate::error::RuntimeError;
@@ -247,6 +253,10 @@ pub struct CudaBackend {
     graphs: Option<graph::StepGraphs>,
     /// The timing events when runs are profiled (`set_profile`).
     profiler: Option<events::Profiler>,
+    /// The host store (streaming; empty without one).
+    host: copies::PinnedStore,
+    /// The copy stream, when the plan has copy steps.
+    copies: Option<copies::Copies>,
     /// Device memory taken by the arena allocation (free before - free after).
     pub measured_arena_bytes: u64,
 }
@@ -281,6 +291,14 @@ impl CudaBackend {
         dev.ctx.synchronize().map_err(drv("synchronize"))?;
         let (free1, _) = mem_info(&dev)?;
         let base = arena.ptr;
+        let host_bytes = usize::try_from(plan.host_bytes).map_err(|_| {
+            RuntimeError::BadPlan(format!("a host store of {} bytes", plan.host_bytes))
+        })?;
+        let host = copies::PinnedStore::new(&dev.ctx, host_bytes)?;
+        let copies = (0..plan.steps.len())
+            .any(|si| plan.transfer_op(si).is_some())
+            .then(|| copies::Copies::new(&dev.ctx, plan.steps.len()))
+            .transpose()?;
         let flags = StepFlags::new(&plan);
         Ok(CudaBackend {
             plan,
@@ -293,6 +311,8 @@ impl CudaBackend {
             flags,
             graphs: None,
             profiler: None,
+            host,
+            copies,
             measured_arena_bytes: free0.saturating_sub(free1) as u64,
         })
     }
@@ -324,8 +344,16 @@ impl CudaBackend {
 
     /// Runs replay CUDA graphs of their launches (captured at the first run of each pass) instead
     /// of launching kernel by kernel; see [`graph`]. Off by default. Profiled runs launch kernel
-    /// by kernel whatever this says.
+    /// by kernel whatever this says. Refused for a plan that streams (a graph is captured on one
+    /// stream; the copies run on a second).
     pub fn set_cuda_graph(&mut self, on: bool) -> Result<(), RuntimeError> {
+        if on && self.plan.streams() {
+            return Err(RuntimeError::Unsupported(
+                "CUDA graphs capture one stream; this plan streams parameters through the host \
+                 store (--vram-cap below its parameters): run without --cuda-graph"
+                    .into(),
+            ));
+        }
         self.graphs = match (on, self.graphs.take()) {
             (true, Some(g)) => Some(g),
             (true, None) => Some(graph::StepGraphs::new(&self.dev)?),
@@ -353,12 +381,18 @@ impl CudaBackend {
     }
 
     /// Launches every step in plan order on the stream (or replays the graphs) and returns the
-    /// loss (synchronises).
+    /// loss (synchronises, the copy stream included).
     pub fn run(&mut self, step_counter: u64, seed: u64) -> Result<f32, RuntimeError> {
         if self.graphs.is_some() && self.profiler.is_none() {
             return self.run_graphed(step_counter, seed);
         }
         let r = run_steps(self, step_counter, seed);
+        // every copy lands before the run returns (also after an error or the NaN halt)
+        let landed = match self.copies.as_mut() {
+            Some(c) => c.finish(),
+            None => Ok(()),
+        };
+        let r = r.and_then(|l| landed.map(|()| l).map_err(RuntimeError::from));
         if let Some(p) = self.profiler.as_mut() {
             match r {
                 // the run's loss read synchronised the stream
@@ -379,9 +413,12 @@ impl CudaBackend {
         self.flags.pass = pass;
     }
 
-    /// Waits for the stream.
+    /// Waits for the stream (and the copy stream).
     pub fn synchronize(&self) -> Result<(), RuntimeError> {
         self.dev.stream.synchronize().map_err(drv("synchronize"))?;
+        if let Some(c) = &self.copies {
+            c.synchronize()?;
+        }
         Ok(())
     }
 }
@@ -403,7 +440,23 @@ impl StepLauncher for CudaBackend {
         &self.flags
     }
 
+    fn flags_mut(&mut self) -> &mut StepFlags {
+        &mut self.flags
+    }
+
+    fn async_copies(&self) -> bool {
+        true
+    }
+
     fn launch_step(&mut self, si: usize, scalars: &Scalars) -> Result<(), RuntimeError> {
+        if let Some(c) = self.copies.as_mut() {
+            // the copies due by this step land first (also before a profiled launch's start event)
+            c.wait_ready(&self.dev.stream, si)?;
+            if self.plan.transfer_op(si).is_some() {
+                // not a kernel: not profiled
+                return c.issue(&self.dev.stream, &self.plan, si, self.base, &self.host);
+            }
+        }
         let Some((ki, ptrs)) = step_launch(&self.plan, &self.kernels, si, self.base) else {
             return Ok(()); // leaves and reshapes: no kernel
         };
@@ -430,6 +483,10 @@ impl StepLauncher for CudaBackend {
 
     fn fill_poison(&mut self, offset: u64, bytes: u64) -> Result<(), RuntimeError> {
         self.check_poison_range(offset, bytes)?;
+        if let Some(c) = self.copies.as_mut() {
+            // a write-back may still read the range (released right before its `ready`)
+            c.wait_overlapping(&self.dev.stream, &self.plan, offset, bytes)?;
+        }
         // SAFETY: the range lies inside the arena allocation (checked); the memset is ordered on
         // the stream after the kernels launched so far.
         unsafe {
@@ -450,17 +507,25 @@ impl HostArena for CudaBackend {
         &self.plan
     }
 
-    fn write_bytes(&mut self, offset: u64, bytes: &[u8]) -> Result<(), RuntimeError> {
-        // the stream's earlier launches may still read this memory
-        self.dev.stream.synchronize().map_err(drv("synchronize"))?;
-        Ok(self.arena.upload(offset as usize, bytes)?)
+    fn write_bytes(&mut self, store: Store, offset: u64, bytes: &[u8]) -> Result<(), RuntimeError> {
+        // the streams' earlier launches and copies may still read this memory
+        self.synchronize()?;
+        match store {
+            Store::Arena => Ok(self.arena.upload(offset as usize, bytes)?),
+            Store::Host => self.host.write(offset, bytes),
+        }
     }
 
-    fn read_bytes(&self, offset: u64, len: usize) -> Result<Vec<u8>, RuntimeError> {
-        self.dev.stream.synchronize().map_err(drv("synchronize"))?;
-        let mut out = vec![0u8; len];
-        self.arena.download(offset as usize, &mut out)?;
-        Ok(out)
+    fn read_bytes(&self, store: Store, offset: u64, len: usize) -> Result<Vec<u8>, RuntimeError> {
+        self.synchronize()?;
+        match store {
+            Store::Arena => {
+                let mut out = vec![0u8; len];
+                self.arena.download(offset as usize, &mut out)?;
+                Ok(out)
+            }
+            Store::Host => self.host.read(offset, len),
+        }
     }
 }
 

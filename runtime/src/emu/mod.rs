@@ -20,7 +20,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use dmc_codegen::{render_plan, ArgSource, CodegenOptions, CudaKernel, Scalars};
-use dmc_plan::plan::Plan;
+use dmc_plan::plan::{Plan, Store};
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
@@ -388,6 +388,8 @@ impl EmuKernel {
 pub struct EmuBackend {
     plan: Plan,
     arena: Arena,
+    /// The host store of the streamed tensors (`plan.host_bytes`; empty without streaming).
+    host: Arena,
     kernels: Vec<Option<usize>>,
     compiled: Vec<EmuKernel>,
     order: FiberOrder,
@@ -412,10 +414,12 @@ impl EmuBackend {
         }
         let mut arena = Arena::new(plan.arena_bytes)?;
         arena.bytes_mut().fill(0xFF);
+        let host = Arena::new(plan.host_bytes)?;
         let flags = StepFlags::new(&plan);
         Ok(EmuBackend {
             plan,
             arena,
+            host,
             kernels,
             compiled,
             order: FiberOrder::Forward,
@@ -465,7 +469,25 @@ impl StepLauncher for EmuBackend {
         &self.flags
     }
 
+    fn flags_mut(&mut self) -> &mut StepFlags {
+        &mut self.flags
+    }
+
     fn launch_step(&mut self, si: usize, scalars: &Scalars) -> Result<(), RuntimeError> {
+        if let Some(op) = self.plan.transfer_op(si) {
+            // a copy between the host store and a window: memcpy, as the CPU backend does
+            let s = &self.plan.steps[si];
+            let (src, dst) = (&self.plan.buffers[s.args[0]], &self.plan.buffers[s.args[1]]);
+            let (from, to) = (src.offset as usize, dst.offset as usize);
+            let n = src.bytes as usize;
+            let (h, a) = (self.host.bytes_mut(), self.arena.bytes_mut());
+            let (src, dst): (&[u8], &mut [u8]) = match op {
+                dmc_plan::op::TransferOp::HostToDevice => (&h[from..from + n], &mut a[to..to + n]),
+                dmc_plan::op::TransferOp::DeviceToHost => (&a[from..from + n], &mut h[to..to + n]),
+            };
+            dst.copy_from_slice(src);
+            return Ok(());
+        }
         let base = self.arena.ptr.as_ptr() as u64;
         let Some((ki, ptrs)) = step_launch(&self.plan, &self.kernels, si, base) else {
             return Ok(()); // leaves and reshapes: no kernel
@@ -495,23 +517,27 @@ impl HostArena for EmuBackend {
         &self.plan
     }
 
-    fn write_bytes(&mut self, offset: u64, bytes: &[u8]) -> Result<(), RuntimeError> {
+    fn write_bytes(&mut self, store: Store, offset: u64, bytes: &[u8]) -> Result<(), RuntimeError> {
+        let mem = match store {
+            Store::Arena => &mut self.arena,
+            Store::Host => &mut self.host,
+        };
         let dst = usize::try_from(offset)
             .ok()
-            .and_then(|o| {
-                self.arena
-                    .bytes_mut()
-                    .get_mut(o..o.checked_add(bytes.len())?)
-            })
+            .and_then(|o| mem.bytes_mut().get_mut(o..o.checked_add(bytes.len())?))
             .ok_or_else(|| RuntimeError::BadPlan(format!("write outside the arena at {offset}")))?;
         dst.copy_from_slice(bytes);
         Ok(())
     }
 
-    fn read_bytes(&self, offset: u64, len: usize) -> Result<Vec<u8>, RuntimeError> {
+    fn read_bytes(&self, store: Store, offset: u64, len: usize) -> Result<Vec<u8>, RuntimeError> {
+        let mem = match store {
+            Store::Arena => &self.arena,
+            Store::Host => &self.host,
+        };
         usize::try_from(offset)
             .ok()
-            .and_then(|o| self.arena.bytes().get(o..o.checked_add(len)?))
+            .and_then(|o| mem.bytes().get(o..o.checked_add(len)?))
             .map(<[u8]>::to_vec)
             .ok_or_else(|| RuntimeError::BadPlan(format!("read outside the arena at {offset}")))
     }

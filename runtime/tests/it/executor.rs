@@ -37,6 +37,7 @@ impl Pb {
         let bytes = (n * dtype.size()) as u64;
         let persistent = matches!(kind, BufferKind::Parameter | BufferKind::OptimizerState);
         self.bufs.push(Buffer {
+            store: Default::default(),
             id,
             name: name.into(),
             bytes,
@@ -112,6 +113,7 @@ impl Pb {
             }
         };
         self.steps.push(Step {
+            ready: None,
             kernel,
             args: args.to_vec(),
             label: label.into(),
@@ -146,6 +148,7 @@ impl Pb {
             b.live = (lo, *used.last().unwrap());
         }
         Plan {
+            host_bytes: 0,
             format_version: FORMAT_VERSION,
             mode: Mode::Train,
             batch: 0,

@@ -1,0 +1,292 @@
+//! Streaming: parameters and optimizer state that do not stay in the arena ([`stream`], run by
+//! emission before placement when [`Ctx::stream`](crate::ctx::Ctx) asks for it).
+//!
+//! A streamed tensor's home moves to the host store ([`Store::Host`]); each cluster of its uses
+//! in the step (uses at most [`MERGE_GAP`] steps apart: a forward, or a data gradient with its
+//! fused update) reads a *window*, an ordinary arena buffer with a live range, which a
+//! host-to-device copy step fills before the cluster and, when a step of the cluster wrote it
+//! (an update), a device-to-host step writes back after it. The placer then packs windows like
+//! any other buffer, so the cap bounds the windows in flight, not the model.
+//!
+//! Which tensors stream is a count ([`Ctx::stream`](crate::ctx::Ctx)) over one order,
+//! [`candidates`]: the fewest bytes moved per byte saved first (optimizer state, copied in and
+//! back once per step, before weights, which the forward reads too), larger tensors first among
+//! equals (fewer copies). The cap fitter ([`crate::fit`]) picks the smallest count that fits.
+//!
+//! Prefetch ([`Ctx::prefetch`](crate::ctx::Ctx)): a window's copy is issued when the previous
+//! window's cluster starts (double buffering: layer i+1's weights arrive while layer i computes)
+//! rather than just before its own first use; it costs a second window's bytes in flight, so
+//! the fitter drops it when the plan does not fit with it.
+
+use dmc_plan::op::{DType, Op, Role, TransferOp};
+use dmc_plan::plan::{BufferId, BufferKind, Kernel, Step, StepPhase, Store};
+
+use crate::emit::Buf;
+
+/// Uses of a streamed tensor this many steps apart or closer share one window.
+pub const MERGE_GAP: usize = 4;
+
+/// One window of a streamed tensor: the steps (original indices) of its cluster of uses.
+#[derive(Debug, Clone)]
+struct Window {
+    host: BufferId,
+    first: usize,
+    last: usize,
+    /// Some step of the cluster writes the tensor (an update): it is written back.
+    written: bool,
+}
+
+/// The uses of every buffer in `steps`: (step, written) per buffer id.
+fn uses(bufs: &[Buf], steps: &[Step], kernels: &[Kernel]) -> Vec<Vec<(usize, bool)>> {
+    let mut u: Vec<Vec<(usize, bool)>> = vec![Vec::new(); bufs.len()];
+    for (si, s) in steps.iter().enumerate() {
+        let k = &kernels[s.kernel];
+        for (&id, p) in s.args.iter().zip(&k.signature.params) {
+            let w = p.role != Role::In;
+            match u[id].last_mut() {
+                Some((last, written)) if *last == si => *written |= w,
+                _ => u[id].push((si, w)),
+            }
+        }
+    }
+    u
+}
+
+/// A tensor's uses grouped into windows.
+fn windows_of(host: BufferId, uses: &[(usize, bool)]) -> Vec<Window> {
+    let mut out: Vec<Window> = Vec::new();
+    for &(si, w) in uses {
+        match out.last_mut() {
+            Some(win) if si - win.last <= MERGE_GAP => {
+                win.last = si;
+                win.written |= w;
+            }
+            _ => out.push(Window {
+                host,
+                first: si,
+                last: si,
+                written: w,
+            }),
+        }
+    }
+    out
+}
+
+/// The tensors that may stream, in the order they are chosen: parameters and optimizer state
+/// that some step uses, by bytes copied per byte saved (copies in plus write-backs per step),
+/// then the larger first, then by id.
+pub(crate) fn candidates(bufs: &[Buf], steps: &[Step], kernels: &[Kernel]) -> Vec<BufferId> {
+    let u = uses(bufs, steps, kernels);
+    let mut c: Vec<(usize, u64, BufferId)> = bufs
+        .iter()
+        .enumerate()
+        .filter(|(id, b)| {
+            b.persistent
+                && matches!(b.kind, BufferKind::Parameter | BufferKind::OptimizerState)
+                && b.bytes > 0
+                && !u[*id].is_empty()
+        })
+        .map(|(id, b)| {
+            let w = windows_of(id, &u[id]);
+            let copies = w.len() + w.iter().filter(|w| w.written).count();
+            (copies, b.bytes, id)
+        })
+        .collect();
+    c.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)).then(a.2.cmp(&b.2)));
+    c.into_iter().map(|(_, _, id)| id).collect()
+}
+
+/// Streams the first `count` of [`candidates`]: their homes go to the host store (offsets there
+/// assigned in id order; returns its size), every use reads a window, and the copy steps are
+/// inserted (their `ready` set). `bufs`' `first_write` / `last_read` of every buffer are
+/// renumbered to the new steps.
+pub(crate) fn stream(
+    bufs: &mut Vec<Buf>,
+    steps: &mut Vec<Step>,
+    kernels: &mut Vec<Kernel>,
+    count: usize,
+    prefetch: bool,
+) -> u64 {
+    let chosen: Vec<BufferId> = candidates(bufs, steps, kernels)
+        .into_iter()
+        .take(count)
+        .collect();
+    if chosen.is_empty() {
+        return 0;
+    }
+    let u = uses(bufs, steps, kernels);
+    let mut wins: Vec<Window> = chosen
+        .iter()
+        .flat_map(|&id| windows_of(id, &u[id]))
+        .collect();
+    wins.sort_by_key(|w| (w.first, w.host));
+    let n = steps.len();
+    // Where each window's copy goes (before original step `issue[i]`): its first use, or with
+    // prefetch the start of the previous cluster (of a distinct first use), never before its
+    // tensor's previous window has been written back and that write-back has landed.
+    let mut issue: Vec<usize> = wins.iter().map(|w| w.first).collect();
+    if prefetch {
+        let mut prev_start: Option<usize> = None;
+        let mut cur_start: Option<usize> = None;
+        for (i, w) in wins.iter().enumerate() {
+            if cur_start != Some(w.first) {
+                prev_start = cur_start;
+                cur_start = Some(w.first);
+            }
+            if let Some(p) = prev_start {
+                issue[i] = p;
+            }
+        }
+    }
+    for i in 0..wins.len() {
+        let prev = wins[..i]
+            .iter()
+            .filter(|p| p.host == wins[i].host)
+            .map(|p| p.last)
+            .max();
+        if let Some(prev_last) = prev {
+            // (MERGE_GAP >= 3: this is still at or before the window's first use)
+            issue[i] = issue[i].max(prev_last + 3).min(wins[i].first);
+        }
+    }
+
+    // The new step order: before original step `i`, the write-backs of the windows whose last
+    // use was `i - 1`, then the copies issued there; after the last step, the last write-backs.
+    let mut before: Vec<Vec<(usize, TransferOp)>> = vec![Vec::new(); n + 1];
+    for (i, w) in wins.iter().enumerate() {
+        if w.written {
+            before[w.last + 1].push((i, TransferOp::DeviceToHost));
+        }
+    }
+    for (i, _) in wins.iter().enumerate() {
+        before[issue[i]].push((i, TransferOp::HostToDevice));
+    }
+    let old = std::mem::take(steps);
+    let mut new_of = vec![0usize; n + 1];
+    // (window, op) of each inserted step, by new index
+    let mut copies: Vec<(usize, usize, TransferOp)> = Vec::new();
+    let mut placed: Vec<Option<Step>> = old.into_iter().map(Some).collect();
+    let mut seq: Vec<Step> = Vec::with_capacity(n + 2 * wins.len());
+    for i in 0..=n {
+        for &(w, op) in &before[i] {
+            copies.push((seq.len(), w, op));
+            seq.push(Step {
+                kernel: 0, // set below
+                args: vec![],
+                label: String::new(),
+                phase: StepPhase::Forward,
+                ready: None,
+            });
+        }
+        new_of[i] = seq.len();
+        if i < n {
+            if let Some(s) = placed[i].take() {
+                seq.push(s);
+            }
+        }
+    }
+    let total = seq.len();
+
+    // The windows: new buffers; every use of a streamed tensor reads its window instead.
+    let mut window_buf = vec![0usize; wins.len()];
+    for (i, w) in wins.iter().enumerate() {
+        let h = &bufs[w.host];
+        let k = wins[..i].iter().filter(|p| p.host == w.host).count();
+        let name = format!("{} (window {})", h.name, k + 1);
+        bufs.push(Buf {
+            name,
+            bytes: h.bytes,
+            dtype: h.dtype,
+            kind: h.kind,
+            persistent: false,
+            first_write: None,
+            last_read: None,
+            pinned: false,
+            store: Store::Arena,
+            host_offset: 0,
+        });
+        window_buf[i] = bufs.len() - 1;
+        for si in w.first..=w.last {
+            for a in seq[new_of[si]].args.iter_mut() {
+                if *a == w.host {
+                    *a = window_buf[i];
+                }
+            }
+        }
+    }
+    // Renumber every buffer's range to the new steps.
+    for b in bufs.iter_mut() {
+        b.first_write = b.first_write.map(|s| new_of[s]);
+        b.last_read = b.last_read.map(|s| new_of[s]);
+    }
+    // The copy steps, their kernels, their `ready`, and the windows' live ranges.
+    for &(at, w, op) in &copies {
+        let win = &wins[w];
+        let (host, window) = (win.host, window_buf[w]);
+        let shape = vec![(bufs[host].bytes / DType::F32.size() as u64) as usize];
+        let kernel = transfer_kernel(kernels, op, &shape);
+        let (args, ready, phase_of, verb) = match op {
+            TransferOp::HostToDevice => {
+                (vec![host, window], new_of[win.first], win.first, "copy in")
+            }
+            // overlaps the step after its cluster; lands before the next one
+            TransferOp::DeviceToHost => (
+                vec![window, host],
+                new_of[(win.last + 2).min(n)].max(at + 1),
+                win.last,
+                "write back",
+            ),
+        };
+        let phase = seq[new_of[phase_of]].phase;
+        seq[at] = Step {
+            kernel,
+            args,
+            label: format!("{} {verb}", bufs[window].name),
+            phase,
+            ready: Some(ready),
+        };
+        let b = &mut bufs[window];
+        match op {
+            TransferOp::HostToDevice => b.first_write = Some(at),
+            TransferOp::DeviceToHost => {}
+        }
+        let end = match op {
+            TransferOp::HostToDevice => new_of[win.last],
+            TransferOp::DeviceToHost => ready - 1,
+        };
+        b.last_read = Some(b.last_read.map_or(end, |e| e.max(end)));
+    }
+    debug_assert_eq!(seq.len(), total);
+    *steps = seq;
+    // The homes: the host store, in id order.
+    let mut host_bytes = 0u64;
+    let mut homes = chosen;
+    homes.sort_unstable();
+    for id in homes {
+        let b = &mut bufs[id];
+        b.store = Store::Host;
+        b.host_offset = host_bytes;
+        host_bytes += crate::placement::align_up(b.bytes);
+    }
+    host_bytes
+}
+
+/// The kernel of a copy of `shape` (one per direction and shape).
+fn transfer_kernel(kernels: &mut Vec<Kernel>, op: TransferOp, shape: &[usize]) -> usize {
+    let op = Op::Transfer(op);
+    if let Some(k) = kernels
+        .iter()
+        .position(|k| k.op == op && k.arg_shapes[0] == shape)
+    {
+        return k;
+    }
+    let same_kind = kernels.iter().filter(|k| k.op == op).count();
+    kernels.push(Kernel {
+        id: kernels.len(),
+        name: format!("{}_{same_kind}", op.kind_name()),
+        arg_shapes: vec![shape.to_vec(), shape.to_vec()],
+        signature: op.signature(),
+        op,
+    });
+    kernels.len() - 1
+}
