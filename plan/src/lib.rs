@@ -7,6 +7,7 @@
 //! crate; the language re-exports its activations and optimizers under their `.dm` names.
 
 pub mod cpu;
+pub mod link;
 pub mod op;
 pub mod plan;
 pub mod schedule;

@@ -162,6 +162,18 @@ pub fn run(args: Args) -> Result<(), CliError> {
             let src =
                 ResourceSource::Estimated("per kind; `dmc compile --perf` uses NVRTC's".into());
             println!("{}", step_line(&p, &src));
+            if plan.streams() {
+                let copies = dmc_plan::link::transfer_seconds(&plan.transfer_totals(), &gpu.link);
+                println!(
+                    "  its copies: {:.3} ms on the {}'s {} (one copy stream), beside {:.3} ms of kernels: the streamed step takes at least {:.3} ms ({} bound)",
+                    copies * 1e3,
+                    gpu.name,
+                    gpu.link.name,
+                    p.predicted_s * 1e3,
+                    copies.max(p.predicted_s) * 1e3,
+                    if copies > p.predicted_s { "copy" } else { "compute" }
+                );
+            }
             let rates = super::plan_args::cpu_rates()?;
             let t = dmc_plan::cpu::plan_time(&plan, &rates);
             println!(

@@ -23,7 +23,7 @@ pub struct PlanArgs {
     pub train: TrainStepArgs,
 }
 
-/// `--batch` and `--vram-cap`: the plan flags of `eval` and `predict`, whose steps have no backward
+/// `--batch`, `--vram-cap` and `--no-stream`: the plan flags of `eval` and `predict`, whose steps have no backward
 /// (so nothing to recompute, no update to fuse, no learning rate).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct StepArgs {
@@ -33,6 +33,10 @@ pub struct StepArgs {
     /// Memory cap for the planned arena, e.g. `900MB`, `1GiB`, `1.5G` or bytes.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub vram_cap: Option<u64>,
+    /// Keep every parameter and optimizer state tensor in the arena: refuse a `--vram-cap` they
+    /// do not fit, instead of streaming some of them through the arena from a host store.
+    #[arg(long)]
+    pub no_stream: bool,
 }
 
 /// `--no-fuse`, `--remat`, `--clip-norm-method`, `--lr`: what shapes a training step beyond [`StepArgs`] (`dmc run`).
@@ -89,6 +93,7 @@ impl PlanArgs {
             fuse: !self.train.no_fuse,
             remat: self.train.remat.into(),
             clip_method: self.train.clip_norm_method.into(),
+            stream: !self.step.no_stream,
             verify,
             ..CompileOptions::default()
         })

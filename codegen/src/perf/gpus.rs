@@ -31,6 +31,8 @@ pub struct Gpu {
     pub smem_per_sm: u32,
     /// Device memory, bytes.
     pub memory_bytes: u64,
+    /// Its host link (streaming's copies cross it: [`dmc_plan::link`]).
+    pub link: dmc_plan::link::Link,
 }
 
 impl Gpu {
@@ -73,6 +75,7 @@ const H100_SXM: Gpu = Gpu {
     regs_per_sm: 65536,
     smem_per_sm: 228 << 10,
     memory_bytes: 80 << 30,
+    link: dmc_plan::link::LINKS[2],
 };
 
 /// The GPUs `--gpu` names, the first the default.
@@ -100,6 +103,7 @@ pub const GPUS: &[Gpu] = &[
         regs_per_sm: 65536,
         smem_per_sm: 164 << 10,
         memory_bytes: 80 << 30,
+        link: dmc_plan::link::LINKS[1],
     },
     Gpu {
         name: "RTX4090",
@@ -116,6 +120,7 @@ pub const GPUS: &[Gpu] = &[
         regs_per_sm: 65536,
         smem_per_sm: 100 << 10,
         memory_bytes: 24 << 30,
+        link: dmc_plan::link::LINKS[1],
     },
     // The question's GPU (a 2 GB Maxwell card).
     Gpu {
@@ -133,6 +138,7 @@ pub const GPUS: &[Gpu] = &[
         regs_per_sm: 65536,
         smem_per_sm: 96 << 10,
         memory_bytes: 2 << 30,
+        link: dmc_plan::link::LINKS[0],
     },
 ];
 

@@ -234,6 +234,73 @@ pub struct MemoryReport {
     /// for comparison.
     #[serde(default)]
     pub unfused_traffic: Option<Traffic>,
+    /// What streams through the arena from the host store, and its copies (absent when every
+    /// parameter and optimizer state tensor is resident).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streaming: Option<Streaming>,
+}
+
+/// Streaming in one plan: the parameters and optimizer state split between the arena (resident)
+/// and the host store (streamed), the copies of one run, and their predicted time on each link.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Streaming {
+    pub totals: dmc_plan::plan::TransferTotals,
+    /// Tensors whose home is the host store.
+    pub streamed_tensors: usize,
+    /// Their bytes (= `totals.host_store` but for alignment).
+    pub streamed_bytes: u64,
+    /// Windows in the arena (each filled by one copy).
+    pub windows: usize,
+    /// The most window bytes live at one step.
+    pub window_peak: u64,
+    /// Seconds of one run's copies on each of [`dmc_plan::link::LINKS`]: (link, seconds).
+    pub transfer_s: Vec<(String, f64)>,
+}
+
+/// The [`Streaming`] of `plan`, if it streams.
+pub fn streaming(plan: &Plan) -> Option<Streaming> {
+    if !plan.streams() {
+        return None;
+    }
+    let totals = plan.transfer_totals();
+    let homes: Vec<&crate::plan::Buffer> = plan
+        .buffers
+        .iter()
+        .filter(|b| !b.store.is_arena())
+        .collect();
+    let mut windows = vec![];
+    for (si, s) in plan.steps.iter().enumerate() {
+        if plan.transfer_op(si) == Some(crate::op::TransferOp::HostToDevice) {
+            windows.extend(s.args.get(1).copied());
+        }
+    }
+    let window_peak = (0..plan.steps.len())
+        .map(|t| {
+            windows
+                .iter()
+                .map(|&w| &plan.buffers[w])
+                .filter(|b| b.live.0 <= t && t <= b.live.1)
+                .map(|b| b.bytes)
+                .sum::<u64>()
+        })
+        .max()
+        .unwrap_or(0);
+    Some(Streaming {
+        streamed_tensors: homes.len(),
+        streamed_bytes: homes.iter().map(|b| b.bytes).sum(),
+        windows: windows.len(),
+        window_peak,
+        transfer_s: dmc_plan::link::LINKS
+            .iter()
+            .map(|l| {
+                (
+                    l.name.to_string(),
+                    dmc_plan::link::transfer_seconds(&totals, l),
+                )
+            })
+            .collect(),
+        totals,
+    })
 }
 
 /// Kernel launches of one step and the global-memory bytes they move at least: every argument
@@ -250,10 +317,16 @@ pub struct Traffic {
 pub fn traffic(plan: &Plan) -> Traffic {
     use crate::op::Role;
     let mut bytes = 0u64;
+    let mut kernels = 0;
     for st in &plan.steps {
         let Some(k) = plan.kernels.get(st.kernel) else {
             continue;
         };
+        // streaming's copies are not kernels (see `Streaming`)
+        if matches!(k.op, crate::op::Op::Transfer(_)) {
+            continue;
+        }
+        kernels += 1;
         for (p, b) in k.signature.params.iter().zip(&st.args) {
             let n = plan.buffers.get(*b).map_or(0, |b| b.bytes);
             bytes += match p.role {
@@ -263,10 +336,7 @@ pub fn traffic(plan: &Plan) -> Traffic {
             };
         }
     }
-    Traffic {
-        kernels: plan.steps.len(),
-        bytes,
-    }
+    Traffic { kernels, bytes }
 }
 
 /// One forward node that is recomputed.
@@ -322,8 +392,12 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
             b.live
         }
     };
-    let mut occupied: Vec<Option<(usize, usize)>> =
-        plan.buffers.iter().map(|b| Some(full(b))).collect();
+    // (the host store is not the arena: its buffers occupy none of it)
+    let mut occupied: Vec<Option<(usize, usize)>> = plan
+        .buffers
+        .iter()
+        .map(|b| b.store.is_arena().then(|| full(b)))
+        .collect();
     let mut root_of: Vec<BufferId> = (0..plan.buffers.len()).collect();
     let mut aliases: Vec<Alias> = vec![];
     // Per (offset, bytes): the buffers first seen there, and the latest step any of them is
@@ -334,7 +408,7 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
     let mut at_bytes: FxHashMap<(u64, u64), (usize, Vec<usize>, usize)> =
         FxHashMap::with_capacity_and_hasher(plan.buffers.len(), Default::default());
     for (i, b) in plan.buffers.iter().enumerate() {
-        if b.bytes == 0 {
+        if b.bytes == 0 || !b.store.is_arena() {
             continue;
         }
         let (lo, hi) = full(b);
@@ -508,7 +582,12 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
 
     let mut all_buffers = ByCategory::default();
     for b in &plan.buffers {
-        all_buffers.add(b.kind, b.bytes);
+        // a streamed tensor counts once, as its home (not its windows)
+        let window =
+            !b.persistent && matches!(b.kind, BufferKind::Parameter | BufferKind::OptimizerState);
+        if !window {
+            all_buffers.add(b.kind, b.bytes);
+        }
     }
     let has_backward = backward_starts.is_some();
     // A recomputed value counts once, as the forward value it is a copy of.
@@ -667,5 +746,6 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
         remat: None,
         traffic: traffic(plan),
         unfused_traffic: None,
+        streaming: streaming(plan),
     }
 }

@@ -195,6 +195,9 @@ pub fn render_verdict(r: &MemoryReport, cap: Option<u64>) -> String {
         None if r.mode == Mode::Train => writeln!(s, "  recomputation: none needed"),
         None => Ok(()),
     };
+    if let Some(st) = &r.streaming {
+        render_streaming(&mut s, st);
+    }
     if r.conventional.total > 0 {
         let _ = writeln!(
             s,
@@ -220,6 +223,34 @@ pub fn render_verdict(r: &MemoryReport, cap: Option<u64>) -> String {
         None => writeln!(s),
     };
     s
+}
+
+/// The streaming lines of the verdict: what lives in the host store, the windows, the copies.
+fn render_streaming(s: &mut String, st: &super::Streaming) {
+    let t = &st.totals;
+    let _ = writeln!(
+        s,
+        "  streaming: {} parameter / optimizer state tensors ({}) live in the host store ({} with alignment), {} stay resident; {} windows, at most {} of them in the arena at once",
+        st.streamed_tensors,
+        human(st.streamed_bytes),
+        human(t.host_store),
+        human(t.resident),
+        st.windows,
+        human(st.window_peak)
+    );
+    let times: Vec<String> = st
+        .transfer_s
+        .iter()
+        .map(|(l, sec)| format!("{:.1} ms on {l}", sec * 1e3))
+        .collect();
+    let _ = writeln!(
+        s,
+        "  copies per step: {} host->device + {} device->host in {} copies: {}",
+        human(t.host_to_device),
+        human(t.device_to_host),
+        t.copies,
+        times.join(", ")
+    );
 }
 
 /// The report as readable text: the [`render_verdict`], then (with `verbose`) the details in aligned

@@ -230,6 +230,17 @@ fn print_summary(
             None => "no --vram-cap given".to_string(),
         },
     );
+    if plan.streams() {
+        let t = plan.transfer_totals();
+        println!(
+            "streaming: host store {} (the streamed parameters and optimizer state, outside the arena and the cap), {} resident; per step {} copied in and {} written back in {} copies",
+            unit.fmt(t.host_store),
+            unit.fmt(t.resident),
+            unit.fmt(t.host_to_device),
+            unit.fmt(t.device_to_host),
+            t.copies
+        );
+    }
     if let Some(path) = &args.summary_json {
         let summary = Summary {
             steps: progress.steps,
