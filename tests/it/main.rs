@@ -33,6 +33,7 @@ mod runtime_memory;
 mod runtime_nvrtc;
 mod runtime_remat;
 mod runtime_seed;
+mod streaming;
 mod top_k;
 mod tour;
 mod train;

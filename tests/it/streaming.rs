@@ -1,0 +1,429 @@
+//! Streaming (issue 13): parameters and optimizer state that do not fit the cap live in a host
+//! store and pass through windows of the arena. Checked here:
+//!
+//! * the seed network trains under 256 MB and 128 MB, and mlp, resnet_small (Adam) and
+//!   deep_convnet below their smallest resident arena, with the same losses, weights and optimizer
+//!   state as the resident plan, bit for bit, in poison mode (copies landing as late as their
+//!   `ready` allows, released windows filled with NaN); the emulated CUDA kernels the same;
+//! * the refusal below the smallest cap names a cap that works, and that cap works;
+//! * the plan checker rejects a window read before its copy lands, a missing write-back, a
+//!   write-back that lands after its window's bytes were released and a kernel given a
+//!   host-store buffer; poison mode catches the first two at run time in a plan that gets past
+//!   the runtime's own (memory-safety) validation;
+//! * `--save` writes the host store's weights, the same file as a resident run's.
+
+use std::path::Path;
+
+use crate::common::dmc;
+use dmc_compiler::op::{Op, TransferOp};
+use dmc_compiler::plan::{BufferKind, Mode, Plan, Store};
+use dmc_compiler::{check_plan, compile, CompileError, CompileOptions, PlanCheckError};
+use dmc_runtime::compare::Batch;
+use dmc_runtime::emu::EmuBackend;
+use dmc_runtime::error::RuntimeError;
+use dmc_runtime::{Backend, CpuBackend};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+const MB: u64 = 1_000_000;
+
+fn model(example: &str) -> dmc_grammar::model::Model {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(format!("{example}.dm"));
+    let src = std::fs::read_to_string(&path).expect("read example");
+    dmc_grammar::compile_source(&src, &path.display().to_string())
+        .unwrap_or_else(|e| panic!("{example}: {e:?}"))
+}
+
+fn compile_at(
+    example: &str,
+    batch: Option<usize>,
+    cap: Option<u64>,
+    stream: bool,
+) -> Result<Plan, CompileError> {
+    compile(
+        &model(example),
+        &CompileOptions {
+            batch,
+            cap,
+            stream,
+            verify: true,
+            ..Default::default()
+        },
+    )
+}
+
+/// What training leaves: every loss, parameter and optimizer state tensor, as bits.
+#[derive(Debug, PartialEq)]
+struct Trained {
+    losses: Vec<u32>,
+    params: Vec<(String, Vec<u32>)>,
+    states: Vec<(String, Vec<u32>)>,
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// `steps` training steps of `plan` on backend `b` from seeded weights and batches (a learning
+/// rate changing every step), with poison mode `poison`.
+fn train(b: &mut dyn Backend, steps: usize, poison: bool) -> Result<Trained, RuntimeError> {
+    let seed = 11;
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let plan = b.plan().clone();
+    let batches: Vec<_> = (0..steps).map(|_| Batch::random(&plan, &mut rng)).collect();
+    b.set_poison(poison);
+    b.init_params(seed)?;
+    let mut losses = vec![];
+    for (s, batch) in batches.iter().enumerate() {
+        batch.feed(|n, d| b.set_input(n, d))?;
+        b.set_learning_rate(plan.optimizer.lr() * [1.0, 0.5, 0.25][s % 3]);
+        losses.push(b.run(s as u64 + 1, seed)?.to_bits());
+    }
+    let tensors = |v: dmc_runtime::backend::Params| {
+        v.into_iter()
+            .map(|(n, _, d)| (n, bits(&d)))
+            .collect::<Vec<_>>()
+    };
+    Ok(Trained {
+        losses,
+        params: tensors(b.params()?),
+        states: tensors(b.opt_states()?),
+    })
+}
+
+fn cpu_train(plan: &Plan, steps: usize, poison: bool) -> Result<Trained, RuntimeError> {
+    train(&mut CpuBackend::new(plan.clone())?, steps, poison)
+}
+
+fn host_bytes_of(plan: &Plan, kind: BufferKind) -> u64 {
+    plan.buffers
+        .iter()
+        .filter(|b| b.store == Store::Host && b.kind == kind)
+        .map(|b| b.bytes)
+        .sum()
+}
+
+fn param_bytes(plan: &Plan) -> u64 {
+    plan.params
+        .iter()
+        .map(|p| p.shape.iter().product::<usize>() as u64 * 4)
+        .sum()
+}
+
+#[test]
+fn seed_trains_under_256mb_and_128mb_bit_identical_to_the_resident_plan() {
+    let resident = compile_at("seed", None, None, true).expect("resident plan");
+    assert!(!resident.streams());
+    let want = cpu_train(&resident, 5, false).expect("resident training");
+    for cap in [256 * MB, 128 * MB] {
+        let plan = compile_at("seed", None, Some(cap), true).expect("streamed plan");
+        assert!(
+            plan.arena_bytes <= cap,
+            "arena {} > cap {cap}",
+            plan.arena_bytes
+        );
+        let host = host_bytes_of(&plan, BufferKind::Parameter);
+        assert!(
+            host * 4 >= param_bytes(&plan) * 3 && host <= plan.host_bytes,
+            "cap {cap}: {host} B of {} B of parameters in the host store",
+            param_bytes(&plan)
+        );
+        let t = plan.transfer_totals();
+        assert!(
+            t.host_to_device >= host && t.device_to_host >= host,
+            "{t:?}"
+        );
+        let got = cpu_train(&plan, 5, true).expect("streamed training");
+        assert_eq!(
+            got, want,
+            "cap {cap}: training differs from the resident plan"
+        );
+    }
+}
+
+/// Caps below the smallest resident arena of mlp (below its parameters + optimizer state),
+/// resnet_small (Adam: two state tensors per parameter) and deep_convnet, at batch 1 (at their
+/// own batches the activations alone exceed the parameters).
+const SMALL: [(&str, u64); 3] = [
+    ("mlp", 1_880_000),
+    ("resnet_small", 300_000),
+    ("deep_convnet", 8 * MB),
+];
+
+#[test]
+fn small_examples_stream_below_their_resident_floor_bit_identically() {
+    for (example, cap) in SMALL {
+        let resident_refused = compile_at(example, Some(1), Some(cap), false);
+        assert!(
+            matches!(
+                resident_refused,
+                Err(CompileError::CapExceeded { host: 0, .. })
+            ),
+            "{example}: resident at {cap}: {resident_refused:?}"
+        );
+        let plan = compile_at(example, Some(1), Some(cap), true).expect("streamed plan");
+        assert!(plan.arena_bytes <= cap);
+        assert!(
+            host_bytes_of(&plan, BufferKind::OptimizerState) > 0,
+            "{example}"
+        );
+        let resident = compile_at(example, Some(1), None, true).expect("resident plan");
+        let want = cpu_train(&resident, 5, false).expect("resident");
+        let got = cpu_train(&plan, 5, true).expect("streamed");
+        assert_eq!(got, want, "{example}: streamed training differs");
+    }
+    // every parameter and state tensor streamed, without prefetch: the smallest plan
+    let mlp = compile_at("mlp", Some(1), Some(1_880_000), true).expect("mlp");
+    let params = param_bytes(&mlp);
+    assert!(
+        mlp.arena_bytes < 2 * params,
+        "mlp under its parameters + optimizer state ({} B): arena {}",
+        2 * params,
+        mlp.arena_bytes
+    );
+}
+
+#[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
+fn the_emulated_cuda_kernels_train_a_streamed_plan_like_the_resident_one() {
+    for (example, cap) in &SMALL[..2] {
+        let plan = compile_at(example, Some(1), Some(*cap), true).expect("streamed plan");
+        let resident = compile_at(example, Some(1), None, true).expect("resident plan");
+        let want =
+            train(&mut EmuBackend::new(resident).expect("emulator"), 3, false).expect("resident");
+        let got = train(&mut EmuBackend::new(plan).expect("emulator"), 3, true).expect("streamed");
+        assert_eq!(got, want, "{example}: emulated streamed training differs");
+    }
+}
+
+#[test]
+fn below_the_smallest_cap_the_error_names_one_that_works() {
+    let err = compile_at("mlp", Some(1), Some(1000), true).unwrap_err();
+    let msg = err.to_string();
+    let CompileError::CapExceeded { needed, host, .. } = err else {
+        panic!("{err:?}")
+    };
+    assert!(host > 0, "{msg}");
+    assert!(
+        msg.contains("streamed") && msg.contains("--vram-cap"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(&dmc_compiler::report::thousands(needed)),
+        "{msg}"
+    );
+    let plan = compile_at("mlp", Some(1), Some(needed), true).expect("the named cap works");
+    assert!(plan.arena_bytes <= needed && plan.streams());
+    assert!(compile_at("mlp", Some(1), Some(needed - 64), true).is_err());
+}
+
+/// The streamed resnet_small plan (Adam) and the index of its first copy of each direction.
+fn streamed() -> (Plan, usize, usize) {
+    let plan = compile_at("resnet_small", Some(1), Some(300_000), true).expect("streamed plan");
+    let first = |op| (0..plan.steps.len()).find(|&s| plan.transfer_op(s) == Some(op));
+    let h2d = first(TransferOp::HostToDevice).expect("a copy in");
+    let d2h = first(TransferOp::DeviceToHost).expect("a write-back");
+    (plan, h2d, d2h)
+}
+
+/// The first step after `from` that reads `buffer`.
+fn first_use(plan: &Plan, from: usize, buffer: usize) -> usize {
+    (from + 1..plan.steps.len())
+        .find(|&s| plan.steps[s].args.contains(&buffer))
+        .expect("a use")
+}
+
+fn stream_error(plan: &Plan) -> String {
+    match check_plan(plan) {
+        Err(e @ PlanCheckError::Stream { .. }) => e.to_string(),
+        other => panic!("expected a streaming error, got {other:?}"),
+    }
+}
+
+fn has_nan(t: &Trained) -> bool {
+    t.losses
+        .iter()
+        .chain(t.params.iter().flat_map(|(_, v)| v))
+        .any(|&b| f32::from_bits(b).is_nan())
+}
+
+#[test]
+fn a_window_read_before_its_copy_lands_is_rejected_and_poison_mode_catches_it() {
+    let (mut plan, h2d, _) = streamed();
+    check_plan(&plan).expect("the compiled plan is valid");
+    let window = plan.steps[h2d].args[1];
+    let use_at = first_use(&plan, h2d, window);
+    assert_eq!(plan.steps[h2d].ready, Some(use_at));
+    // the copy said to land one step after its window's first read
+    plan.steps[h2d].ready = Some(use_at + 1);
+    let msg = stream_error(&plan);
+    assert!(msg.contains("before its copy lands"), "{msg}");
+    // The runtime's own validation checks memory safety only: it runs. Copies at their step
+    // train as before; in poison mode the copy lands late and the read sees NaN.
+    let resident = compile_at("resnet_small", Some(1), None, true).expect("resident");
+    let want = cpu_train(&resident, 2, false).expect("resident");
+    assert_eq!(
+        cpu_train(&plan, 2, false).expect("synchronous copies"),
+        want
+    );
+    let poisoned = cpu_train(&plan, 2, true).expect("poison mode");
+    assert!(
+        has_nan(&poisoned),
+        "poison mode did not catch the early read"
+    );
+}
+
+/// Removes step `s`, renumbering the live ranges and copies' `ready` after it.
+fn remove_step(plan: &mut Plan, s: usize) {
+    plan.steps.remove(s);
+    let shift = |i: usize| if i > s { i - 1 } else { i };
+    for b in &mut plan.buffers {
+        b.live = (shift(b.live.0), shift(b.live.1));
+    }
+    for st in &mut plan.steps {
+        st.ready = st.ready.map(shift);
+    }
+}
+
+#[test]
+fn a_missing_write_back_is_rejected_and_poison_mode_catches_it() {
+    let (mut plan, _, d2h) = streamed();
+    let window = plan.steps[d2h].args[0];
+    remove_step(&mut plan, d2h);
+    let msg = stream_error(&plan);
+    assert!(msg.contains("never written back"), "{msg}");
+    match cpu_train(&plan, 2, true) {
+        Err(RuntimeError::LostWriteBack { window: w, .. }) => {
+            assert_eq!(w, plan.buffers[window].name)
+        }
+        other => panic!("poison mode: {other:?}"),
+    }
+    // without poison mode the update is silently lost: the weights differ
+    let resident = compile_at("resnet_small", Some(1), None, true).expect("resident");
+    let want = cpu_train(&resident, 2, false).expect("resident");
+    assert_ne!(
+        cpu_train(&plan, 2, false).expect("runs").params,
+        want.params
+    );
+}
+
+#[test]
+fn a_write_back_landing_after_its_window_is_released_is_rejected() {
+    let (mut plan, _, d2h) = streamed();
+    let window = plan.steps[d2h].args[0];
+    let released = plan.buffers[window].live.1;
+    plan.steps[d2h].ready = Some(released + 2);
+    let msg = stream_error(&plan);
+    assert!(msg.contains("released"), "{msg}");
+}
+
+#[test]
+fn only_copies_touch_the_host_store() {
+    let (mut plan, h2d, _) = streamed();
+    let (home, window) = (plan.steps[h2d].args[0], plan.steps[h2d].args[1]);
+    let use_at = first_use(&plan, h2d, window);
+    for a in plan.steps[use_at].args.iter_mut() {
+        if *a == window {
+            *a = home;
+        }
+    }
+    assert!(matches!(
+        check_plan(&plan),
+        Err(PlanCheckError::HostArg { .. })
+    ));
+    match CpuBackend::new(plan) {
+        Err(RuntimeError::BadPlan(m)) => assert!(m.contains("must be in the arena"), "{m}"),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a kernel reading the host store was accepted"),
+    }
+}
+
+#[test]
+fn copies_are_plan_steps_with_their_kernels() {
+    let (plan, _, _) = streamed();
+    for (s, st) in plan.steps.iter().enumerate() {
+        let k = &plan.kernels[st.kernel];
+        match (&k.op, st.ready) {
+            (Op::Transfer(_), Some(r)) => {
+                assert!(r > s && r <= plan.steps.len());
+                let (a, b) = (&plan.buffers[st.args[0]], &plan.buffers[st.args[1]]);
+                assert_eq!(a.bytes, b.bytes);
+                assert_ne!(a.store, b.store);
+            }
+            (Op::Transfer(_), None) => panic!("step {s}: a copy without `ready`"),
+            (_, r) => assert_eq!(r, None, "step {s}"),
+        }
+    }
+    // the plan reads back from JSON as it was written
+    let json = serde_json::to_string(&plan).expect("json");
+    assert_eq!(serde_json::from_str::<Plan>(&json).expect("parse"), plan);
+    // eval plans stream too (read-only windows: no write-back)
+    let eval = compile(
+        &model("mlp"),
+        &CompileOptions {
+            mode: Mode::Eval,
+            batch: Some(1),
+            cap: Some(900_000),
+            verify: true,
+            ..Default::default()
+        },
+    )
+    .expect("eval plan under the parameters' bytes");
+    assert!(eval.streams() && eval.transfer_totals().device_to_host == 0);
+}
+
+#[test]
+fn save_writes_the_host_stores_weights() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (a, b) = (
+        dir.path().join("a.safetensors"),
+        dir.path().join("b.safetensors"),
+    );
+    let run = |cap: &[&str], out: &Path| {
+        let mut args = vec!["run", "examples/mlp.dm", "--batch", "1", "--steps", "3"];
+        args.extend_from_slice(cap);
+        args.extend(["--poison", "--save", out.to_str().expect("utf-8")]);
+        let (code, stdout, stderr) = dmc(&args);
+        assert_eq!(code, 0, "{stdout}{stderr}");
+        stdout
+    };
+    let streamed = run(&["--vram-cap", "1880000"], &a);
+    assert!(streamed.contains("streaming: host store"), "{streamed}");
+    assert!(streamed.contains("the arena fits"), "{streamed}");
+    run(&[], &b);
+    assert_eq!(
+        std::fs::read(&a).expect("a"),
+        std::fs::read(&b).expect("b"),
+        "the streamed run saved other weights"
+    );
+}
+
+#[test]
+fn dmc_plan_reports_the_host_store_and_the_copies() {
+    let (code, out, err) = dmc(&["plan", "--vram-cap", "256MB", "examples/seed.dm"]);
+    assert_eq!(code, 0, "{out}{err}");
+    for want in [
+        "fits the cap",
+        "streaming: ",
+        "live in the host store",
+        "copies per step: ",
+        "on PCIe 4.0 x16",
+        "its copies: ",
+    ] {
+        assert!(out.contains(want), "no `{want}` in\n{out}");
+    }
+    let (code, out, err) = dmc(&[
+        "plan",
+        "--vram-cap",
+        "256MB",
+        "--no-stream",
+        "examples/seed.dm",
+    ]);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        err.contains("parameters") && err.contains("--vram-cap"),
+        "{err}"
+    );
+}
