@@ -77,6 +77,47 @@ case " $* " in *" --dry-run "*) ;; *)
   done ;;
 esac
 
+# Streaming (issue 13): the seed network under caps its 826 MB of parameters do not fit, its weights
+# copied through windows of the arena from a pinned host store on a second stream. Each step's time
+# against the transfer floor (the plan's bytes copied each way / this machine's pinned-copy
+# bandwidth, measured here by PyTorch), the loss against the resident run's, once with --poison.
+case " $* " in *" --dry-run "*) ;; *)
+  echo "gpu-check: streaming (seed, 5 steps, --device cuda):"
+  bw=$(timeout 60 python3 - <<'PY' 2>/dev/null || echo "0 0"
+import torch, time
+n = 256 << 20
+h = torch.empty(n, dtype=torch.uint8).pin_memory()
+d = torch.empty(n, dtype=torch.uint8, device="cuda")
+def rate(f):
+    f(); torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(5):
+        f()
+    torch.cuda.synchronize()
+    return 5 * n / (time.perf_counter() - t)
+print(rate(lambda: d.copy_(h, non_blocking=True)), rate(lambda: h.copy_(d, non_blocking=True)))
+PY
+)
+  echo "  pinned copies (PyTorch): host->device $(python3 -c "print(f'{$(echo $bw | cut -d' ' -f1)/1e9:.1f}')") GB/s, device->host $(python3 -c "print(f'{$(echo $bw | cut -d' ' -f2)/1e9:.1f}')") GB/s"
+  resident=$(timeout 120 "$BIN" run examples/seed.dm --steps 5 --device cuda 2>&1 | grep -o 'final loss [0-9.]*, [0-9.]* ms/step' || echo "? ms/step")
+  echo "  resident: $resident"
+  for cap in 256MB 128MB; do
+    line=$(timeout 120 "$BIN" run examples/seed.dm --steps 5 --device cuda --vram-cap "$cap" 2>&1 | grep -o 'final loss [0-9.]*, [0-9.]* ms/step' || echo "? ms/step")
+    poison=$(timeout 120 "$BIN" run examples/seed.dm --steps 5 --device cuda --vram-cap "$cap" --poison 2>&1 | grep -o 'final loss [0-9.]*' || echo "?")
+    "$BIN" plan examples/seed.dm --vram-cap "$cap" --json > /tmp/gpu-check-stream.json 2>/dev/null || true
+    floor=$(python3 - "$bw" /tmp/gpu-check-stream.json "$line" <<'PY' 2>/dev/null || echo "?"
+import json, re, sys
+up, down = (float(x) for x in sys.argv[1].split())
+t = json.load(open(sys.argv[2]))["streaming"]["totals"]
+f = t["host_to_device"] / up + t["device_to_host"] / down
+m = re.search(r"([0-9.]+) ms/step", sys.argv[3])
+print(f"transfer floor {f*1e3:.2f} ms ({t['host_to_device']:,} B in, {t['device_to_host']:,} B back): step / floor = {float(m.group(1))/(f*1e3):.2f}x" if m and up > 0 else f"transfer floor ? ({t['host_to_device']:,} B in, {t['device_to_host']:,} B back)")
+PY
+)
+    echo "  --vram-cap $cap: $line; with --poison: $poison; $floor"
+  done ;;
+esac
+
 # dmc vs PyTorch eager on this GPU, one markdown table for BENCHMARKS.md (bench/gpu_compare.py): every
 # example's ms/step launching kernel by kernel and with --cuda-graph (whose losses must be identical),
 # PyTorch eager fp32 with TF32 off on both sides, then the --profile per-kernel tables of seed and

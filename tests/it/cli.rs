@@ -135,7 +135,13 @@ fn plan_verdict_says_whether_the_cap_fits_and_what_recomputation_costs() {
 
 #[test]
 fn cap_below_the_parameters_is_refused_with_the_smallest_cap() {
-    let (code, out, err) = dmc(&["compile", "examples/seed.dm", "--vram-cap", "800MB"]);
+    let (code, out, err) = dmc(&[
+        "compile",
+        "examples/seed.dm",
+        "--vram-cap",
+        "800MB",
+        "--no-stream",
+    ]);
     assert_eq!(code, 1);
     assert!(out.is_empty());
     assert!(
@@ -188,11 +194,12 @@ fn plan_explains_remat_sweeps_and_finds_the_largest_batch() {
         "1.25MB",
         "--remat",
         "off",
+        "--no-stream",
     ]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("the smallest cap that works"), "{err}");
-    // Below what remat reaches: refused, naming that smallest cap.
-    let (code, _, err) = dmc(&["plan", "examples/resnet_small.dm", "--vram-cap", "500KB"]);
+    // Below what remat and streaming reach: refused, naming that smallest cap.
+    let (code, _, err) = dmc(&["plan", "examples/resnet_small.dm", "--vram-cap", "100KB"]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("the smallest cap that works"), "{err}");
 

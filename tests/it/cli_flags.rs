@@ -36,6 +36,7 @@ fn emu_check_builds_its_plan_with_remat_and_no_fuse() {
         "1.25MB",
         "--remat",
         "off",
+        "--no-stream",
     ]);
     assert_eq!(rc, 1, "{err}");
     assert!(err.contains(REFUSED), "{err}");
@@ -48,6 +49,7 @@ fn emu_check_builds_its_plan_with_remat_and_no_fuse() {
         "--remat",
         "off",
         "--no-fuse",
+        "--no-stream",
     ]);
     assert_eq!(rc, 1, "{err}");
     assert!(err.contains(REFUSED), "{err}");
@@ -144,6 +146,7 @@ fn gpu_selftest_builds_its_plans_with_remat_and_no_fuse_before_any_gpu_work() {
         "--vram-cap",
         "840MB",
         "--no-fuse",
+        "--no-stream",
     ]);
     assert_eq!(rc, 1, "{err}");
     assert!(err.contains(REFUSED), "{err}");

@@ -190,6 +190,8 @@ fn at(
             mode: Mode::Train,
             cap,
             remat,
+            // resident: chunking against recomputation (streaming is what comes after both)
+            stream: false,
             ..CompileOptions::default()
         },
     )

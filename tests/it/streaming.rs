@@ -427,3 +427,18 @@ fn dmc_plan_reports_the_host_store_and_the_copies() {
         "{err}"
     );
 }
+
+#[test]
+fn streaming_and_recomputation_fit_a_cap_together() {
+    // deep_convnet's smallest resident arena (recomputing as much as pays) is 208 MB; streaming its
+    // 4.5 MB of weights and momentum on top of recomputation goes below it
+    let cap = 205 * MB;
+    let refused = compile_at("deep_convnet", None, Some(cap), false);
+    assert!(
+        matches!(refused, Err(CompileError::CapExceeded { .. })),
+        "{refused:?}"
+    );
+    let plan = compile_at("deep_convnet", None, Some(cap), true).expect("streamed + recomputed");
+    assert!(plan.arena_bytes <= cap && plan.streams());
+    assert!(dmc_compiler::recompute_flops(&plan) > 0, "no recomputation");
+}

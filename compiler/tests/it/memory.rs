@@ -137,6 +137,7 @@ fn seed_cap_exceeded_names_the_smallest_cap() {
         &seed(),
         CompileOptions {
             cap: Some(needed),
+            stream: false,
             ..Default::default()
         },
     );
@@ -146,6 +147,7 @@ fn seed_cap_exceeded_names_the_smallest_cap() {
             &seed(),
             &CompileOptions {
                 cap: Some(needed - 1),
+                stream: false,
                 ..Default::default()
             }
         ),

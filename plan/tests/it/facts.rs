@@ -144,7 +144,7 @@ fn an_update_op_has_the_state_slots_of_its_rule() {
 
 #[test]
 fn an_update_op_in_plan_json_carries_its_rule() {
-    assert_eq!(FORMAT_VERSION, 12);
+    assert_eq!(FORMAT_VERSION, 13);
     let op = Op::Optim(OptimOp::Update {
         rule: rules()[1],
         zero_grad: false,
