@@ -28,7 +28,8 @@ run() { # tag flags... -> appends "ms loss" to $work/tag
     local ms loss
     ms=$(sed -n 's/.*, \([0-9.]*\) ms\/step.*/\1/p' "$work/out" | head -1)
     loss=$(sed -n 's/.*final loss \([0-9.]*\),.*/\1/p' "$work/out" | head -1)
-    echo "$ms $loss" >>"$work/$tag"
+    measured=$(sed -n 's/^memory: .*(arena \([0-9.]*\) MiB.*/\1/p' "$work/out" | head -1)
+    echo "$ms $loss $measured" >>"$work/$tag"
 }
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 for _ in $(seq "$REPS"); do
@@ -36,8 +37,8 @@ for _ in $(seq "$REPS"); do
     for cap in $CAPS; do run "$cap" --vram-cap "$cap"; done
 done
 base=$(cut -d' ' -f1 "$work/resident" | median)
-echo "| $EX | arena (B) | host store (B) | copied in / written back per step (B) | CPU ms/step | vs resident | final loss |"
-echo "|---|---:|---:|---:|---:|---:|---|"
+echo "| $EX | planned arena (B) | measured arena (MiB) | host store (B) | copied in / written back per step (B) | CPU ms/step | vs resident | final loss |"
+echo "|---|---:|---:|---:|---:|---:|---:|---|"
 for tag in resident $CAPS; do
     if [ "$tag" = resident ]; then flags=(); else flags=(--vram-cap "$tag"); fi
     "$DMC" plan "examples/$EX.dm" "${flags[@]}" --json >"$work/p.json"
@@ -46,6 +47,8 @@ for tag in resident $CAPS; do
     moved=$(field "$work/p.json" "'{:,} / {:,}'.format(*(lambda t: (t.get('host_to_device', 0), t.get('device_to_host', 0)))((r.get('streaming') or {}).get('totals', {})))")
     ms=$(cut -d' ' -f1 "$work/$tag" | median)
     loss=$(cut -d' ' -f2 "$work/$tag" | sort -u | tr '\n' ' ')
+    measured=$(cut -d' ' -f3 "$work/$tag" | median)
     ratio=$(python3 -c "print(f'{$ms / $base:.2f}x')")
-    printf '| %s | %s | %s | %s | %s | %s | %s|\n' "$tag" "$(printf "%'d" "$arena")" "$(printf "%'d" "$host")" "$moved" "$ms" "$ratio" "$loss"
+    comma() { python3 -c "print(f'{int($1):,}')"; }
+    printf '| %s | %s | %s | %s | %s | %s | %s | %s|\n' "$tag" "$(comma "$arena")" "$measured" "$(comma "$host")" "$moved" "$ms" "$ratio" "$loss"
 done

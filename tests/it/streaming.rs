@@ -442,3 +442,59 @@ fn streaming_and_recomputation_fit_a_cap_together() {
     assert!(plan.arena_bytes <= cap && plan.streams());
     assert!(dmc_compiler::recompute_flops(&plan) > 0, "no recomputation");
 }
+
+/// `dmc run` of `args` (in the repository root), which must succeed: its stdout.
+fn run_ok(args: &[&str]) -> String {
+    let (code, out, err) = dmc(args);
+    assert_eq!(code, 0, "dmc {args:?}:\n{out}{err}");
+    out
+}
+
+fn final_loss(out: &str) -> String {
+    out.split("final loss ")
+        .nth(1)
+        .and_then(|s| s.split(',').next())
+        .unwrap_or_else(|| panic!("no final loss in\n{out}"))
+        .to_string()
+}
+
+#[test]
+fn the_seed_network_runs_under_128mb_from_the_cli_as_resident() {
+    let seed = ["run", "examples/seed.dm", "--steps", "2"];
+    let resident = run_ok(&seed);
+    let streamed = run_ok(&[&seed[..], &["--vram-cap", "128MB", "--poison"]].concat());
+    assert_eq!(final_loss(&streamed), final_loss(&resident));
+    // the arena as allocated (the counting allocator's measure) is under the cap
+    assert!(streamed.contains("the arena fits"), "{streamed}");
+    assert!(streamed.contains("streaming: host store"), "{streamed}");
+}
+
+#[test]
+fn a_streamed_run_resumes_bit_identically() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (a, b) = (
+        dir.path().join("a.safetensors"),
+        dir.path().join("b.safetensors"),
+    );
+    let s = |p: &Path| p.to_str().expect("utf-8").to_string();
+    // resnet_small: Adam, whose two moments per weight stream with it
+    let common = [
+        "run",
+        "examples/resnet_small.dm",
+        "--batch",
+        "1",
+        "--vram-cap",
+        "300000",
+        "--save-every",
+        "2",
+        "-q",
+    ];
+    run_ok(&[&common[..], &["--steps", "6", "--save", &s(&a)]].concat());
+    run_ok(&[&common[..], &["--steps", "3", "--save", &s(&b)]].concat());
+    run_ok(&[&common[..], &["--steps", "6", "--save", &s(&b), "--resume"]].concat());
+    assert_eq!(
+        std::fs::read(&a).expect("a"),
+        std::fs::read(&b).expect("b"),
+        "stopped after 3 steps and resumed: other weights than 6 steps in one run"
+    );
+}
