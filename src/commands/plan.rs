@@ -173,6 +173,9 @@ pub fn run(args: Args) -> Result<(), CliError> {
                     copies.max(p.predicted_s) * 1e3,
                     if copies > p.predicted_s { "copy" } else { "compute" }
                 );
+                if let Some(line) = measured_link_line(&plan) {
+                    println!("{line}");
+                }
             }
             let rates = super::plan_args::cpu_rates()?;
             let t = dmc_plan::cpu::plan_time(&plan, &rates);
@@ -209,4 +212,24 @@ fn cpu_ms(s: f64) -> String {
     } else {
         format!("{ms:.2} ms")
     }
+}
+
+/// With a GPU here, the streamed plan's copies at this machine's measured pinned-copy bandwidth
+/// (`dmc_runtime::cuda::measure_link`); `None` without one (or when it cannot be measured).
+fn measured_link_line(plan: &dmc_compiler::plan::Plan) -> Option<String> {
+    if !dmc_runtime::cuda::driver_present() {
+        return None;
+    }
+    let dev = dmc_runtime::cuda::open_device().ok()?;
+    let (up, down) = dmc_runtime::cuda::measure_link(&dev).ok()?;
+    let t = plan.transfer_totals();
+    let s = t.host_to_device as f64 / up + t.device_to_host as f64 / down;
+    Some(format!(
+        "  its copies on this machine's {} ({}): {:.3} ms at the measured {:.1} GB/s host->device, {:.1} GB/s device->host",
+        dev.name,
+        dev.arch,
+        s * 1e3,
+        up / 1e9,
+        down / 1e9
+    ))
 }

@@ -284,3 +284,43 @@ fn window(plan: &Plan, si: usize) -> Option<&dmc_plan::plan::Buffer> {
     };
     plan.buffers.get(*s.args.get(i)?)
 }
+
+/// This device's pinned-copy bandwidth, bytes/s (host-to-device, device-to-host): four copies of
+/// 64 MiB each way between a pinned host buffer and device memory, timed around a synchronised
+/// stream. For `dmc plan`'s streaming line on a machine with a GPU.
+pub fn measure_link(d: &super::Device) -> Result<(f64, f64), RuntimeError> {
+    const N: usize = 64 << 20;
+    const REPS: u32 = 4;
+    let mut host = PinnedStore::new(&d.ctx, N)?;
+    host.write(0, &vec![1u8; N])?;
+    let hp = host.at(0, N)?;
+    d.ctx.bind_to_thread().map_err(drv("bind context"))?;
+    // SAFETY: the context is current; a non-zero size.
+    let dp = unsafe { cu::malloc_sync(N) }.map_err(drv("cuMemAlloc (link bandwidth)"))?;
+    let cs = d.stream.cu_stream();
+    let time = |up: bool| -> Result<f64, RuntimeError> {
+        let t = std::time::Instant::now();
+        for _ in 0..REPS {
+            // SAFETY: `dp` and `hp` address N bytes each (allocated above, freed below, after the
+            // stream is synchronised); nothing else uses them.
+            let r = unsafe {
+                if up {
+                    sys::cuMemcpyHtoDAsync_v2(dp, hp, N, cs)
+                } else {
+                    sys::cuMemcpyDtoHAsync_v2(hp, dp, N, cs)
+                }
+            };
+            r.result().map_err(drv("cuMemcpyAsync (link bandwidth)"))?;
+        }
+        d.stream.synchronize().map_err(drv("synchronize"))?;
+        Ok(f64::from(REPS) * N as f64 / t.elapsed().as_secs_f64().max(1e-9))
+    };
+    // a first copy each way wakes the link up
+    let r = time(true)
+        .and_then(|_| time(false))
+        .and_then(|_| Ok((time(true)?, time(false)?)));
+    let _ = d.stream.synchronize();
+    // SAFETY: allocated above; the stream is synchronised, so no copy uses it any more.
+    let _ = unsafe { cu::free_sync(dp) };
+    r
+}

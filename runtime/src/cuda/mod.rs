@@ -20,6 +20,7 @@
 //!   `--cuda-graph`), and timing events around each launch ([`events`], `--profile`).
 
 mod copies;
+pub use copies::measure_link;
 mod events;
 mod graph;
 pub mod nvrtc;
