@@ -106,12 +106,103 @@ fn explained(
     opts: &CompileOptions,
     check: bool,
 ) -> Result<(Plan, Option<RematInfo>), CompileError> {
+    let can_stream = opts.stream && opts.cap.is_some();
     match resident_or_streamed(model, opts, check, NO_STREAM) {
-        Err(e @ CompileError::CapExceeded { .. }) if opts.stream && opts.cap.is_some() => {
+        Err(e @ CompileError::CapExceeded { .. }) if can_stream => {
             stream_fit(model, opts, check, e)
         }
+        Ok(resident) if can_stream => faster_streamed(model, opts, check, resident),
         r => r,
     }
+}
+
+/// A resident plan predicted this much slower than the step without a cap is compared with
+/// streamed ones ([`faster_streamed`]).
+const SLOW: f64 = 1.25;
+
+/// Near its floor a resident plan fits only by one-column weight-gradient chunks (each redoing
+/// its im2col) or heavy recomputation; streaming a few tensors frees arena for larger chunks and
+/// less recomputation. When the resident plan is predicted more than [`SLOW`] times the uncapped
+/// step (the CPU time model, copies included), the plans streaming 1/8, 1/4, 1/2 and all of
+/// [`crate::stream::candidates`] are fitted and predicted too; the fastest wins, the resident
+/// plan unless a streamed one is predicted at least 5% faster.
+fn faster_streamed(
+    model: &Model,
+    opts: &CompileOptions,
+    check: bool,
+    resident: (Plan, Option<RematInfo>),
+) -> Result<(Plan, Option<RematInfo>), CompileError> {
+    let time = |p: &Plan| dmc_plan::cpu::plan_time(p, &opts.rates).step_s;
+    let free = CompileOptions {
+        cap: None,
+        verify: false,
+        ..opts.clone()
+    };
+    let t_resident = time(&resident.0);
+    if t_resident <= SLOW * time(&compile_with(model, &free, &context(model, opts))?) {
+        return Ok(resident);
+    }
+    let all = candidates(model, opts)?;
+    let mut counts: Vec<usize> = [8, 4, 2, 1].iter().map(|d| all.div_ceil(*d)).collect();
+    counts.dedup();
+    let mut best: Option<(f64, usize)> = None;
+    for count in counts.into_iter().filter(|&c| c > 0) {
+        let stream = Streaming {
+            count,
+            prefetch: false,
+        };
+        match resident_or_streamed(model, opts, false, stream) {
+            Ok((p, _)) => {
+                let t = time(&p);
+                if t < 0.95 * best.map_or(t_resident, |b| b.0) {
+                    best = Some((t, count));
+                }
+            }
+            Err(CompileError::CapExceeded { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let Some((_, count)) = best else {
+        return Ok(resident);
+    };
+    match resident_or_streamed(
+        model,
+        opts,
+        check,
+        Streaming {
+            count,
+            prefetch: true,
+        },
+    ) {
+        Err(CompileError::CapExceeded { .. }) => resident_or_streamed(
+            model,
+            opts,
+            check,
+            Streaming {
+                count,
+                prefetch: false,
+            },
+        ),
+        r => r,
+    }
+}
+
+/// How many tensors may stream ([`crate::stream::candidates`] of the uncapped plan).
+fn candidates(model: &Model, opts: &CompileOptions) -> Result<usize, CompileError> {
+    let free = CompileOptions {
+        cap: None,
+        verify: false,
+        ..opts.clone()
+    };
+    let ctx = Ctx {
+        stream: usize::MAX,
+        ..context(model, opts)
+    };
+    Ok(compile_with(model, &free, &ctx)?
+        .buffers
+        .iter()
+        .filter(|b| !b.store.is_arena())
+        .count())
 }
 
 /// Nothing streamed (see [`Streaming`]).
@@ -151,22 +242,7 @@ fn stream_fit(
     check: bool,
     resident: CompileError,
 ) -> Result<(Plan, Option<RematInfo>), CompileError> {
-    let all = {
-        let free = CompileOptions {
-            cap: None,
-            verify: false,
-            ..opts.clone()
-        };
-        let ctx = Ctx {
-            stream: usize::MAX,
-            ..context(model, opts)
-        };
-        compile_with(model, &free, &ctx)?
-            .buffers
-            .iter()
-            .filter(|b| !b.store.is_arena())
-            .count()
-    };
+    let all = candidates(model, opts)?;
     if all == 0 {
         return Err(resident);
     }

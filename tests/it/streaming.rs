@@ -498,3 +498,26 @@ fn a_streamed_run_resumes_bit_identically() {
         "stopped after 3 steps and resumed: other weights than 6 steps in one run"
     );
 }
+
+#[test]
+fn near_the_resident_floor_a_streamed_plan_is_chosen_when_predicted_faster() {
+    // deep_convnet's smallest resident arena: every fused update in one-column chunks (each redoing
+    // its im2col); streaming 1.3 MB of weights and momentum leaves room for whole-layer chunks
+    let cap = 208_239_552;
+    let resident = compile_at("deep_convnet", None, Some(cap), false).expect("resident");
+    let chosen = compile_at("deep_convnet", None, Some(cap), true).expect("chosen");
+    let rates = dmc_plan::cpu::CpuRates::nominal();
+    let t = |p: &Plan| dmc_plan::cpu::plan_time(p, &rates).step_s;
+    assert!(
+        chosen.streams() && t(&chosen) < 0.5 * t(&resident),
+        "chosen {} s (streams: {}), resident {} s",
+        t(&chosen),
+        chosen.streams(),
+        t(&resident)
+    );
+    // Both render for a GPU: a fused bias gradient whose chunk sums the plan has no room for
+    // (fitted without the split-K room) runs unsplit.
+    for p in [&resident, &chosen] {
+        dmc_codegen::render_plan(p, &dmc_codegen::CodegenOptions::default()).expect("render");
+    }
+}

@@ -224,6 +224,11 @@ pub(crate) fn backward_weight(
                 )
             })
             .unwrap_or_default();
+    // A fused bias gradient splits only with its chunk sums' room in `db`, which a plan fitted to
+    // a tight cap leaves out (with the split-K room): then the kernel runs unsplit.
+    let db_room = !bias
+        || rule.is_none()
+        || s.k.arg_shapes.last().map_or(0, |d| numel(d)) >= bias_chunks(gk) * gn;
     let needs = GemmNeeds {
         groups: gr,
         implicit: true,
@@ -231,7 +236,7 @@ pub(crate) fn backward_weight(
         vec_a: vec4(x[3], x[3] / gr),
         vec_b: vec4(dy[3], dy[3] / gr),
         update: rule.is_some(),
-        partial_elems: ws,
+        partial_elems: if db_room { ws } else { 0 },
         // whole bias chunks per k range: the fused bias gradient's partial sums (and the unfused
         // gradient splits alike, so fusing never changes a sum's order)
         k_unit: BIAS_CHUNK_ROWS as u32,
