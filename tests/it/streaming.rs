@@ -521,3 +521,54 @@ fn near_the_resident_floor_a_streamed_plan_is_chosen_when_predicted_faster() {
         dmc_codegen::render_plan(p, &dmc_codegen::CodegenOptions::default()).expect("render");
     }
 }
+
+/// Gradient accumulation (updates only on every 2nd run) and clip_norm's norm pass (two runs per
+/// step, the first without updates) run the copies in every run: the same weights as resident
+/// (the norm pass forced on both: held gradients sum the norm in another order).
+#[test]
+fn streamed_runs_with_accumulation_and_the_norm_pass_save_the_resident_weights() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let net = |train: &str| {
+        format!(
+            "input x: [32]\ntarget y: int\nout = x |> dense(64, activation: relu) |> dense(10)\nloss cross_entropy(out, y)\ntrain {{ batch: 4, {train} }}\n"
+        )
+    };
+    for (name, train, cap, method) in [
+        (
+            "accumulate",
+            "optimizer: adam(lr: 0.01), accumulate: 2",
+            "40000",
+            &[][..],
+        ),
+        (
+            "norm_pass",
+            "optimizer: sgd(lr: 0.05, momentum: 0.9), clip_norm: 0.5",
+            "28000",
+            &["--clip-norm-method", "norm-pass"][..],
+        ),
+    ] {
+        let src = dir.path().join(format!("{name}.dm"));
+        std::fs::write(&src, net(train)).expect("write program");
+        let (a, b) = (
+            dir.path().join("a.safetensors"),
+            dir.path().join("b.safetensors"),
+        );
+        let run = |extra: &[&str], out: &Path| {
+            let mut args = vec!["run", src.to_str().expect("utf-8"), "--steps", "4"];
+            args.extend_from_slice(method);
+            args.extend_from_slice(extra);
+            args.extend(["--save", out.to_str().expect("utf-8")]);
+            run_ok(&args)
+        };
+        let streamed = run(&["--vram-cap", cap, "--poison"], &a);
+        assert!(
+            streamed.contains("streaming: host store"),
+            "{name}: {streamed}"
+        );
+        run(&[], &b);
+        assert!(
+            std::fs::read(&a).expect("a") == std::fs::read(&b).expect("b"),
+            "{name}: the streamed run saved other weights"
+        );
+    }
+}
