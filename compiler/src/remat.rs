@@ -13,7 +13,11 @@
 //! `δ_t` held, within `m` memory buckets, choosing at every sub-chain between
 //! * *keep all* of stage `s` (`F_all`: its saved values stay), solve `s+1..=t`, run `B_s`;
 //! * *checkpoint* `a_{k-1}`: run stages `s..k-1` without keeping anything but the last output,
-//!   solve `k..=t`, then solve `s..=k-1` again from `a_{s-1}` (recomputation).
+//!   solve `k..=t`, then solve `s..=k-1` again from `a_{s-1}` (recomputation), with `δ_{k-1}`
+//!   held in the place of `a_{k-1}` and `δ_t`'s bytes free again (its backward has consumed it:
+//!   counting it held too made every level of the recursion look a gradient larger, so that a
+//!   strategy recomputing from far back looked as costly in memory as one keeping checkpoints,
+//!   and deep_convnet's floor was 208 MB instead of 103 MB).
 //!
 //! Checkpoint-all (no recomputation) and sqrt(n) segments are particular strategies of this
 //! family, so the optimum is never worse than either under the same cost model; the tests check
@@ -190,7 +194,8 @@ impl Dp {
                             }
                             let rest = (mu - wk) as usize;
                             let a = dp.get(k, t, rest);
-                            let b = dp.get(s, k - 1, rest);
+                            // (δ_t, held outside, is dead once `k..=t` is done)
+                            let b = dp.get(s, k - 1, rest + c.w[t] as usize);
                             if a < INF && b < INF {
                                 let v = (pre[k] - pre[s]) + a + b;
                                 if v < best {
@@ -269,7 +274,7 @@ impl Dp {
                 }
                 let rest = m - self.c.w[k - 1] as usize;
                 self.walk(k, t, rest, out);
-                self.walk(s, k - 1, rest, out);
+                self.walk(s, k - 1, (rest + self.c.w[t] as usize).min(self.mm), out);
             }
         }
     }
@@ -305,7 +310,9 @@ pub fn enumerate(c: &ChainCosts, prune: bool) -> Vec<(u64, u64)> {
                 let b = go(c, s, k - 1, prune, memo);
                 for (ca, pa) in &a {
                     for (cb, pb) in &b {
-                        v.push((fs + ca + cb, cp.max(wk + pa).max(wk + pb)));
+                        // δ_t (held outside) is dead while `s..k-1` runs
+                        let after = (wk + pb).saturating_sub(c.w[t]);
+                        v.push((fs + ca + cb, cp.max(wk + pa).max(after)));
                     }
                 }
             }
