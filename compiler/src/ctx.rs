@@ -34,7 +34,7 @@ pub struct Ctx {
     /// when no plan with it fits the cap.
     pub split_room: bool,
     /// How many parameters / optimizer state tensors stream through windows of the arena from
-    /// the host store, in [`crate::stream::candidates`]' order (0: all resident; chosen by
+    /// the host store, in `stream::candidates`' order (0: all resident; chosen by
     /// `compile` when they do not fit the cap).
     pub stream: usize,
     /// Streamed windows are copied in while the previous window's steps run (else just before

@@ -1,4 +1,4 @@
-//! Streaming: parameters and optimizer state that do not stay in the arena ([`stream`], run by
+//! Streaming: parameters and optimizer state that do not stay in the arena (`stream`, run by
 //! emission before placement when [`Ctx::stream`](crate::ctx::Ctx) asks for it).
 //!
 //! A streamed tensor's home moves to the host store ([`Store::Host`]); each cluster of its uses
@@ -9,7 +9,7 @@
 //! any other buffer, so the cap bounds the windows in flight, not the model.
 //!
 //! Which tensors stream is a count ([`Ctx::stream`](crate::ctx::Ctx)) over one order,
-//! [`candidates`]: the fewest bytes moved per byte saved first (optimizer state, copied in and
+//! `candidates`: the fewest bytes moved per byte saved first (optimizer state, copied in and
 //! back once per step, before weights, which the forward reads too), larger tensors first among
 //! equals (fewer copies). The cap fitter ([`crate::fit`]) picks the smallest count that fits.
 //!
@@ -75,8 +75,8 @@ fn windows_of(host: BufferId, uses: &[(usize, bool)]) -> Vec<Window> {
 /// The tensors that may stream, in the order they are chosen: parameters and optimizer state
 /// that some step uses, by bytes copied per byte saved (copies in plus write-backs per step),
 /// then the larger first, then by id.
-pub(crate) fn candidates(bufs: &[Buf], steps: &[Step], kernels: &[Kernel]) -> Vec<BufferId> {
-    let u = uses(bufs, steps, kernels);
+/// (`u`: every buffer's [`uses`].)
+fn candidates(bufs: &[Buf], u: &[Vec<(usize, bool)>]) -> Vec<BufferId> {
     let mut c: Vec<(usize, u64, BufferId)> = bufs
         .iter()
         .enumerate()
@@ -107,14 +107,11 @@ pub(crate) fn stream(
     count: usize,
     prefetch: bool,
 ) -> u64 {
-    let chosen: Vec<BufferId> = candidates(bufs, steps, kernels)
-        .into_iter()
-        .take(count)
-        .collect();
+    let u = uses(bufs, steps, kernels);
+    let chosen: Vec<BufferId> = candidates(bufs, &u).into_iter().take(count).collect();
     if chosen.is_empty() {
         return 0;
     }
-    let u = uses(bufs, steps, kernels);
     let mut wins: Vec<Window> = chosen
         .iter()
         .flat_map(|&id| windows_of(id, &u[id]))

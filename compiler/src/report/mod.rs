@@ -274,17 +274,27 @@ pub fn streaming(plan: &Plan) -> Option<Streaming> {
             windows.extend(s.args.get(1).copied());
         }
     }
-    let window_peak = (0..plan.steps.len())
-        .map(|t| {
-            windows
-                .iter()
-                .map(|&w| &plan.buffers[w])
-                .filter(|b| b.live.0 <= t && t <= b.live.1)
-                .map(|b| b.bytes)
-                .sum::<u64>()
+    // live window bytes per step, by a difference array over their live ranges
+    let mut delta = vec![0i128; plan.steps.len() + 1];
+    for b in windows.iter().map(|&w| &plan.buffers[w]) {
+        let (lo, hi) = (
+            b.live.0.min(plan.steps.len()),
+            b.live.1.min(plan.steps.len()),
+        );
+        if lo <= hi {
+            delta[lo] += b.bytes as i128;
+            delta[(hi + 1).min(plan.steps.len())] -= b.bytes as i128;
+        }
+    }
+    let window_peak = delta
+        .iter()
+        .scan(0i128, |live, d| {
+            *live += d;
+            Some(*live)
         })
         .max()
-        .unwrap_or(0);
+        .unwrap_or(0)
+        .max(0) as u64;
     Some(Streaming {
         streamed_tensors: homes.len(),
         streamed_bytes: homes.iter().map(|b| b.bytes).sum(),

@@ -11,7 +11,7 @@
 //!   kernel's parameter list): `arena base + offset` per signature slot, then `seed`, `step`.
 //!   Nothing is allocated on the device during a step.
 //! * Device memory is measured with `cuMemGetInfo` around the arena allocation.
-//! * Streaming ([`copies`]): a plan with a host store gets it as pinned host memory
+//! * Streaming (`copies.rs`): a plan with a host store gets it as pinned host memory
 //!   (`cuMemHostAlloc` of `host_bytes`), and its copy steps run on a second stream: each waits
 //!   (an event) for the compute work queued before it, and the compute stream waits (the copy's
 //!   completion event) before the copy's `ready` step; a run ends by synchronising the copy
