@@ -135,16 +135,17 @@ pub(crate) fn stream(
             }
         }
     }
-    for i in 0..wins.len() {
-        let prev = wins[..i]
-            .iter()
-            .filter(|p| p.host == wins[i].host)
-            .map(|p| p.last)
-            .max();
-        if let Some(prev_last) = prev {
+    // Per tensor, in window order (by first use): its previous window's last use, and how many
+    // windows it has had.
+    let mut seen: std::collections::HashMap<BufferId, (usize, usize)> = Default::default();
+    let mut ordinal = vec![0usize; wins.len()];
+    for (i, w) in wins.iter().enumerate() {
+        if let Some(&(prev_last, k)) = seen.get(&w.host) {
             // (MERGE_GAP >= 3: this is still at or before the window's first use)
-            issue[i] = issue[i].max(prev_last + 3).min(wins[i].first);
+            issue[i] = issue[i].max(prev_last + 3).min(w.first);
+            ordinal[i] = k;
         }
+        seen.insert(w.host, (w.last, ordinal[i] + 1));
     }
 
     // The new step order: before original step `i`, the write-backs of the windows whose last
@@ -188,8 +189,7 @@ pub(crate) fn stream(
     let mut window_buf = vec![0usize; wins.len()];
     for (i, w) in wins.iter().enumerate() {
         let h = &bufs[w.host];
-        let k = wins[..i].iter().filter(|p| p.host == w.host).count();
-        let name = format!("{} (window {})", h.name, k + 1);
+        let name = format!("{} (window {})", h.name, ordinal[i] + 1);
         bufs.push(Buf {
             name,
             bytes: h.bytes,
