@@ -43,6 +43,30 @@ pub(crate) struct Buf {
     pub(crate) host_offset: u64,
 }
 
+impl Buf {
+    /// An arena buffer not yet written or read (its range is set as steps use it).
+    pub(crate) fn new(
+        name: String,
+        bytes: u64,
+        dtype: DType,
+        kind: BufferKind,
+        persistent: bool,
+    ) -> Self {
+        Buf {
+            name,
+            bytes,
+            dtype,
+            kind,
+            persistent,
+            first_write: None,
+            last_read: None,
+            pinned: false,
+            store: Store::Arena,
+            host_offset: 0,
+        }
+    }
+}
+
 fn value_name(g: &Graph, v: Value) -> String {
     let n = g.node(v.0);
     match (&n.op, v.1) {
@@ -85,24 +109,20 @@ pub fn emit(
     let new_buf = |bufs: &mut Vec<Buf>, g: &Graph, v: Value| -> BufferId {
         let t = g.ty(v);
         let kind = kind_of(g, v);
-        bufs.push(Buf {
-            name: value_name(g, v),
-            bytes: t.bytes(),
-            dtype: t.dtype,
+        let persistent = matches!(
             kind,
-            persistent: matches!(
-                kind,
-                BufferKind::Parameter
-                    | BufferKind::OptimizerState
-                    | BufferKind::RunningStat
-                    | BufferKind::GradAccum
-            ),
-            first_write: None,
-            last_read: None,
-            pinned: false,
-            store: Store::Arena,
-            host_offset: 0,
-        });
+            BufferKind::Parameter
+                | BufferKind::OptimizerState
+                | BufferKind::RunningStat
+                | BufferKind::GradAccum
+        );
+        bufs.push(Buf::new(
+            value_name(g, v),
+            t.bytes(),
+            t.dtype,
+            kind,
+            persistent,
+        ));
         bufs.len() - 1
     };
     // Leaves first, in binding order: parameters, optimizer state, inputs, targets.
@@ -184,16 +204,15 @@ pub fn emit(
         };
         for (elems, pname) in sizes.into_iter().zip(ws_names) {
             bufs.push(Buf {
-                name: [node.name.as_str(), " workspace ", pname].concat(),
-                bytes: (elems * DType::F32.size()) as u64,
-                dtype: DType::F32,
-                kind: BufferKind::Workspace,
-                persistent: false,
                 first_write: Some(s),
                 last_read: Some(s),
-                pinned: false,
-                store: Store::Arena,
-                host_offset: 0,
+                ..Buf::new(
+                    [node.name.as_str(), " workspace ", pname].concat(),
+                    (elems * DType::F32.size()) as u64,
+                    DType::F32,
+                    BufferKind::Workspace,
+                    false,
+                )
             });
             set_shape(&mut shapes, args.len(), &[elems]);
             args.push(bufs.len() - 1);
@@ -252,18 +271,13 @@ pub fn emit(
     let loss_buf = match g.loss {
         Some(l) => lookup(&of, l)?,
         None => {
-            bufs.push(Buf {
-                name: "loss (unused in predict)".into(),
-                bytes: 4,
-                dtype: DType::F32,
-                kind: BufferKind::Activation,
-                persistent: false,
-                first_write: None,
-                last_read: None,
-                pinned: false,
-                store: Store::Arena,
-                host_offset: 0,
-            });
+            bufs.push(Buf::new(
+                "loss (unused in predict)".into(),
+                4,
+                DType::F32,
+                BufferKind::Activation,
+                false,
+            ));
             bufs.len() - 1
         }
     };

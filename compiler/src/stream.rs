@@ -190,18 +190,7 @@ pub(crate) fn stream(
     for (i, w) in wins.iter().enumerate() {
         let h = &bufs[w.host];
         let name = format!("{} (window {})", h.name, ordinal[i] + 1);
-        bufs.push(Buf {
-            name,
-            bytes: h.bytes,
-            dtype: h.dtype,
-            kind: h.kind,
-            persistent: false,
-            first_write: None,
-            last_read: None,
-            pinned: false,
-            store: Store::Arena,
-            host_offset: 0,
-        });
+        bufs.push(Buf::new(name, h.bytes, h.dtype, h.kind, false));
         window_buf[i] = bufs.len() - 1;
         for si in w.first..=w.last {
             for a in seq[new_of[si]].args.iter_mut() {

@@ -366,7 +366,6 @@ impl CpuBackend {
         self.windows.reset();
         for si in 0..self.plan.steps.len() {
             let copy = self.plan.transfer_op(si);
-            let reads_loss = self.plan.steps[si].args.contains(&self.plan.loss);
             if self.plan.runs_step(si, self.pass) {
                 if deferred && copy.is_some() {
                     if copy == Some(dmc_plan::op::TransferOp::HostToDevice) {
@@ -386,7 +385,10 @@ impl CpuBackend {
                 }
                 // The loss is computed before any backward or update step: stop there when it is
                 // not finite, so the weights stay the last good ones.
-                if self.halt_on_nonfinite_loss && reads_loss && !self.loss().is_finite() {
+                if self.halt_on_nonfinite_loss
+                    && self.plan.steps[si].args.contains(&self.plan.loss)
+                    && !self.loss().is_finite()
+                {
                     return Ok(self.loss());
                 }
             }
