@@ -102,10 +102,11 @@ fn check_buffers(plan: &Plan) -> Result<(), PlanCheckError> {
         if b.store == Store::Host
             && !(b.persistent
                 && matches!(b.kind, BufferKind::Parameter | BufferKind::OptimizerState))
+            && (b.persistent || b.kind != BufferKind::Activation)
         {
             return Err(E::Binding {
                 name: b.name.clone(),
-                msg: "only a parameter or optimizer state tensor's home may be in the host store"
+                msg: "only a parameter, optimizer state or offloaded activation tensor's home may be in the host store"
                     .into(),
             });
         }
@@ -456,12 +457,18 @@ fn check_steps(plan: &Plan) -> Result<(), PlanCheckError> {
 /// home in the host store and a window of the arena of the same kind and size; a kernel touches
 /// only the arena; a window is read only once its copy has landed (its `ready`); the home of a
 /// window written by a kernel gets it back by a write-back, which lands while the window's bytes
-/// are still its own (its live range reaches `ready - 1`); a home written back is not copied in
-/// again within the step (the next step's forward reads it).
+/// are still its own (its live range reaches `ready - 1`); a persistent home written back is not
+/// copied in again within the step (the next step's forward reads it). An offloaded activation's
+/// first window has no copy in: its producer writes it, and its write-back gives it its home; a
+/// later window copies in only what a write-back has landed.
 struct Windows<'p> {
     plan: &'p Plan,
-    /// Per window: its home (set by its copy in).
+    /// Per window: its home (set by its copy in, or an activation's first write-back).
     home: Vec<Option<BufferId>>,
+    /// Per transient home: the step its last write-back lands at.
+    landed: Vec<Option<usize>>,
+    /// Per buffer without a home yet: a kernel wrote it (an activation's producer).
+    produced: Vec<bool>,
     /// Per window: the step its copy lands at.
     lands: Vec<usize>,
     /// Per window: the kernel step that wrote it since its last write-back.
@@ -474,6 +481,8 @@ impl<'p> Windows<'p> {
         Windows {
             plan,
             home: vec![None; n],
+            landed: vec![None; n],
+            produced: vec![false; n],
             lands: vec![0; n],
             dirty: vec![None; n],
         }
@@ -531,6 +540,37 @@ impl<'p> Windows<'p> {
             ));
         }
         match op {
+            TransferOp::HostToDevice if !home.persistent => match self.landed[home.id] {
+                _ if self
+                    .home
+                    .iter()
+                    .zip(&self.dirty)
+                    .any(|(h, d)| *h == Some(home.id) && d.is_some()) =>
+                {
+                    return Err(self.err(
+                        s,
+                        format!(
+                            "copies in `{}` while a window written since is not written back",
+                            home.name
+                        ),
+                    ))
+                }
+                Some(l) if l <= s => {
+                    self.home[window.id] = Some(home.id);
+                    self.lands[window.id] = ready;
+                    self.dirty[window.id] = None;
+                }
+                l => {
+                    return Err(self.err(
+                        s,
+                        format!(
+                            "copies in `{}` before a write-back of it has landed ({})",
+                            home.name,
+                            l.map_or("none was issued".into(), |l| format!("at step {l}"))
+                        ),
+                    ))
+                }
+            },
             TransferOp::HostToDevice => {
                 if let Some(t) = in_place_at[home.id] {
                     return Err(self.err(
@@ -546,6 +586,10 @@ impl<'p> Windows<'p> {
                 self.dirty[window.id] = None;
             }
             TransferOp::DeviceToHost => {
+                if !home.persistent && self.home[window.id].is_none() && self.produced[window.id] {
+                    // an activation's producer wrote the window: this is its home
+                    self.home[window.id] = Some(home.id);
+                }
                 if self.home[window.id] != Some(home.id) {
                     return Err(self.err(
                         s,
@@ -565,7 +609,11 @@ impl<'p> Windows<'p> {
                     ));
                 }
                 self.dirty[window.id] = None;
-                in_place_at[home.id] = Some(s);
+                if home.persistent {
+                    in_place_at[home.id] = Some(s);
+                } else {
+                    self.landed[home.id] = Some(ready);
+                }
             }
         }
         Ok(())
@@ -588,6 +636,7 @@ impl<'p> Windows<'p> {
                 });
             }
             if self.home[bid].is_none() {
+                self.produced[bid] |= p.role != Role::In;
                 continue;
             }
             if s < self.lands[bid] {
@@ -606,13 +655,15 @@ impl<'p> Windows<'p> {
         Ok(())
     }
 
-    /// After the last step: every window written has been written back.
+    /// After the last step: every window of a persistent home written has been written back
+    /// (an offloaded activation is dead after its last window).
     fn end(&self) -> Result<(), PlanCheckError> {
+        let persistent = |w: usize| self.home[w].is_some_and(|h| self.plan.buffers[h].persistent);
         match self
             .dirty
             .iter()
             .enumerate()
-            .find_map(|(w, d)| d.map(|s| (w, s)))
+            .find_map(|(w, d)| d.filter(|_| persistent(w)).map(|s| (w, s)))
         {
             Some((w, s)) => Err(self.err(
                 s,

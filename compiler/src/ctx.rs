@@ -33,10 +33,12 @@ pub struct Ctx {
     /// Workspaces with the GPU's split-K room (`dmc_plan::op::split`); `compile` drops it only
     /// when no plan with it fits the cap.
     pub split_room: bool,
-    /// How many parameters / optimizer state tensors stream through windows of the arena from
-    /// the host store, in `stream::candidates`' order (0: all resident; chosen by
+    /// How many parameters / optimizer state tensors / activations stream through windows of the
+    /// arena from the host store, in `stream::candidates`' order (0: all resident; chosen by
     /// `compile` when they do not fit the cap).
     pub stream: usize,
+    /// Activations are candidates of streaming too (offloaded; see [`crate::stream`]).
+    pub offload: bool,
     /// Streamed windows are copied in while the previous window's steps run (else just before
     /// their first use; see [`crate::stream`]).
     pub prefetch: bool,

@@ -289,6 +289,7 @@ pub fn emit(
             &mut steps,
             &mut kernels,
             ctx.stream,
+            ctx.offload,
             ctx.prefetch,
         )
     } else {

@@ -269,7 +269,7 @@ fn cap_message(
         )
     } else {
         format!(
-            "even with every parameter and optimizer state tensor streamed from the host store ({}), the smallest working set (windows in flight included) is {} > cap {}",
+            "even with every parameter and optimizer state tensor streamed from the host store and every activation offloaded there ({}), the smallest working set (windows in flight included) is {} > cap {}",
             human(host),
             human(needed),
             human(cap)

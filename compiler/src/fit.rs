@@ -118,7 +118,7 @@ fn explained(
 
 /// A resident plan predicted this much slower than the step without a cap is compared with
 /// streamed ones ([`faster_streamed`]).
-const SLOW: f64 = 1.25;
+const SLOW: f64 = 1.05;
 
 /// Near its floor a resident plan fits only by one-column weight-gradient chunks (each redoing
 /// its im2col) or heavy recomputation; streaming a few tensors frees arena for larger chunks and
@@ -162,29 +162,24 @@ fn faster_streamed(
             Err(e) => return Err(e),
         }
     }
-    let Some((_, count)) = best else {
+    let Some((t_plain, count)) = best else {
         return Ok(resident);
     };
-    match resident_or_streamed(
+    // with prefetch when that fits and is not predicted slower (it may fit only by recomputing)
+    let prefetch = match resident_or_streamed(
         model,
         opts,
-        check,
+        false,
         Streaming {
             count,
             prefetch: true,
         },
     ) {
-        Err(CompileError::CapExceeded { .. }) => resident_or_streamed(
-            model,
-            opts,
-            check,
-            Streaming {
-                count,
-                prefetch: false,
-            },
-        ),
-        r => r,
-    }
+        Ok((p, _)) => time(&p) <= t_plain,
+        Err(CompileError::CapExceeded { .. }) => false,
+        Err(e) => return Err(e),
+    };
+    resident_or_streamed(model, opts, check, Streaming { count, prefetch })
 }
 
 /// How many tensors may stream ([`crate::stream::candidates`] of the uncapped plan).
@@ -246,6 +241,60 @@ fn stream_fit(
     if all == 0 {
         return Err(resident);
     }
+    let fit = |count: usize, prefetch: bool, check: bool| {
+        resident_or_streamed(model, opts, check, Streaming { count, prefetch })
+    };
+    // The search probes without recomputation (one plan each, not a remat search each):
+    // offloading the activations is what recomputation would otherwise buy.
+    let no_remat = CompileOptions {
+        remat: RematMode::Off,
+        ..opts.clone()
+    };
+    let fits_plain = |count: usize| {
+        resident_or_streamed(
+            model,
+            &no_remat,
+            false,
+            Streaming {
+                count,
+                prefetch: false,
+            },
+        )
+    };
+    if fits_plain(all).is_err() {
+        return stream_fit_remat(model, opts, check, resident, all);
+    }
+    // the smallest count that fits: `lo` does not, `hi` does
+    let (mut lo, mut hi) = (0, all);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        match fits_plain(mid) {
+            Ok(_) => hi = mid,
+            Err(CompileError::CapExceeded { .. }) => lo = mid,
+            Err(e) => return Err(e),
+        }
+    }
+    let prefetched = resident_or_streamed(
+        model,
+        &no_remat,
+        false,
+        Streaming {
+            count: hi,
+            prefetch: true,
+        },
+    );
+    fit(hi, prefetched.is_ok(), check)
+}
+
+/// [`stream_fit`] when even streaming everything does not fit without recomputation: the same
+/// search, each probe with it.
+fn stream_fit_remat(
+    model: &Model,
+    opts: &CompileOptions,
+    check: bool,
+    resident: CompileError,
+    all: usize,
+) -> Result<(Plan, Option<RematInfo>), CompileError> {
     let fit = |count: usize, prefetch: bool, check: bool| {
         resident_or_streamed(model, opts, check, Streaming { count, prefetch })
     };

@@ -40,6 +40,9 @@ pub struct CompileOptions {
     /// Whether parameters and optimizer state may stream through the arena from a host store
     /// when they do not fit the cap resident (`--no-stream` clears it; see [`crate::stream`]).
     pub stream: bool,
+    /// Whether streaming may offload activations to the host store between their forward and
+    /// backward uses, as the alternative to recomputing them (`--no-offload` clears it).
+    pub offload: bool,
     /// The CPU time model's rates the cap fitter ranks its candidate plans by
     /// ([`dmc_plan::cpu`]; [`CpuRates::nominal`](dmc_plan::cpu::CpuRates::nominal) unless the
     /// caller measured the machine).
@@ -60,6 +63,7 @@ impl Default for CompileOptions {
             remat: RematMode::Auto,
             clip_method: None,
             stream: true,
+            offload: true,
             rates: dmc_plan::cpu::CpuRates::nominal(),
         }
     }
@@ -90,6 +94,7 @@ pub fn context(model: &Model, opts: &CompileOptions) -> Ctx {
         remat: Strategy::KeepAll,
         split_room: true,
         stream: 0,
+        offload: opts.offload,
         prefetch: true,
     }
 }

@@ -1,17 +1,21 @@
-//! Streaming: parameters and optimizer state that do not stay in the arena (`stream`, run by
-//! emission before placement when [`Ctx::stream`](crate::ctx::Ctx) asks for it).
+//! Streaming: parameters and optimizer state that do not stay in the arena, and activations
+//! offloaded to the host between their forward and backward uses (`stream`, run by emission
+//! before placement when [`Ctx::stream`](crate::ctx::Ctx) asks for it).
 //!
 //! A streamed tensor's home moves to the host store ([`Store::Host`]); each cluster of its uses
 //! in the step (uses at most [`MERGE_GAP`] steps apart: a forward, or a data gradient with its
 //! fused update) reads a *window*, an ordinary arena buffer with a live range, which a
 //! host-to-device copy step fills before the cluster and, when a step of the cluster wrote it
-//! (an update), a device-to-host step writes back after it. The placer then packs windows like
-//! any other buffer, so the cap bounds the windows in flight, not the model.
+//! (an update), a device-to-host step writes back after it. An offloaded activation's first
+//! window is its producer's output (nothing copied in) and is written back; its later windows are
+//! copied in, and written back only when a later window reads what they wrote. The placer then
+//! packs windows like any other buffer, so the cap bounds the windows in flight, not the model.
 //!
 //! Which tensors stream is a count ([`Ctx::stream`](crate::ctx::Ctx)) over one order,
 //! `candidates`: the fewest bytes moved per byte saved first (optimizer state, copied in and
-//! back once per step, before weights, which the forward reads too), larger tensors first among
-//! equals (fewer copies). The cap fitter ([`crate::fit`]) picks the smallest count that fits.
+//! back once per step, and activations, written back and copied in once, before weights, which
+//! the forward reads too), larger tensors first among equals (fewer copies). Offloading an
+//! activation is the alternative to recomputing it: the cap fitter weighs both by predicted time. The cap fitter ([`crate::fit`]) picks the smallest count that fits.
 //!
 //! Prefetch ([`Ctx::prefetch`](crate::ctx::Ctx)): a window's copy is issued when the previous
 //! window's cluster starts (double buffering: layer i+1's weights arrive while layer i computes)
@@ -32,63 +36,121 @@ struct Window {
     host: BufferId,
     first: usize,
     last: usize,
-    /// Some step of the cluster writes the tensor (an update): it is written back.
+    /// Some step of the cluster writes the tensor (an update, or an activation's producer).
     written: bool,
+    /// The cluster's first use writes the whole tensor without reading it (an activation's
+    /// producer): nothing is copied in.
+    fresh: bool,
+    /// Written back after the cluster ([`written_back`]).
+    back: bool,
 }
 
-/// The uses of every buffer in `steps`: (step, written) per buffer id.
-fn uses(bufs: &[Buf], steps: &[Step], kernels: &[Kernel]) -> Vec<Vec<(usize, bool)>> {
-    let mut u: Vec<Vec<(usize, bool)>> = vec![Vec::new(); bufs.len()];
+impl Window {
+    /// Whether a copy fills the window before its cluster: every window of a persistent home;
+    /// an offloaded activation's windows after its first (which its producer writes).
+    fn copied_in(&self) -> bool {
+        !self.fresh
+    }
+}
+
+/// Whether window `i` of `wins` (one tensor's, in order) is written back: when written, unless
+/// its home is a transient activation no later window reads.
+fn written_back(wins: &[Window], i: usize, persistent: bool) -> bool {
+    wins[i].written && (persistent || wins[i + 1..].iter().any(|w| w.host == wins[i].host))
+}
+
+/// One step's use of a buffer.
+#[derive(Debug, Clone, Copy)]
+struct Use {
+    step: usize,
+    /// Some argument of the step writes it.
+    written: bool,
+    /// Every argument of the step that names it is an output: written whole, not read.
+    write_only: bool,
+}
+
+/// The uses of every buffer in `steps`, per buffer id.
+fn uses(bufs: &[Buf], steps: &[Step], kernels: &[Kernel]) -> Vec<Vec<Use>> {
+    let mut u: Vec<Vec<Use>> = vec![Vec::new(); bufs.len()];
     for (si, s) in steps.iter().enumerate() {
         let k = &kernels[s.kernel];
         for (&id, p) in s.args.iter().zip(&k.signature.params) {
             let w = p.role != Role::In;
+            let out = p.role == Role::Out;
             match u[id].last_mut() {
-                Some((last, written)) if *last == si => *written |= w,
-                _ => u[id].push((si, w)),
+                Some(last) if last.step == si => {
+                    last.written |= w;
+                    last.write_only &= out;
+                }
+                _ => u[id].push(Use {
+                    step: si,
+                    written: w,
+                    write_only: out,
+                }),
             }
         }
     }
     u
 }
 
-/// A tensor's uses grouped into windows.
-fn windows_of(host: BufferId, uses: &[(usize, bool)]) -> Vec<Window> {
+/// A tensor's uses grouped into windows. A transient tensor's first window starts with its
+/// producer, which writes it whole (`fresh`: nothing to copy in).
+fn windows_of(host: BufferId, b: &Buf, uses: &[Use]) -> Vec<Window> {
     let mut out: Vec<Window> = Vec::new();
-    for &(si, w) in uses {
+    for u in uses {
         match out.last_mut() {
-            Some(win) if si - win.last <= MERGE_GAP => {
-                win.last = si;
-                win.written |= w;
+            Some(win) if u.step - win.last <= MERGE_GAP => {
+                win.last = u.step;
+                win.written |= u.written;
             }
             _ => out.push(Window {
                 host,
-                first: si,
-                last: si,
-                written: w,
+                first: u.step,
+                last: u.step,
+                written: u.written,
+                fresh: out.is_empty() && !b.persistent && u.write_only,
+                back: false,
             }),
         }
+    }
+    for i in 0..out.len() {
+        out[i].back = written_back(&out, i, b.persistent);
     }
     out
 }
 
+/// Whether `b` may be offloaded: an f32 activation (the copies' dtype; not the output or the
+/// loss, which the runtime reads after the step) written whole by its first use and used again after a gap, so that
+/// the host holds it between its windows.
+fn offloadable(b: &Buf, uses: &[Use]) -> bool {
+    b.kind == BufferKind::Activation
+        && b.dtype == DType::F32
+        && !b.persistent
+        && !b.pinned
+        && uses.first().is_some_and(|u| u.write_only)
+        && uses.windows(2).any(|w| w[1].step - w[0].step > MERGE_GAP)
+}
+
 /// The tensors that may stream, in the order they are chosen: parameters and optimizer state
-/// that some step uses, by bytes copied per byte saved (copies in plus write-backs per step),
-/// then the larger first, then by id.
+/// that some step uses, and activations held across a gap in their uses (offloaded: written
+/// back after the forward, copied in again for the backward), by bytes copied per byte saved
+/// (copies in plus write-backs per step), then the larger first, then by id.
 /// (`u`: every buffer's [`uses`].)
-fn candidates(bufs: &[Buf], u: &[Vec<(usize, bool)>]) -> Vec<BufferId> {
+fn candidates(bufs: &[Buf], u: &[Vec<Use>], offload: bool) -> Vec<BufferId> {
     let mut c: Vec<(usize, u64, BufferId)> = bufs
         .iter()
         .enumerate()
         .filter(|(id, b)| {
-            b.persistent
-                && matches!(b.kind, BufferKind::Parameter | BufferKind::OptimizerState)
-                && b.bytes > 0
+            b.bytes > 0
                 && !u[*id].is_empty()
+                && ((b.persistent
+                    && matches!(b.kind, BufferKind::Parameter | BufferKind::OptimizerState))
+                    || (offload && offloadable(b, &u[*id])))
         })
         .map(|(id, b)| {
-            let w = windows_of(id, &u[id]);
-            let copies = w.len() + w.iter().filter(|w| w.written).count();
+            let w = windows_of(id, b, &u[id]);
+            let copies =
+                w.iter().filter(|w| w.copied_in()).count() + w.iter().filter(|w| w.back).count();
             (copies, b.bytes, id)
         })
         .collect();
@@ -105,16 +167,20 @@ pub(crate) fn stream(
     steps: &mut Vec<Step>,
     kernels: &mut Vec<Kernel>,
     count: usize,
+    offload: bool,
     prefetch: bool,
 ) -> u64 {
     let u = uses(bufs, steps, kernels);
-    let chosen: Vec<BufferId> = candidates(bufs, &u).into_iter().take(count).collect();
+    let chosen: Vec<BufferId> = candidates(bufs, &u, offload)
+        .into_iter()
+        .take(count)
+        .collect();
     if chosen.is_empty() {
         return 0;
     }
     let mut wins: Vec<Window> = chosen
         .iter()
-        .flat_map(|&id| windows_of(id, &u[id]))
+        .flat_map(|&id| windows_of(id, &bufs[id], &u[id]))
         .collect();
     wins.sort_by_key(|w| (w.first, w.host));
     let n = steps.len();
@@ -152,12 +218,14 @@ pub(crate) fn stream(
     // use was `i - 1`, then the copies issued there; after the last step, the last write-backs.
     let mut before: Vec<Vec<(usize, TransferOp)>> = vec![Vec::new(); n + 1];
     for (i, w) in wins.iter().enumerate() {
-        if w.written {
+        if w.back {
             before[w.last + 1].push((i, TransferOp::DeviceToHost));
         }
     }
-    for (i, _) in wins.iter().enumerate() {
-        before[issue[i]].push((i, TransferOp::HostToDevice));
+    for (i, w) in wins.iter().enumerate() {
+        if w.copied_in() {
+            before[issue[i]].push((i, TransferOp::HostToDevice));
+        }
     }
     let old = std::mem::take(steps);
     let mut new_of = vec![0usize; n + 1];
@@ -190,7 +258,12 @@ pub(crate) fn stream(
     for (i, w) in wins.iter().enumerate() {
         let h = &bufs[w.host];
         let name = format!("{} (window {})", h.name, ordinal[i] + 1);
-        bufs.push(Buf::new(name, h.bytes, h.dtype, h.kind, false));
+        let mut win = Buf::new(name, h.bytes, h.dtype, h.kind, false);
+        if !w.copied_in() {
+            // its producer writes it (renumbered below with every range)
+            (win.first_write, win.last_read) = (Some(w.first), Some(w.last));
+        }
+        bufs.push(win);
         window_buf[i] = bufs.len() - 1;
         for si in w.first..=w.last {
             for a in seq[new_of[si]].args.iter_mut() {

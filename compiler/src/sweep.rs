@@ -23,6 +23,8 @@ pub struct SweepPoint {
     pub sqrt_pct: Option<f64>,
     /// Checkpoint-all (no recomputation): 0 when it fits.
     pub keep_all_pct: Option<f64>,
+    /// dmc's plan's host store: streamed parameters and optimizer state, offloaded activations.
+    pub host: u64,
 }
 
 /// The trade-off curve.
@@ -101,6 +103,7 @@ pub fn sweep(model: &Model, opts: &CompileOptions, points: usize) -> Result<Swee
             predicted_s: time(&p),
             sqrt_pct: (sq.arena_bytes <= cap).then_some(sqrt_pct),
             keep_all_pct: (full.arena_bytes <= cap).then_some(0.0),
+            host: p.host_bytes,
         });
     }
     Ok(Sweep {

@@ -64,8 +64,9 @@ pub enum Store {
     #[default]
     Arena,
     /// The host store (pinned host memory on a GPU, a second allocation on the CPU): the home of
-    /// a streamed parameter or optimizer state tensor, persistent, touched only by the
-    /// [`TransferOp`](crate::op::TransferOp) steps that copy it into and out of its windows.
+    /// a streamed parameter or optimizer state tensor (persistent) or of an offloaded activation
+    /// (transient: written back after its forward, copied in for its backward), touched only by
+    /// the [`TransferOp`](crate::op::TransferOp) steps that copy it into and out of its windows.
     Host,
 }
 
@@ -257,8 +258,8 @@ pub struct Plan {
     pub mode: Mode,
     pub batch: usize,
     pub arena_bytes: u64,
-    /// Bytes of the host store: the homes of the streamed parameters and optimizer state
-    /// ([`Store::Host`]), outside the arena and the cap. 0 (absent) when everything is resident.
+    /// Bytes of the host store: the homes of the streamed parameters and optimizer state and of
+    /// the offloaded activations ([`Store::Host`]), outside the arena and the cap. 0 (absent) when everything is resident.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub host_bytes: u64,
     pub buffers: Vec<Buffer>,

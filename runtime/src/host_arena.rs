@@ -336,6 +336,19 @@ fn run_steps_with<B: StepLauncher>(
     // asynchronous for real.
     let deferred = copies && !b.async_copies();
     w.reset();
+    if copies {
+        // an offloaded activation's home holds NaN until its write-back lands
+        let homes: Vec<(u64, u64)> = b
+            .plan()
+            .buffers
+            .iter()
+            .filter(|h| h.store == Store::Host && !h.persistent)
+            .map(|h| (h.offset, h.bytes))
+            .collect();
+        for (off, n) in homes {
+            b.write_bytes(Store::Host, off, &vec![0xFF; n as usize])?;
+        }
+    }
     // the steps whose due copies have landed
     let mut landed = 0;
     for seg in segments(b.plan(), pass, b.flags().halt) {

@@ -39,7 +39,8 @@ pub(crate) fn poison_lists(plan: &Plan) -> Vec<Vec<BufferId>> {
     let mut out = vec![Vec::new(); plan.steps.len()];
     let views = view_buffers(plan);
     for b in &plan.buffers {
-        if b.persistent || plan.read_after_steps(b.id) || b.bytes == 0 {
+        // (an offloaded activation's home in the host store is not arena memory)
+        if b.persistent || plan.read_after_steps(b.id) || b.bytes == 0 || !b.store.is_arena() {
             continue;
         }
         let end = b.live.1;
@@ -48,6 +49,7 @@ pub(crate) fn poison_lists(plan: &Plan) -> Vec<Vec<BufferId>> {
         }
         let view_still_live = plan.buffers.iter().any(|o| {
             o.id != b.id
+                && o.store == b.store
                 && o.offset == b.offset
                 && o.bytes == b.bytes
                 && (views[o.id] || views[b.id])

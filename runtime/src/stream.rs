@@ -21,7 +21,8 @@ use crate::error::RuntimeError;
 /// What poison mode tracks of a plan's windows during a run.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct WindowCheck {
-    /// Per buffer: whether it is a window (some host-to-device step writes it).
+    /// Per buffer: whether it is the window of a persistent home (some host-to-device step
+    /// fills it from one).
     window: Vec<bool>,
     /// Per step: the copy steps that land right after it (poison mode), `ready - 1` each.
     land_after: Vec<Vec<usize>>,
@@ -37,9 +38,11 @@ impl WindowCheck {
             let Some(op) = plan.transfer_op(si) else {
                 continue;
             };
+            // an offloaded activation's window is dead after its last use: only the windows of
+            // persistent homes (parameters, optimizer state) must be written back
             if op == TransferOp::HostToDevice {
-                if let Some(&w) = s.args.get(1) {
-                    window[w] = true;
+                if let (Some(&h), Some(&w)) = (s.args.first(), s.args.get(1)) {
+                    window[w] = plan.buffers.get(h).is_some_and(|b| b.persistent);
                 }
             }
             // validated: si < ready <= steps

@@ -7,7 +7,7 @@
 
 use dmc_plan::op::TransferOp;
 use dmc_plan::op::{DType, Op, Role};
-use dmc_plan::plan::{Buffer, BufferId, Plan, Store, ALIGN};
+use dmc_plan::plan::{Buffer, BufferId, BufferKind, Plan, Store, ALIGN};
 
 use crate::error::RuntimeError;
 use crate::poison::view_buffers;
@@ -54,9 +54,9 @@ pub(crate) fn validate(plan: &Plan) -> Result<(), RuntimeError> {
                 b.name, b.offset, b.bytes
             )));
         }
-        if b.store == Store::Host && !b.persistent {
+        if b.store == Store::Host && !b.persistent && b.kind != BufferKind::Activation {
             return Err(bad(format!(
-                "buffer `{}` is in the host store but not persistent",
+                "buffer `{}` is in the host store but neither persistent nor an offloaded activation",
                 b.name
             )));
         }

@@ -37,6 +37,10 @@ pub struct StepArgs {
     /// do not fit, instead of streaming some of them through the arena from a host store.
     #[arg(long)]
     pub no_stream: bool,
+    /// Keep every activation in the arena: under a `--vram-cap`, recompute forward values rather
+    /// than offload them to the host store between the forward and the backward.
+    #[arg(long)]
+    pub no_offload: bool,
 }
 
 /// `--no-fuse`, `--remat`, `--clip-norm-method`, `--lr`: what shapes a training step beyond [`StepArgs`] (`dmc run`).
@@ -94,6 +98,7 @@ impl PlanArgs {
             remat: self.train.remat.into(),
             clip_method: self.train.clip_norm_method.into(),
             stream: !self.step.no_stream,
+            offload: !self.step.no_offload,
             verify,
             ..CompileOptions::default()
         })

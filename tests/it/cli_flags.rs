@@ -131,6 +131,7 @@ fn gpu_selftest_builds_its_plans_with_remat_and_no_fuse_before_any_gpu_work() {
         &path(&deep),
         "--vram-cap",
         "300MB",
+        "--no-offload",
         "--remat",
         "off",
     ]);

@@ -24,6 +24,7 @@ mod interop_norm;
 mod lr_schedule;
 mod memory;
 mod multi_loss;
+mod offload;
 mod perf;
 mod profile;
 mod reliability;

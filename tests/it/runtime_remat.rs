@@ -64,6 +64,8 @@ fn opts(cap: Option<u64>, remat: RematMode) -> CompileOptions {
         remat,
         fuse: FUSE.with(|f| f.get()),
         verify: true,
+        // recomputation under test, not its alternatives (tests/it/offload.rs, streaming.rs)
+        stream: false,
         ..Default::default()
     }
 }

@@ -27,7 +27,7 @@ use rand_chacha::ChaCha8Rng;
 
 const MB: u64 = 1_000_000;
 
-fn model(example: &str) -> dmc_grammar::model::Model {
+pub(crate) fn model(example: &str) -> dmc_grammar::model::Model {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("examples")
         .join(format!("{example}.dm"));
@@ -42,12 +42,23 @@ fn compile_at(
     cap: Option<u64>,
     stream: bool,
 ) -> Result<Plan, CompileError> {
+    compile_offload(example, batch, cap, stream, true)
+}
+
+pub(crate) fn compile_offload(
+    example: &str,
+    batch: Option<usize>,
+    cap: Option<u64>,
+    stream: bool,
+    offload: bool,
+) -> Result<Plan, CompileError> {
     compile(
         &model(example),
         &CompileOptions {
             batch,
             cap,
             stream,
+            offload,
             verify: true,
             ..Default::default()
         },
@@ -56,10 +67,10 @@ fn compile_at(
 
 /// What training leaves: every loss, parameter and optimizer state tensor, as bits.
 #[derive(Debug, PartialEq)]
-struct Trained {
-    losses: Vec<u32>,
-    params: Vec<(String, Vec<u32>)>,
-    states: Vec<(String, Vec<u32>)>,
+pub(crate) struct Trained {
+    pub(crate) losses: Vec<u32>,
+    pub(crate) params: Vec<(String, Vec<u32>)>,
+    pub(crate) states: Vec<(String, Vec<u32>)>,
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {
@@ -68,7 +79,11 @@ fn bits(v: &[f32]) -> Vec<u32> {
 
 /// `steps` training steps of `plan` on backend `b` from seeded weights and batches (a learning
 /// rate changing every step), with poison mode `poison`.
-fn train(b: &mut dyn Backend, steps: usize, poison: bool) -> Result<Trained, RuntimeError> {
+pub(crate) fn train(
+    b: &mut dyn Backend,
+    steps: usize,
+    poison: bool,
+) -> Result<Trained, RuntimeError> {
     let seed = 11;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let plan = b.plan().clone();
@@ -93,7 +108,7 @@ fn train(b: &mut dyn Backend, steps: usize, poison: bool) -> Result<Trained, Run
     })
 }
 
-fn cpu_train(plan: &Plan, steps: usize, poison: bool) -> Result<Trained, RuntimeError> {
+pub(crate) fn cpu_train(plan: &Plan, steps: usize, poison: bool) -> Result<Trained, RuntimeError> {
     train(&mut CpuBackend::new(plan.clone())?, steps, poison)
 }
 
@@ -234,9 +249,14 @@ fn below_the_smallest_cap_the_error_names_one_that_works() {
 /// The streamed resnet_small plan (Adam) and the index of its first copy of each direction.
 fn streamed() -> (Plan, usize, usize) {
     let plan = compile_at("resnet_small", Some(1), Some(300_000), true).expect("streamed plan");
-    let first = |op| (0..plan.steps.len()).find(|&s| plan.transfer_op(s) == Some(op));
-    let h2d = first(TransferOp::HostToDevice).expect("a copy in");
-    let d2h = first(TransferOp::DeviceToHost).expect("a write-back");
+    // the first copies of a persistent home (a parameter or optimizer state tensor)
+    let first = |op, home: usize| {
+        (0..plan.steps.len()).find(|&s| {
+            plan.transfer_op(s) == Some(op) && plan.buffers[plan.steps[s].args[home]].persistent
+        })
+    };
+    let h2d = first(TransferOp::HostToDevice, 0).expect("a copy in");
+    let d2h = first(TransferOp::DeviceToHost, 1).expect("a write-back");
     (plan, h2d, d2h)
 }
 
@@ -247,14 +267,14 @@ fn first_use(plan: &Plan, from: usize, buffer: usize) -> usize {
         .expect("a use")
 }
 
-fn stream_error(plan: &Plan) -> String {
+pub(crate) fn stream_error(plan: &Plan) -> String {
     match check_plan(plan) {
         Err(e @ PlanCheckError::Stream { .. }) => e.to_string(),
         other => panic!("expected a streaming error, got {other:?}"),
     }
 }
 
-fn has_nan(t: &Trained) -> bool {
+pub(crate) fn has_nan(t: &Trained) -> bool {
     t.losses
         .iter()
         .chain(t.params.iter().flat_map(|(_, v)| v))
@@ -288,7 +308,7 @@ fn a_window_read_before_its_copy_lands_is_rejected_and_poison_mode_catches_it() 
 }
 
 /// Removes step `s`, renumbering the live ranges and copies' `ready` after it.
-fn remove_step(plan: &mut Plan, s: usize) {
+pub(crate) fn remove_step(plan: &mut Plan, s: usize) {
     plan.steps.remove(s);
     let shift = |i: usize| if i > s { i - 1 } else { i };
     for b in &mut plan.buffers {
@@ -440,9 +460,10 @@ fn dmc_plan_reports_the_host_store_and_the_copies() {
     );
 }
 
-/// deep_convnet's smallest cap, resident or streamed (the cap error names it).
+/// deep_convnet's smallest cap, resident or streamed (the cap error names it), without offloading
+/// activations.
 fn deep_convnet_floor(stream: bool) -> u64 {
-    match compile_at("deep_convnet", None, Some(1), stream) {
+    match compile_offload("deep_convnet", None, Some(1), stream, false) {
         Err(CompileError::CapExceeded { needed, .. }) => needed,
         other => panic!("{:?}", other.map(|p| p.arena_bytes)),
     }
@@ -455,12 +476,13 @@ fn streaming_and_recomputation_fit_a_cap_together() {
     let (resident, streamed) = (deep_convnet_floor(false), deep_convnet_floor(true));
     assert!(streamed < resident, "{streamed} >= {resident}");
     let cap = (streamed + resident) / 2;
-    let refused = compile_at("deep_convnet", None, Some(cap), false);
+    let refused = compile_offload("deep_convnet", None, Some(cap), false, false);
     assert!(
         matches!(refused, Err(CompileError::CapExceeded { .. })),
         "{refused:?}"
     );
-    let plan = compile_at("deep_convnet", None, Some(cap), true).expect("streamed + recomputed");
+    let plan = compile_offload("deep_convnet", None, Some(cap), true, false)
+        .expect("streamed + recomputed");
     assert!(plan.arena_bytes <= cap && plan.streams());
     assert!(dmc_compiler::recompute_flops(&plan) > 0, "no recomputation");
 }
@@ -527,7 +549,7 @@ fn near_the_resident_floor_a_streamed_plan_is_chosen_when_predicted_faster() {
     // its im2col) and the most recomputation; streaming a few tensors leaves room for more
     let cap = deep_convnet_floor(false);
     let resident = compile_at("deep_convnet", None, Some(cap), false).expect("resident");
-    let chosen = compile_at("deep_convnet", None, Some(cap), true).expect("chosen");
+    let chosen = compile_offload("deep_convnet", None, Some(cap), true, false).expect("chosen");
     let rates = dmc_plan::cpu::CpuRates::nominal();
     let t = |p: &Plan| dmc_plan::cpu::plan_time(p, &rates).step_s;
     assert!(

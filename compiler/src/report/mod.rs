@@ -245,11 +245,15 @@ pub struct MemoryReport {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Streaming {
     pub totals: dmc_plan::plan::TransferTotals,
-    /// Tensors whose home is the host store.
+    /// Parameters and optimizer state tensors whose home is the host store.
     pub streamed_tensors: usize,
-    /// Their bytes (= `totals.host_store` but for alignment).
+    /// Their bytes.
     pub streamed_bytes: u64,
-    /// Windows in the arena (each filled by one copy).
+    /// Activations offloaded to the host store between their forward and backward uses.
+    pub offloaded_tensors: usize,
+    /// Their bytes (with `streamed_bytes`, `totals.host_store` but for alignment).
+    pub offloaded_bytes: u64,
+    /// Windows in the arena (each filled by a copy in, or written back).
     pub windows: usize,
     /// The most window bytes live at one step.
     pub window_peak: u64,
@@ -268,12 +272,17 @@ pub fn streaming(plan: &Plan) -> Option<Streaming> {
         .iter()
         .filter(|b| !b.store.is_arena())
         .collect();
+    // every window: filled by a copy in, or (an offloaded activation's first) written back
     let mut windows = vec![];
     for (si, s) in plan.steps.iter().enumerate() {
-        if plan.transfer_op(si) == Some(crate::op::TransferOp::HostToDevice) {
-            windows.extend(s.args.get(1).copied());
+        match plan.transfer_op(si) {
+            Some(crate::op::TransferOp::HostToDevice) => windows.extend(s.args.get(1).copied()),
+            Some(crate::op::TransferOp::DeviceToHost) => windows.extend(s.args.first().copied()),
+            None => {}
         }
     }
+    windows.sort_unstable();
+    windows.dedup();
     // live window bytes per step, by a difference array over their live ranges
     let mut delta = vec![0i128; plan.steps.len() + 1];
     for b in windows.iter().map(|&w| &plan.buffers[w]) {
@@ -296,8 +305,14 @@ pub fn streaming(plan: &Plan) -> Option<Streaming> {
         .unwrap_or(0)
         .max(0) as u64;
     Some(Streaming {
-        streamed_tensors: homes.len(),
-        streamed_bytes: homes.iter().map(|b| b.bytes).sum(),
+        streamed_tensors: homes.iter().filter(|b| b.persistent).count(),
+        streamed_bytes: homes.iter().filter(|b| b.persistent).map(|b| b.bytes).sum(),
+        offloaded_tensors: homes.iter().filter(|b| !b.persistent).count(),
+        offloaded_bytes: homes
+            .iter()
+            .filter(|b| !b.persistent)
+            .map(|b| b.bytes)
+            .sum(),
         windows: windows.len(),
         window_peak,
         transfer_s: dmc_plan::link::LINKS

@@ -228,9 +228,18 @@ pub fn render_verdict(r: &MemoryReport, cap: Option<u64>) -> String {
 /// The streaming lines of the verdict: what lives in the host store, the windows, the copies.
 fn render_streaming(s: &mut String, st: &super::Streaming) {
     let t = &st.totals;
+    let offloaded = if st.offloaded_tensors > 0 {
+        format!(
+            " and {} activations offloaded between forward and backward ({})",
+            st.offloaded_tensors,
+            human(st.offloaded_bytes)
+        )
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         s,
-        "  streaming: {} parameter / optimizer state tensors ({}) live in the host store ({} with alignment), {} stay resident; {} windows, at most {} of them in the arena at once",
+        "  streaming: {} parameter / optimizer state tensors ({}){offloaded} live in the host store ({} with alignment), {} of the parameters and optimizer state stay resident; {} windows, at most {} of them in the arena at once",
         st.streamed_tensors,
         human(st.streamed_bytes),
         human(t.host_store),
@@ -656,7 +665,7 @@ pub fn render_sweep_text(sw: &Sweep) -> String {
         sw.rates,
         sw.no_remat_s * 1e3
     );
-    let mut t = Table::new(">>>>>>>>>");
+    let mut t = Table::new(">>>>>>>>>>");
     t.row([
         "cap",
         "",
@@ -667,6 +676,7 @@ pub fn render_sweep_text(sw: &Sweep) -> String {
         "x uncapped",
         "sqrt(n)",
         "checkpoint-all",
+        "host store",
     ]);
     let opt = |p: Option<f64>| p.map(|v| format!("{v:.1}%")).unwrap_or_else(|| "-".into());
     for p in &sw.points {
@@ -683,6 +693,11 @@ pub fn render_sweep_text(sw: &Sweep) -> String {
             format!("{:.2}x", p.predicted_s / sw.no_remat_s.max(1e-12)),
             opt(p.sqrt_pct),
             opt(p.keep_all_pct),
+            if p.host == 0 {
+                "-".into()
+            } else {
+                human(p.host)
+            },
         ]);
     }
     t.render(&mut s);

@@ -92,6 +92,8 @@ fn opts(cap: Option<u64>, remat: RematMode) -> CompileOptions {
         cap,
         remat,
         verify: true,
+        // recomputation under test, not its alternative (offloading activations)
+        offload: false,
         ..Default::default()
     }
 }

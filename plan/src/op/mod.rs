@@ -80,7 +80,8 @@ pub enum Op {
     Optim(OptimOp),
     /// Normalisation (batchnorm), its running statistics' update and its backward.
     Norm(NormOp),
-    /// Copies between the host store and the arena (streamed parameters and optimizer state):
+    /// Copies between the host store and the arena (streamed parameters and optimizer state,
+    /// offloaded activations):
     /// plan steps only, never IR nodes; no CUDA kernel (the CUDA backend copies asynchronously).
     Transfer(TransferOp),
 }

@@ -1,8 +1,8 @@
 //! The transfer family: copies between the host store and the device arena, for parameters and
-//! optimizer state that do not stay resident (streaming, [`crate::plan::Store::Host`]). A
-//! `HostToDevice` step fills a *window* (an arena buffer with a live range, placed like any
-//! other) from the tensor's home in the host store; a `DeviceToHost` step writes an updated
-//! window back. Neither computes: the CPU backend copies with `memcpy`, the CUDA backend with
+//! optimizer state that do not stay resident and activations offloaded between their forward and
+//! backward uses (streaming, [`crate::plan::Store::Host`]). A `HostToDevice` step fills a
+//! *window* (an arena buffer with a live range, placed like any other) from the tensor's home in
+//! the host store; a `DeviceToHost` step writes an updated (or freshly produced) window back. Neither computes: the CPU backend copies with `memcpy`, the CUDA backend with
 //! asynchronous copies on a second stream ([`crate::plan::Step::ready`] says when each must have
 //! landed). They have no CUDA kernel.
 

@@ -364,6 +364,20 @@ impl CpuBackend {
         // Poison mode lands each copy as late as its `ready` allows (see `crate::stream`).
         let deferred = self.poison && self.windows.any();
         self.windows.reset();
+        if self.poison {
+            // an offloaded activation's home holds NaN until its write-back lands
+            for b in self
+                .plan
+                .buffers
+                .iter()
+                .filter(|b| b.store == Store::Host && !b.persistent)
+            {
+                // SAFETY: the home lies inside the host store (validated); no slice is live.
+                unsafe {
+                    std::ptr::write_bytes(host.add(b.offset as usize), 0xFF, b.bytes as usize)
+                };
+            }
+        }
         for si in 0..self.plan.steps.len() {
             let copy = self.plan.transfer_op(si);
             if self.plan.runs_step(si, self.pass) {

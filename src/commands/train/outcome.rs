@@ -233,7 +233,7 @@ fn print_summary(
     if plan.streams() {
         let t = plan.transfer_totals();
         println!(
-            "streaming: host store {} (the streamed parameters and optimizer state, outside the arena and the cap), {} resident; per step {} copied in and {} written back in {} copies",
+            "streaming: host store {} (the streamed parameters, optimizer state and offloaded activations, outside the arena and the cap), {} of the parameters and optimizer state resident; per step {} copied in and {} written back in {} copies",
             unit.fmt(t.host_store),
             unit.fmt(t.resident),
             unit.fmt(t.host_to_device),
