@@ -15,6 +15,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::plan::Plan;
 
+/// How many terms the time of a launch has ([`CpuRates::terms`]).
+pub const TERMS: usize = 9;
+
 /// Multiply-adds (m*n*k) below which a GEMM runs on the calling thread.
 pub const PAR_WORK: usize = 1 << 20;
 /// Smallest block of output rows (columns) per task.
@@ -192,6 +195,83 @@ impl CpuRates {
         let waves = (outer * inner).div_ceil(t) as f64;
         let per_item = g.calls as f64 / outer as f64;
         waves * per_item * self.gemm_s(g.m, g.n, g.k, g.accumulate, inner as usize)
+    }
+
+    /// The terms of one launch doing `w` that [`CpuRates::coefs`] weigh: its time is their dot
+    /// product ([`CpuRates::work_s`]). In [`TERMS`] order: GEMM FLOPs on whole micro-tiles, GEMM
+    /// bytes packed, GEMM calls (each in waves over the threads), the three gathers' elements,
+    /// bytes streamed, parallel loops (a split GEMM's included), launches.
+    pub fn terms(&self, w: &CpuWork) -> [f64; TERMS] {
+        let mut t = [0.0; TERMS];
+        let threads = self.threads.max(1) as u64;
+        for g in &w.gemms {
+            if g.m == 0 || g.n == 0 {
+                continue;
+            }
+            let outer = g.outer.max(1);
+            // (calls in sequence, each on `inner` threads)
+            let (seq, inner) = if outer == 1 {
+                (g.calls as f64, threads as usize)
+            } else {
+                let inner = (threads / outer).max(1);
+                let waves = (outer * inner).div_ceil(threads) as f64;
+                (waves * g.calls as f64 / outer as f64, inner as usize)
+            };
+            let sp = gemm_split(g.m, g.n, g.k, inner);
+            let (mm, nn) = if sp.rows {
+                (sp.per.min(g.m), g.n)
+            } else {
+                (g.m, sp.per.min(g.n))
+            };
+            let [flops, bytes, call] = self.gemm_terms(mm, nn, g.k, g.accumulate);
+            let waves = sp.parts.div_ceil(inner.max(1)) as f64;
+            t[0] += seq * waves * flops;
+            t[1] += seq * waves * bytes;
+            t[2] += seq * waves * call;
+            t[7] += seq * if sp.parts > 1 { 1.0 } else { 0.0 };
+        }
+        t[3] = w.im2col as f64;
+        t[4] = w.im2col_t as f64;
+        t[5] = w.col2im as f64;
+        t[6] = w.streamed as f64;
+        t[7] += w.loops as f64;
+        t[8] = 1.0;
+        t
+    }
+
+    /// What weighs each of [`CpuRates::terms`]: seconds per FLOP, per byte packed, per call, per
+    /// gathered element (three), per byte streamed, per loop, per launch.
+    pub fn coefs(&self) -> [f64; TERMS] {
+        let inv = |r: f64| if r > 0.0 { 1.0 / r } else { 0.0 };
+        [
+            inv(self.gemm_flops),
+            inv(self.pack_bytes),
+            self.gemm_call_s,
+            inv(self.im2col_elems),
+            inv(self.im2col_t_elems),
+            inv(self.col2im_elems),
+            inv(self.stream_bytes),
+            self.loop_s,
+            self.launch_s,
+        ]
+    }
+
+    /// These rates with the weights `c` of [`CpuRates::coefs`] (a rate whose weight is 0 is
+    /// 1e30: that work is free).
+    pub fn with_coefs(&self, c: &[f64; TERMS]) -> CpuRates {
+        let inv = |v: f64| if v > 0.0 { 1.0 / v } else { 1e30 };
+        CpuRates {
+            gemm_flops: inv(c[0]),
+            pack_bytes: inv(c[1]),
+            gemm_call_s: c[2],
+            im2col_elems: inv(c[3]),
+            im2col_t_elems: inv(c[4]),
+            col2im_elems: inv(c[5]),
+            stream_bytes: inv(c[6]),
+            loop_s: c[7],
+            launch_s: c[8],
+            ..self.clone()
+        }
     }
 
     /// Seconds of one launch doing `w`.

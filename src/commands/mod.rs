@@ -6,6 +6,7 @@
 //! uses the commands, the commands use the shared modules (`plan_args`, `program`, `kernels`,
 //! `train::*`), and nothing uses this file's items.
 
+mod calibrate;
 mod check;
 mod checkpoint;
 mod compile;

@@ -205,5 +205,5 @@ fn parse_lr(s: &str) -> Result<LearningRate, String> {
 /// This machine's CPU rates for the time model (`$DMC_CPU_RATES`: `nominal` or a JSON file of
 /// rates; else measured once by a micro-benchmark and cached in the dmc cache directory).
 pub fn cpu_rates() -> Result<dmc_plan::cpu::CpuRates, CliError> {
-    dmc_runtime::cpu::calibrate::for_this_machine().map_err(CliError::Usage)
+    super::calibrate::rates().map_err(CliError::Usage)
 }

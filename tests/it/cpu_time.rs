@@ -277,3 +277,84 @@ fn deep_convnets_floor_plan_leaves_out_the_split_room_and_the_backends_take_it()
     );
     dmc_runtime::check_plan(&p).expect("the CPU backend takes the plan without the room");
 }
+
+/// The terms the in-place calibration fits are the model: every kernel's time at any rates is
+/// the dot product of its terms with the rates' weights, and rates rebuilt from those weights
+/// predict the same times.
+#[test]
+fn a_launchs_time_is_its_terms_weighed_by_the_rates() {
+    let m = model(
+        "input x: [16, 16, 8]\ntarget y: int\n\
+         out = x |> conv2d(16, 3, activation: relu) |> conv2d(16, 3, groups: 16) |> batchnorm\n\
+           |> relu |> maxpool(2) |> flatten |> dense(32, activation: relu) |> dense(10)\n\
+         loss cross_entropy(out, y)\ntrain { batch: 8, optimizer: adam(lr: 0.001) }\n",
+    );
+    let p = compile(&m, &CompileOptions::default()).expect("compile");
+    let measured = CpuRates {
+        threads: 4,
+        micro_tile: 16,
+        ..CpuRates::nominal()
+    };
+    for r in [CpuRates::nominal(), measured] {
+        let c = r.coefs();
+        let rebuilt = r.with_coefs(&c);
+        for k in &p.kernels {
+            let w = k.cpu_work();
+            let dot: f64 = r.terms(&w).iter().zip(&c).map(|(t, c)| t * c).sum();
+            let s = r.work_s(&w);
+            assert!((dot - s).abs() <= 1e-9 * s, "{}: {dot} vs {s}", k.name);
+            assert!((rebuilt.work_s(&w) - s).abs() <= 1e-9 * s, "{}", k.name);
+        }
+    }
+}
+
+/// The fit of all nine weights recovers them from times they generate, and stays non-negative
+/// on times no non-negative weights explain.
+#[test]
+fn the_nine_term_fit_recovers_known_weights() {
+    let r = CpuRates::nominal();
+    let m = model(
+        "input x: [16, 16, 8]\ntarget y: int\n\
+         out = x |> conv2d(16, 3, activation: relu) |> conv2d(32, 3, groups: 16) |> batchnorm\n\
+           |> relu |> maxpool(2) |> flatten |> dense(32, activation: relu) |> dense(10)\n\
+         loss cross_entropy(out, y)\ntrain { batch: 8, optimizer: sgd(lr: 0.01, momentum: 0.9) }\n",
+    );
+    let p = compile(&m, &CompileOptions::default()).expect("compile");
+    let rows: Vec<[f64; dmc_plan::cpu::TERMS]> =
+        p.kernels.iter().map(|k| r.terms(&k.cpu_work())).collect();
+    let truth = CpuRates {
+        gemm_flops: 70e9,
+        pack_bytes: 25e9,
+        gemm_call_s: 1.3e-6,
+        im2col_elems: 3e9,
+        im2col_t_elems: 2e9,
+        col2im_elems: 5e9,
+        stream_bytes: 12e9,
+        loop_s: 2e-6,
+        launch_s: 4e-7,
+        ..r.clone()
+    }
+    .coefs();
+    let t: Vec<f64> = rows
+        .iter()
+        .map(|row| row.iter().zip(&truth).map(|(a, b)| a * b).sum())
+        .collect();
+    let x = calibrate::fit_nonneg_n(&rows, &t);
+    // every weight some kernel exercises is recovered
+    for i in 0..truth.len() {
+        if rows.iter().any(|row| row[i] > 0.0) {
+            assert!(
+                (x[i] / truth[i] - 1.0).abs() < 1e-4,
+                "term {i}: {x:?} vs {truth:?}"
+            );
+        }
+    }
+    let noise: Vec<f64> = t
+        .iter()
+        .enumerate()
+        .map(|(i, v)| if i % 2 == 0 { v * 9.0 } else { v * 1e-3 })
+        .collect();
+    assert!(calibrate::fit_nonneg_n(&rows, &noise)
+        .iter()
+        .all(|v| *v >= 0.0));
+}

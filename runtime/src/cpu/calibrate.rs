@@ -41,7 +41,7 @@ const GEMM_SHAPES: [(usize, usize, usize); 8] = [
 ];
 
 /// Bumped when what is measured or how changes: older cache entries are then ignored.
-const CACHE_VERSION: &str = "cpu-rates-1";
+const CACHE_VERSION: &str = "cpu-rates-2";
 
 /// Seconds of the best of `reps` runs of `f`, each repeated until it took `min_s`.
 fn best_of(reps: usize, min_s: f64, mut f: impl FnMut()) -> f64 {
@@ -62,69 +62,74 @@ fn best_of(reps: usize, min_s: f64, mut f: impl FnMut()) -> f64 {
     best
 }
 
-/// Solves the 3x3 system `a x = b` (Gaussian elimination with partial pivoting); `None` when
+/// Solves the square system `a x = b` (Gaussian elimination with partial pivoting); `None` when
 /// singular.
-fn solve3(mut a: [[f64; 3]; 3], mut b: [f64; 3]) -> Option<[f64; 3]> {
-    for c in 0..3 {
-        let p = (c..3).max_by(|&i, &j| a[i][c].abs().total_cmp(&a[j][c].abs()))?;
+fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
+    let n = b.len();
+    for c in 0..n {
+        let p = (c..n).max_by(|&i, &j| a[i][c].abs().total_cmp(&a[j][c].abs()))?;
         if a[p][c].abs() < 1e-300 {
             return None;
         }
         a.swap(c, p);
         b.swap(c, p);
-        for r in c + 1..3 {
-            let (f, pivot) = (a[r][c] / a[c][c], a[c]);
-            for (x, p) in a[r][c..].iter_mut().zip(&pivot[c..]) {
-                *x -= f * p;
+        for r in c + 1..n {
+            let f = a[r][c] / a[c][c];
+            for k in c..n {
+                a[r][k] -= f * a[c][k];
             }
             b[r] -= f * b[c];
         }
     }
-    let mut x = [0.0; 3];
-    for r in (0..3).rev() {
-        let s: f64 = (r + 1..3).map(|k| a[r][k] * x[k]).sum();
+    let mut x = vec![0.0; n];
+    for r in (0..n).rev() {
+        let s: f64 = (r + 1..n).map(|k| a[r][k] * x[k]).sum();
         x[r] = (b[r] - s) / a[r][r];
     }
     Some(x)
 }
 
-/// Non-negative `x` minimising `sum(((rows_i . x) - t_i) / t_i)^2`: the least-squares solution
-/// on every subset of the three coefficients (the others 0), the best that is non-negative.
-pub fn fit_nonneg(rows: &[[f64; 3]], t: &[f64]) -> [f64; 3] {
-    let mut best = ([0.0; 3], f64::INFINITY);
-    for mask in 1u8..8 {
-        let on: Vec<usize> = (0..3).filter(|i| mask & (1 << i) != 0).collect();
-        let mut a = [[0.0; 3]; 3];
-        let mut b = [0.0; 3];
+/// Non-negative `x` minimising `sum(((rows_i . x) - t_i) / t_i)^2` over `N` coefficients: the
+/// least-squares solution on every subset of them (the others 0), the best that is
+/// non-negative. (Exhaustive: `2^N` small solves, for the handful of terms of the time model.)
+pub fn fit_nonneg_n<const N: usize>(rows: &[[f64; N]], t: &[f64]) -> [f64; N] {
+    let mut best = ([0.0; N], f64::INFINITY);
+    for mask in 1u32..(1 << N) {
+        let on: Vec<usize> = (0..N).filter(|i| mask & (1 << i) != 0).collect();
+        let mut a = vec![vec![0.0; on.len()]; on.len()];
+        let mut b = vec![0.0; on.len()];
         for (r, &ti) in rows.iter().zip(t) {
             let w = 1.0 / (ti * ti);
-            for &i in &on {
-                for &j in &on {
-                    a[i][j] += w * r[i] * r[j];
+            for (ii, &i) in on.iter().enumerate() {
+                for (jj, &j) in on.iter().enumerate() {
+                    a[ii][jj] += w * r[i] * r[j];
                 }
-                b[i] += w * r[i] * ti;
+                b[ii] += w * r[i] * ti;
             }
         }
-        for i in 0..3 {
-            if !on.contains(&i) {
-                a[i][i] = 1.0;
-                b[i] = 0.0;
-            }
-        }
-        let Some(x) = solve3(a, b) else { continue };
-        if x.iter().any(|v| *v < 0.0 || !v.is_finite()) {
+        let Some(sol) = solve(a, b) else { continue };
+        if sol.iter().any(|v| *v < 0.0 || !v.is_finite()) {
             continue;
+        }
+        let mut x = [0.0; N];
+        for (&i, v) in on.iter().zip(sol) {
+            x[i] = v;
         }
         let err: f64 = rows
             .iter()
             .zip(t)
-            .map(|(r, &ti)| ((r[0] * x[0] + r[1] * x[1] + r[2] * x[2]) / ti - 1.0).powi(2))
+            .map(|(r, &ti)| (r.iter().zip(&x).map(|(a, b)| a * b).sum::<f64>() / ti - 1.0).powi(2))
             .sum();
         if err < best.1 {
             best = (x, err);
         }
     }
     best.0
+}
+
+/// [`fit_nonneg_n`] of three coefficients (the GEMM fit: FLOPs, bytes packed, calls).
+pub fn fit_nonneg(rows: &[[f64; 3]], t: &[f64]) -> [f64; 3] {
+    fit_nonneg_n(rows, t)
 }
 
 /// Seconds of one single-threaded call of each of [`GEMM_SHAPES`] (as each block of a split GEMM
@@ -327,6 +332,11 @@ pub fn cache_path(dir: &Path) -> PathBuf {
 /// This machine's rates: read from `dir`'s cache entry, else measured ([`measure`]) and written
 /// there (atomically; a cache that cannot be written only costs the next run the measurement).
 pub fn cached(dir: Option<&Path>) -> CpuRates {
+    cached_with(dir, measure)
+}
+
+/// [`cached`], measuring with `measure` on a miss.
+pub fn cached_with(dir: Option<&Path>, measure: impl FnOnce() -> CpuRates) -> CpuRates {
     let path = dir.map(cache_path);
     if let Some(p) = &path {
         if let Some(r) = std::fs::read(p)
@@ -350,6 +360,11 @@ pub fn cached(dir: Option<&Path>) -> CpuRates {
 /// reproducible output) or a JSON file of rates; else this machine's, cached in the dmc cache
 /// directory (`$DMC_CACHE_DIR`, else `~/.cache/dmc`).
 pub fn for_this_machine() -> Result<CpuRates, String> {
+    for_this_machine_with(measure)
+}
+
+/// [`for_this_machine`], measuring with `measure` when nothing is cached.
+pub fn for_this_machine_with(measure: impl FnOnce() -> CpuRates) -> Result<CpuRates, String> {
     match std::env::var("DMC_CPU_RATES") {
         Ok(v) if v == "nominal" => Ok(CpuRates::nominal()),
         Ok(v) if !v.is_empty() => {
@@ -360,6 +375,9 @@ pub fn for_this_machine() -> Result<CpuRates, String> {
                 format!("DMC_CPU_RATES={v}: not a JSON file of CPU rates: {e} (unset it to measure this machine)")
             })
         }
-        _ => Ok(cached(crate::cuda::nvrtc::cache_dir().as_deref())),
+        _ => Ok(cached_with(
+            crate::cuda::nvrtc::cache_dir().as_deref(),
+            measure,
+        )),
     }
 }

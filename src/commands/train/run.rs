@@ -313,7 +313,7 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
 /// The CPU time model's time of one launch of each kernel of `plan` (by name) at this machine's
 /// rates, and a line saying so: the predicted column of `dmc run --profile` on the CPU.
 fn cpu_predictions(plan: &dmc_plan::plan::Plan) -> Option<(HashMap<String, f64>, String)> {
-    let rates = match dmc_runtime::cpu::calibrate::for_this_machine() {
+    let rates = match crate::commands::calibrate::rates() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("warning: {e}; no prediction column");

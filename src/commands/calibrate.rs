@@ -1,0 +1,126 @@
+//! The CPU time model's rates measured in place: small built-in training programs (none of them
+//! an example) run on the CPU backend with every kernel timed, and the model's weights
+//! ([`CpuRates::coefs`]) fitted to those times by non-negative least squares on the relative
+//! error ([`fit_nonneg_n`]), each kernel's [`CpuRates::terms`] the regressors. The runtime's
+//! micro-benchmark ([`calibrate::measure`]) gives the machine's thread count and micro-tile and
+//! the starting rates; a program that fails to build or run is skipped, and with no sample at
+//! all the micro-benchmark's rates stand. Cached per machine like them.
+//!
+//! Why in place: the micro-benchmark times isolated calls with hot threads and caches; a
+//! training step's kernels run between others, on operands that come from memory, with the
+//! pool's threads woken per loop. Fitted on real kernels of every family (convolutions dense,
+//! depthwise and with weights too large for a cache, dense layers, batchnorm, pooling, ReLU,
+//! losses), the model predicts the examples' steps (BENCHMARKS.md, "CPU time model").
+
+use std::time::Instant;
+
+use dmc_compiler::{compile, CompileOptions};
+use dmc_plan::cpu::{CpuRates, TERMS};
+use dmc_runtime::compare::Batch;
+use dmc_runtime::cpu::calibrate::{self, fit_nonneg_n};
+use dmc_runtime::CpuBackend;
+use rand_chacha::rand_core::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+/// The calibration programs: each family of kernel at sizes in and out of the caches.
+const PROGRAMS: [&str; 5] = [
+    // 3x3 convolutions at 32 and 64 channels, batchnorm, max pooling
+    "input x: [32, 32, 16]\ntarget y: int\n\
+     out = x |> conv2d(32, 3, activation: relu) |> conv2d(32, 3) |> batchnorm |> relu\n\
+       |> maxpool(2) |> conv2d(64, 3, activation: relu) |> global_avgpool |> dense(10)\n\
+     loss cross_entropy(out, y)\ntrain { batch: 8, optimizer: sgd(lr: 0.01, momentum: 0.9) }\n",
+    // weights larger than the caches (9.4 MB each), one image
+    "input x: [4, 4, 64]\ntarget y: [1]\n\
+     out = x |> conv2d(512, 3) |> conv2d(512, 3) |> conv2d(64, 3) |> flatten |> dense(1)\n\
+     loss mse(out, y)\ntrain { batch: 1, optimizer: sgd(lr: 0.01) }\n",
+    // dense layers on flat inputs
+    "input x: [512]\ntarget y: int\n\
+     out = x |> dense(384, activation: relu) |> dense(192, activation: relu) |> dense(10)\n\
+     loss cross_entropy(out, y)\ntrain { batch: 32, optimizer: adam(lr: 0.001) }\n",
+    // depthwise and pointwise convolutions with batchnorm
+    "input x: [16, 16, 24]\ntarget y: int\n\
+     out = x |> conv2d(24, 3, padding: 1, groups: 24, bias: false) |> batchnorm |> relu\n\
+       |> conv2d(48, 1, padding: 0, bias: false) |> batchnorm |> relu\n\
+       |> conv2d(48, 3, stride: 2, padding: 1, groups: 48, bias: false) |> batchnorm |> relu\n\
+       |> global_avgpool |> dense(10)\n\
+     loss cross_entropy(out, y)\ntrain { batch: 16, optimizer: adam(lr: 0.001) }\n",
+    // small kernels: a tiny step dominated by per-kernel costs
+    "input x: [8, 8, 3]\ntarget y: int\n\
+     out = x |> conv2d(8, 3, activation: relu) |> maxpool(2) |> flatten |> dense(16, activation: relu)\n\
+       |> dense(10)\n\
+     loss cross_entropy(out, y)\ntrain { batch: 4, optimizer: sgd(lr: 0.01, momentum: 0.9) }\n",
+];
+
+/// Timed training steps per program (after one warm-up step).
+const STEPS: u64 = 4;
+
+/// Per kernel of one program's step: its terms at `rates` times its launches, and its measured
+/// seconds per step.
+fn samples(src: &str, rates: &CpuRates) -> Option<Vec<([f64; TERMS], f64)>> {
+    let model = dmc_grammar::compile_source(src, "calibration.dm").ok()?;
+    let plan = compile(
+        &model,
+        &CompileOptions {
+            verify: false,
+            ..Default::default()
+        },
+    )
+    .ok()?;
+    let mut b = CpuBackend::new(plan.clone()).ok()?;
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    b.init_params(7);
+    let batch = Batch::random(&plan, &mut rng);
+    for step in 1..=STEPS + 1 {
+        batch.feed(|n, d| b.set_input(n, d)).ok()?;
+        if step == 2 {
+            b.set_profile(true);
+        }
+        b.run(step, 7).ok()?;
+    }
+    let prof = b.profile()?;
+    let steps = prof.steps.max(1) as f64;
+    Some(
+        prof.kernels
+            .iter()
+            .filter(|k| k.launches > 0 && k.total_ms > 0.0)
+            .filter_map(|k| {
+                let kernel = plan.kernels.get(k.kernel)?;
+                let per_step = k.launches as f64 / steps;
+                let terms = rates.terms(&kernel.cpu_work()).map(|t| t * per_step);
+                Some((terms, k.total_ms * 1e-3 / steps))
+            })
+            .collect(),
+    )
+}
+
+/// This machine's rates, fitted in place (see the module documentation).
+pub fn measure() -> CpuRates {
+    let t0 = Instant::now();
+    let base = calibrate::measure();
+    let all: Vec<([f64; TERMS], f64)> = PROGRAMS
+        .iter()
+        .filter_map(|src| samples(src, &base))
+        .flatten()
+        .collect();
+    if all.is_empty() {
+        return base;
+    }
+    let rows: Vec<[f64; TERMS]> = all.iter().map(|s| s.0).collect();
+    let times: Vec<f64> = all.iter().map(|s| s.1).collect();
+    let coefs = fit_nonneg_n(&rows, &times);
+    let mut r = base.with_coefs(&coefs);
+    r.source = format!(
+        "measured on this machine ({} thread{}, {} kernels of {} calibration programs fitted, {:.2} s)",
+        r.threads,
+        if r.threads == 1 { "" } else { "s" },
+        all.len(),
+        PROGRAMS.len(),
+        t0.elapsed().as_secs_f64()
+    );
+    r
+}
+
+/// The rates the CLI plans with ([`calibrate::for_this_machine_with`] this [`measure`]).
+pub fn rates() -> Result<CpuRates, String> {
+    calibrate::for_this_machine_with(measure)
+}
