@@ -332,6 +332,8 @@ fn capped_remat_and_unfused_plans_train_through_emulated_kernels_like_the_cpu_ba
         dmc_grammar::compile_source(SMALL_DEEP_CONVNET, "small_deep_convnet.dm").expect("parse");
     let opts = CompileOptions {
         verify: true,
+        // recomputation under test, not streaming or offloading (tests/it/offload.rs)
+        stream: false,
         ..Default::default()
     };
     let free = compile(&model, &opts).expect("compile").arena_bytes;
