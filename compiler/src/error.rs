@@ -269,7 +269,7 @@ fn cap_message(
         )
     } else {
         format!(
-            "even with every parameter and optimizer state tensor streamed from the host store and every activation offloaded there ({}), the smallest working set (windows in flight included) is {} > cap {}",
+            "even with every tensor that may stream in the host store (parameters, optimizer state, and activations unless --no-offload: {}), the smallest working set (windows in flight included) is {} > cap {}",
             human(host),
             human(needed),
             human(cap)
