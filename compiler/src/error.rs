@@ -269,7 +269,7 @@ fn cap_message(
         )
     } else {
         format!(
-            "even with every tensor that may stream in the host store (parameters, optimizer state, and activations unless --no-offload: {}), the smallest working set (windows in flight included) is {} > cap {}",
+            "even with everything that may stream streamed from the host store (parameters, optimizer state, and activations unless --no-offload: {}), the smallest working set (windows in flight included) is {} > cap {}",
             human(host),
             human(needed),
             human(cap)
