@@ -1,28 +1,47 @@
 #!/usr/bin/env bash
-# The CPU time model against the CPU backend (issue 21): for every example, the measured step
-# (`dmc run --profile`, mean of the steps after the first) and the model's prediction at this
-# machine's calibrated rates; then deep_convnet at the caps of a 4-point sweep (predicted by
-# `dmc plan --sweep`, measured by `dmc run --vram-cap`, 2 steps each: the floor takes minutes).
-# Usage: bench/cpu-time-model.sh [path/to/dmc]   (default target/release/dmc)
+# The CPU time model against the CPU backend (issue 21): every example at every cap of its sweep.
+# The caps are `dmc plan --sweep`'s 12 points (from the smallest feasible cap to the arena without
+# recomputation); at each, `dmc run --vram-cap CAP --profile` measures the step (each kernel's
+# median time over the steps after the first, summed) beside the model's prediction for the same
+# plan at this machine's calibrated rates. One run of unet first, untimed: the first seconds of
+# work after a build or an idle spell run slower on this machine.
+# Usage: bench/cpu-time-model.sh [path/to/dmc] [example ...]   (default: target/release/dmc, all)
 set -euo pipefail
 DMC=${1:-target/release/dmc}
+shift || true
 cd "$(dirname "$0")/.."
-echo "| example | measured ms/step | predicted ms/step | measured/predicted |"
-echo "|---|---:|---:|---:|"
-for e in mlp bn_cnn autoencoder_classifier resnet_small unet mobilenet resnet18 seed deep_convnet; do
-  out=$("$DMC" run "examples/$e.dm" --steps 4 --profile -q 2>&1)
-  row=$(grep -E '^\| \*\*step' <<<"$out")
-  meas=$(awk -F'|' '{gsub(/ /,"",$4); print $4/1000}' <<<"$row")
-  pred=$(awk -F'|' '{gsub(/ /,"",$6); print $6/1000}' <<<"$row")
-  awk -v e="$e" -v m="$meas" -v p="$pred" 'BEGIN{printf "| %s | %.2f | %.2f | %.2fx |\n", e, m, p, m/p}'
+examples=${*:-mlp bn_cnn autoencoder_classifier resnet_small unet mobilenet resnet18 seed deep_convnet}
+steps_for() {
+  case $1 in
+    seed) echo 4 ;;
+    deep_convnet) echo 3 ;;
+    resnet18) echo 8 ;;
+    resnet_small | unet | mobilenet) echo 20 ;;
+    *) echo 60 ;;
+  esac
+}
+"$DMC" run examples/unet.dm --steps 60 -q >/dev/null 2>&1
+echo "| example | cap (B) | measured ms/step | predicted ms/step | measured/predicted |"
+echo "|---|---:|---:|---:|---:|"
+summary=$(mktemp)
+for e in $examples; do
+  s=$(steps_for "$e")
+  caps=$("$DMC" plan "examples/$e.dm" --sweep | grep -E '^ +[0-9,]+ ' | awk '{gsub(/,/, "", $1); print $1}')
+  for c in none $caps; do
+    cap=()
+    [ "$c" = none ] || cap=(--vram-cap "$c")
+    row=$("$DMC" run "examples/$e.dm" --steps "$s" "${cap[@]}" --profile -q 2>&1 | grep -E '^\| \*\*step' || true)
+    if [ -z "$row" ]; then
+      echo "| $e | $c | failed | | |"
+      continue
+    fi
+    awk -F'|' -v e="$e" -v c="$c" '{gsub(/ /, "", $4); gsub(/ /, "", $6);
+      m = $4 / 1000; p = $6 / 1000;
+      printf "| %s | %s | %.3f | %.3f | %.2fx |\n", e, (c == "none" ? "uncapped" : c), m, p, m / p}' <<<"$row" |
+      tee -a "$summary"
+  done
 done
 echo
-"$DMC" plan examples/deep_convnet.dm --sweep --points 4 | tee /tmp/dmc-sweep.txt
-echo
-echo "| cap (B) | predicted ms/step | measured ms/step |"
-echo "|---:|---:|---:|"
-grep -E '^ +[0-9,]+ ' /tmp/dmc-sweep.txt | while read -r cap _ _ _ _ _ _ pred _ _; do
-  c=${cap//,/}
-  meas=$("$DMC" run examples/deep_convnet.dm --steps 2 --vram-cap "$c" 2>&1 | sed -n 's/.*, \([0-9.]*\) ms\/step/\1/p')
-  echo "| $cap | $pred | $meas |"
-done
+awk -F'|' '{gsub(/[ x]/, "", $6); r = $6 + 0; if (r > hi || NR == 1) hi = r; if (r < lo || NR == 1) lo = r; n++}
+  END {printf "%d plans: measured/predicted from %.2fx to %.2fx\n", n, lo, hi}' "$summary"
+rm -f "$summary"

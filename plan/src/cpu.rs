@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::plan::Plan;
 
 /// How many terms the time of a launch has ([`CpuRates::terms`]).
-pub const TERMS: usize = 9;
+pub const TERMS: usize = 10;
 
 /// Multiply-adds (m*n*k) below which a GEMM runs on the calling thread.
 pub const PAR_WORK: usize = 1 << 20;
@@ -80,8 +80,16 @@ pub struct CpuWork {
     pub im2col_t: u64,
     /// Elements the data gradient's col2im scatter-adds.
     pub col2im: u64,
+    /// Multiply-adds done directly, a vector of channels at a time, outside any GEMM (the
+    /// depthwise convolutions').
+    #[serde(default)]
+    pub direct: u64,
     /// Bytes the rest of the kernel streams through memory (read + written).
     pub streamed: u64,
+    /// Bytes it streams on one thread (a loop it does not split: the batchnorms' sums over the
+    /// rows in order): weighed as `threads` times as many bytes streamed.
+    #[serde(default)]
+    pub serial: u64,
     /// Parallel loops it starts (each a dispatch to the thread pool and a join).
     pub loops: u64,
 }
@@ -124,6 +132,9 @@ pub struct CpuRates {
     pub im2col_elems: f64,
     pub im2col_t_elems: f64,
     pub col2im_elems: f64,
+    /// Direct multiply-adds ([`CpuWork::direct`]) per second, all threads.
+    #[serde(default = "nominal_direct_madds")]
+    pub direct_madds: f64,
     /// Bytes per second streamed through memory, all threads.
     pub stream_bytes: f64,
     /// Seconds per parallel loop (dispatch and join).
@@ -132,6 +143,10 @@ pub struct CpuRates {
     pub launch_s: f64,
     /// What measured them, e.g. `micro-benchmark, 2 threads, 0.4 s`.
     pub source: String,
+}
+
+fn nominal_direct_madds() -> f64 {
+    4e9
 }
 
 impl CpuRates {
@@ -147,6 +162,7 @@ impl CpuRates {
             im2col_elems: 4e9,
             im2col_t_elems: 2e9,
             col2im_elems: 2e9,
+            direct_madds: nominal_direct_madds(),
             stream_bytes: 10e9,
             loop_s: 5e-6,
             launch_s: 1e-6,
@@ -200,7 +216,7 @@ impl CpuRates {
     /// The terms of one launch doing `w` that [`CpuRates::coefs`] weigh: its time is their dot
     /// product ([`CpuRates::work_s`]). In [`TERMS`] order: GEMM FLOPs on whole micro-tiles, GEMM
     /// bytes packed, GEMM calls (each in waves over the threads), the three gathers' elements,
-    /// bytes streamed, parallel loops (a split GEMM's included), launches.
+    /// direct multiply-adds, bytes streamed, parallel loops (a split GEMM's included), launches.
     pub fn terms(&self, w: &CpuWork) -> [f64; TERMS] {
         let mut t = [0.0; TERMS];
         let threads = self.threads.max(1) as u64;
@@ -228,19 +244,20 @@ impl CpuRates {
             t[0] += seq * waves * flops;
             t[1] += seq * waves * bytes;
             t[2] += seq * waves * call;
-            t[7] += seq * if sp.parts > 1 { 1.0 } else { 0.0 };
+            t[8] += seq * if sp.parts > 1 { 1.0 } else { 0.0 };
         }
         t[3] = w.im2col as f64;
         t[4] = w.im2col_t as f64;
         t[5] = w.col2im as f64;
-        t[6] = w.streamed as f64;
-        t[7] += w.loops as f64;
-        t[8] = 1.0;
+        t[6] = w.direct as f64;
+        t[7] = (w.streamed + w.serial * threads) as f64;
+        t[8] += w.loops as f64;
+        t[9] = 1.0;
         t
     }
 
     /// What weighs each of [`CpuRates::terms`]: seconds per FLOP, per byte packed, per call, per
-    /// gathered element (three), per byte streamed, per loop, per launch.
+    /// gathered element (three), per direct multiply-add, per byte streamed, per loop, per launch.
     pub fn coefs(&self) -> [f64; TERMS] {
         let inv = |r: f64| if r > 0.0 { 1.0 / r } else { 0.0 };
         [
@@ -250,6 +267,7 @@ impl CpuRates {
             inv(self.im2col_elems),
             inv(self.im2col_t_elems),
             inv(self.col2im_elems),
+            inv(self.direct_madds),
             inv(self.stream_bytes),
             self.loop_s,
             self.launch_s,
@@ -267,9 +285,10 @@ impl CpuRates {
             im2col_elems: inv(c[3]),
             im2col_t_elems: inv(c[4]),
             col2im_elems: inv(c[5]),
-            stream_bytes: inv(c[6]),
-            loop_s: c[7],
-            launch_s: c[8],
+            direct_madds: inv(c[6]),
+            stream_bytes: inv(c[7]),
+            loop_s: c[8],
+            launch_s: c[9],
             ..self.clone()
         }
     }
@@ -280,7 +299,8 @@ impl CpuRates {
             + w.im2col as f64 / self.im2col_elems
             + w.im2col_t as f64 / self.im2col_t_elems
             + w.col2im as f64 / self.col2im_elems
-            + w.streamed as f64 / self.stream_bytes
+            + w.direct as f64 / self.direct_madds
+            + (w.streamed + w.serial * self.threads.max(1) as u64) as f64 / self.stream_bytes
             + w.loops as f64 * self.loop_s
             + self.launch_s
     }

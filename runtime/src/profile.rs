@@ -17,6 +17,10 @@ pub struct KernelTime {
     pub launches: u64,
     /// Their time, in milliseconds.
     pub total_ms: f64,
+    /// The kernel's time in one step, median over the steps, in milliseconds: what the table
+    /// shows (one step stalled by the machine, a page-fault storm or a descheduled thread, moves
+    /// the mean of a few steps by more than the model's error).
+    pub median_ms: f64,
 }
 
 /// Per-kernel times over `steps` training steps.
@@ -33,21 +37,42 @@ pub struct KernelProfile {
     pub clock: String,
 }
 
-/// Per kernel id: launches and milliseconds.
+/// Per kernel id: launches and milliseconds, in all and per step.
 #[derive(Debug, Clone, Default)]
 struct Bucket {
     steps: u64,
     per_kernel: Vec<(u64, f64)>,
+    per_step: Vec<Vec<f64>>,
 }
 
 impl Bucket {
     fn add(&mut self, kernel: usize, ms: f64) {
         if self.per_kernel.len() <= kernel {
             self.per_kernel.resize(kernel + 1, (0, 0.0));
+            self.per_step.resize(kernel + 1, vec![]);
         }
         let e = &mut self.per_kernel[kernel];
         e.0 += 1;
         e.1 += ms;
+        let at = self.steps.max(1) as usize - 1;
+        let v = &mut self.per_step[kernel];
+        if v.len() <= at {
+            v.resize(at + 1, 0.0);
+        }
+        v[at] += ms;
+    }
+
+    /// Kernel `k`'s median time per step (0 in the steps it did not run).
+    fn median(&self, k: usize) -> f64 {
+        let mut v = self.per_step.get(k).cloned().unwrap_or_default();
+        v.resize(self.steps.max(1) as usize, 0.0);
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        }
     }
 }
 
@@ -119,6 +144,7 @@ impl ProfileAccumulator {
                         .unwrap_or_else(|| format!("#{k}")),
                     launches,
                     total_ms,
+                    median_ms: b.median(k),
                 })
                 .collect(),
         }
@@ -136,7 +162,7 @@ fn per_step(count: u64, steps: u64) -> String {
 }
 
 /// The profile as a markdown table (pasted into BENCHMARKS.md), slowest kernel first: kernel,
-/// launches per step, mean µs per step, share of the step's kernel time, and, when `predicted`
+/// launches per step, median µs per step ([`KernelTime::median_ms`]), share of the step's kernel time, and, when `predicted`
 /// is given, the prediction (seconds of one launch of the kernel of that id, e.g. a performance
 /// model's for the rendered kernel; `None`: no prediction) times the launches per step, with the
 /// ratio measured / predicted. The last row is the step's total.
@@ -148,16 +174,16 @@ pub fn profile_table(
         return "Measured per kernel: no kernel ran in a profiled step.\n".into();
     }
     let steps = p.steps.max(1) as f64;
-    let total_us: f64 = p.kernels.iter().map(|k| k.total_ms).sum::<f64>() * 1e3 / steps;
+    let total_us: f64 = p.kernels.iter().map(|k| k.median_ms).sum::<f64>() * 1e3;
     let mut rows: Vec<&KernelTime> = p.kernels.iter().collect();
     rows.sort_by(|a, b| {
-        b.total_ms
-            .total_cmp(&a.total_ms)
+        b.median_ms
+            .total_cmp(&a.median_ms)
             .then(a.kernel.cmp(&b.kernel))
     });
     let mut out = String::new();
     out.push_str(&format!(
-        "Measured per kernel ({}), mean over {} step{}{}:\n\n",
+        "Measured per kernel ({}), median of {} step{}{}:\n\n",
         p.clock,
         p.steps,
         if p.steps == 1 { "" } else { "s" },
@@ -175,7 +201,7 @@ pub fn profile_table(
     }
     let mut predicted_total: Option<f64> = predicted.map(|_| 0.0);
     for k in rows {
-        let us = k.total_ms * 1e3 / steps;
+        let us = k.median_ms * 1e3;
         let share = if total_us > 0.0 {
             100.0 * us / total_us
         } else {

@@ -1,7 +1,8 @@
 //! The CPU time model's rates measured in place: small built-in training programs (none of them
 //! an example) run on the CPU backend with every kernel timed, and the model's weights
-//! ([`CpuRates::coefs`]) fitted to those times by non-negative least squares on the relative
-//! error ([`fit_nonneg_n`]), each kernel's [`CpuRates::terms`] the regressors. The runtime's
+//! ([`CpuRates::coefs`]) fitted to those times by non-negative least squares, each kernel's
+//! error relative to its program's step ([`fit_nonneg_scaled`]), each kernel's
+//! [`CpuRates::terms`] the regressors. The runtime's
 //! micro-benchmark ([`calibrate::measure`]) gives the machine's thread count and micro-tile and
 //! the starting rates; a program that fails to build or run is skipped, and with no sample at
 //! all the micro-benchmark's rates stand. Cached per machine like them.
@@ -17,7 +18,7 @@ use std::time::Instant;
 use dmc_compiler::{compile, CompileOptions};
 use dmc_plan::cpu::{CpuRates, TERMS};
 use dmc_runtime::compare::Batch;
-use dmc_runtime::cpu::calibrate::{self, fit_nonneg_n};
+use dmc_runtime::cpu::calibrate::{self, fit_nonneg_scaled};
 use dmc_runtime::CpuBackend;
 use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -82,12 +83,12 @@ fn samples(src: &str, rates: &CpuRates) -> Option<Vec<([f64; TERMS], f64)>> {
     Some(
         prof.kernels
             .iter()
-            .filter(|k| k.launches > 0 && k.total_ms > 0.0)
+            .filter(|k| k.launches > 0 && k.median_ms > 0.0)
             .filter_map(|k| {
                 let kernel = plan.kernels.get(k.kernel)?;
                 let per_step = k.launches as f64 / steps;
                 let terms = rates.terms(&kernel.cpu_work()).map(|t| t * per_step);
-                Some((terms, k.total_ms * 1e-3 / steps))
+                Some((terms, k.median_ms * 1e-3))
             })
             .collect(),
     )
@@ -97,17 +98,24 @@ fn samples(src: &str, rates: &CpuRates) -> Option<Vec<([f64; TERMS], f64)>> {
 pub fn measure() -> CpuRates {
     let t0 = Instant::now();
     let base = calibrate::measure();
-    let all: Vec<([f64; TERMS], f64)> = PROGRAMS
-        .iter()
-        .filter_map(|src| samples(src, &base))
-        .flatten()
-        .collect();
+    // each kernel's error on the scale of its program's step: the step's time is what the model
+    // must predict, and a kernel matters by its share of it (with relative errors per kernel the
+    // fit favoured the many tiny ones, and predictions came out low)
+    let mut all: Vec<([f64; TERMS], f64, f64)> = vec![];
+    for src in PROGRAMS {
+        let Some(ks) = samples(src, &base) else {
+            continue;
+        };
+        let step: f64 = ks.iter().map(|k| k.1).sum();
+        all.extend(ks.into_iter().map(|(terms, t)| (terms, t, step)));
+    }
     if all.is_empty() {
         return base;
     }
     let rows: Vec<[f64; TERMS]> = all.iter().map(|s| s.0).collect();
     let times: Vec<f64> = all.iter().map(|s| s.1).collect();
-    let coefs = fit_nonneg_n(&rows, &times);
+    let scales: Vec<f64> = all.iter().map(|s| s.2).collect();
+    let coefs = fit_nonneg_scaled(&rows, &times, &scales);
     let mut r = base.with_coefs(&coefs);
     r.source = format!(
         "measured on this machine ({} thread{}, {} kernels of {} calibration programs fitted, {:.2} s)",

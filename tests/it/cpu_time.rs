@@ -308,14 +308,16 @@ fn a_launchs_time_is_its_terms_weighed_by_the_rates() {
     }
 }
 
-/// The fit of all nine weights recovers them from times they generate, and stays non-negative
-/// on times no non-negative weights explain.
+/// The fit of all ten weights recovers them from times they generate (each kernel's error on
+/// its step's scale, as the in-place calibration weighs them, and relative to itself), and stays
+/// non-negative on times no non-negative weights explain.
 #[test]
-fn the_nine_term_fit_recovers_known_weights() {
+fn the_ten_term_fit_recovers_known_weights() {
     let r = CpuRates::nominal();
     let m = model(
         "input x: [16, 16, 8]\ntarget y: int\n\
-         out = x |> conv2d(16, 3, activation: relu) |> conv2d(32, 3, groups: 16) |> batchnorm\n\
+         out = x |> conv2d(16, 3, activation: relu) |> conv2d(16, 3, groups: 16)\n\
+           |> conv2d(32, 3, groups: 16) |> batchnorm\n\
            |> relu |> maxpool(2) |> flatten |> dense(32, activation: relu) |> dense(10)\n\
          loss cross_entropy(out, y)\ntrain { batch: 8, optimizer: sgd(lr: 0.01, momentum: 0.9) }\n",
     );
@@ -329,6 +331,7 @@ fn the_nine_term_fit_recovers_known_weights() {
         im2col_elems: 3e9,
         im2col_t_elems: 2e9,
         col2im_elems: 5e9,
+        direct_madds: 6e9,
         stream_bytes: 12e9,
         loop_s: 2e-6,
         launch_s: 4e-7,
@@ -339,14 +342,21 @@ fn the_nine_term_fit_recovers_known_weights() {
         .iter()
         .map(|row| row.iter().zip(&truth).map(|(a, b)| a * b).sum())
         .collect();
-    let x = calibrate::fit_nonneg_n(&rows, &t);
-    // every weight some kernel exercises is recovered
-    for i in 0..truth.len() {
-        if rows.iter().any(|row| row[i] > 0.0) {
-            assert!(
-                (x[i] / truth[i] - 1.0).abs() < 1e-4,
-                "term {i}: {x:?} vs {truth:?}"
-            );
+    let step: f64 = t.iter().sum();
+    for x in [
+        calibrate::fit_nonneg_n(&rows, &t),
+        calibrate::fit_nonneg_scaled(&rows, &t, &vec![step; t.len()]),
+    ] {
+        // every weight some kernel exercises is recovered (the depthwise conv's direct
+        // multiply-adds among them)
+        assert!(rows.iter().any(|row| row[6] > 0.0), "no direct term");
+        for i in 0..truth.len() {
+            if rows.iter().any(|row| row[i] > 0.0) {
+                assert!(
+                    (x[i] / truth[i] - 1.0).abs() < 1e-4,
+                    "term {i}: {x:?} vs {truth:?}"
+                );
+            }
         }
     }
     let noise: Vec<f64> = t
@@ -357,4 +367,62 @@ fn the_nine_term_fit_recovers_known_weights() {
     assert!(calibrate::fit_nonneg_n(&rows, &noise)
         .iter()
         .all(|v| *v >= 0.0));
+}
+
+/// The CPU backend runs a depthwise convolution (one channel per group) directly: the model
+/// gives it no GEMM and no gather, only its multiply-adds (one per tap, channel and output pixel)
+/// and the bytes it streams; a grouped convolution with more channels per group keeps its GEMMs.
+/// Batchnorm's sums run on one thread: its bytes are weighed as the threads' share.
+#[test]
+fn depthwise_convolutions_are_direct_work_and_batchnorm_is_serial() {
+    let m = model(
+        "input x: [16, 16, 8]\ntarget y: int\n\
+         out = x |> conv2d(16, 3, padding: 1) |> conv2d(16, 3, padding: 1, groups: 16, bias: false)\n\
+           |> conv2d(16, 3, groups: 8)\n\
+           |> batchnorm |> relu |> global_avgpool |> dense(10)\n\
+         loss cross_entropy(out, y)\ntrain { batch: 4, optimizer: adam(lr: 0.001) }\n",
+    );
+    let p = compile(&m, &CompileOptions::default()).expect("compile");
+    // the depthwise conv's kernels, by its weight's shape
+    let depthwise: Vec<_> = p
+        .kernels
+        .iter()
+        .filter(|k| k.name.starts_with("conv2d"))
+        .filter(|k| k.arg_shapes.iter().any(|s| s == &vec![3, 3, 1, 16]))
+        .collect();
+    assert_eq!(depthwise.len(), 3, "forward, data gradient, fused update");
+    for k in &depthwise {
+        let w = k.cpu_work();
+        assert!(
+            w.gemms.is_empty() && w.im2col + w.im2col_t + w.col2im == 0,
+            "{}",
+            k.name
+        );
+        // 4 images of 16 x 16 (padded: the output is the input's size), 16 channels, 9 taps
+        assert_eq!(w.direct, 4 * 16 * 16 * 16 * 9, "{}", k.name);
+        assert!(w.streamed > 0, "{}", k.name);
+    }
+    let grouped = p
+        .kernels
+        .iter()
+        .find(|k| {
+            k.name.starts_with("conv2d") && k.arg_shapes.iter().any(|s| s == &vec![3, 3, 2, 16])
+        })
+        .expect("the grouped conv");
+    let w = grouped.cpu_work();
+    assert!(!w.gemms.is_empty() && w.direct == 0, "{}", grouped.name);
+    let bn = p
+        .kernels
+        .iter()
+        .find(|k| k.name.starts_with("batchnorm_"))
+        .expect("batchnorm");
+    let w = bn.cpu_work();
+    assert!(w.serial > 0 && w.streamed == 0 && w.loops == 0, "{w:?}");
+    let r = CpuRates::nominal();
+    let one = CpuRates {
+        threads: 1,
+        ..r.clone()
+    };
+    // one thread streams what the pool streams, at the pool's rate / threads
+    assert!((r.work_s(&w) - r.launch_s) > 1.9 * (one.work_s(&w) - one.launch_s));
 }

@@ -50,6 +50,31 @@ fn the_first_step_is_left_out_and_runs_of_one_step_count_once() {
         by_name,
         vec![("conv", 4, 4.0), ("relu", 8, 4.0), ("update", 2, 4.0)]
     );
+    let medians: Vec<f64> = p.kernels.iter().map(|k| k.median_ms).collect();
+    assert_eq!(medians, vec![2.0, 2.0, 2.0]);
+}
+
+#[test]
+fn the_table_shows_each_kernels_median_step_so_one_stalled_step_does_not_move_it() {
+    let mut a = accumulator();
+    a.record(1, 0, 9.0);
+    // conv: 1 ms per step but 50 ms in one stalled step; relu: skipped in one step
+    for (step, conv) in [(2, 1.0), (3, 50.0), (4, 1.0)] {
+        a.record(step, 0, conv);
+        if step != 3 {
+            a.record(step, 1, 0.25);
+        }
+    }
+    let p = a.profile();
+    let by_name: Vec<(&str, f64, f64)> = p
+        .kernels
+        .iter()
+        .map(|k| (k.name.as_str(), k.total_ms, k.median_ms))
+        .collect();
+    assert_eq!(by_name, vec![("conv", 52.0, 1.0), ("relu", 0.5, 0.25)]);
+    let t = profile_table(&p, None);
+    assert!(t.contains("| conv | 1 | 1000.0 | 80.0% |"), "{t}");
+    assert!(t.contains("| **step** | 1.67 | 1250.0 | 100% |"), "{t}");
 }
 
 #[test]
@@ -64,7 +89,7 @@ fn the_table_is_markdown_slowest_first_with_shares_and_a_total() {
     let t = profile_table(&a.profile(), None);
     let lines: Vec<&str> = t.lines().collect();
     assert!(
-        lines[0].contains("mean over 2 steps after the first (warm-up)"),
+        lines[0].contains("median of 2 steps after the first (warm-up)"),
         "{t}"
     );
     let rows: Vec<&str> = lines

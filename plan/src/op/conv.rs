@@ -522,6 +522,9 @@ impl OpFacts for ConvOp {
     /// (images in parallel).
     fn cpu_work(&self, ins: &[Vec<usize>], outs: &[Vec<usize>]) -> crate::cpu::CpuWork {
         use crate::cpu::{strided_bytes, CpuWork, GemmCalls};
+        if let Some(w) = depthwise_cpu_work(self, ins, outs) {
+            return w;
+        }
         let dim = |s: Option<&Vec<usize>>, a: usize| s.and_then(|s| s.get(a)).copied().unwrap_or(0);
         let el = |s: Option<&Vec<usize>>| s.map(|s| numel(s)).unwrap_or(0);
         let gemm = |m, n, k, calls, outer, accumulate| GemmCalls {
@@ -673,4 +676,73 @@ fn bwd_data_work(
         }
     }
     w
+}
+
+/// The CPU backend's direct depthwise convolution (one input and one output channel per group,
+/// `dmc_runtime::cpu::depthwise`): every tap's multiply-adds a vector of channels at a time, in
+/// one parallel loop (the fused update: one per block of `chunk` channels, each reading its
+/// channels of x and dy, and one for its update); `None` for any other convolution.
+fn depthwise_cpu_work(
+    op: &ConvOp,
+    ins: &[Vec<usize>],
+    outs: &[Vec<usize>],
+) -> Option<crate::cpu::CpuWork> {
+    use crate::cpu::{strided_bytes, CpuWork};
+    let b = |s: &Vec<usize>| numel(s) * 4;
+    // (the convolution's x, its y or dy, its geometry): depthwise when both have `groups` channels
+    let (x, y, geom) = match op {
+        ConvOp::Conv2d { geom, .. } => (ins.first()?, outs.first()?, geom),
+        ConvOp::Conv2dBwdData { geom, .. } => (outs.first()?, ins.first()?, geom),
+        ConvOp::ConvTranspose2d { geom, .. } => (outs.first()?, ins.first()?, geom),
+        ConvOp::Conv2dBwdWeight { geom } | ConvOp::Conv2dBwdWeightUpdate { geom, .. } => {
+            (ins.first()?, ins.get(1)?, geom)
+        }
+    };
+    let c = geom.groups;
+    if x.len() != 4 || y.len() != 4 || x[3] != c || y[3] != c {
+        return None;
+    }
+    let taps = (geom.kh * geom.kw) as u64;
+    let direct = numel(y) * taps;
+    let mut w = CpuWork {
+        direct,
+        loops: 1,
+        ..Default::default()
+    };
+    match op {
+        ConvOp::Conv2d { bias, epi, .. } => {
+            let extra = if epi.is_none() { 0 } else { 1 + epi.add as u64 };
+            w.streamed = b(x) + b(y) * (1 + *bias as u64 + extra);
+        }
+        ConvOp::Conv2dBwdData { epi, .. } => {
+            let extra = if epi.is_none() {
+                0
+            } else {
+                1 + epi.add as u64 + epi.act.is_some() as u64
+            };
+            w.streamed = b(y) + b(x) * (2 + extra);
+        }
+        ConvOp::ConvTranspose2d { bias, .. } => {
+            w.streamed = b(y) + b(x) * (2 + 2 * *bias as u64);
+        }
+        ConvOp::Conv2dBwdWeight { .. } => w.streamed = b(x) + b(y) + taps * c as u64 * 4,
+        ConvOp::Conv2dBwdWeightUpdate {
+            rule, chunk, bias, ..
+        } => {
+            let states = 1 + rule.state_names().len() as u64;
+            let (px, rows) = (numel(x) as usize / c, numel(y) as usize / c);
+            let mut c0 = 0;
+            w.loops = 0;
+            while c0 < c {
+                let nc = (*chunk).clamp(1, c - c0);
+                w.streamed += strided_bytes(px, nc, c)
+                    + strided_bytes(rows, nc, c) * (1 + *bias as u64)
+                    + taps * nc as u64 * 4
+                    + 2 * states * strided_bytes(taps as usize, nc, c);
+                w.loops += 2;
+                c0 += nc;
+            }
+        }
+    }
+    Some(w)
 }

@@ -244,4 +244,27 @@ impl OpFacts for NormOp {
             NormOp::LayerNormBwd => 12 * i(0),
         }
     }
+
+    /// The CPU kernels run on one thread, in f64, summing over the rows in order: per pass over
+    /// x (or dy) the bytes of one `[.., C]` value. Batchnorm: its sum and squared-deviation
+    /// passes, then y (read x, write y); its backward: the sums of dy and dy xh, then dx (read x
+    /// and dy, write dx; a copy of dy first when not in place). Layernorm per row likewise; its
+    /// backward's row sums, dx, then the column sums of dgamma and dbeta.
+    fn cpu_work(&self, ins: &[Vec<usize>], outs: &[Vec<usize>]) -> crate::cpu::CpuWork {
+        let x = ins.first().map(|s| numel(s)).unwrap_or(0) * 4;
+        let passes = match self {
+            NormOp::BatchNorm { .. } | NormOp::LayerNorm { .. } => 4,
+            NormOp::BatchNormInfer { .. } => 2,
+            NormOp::BatchNormBwd { in_place, .. } => 6 + 2 * !*in_place as u64,
+            NormOp::LayerNormBwd => 10,
+            NormOp::BatchNormStats { .. } => {
+                let all: u64 = ins.iter().chain(outs).map(|s| numel(s)).sum();
+                return crate::cpu::CpuWork::stream(all * 4);
+            }
+        };
+        crate::cpu::CpuWork {
+            serial: passes * x,
+            ..Default::default()
+        }
+    }
 }

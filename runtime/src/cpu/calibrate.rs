@@ -11,6 +11,8 @@
 //! * Gathers: a 3x3 convolution of 8 images of 64x64x64, its forward, weight and data gradients
 //!   timed, all threads; what the model's GEMM, streaming and loop terms leave of each time is its
 //!   im2col's (or col2im's).
+//! * Direct multiply-adds: a depthwise 3x3 convolution of the same images, timed; what the
+//!   streaming and loop terms leave of its time is its multiply-adds'.
 //! * Parallel loops: an empty loop over the threads, dispatched and joined.
 
 use std::hint::black_box;
@@ -41,7 +43,7 @@ const GEMM_SHAPES: [(usize, usize, usize); 8] = [
 ];
 
 /// Bumped when what is measured or how changes: older cache entries are then ignored.
-const CACHE_VERSION: &str = "cpu-rates-2";
+const CACHE_VERSION: &str = "cpu-rates-3";
 
 /// Seconds of the best of `reps` runs of `f`, each repeated until it took `min_s`.
 fn best_of(reps: usize, min_s: f64, mut f: impl FnMut()) -> f64 {
@@ -90,17 +92,24 @@ fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
     Some(x)
 }
 
-/// Non-negative `x` minimising `sum(((rows_i . x) - t_i) / t_i)^2` over `N` coefficients: the
+/// Non-negative `x` minimising `sum(((rows_i . x) - t_i) / t_i)^2` over `N` coefficients
+/// ([`fit_nonneg_scaled`] with each sample its own scale).
+pub fn fit_nonneg_n<const N: usize>(rows: &[[f64; N]], t: &[f64]) -> [f64; N] {
+    fit_nonneg_scaled(rows, t, t)
+}
+
+/// Non-negative `x` minimising `sum(((rows_i . x) - t_i) / s_i)^2` over `N` coefficients: the
 /// least-squares solution on every subset of them (the others 0), the best that is
 /// non-negative. (Exhaustive: `2^N` small solves, for the handful of terms of the time model.)
-pub fn fit_nonneg_n<const N: usize>(rows: &[[f64; N]], t: &[f64]) -> [f64; N] {
+pub fn fit_nonneg_scaled<const N: usize>(rows: &[[f64; N]], t: &[f64], s: &[f64]) -> [f64; N] {
+    assert_eq!(t.len(), s.len(), "fit: one scale per sample");
     let mut best = ([0.0; N], f64::INFINITY);
     for mask in 1u32..(1 << N) {
         let on: Vec<usize> = (0..N).filter(|i| mask & (1 << i) != 0).collect();
         let mut a = vec![vec![0.0; on.len()]; on.len()];
         let mut b = vec![0.0; on.len()];
-        for (r, &ti) in rows.iter().zip(t) {
-            let w = 1.0 / (ti * ti);
+        for ((r, &ti), &si) in rows.iter().zip(t).zip(s) {
+            let w = 1.0 / (si * si);
             for (ii, &i) in on.iter().enumerate() {
                 for (jj, &j) in on.iter().enumerate() {
                     a[ii][jj] += w * r[i] * r[j];
@@ -119,7 +128,10 @@ pub fn fit_nonneg_n<const N: usize>(rows: &[[f64; N]], t: &[f64]) -> [f64; N] {
         let err: f64 = rows
             .iter()
             .zip(t)
-            .map(|(r, &ti)| (r.iter().zip(&x).map(|(a, b)| a * b).sum::<f64>() / ti - 1.0).powi(2))
+            .zip(s)
+            .map(|((r, &ti), &si)| {
+                ((r.iter().zip(&x).map(|(a, b)| a * b).sum::<f64>() - ti) / si).powi(2)
+            })
             .sum();
         if err < best.1 {
             best = (x, err);
@@ -295,6 +307,30 @@ pub fn measure() -> CpuRates {
         })
     });
     r.col2im_elems = rate(bwd_d.col2im, t, rest(&bwd_d, &r));
+    // direct multiply-adds: the same input through a depthwise 3x3 (groups = channels)
+    let dgeom = ConvGeom {
+        groups: d.ci,
+        ..geom
+    };
+    let dws = vec![3, 3, 1, d.co];
+    let dw_fwd = work(
+        ConvOp::Conv2d {
+            geom: dgeom,
+            bias: false,
+            epi: Epilogue::NONE,
+        },
+        &[&xs, &dws],
+        &[&ys],
+    );
+    let t = rayon::scope(|_| {
+        best_of(2, 0.02, || {
+            conv2d_fwd(&dgeom, &d, &x, &wt[..9 * d.co], None, &mut y, &mut cols);
+            black_box(&mut y);
+        })
+    });
+    let mut other = dw_fwd.clone();
+    other.direct = 0;
+    r.direct_madds = rate(dw_fwd.direct, t, r.work_s(&other));
     r.source = format!(
         "measured on this machine ({threads} thread{}, micro-benchmark {:.2} s)",
         if threads == 1 { "" } else { "s" },

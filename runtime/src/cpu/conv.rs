@@ -20,6 +20,7 @@ use dmc_plan::op::{ConvGeom, CONV_CHUNK_ROWS};
 use rayon::prelude::*;
 
 use super::args::{state_slices, Args, Ctx};
+use super::depthwise;
 use super::epilogue;
 use super::gemm::{sgemm, View};
 use super::optim::{bias_col_sums, update_block};
@@ -238,6 +239,9 @@ pub fn conv2d_fwd_epi(
     if let Some(b) = b {
         assert_eq!(b.len(), co, "conv: bias size");
     }
+    if depthwise::is_depthwise(g, d) {
+        return depthwise::forward(g, d, (x, w, b), (epi, r), y);
+    }
     let cog = d.cog(g);
     let mut r0 = 0;
     while r0 < rows {
@@ -340,6 +344,7 @@ pub fn conv2d_bwd_data_epi(
     let per_img = d.ho * d.wo;
     let t_rows = (BWD_DATA_TILE_ELEMS / k.max(1)).clamp(1, CONV_CHUNK_ROWS);
     let (h, wd) = (d.h as isize, d.w as isize);
+    let depthwise = depthwise::is_depthwise(g, d);
     dx.par_chunks_mut(img).enumerate().for_each(|(n, dxn)| {
         // in place: this image's saved values aside (taken out of the thread-local for the
         // duration, as the tile below: a task stolen meanwhile uses a buffer of its own)
@@ -372,6 +377,14 @@ pub fn conv2d_bwd_data_epi(
             return;
         }
         let dyn_ = &dy[n * per_img * co..(n + 1) * per_img * co];
+        if depthwise {
+            depthwise::data_grad_image(g, d, dyn_, w, dxn);
+            done(dxn, &kept);
+            if let Some(v) = kept.take() {
+                SAVED_IMAGE.with(|c| c.replace(v));
+            }
+            return;
+        }
         // The tile is taken out of the thread-local for the duration: the sgemm below may run its
         // blocks as rayon tasks, and while it waits this thread can steal another image's task of
         // this loop, which then finds an empty slot and uses a tile of its own (never a second
@@ -480,6 +493,9 @@ pub fn conv2d_bwd_weight(
     d.check(g, x.len(), dw.len(), dy.len());
     let (k, co, rows, cr) = (d.k(g), d.co, d.rows(), d.chunk_rows());
     assert!(cols.len() >= cr * k, "conv: workspace too small");
+    if depthwise::is_depthwise(g, d) {
+        return depthwise::weight_grad(g, d, (x, dy), (0, co), dw);
+    }
     dw.fill(0.0);
     let cog = d.cog(g);
     let mut r0 = 0;
@@ -538,6 +554,21 @@ pub fn conv2d_bwd_weight_chunked(
     );
     if let Some(db) = db.as_deref() {
         assert!(db.len() >= co, "conv: bias workspace too small");
+    }
+    if depthwise::is_depthwise(g, d) {
+        // blocks of `chunk` channels (one group each): the direct kernel's
+        let mut c0 = 0;
+        while c0 < co {
+            let nc = chunk.min(co - c0);
+            let block = &mut gw[..k * nc];
+            depthwise::weight_grad(g, d, (x, dy), (c0, nc), block);
+            if let Some(db) = db.as_deref_mut() {
+                bias_col_sums(dy, co, c0, &mut db[c0..c0 + nc]);
+            }
+            apply(c0, nc, block);
+            c0 += nc;
+        }
+        return;
     }
     let cog = d.cog(g);
     let mut c0 = 0;

@@ -3,25 +3,26 @@
 //! ([`Epilogue::forward`], [`Epilogue::backward`]), which are the unfused elementwise kernels'
 //! in the same order: a fused step is bit-identical to the unfused one.
 
-use dmc_plan::op::Epilogue;
+use dmc_plan::op::{Epilogue, UnaryKind};
 
+use super::elementwise::per_kind;
 use super::par::for_chunks;
 
 /// `y[i] = epi.forward(y[i], r[i])`: `y` a block of the forward's output (bias already added),
 /// `r` the same block of the residual (when `epi.add`).
 pub fn forward_block(epi: &Epilogue, y: &mut [f32], r: Option<&[f32]>) {
-    match r {
-        Some(r) => {
-            assert_eq!(r.len(), y.len(), "epilogue: residual size");
-            for (v, &r) in y.iter_mut().zip(r) {
-                *v = epi.forward(*v, Some(r));
-            }
-        }
-        None => {
-            for v in y.iter_mut() {
-                *v = epi.forward(*v, None);
-            }
-        }
+    if let Some(r) = r {
+        assert_eq!(r.len(), y.len(), "epilogue: residual size");
+    }
+    // `epi.forward` with the activation a constant per arm ([`per_kind`]): the same formula
+    match (epi.act, r) {
+        (None, None) => {}
+        (None, Some(r)) => y.iter_mut().zip(r).for_each(|(v, &r)| *v += r),
+        (Some(kind), None) => per_kind!(kind, |K| y.iter_mut().for_each(|v| *v = K.forward(*v))),
+        (Some(kind), Some(r)) => per_kind!(kind, |K| y
+            .iter_mut()
+            .zip(r)
+            .for_each(|(v, &r)| *v = K.forward(*v + r))),
     }
 }
 
@@ -31,8 +32,19 @@ pub fn backward_block(epi: &Epilogue, dx: &mut [f32], g: Option<&[f32]>, saved: 
     for s in [g, saved].into_iter().flatten() {
         assert_eq!(s.len(), dx.len(), "epilogue: input size");
     }
-    for (i, v) in dx.iter_mut().enumerate() {
-        *v = epi.backward(*v, g.map(|g| g[i]), saved.map(|s| s[i]));
+    // `epi.backward` with the activation a constant per arm ([`per_kind`]): the same formula
+    match (epi.act, saved, g) {
+        (Some(kind), Some(sv), None) => per_kind!(kind, |K| dx
+            .iter_mut()
+            .zip(sv)
+            .for_each(|(v, &s)| *v = K.backward(s, *v))),
+        (Some(kind), Some(sv), Some(g)) => per_kind!(kind, |K| dx
+            .iter_mut()
+            .zip(sv)
+            .zip(g)
+            .for_each(|((v, &s), &g)| *v = K.backward(s, *v + g))),
+        (_, _, Some(g)) => dx.iter_mut().zip(g).for_each(|(v, &g)| *v += g),
+        (_, _, None) => {}
     }
 }
 

@@ -8,7 +8,8 @@
 //!   memory outside the arena is O(threads x tile): matrixmultiply's packing buffers, the
 //!   per-thread `dcols` tile of `Conv2dBwdData` ([`conv::BWD_DATA_TILE_ELEMS`] floats, reused),
 //!   one image of the saved value of an in-place `Conv2dBwdData` per thread (the image's saved
-//!   values while its dx is accumulated over them), rayon's bookkeeping.
+//!   values while its dx is accumulated over them), a depthwise weight gradient's per-task sums
+//!   (`kh*kw` x [`depthwise::WGRAD_COLS`] floats each), rayon's bookkeeping.
 //! * GEMMs go through `matrixmultiply::sgemm` (single-threaded, split into row or column blocks over
 //!   rayon when large: one thread pool); transposed operands are strided views
 //!   ([`gemm::View::rm_t`]), never copies.
@@ -27,6 +28,7 @@ pub mod backend;
 pub mod calibrate;
 pub mod conv;
 pub mod dense;
+pub mod depthwise;
 pub mod elementwise;
 pub mod epilogue;
 pub mod executor;

@@ -96,30 +96,37 @@ pub fn maxpool_fwd(g: &PoolGeom, d: &PoolDims, x: &[f32], y: &mut [f32], argmax:
         .for_each(|(r, (yr, ar))| {
             let oy = r % d.ho;
             let n = r / d.ho;
+            // per output pixel, the window's taps in order, each over the pixel's channels (one
+            // contiguous run: the compare vectorises); per channel the same choice as a scan of
+            // its window: the first tap, then any greater one or the first NaN
             for ox in 0..d.wo {
-                for ch in 0..d.c {
-                    let mut best = f32::NEG_INFINITY;
-                    let mut bi = 0usize;
-                    let mut first = true;
-                    for wy in 0..g.kh {
-                        let Some(iy) = ry.at(oy, wy) else {
+                let (yp, ap) = (&mut yr[ox * d.c..][..d.c], &mut ar[ox * d.c..][..d.c]);
+                yp.fill(f32::NEG_INFINITY);
+                ap.fill(0);
+                let mut first = true;
+                for wy in 0..g.kh {
+                    let Some(iy) = ry.at(oy, wy) else {
+                        continue;
+                    };
+                    for wx in 0..g.kw {
+                        let Some(ix) = rx.at(ox, wx) else {
                             continue;
                         };
-                        for wx in 0..g.kw {
-                            let Some(ix) = rx.at(ox, wx) else {
-                                continue;
-                            };
-                            let v = x[((n * d.h + iy) * d.w + ix) * d.c + ch];
+                        let xs = &x[((n * d.h + iy) * d.w + ix) * d.c..][..d.c];
+                        let tap = (wy * g.kw + wx) as u8;
+                        if first {
+                            yp.copy_from_slice(xs);
+                            ap.fill(tap);
+                            first = false;
+                            continue;
+                        }
+                        for ((b, a), &v) in yp.iter_mut().zip(ap.iter_mut()).zip(xs) {
                             // a NaN wins (and stays): NaN propagates as in PyTorch
-                            if first || v > best || (v.is_nan() && !best.is_nan()) {
-                                best = v;
-                                bi = wy * g.kw + wx;
-                                first = false;
-                            }
+                            let take = v > *b || (v.is_nan() && !b.is_nan());
+                            *b = if take { v } else { *b };
+                            *a = if take { tap } else { *a };
                         }
                     }
-                    yr[ox * d.c + ch] = best;
-                    ar[ox * d.c + ch] = bi as u8;
                 }
             }
         });

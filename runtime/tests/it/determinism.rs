@@ -36,6 +36,24 @@ fn big_run() -> Vec<u32> {
     let mut db = vec![0.0; c.co];
     bias_grad(&dy, &mut db);
     out.extend(bits(&db));
+    // depthwise (groups = channels, 40 of them: three blocks of the weight gradient), run
+    // directly rather than through im2col
+    let c = ConvCase::same(4, 16, 16, 40, 40, 3, 2);
+    let (mut g, d) = (c.geom(), c.dims());
+    g.groups = c.ci;
+    let x = randv(&mut r, c.xlen());
+    let w = randv(&mut r, c.wlen() / c.ci);
+    let dy = randv(&mut r, c.ylen());
+    let mut cols = vec![0.0; c.ws()];
+    let mut y = vec![0.0; c.ylen()];
+    conv2d_fwd(&g, &d, &x, &w, None, &mut y, &mut cols);
+    out.extend(bits(&y));
+    let mut dx = vec![0.0; c.xlen()];
+    conv2d_bwd_data(&g, &d, &dy, &w, &mut dx);
+    out.extend(bits(&dx));
+    let mut dw = vec![0.0; w.len()];
+    conv2d_bwd_weight(&g, &d, &x, &dy, &mut dw, &mut cols);
+    out.extend(bits(&dw));
     let big = randv(&mut r, 1 << 20);
     let big2 = randv(&mut r, 1 << 20);
     out.push(mse_loss(&big, &big2).to_bits());

@@ -257,7 +257,8 @@ fn general_conv_backward_matches_finite_differences() {
             dot(&run(&c, &x, w, None), &rr)
         });
         // by blocks of output channels (the fused update's path): blocks end at group
-        // boundaries, and together they are the whole gradient, bit for bit
+        // boundaries (a depthwise conv's, run directly, are `chunk` channels of as many groups),
+        // and together they are the whole gradient, bit for bit
         for chunk in [1, 2, 3, c.co] {
             let k = c.wlen() / c.co;
             let mut gw = vec![f32::NAN; k * chunk];
@@ -280,7 +281,12 @@ fn general_conv_backward_matches_finite_differences() {
                 },
             );
             let cog = c.co / g.groups;
+            let depthwise = c.ci == g.groups && c.co == g.groups;
             for &(c0, nc) in &blocks {
+                if depthwise {
+                    assert_eq!(nc, chunk.min(c.co - c0), "depthwise block {c0}+{nc}");
+                    continue;
+                }
                 assert_eq!(
                     c0 / cog,
                     (c0 + nc - 1) / cog,

@@ -127,7 +127,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE.json")]
     pub summary_json: Option<PathBuf>,
     /// Time every kernel launch and print, after training, a table per plan kernel: launches per
-    /// step, mean µs per step, share of the step (mean over the steps after the first), and the
+    /// step, µs per step, share of the step (each kernel's median over the steps after the first:
+    /// a step stalled by the machine does not move it), and the
     /// performance model's prediction. On the CPU the wall clock around each step; on CUDA
     /// events, launching kernel by kernel (no CUDA graph). Not on the CUDA emulator.
     #[arg(long, conflicts_with = "cuda_graph")]
