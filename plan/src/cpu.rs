@@ -105,10 +105,21 @@ impl CpuWork {
     }
 }
 
+/// The lines (bytes) a column block of a row-major matrix may touch and still find them in
+/// the cache when the next block, the columns beside it, reads them again.
+pub const CACHED_LINES_BYTES: usize = 256 << 10;
+
 /// Bytes a loop moves reading and writing `cols` of every row of a `rows x stride` row-major
-/// f32 matrix: whole 64-byte lines once a row's run is shorter than one.
+/// f32 matrix: whole 64-byte lines once a row's run is shorter than one, unless the block's
+/// lines fit [`CACHED_LINES_BYTES`] (the blocks of a chunked update then share them: only its
+/// own elements count).
 pub fn strided_bytes(rows: usize, cols: usize, stride: usize) -> u64 {
-    let run = if cols < stride { cols.max(16) } else { cols };
+    let lines_cached = rows * 64 <= CACHED_LINES_BYTES;
+    let run = if cols < stride && !lines_cached {
+        cols.max(16)
+    } else {
+        cols
+    };
     (rows * run.min(stride.max(cols))) as u64 * 4
 }
 
