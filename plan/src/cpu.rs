@@ -24,6 +24,21 @@ pub const PAR_WORK: usize = 1 << 20;
 pub const MIN_BLOCK: usize = 32;
 /// matrixmultiply's sgemm `nc`: each call packs up to `kc x min(n, nc)` of B in its own buffer.
 pub const MM_NC: usize = 1024;
+/// A GEMM block's B operand beyond this many bytes comes from memory, not a cache: its bytes
+/// also count as streamed ([`dram_bytes`]). Few rows against a large weight (the seed network's
+/// 37.7 MB 3x3 convolutions at 4x4 pixels, 16 rows) are bound by that read.
+pub const CACHED_OPERAND_BYTES: usize = 4 << 20;
+
+/// Bytes one wave of a GEMM's blocks reads from memory: each of the `concurrent` blocks' B
+/// (`k x n` floats) when it is larger than [`CACHED_OPERAND_BYTES`], else nothing.
+pub fn dram_bytes(n: usize, k: usize, concurrent: usize) -> f64 {
+    let b = 4 * k * n;
+    if b > CACHED_OPERAND_BYTES {
+        (b * concurrent) as f64
+    } else {
+        0.0
+    }
+}
 
 /// How the CPU backend splits one `m x k` by `k x n` GEMM over `threads`: into `parts` blocks of
 /// at most `per` rows (`rows`) or columns of the output, each one single-threaded call. Every
@@ -206,8 +221,10 @@ impl CpuRates {
         };
         let [flops, bytes, _] = self.gemm_terms(mm, nn, k, accumulate);
         let block = flops / self.gemm_flops + bytes / self.pack_bytes + self.gemm_call_s;
+        let concurrent = sp.parts.min(threads.max(1));
+        let dram = dram_bytes(nn, k, concurrent) / self.stream_bytes;
         let waves = sp.parts.div_ceil(threads.max(1)) as f64;
-        waves * block + if sp.parts > 1 { self.loop_s } else { 0.0 }
+        waves * (block + dram) + if sp.parts > 1 { self.loop_s } else { 0.0 }
     }
 
     /// Seconds of `g`'s calls.
@@ -255,13 +272,14 @@ impl CpuRates {
             t[0] += seq * waves * flops;
             t[1] += seq * waves * bytes;
             t[2] += seq * waves * call;
+            t[7] += seq * waves * dram_bytes(nn, g.k, sp.parts.min(inner.max(1)));
             t[8] += seq * if sp.parts > 1 { 1.0 } else { 0.0 };
         }
         t[3] = w.im2col as f64;
         t[4] = w.im2col_t as f64;
         t[5] = w.col2im as f64;
         t[6] = w.direct as f64;
-        t[7] = (w.streamed + w.serial * threads) as f64;
+        t[7] += (w.streamed + w.serial * threads) as f64;
         t[8] += w.loops as f64;
         t[9] = 1.0;
         t

@@ -426,3 +426,37 @@ fn depthwise_convolutions_are_direct_work_and_batchnorm_is_serial() {
     // one thread streams what the pool streams, at the pool's rate / threads
     assert!((r.work_s(&w) - r.launch_s) > 1.9 * (one.work_s(&w) - one.launch_s));
 }
+
+/// Few rows against a weight larger than a cache (the seed network's 37.7 MB convolutions at 16
+/// rows) are bound by reading it from memory: a GEMM block's B counts as streamed bytes once it
+/// is larger than `CACHED_OPERAND_BYTES`, every block of a wave reading its own; a smaller B
+/// counts nothing; the launch's time is still its terms weighed by the rates.
+#[test]
+fn a_gemm_against_a_weight_larger_than_a_cache_streams_it() {
+    use dmc_plan::cpu::CACHED_OPERAND_BYTES;
+    let r = CpuRates::nominal();
+    assert_eq!(r.threads, 2);
+    let work = |n, k| CpuWork {
+        gemms: vec![GemmCalls {
+            m: 16,
+            n,
+            k,
+            calls: 1,
+            outer: 1,
+            accumulate: false,
+        }],
+        ..Default::default()
+    };
+    // 9216 x 1024: two column blocks of 512 at once, 18.9 MB each
+    let big = work(1024, 9216);
+    assert!(4 * 9216 * 512 > CACHED_OPERAND_BYTES);
+    assert_eq!(r.terms(&big)[7], (2 * 4 * 9216 * 512) as f64);
+    // 1024 x 256: blocks of 128 columns, 512 KiB each, cached
+    let small = work(256, 1024);
+    assert_eq!(r.terms(&small)[7], 0.0);
+    for w in [big, small] {
+        let dot: f64 = r.terms(&w).iter().zip(r.coefs()).map(|(t, c)| t * c).sum();
+        let s = r.work_s(&w);
+        assert!((dot - s).abs() <= 1e-9 * s, "{dot} vs {s}");
+    }
+}
