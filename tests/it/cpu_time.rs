@@ -449,7 +449,7 @@ fn a_gemm_against_a_weight_larger_than_a_cache_streams_it() {
     };
     // 9216 x 1024: two column blocks of 512 at once, 18.9 MB each
     let big = work(1024, 9216);
-    assert!(4 * 9216 * 512 > CACHED_OPERAND_BYTES);
+    const { assert!(4 * 9216 * 512 > CACHED_OPERAND_BYTES) };
     assert_eq!(r.terms(&big)[7], (2 * 4 * 9216 * 512) as f64);
     // 1024 x 256: blocks of 128 columns, 512 KiB each, cached
     let small = work(256, 1024);
