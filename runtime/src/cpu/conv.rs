@@ -556,7 +556,7 @@ pub fn conv2d_bwd_weight_chunked(
         assert!(db.len() >= co, "conv: bias workspace too small");
     }
     if depthwise::is_depthwise(g, d) {
-        // blocks of `chunk` channels, one group each (the direct kernel takes any channels at once)
+        // blocks of `chunk` channels, each channel its own group (the direct kernel takes any run)
         let mut c0 = 0;
         while c0 < co {
             let nc = chunk.min(co - c0);
