@@ -24,6 +24,9 @@ pub const PAR_WORK: usize = 1 << 20;
 pub const MIN_BLOCK: usize = 32;
 /// matrixmultiply's sgemm `nc`: each call packs up to `kc x min(n, nc)` of B in its own buffer.
 pub const MM_NC: usize = 1024;
+/// The shortest run of contiguous elements a gather is costed at (a 64-byte line of f32): a
+/// shorter run costs its copy's overhead more than its elements.
+pub const MIN_RUN_ELEMS: usize = 16;
 /// A GEMM block's B operand beyond this many bytes comes from memory, not a cache: its bytes
 /// also count as streamed ([`dram_bytes`]). Few rows against a large weight (the seed network's
 /// 37.7 MB 3x3 convolutions at 4x4 pixels, 16 rows) are bound by that read.

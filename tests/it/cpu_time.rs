@@ -460,3 +460,22 @@ fn a_gemm_against_a_weight_larger_than_a_cache_streams_it() {
         assert!((dot - s).abs() <= 1e-9 * s, "{dot} vs {s}");
     }
 }
+
+/// A gather's short runs cost as much as a line: a first layer's im2col copies 3-channel runs,
+/// each costed at `MIN_RUN_ELEMS` elements (its copy's overhead, not its floats), while a
+/// 32-channel layer's runs count their elements.
+#[test]
+fn a_gathers_short_runs_cost_a_line_each() {
+    use dmc_plan::cpu::MIN_RUN_ELEMS;
+    let work = |ci: usize| {
+        let x = vec![2, 8, 8, ci];
+        let y = vec![2, 6, 6, 16];
+        let op = ConvOp::Conv2dBwdWeight {
+            geom: ConvGeom::square(3, 1, 0),
+        };
+        op.cpu_work(&[x, y], &[vec![3, 3, ci, 16]])
+    };
+    let rows = 2 * 6 * 6;
+    assert_eq!(work(3).im2col, (rows * 9 * MIN_RUN_ELEMS) as u64);
+    assert_eq!(work(32).im2col, (rows * 9 * 32) as u64);
+}

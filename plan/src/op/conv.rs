@@ -559,7 +559,7 @@ impl OpFacts for ConvOp {
                 add(&mut w, ch, &|m, c| {
                     gemm(m, co / groups, k, c * groups as u64, 1, *bias)
                 });
-                w.im2col_t = (rows * k * groups) as u64;
+                w.im2col_t = gathered(rows, geom, k, groups);
                 w.loops = n_chunks * (groups as u64 + *bias as u64 + !epi.is_none() as u64);
                 let out = el(y) * 4;
                 w.streamed = if *bias { out } else { 0 }
@@ -576,7 +576,7 @@ impl OpFacts for ConvOp {
                 let k = geom.kh * geom.kw * dim(wt, 2);
                 let (n, co) = (dim(dy, 0).max(1), dim(dy, 3));
                 let per_img = el(dy) as usize / n / co.max(1);
-                w = bwd_data_work(k, co / groups, groups, n, per_img);
+                w = bwd_data_work(geom, k, co / groups, groups, n, per_img);
                 let dxb = el(dx) * 4;
                 w.streamed += dxb
                     + if epi.is_none() {
@@ -592,7 +592,7 @@ impl OpFacts for ConvOp {
                 let k = geom.kh * geom.kw * dim(wt, 2);
                 let (n, ci) = (dim(x, 0).max(1), dim(x, 3));
                 let per_img = el(x) as usize / n / ci.max(1);
-                w = bwd_data_work(k, ci / groups, groups, n, per_img);
+                w = bwd_data_work(geom, k, ci / groups, groups, n, per_img);
                 w.streamed += el(y) * 4 * (1 + 2 * *bias as u64);
             }
             ConvOp::Conv2dBwdWeight { geom } => {
@@ -603,7 +603,7 @@ impl OpFacts for ConvOp {
                 add(&mut w, ch, &|m, c| {
                     gemm(k, co / groups, m, c * groups as u64, 1, true)
                 });
-                w.im2col = (rows * k * groups) as u64;
+                w.im2col = gathered(rows, geom, k, groups);
                 w.loops = (ch.1 + (ch.2 > 0) as u64) * groups as u64 + 1;
                 w.streamed = (k * co) as u64 * 4;
             }
@@ -638,7 +638,7 @@ impl OpFacts for ConvOp {
                         w.streamed += count * strided_bytes(rows, nc, co);
                     }
                 }
-                w.im2col = blocks * (rows * k) as u64;
+                w.im2col = blocks * gathered(rows, geom, k, 1);
                 w.loops = blocks * (n_chunks + 1);
             }
         }
@@ -649,6 +649,7 @@ impl OpFacts for ConvOp {
 /// The CPU data gradient's work: per image (`n` of them, in parallel) and per tile of its
 /// `per_img` pixels, `groups` GEMMs `dcols[tile, k] = dy[tile, cog] w^T` and their col2im.
 fn bwd_data_work(
+    geom: &ConvGeom,
     k: usize,
     cog: usize,
     groups: usize,
@@ -659,7 +660,7 @@ fn bwd_data_work(
     let t = (BWD_DATA_TILE / k.max(1)).clamp(1, CONV_CHUNK_ROWS);
     let (full, rest) = ((per_img / t) as u64, per_img % t);
     let mut w = CpuWork {
-        col2im: (n * per_img * k * groups) as u64,
+        col2im: gathered(n * per_img, geom, k, groups),
         loops: 1,
         ..Default::default()
     };
@@ -745,4 +746,14 @@ fn depthwise_cpu_work(
         }
     }
     Some(w)
+}
+
+/// Elements a gather (im2col, col2im) of `rows` rows of one group's `k` columns moves, over
+/// `groups` groups, as the model counts them: each row's window is `kh*kw` runs of `k / (kh*kw)`
+/// channels, and a run shorter than [`crate::cpu::MIN_RUN_ELEMS`] costs as much as one of that
+/// length (a first layer's 3-channel runs: the copy's overhead, not its floats).
+fn gathered(rows: usize, geom: &ConvGeom, k: usize, groups: usize) -> u64 {
+    let taps = (geom.kh * geom.kw).max(1);
+    let run = (k / taps).max(crate::cpu::MIN_RUN_ELEMS);
+    (rows * taps * run * groups) as u64
 }
