@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::plan::Plan;
 
 /// How many terms the time of a launch has ([`CpuRates::terms`]).
-pub const TERMS: usize = 10;
+pub const TERMS: usize = 11;
 
 /// Multiply-adds (m*n*k) below which a GEMM runs on the calling thread.
 pub const PAR_WORK: usize = 1 << 20;
@@ -42,6 +42,16 @@ pub fn dram_bytes(n: usize, k: usize, concurrent: usize) -> f64 {
         0.0
     }
 }
+
+/// Elements of a block of a fused update (a chunk's columns times the weight's rows) below which
+/// the CPU backend updates it on the calling thread: handing a parallel loop to the pool costs
+/// more than the loop (measured: ~17 µs against ~6 µs for a 784-row one-column block).
+pub const SERIAL_UPDATE_ELEMS: usize = 16 << 10;
+
+/// Bytes a kernel's loops stream below which they run as one task on the calling thread: a
+/// parallel loop of the CPU backend splits only beyond its chunk (8192 elements of the
+/// elementwise kernels), and a loop that does not split hands nothing to the pool.
+pub const SPLIT_BYTES: u64 = 64 << 10;
 
 /// How the CPU backend splits one `m x k` by `k x n` GEMM over `threads`: into `parts` blocks of
 /// at most `per` rows (`rows`) or columns of the output, each one single-threaded call. Every
@@ -141,6 +151,22 @@ pub fn strided_bytes(rows: usize, cols: usize, stride: usize) -> u64 {
     (rows * run.min(stride.max(cols))) as u64 * 4
 }
 
+/// What one fused update of a block of `nc` columns of a `[rows, ld]` weight does, with `arrays`
+/// tensors (the weight and its optimizer states), as the CPU backend's `update_block` runs it:
+/// `(streamed, serial, loops)` of [`CpuWork`]. A block of fewer than [`SERIAL_UPDATE_ELEMS`]
+/// elements runs on the calling thread, its elements computed one at a time (read and written:
+/// `serial` bytes), and a strided block touches a line of every row of each array (`streamed`);
+/// a larger block is one parallel loop streaming its lines ([`strided_bytes`]).
+pub fn update_block_work(rows: usize, nc: usize, ld: usize, arrays: usize) -> (u64, u64, u64) {
+    let arrays = arrays as u64;
+    if rows * nc < SERIAL_UPDATE_ELEMS {
+        let lines = if nc < ld { rows as u64 * 64 } else { 0 };
+        (arrays * lines, 2 * arrays * (rows * nc) as u64 * 4, 0)
+    } else {
+        (2 * arrays * strided_bytes(rows, nc, ld), 0, 1)
+    }
+}
+
 /// The machine's rates the model needs, measured by the runtime's micro-benchmark
 /// (`dmc_runtime::cpu::calibrate`) on this machine with this many threads.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -170,12 +196,21 @@ pub struct CpuRates {
     pub loop_s: f64,
     /// Seconds per kernel launch beyond its work (the executor's own).
     pub launch_s: f64,
+    /// Bytes per second one thread packs of a GEMM block's B (the weight, for a dense layer):
+    /// every block packs all of B's rows for its columns, so a block of few rows (a dense layer's
+    /// batch split over the threads) is bound by it.
+    #[serde(default = "nominal_pack_b_bytes")]
+    pub pack_b_bytes: f64,
     /// What measured them, e.g. `micro-benchmark, 2 threads, 0.4 s`.
     pub source: String,
 }
 
 fn nominal_direct_madds() -> f64 {
     4e9
+}
+
+fn nominal_pack_b_bytes() -> f64 {
+    20e9
 }
 
 impl CpuRates {
@@ -195,12 +230,14 @@ impl CpuRates {
             stream_bytes: 10e9,
             loop_s: 5e-6,
             launch_s: 1e-6,
+            pack_b_bytes: nominal_pack_b_bytes(),
             source: "nominal rates (2 threads, 60 GFLOP/s per thread)".into(),
         }
     }
 
     /// The terms of one single-threaded GEMM call: FLOPs on whole micro-tiles, bytes packed
-    /// (A and B, and C written, read too when accumulating), and 1 (the call).
+    /// (A and B, and C written, read too when accumulating), and 1 (the call). (B's bytes also
+    /// count on their own: [`CpuRates::pack_b_bytes`].)
     pub fn gemm_terms(&self, m: usize, n: usize, k: usize, accumulate: bool) -> [f64; 3] {
         let t = self.micro_tile.max(1);
         let rup = |x: usize| x.div_ceil(t) * t;
@@ -209,39 +246,6 @@ impl CpuRates {
             4.0 * (m * k + k * n + m * n * (1 + accumulate as usize)) as f64,
             1.0,
         ]
-    }
-
-    /// Seconds of one GEMM call of `m x n` over `k` on `threads` threads (as [`gemm_split`]).
-    pub fn gemm_s(&self, m: usize, n: usize, k: usize, accumulate: bool, threads: usize) -> f64 {
-        if m == 0 || n == 0 {
-            return 0.0;
-        }
-        let sp = gemm_split(m, n, k, threads);
-        let (mm, nn) = if sp.rows {
-            (sp.per.min(m), n)
-        } else {
-            (m, sp.per.min(n))
-        };
-        let [flops, bytes, _] = self.gemm_terms(mm, nn, k, accumulate);
-        let block = flops / self.gemm_flops + bytes / self.pack_bytes + self.gemm_call_s;
-        let concurrent = sp.parts.min(threads.max(1));
-        let dram = dram_bytes(nn, k, concurrent) / self.stream_bytes;
-        let waves = sp.parts.div_ceil(threads.max(1)) as f64;
-        waves * (block + dram) + if sp.parts > 1 { self.loop_s } else { 0.0 }
-    }
-
-    /// Seconds of `g`'s calls.
-    pub fn gemm_calls_s(&self, g: &GemmCalls) -> f64 {
-        let t = self.threads.max(1) as u64;
-        let outer = g.outer.max(1);
-        if outer == 1 {
-            return g.calls as f64 * self.gemm_s(g.m, g.n, g.k, g.accumulate, t as usize);
-        }
-        // each item's calls on its own thread(s): waves of items over the threads
-        let inner = (t / outer).max(1);
-        let waves = (outer * inner).div_ceil(t) as f64;
-        let per_item = g.calls as f64 / outer as f64;
-        waves * per_item * self.gemm_s(g.m, g.n, g.k, g.accumulate, inner as usize)
     }
 
     /// The terms of one launch doing `w` that [`CpuRates::coefs`] weigh: its time is their dot
@@ -276,6 +280,7 @@ impl CpuRates {
             t[1] += seq * waves * bytes;
             t[2] += seq * waves * call;
             t[7] += seq * waves * dram_bytes(nn, g.k, sp.parts.min(inner.max(1)));
+            t[10] += seq * waves * 4.0 * (g.k * nn) as f64;
             t[8] += seq * if sp.parts > 1 { 1.0 } else { 0.0 };
         }
         t[3] = w.im2col as f64;
@@ -283,13 +288,15 @@ impl CpuRates {
         t[5] = w.col2im as f64;
         t[6] = w.direct as f64;
         t[7] += (w.streamed + w.serial * threads) as f64;
-        t[8] += w.loops as f64;
+        // a small kernel's loops do not split: they run on the calling thread, no hand-off
+        let big = w.streamed + w.serial >= SPLIT_BYTES || w.im2col + w.im2col_t + w.col2im > 0;
+        t[8] += if big { w.loops as f64 } else { 0.0 };
         t[9] = 1.0;
         t
     }
 
     /// What weighs each of [`CpuRates::terms`]: seconds per FLOP, per byte packed, per call, per
-    /// gathered element (three), per direct multiply-add, per byte streamed, per loop, per launch.
+    /// gathered element (three), per direct multiply-add, per byte streamed, per loop, per launch, per byte of B packed.
     pub fn coefs(&self) -> [f64; TERMS] {
         let inv = |r: f64| if r > 0.0 { 1.0 / r } else { 0.0 };
         [
@@ -303,6 +310,7 @@ impl CpuRates {
             inv(self.stream_bytes),
             self.loop_s,
             self.launch_s,
+            inv(self.pack_b_bytes),
         ]
     }
 
@@ -321,20 +329,18 @@ impl CpuRates {
             stream_bytes: inv(c[7]),
             loop_s: c[8],
             launch_s: c[9],
+            pack_b_bytes: inv(c[10]),
             ..self.clone()
         }
     }
 
-    /// Seconds of one launch doing `w`.
+    /// Seconds of one launch doing `w`: its [`CpuRates::terms`] weighed by [`CpuRates::coefs`].
     pub fn work_s(&self, w: &CpuWork) -> f64 {
-        w.gemms.iter().map(|g| self.gemm_calls_s(g)).sum::<f64>()
-            + w.im2col as f64 / self.im2col_elems
-            + w.im2col_t as f64 / self.im2col_t_elems
-            + w.col2im as f64 / self.col2im_elems
-            + w.direct as f64 / self.direct_madds
-            + (w.streamed + w.serial * self.threads.max(1) as u64) as f64 / self.stream_bytes
-            + w.loops as f64 * self.loop_s
-            + self.launch_s
+        self.terms(w)
+            .iter()
+            .zip(self.coefs())
+            .map(|(t, c)| t * c)
+            .sum()
     }
 }
 

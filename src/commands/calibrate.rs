@@ -60,7 +60,7 @@ const PROGRAMS: [&str; 5] = [
 const AT_FLOOR: [usize; 2] = [1, 2];
 
 /// Timed training steps per program (after one warm-up step).
-const STEPS: u64 = 4;
+const STEPS: u64 = 10;
 
 /// Per kernel of one program's step (at its smallest feasible cap when `at_floor`): its terms at
 /// `rates` times its launches, and its measured seconds per step (the median of the steps).
@@ -129,6 +129,9 @@ pub fn measure() -> CpuRates {
     let scales: Vec<f64> = all.iter().map(|s| s.2).collect();
     let coefs = fit_nonneg_scaled(&rows, &times, &scales);
     let mut r = base.with_coefs(&coefs);
+    if std::env::var_os("DMC_CALIBRATION_TRACE").is_some() {
+        trace(&all, &coefs);
+    }
     r.source = format!(
         "measured on this machine ({} thread{}, {} kernels of {} calibration programs fitted, {} of them also at their floor, {:.2} s)",
         r.threads,
@@ -139,6 +142,26 @@ pub fn measure() -> CpuRates {
         t0.elapsed().as_secs_f64()
     );
     r
+}
+
+/// With `DMC_CALIBRATION_TRACE` set: every fitted kernel's measured and predicted µs, their
+/// ratio, its program's step and its terms, then the fitted weights, on stderr (to see which
+/// kernels a fit leaves out).
+fn trace(all: &[([f64; TERMS], f64, f64)], coefs: &[f64; TERMS]) {
+    eprintln!("measured_us predicted_us ratio step_us | terms ({TERMS})");
+    for (t, m, step) in all {
+        let p: f64 = t.iter().zip(coefs).map(|(a, b)| a * b).sum();
+        let terms: Vec<String> = t.iter().map(|v| format!("{v:.3e}")).collect();
+        eprintln!(
+            "{:9.1} {:9.1} {:5.2} {:8.1} | {}",
+            m * 1e6,
+            p * 1e6,
+            m / p,
+            step * 1e6,
+            terms.join(" ")
+        );
+    }
+    eprintln!("weights {coefs:?}");
 }
 
 /// The rates the CLI plans with ([`calibrate::for_this_machine_with`] this [`measure`]).

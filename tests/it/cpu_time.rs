@@ -89,8 +89,22 @@ fn a_gemm_is_split_as_the_backend_splits_it_and_costs_whole_micro_tiles() {
         outer: 32,
         accumulate: false,
     };
-    let one = r.gemm_s(64, 576, 64, false, 1);
-    assert!((r.gemm_calls_s(&g) - 16.0 * one).abs() < 1e-12 * one.max(1.0));
+    let work = |g: GemmCalls| CpuWork {
+        gemms: vec![g],
+        ..Default::default()
+    };
+    // (one call on one thread)
+    let r1 = CpuRates {
+        threads: 1,
+        ..r.clone()
+    };
+    let one = r1.work_s(&work(GemmCalls {
+        calls: 1,
+        outer: 1,
+        ..g
+    })) - r1.launch_s;
+    let all = r.work_s(&work(g)) - r.launch_s;
+    assert!((all - 16.0 * one).abs() < 1e-12 * one.max(1.0));
 }
 
 #[test]
@@ -308,11 +322,11 @@ fn a_launchs_time_is_its_terms_weighed_by_the_rates() {
     }
 }
 
-/// The fit of all ten weights recovers them from times they generate (each kernel's error on
+/// The fit of all its weights recovers them from times they generate (each kernel's error on
 /// its step's scale, as the in-place calibration weighs them, and relative to itself), and stays
 /// non-negative on times no non-negative weights explain.
 #[test]
-fn the_ten_term_fit_recovers_known_weights() {
+fn the_fit_of_every_term_recovers_known_weights() {
     let r = CpuRates::nominal();
     let m = model(
         "input x: [16, 16, 8]\ntarget y: int\n\
@@ -335,6 +349,7 @@ fn the_ten_term_fit_recovers_known_weights() {
         stream_bytes: 12e9,
         loop_s: 2e-6,
         launch_s: 4e-7,
+        pack_b_bytes: 9e9,
         ..r.clone()
     }
     .coefs();
@@ -478,4 +493,68 @@ fn a_gathers_short_runs_cost_a_line_each() {
     let rows = 2 * 6 * 6;
     assert_eq!(work(3).im2col, (rows * 9 * MIN_RUN_ELEMS) as u64);
     assert_eq!(work(32).im2col, (rows * 9 * 32) as u64);
+}
+
+/// A fused update's block of fewer than `SERIAL_UPDATE_ELEMS` elements runs on the calling
+/// thread: no parallel loop, its elements computed one at a time (weighed as the threads' share)
+/// and a line touched per row of each array when the block is strided; a larger block is one
+/// parallel loop streaming its lines. A dense layer's update in one-column chunks costs one
+/// micro-tile-wide GEMM per column and no loop; its chunks cost more per column as they narrow.
+#[test]
+fn a_small_update_block_runs_serially_and_costs_its_rows_lines() {
+    use dmc_plan::cpu::{strided_bytes, update_block_work, SERIAL_UPDATE_ELEMS};
+    let (streamed, serial, loops) = update_block_work(784, 1, 256, 2);
+    assert_eq!(
+        (loops, streamed, serial),
+        (0, 2 * 784 * 64, 2 * 2 * 784 * 4)
+    );
+    // a whole-width block touches no line beyond its elements
+    assert_eq!(update_block_work(4, 16, 16, 3), (0, 2 * 3 * 4 * 16 * 4, 0));
+    let big = SERIAL_UPDATE_ELEMS / 64;
+    let (streamed, serial, loops) = update_block_work(big, 64, 256, 2);
+    assert_eq!((loops, serial), (1, 0));
+    assert_eq!(streamed, 2 * 2 * strided_bytes(big, 64, 256));
+
+    let op = |chunk| dmc_plan::op::DenseOp::DenseBwdWeightUpdate {
+        rule: UpdateRule::Sgd {
+            lr: 0.01,
+            momentum: 0.9,
+            weight_decay: 0.0,
+            nesterov: false,
+            clip_value: None,
+            clip_norm: None,
+        },
+        chunk,
+        bias: false,
+    };
+    let (x, dy, w) = (vec![64, 784], vec![64, 256], vec![784, 256]);
+    let work = |chunk| {
+        op(chunk).cpu_work(
+            &[x.clone(), dy.clone(), w.clone(), w.clone()],
+            &[w.clone(), w.clone()],
+        )
+    };
+    let one = work(1);
+    assert_eq!(one.loops, 0, "{one:?}");
+    assert_eq!(one.gemms.len(), 1);
+    assert_eq!((one.gemms[0].n, one.gemms[0].calls), (1, 256));
+    let r = CpuRates::nominal();
+    let per_col = |c: usize| r.work_s(&work(c)) / 256.0;
+    assert!(
+        per_col(1) > per_col(8) && per_col(8) > per_col(64),
+        "{}",
+        per_col(1)
+    );
+}
+
+/// A kernel whose loops stream less than `SPLIT_BYTES` runs them as one task on the calling
+/// thread: the model counts no parallel loop for it; a larger one pays each of its loops.
+#[test]
+fn only_loops_that_split_pay_the_pools_hand_off() {
+    use dmc_plan::cpu::SPLIT_BYTES;
+    let r = CpuRates::nominal();
+    let small = CpuWork::stream(SPLIT_BYTES / 2);
+    let large = CpuWork::stream(SPLIT_BYTES * 2);
+    assert_eq!(r.terms(&small)[8], 0.0);
+    assert_eq!(r.terms(&large)[8], 1.0);
 }

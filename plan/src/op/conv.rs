@@ -521,7 +521,7 @@ impl OpFacts for ConvOp {
     /// redone per block), and its data gradient's GEMM + col2im per tile of an image's pixels
     /// (images in parallel).
     fn cpu_work(&self, ins: &[Vec<usize>], outs: &[Vec<usize>]) -> crate::cpu::CpuWork {
-        use crate::cpu::{strided_bytes, CpuWork, GemmCalls};
+        use crate::cpu::{strided_bytes, update_block_work, CpuWork, GemmCalls};
         if let Some(w) = depthwise_cpu_work(self, ins, outs) {
             return w;
         }
@@ -631,15 +631,17 @@ impl OpFacts for ConvOp {
                     }
                     add(&mut w, ch, &|m, cc| gemm(k, nc, m, cc * count, 1, true));
                     // the block's fill and update: k rows of nc columns of w and its states
-                    w.streamed += count * (k * nc) as u64 * 4
-                        + count * 2 * states as u64 * strided_bytes(k, nc, co);
+                    let (streamed, serial, loops) = update_block_work(k, nc, co, states);
+                    w.streamed += count * ((k * nc) as u64 * 4 + streamed);
+                    w.serial += count * serial;
+                    w.loops += count * loops;
                     if *bias {
                         // the block's columns of dy, summed row by row
                         w.streamed += count * strided_bytes(rows, nc, co);
                     }
                 }
                 w.im2col = blocks * gathered(rows, geom, k, 1);
-                w.loops = blocks * (n_chunks + 1);
+                w.loops += blocks * n_chunks;
             }
         }
         w

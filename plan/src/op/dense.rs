@@ -212,7 +212,7 @@ impl OpFacts for DenseOp {
     /// One CPU GEMM (the fused update: one per block of `chunk` columns, each block then
     /// updated), the bias and epilogue streamed.
     fn cpu_work(&self, ins: &[Vec<usize>], outs: &[Vec<usize>]) -> crate::cpu::CpuWork {
-        use crate::cpu::{strided_bytes, CpuWork, GemmCalls};
+        use crate::cpu::{update_block_work, CpuWork, GemmCalls};
         let el = |s: Option<&Vec<usize>>| s.map(|s| numel(s)).unwrap_or(0) as usize;
         let last = |s: Option<&Vec<usize>>| s.and_then(|s| s.last()).copied().unwrap_or(0);
         let gemm = |m, n, k, calls, accumulate| GemmCalls {
@@ -264,17 +264,19 @@ impl OpFacts for DenseOp {
                 let (k, m) = (last(x), last(dy));
                 let n = el(x) / k.max(1);
                 let c = (*chunk).clamp(1, m.max(1));
-                let states = 1 + rule.state_names().len() as u64;
+                let states = 1 + rule.state_names().len();
                 for (nc, count) in [(c, (m / c) as u64), (m % c, (m % c > 0) as u64)] {
                     if count == 0 || nc == 0 {
                         continue;
                     }
                     w.gemms.push(gemm(k, nc, n, count, false));
-                    w.streamed += count * 2 * states * strided_bytes(k, nc, m);
-                    w.loops += count;
+                    let (streamed, serial, loops) = update_block_work(k, nc, m, states);
+                    w.streamed += count * streamed;
+                    w.serial += count * serial;
+                    w.loops += count * loops;
                 }
                 if *bias {
-                    w.streamed += el(dy) as u64 * 4 + 2 * states * m as u64 * 4;
+                    w.streamed += el(dy) as u64 * 4 + 2 * states as u64 * m as u64 * 4;
                 }
             }
         }

@@ -228,6 +228,9 @@ pub fn update_scaled(
 
 /// Rows per parallel task of [`update_block`].
 const ROWS_PER_TASK: usize = 64;
+/// Elements below which [`update_block`] runs on the calling thread (the CPU time model's
+/// `dmc_plan::cpu::SERIAL_UPDATE_ELEMS`).
+pub use dmc_plan::cpu::SERIAL_UPDATE_ELEMS;
 
 /// The update `rule` applied to columns `c0..c0+nc` of the row-major `[K, ld]` weight `w` and of
 /// its state tensors (same layout; as many as `rule.state_names()`), with the gradient of that
@@ -254,38 +257,65 @@ pub fn update_block(
     let g = &g[..k * nc];
     let cols = c0..c0 + nc;
     let e = Elem::new(rule, t);
+    // a small block runs on this thread: a parallel loop's hand-off to the pool costs more
+    let serial = k * nc < SERIAL_UPDATE_ELEMS;
     match states {
-        [] => w
-            .par_chunks_mut(ld)
-            .zip(g.par_chunks(nc))
-            .with_min_len(ROWS_PER_TASK)
-            .for_each(|(wr, gr)| {
+        [] => {
+            let f = |(wr, gr): (&mut [f32], &[f32])| {
                 for (w, &g) in wr[cols.clone()].iter_mut().zip(gr) {
                     e.apply(w, g, []);
                 }
-            }),
-        [v] => w
-            .par_chunks_mut(ld)
-            .zip(g.par_chunks(nc))
-            .zip(v.par_chunks_mut(ld))
-            .with_min_len(ROWS_PER_TASK)
-            .for_each(|((wr, gr), vr)| {
+            };
+            if serial {
+                w.chunks_mut(ld).zip(g.chunks(nc)).for_each(f)
+            } else {
+                w.par_chunks_mut(ld)
+                    .zip(g.par_chunks(nc))
+                    .with_min_len(ROWS_PER_TASK)
+                    .for_each(f)
+            }
+        }
+        [v] => {
+            let f = |((wr, gr), vr): ((&mut [f32], &[f32]), &mut [f32])| {
                 let vr = &mut vr[cols.clone()];
                 for ((w, &g), v) in wr[cols.clone()].iter_mut().zip(gr).zip(vr) {
                     e.apply(w, g, [v]);
                 }
-            }),
-        [m, v] => w
-            .par_chunks_mut(ld)
-            .zip(g.par_chunks(nc))
-            .zip(m.par_chunks_mut(ld).zip(v.par_chunks_mut(ld)))
-            .with_min_len(ROWS_PER_TASK)
-            .for_each(|((wr, gr), (mr, vr))| {
+            };
+            if serial {
+                w.chunks_mut(ld)
+                    .zip(g.chunks(nc))
+                    .zip(v.chunks_mut(ld))
+                    .for_each(f)
+            } else {
+                w.par_chunks_mut(ld)
+                    .zip(g.par_chunks(nc))
+                    .zip(v.par_chunks_mut(ld))
+                    .with_min_len(ROWS_PER_TASK)
+                    .for_each(f)
+            }
+        }
+        [m, v] => {
+            type Row<'a> = ((&'a mut [f32], &'a [f32]), (&'a mut [f32], &'a mut [f32]));
+            let f = |((wr, gr), (mr, vr)): Row| {
                 let (mr, vr) = (&mut mr[cols.clone()], &mut vr[cols.clone()]);
                 for (((w, &g), m), v) in wr[cols.clone()].iter_mut().zip(gr).zip(mr).zip(vr) {
                     e.apply(w, g, [m, v]);
                 }
-            }),
+            };
+            if serial {
+                w.chunks_mut(ld)
+                    .zip(g.chunks(nc))
+                    .zip(m.chunks_mut(ld).zip(v.chunks_mut(ld)))
+                    .for_each(f)
+            } else {
+                w.par_chunks_mut(ld)
+                    .zip(g.par_chunks(nc))
+                    .zip(m.par_chunks_mut(ld).zip(v.par_chunks_mut(ld)))
+                    .with_min_len(ROWS_PER_TASK)
+                    .for_each(f)
+            }
+        }
         _ => unreachable!("state count checked above"),
     }
 }

@@ -117,3 +117,89 @@ fn adam_matches_formulas() {
         assert_close(&format!("{what} v"), &v, &ev, 1e-4, 1e-9);
     }
 }
+
+/// A block of columns of a `[K, ld]` weight updated by `update_block` changes exactly those
+/// columns, each as the whole-tensor `update` of the same values would: for a block small
+/// enough to run on the calling thread and for one large enough to run as a parallel loop
+/// (`SERIAL_UPDATE_ELEMS`), with no state, one and two.
+#[test]
+fn column_blocks_update_as_the_whole_tensor_would_on_and_off_the_pool() {
+    use dmc_runtime::cpu::optim::{update_block, SERIAL_UPDATE_ELEMS};
+    let mut r = rng(21);
+    let (k, ld) = (300, 96);
+    let rules = [
+        UpdateRule::Sgd {
+            lr: 0.1,
+            momentum: 0.0,
+            weight_decay: 0.0,
+            nesterov: false,
+            clip_value: None,
+            clip_norm: None,
+        },
+        UpdateRule::Sgd {
+            lr: 0.05,
+            momentum: 0.9,
+            weight_decay: 0.01,
+            nesterov: true,
+            clip_value: None,
+            clip_norm: None,
+        },
+        UpdateRule::Adam {
+            lr: 0.01,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            decoupled: false,
+            clip_value: None,
+            clip_norm: None,
+        },
+    ];
+    for rule in &rules {
+        let ns = rule.state_names().len();
+        for (c0, nc) in [(5, 3), (0, ld), (17, 60)] {
+            let serial = k * nc < SERIAL_UPDATE_ELEMS;
+            let w0 = randv(&mut r, k * ld);
+            // (non-negative: Adam's second moment)
+            let s0: Vec<Vec<f32>> = (0..ns)
+                .map(|_| randv(&mut r, k * ld).iter().map(|v| v.abs()).collect())
+                .collect();
+            let g = randv(&mut r, k * nc);
+            // the reference: the block's values gathered, updated as one tensor
+            let take = |v: &[f32]| -> Vec<f32> {
+                (0..k)
+                    .flat_map(|i| v[i * ld + c0..i * ld + c0 + nc].to_vec())
+                    .collect()
+            };
+            let mut wr = take(&w0);
+            let mut sr: Vec<Vec<f32>> = s0.iter().map(|s| take(s)).collect();
+            let mut sref: Vec<&mut [f32]> = sr.iter_mut().map(|s| s.as_mut_slice()).collect();
+            update(rule, 3, &mut wr, &g, &mut sref);
+            let mut w = w0.clone();
+            let mut s = s0.clone();
+            let mut sm: Vec<&mut [f32]> = s.iter_mut().map(|s| s.as_mut_slice()).collect();
+            update_block(rule, 3, &mut w, ld, c0, nc, &g, &mut sm);
+            let what = format!("{rule:?}, columns {c0}..{} (serial: {serial})", c0 + nc);
+            for i in 0..k {
+                for j in 0..ld {
+                    let (at, inside) = (i * ld + j, (c0..c0 + nc).contains(&j));
+                    let want = |v: &[f32], full: &[f32]| {
+                        if inside {
+                            v[i * nc + j - c0]
+                        } else {
+                            full[at]
+                        }
+                    };
+                    assert_eq!(w[at].to_bits(), want(&wr, &w0).to_bits(), "w: {what}");
+                    for (q, st) in s.iter().enumerate() {
+                        assert_eq!(
+                            st[at].to_bits(),
+                            want(&sr[q], &s0[q]).to_bits(),
+                            "state {q}: {what}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
