@@ -391,8 +391,10 @@ fn held_gradients_and_accumulation_are_rematerialized_under_a_cap_without_a_cycl
     ] {
         let base = CompileOptions {
             clip_method: method,
-            // the cap met by recomputation, not by offloading activations
+            // the cap met by recomputation, not by offloading activations or streaming Adam's
+            // state through the arena
             offload: false,
+            stream: false,
             ..CompileOptions::default()
         };
         let free = deep(train, &base).expect("no cap");

@@ -15,19 +15,24 @@ fn model(src: &str) -> dmc_grammar::model::Model {
         .unwrap_or_else(|d| panic!("{}", dmc_grammar::render_plain(&d)))
 }
 
+/// SGD with momentum 0.9, lr 0.01 (one state tensor).
+fn sgd_momentum() -> UpdateRule {
+    UpdateRule::Sgd {
+        lr: 0.01,
+        momentum: 0.9,
+        weight_decay: 0.0,
+        nesterov: false,
+        clip_value: None,
+        clip_norm: None,
+    }
+}
+
 /// A fused conv weight-gradient + SGD-momentum update of a 3x3, 64 -> 64 conv on 32 images of
 /// 64x64, in chunks of `chunk` output channels.
 fn update_work(chunk: usize) -> CpuWork {
     let op = ConvOp::Conv2dBwdWeightUpdate {
         geom: ConvGeom::square(3, 1, 1),
-        rule: UpdateRule::Sgd {
-            lr: 0.01,
-            momentum: 0.9,
-            weight_decay: 0.0,
-            nesterov: false,
-            clip_value: None,
-            clip_norm: None,
-        },
+        rule: sgd_momentum(),
         chunk,
         bias: false,
         keep_old: false,
@@ -516,14 +521,7 @@ fn a_small_update_block_runs_serially_and_costs_its_rows_lines() {
     assert_eq!(streamed, 2 * 2 * strided_bytes(big, 64, 256));
 
     let op = |chunk| dmc_plan::op::DenseOp::DenseBwdWeightUpdate {
-        rule: UpdateRule::Sgd {
-            lr: 0.01,
-            momentum: 0.9,
-            weight_decay: 0.0,
-            nesterov: false,
-            clip_value: None,
-            clip_norm: None,
-        },
+        rule: sgd_momentum(),
         chunk,
         bias: false,
     };
