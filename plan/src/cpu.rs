@@ -96,6 +96,10 @@ pub struct GemmCalls {
     pub outer: u64,
     /// Whether C is read (accumulated into) as well as written.
     pub accumulate: bool,
+    /// Whether the caller runs a row split of each call ([`gemm_split`]) as its own per-thread
+    /// tasks, each doing all of its rows' work (a convolution's forward): no loop of the GEMM's.
+    #[serde(default)]
+    pub per_thread_rows: bool,
 }
 
 /// What one launch of a kernel does on the CPU backend, in the terms of [`CpuRates`].
@@ -104,8 +108,9 @@ pub struct CpuWork {
     pub gemms: Vec<GemmCalls>,
     /// Elements the weight gradient's im2col gathers (row-major rows of the chunk).
     pub im2col: u64,
-    /// Elements the forward's im2col gathers (stored K-major: a transpose).
-    pub im2col_t: u64,
+    /// Elements the forward's im2col gathers (row-major, each thread its own rows of the chunk,
+    /// right before its GEMM reads them).
+    pub im2col_fwd: u64,
     /// Elements the data gradient's col2im scatter-adds.
     pub col2im: u64,
     /// Multiply-adds done directly, a vector of channels at a time, outside any GEMM (the
@@ -182,10 +187,10 @@ pub struct CpuRates {
     pub pack_bytes: f64,
     /// Seconds one sgemm call costs beyond its arithmetic and packing.
     pub gemm_call_s: f64,
-    /// Elements per second, all threads, of the weight gradient's im2col, the forward's
-    /// (transposing) im2col and the data gradient's col2im.
+    /// Elements per second, all threads, of the weight gradient's im2col, the forward's im2col
+    /// and the data gradient's col2im.
     pub im2col_elems: f64,
-    pub im2col_t_elems: f64,
+    pub im2col_fwd_elems: f64,
     pub col2im_elems: f64,
     /// Direct multiply-adds ([`CpuWork::direct`]) per second, all threads.
     #[serde(default = "nominal_direct_madds")]
@@ -224,7 +229,7 @@ impl CpuRates {
             pack_bytes: 20e9,
             gemm_call_s: 2e-6,
             im2col_elems: 4e9,
-            im2col_t_elems: 2e9,
+            im2col_fwd_elems: 2e9,
             col2im_elems: 2e9,
             direct_madds: nominal_direct_madds(),
             stream_bytes: 10e9,
@@ -281,15 +286,17 @@ impl CpuRates {
             t[2] += seq * waves * call;
             t[7] += seq * waves * dram_bytes(nn, g.k, sp.parts.min(inner.max(1)));
             t[10] += seq * waves * 4.0 * (g.k * nn) as f64;
-            t[8] += seq * if sp.parts > 1 { 1.0 } else { 0.0 };
+            // (a row split run by the caller's own per-thread tasks is the caller's loop)
+            let own_loop = sp.parts > 1 && !(g.per_thread_rows && sp.rows);
+            t[8] += seq * if own_loop { 1.0 } else { 0.0 };
         }
         t[3] = w.im2col as f64;
-        t[4] = w.im2col_t as f64;
+        t[4] = w.im2col_fwd as f64;
         t[5] = w.col2im as f64;
         t[6] = w.direct as f64;
         t[7] += (w.streamed + w.serial * threads) as f64;
         // a small kernel's loops do not split: they run on the calling thread, no hand-off
-        let big = w.streamed + w.serial >= SPLIT_BYTES || w.im2col + w.im2col_t + w.col2im > 0;
+        let big = w.streamed + w.serial >= SPLIT_BYTES || w.im2col + w.im2col_fwd + w.col2im > 0;
         t[8] += if big { w.loops as f64 } else { 0.0 };
         t[9] = 1.0;
         t
@@ -304,7 +311,7 @@ impl CpuRates {
             inv(self.pack_bytes),
             self.gemm_call_s,
             inv(self.im2col_elems),
-            inv(self.im2col_t_elems),
+            inv(self.im2col_fwd_elems),
             inv(self.col2im_elems),
             inv(self.direct_madds),
             inv(self.stream_bytes),
@@ -323,7 +330,7 @@ impl CpuRates {
             pack_bytes: inv(c[1]),
             gemm_call_s: c[2],
             im2col_elems: inv(c[3]),
-            im2col_t_elems: inv(c[4]),
+            im2col_fwd_elems: inv(c[4]),
             col2im_elems: inv(c[5]),
             direct_madds: inv(c[6]),
             stream_bytes: inv(c[7]),

@@ -93,6 +93,7 @@ fn a_gemm_is_split_as_the_backend_splits_it_and_costs_whole_micro_tiles() {
         calls: 32,
         outer: 32,
         accumulate: false,
+        per_thread_rows: false,
     };
     let work = |g: GemmCalls| CpuWork {
         gemms: vec![g],
@@ -163,7 +164,7 @@ fn calibration_measures_positive_rates_and_caches_them() {
         ("gemm_flops", r.gemm_flops),
         ("pack_bytes", r.pack_bytes),
         ("im2col", r.im2col_elems),
-        ("im2col_t", r.im2col_t_elems),
+        ("im2col_fwd", r.im2col_fwd_elems),
         ("col2im", r.col2im_elems),
         ("stream", r.stream_bytes),
     ] {
@@ -348,7 +349,7 @@ fn the_fit_of_every_term_recovers_known_weights() {
         pack_bytes: 25e9,
         gemm_call_s: 1.3e-6,
         im2col_elems: 3e9,
-        im2col_t_elems: 2e9,
+        im2col_fwd_elems: 2e9,
         col2im_elems: 5e9,
         direct_madds: 6e9,
         stream_bytes: 12e9,
@@ -414,7 +415,7 @@ fn depthwise_convolutions_are_direct_work_and_batchnorm_is_serial() {
     for k in &depthwise {
         let w = k.cpu_work();
         assert!(
-            w.gemms.is_empty() && w.im2col + w.im2col_t + w.col2im == 0,
+            w.gemms.is_empty() && w.im2col + w.im2col_fwd + w.col2im == 0,
             "{}",
             k.name
         );
@@ -464,6 +465,7 @@ fn a_gemm_against_a_weight_larger_than_a_cache_streams_it() {
             calls: 1,
             outer: 1,
             accumulate: false,
+            per_thread_rows: false,
         }],
         ..Default::default()
     };

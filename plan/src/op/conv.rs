@@ -534,6 +534,7 @@ impl OpFacts for ConvOp {
             calls,
             outer,
             accumulate,
+            per_thread_rows: false,
         };
         // (rows of a full chunk, full chunks, rows of the last partial one)
         let chunks = |rows: usize, per: usize| (per, (rows / per.max(1)) as u64, rows % per.max(1));
@@ -556,11 +557,14 @@ impl OpFacts for ConvOp {
                 let (rows, co) = (el(y) as usize / dim(y, 3).max(1), dim(y, 3));
                 let ch = chunks(rows, rows.clamp(1, CONV_CHUNK_ROWS));
                 let n_chunks = ch.1 + (ch.2 > 0) as u64;
-                add(&mut w, ch, &|m, c| {
-                    gemm(m, co / groups, k, c * groups as u64, 1, *bias)
+                // per chunk one loop: the GEMM's row blocks, each its rows' bias, gather, GEMM and
+                // epilogue (or, for few rows, the gather's, before a column-split GEMM)
+                add(&mut w, ch, &|m, c| GemmCalls {
+                    per_thread_rows: true,
+                    ..gemm(m, co / groups, k, c * groups as u64, 1, *bias)
                 });
-                w.im2col_t = gathered(rows, geom, k, groups);
-                w.loops = n_chunks * (groups as u64 + *bias as u64 + !epi.is_none() as u64);
+                w.im2col_fwd = gathered(rows, geom, k, groups);
+                w.loops = n_chunks;
                 let out = el(y) * 4;
                 w.streamed = if *bias { out } else { 0 }
                     + if epi.is_none() {
@@ -675,6 +679,7 @@ fn bwd_data_work(
                 calls: per * groups as u64 * n as u64,
                 outer: n as u64,
                 accumulate: false,
+                per_thread_rows: false,
             });
         }
     }

@@ -222,6 +222,7 @@ impl OpFacts for DenseOp {
             calls,
             outer: 1,
             accumulate,
+            per_thread_rows: false,
         };
         let mut w = CpuWork::default();
         match self {

@@ -263,7 +263,7 @@ pub fn measure() -> CpuRates {
     };
     let rest = |w: &CpuWork, r: &CpuRates| {
         let mut w = w.clone();
-        (w.im2col, w.im2col_t, w.col2im) = (0, 0, 0);
+        (w.im2col, w.im2col_fwd, w.col2im) = (0, 0, 0);
         r.work_s(&w)
     };
     let rate = |elems: u64, t: f64, other: f64| elems as f64 / (t - other).max(t * 0.1);
@@ -282,7 +282,7 @@ pub fn measure() -> CpuRates {
             black_box(&mut y);
         })
     });
-    r.im2col_t_elems = rate(fwd.im2col_t, t, rest(&fwd, &r));
+    r.im2col_fwd_elems = rate(fwd.im2col_fwd, t, rest(&fwd, &r));
     let bwd_w = work(ConvOp::Conv2dBwdWeight { geom }, &[&xs, &ys], &[&ws]);
     let t = rayon::scope(|_| {
         best_of(2, 0.02, || {

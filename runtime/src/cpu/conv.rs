@@ -4,9 +4,10 @@
 //! at most [`CONV_CHUNK_ROWS`] output rows (row = one output pixel `(n, oy, ox)`, K = kh*kw*Ci
 //! columns), followed by one sgemm per chunk. The weight `[kh,kw,Ci,Co]` is, row-major, exactly the
 //! `[K, Co]` matrix the GEMM needs; transposed uses are strided views, never copies.
-//! The forward stores its chunk K-major (`cols[kk*rows + r]`) and the weight gradient row-major
-//! (`cols[r*K + kk]`): each layout is the one matrixmultiply packs contiguously for that GEMM
-//! (same workspace size either way).
+//! Both store their chunk row-major (`cols[r*K + kk]`: a pixel's taps are contiguous runs of its
+//! channels, copied whole). The forward splits each chunk's rows over the threads, one task per
+//! thread doing its rows' bias, gather, GEMM and epilogue; each task's rows take their own
+//! `[rows, K]` block of the workspace (same workspace size).
 //!
 //! The data gradient has no workspace in its signature ([`Op::signature`](dmc_plan::op::Op)):
 //! it computes `dcols = dy_rows w^T` per tile of output pixels into a fixed per-thread tile of
@@ -16,13 +17,14 @@
 
 use std::cell::RefCell;
 
+use dmc_plan::cpu::gemm_split;
 use dmc_plan::op::{ConvGeom, CONV_CHUNK_ROWS};
 use rayon::prelude::*;
 
 use super::args::{state_slices, Args, Ctx};
 use super::depthwise;
 use super::epilogue;
-use super::gemm::{sgemm, View};
+use super::gemm::{sgemm, sgemm_serial, View};
 use super::optim::{bias_col_sums, update_block};
 use dmc_plan::op::{ConvOp, Epilogue};
 
@@ -131,82 +133,6 @@ fn im2col(
         });
 }
 
-/// The im2col rows `r0..r0+nr` stored K-major: `cols[kk*nr + i]` (the transpose of [`im2col`]'s
-/// layout, same size; group `grp`'s channels). The forward GEMM reads this as a row-strided-by-1
-/// `[nr, K]` matrix, which matrixmultiply packs much faster than the row-major layout (contiguous
-/// `MR`-row panels).
-#[allow(clippy::too_many_arguments)]
-fn im2col_kmajor(
-    g: &ConvGeom,
-    d: &ConvDims,
-    x: &[f32],
-    grp: usize,
-    r0: usize,
-    nr: usize,
-    cols: &mut [f32],
-) {
-    let k = d.k(g);
-    if k == 0 || nr == 0 {
-        return;
-    }
-    assert!(nr <= CONV_CHUNK_ROWS);
-    // Per row: image base offset and the top-left input coordinate of its window.
-    let mut base = [(0usize, 0isize, 0isize); CONV_CHUNK_ROWS];
-    for (i, b) in base[..nr].iter_mut().enumerate() {
-        let r = r0 + i;
-        let ox = r % d.wo;
-        let t = r / d.wo;
-        let oy = t % d.ho;
-        let n = t / d.ho;
-        *b = (
-            n * d.h * d.w,
-            (oy * g.stride_h) as isize - g.pad_top as isize,
-            (ox * g.stride_w) as isize - g.pad_left as isize,
-        );
-    }
-    let base = &base[..nr];
-    let (h, w, ci, c0g) = (d.h as isize, d.w as isize, d.cig(g), grp * d.cig(g));
-    let (dh, dw) = (g.dil_h as isize, g.dil_w as isize);
-    // One task per tap (ky, kx): it owns the contiguous rows tap*ci..(tap+1)*ci of cols, a
-    // [ci, nr] block, the transpose of the [nr, ci] pixels the tap reads. Transposed in 8 x 8
-    // tiles: 8 rows' pixels are read as 8-float runs and written as 8-float runs down 8 channels
-    // (one float per cache line, the naive scatter, was 28% of deep_convnet's step).
-    const T: usize = 8;
-    cols[..nr * k]
-        .par_chunks_mut(ci * nr)
-        .enumerate()
-        .for_each(|(tap, blk)| {
-            let (ky, kx) = ((tap / g.kw) as isize * dh, (tap % g.kw) as isize * dw);
-            for i0 in (0..nr).step_by(T) {
-                let ib = (nr - i0).min(T);
-                // the first input element of each row's pixel, or None in the padding
-                let mut src = [None; T];
-                for (j, s) in src[..ib].iter_mut().enumerate() {
-                    let (img, iy0, ix0) = base[i0 + j];
-                    let (iy, ix) = (iy0 + ky, ix0 + kx);
-                    if iy >= 0 && iy < h && ix >= 0 && ix < w {
-                        *s = Some((img + iy as usize * d.w + ix as usize) * d.ci + c0g);
-                    }
-                }
-                for c0 in (0..ci).step_by(T) {
-                    let cb = (ci - c0).min(T);
-                    let mut t = [[0f32; T]; T]; // t[channel][row]
-                    for (j, s) in src[..ib].iter().enumerate() {
-                        if let Some(s) = *s {
-                            for (c, &v) in x[s + c0..s + c0 + cb].iter().enumerate() {
-                                t[c][j] = v;
-                            }
-                        }
-                    }
-                    for (c, tc) in t[..cb].iter().enumerate() {
-                        let at = (c0 + c) * nr + i0;
-                        blk[at..at + ib].copy_from_slice(&tc[..ib]);
-                    }
-                }
-            }
-        });
-}
-
 /// y = conv(x, w) (+ b), through im2col chunks in `cols` (at least `d.workspace_elems(g)` long).
 pub fn conv2d_fwd(
     g: &ConvGeom,
@@ -243,48 +169,51 @@ pub fn conv2d_fwd_epi(
         return depthwise::forward(g, d, (x, w, b), (epi, r), y);
     }
     let cog = d.cog(g);
+    let beta = if b.is_some() { 1.0 } else { 0.0 };
     let mut r0 = 0;
     while r0 < rows {
         let nr = cr.min(rows - r0);
         let yc = &mut y[r0 * co..(r0 + nr) * co];
-        let beta = match b {
-            Some(b) => {
-                yc.par_chunks_mut(co.max(1))
-                    .with_min_len(64)
-                    .for_each(|row| row.copy_from_slice(b));
-                1.0
+        let rc = r.map(|r| &r[r0 * co..(r0 + nr) * co]);
+        // A chunk's rows, their bias, per group their im2col rows (`cp`, row-major) times the
+        // group's block of the weight's columns, then their epilogue; `serial`: its GEMM on this
+        // thread.
+        let rows_work = |a: usize, yp: &mut [f32], cp: &mut [f32], serial: bool| {
+            let nb = yp.len() / co.max(1);
+            if let Some(b) = b {
+                for row in yp.chunks_mut(co.max(1)) {
+                    row.copy_from_slice(b);
+                }
             }
-            None => 0.0,
+            for grp in 0..g.groups {
+                im2col(g, d, x, grp, r0 + a, nb, cp);
+                let wv = View {
+                    data: &w[grp * cog..],
+                    rows: k,
+                    cols: cog,
+                    rs: co,
+                    cs: 1,
+                };
+                let gemm = if serial { sgemm_serial } else { sgemm };
+                let av = View::rm(&cp[..nb * k], nb, k);
+                gemm(1.0, av, wv, beta, &mut yp[grp * cog..], co, 1);
+            }
+            if !epi.is_none() {
+                epilogue::forward_block(epi, yp, rc.map(|r| &r[a * co..a * co + yp.len()]));
+            }
         };
-        // one GEMM per group: its im2col columns times its block of the weight's columns, into
-        // its block of the output's columns
-        for grp in 0..g.groups {
-            im2col_kmajor(g, d, x, grp, r0, nr, cols);
-            let wv = View {
-                data: &w[grp * cog..],
-                rows: k,
-                cols: cog,
-                rs: co,
-                cs: 1,
-            };
-            sgemm(
-                1.0,
-                View::rm_t(&cols[..nr * k], k, nr), // K-major cols: the [nr, K] view
-                wv,
-                beta,
-                &mut yc[grp * cog..],
-                co,
-                1,
-            );
-        }
-        if !epi.is_none() {
-            let rc = r.map(|r| &r[r0 * co..(r0 + nr) * co]);
-            yc.par_chunks_mut(co.max(1) * 16)
+        // Where the GEMM splits by rows, one task per block does all of its rows' work (its own
+        // `[rows, K]` block of the workspace): one hand-off to the pool per chunk, not one per
+        // loop. Otherwise (few rows: the GEMM splits its columns, or runs on one thread) the chunk
+        // is one piece. Each output element is the same serial kernel's either way.
+        let sp = gemm_split(nr, cog, k, rayon::current_num_threads());
+        if sp.rows && sp.parts > 1 {
+            yc.par_chunks_mut(sp.per * co)
+                .zip(cols[..nr * k].par_chunks_mut(sp.per * k))
                 .enumerate()
-                .for_each(|(i, part)| {
-                    let o = i * co.max(1) * 16;
-                    epilogue::forward_block(epi, part, rc.map(|r| &r[o..o + part.len()]));
-                });
+                .for_each(|(p, (yp, cp))| rows_work(p * sp.per, yp, cp, true));
+        } else {
+            rows_work(0, yc, &mut cols[..nr * k], false);
         }
         r0 += nr;
     }

@@ -59,6 +59,35 @@ impl<'a> View<'a> {
 /// `c` could make two elements alias.
 #[allow(clippy::too_many_arguments)]
 pub fn sgemm(alpha: f32, a: View, b: View, beta: f32, c: &mut [f32], rsc: usize, csc: usize) {
+    sgemm_on(rayon::current_num_threads(), alpha, a, b, beta, c, rsc, csc)
+}
+
+/// [`sgemm`] as one block on the calling thread: for a caller that already runs one task per
+/// thread (a convolution's rows split over the threads). Same results as [`sgemm`].
+pub fn sgemm_serial(
+    alpha: f32,
+    a: View,
+    b: View,
+    beta: f32,
+    c: &mut [f32],
+    rsc: usize,
+    csc: usize,
+) {
+    sgemm_on(1, alpha, a, b, beta, c, rsc, csc)
+}
+
+/// [`sgemm`] split for `threads` threads ([`gemm_split`]).
+#[allow(clippy::too_many_arguments)]
+fn sgemm_on(
+    threads: usize,
+    alpha: f32,
+    a: View,
+    b: View,
+    beta: f32,
+    c: &mut [f32],
+    rsc: usize,
+    csc: usize,
+) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     assert_eq!(k, b.rows, "sgemm: inner dimensions differ");
     assert!(a.max_index() <= a.data.len(), "sgemm: A out of bounds");
@@ -93,7 +122,7 @@ pub fn sgemm(alpha: f32, a: View, b: View, beta: f32, c: &mut [f32], rsc: usize,
         rows: split_rows,
         per,
         parts,
-    } = gemm_split(m, n, k, rayon::current_num_threads());
+    } = gemm_split(m, n, k, threads);
     let len = if split_rows { m } else { n };
     let cp = SendPtr(c.as_mut_ptr());
     let block = |p: usize| {
