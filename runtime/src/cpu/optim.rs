@@ -21,6 +21,10 @@ pub struct Elem {
     bc2: f32,
     /// `clip_norm`'s factor for every gradient (1 without it).
     gscale: f32,
+    /// `clip_value`'s bounds (infinite without it: the clamp then changes nothing, NaN included),
+    /// so the element loops have no branch for it.
+    lo: f32,
+    hi: f32,
 }
 
 impl Elem {
@@ -36,11 +40,19 @@ impl Elem {
                 (1.0, 1.0)
             }
         };
+        // (a bound the checker would refuse, negative or NaN, counts as its magnitude / none
+        // rather than panicking in `clamp`)
+        let (lo, hi) = match rule.clip_value().map(f32::abs) {
+            Some(v) if !v.is_nan() => (-v, v),
+            _ => (f32::NEG_INFINITY, f32::INFINITY),
+        };
         Elem {
             rule: *rule,
             bc1,
             bc2,
             gscale: 1.0,
+            lo,
+            hi,
         }
     }
 
@@ -56,7 +68,7 @@ impl Elem {
     #[inline(always)]
     pub fn apply<const N: usize>(&self, w: &mut f32, g: f32, mut s: [&mut f32; N]) {
         // `clip_value`: the gradient clamped before anything else (weight decay included)
-        let g = self.rule.clip(g * self.gscale);
+        let g = (g * self.gscale).clamp(self.lo, self.hi);
         match (self.rule, &mut s[..]) {
             (
                 UpdateRule::Sgd {
@@ -164,6 +176,20 @@ impl Elem {
     }
 }
 
+/// Runs `$body` once per variant of `$e.rule` (the same code in each arm): inside an arm the
+/// variant is known, so [`Elem::apply`]'s match folds away and the element loops in `$body`
+/// vectorize (as `per_kind!` does for activations).
+macro_rules! per_rule {
+    ($e:expr, $body:expr) => {
+        match $e.rule {
+            UpdateRule::Sgd { .. } => $body,
+            UpdateRule::Adam { .. } => $body,
+            UpdateRule::RmsProp { .. } => $body,
+            UpdateRule::Lion { .. } => $body,
+        }
+    };
+}
+
 /// Asserts what [`update`] and [`update_block`] index by: as many state tensors as the rule has,
 /// each as long as the weight.
 fn check_states(rule: &UpdateRule, w: &[f32], states: &[&mut [f32]], what: &str) {
@@ -198,17 +224,21 @@ pub fn update_scaled(
     let (wc, gc) = (w.par_chunks_mut(ELEM_CHUNK), g.par_chunks(ELEM_CHUNK));
     match states {
         [] => wc.zip(gc).for_each(|(wc, gc)| {
-            for (w, &g) in wc.iter_mut().zip(gc) {
-                e.apply(w, g, []);
-            }
+            per_rule!(e, {
+                for (w, &g) in wc.iter_mut().zip(gc) {
+                    e.apply(w, g, []);
+                }
+            })
         }),
         [v] => wc
             .zip(gc)
             .zip(v.par_chunks_mut(ELEM_CHUNK))
             .for_each(|((wc, gc), vc)| {
-                for ((w, &g), v) in wc.iter_mut().zip(gc).zip(vc.iter_mut()) {
-                    e.apply(w, g, [v]);
-                }
+                per_rule!(e, {
+                    for ((w, &g), v) in wc.iter_mut().zip(gc).zip(vc.iter_mut()) {
+                        e.apply(w, g, [v]);
+                    }
+                })
             }),
         [m, v] => wc
             .zip(gc)
@@ -217,10 +247,13 @@ pub fn update_scaled(
                     .zip(v.par_chunks_mut(ELEM_CHUNK)),
             )
             .for_each(|((wc, gc), (mc, vc))| {
-                for (((w, &g), m), v) in wc.iter_mut().zip(gc).zip(mc.iter_mut()).zip(vc.iter_mut())
-                {
-                    e.apply(w, g, [m, v]);
-                }
+                per_rule!(e, {
+                    for (((w, &g), m), v) in
+                        wc.iter_mut().zip(gc).zip(mc.iter_mut()).zip(vc.iter_mut())
+                    {
+                        e.apply(w, g, [m, v]);
+                    }
+                })
             }),
         _ => unreachable!("state count checked above"),
     }
@@ -262,9 +295,11 @@ pub fn update_block(
     match states {
         [] => {
             let f = |(wr, gr): (&mut [f32], &[f32])| {
-                for (w, &g) in wr[cols.clone()].iter_mut().zip(gr) {
-                    e.apply(w, g, []);
-                }
+                per_rule!(e, {
+                    for (w, &g) in wr[cols.clone()].iter_mut().zip(gr) {
+                        e.apply(w, g, []);
+                    }
+                })
             };
             if serial {
                 w.chunks_mut(ld).zip(g.chunks(nc)).for_each(f)
@@ -278,9 +313,11 @@ pub fn update_block(
         [v] => {
             let f = |((wr, gr), vr): ((&mut [f32], &[f32]), &mut [f32])| {
                 let vr = &mut vr[cols.clone()];
-                for ((w, &g), v) in wr[cols.clone()].iter_mut().zip(gr).zip(vr) {
-                    e.apply(w, g, [v]);
-                }
+                per_rule!(e, {
+                    for ((w, &g), v) in wr[cols.clone()].iter_mut().zip(gr).zip(vr.iter_mut()) {
+                        e.apply(w, g, [v]);
+                    }
+                })
             };
             if serial {
                 w.chunks_mut(ld)
@@ -299,9 +336,12 @@ pub fn update_block(
             type Row<'a> = ((&'a mut [f32], &'a [f32]), (&'a mut [f32], &'a mut [f32]));
             let f = |((wr, gr), (mr, vr)): Row| {
                 let (mr, vr) = (&mut mr[cols.clone()], &mut vr[cols.clone()]);
-                for (((w, &g), m), v) in wr[cols.clone()].iter_mut().zip(gr).zip(mr).zip(vr) {
-                    e.apply(w, g, [m, v]);
-                }
+                per_rule!(e, {
+                    let ws = wr[cols.clone()].iter_mut();
+                    for (((w, &g), m), v) in ws.zip(gr).zip(mr.iter_mut()).zip(vr.iter_mut()) {
+                        e.apply(w, g, [m, v]);
+                    }
+                })
             };
             if serial {
                 w.chunks_mut(ld)
