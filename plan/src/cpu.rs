@@ -158,17 +158,17 @@ pub fn strided_bytes(rows: usize, cols: usize, stride: usize) -> u64 {
 
 /// What one fused update of a block of `nc` columns of a `[rows, ld]` weight does, with `arrays`
 /// tensors (the weight and its optimizer states), as the CPU backend's `update_block` runs it:
-/// `(streamed, serial, loops)` of [`CpuWork`]. A block of fewer than [`SERIAL_UPDATE_ELEMS`]
+/// `(streamed, loops)` of [`CpuWork`]. A block of fewer than [`SERIAL_UPDATE_ELEMS`]
 /// elements runs on the calling thread, a vector of a row's elements at a time: it streams its
 /// elements (read and written) and, strided, touches a line of every row of each array; a
 /// larger block is one parallel loop streaming its lines ([`strided_bytes`]).
-pub fn update_block_work(rows: usize, nc: usize, ld: usize, arrays: usize) -> (u64, u64, u64) {
+pub fn update_block_work(rows: usize, nc: usize, ld: usize, arrays: usize) -> (u64, u64) {
     let arrays = arrays as u64;
     if rows * nc < SERIAL_UPDATE_ELEMS {
         let lines = if nc < ld { rows as u64 * 64 } else { 0 };
-        (arrays * lines + 2 * arrays * (rows * nc) as u64 * 4, 0, 0)
+        (arrays * lines + 2 * arrays * (rows * nc) as u64 * 4, 0)
     } else {
-        (2 * arrays * strided_bytes(rows, nc, ld), 0, 1)
+        (2 * arrays * strided_bytes(rows, nc, ld), 1)
     }
 }
 

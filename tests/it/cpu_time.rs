@@ -510,14 +510,14 @@ fn a_gathers_short_runs_cost_a_line_each() {
 #[test]
 fn a_small_update_block_runs_serially_and_costs_its_rows_lines() {
     use dmc_plan::cpu::{strided_bytes, update_block_work, SERIAL_UPDATE_ELEMS};
-    let (streamed, serial, loops) = update_block_work(784, 1, 256, 2);
-    assert_eq!((loops, serial), (0, 0));
+    let (streamed, loops) = update_block_work(784, 1, 256, 2);
+    assert_eq!(loops, 0);
     assert_eq!(streamed, 2 * 784 * 64 + 2 * 2 * 784 * 4);
     // a whole-width block touches no line beyond its elements
-    assert_eq!(update_block_work(4, 16, 16, 3), (2 * 3 * 4 * 16 * 4, 0, 0));
+    assert_eq!(update_block_work(4, 16, 16, 3), (2 * 3 * 4 * 16 * 4, 0));
     let big = SERIAL_UPDATE_ELEMS / 64;
-    let (streamed, serial, loops) = update_block_work(big, 64, 256, 2);
-    assert_eq!((loops, serial), (1, 0));
+    let (streamed, loops) = update_block_work(big, 64, 256, 2);
+    assert_eq!(loops, 1);
     assert_eq!(streamed, 2 * 2 * strided_bytes(big, 64, 256));
 
     let op = |chunk| dmc_plan::op::DenseOp::DenseBwdWeightUpdate {

@@ -635,9 +635,8 @@ impl OpFacts for ConvOp {
                     }
                     add(&mut w, ch, &|m, cc| gemm(k, nc, m, cc * count, 1, true));
                     // the block's fill and update: k rows of nc columns of w and its states
-                    let (streamed, serial, loops) = update_block_work(k, nc, co, states);
+                    let (streamed, loops) = update_block_work(k, nc, co, states);
                     w.streamed += count * ((k * nc) as u64 * 4 + streamed);
-                    w.serial += count * serial;
                     w.loops += count * loops;
                     if *bias {
                         // the block's columns of dy, summed row by row

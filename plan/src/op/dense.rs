@@ -271,9 +271,8 @@ impl OpFacts for DenseOp {
                         continue;
                     }
                     w.gemms.push(gemm(k, nc, n, count, false));
-                    let (streamed, serial, loops) = update_block_work(k, nc, m, states);
+                    let (streamed, loops) = update_block_work(k, nc, m, states);
                     w.streamed += count * streamed;
-                    w.serial += count * serial;
                     w.loops += count * loops;
                 }
                 if *bias {
