@@ -16,7 +16,10 @@ use crate::ctx::Ctx;
 use crate::error::CompileError;
 use crate::fxhash::FxHashMap;
 use crate::ir::{Graph, Phase, Value};
-use crate::op::{ConvGeom, ConvOp, DenseOp, ElementwiseOp, Epilogue, NormOp, Op, OptimOp, PoolOp};
+use crate::ir::TensorType;
+use crate::op::{
+    ConvGeom, ConvOp, DenseOp, ElementwiseOp, Epilogue, NormOp, Op, OptimOp, PoolOp, SeqOp,
+};
 use crate::plan::Mode;
 use dmc_plan::unary::Saved;
 
@@ -107,6 +110,47 @@ pub fn vjp(
                         *o = Some((b, i));
                     }
                 }
+            }
+        }
+        // d/dtable embedding(tokens, table): each position's dy added to its token's row (the
+        // tokens, integers, get none)
+        Op::Seq(SeqOp::Embedding) => {
+            let dy = dy.ok_or_else(missing)?;
+            if want(1) {
+                let vocab = g.ty(x[1]).shape[0];
+                let name = gname(x[1], g);
+                let op = Op::Seq(SeqOp::EmbeddingBwd { vocab });
+                out[1] = Some((g.add_node(op, &[x[0], dy], name, bw, None)?, 0));
+            }
+        }
+        // d/dx (x + p) = dy; d/dp = the sum of dy over the batch: a bias gradient of dy seen as
+        // [B, T*D], seen as p's shape
+        Op::Seq(SeqOp::AddPositions) => {
+            let dy = dy.ok_or_else(missing)?;
+            if want(0) {
+                out[0] = Some(dy);
+            }
+            if want(1) {
+                let pt = g.ty(x[1]).clone();
+                let rows = g.ty(dy).shape[0];
+                let flat = TensorType::f32(vec![rows, pt.numel()]);
+                let name = gname(x[1], g);
+                let r = g.add_node(Op::Reshape, &[dy], [name.as_str(), " (rows)"].concat(), bw, Some(&flat))?;
+                let s = g.add_node(Op::Optim(OptimOp::BiasGrad), &[(r, 0)], [name.as_str(), " (sum)"].concat(), bw, None)?;
+                out[1] = Some((g.add_node(Op::Reshape, &[(s, 0)], name, bw, Some(&pt))?, 0));
+            }
+        }
+        // d/dqkv attention(qkv): the fused backward from the saved output and log-sum-exps
+        // (outputs 0 and 1), recomputing the scores tile by tile
+        Op::Seq(SeqOp::Attention { heads, causal }) => {
+            let dy = dy.ok_or_else(missing)?;
+            if want(0) {
+                let name = gname(x[0], g);
+                let op = Op::Seq(SeqOp::AttentionBwd {
+                    heads: *heads,
+                    causal: *causal,
+                });
+                out[0] = Some((g.add_node(op, &[x[0], (n, 0), (n, 1), dy], name, bw, None)?, 0));
             }
         }
         // d/dx conv(x,w)+b: dx = conv_bwd_data(dy, w); dw = conv_bwd_weight(x, dy); db = sum dy
@@ -399,7 +443,9 @@ pub fn vjp(
         | Op::Norm(NormOp::BatchNormInfer { .. })
         | Op::Norm(NormOp::BatchNormStats { .. })
         | Op::Norm(NormOp::BatchNormBwd { .. })
-        | Op::Norm(NormOp::LayerNormBwd) => {
+        | Op::Norm(NormOp::LayerNormBwd)
+        | Op::Seq(SeqOp::EmbeddingBwd { .. })
+        | Op::Seq(SeqOp::AttentionBwd { .. }) => {
             return Err(CompileError::Internal(format!(
                 "cannot differentiate `{}` ({}): not a forward op",
                 node.name,

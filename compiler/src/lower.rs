@@ -6,7 +6,7 @@ use dmc_grammar::model::{self, Layer, LossKind, Model, Padding, ValueRef};
 use crate::error::CompileError;
 use crate::ir::{Graph, ParamMeta, Phase, TensorType, Value};
 use crate::op::{
-    ConvGeom, ConvOp, DType, DenseOp, ElementwiseOp, Epilogue, LossOp, NormOp, Op, PoolOp,
+    ConvGeom, ConvOp, DType, DenseOp, ElementwiseOp, Epilogue, LossOp, NormOp, Op, PoolOp, SeqOp,
 };
 use crate::plan::Init;
 use dmc_plan::unary::Coef;
@@ -188,11 +188,16 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
         let feeds_relu = feeds_relu.get(idx).copied().unwrap_or(false);
         let mut weight = None;
         let mut bias = None;
+        // every parameter in declaration order (a layer of several weights: attention's)
+        let mut pvals: Vec<Value> = Vec::with_capacity(node.params.len());
         for p in &node.params {
             let init = if let Some(i) = p.init {
                 i.to_plan(p.fan_in, p.fan_out)
             } else if p.is_bias {
                 Init::Zeros
+            } else if matches!(node.layer, Layer::Embedding { .. } | Layer::PosEmbedding) {
+                // GPT-2's (PyTorch's `nn.Embedding` draws N(0, 1))
+                Init::Normal { std: 0.02 }
             } else if matches!(
                 node.layer,
                 Layer::BatchNorm { .. } | Layer::LayerNorm { .. }
@@ -228,6 +233,7 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
             } else {
                 weight = Some((n, 0));
             }
+            pvals.push((n, 0));
         }
         let want = |has_bias: bool| -> Result<Vec<Value>, CompileError> {
             let w = weight.ok_or_else(|| {
@@ -319,16 +325,21 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
                     Some(&hint),
                 )?
             }
-            Layer::Dense { bias: has_bias, .. } => g.add_node(
-                Op::Dense(DenseOp::Dense {
+            Layer::Dense { bias: has_bias, .. } => {
+                let mut ins = want(*has_bias)?;
+                let op = Op::Dense(DenseOp::Dense {
                     bias: *has_bias,
                     epi: Epilogue::NONE,
-                }),
-                &want(*has_bias)?,
-                name,
-                ph,
-                None,
-            )?,
+                });
+                if g.ty(ins[0]).shape.len() > 2 {
+                    // a sequence [B, T, K]: one GEMM over every position's row
+                    ins[0] = rows(&mut g, ins[0], &name)?;
+                    let y = g.add_node(op, &ins, [name.as_str(), " (rows)"].concat(), ph, None)?;
+                    g.add_node(Op::Reshape, &[(y, 0)], name, ph, Some(&hint))?
+                } else {
+                    g.add_node(op, &ins, name, ph, None)?
+                }
+            }
             Layer::MaxPool { geom } => g.add_node(
                 Op::Pool(PoolOp::MaxPool { geom: *geom }),
                 &ins,
@@ -435,6 +446,19 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
                 let op = Op::Norm(NormOp::LayerNorm { eps: Coef(*eps) });
                 g.add_node(op, &ins, name, ph, None)?
             }
+            Layer::Embedding { .. } => {
+                let op = Op::Seq(SeqOp::Embedding);
+                g.add_node(op, &want(false)?, name, ph, None)?
+            }
+            Layer::PosEmbedding => {
+                let op = Op::Seq(SeqOp::AddPositions);
+                g.add_node(op, &want(false)?, name, ph, None)?
+            }
+            Layer::Attention {
+                heads,
+                causal,
+                bias: has_bias,
+            } => attention(&mut g, ins[0], &pvals, (*heads, *causal, *has_bias), &name, &hint)?,
             Layer::Dropout { p } => g.add_node(
                 Op::Elementwise(ElementwiseOp::Dropout {
                     p: *p,
@@ -475,7 +499,15 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
                 weight,
             },
         };
-        let target = loss_target(&mut g, &loss_op, pred, target, batch, &mut reshaped)?;
+        // logits per position [B, T, C] (labels [B, T]): one row per position
+        let pred = if matches!(loss_op, LossOp::CrossEntropyLoss { .. }) && g.ty(pred).shape.len() > 2
+        {
+            let pname = g.node(pred.0).name.clone();
+            rows(&mut g, pred, &pname)?
+        } else {
+            pred
+        };
+        let target = loss_target(&mut g, &loss_op, pred, target, &mut reshaped)?;
         let name = if many {
             format!("loss {} ({})", i + 1, term.kind.name())
         } else {
@@ -504,14 +536,13 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
     Ok(g)
 }
 
-/// The target as a loss op reads it: the prediction's shape, or one label per sample (a reshape
+/// The target as a loss op reads it: the prediction's shape, or one label per row of logits (a reshape
 /// of the declared target, made once per target and shape and shared by the terms).
 fn loss_target(
     g: &mut Graph,
     op: &LossOp,
     pred: Value,
     target: Value,
-    batch: usize,
     reshaped: &mut Vec<(Value, TensorType, Value)>,
 ) -> Result<Value, CompileError> {
     let pt = g.ty(pred).clone();
@@ -519,7 +550,7 @@ fn loss_target(
     let want = if op.elementwise_target() {
         TensorType::new(pt.shape.clone(), tt.dtype)
     } else {
-        TensorType::new(vec![batch], tt.dtype)
+        TensorType::new(vec![pt.shape[0]], tt.dtype)
     };
     if tt.shape == want.shape {
         return Ok(target);
@@ -540,4 +571,59 @@ fn loss_target(
     );
     reshaped.push((target, want, r));
     Ok(r)
+}
+
+/// `v` `[B, .., K]` seen as rows `[B * .., K]` (a view), named after `name`.
+fn rows(g: &mut Graph, v: Value, name: &str) -> Result<Value, CompileError> {
+    let s = &g.ty(v).shape;
+    let k = s.last().copied().unwrap_or(1);
+    let flat = TensorType::f32(vec![s.iter().product::<usize>() / k.max(1), k]);
+    let n = g.add_node(Op::Reshape, &[v], [name, " (as rows)"].concat(), Phase::Forward, Some(&flat))?;
+    Ok((n, 0))
+}
+
+/// Multi-head self-attention over `x` `[B, T, D]` with the parameters `ps` (qkv weight, its bias,
+/// out weight, its bias; without the biases when `bias` is false): the packed projection (one
+/// GEMM over every position), the fused attention, the output projection.
+fn attention(
+    g: &mut Graph,
+    x: Value,
+    ps: &[Value],
+    (heads, causal, bias): (usize, bool, bool),
+    name: &str,
+    hint: &TensorType,
+) -> Result<petgraph::stable_graph::NodeIndex, CompileError> {
+    let ph = Phase::Forward;
+    let (wqkv, wout) = match (bias, ps) {
+        (true, [w, b, wo, bo]) => (vec![*w, *b], vec![*wo, *bo]),
+        (false, [w, wo]) => (vec![*w], vec![*wo]),
+        _ => {
+            return Err(CompileError::InvalidModel(format!(
+                "attention `{name}`: bias flag and params disagree"
+            )))
+        }
+    };
+    let &[b, t, d] = g.ty(x).shape.as_slice() else {
+        return Err(CompileError::InvalidModel(format!(
+            "attention `{name}` needs [batch, T, D], got {}",
+            g.ty(x)
+        )));
+    };
+    let dense = Op::Dense(DenseOp::Dense {
+        bias,
+        epi: Epilogue::NONE,
+    });
+    let xr = rows(g, x, name)?;
+    let mut qi = vec![xr];
+    qi.extend(wqkv);
+    let qkv = g.add_node(dense.clone(), &qi, [name, " (qkv)"].concat(), ph, None)?;
+    let packed = TensorType::f32(vec![b, t, 3 * d]);
+    let qkv = g.add_node(Op::Reshape, &[(qkv, 0)], [name, " (qkv heads)"].concat(), ph, Some(&packed))?;
+    let att = Op::Seq(SeqOp::Attention { heads, causal });
+    let o = g.add_node(att, &[(qkv, 0)], [name, " (heads)"].concat(), ph, None)?;
+    let orows = rows(g, (o, 0), &[name, " (heads)"].concat())?;
+    let mut oi = vec![orows];
+    oi.extend(wout);
+    let y = g.add_node(dense, &oi, [name, " (out)"].concat(), ph, None)?;
+    g.add_node(Op::Reshape, &[(y, 0)], name.to_string(), ph, Some(hint))
 }

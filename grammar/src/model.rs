@@ -156,7 +156,8 @@ pub enum Layer {
     Upsample {
         factor: usize,
     },
-    /// weight `[in, units]`, bias `[units]`; input must be flat `[in]`.
+    /// weight `[in, units]`, bias `[units]`; over the last axis of its input `[.., in] -> [..,
+    /// units]` (each position of a sequence alike, as Keras' `Dense`).
     Dense {
         units: usize,
         bias: bool,
@@ -190,6 +191,19 @@ pub enum Layer {
     LayerNorm {
         eps: f32,
     },
+    /// Token embedding: `int[..] -> [.., dim]`, weight `[vocab, dim]` (PyTorch's `nn.Embedding`).
+    Embedding { vocab: usize, dim: usize },
+    /// Learned position embeddings: `[t, d] -> [t, d]`, adding weight `[t, d]` (row i to position
+    /// i) to every sample.
+    PosEmbedding,
+    /// Multi-head self-attention over `[t, d]`: `qkv_weight [d, 3d]` (+ `qkv_bias [3d]`) projects
+    /// each position to every head's query, key and value, fused attention (causal: position i
+    /// attends to j <= i), then `out_weight [d, d]` (+ `out_bias [d]`).
+    Attention {
+        heads: usize,
+        causal: bool,
+        bias: bool,
+    },
 }
 
 impl Layer {
@@ -216,6 +230,9 @@ impl Layer {
             Layer::Softmax => "softmax",
             Layer::BatchNorm { .. } => "batchnorm",
             Layer::LayerNorm { .. } => "layernorm",
+            Layer::Embedding { .. } => "embedding",
+            Layer::PosEmbedding => "pos_embedding",
+            Layer::Attention { .. } => "attention",
         }
     }
 }

@@ -34,7 +34,7 @@ pub enum RuntimeError {
     /// A run in a pass the plan does not run in (see `Plan::check_run_pass`).
     #[error("{0}")]
     RunPass(String),
-    #[error("step {step} (`{label}`): label {label_value} of row {row} is outside 0..{classes}")]
+    #[error("step {step} (`{label}`): index {label_value} of row {row} is outside 0..{classes} (a class label, or a token of an embedding of {classes} rows)")]
     BadLabel {
         step: usize,
         label: String,

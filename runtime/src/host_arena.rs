@@ -4,7 +4,7 @@
 //! A backend only says how bytes move in and out.
 
 use dmc_codegen::Scalars;
-use dmc_plan::op::{DType, LossOp, Op};
+use dmc_plan::op::{DType, LossOp, Op, SeqOp};
 use dmc_plan::plan::{BufferId, ParamBinding, Plan, RunPass, Store};
 
 use crate::backend::{InputData, Params};
@@ -143,7 +143,8 @@ pub(crate) fn poison_ranges(plan: &Plan) -> Vec<Vec<(BufferId, u64, u64)>> {
         .collect()
 }
 
-/// Labels must index a class of the cross-entropy that reads them: the CPU backend's `BadLabel`
+/// Labels must index a class of the cross-entropy that reads them, tokens a row of their embedding
+/// table: the CPU backend's `BadLabel`
 /// error, raised when the labels are set (a GPU kernel cannot stop a step with a message).
 pub(crate) fn check_labels(
     plan: &Plan,
@@ -156,12 +157,17 @@ pub(crate) fn check_labels(
             k.op,
             Op::Loss(LossOp::CrossEntropyLoss { .. })
                 | Op::Loss(LossOp::CrossEntropyLossBwd { .. })
+                | Op::Seq(SeqOp::Embedding)
         ) && s.args.contains(&buffer))
         .then_some((si, s, k))
     }) else {
         return Ok(());
     };
-    let classes = k.arg_shapes[0].get(1).copied().unwrap_or(0);
+    // the logits' classes, or the embedding table's rows
+    let classes = match k.op {
+        Op::Seq(_) => k.arg_shapes[1].first().copied().unwrap_or(0),
+        _ => k.arg_shapes[0].get(1).copied().unwrap_or(0),
+    };
     match labels
         .iter()
         .enumerate()

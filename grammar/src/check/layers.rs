@@ -396,8 +396,25 @@ impl Checker<'_> {
         let ins: Vec<Input<'_>> = shapes
             .iter()
             .zip(inputs)
-            .map(|(shape, (_, s))| Input { shape, span: *s })
+            .map(|(shape, (r, s))| Input {
+                shape,
+                span: *s,
+                int: self.is_int(*r),
+            })
             .collect();
+        if let Some(x) = ins.iter().find(|x| x.int && !def.reads_tokens()) {
+            return Err(err(
+                Kind::Shape,
+                x.span,
+                format!(
+                    "`{}` computes on floats, but its input is integer tokens int{}",
+                    def.name,
+                    crate::limits::fmt_shape(x.shape)
+                ),
+            )
+            .label("integer input")
+            .help("integer inputs are tokens: turn them into vectors first, e.g. `tokens |> embedding(256, 128)`"));
+        }
         let built = def.build(&ins, args)?;
         let (name, ns) = self.layer_name(def.name, label);
         let mut specs = vec![];

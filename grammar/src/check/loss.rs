@@ -229,7 +229,14 @@ impl Checker<'_> {
                         .note(t.span, "declared here")
                         .help(format!("declare it as `target {}: int`", t.name)));
                 }
-                if !(t.shape.is_empty() || t.shape == [1]) {
+                // one label per position of a sequence of logits [t, classes]: labels int[t]
+                let per_position = ps.len() == 2 && t.shape == ps[..1];
+                if per_position && ps[1] < 2 {
+                    return Err(err(Kind::Shape, pspan, "`cross_entropy` needs at least 2 classes, the prediction has 1")
+                        .label("one logit per position")
+                        .help("end the network with `dense(classes)`"));
+                }
+                if !per_position && !(t.shape.is_empty() || t.shape == [1]) {
                     return Err(err(
                         Kind::Shape,
                         t.span,
@@ -242,12 +249,12 @@ impl Checker<'_> {
                     .label("wrong label shape")
                     .help(format!("declare it as `target {}: int`", t.name)));
                 }
-                if ps.len() != 1 {
-                    return Err(err(Kind::Shape, pspan, format!("`cross_entropy` expects logits of shape [classes], got {}", fmt_shape(&ps)))
+                if !per_position && ps.len() != 1 {
+                    return Err(err(Kind::Shape, pspan, format!("`cross_entropy` expects logits of shape [classes] (or [t, classes] with labels int[t]), got {}", fmt_shape(&ps)))
                         .label(format!("prediction is {}", fmt_shape(&ps)))
                         .help("end the network with `|> flatten |> dense(classes)` or `|> global_avgpool |> dense(classes)`"));
                 }
-                if ps[0] < 2 {
+                if !per_position && ps[0] < 2 {
                     return Err(err(
                         Kind::Shape,
                         pspan,

@@ -253,10 +253,14 @@ impl Checker<'_> {
         }
         elems(&shape, d.ty.span)?;
         let dtype = if d.ty.int { DType::I32 } else { DType::F32 };
-        if is_input && dtype == DType::I32 {
-            return Err(err(Kind::Shape, d.ty.span, "inputs must be float tensors")
-                .label("`int` is only for class-label targets")
-                .help("write e.g. `input x: [784]`"));
+        if is_input && dtype == DType::I32 && shape.is_empty() {
+            return Err(err(
+                Kind::Shape,
+                d.ty.span,
+                format!("`{}` needs at least one dimension", d.name.name),
+            )
+            .label("integer inputs are token sequences")
+            .help("write e.g. `input tokens: int[256]` (256 tokens per sample, read by `embedding`)"));
         }
         if dtype == DType::F32 && shape.is_empty() {
             return Err(err(

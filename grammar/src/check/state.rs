@@ -133,6 +133,16 @@ impl<'a> Checker<'a> {
         Ok(())
     }
 
+    /// Whether `v` is an integer value (a declared `int` input or target).
+    pub(super) fn is_int(&self, v: ValueRef) -> bool {
+        let decl = match v {
+            ValueRef::Input(i) => self.inputs.get(i),
+            ValueRef::Target(i) => self.targets.get(i),
+            ValueRef::Node(_) => None,
+        };
+        decl.is_some_and(|d| d.dtype == crate::model::DType::I32)
+    }
+
     pub(super) fn shape_of(&self, v: ValueRef) -> &Shape {
         let shape = match v {
             ValueRef::Input(i) => self.inputs.get(i).map(|d| &d.shape),

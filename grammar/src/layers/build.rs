@@ -14,6 +14,8 @@ use crate::model::{Activation, Layer, Shape, Span};
 pub struct Input<'a> {
     pub shape: &'a [usize],
     pub span: Span,
+    /// An integer value (a declared `int` input: tokens), which only `embedding` reads.
+    pub int: bool,
 }
 
 /// A parameter before it is named: suffix (`weight`), shape, fan-in, fan-out.

@@ -51,6 +51,11 @@ pub struct LayerDef {
 }
 
 impl LayerDef {
+    /// Whether the layer reads integer tokens (`embedding`; every other layer computes on floats).
+    pub fn reads_tokens(&self) -> bool {
+        self.name == "embedding"
+    }
+
     /// Builds the layer for `inputs` and the bound arguments.
     pub fn build(&self, inputs: &[Input<'_>], args: &Args) -> Result<Built, Error> {
         match self.build {

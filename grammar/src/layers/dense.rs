@@ -24,7 +24,7 @@ pub(super) fn defs() -> Vec<LayerDef> {
             },
             build: Build::Layer(dense),
             example: Some("x |> dense(10)"),
-            doc: "fully connected layer on a flat input [n], weight [n, units]",
+            doc: "fully connected layer on flat features [n] (or each position of [t, n]), weight [n, units]",
             summary: "Dense",
             aliases: &["linear", "fullyconnected", "fc"],
         },
@@ -56,21 +56,27 @@ pub fn dense(inputs: &[Input<'_>], b: &Args) -> Result<Built, Error> {
     let bias = b.flag("bias")?;
     let activation = b.activation("activation")?;
     let input = first(inputs, b)?;
-    let [fin] = *input.shape else {
-        return Err(Error::new(
-            Kind::Shape,
-            input.span,
-            format!(
-                "`dense` expects a flat input [features], got {}",
-                fmt_shape(input.shape)
-            ),
-        )
-        .label(format!("input is {}", fmt_shape(input.shape)))
-        .help("add `|> flatten` (or `|> global_avgpool`) before it"));
+    // flat features [n], or a sequence of them [t, n] (each position alike, as Keras' Dense)
+    let (&fin, lead) = match input.shape {
+        [n] | [_, n] => (n, &input.shape[..input.shape.len() - 1]),
+        _ => {
+            return Err(Error::new(
+                Kind::Shape,
+                input.span,
+                format!(
+                    "`dense` expects flat features [n] or a sequence of them [t, n], got {}",
+                    fmt_shape(input.shape)
+                ),
+            )
+            .label(format!("input is {}", fmt_shape(input.shape)))
+            .help("add `|> flatten` (or `|> global_avgpool`) before it"))
+        }
     };
+    let mut shape = lead.to_vec();
+    shape.push(units);
     Ok(Built {
         layer: Layer::Dense { units, bias },
-        shape: vec![units],
+        shape,
         params: weight_and_bias(vec![fin, units], units, fin, units, bias),
         activation,
     })

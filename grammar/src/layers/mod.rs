@@ -5,7 +5,7 @@
 //!
 //! Adding a layer: a [`Layer`] variant in `model.rs` (with its arm in [`Layer::entry_name`]), and
 //! one entry plus its builder in the module of its family (`conv.rs`, `pool.rs`, `dense.rs`,
-//! `elementwise.rs`, `norm.rs`; the table concatenates them); `grammar/tests/it/layers.rs` checks every entry.
+//! `elementwise.rs`, `norm.rs`, `seq.rs`; the table concatenates them); `grammar/tests/it/layers.rs` checks every entry.
 
 pub mod args;
 pub mod build;
@@ -15,6 +15,7 @@ mod dense;
 mod elementwise;
 mod norm;
 mod pool;
+mod seq;
 
 pub use def::{Build, Inputs, LayerDef};
 
@@ -30,6 +31,7 @@ fn table() -> Vec<LayerDef> {
     t.extend(Activation::ALL.map(activation));
     t.extend(elementwise::defs());
     t.extend(norm::defs());
+    t.extend(seq::defs());
     t
 }
 

@@ -39,8 +39,8 @@ pub(super) fn defs() -> Vec<LayerDef> {
         params: const { &[Param::optional("eps", K::Number, V::Number(LAYERNORM_EPS))] },
         build: Build::Layer(layernorm),
         example: Some("x |> layernorm"),
-        doc: "layer normalisation over the last axis of each position (features of [n], channels \
-              of [h, w, c]), the same in train and eval",
+        doc: "layer normalisation over the last axis of each position (features of [n] or [t, n], \
+              channels of [h, w, c]), the same in train and eval",
         summary: "LayerNorm",
         aliases: &["layernormalization", "ln"],
     }]
@@ -80,16 +80,20 @@ pub fn batchnorm(inputs: &[Input<'_>], b: &Args) -> Result<Built, Error> {
     })
 }
 
-/// `layernorm(eps)`: `[n]` or `[h, w, c]`, each position normalised over its last axis; scale
+/// `layernorm(eps)`: `[n]`, `[t, n]` or `[h, w, c]`, each position normalised over its last axis; scale
 /// `weight` and shift `bias` of one element per feature (PyTorch's names), eps > 0.
 pub fn layernorm(inputs: &[Input<'_>], b: &Args) -> Result<Built, Error> {
     let eps = eps_arg(b, "layernorm")?;
     let x = first(inputs, b)?;
-    let c = last_axis(
-        &x,
-        "layernorm",
-        "it normalises each position over its last axis (the channels of an image, the features of [n])",
-    )?;
+    let c = match *x.shape {
+        // each position of a sequence [t, d]
+        [_, d] if d > 0 => d,
+        _ => last_axis(
+            &x,
+            "layernorm",
+            "it normalises each position over its last axis (the channels of an image, the features of [n] or of each position of [t, n])",
+        )?,
+    };
     Ok(Built {
         layer: Layer::LayerNorm { eps: eps as f32 },
         shape: x.shape.to_vec(),

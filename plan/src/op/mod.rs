@@ -14,6 +14,7 @@ mod loss;
 mod norm;
 mod optim;
 mod pool;
+mod seq;
 pub mod shape;
 pub mod split;
 mod transfer;
@@ -33,6 +34,7 @@ pub use loss::LossOp;
 pub use norm::NormOp;
 pub use optim::{bias_chunks, OptimOp, BIAS_CHUNK_ROWS};
 pub use pool::{PoolOp, MAX_ARGMAX_WINDOW};
+pub use seq::{attention_dims, attention_pairs, SeqOp, ATTN_TILE};
 use shape::{err, need_hint, numel};
 pub use transfer::TransferOp;
 
@@ -80,6 +82,8 @@ pub enum Op {
     Optim(OptimOp),
     /// Normalisation (batchnorm), its running statistics' update and its backward.
     Norm(NormOp),
+    /// Token and position embeddings and fused attention (transformers).
+    Seq(SeqOp),
     /// Copies between the host store and the arena (streamed parameters and optimizer state,
     /// offloaded activations):
     /// plan steps only, never IR nodes; no CUDA kernel (the CUDA backend copies asynchronously).
@@ -111,6 +115,7 @@ impl Op {
             Op::Loss(o) => Some(o),
             Op::Optim(o) => Some(o),
             Op::Norm(o) => Some(o),
+            Op::Seq(o) => Some(o),
             Op::Transfer(o) => Some(o),
         }
     }

@@ -38,5 +38,6 @@ pub mod norm;
 pub mod optim;
 pub mod par;
 pub mod pool;
+pub mod seq;
 
 pub use backend::CpuBackend;

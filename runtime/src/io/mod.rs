@@ -330,7 +330,7 @@ pub enum IoError {
     #[error("tensor `{name}`: the program declares dtype {dtype}, which data files cannot provide (inputs are f32, labels i32)")]
     UnsupportedSpecDtype { name: String, dtype: String },
 
-    #[error("{path}: label tensor `{name}`, sample {index}: value {value} {reason}; labels are class indices 0..classes-1")]
+    #[error("{path}: tensor `{name}`, sample {index}: value {value} {reason}")]
     LabelOutOfRange {
         path: PathBuf,
         name: String,
@@ -418,6 +418,9 @@ pub enum IoError {
 
     #[error("synthetic data: {reason}")]
     Synthetic { reason: String },
+
+    #[error("text corpus {}: {reason}", .path.display())]
+    Text { path: PathBuf, reason: String },
 
     #[error("the dataset has no tensor `{name}` (it has {}); internal error: a bug in the caller", fmt_names(.available))]
     NoSuchTensor {

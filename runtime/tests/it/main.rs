@@ -13,6 +13,7 @@ mod io_interop;
 mod io_predict;
 mod io_weights;
 mod kernels;
+mod kernels_attention;
 mod kernels_geom;
 mod kernels_join;
 mod kernels_layernorm;

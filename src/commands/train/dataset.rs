@@ -5,7 +5,7 @@ use std::path::Path;
 
 use dmc_compiler::op::DType;
 use dmc_compiler::plan::Plan;
-use dmc_grammar::model::{LossTerm, Model};
+use dmc_grammar::model::{Layer, LossTerm, Model, ValueRef};
 use dmc_runtime::io::{Dataset, LoadOptions, Task, TensorRole, TensorSpec};
 use dmc_runtime::{Backend, InputData};
 
@@ -23,6 +23,9 @@ pub fn seed_or_default(explicit: Option<u64>, model: &Model) -> u64 {
 /// With several `cross_entropy` terms the labels are drawn from the fewest classes, valid for
 /// every term.
 pub fn task_of(model: &Model) -> Task {
+    if let Some((_, vocab)) = token_inputs(model).first() {
+        return Task::NextToken { vocab: *vocab };
+    }
     model
         .loss
         .terms
@@ -31,6 +34,22 @@ pub fn task_of(model: &Model) -> Task {
         .map(|t| classes_of(model, t))
         .min()
         .map_or(Task::Regression, |classes| Task::Classification { classes })
+}
+
+/// The integer inputs (tokens) of `model` and the vocabulary of the embedding that reads each (the
+/// smallest, when several do).
+pub fn token_inputs(model: &Model) -> Vec<(&str, usize)> {
+    let mut out: Vec<(&str, usize)> = vec![];
+    for node in &model.nodes {
+        if let (Layer::Embedding { vocab, .. }, [ValueRef::Input(i)]) = (&node.layer, &node.inputs[..]) {
+            let Some(d) = model.inputs.get(*i) else { continue };
+            match out.iter_mut().find(|(n, _)| *n == d.name) {
+                Some((_, v)) => *v = (*v).min(*vocab),
+                None => out.push((&d.name, *vocab)),
+            }
+        }
+    }
+    out
 }
 
 /// The class count of a classification term (its logits' last axis).
@@ -45,6 +64,9 @@ pub fn describe_synthetic(task: Task) -> String {
             format!("labels from a random linear teacher over {classes} classes")
         }
         Task::Regression => "targets from a random linear teacher".to_string(),
+        Task::NextToken { vocab } => {
+            return format!("next-token windows of a random Markov chain over {vocab} tokens")
+        }
     };
     format!("inputs ~ U[0,1), {targets}")
 }
@@ -124,6 +146,10 @@ impl<'a> DataRequest<'a> {
                 Dataset::synthetic(&specs, samples, seed, task)?
             }
         };
+        // Tokens against the vocabulary of the embedding that reads them.
+        for (name, vocab) in token_inputs(self.model) {
+            ds.check_classes(name, vocab)?;
+        }
         if self.with_targets {
             // Each term's labels against its own class count.
             for t in self

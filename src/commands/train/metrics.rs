@@ -58,6 +58,9 @@ pub fn evaluate(
         .to_string();
     let per = plan.output.shape[1..].iter().product::<usize>().max(1);
     let (mut loss_sum, mut correct, mut in_top, mut n) = (0f64, 0usize, 0usize, 0usize);
+    // labels per sample: 1, or one per position of a sequence (logits [T, C], labels int[T])
+    let lps = label_positions(ds, &target, per);
+    let mut positions = 0usize;
     // Regression targets (held in memory: only inputs are read in place from a mapped file).
     let targets_f32 = ds.tensor_f32(&target);
     let labels = ds.tensor_i32(&target);
@@ -78,12 +81,19 @@ pub fn evaluate(
         for (j, &sample) in idx.iter().enumerate().take(valid) {
             let row = &out[j * per..(j + 1) * per];
             if let LossKind::CrossEntropy { label_smoothing } = term.kind {
-                let label = labels.unwrap_or(&[])[sample] as usize;
-                if !summed {
-                    loss_sum += cross_entropy(row, label, label_smoothing as f64);
+                let c = per / lps;
+                let mut sample_loss = 0f64;
+                for p in 0..lps {
+                    let row = &row[p * c..(p + 1) * c];
+                    let label = labels.unwrap_or(&[])[sample * lps + p] as usize;
+                    sample_loss += cross_entropy(row, label, label_smoothing as f64);
+                    correct += usize::from(argmax(row) == label);
+                    in_top += usize::from(in_top_k(row, label, top_k.unwrap_or(1)));
                 }
-                correct += usize::from(argmax(row) == label);
-                in_top += usize::from(in_top_k(row, label, top_k.unwrap_or(1)));
+                positions += lps;
+                if !summed {
+                    loss_sum += sample_loss / lps as f64;
+                }
             } else if !summed {
                 let t = targets_f32.as_deref().unwrap_or(&[]);
                 let tr = &t[sample * per..(sample + 1) * per];
@@ -105,10 +115,10 @@ pub fn evaluate(
         }
     }
     let labels = model.loss.classifier().is_some();
-    let accuracy = labels.then(|| correct as f64 / n.max(1) as f64);
+    let accuracy = labels.then(|| correct as f64 / positions.max(1) as f64);
     let top_k = top_k
         .filter(|_| labels)
-        .map(|k| (k, in_top as f64 / n.max(1) as f64));
+        .map(|k| (k, in_top as f64 / positions.max(1) as f64));
     Ok(Metrics {
         loss: loss_sum / n.max(1) as f64,
         accuracy,
@@ -182,6 +192,8 @@ pub fn in_top_k(row: &[f32], label: usize, k: usize) -> bool {
 pub struct Correct {
     pub top1: usize,
     pub top_k: usize,
+    /// Labels counted (a sample's, or one per position of a sequence).
+    pub positions: usize,
 }
 
 /// How many samples of a training batch the network classified right (and had their label among
@@ -203,17 +215,37 @@ pub fn batch_correct(
         .target_name(term.target)
         .unwrap_or(&plan.targets[0].name);
     let labels = ds.tensor_i32(target).unwrap_or(&[]);
+    let lps = label_positions(ds, target, per);
+    let cls = per / lps;
     let out = be.output()?;
     let mut c = Correct::default();
     for (j, &sample) in batch.iter().enumerate() {
-        let row = &out[j * per..(j + 1) * per];
-        let Some(label) = labels.get(sample).map(|&l| l as usize) else {
-            continue;
-        };
-        c.top1 += usize::from(argmax(row) == label);
-        c.top_k += usize::from(in_top_k(row, label, top_k.unwrap_or(1)));
+        for p in 0..lps {
+            let row = &out[j * per + p * cls..j * per + (p + 1) * cls];
+            let Some(label) = labels.get(sample * lps + p).map(|&l| l as usize) else {
+                continue;
+            };
+            c.top1 += usize::from(argmax(row) == label);
+            c.top_k += usize::from(in_top_k(row, label, top_k.unwrap_or(1)));
+            c.positions += 1;
+        }
     }
     Ok(Some(c))
+}
+
+/// Labels per sample of the label tensor `target` (1, or T for per-position labels `int[T]` of
+/// logits `[T, C]`), given `per` output values per sample (a divisor of it).
+fn label_positions(ds: &Dataset, target: &str, per: usize) -> usize {
+    let lps = ds
+        .specs()
+        .iter()
+        .find(|s| s.name == target)
+        .map_or(1, |s| s.sample_len().max(1));
+    if per % lps == 0 {
+        lps
+    } else {
+        1
+    }
 }
 
 /// `loss 0.123456, accuracy 97.50% (400 samples)`; with `--top-k 5`

@@ -100,13 +100,14 @@ impl EpochStats {
         self.correct = correct.map(|c| Correct {
             top1: sum.top1 + c.top1,
             top_k: sum.top_k + c.top_k,
+            positions: sum.positions + c.positions,
         });
     }
 
     /// The accuracy and (with `--top-k`) the top-K accuracy, as fractions.
     fn accuracies(&self) -> Option<(f64, Option<(usize, f64)>)> {
-        let n = self.samples.max(1) as f64;
         self.correct.map(|c| {
+            let n = c.positions.max(1) as f64;
             (
                 c.top1 as f64 / n,
                 self.top_k.map(|k| (k, c.top_k as f64 / n)),
@@ -291,6 +292,7 @@ pub fn train(
                     (Some(a), Some(b)) => Some(Correct {
                         top1: a.top1 + b.top1,
                         top_k: a.top_k + b.top_k,
+                        positions: a.positions + b.positions,
                     }),
                     _ => None,
                 };

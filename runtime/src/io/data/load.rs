@@ -167,9 +167,10 @@ impl Dataset {
                 Some("safetensors") => Self::load_safetensors(path, specs_scales),
                 Some("npz") => Self::load_npz(path, specs_scales),
                 Some("npy") => Self::load_npy_list(&text, specs_scales),
+                Some("txt") => Self::from_text(path, specs),
                 _ => Err(IoError::UnsupportedFormat {
                     path: path.to_path_buf(),
-                    expected: "pass a .safetensors file, a .npz archive, a directory of <name>.npy files, or a list like x=a.npy,y=b.npy",
+                    expected: "pass a .safetensors file, a .npz archive, a directory of <name>.npy files, a list like x=a.npy,y=b.npy, or a .txt corpus (next-token windows of its bytes, for a program with an input int[T])",
                 }),
             };
         }
@@ -572,9 +573,9 @@ fn convert(s: &TensorSpec, f: Found, scale: Option<f32>) -> Result<Column, IoErr
                             Wide::Float(x) => x.to_string(),
                         },
                         reason: if v < 0 {
-                            "is negative".into()
+                            "is negative; labels and tokens are indices 0..n-1".into()
                         } else {
-                            "does not fit in i32".into()
+                            "does not fit in i32; labels and tokens are indices 0..n-1".into()
                         },
                     });
                 }

@@ -19,6 +19,7 @@ mod epoch;
 mod load;
 mod mapped;
 mod synthetic;
+mod text;
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
@@ -115,6 +116,9 @@ pub enum Task {
     /// i32 labels (or f32 one-hot targets of `classes` values): the argmax of a fixed random
     /// linear function of the inputs over `classes`.
     Classification { classes: usize },
+    /// Next-token windows of a seeded random token stream over `vocab` tokens (a program with one
+    /// integer input `int[T]` and labels `int[T]`: a sequence model).
+    NextToken { vocab: usize },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -319,7 +323,14 @@ impl Dataset {
                 name: name.to_string(),
                 index: i / len,
                 value: l.to_string(),
-                reason: format!("is not below the program's class count {classes}"),
+                reason: match s.role {
+                    TensorRole::Input => format!(
+                        "is not a token of the program's embedding (vocab {classes}: tokens 0..{classes})"
+                    ),
+                    TensorRole::Target => {
+                        format!("is not below the program's class count {classes}; labels are class indices 0..classes-1")
+                    }
+                },
             });
         }
         Ok(())

@@ -29,6 +29,7 @@ fn synthetic_bytes(specs: &[TensorSpec], samples: usize, task: Task) -> u128 {
     for s in specs.iter().filter(|s| s.role == TensorRole::Target) {
         let l = len(s);
         let (teacher, data) = match task {
+            Task::NextToken { .. } => (0, samples.saturating_mul(l)),
             Task::Regression => (l.saturating_mul(features), samples.saturating_mul(l)),
             Task::Classification { classes } => {
                 let c = classes as u128;
@@ -57,6 +58,9 @@ impl Dataset {
         let fail = |reason: String| Err(IoError::Synthetic { reason });
         if samples == 0 {
             return fail("the sample count must be positive".into());
+        }
+        if let Task::NextToken { vocab } = task {
+            return Self::synthetic_tokens(specs, samples, seed, vocab);
         }
         if !specs.iter().any(|s| s.role == TensorRole::Input) {
             return fail("the program has no inputs".into());
@@ -196,6 +200,9 @@ impl Dataset {
                         }
                         Column::F32(y)
                     }
+                }
+                (Task::NextToken { vocab }, _) => {
+                    return Self::synthetic_tokens(specs, samples, seed, vocab)
                 }
                 (Task::Regression, dtype) => {
                     return fail(format!(
