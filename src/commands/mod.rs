@@ -52,6 +52,9 @@ pub enum Command {
     Eval(train::args::EvalArgs),
     /// Write the network's outputs for the given inputs to a .safetensors or .npy file.
     Predict(train::args::PredictArgs),
+    /// Generate text from a byte-level sequence model (input int[T], logits [T, 256]) and its
+    /// trained weights, one byte at a time from a prompt.
+    Sample(train::sample::SampleArgs),
     /// Write the seeded synthetic data set `run` uses without --data to a .safetensors (or .npy)
     /// file, tensors named after the program's inputs and targets.
     Data(data::Args),
@@ -87,6 +90,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Run(a) => train::run::run(&a),
         Command::Eval(a) => train::eval::run(&a),
         Command::Predict(a) => train::predict::run(&a),
+        Command::Sample(a) => train::sample::run(&a),
         Command::Data(a) => data::run(&a),
         Command::Weights(c) => weights::run(c),
         Command::GpuSelftest(a) => gpu_selftest::run(&a),

@@ -375,3 +375,19 @@ fn unet_like_skip_with_concat_and_products() {
         0,
     );
 }
+
+#[test]
+fn transformer_with_embeddings_causal_and_full_attention() {
+    // tokens and labels both in 0..11: the vocabulary is the class count
+    check_gradients(
+        "input tokens: int[6]
+         target next: int[6]
+         x = tokens |> embedding(11, 8) |> pos_embedding
+         h = x + (x |> layernorm |> attention(2))
+         h2 = h + (h |> layernorm |> attention(4, causal: false, bias: false))
+         logits = h2 + (h2 |> dense(12, activation: gelu) |> dense(8)) |> layernorm |> dense(11)
+         loss cross_entropy(logits, next)
+         train { batch: 2, optimizer: sgd(lr: 1) }",
+        11,
+    );
+}

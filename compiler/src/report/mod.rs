@@ -238,6 +238,47 @@ pub struct MemoryReport {
     /// parameter and optimizer state tensor is resident).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub streaming: Option<Streaming>,
+    /// The fused attention layers and what a plain implementation would hold (absent without
+    /// attention).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention: Option<AttentionMemory>,
+}
+
+/// Fused attention against a plain implementation: per layer the fused kernels save one
+/// log-sum-exp per query row (`B·H·T` floats) beside `qkv` and the output, which any
+/// implementation keeps; a plain one (scores, softmax, product by the values, as autograd runs
+/// it) also keeps each layer's `B·H·T²` attention probabilities for its backward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttentionMemory {
+    pub layers: usize,
+    /// Bytes of the log-sum-exps of every layer.
+    pub fused_bytes: u64,
+    /// Bytes of every layer's `T x T` probabilities in a plain implementation.
+    pub plain_bytes: u64,
+}
+
+/// The [`AttentionMemory`] of `plan`'s forward attention steps (none recomputed).
+pub fn attention_memory(plan: &Plan) -> Option<AttentionMemory> {
+    use crate::op::{Op, SeqOp};
+    let mut m = AttentionMemory {
+        layers: 0,
+        fused_bytes: 0,
+        plain_bytes: 0,
+    };
+    for st in plan.steps.iter().filter(|st| !crate::cost::is_recompute(&st.label)) {
+        let Some(k) = plan.kernels.get(st.kernel) else {
+            continue;
+        };
+        if let (Op::Seq(SeqOp::Attention { heads, .. }), Some(&[b, t, _])) =
+            (&k.op, k.arg_shapes.first().map(|s| s.as_slice()))
+        {
+            let (b, t, h) = (b as u64, t as u64, *heads as u64);
+            m.layers += 1;
+            m.fused_bytes += 4 * b * h * t;
+            m.plain_bytes += 4 * b * h * t * t;
+        }
+    }
+    (m.layers > 0).then_some(m)
 }
 
 /// Streaming in one plan: the parameters and optimizer state split between the arena (resident)
@@ -772,5 +813,6 @@ pub fn memory_report(plan: &Plan) -> MemoryReport {
         traffic: traffic(plan),
         unfused_traffic: None,
         streaming: streaming(plan),
+        attention: attention_memory(plan),
     }
 }

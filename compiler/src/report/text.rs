@@ -206,6 +206,15 @@ pub fn render_verdict(r: &MemoryReport, cap: Option<u64>) -> String {
             pct(r.arena_bytes, r.conventional.total)
         );
     }
+    if let Some(a) = &r.attention {
+        let _ = writeln!(
+            s,
+            "  attention: {} fused layer(s) keep {} of log-sum-exps; a plain implementation would also keep {} of T x T attention probabilities",
+            a.layers,
+            human(a.fused_bytes),
+            human(a.plain_bytes)
+        );
+    }
     let t = &r.traffic;
     let _ = write!(
         s,

@@ -241,13 +241,22 @@ impl Checker<'_> {
                         Kind::Shape,
                         t.span,
                         format!(
-                            "class labels must be one integer per sample, but `{}` is {}",
+                            "class labels must be one integer per sample (or per position of a sequence), but `{}` is {}",
                             t.name,
                             fmt_shape(&t.shape)
                         ),
                     )
                     .label("wrong label shape")
-                    .help(format!("declare it as `target {}: int`", t.name)));
+                    .help(if ps.len() == 2 {
+                        format!(
+                            "the logits are {}: one label per position is `target {}: int[{}]`",
+                            fmt_shape(&ps),
+                            t.name,
+                            ps[0]
+                        )
+                    } else {
+                        format!("declare it as `target {}: int`", t.name)
+                    }));
                 }
                 if !per_position && ps.len() != 1 {
                     return Err(err(Kind::Shape, pspan, format!("`cross_entropy` expects logits of shape [classes] (or [t, classes] with labels int[t]), got {}", fmt_shape(&ps)))

@@ -23,7 +23,7 @@ pub(super) fn defs() -> Vec<LayerDef> {
                 ]
             },
             build: Build::Layer(embedding),
-            example: Some("tokens |> embedding(256, 128)   # tokens: int[t] -> [t, 128]"),
+            example: Some("x |> embedding(256, 128)   # x: int[t] -> [t, 128]"),
             doc: "integer tokens int[..] in 0..vocab to vectors [.., dim], weight [vocab, dim]",
             summary: "Embedding",
             aliases: &["embed", "tokenembedding", "wte"],

@@ -10,10 +10,10 @@ use dmc_grammar::{compile_source, render_plain, summary};
 use std::collections::BTreeSet;
 
 /// `use_` (an expression on the input `x`) in a program that trains it, with `x` an image and,
-/// if that fails to check, a flat vector.
+/// if that fails to check, a flat vector, a sequence of vectors, integer tokens.
 fn check_use(use_: &str) -> Result<Model, String> {
     let mut errors = vec![];
-    for shape in ["[8, 8, 3]", "[8]"] {
+    for shape in ["[8, 8, 3]", "[8]", "[8, 4]", "int[8]"] {
         let src = format!(
             "input x: {shape}\ntarget y: [2]\nh = {use_}\nout = h |> flatten |> dense(2)\nloss mse(out, y)\ntrain {{ batch: 2, optimizer: sgd }}\n"
         );
@@ -77,6 +77,9 @@ fn variant(l: &Layer) -> String {
         Layer::Softmax => "Softmax".into(),
         Layer::BatchNorm { .. } => "BatchNorm".into(),
         Layer::LayerNorm { .. } => "LayerNorm".into(),
+        Layer::Embedding { .. } => "Embedding".into(),
+        Layer::PosEmbedding => "PosEmbedding".into(),
+        Layer::Attention { .. } => "Attention".into(),
     }
 }
 
@@ -100,6 +103,9 @@ fn all_variants() -> BTreeSet<String> {
         "LayerNorm",
         "Mul",
         "Concat",
+        "Embedding",
+        "PosEmbedding",
+        "Attention",
     ]
     .iter()
     .map(|s| s.to_string())

@@ -2,7 +2,7 @@
 //! backend. One job per module: the flags (`args`), what happens before the first step (`setup`),
 //! the data (`dataset`), the training loop (`steps`) and its progress bar and loss log
 //! (`progress`), the saving flags and `--resume` (`resume`), what happens after it (`outcome`), metrics over a data set (`metrics`), and one
-//! module per command (`run`, `eval`, `predict`).
+//! module per command (`run`, `eval`, `predict`, `sample`).
 
 pub mod args;
 pub mod dataset;
@@ -13,5 +13,6 @@ pub mod predict;
 mod progress;
 mod resume;
 pub mod run;
+pub mod sample;
 mod setup;
 mod steps;
