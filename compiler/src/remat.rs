@@ -701,8 +701,11 @@ pub fn rewrite(g: &mut Graph, stages: &[Stage], acts: &[Action]) -> Result<(), C
                 .or_insert(i);
         }
     }
-    // The stage whose backward each backward node belongs to: by the layer in its name, else
-    // the latest stage it reads.
+    // The stage whose backward each backward node belongs to: by the layer in its name, or the
+    // latest stage it reads when that is later (a layernorm starting a stage: its backward is
+    // named after its input, the previous stage's output, but reads its own stage's statistics,
+    // and its weight's update, named after it, waits for it: put in the earlier stage, the update
+    // would gate the recomputation that the backward itself waits for).
     let mut members: Vec<Vec<NodeIndex>> = vec![vec![]; l];
     for x in g.nodes() {
         if !matches!(g.node(x).phase, Phase::Backward | Phase::Update) || !g.is_kernel(x) {
@@ -714,7 +717,7 @@ pub fn rewrite(g: &mut Graph, stages: &[Stage], acts: &[Action]) -> Result<(), C
             .filter_map(|v| stage_of.get(&v.0).copied())
             .max();
         let by_name = stage_of_layer.get(layer_of(&g.node(x).name)).copied();
-        if let Some(i) = by_name.or(by_read) {
+        if let Some(i) = by_name.max(by_read) {
             members[i].push(x);
         }
     }
