@@ -616,3 +616,40 @@ fn streamed_runs_with_accumulation_and_the_norm_pass_save_the_resident_weights()
         );
     }
 }
+
+/// The GPT example (batch 1; without its `clip_norm`, whose capped plans run two passes a step)
+/// below its smallest resident arena: its transformer blocks' weights, Adam state and activations
+/// stream through windows, and training is bit-identical to the resident plan's, in poison mode.
+#[test]
+fn gpt_streams_below_its_resident_floor_bit_identically() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/gpt.dm");
+    let src = std::fs::read_to_string(path).expect("read gpt.dm");
+    let src = src.replace(", clip_norm: 1.0", "");
+    assert!(!src.contains("clip_norm"), "gpt.dm's train section changed");
+    let m = dmc_grammar::compile_source(&src, "gpt.dm").expect("gpt.dm");
+    let at = |cap: Option<u64>, stream: bool| {
+        compile(
+            &m,
+            &CompileOptions {
+                batch: Some(1),
+                cap,
+                stream,
+                verify: true,
+                ..Default::default()
+            },
+        )
+    };
+    let floor = match at(Some(1), false) {
+        Err(CompileError::CapExceeded { needed, .. }) => needed,
+        r => panic!("gpt resident at 1 B: {:?}", r.map(|p| p.arena_bytes)),
+    };
+    let cap = floor * 7 / 10;
+    let plan = at(Some(cap), true).expect("streamed gpt");
+    check_plan(&plan).expect("plan check");
+    assert!(plan.arena_bytes <= cap, "{} > {cap}", plan.arena_bytes);
+    assert!(host_bytes_of(&plan, BufferKind::OptimizerState) > 0);
+    let resident = at(None, true).expect("resident gpt");
+    let want = cpu_train(&resident, 3, false).expect("resident");
+    let got = cpu_train(&plan, 3, true).expect("streamed");
+    assert_eq!(got, want, "streamed gpt training differs");
+}
