@@ -44,9 +44,28 @@ pub struct KernelParam {
     pub source: ArgSource,
 }
 
+/// C and C++ keywords a signature slot may be named after (attention's `do`): [`c_ident`] renames
+/// them.
+const RESERVED: &[&str] = &[
+    "auto", "bool", "break", "case", "char", "class", "const", "continue", "default", "delete",
+    "do", "double", "else", "enum", "extern", "float", "for", "goto", "if", "int", "long", "new",
+    "operator", "register", "return", "short", "signed", "sizeof", "static", "struct", "switch",
+    "template", "this", "typedef", "union", "unsigned", "void", "volatile", "while",
+];
+
+/// The C identifier of a signature slot named `name`: the name itself, or with a trailing `_` when
+/// it is a C or C++ keyword (attention's `do` is `do_` in the generated source).
+pub fn c_ident(name: &str) -> String {
+    if RESERVED.contains(&name) {
+        format!("{name}_")
+    } else {
+        name.to_string()
+    }
+}
+
 /// The parameters of the kernel for `sig`, in order: one pointer per signature slot (in signature
-/// order; `const` for `In`), then `u64 seed, u64 step, double lr`. The single source of both the generated
-/// parameter list and the backend's launch arguments.
+/// order; `const` for `In`; named per [`c_ident`]), then `u64 seed, u64 step, double lr`. The single
+/// source of both the generated parameter list and the backend's launch arguments.
 pub fn kernel_params(sig: &Signature) -> Vec<KernelParam> {
     let mut v: Vec<KernelParam> = sig
         .params
@@ -59,10 +78,11 @@ pub fn kernel_params(sig: &Signature) -> Vec<KernelParam> {
                 DType::U8 => "unsigned char",
             };
             let cst = if p.role == Role::In { "const " } else { "" };
+            let name = c_ident(&p.name);
             KernelParam {
-                name: p.name.clone(),
                 ty: format!("{cst}{ty}*"),
-                decl: format!("{cst}{ty}* __restrict__ {}", p.name),
+                decl: format!("{cst}{ty}* __restrict__ {name}"),
+                name,
                 source: ArgSource::Buffer(i),
             }
         })
@@ -111,6 +131,10 @@ pub struct CudaKernel {
     /// arguments: the fixed-order reduction of a split-K GEMM's partial sums (see
     /// [`split_k`](crate::split_k)).
     pub then: Option<Launch>,
+    /// Further entries of the same translation unit, launched in order after `entry` (and `then`)
+    /// with the same arguments, each with its own geometry: the later passes of a multi-pass
+    /// kernel (the attention backward's key and query passes, after its `delta` pass).
+    pub after: Vec<Launch>,
     /// The GEMM it computes, for a GEMM-shaped kernel (see [`GemmGeom`]).
     pub gemm: Option<GemmGeom>,
 }
@@ -124,6 +148,7 @@ impl CudaKernel {
             block: self.block,
         }];
         v.extend(self.then.clone());
+        v.extend(self.after.iter().cloned());
         v
     }
 

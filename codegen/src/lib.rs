@@ -8,7 +8,10 @@
 //!   builds its launch arguments by iterating the same [`kernel_params`]. Nothing is written twice.
 //! * [`render_kernel`] matches every `Op` exhaustively (`spec`): a new op does not compile until it
 //!   has a template and an arm there, in the module of its family (convolutions, dense layers,
-//!   pooling, elementwise ops, losses, optimizer updates).
+//!   pooling, elementwise ops, losses, optimizer updates, normalisation, sequence ops).
+//! * A kernel may be several entry points of one translation unit, launched in order with the
+//!   same arguments ([`CudaKernel::launches`]): a split-K GEMM's reduction (`then`), a multi-pass
+//!   kernel's later passes (`after`: the attention backward's).
 //! * How to render is the caller's choice ([`CodegenOptions`]); nothing is read from the
 //!   environment.
 
@@ -22,7 +25,7 @@ mod templates;
 pub mod zoo;
 
 pub use error::CodegenError;
-pub use kernel::{kernel_params, ArgSource, CudaKernel, KernelParam, Launch, Scalars};
+pub use kernel::{c_ident, kernel_params, ArgSource, CudaKernel, KernelParam, Launch, Scalars};
 pub use options::CodegenOptions;
 pub use render::{entry_name, render_kernel, render_plan};
 pub use spec::common::{f32_lit, ELEM_THREADS, REDUCE_THREADS};

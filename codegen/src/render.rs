@@ -69,6 +69,7 @@ fn render_with(
         split,
         outputs,
         gemm,
+        passes,
     }) = crate::spec::spec(k, mode, opts)?
     else {
         return Ok(None);
@@ -95,6 +96,14 @@ fn render_with(
     } else {
         None
     };
+    let after = passes
+        .into_iter()
+        .map(|p| Launch {
+            entry: format!("{entry}_{}", p.suffix),
+            grid: p.grid,
+            block: p.block,
+        })
+        .collect();
     Ok(Some(CudaKernel {
         id: k.id,
         name: k.name.clone(),
@@ -105,6 +114,7 @@ fn render_with(
         block,
         params,
         then,
+        after,
         gemm,
     }))
 }

@@ -46,6 +46,7 @@ pub const TEMPLATES: &[(&str, &str)] = &[
     ("pool.cu.tera", include_str!("../templates/pool.cu.tera")),
     ("loss.cu.tera", include_str!("../templates/loss.cu.tera")),
     ("norm.cu.tera", include_str!("../templates/norm.cu.tera")),
+    ("seq.cu.tera", include_str!("../templates/seq.cu.tera")),
     (
         "bias_grad.cu.tera",
         include_str!("../templates/bias_grad.cu.tera"),

@@ -41,6 +41,7 @@ pub fn zoo() -> Vec<Kernel> {
         spec::loss::zoo(),
         spec::optim::zoo(),
         spec::norm::zoo(),
+        spec::seq::zoo(),
     ]
     .concat()
     .into_iter()

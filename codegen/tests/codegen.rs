@@ -18,7 +18,7 @@ fn the_zoo_covers_every_kernel_op_and_renders() {
     // and its backward; five losses with their gradients; the global max pool and its backward;
     // the transposed convolution; batchnorm's forward, inference form, statistics update and
     // backward out of place and in place; layernorm's forward and backward)
-    assert_eq!(kinds.len(), 59 + 4 * UnaryKind::ALL.len(), "{kinds:?}");
+    assert_eq!(kinds.len(), 66 + 4 * UnaryKind::ALL.len(), "{kinds:?}");
     let mut s = String::new();
     for k in zoo() {
         let c = render_kernel(&k, Mode::Train, &CodegenOptions::default())
@@ -29,6 +29,12 @@ fn the_zoo_covers_every_kernel_op_and_renders() {
             "// ===== {} ({}) grid {:?} block {:?}\n",
             c.name, c.template, c.grid, c.block
         ));
+        for l in &c.after {
+            s.push_str(&format!(
+                "// ===== then {} grid {:?} block {:?}\n",
+                l.entry, l.grid, l.block
+            ));
+        }
         let cut = c.source.find(PRELUDE_END).unwrap() + PRELUDE_END.len();
         s.push_str(&c.source[cut..]);
     }
@@ -95,6 +101,56 @@ fn split_k_kernels_have_a_reduce_launch_and_fit_their_workspace() {
     assert_eq!(split_max(576, 64, 131072), 56, "8 MiB");
     assert_eq!(split_max(27, 64, 131072), 128);
     assert_eq!(split_max(256, 1000, 1 << 20), 8, "8 MiB of partial sums");
+}
+
+#[test]
+fn the_attention_backward_launches_its_three_passes_in_order() {
+    let mut seen = 0;
+    for k in zoo() {
+        let c = render_kernel(&k, Mode::Train, &CodegenOptions::default())
+            .unwrap()
+            .expect("kernel");
+        let is_bwd = matches!(k.op.kind_name(), "attention_bwd" | "attention_causal_bwd");
+        assert_eq!(!c.after.is_empty(), is_bwd, "{}", c.name);
+        if !is_bwd {
+            continue;
+        }
+        seen += 1;
+        // delta (one thread per query row), then dk and dv, then dq: one block per tile of a
+        // head of a sample each
+        let (b, t) = (k.arg_shapes[0][0], k.arg_shapes[0][1]);
+        let heads = k.arg_shapes[2][1];
+        assert_eq!(
+            c.grid[0] as usize,
+            (b * heads * t).div_ceil(256),
+            "{}",
+            c.name
+        );
+        let names: Vec<String> = c.launches().into_iter().map(|l| l.entry).collect();
+        assert_eq!(
+            names,
+            [
+                c.entry.clone(),
+                format!("{}_dkv", c.entry),
+                format!("{}_dq", c.entry)
+            ]
+        );
+        for l in &c.after {
+            assert_eq!(
+                l.grid,
+                [(b * heads * t.div_ceil(64)) as u32, 1, 1],
+                "{}",
+                c.name
+            );
+            assert!(c.source.contains(&format!("{}(", l.entry)), "{}", l.entry);
+        }
+        assert!(
+            c.source.contains("const float* __restrict__ do_"),
+            "{}",
+            c.name
+        );
+    }
+    assert_eq!(seen, 4);
 }
 
 #[test]

@@ -15,8 +15,8 @@ use petgraph::Direction;
 use crate::ctx::Ctx;
 use crate::error::CompileError;
 use crate::fxhash::FxHashMap;
-use crate::ir::{Graph, Phase, Value};
 use crate::ir::TensorType;
+use crate::ir::{Graph, Phase, Value};
 use crate::op::{
     ConvGeom, ConvOp, DenseOp, ElementwiseOp, Epilogue, NormOp, Op, OptimOp, PoolOp, SeqOp,
 };
@@ -135,8 +135,20 @@ pub fn vjp(
                 let rows = g.ty(dy).shape[0];
                 let flat = TensorType::f32(vec![rows, pt.numel()]);
                 let name = gname(x[1], g);
-                let r = g.add_node(Op::Reshape, &[dy], [name.as_str(), " (rows)"].concat(), bw, Some(&flat))?;
-                let s = g.add_node(Op::Optim(OptimOp::BiasGrad), &[(r, 0)], [name.as_str(), " (sum)"].concat(), bw, None)?;
+                let r = g.add_node(
+                    Op::Reshape,
+                    &[dy],
+                    [name.as_str(), " (rows)"].concat(),
+                    bw,
+                    Some(&flat),
+                )?;
+                let s = g.add_node(
+                    Op::Optim(OptimOp::BiasGrad),
+                    &[(r, 0)],
+                    [name.as_str(), " (sum)"].concat(),
+                    bw,
+                    None,
+                )?;
                 out[1] = Some((g.add_node(Op::Reshape, &[(s, 0)], name, bw, Some(&pt))?, 0));
             }
         }
@@ -150,7 +162,10 @@ pub fn vjp(
                     heads: *heads,
                     causal: *causal,
                 });
-                out[0] = Some((g.add_node(op, &[x[0], (n, 0), (n, 1), dy], name, bw, None)?, 0));
+                out[0] = Some((
+                    g.add_node(op, &[x[0], (n, 0), (n, 1), dy], name, bw, None)?,
+                    0,
+                ));
             }
         }
         // d/dx conv(x,w)+b: dx = conv_bwd_data(dy, w); dw = conv_bwd_weight(x, dy); db = sum dy

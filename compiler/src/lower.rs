@@ -458,7 +458,14 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
                 heads,
                 causal,
                 bias: has_bias,
-            } => attention(&mut g, ins[0], &pvals, (*heads, *causal, *has_bias), &name, &hint)?,
+            } => attention(
+                &mut g,
+                ins[0],
+                &pvals,
+                (*heads, *causal, *has_bias),
+                &name,
+                &hint,
+            )?,
             Layer::Dropout { p } => g.add_node(
                 Op::Elementwise(ElementwiseOp::Dropout {
                     p: *p,
@@ -500,13 +507,13 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
             },
         };
         // logits per position [B, T, C] (labels [B, T]): one row per position
-        let pred = if matches!(loss_op, LossOp::CrossEntropyLoss { .. }) && g.ty(pred).shape.len() > 2
-        {
-            let pname = g.node(pred.0).name.clone();
-            rows(&mut g, pred, &pname)?
-        } else {
-            pred
-        };
+        let pred =
+            if matches!(loss_op, LossOp::CrossEntropyLoss { .. }) && g.ty(pred).shape.len() > 2 {
+                let pname = g.node(pred.0).name.clone();
+                rows(&mut g, pred, &pname)?
+            } else {
+                pred
+            };
         let target = loss_target(&mut g, &loss_op, pred, target, &mut reshaped)?;
         let name = if many {
             format!("loss {} ({})", i + 1, term.kind.name())
@@ -578,7 +585,13 @@ fn rows(g: &mut Graph, v: Value, name: &str) -> Result<Value, CompileError> {
     let s = &g.ty(v).shape;
     let k = s.last().copied().unwrap_or(1);
     let flat = TensorType::f32(vec![s.iter().product::<usize>() / k.max(1), k]);
-    let n = g.add_node(Op::Reshape, &[v], [name, " (as rows)"].concat(), Phase::Forward, Some(&flat))?;
+    let n = g.add_node(
+        Op::Reshape,
+        &[v],
+        [name, " (as rows)"].concat(),
+        Phase::Forward,
+        Some(&flat),
+    )?;
     Ok((n, 0))
 }
 
@@ -618,7 +631,13 @@ fn attention(
     qi.extend(wqkv);
     let qkv = g.add_node(dense.clone(), &qi, [name, " (qkv)"].concat(), ph, None)?;
     let packed = TensorType::f32(vec![b, t, 3 * d]);
-    let qkv = g.add_node(Op::Reshape, &[(qkv, 0)], [name, " (qkv heads)"].concat(), ph, Some(&packed))?;
+    let qkv = g.add_node(
+        Op::Reshape,
+        &[(qkv, 0)],
+        [name, " (qkv heads)"].concat(),
+        ph,
+        Some(&packed),
+    )?;
     let att = Op::Seq(SeqOp::Attention { heads, causal });
     let o = g.add_node(att, &[(qkv, 0)], [name, " (heads)"].concat(), ph, None)?;
     let orows = rows(g, (o, 0), &[name, " (heads)"].concat())?;

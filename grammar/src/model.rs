@@ -192,7 +192,10 @@ pub enum Layer {
         eps: f32,
     },
     /// Token embedding: `int[..] -> [.., dim]`, weight `[vocab, dim]` (PyTorch's `nn.Embedding`).
-    Embedding { vocab: usize, dim: usize },
+    Embedding {
+        vocab: usize,
+        dim: usize,
+    },
     /// Learned position embeddings: `[t, d] -> [t, d]`, adding weight `[t, d]` (row i to position
     /// i) to every sample.
     PosEmbedding,

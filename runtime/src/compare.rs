@@ -1,7 +1,7 @@
 //! What every cross-backend kernel check shares: random arguments in each slot's valid domain, and
 //! the comparison of a written argument with the CPU backend's, random batches for whole steps.
 
-use dmc_plan::op::{ConvOp, DType, DenseOp, Op, OptimOp, PoolOp};
+use dmc_plan::op::{ConvOp, DType, DenseOp, Op, OptimOp, PoolOp, SeqOp};
 use dmc_plan::plan::{Kernel, Plan};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -10,7 +10,9 @@ use crate::backend::InputData;
 use crate::error::RuntimeError;
 
 /// Random bytes for every signature slot of `k` (sized per its shapes): f32 in [-1, 1) (Adam's
-/// and RMSprop's second moments in [0, 1)), labels in 0..classes, argmax indices inside the pool window.
+/// and RMSprop's second moments in [0, 1)), labels in 0..classes, tokens in 0..vocab, argmax
+/// indices inside the pool window; the attention backward's `lse` is the true log-sum-exp of its
+/// random `qkv` (so `p = exp(s - lse)` are the softmax's probabilities, as in training).
 pub fn random_args(k: &Kernel, rng: &mut ChaCha8Rng) -> Vec<Vec<u8>> {
     random_args_on(k, rng, None)
 }
@@ -30,7 +32,8 @@ pub fn random_args_on(k: &Kernel, rng: &mut ChaCha8Rng, grid: Option<f32>) -> Ve
         Op::Norm(_) => &["var", "running_var", "rstd"] as &[&str],
         _ => rule.map_or(&[] as &[&str], |r| r.nonnegative_states()),
     };
-    sig.params
+    let mut args: Vec<Vec<u8>> = sig
+        .params
         .iter()
         .enumerate()
         .map(|(i, p)| {
@@ -52,12 +55,19 @@ pub fn random_args_on(k: &Kernel, rng: &mut ChaCha8Rng, grid: Option<f32>) -> Ve
                         .collect()
                 }
                 DType::I32 => {
-                    // class labels (the logits' second axis), or a global max-pool's argmax
-                    // (a pixel of dx [N,H,W,C])
+                    // class labels (the logits' second axis), a global max-pool's argmax (a
+                    // pixel of dx [N,H,W,C]), or tokens (rows of the embedding's table)
                     let classes = match k.op {
                         Op::Pool(PoolOp::GlobalMaxPoolBwd) => k.arg_shapes.get(2).map_or(1, |s| {
                             s.get(1).copied().unwrap_or(1) * s.get(2).copied().unwrap_or(1)
                         }),
+                        Op::Seq(SeqOp::Embedding) => k
+                            .arg_shapes
+                            .get(1)
+                            .and_then(|s| s.first())
+                            .copied()
+                            .unwrap_or(1),
+                        Op::Seq(SeqOp::EmbeddingBwd { vocab }) => vocab,
                         _ => k.arg_shapes[0].get(1).copied().unwrap_or(1),
                     };
                     let classes = classes.clamp(1, i32::MAX as usize) as i32;
@@ -86,7 +96,58 @@ pub fn random_args_on(k: &Kernel, rng: &mut ChaCha8Rng, grid: Option<f32>) -> Ve
                 },
             }
         })
+        .collect();
+    if let Op::Seq(SeqOp::AttentionBwd { heads, causal }) = k.op {
+        if let (Some(qkv), Some(&[b, t, c3])) = (args.first(), k.arg_shapes.first().map(|s| &s[..]))
+        {
+            let lse = attention_lse(&f32s(qkv), (b, t, c3 / 3), heads, causal);
+            args[2] = lse.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        }
+    }
+    args
+}
+
+fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
         .collect()
+}
+
+/// The log-sum-exp `[b, heads, t]` of attention's scaled scores on `qkv [b, t, 3d]` (the
+/// forward's `lse`), in f64: `scale = 1 / sqrt(dh)` as the kernels take it, the keys `j <= i` when
+/// `causal`.
+pub fn attention_lse(
+    qkv: &[f32],
+    (b, t, d): (usize, usize, usize),
+    heads: usize,
+    causal: bool,
+) -> Vec<f32> {
+    let dh = d / heads.max(1);
+    let scale = f64::from(1.0 / (dh as f32).sqrt());
+    let at = |bi: usize, i: usize, part: usize, h: usize| (bi * t + i) * 3 * d + part * d + h * dh;
+    let mut out = Vec::with_capacity(b * heads * t);
+    for bi in 0..b {
+        for h in 0..heads {
+            for i in 0..t {
+                let q = &qkv[at(bi, i, 0, h)..at(bi, i, 0, h) + dh];
+                let keys = if causal { i + 1 } else { t };
+                let s: Vec<f64> = (0..keys)
+                    .map(|j| {
+                        let k = &qkv[at(bi, j, 1, h)..at(bi, j, 1, h) + dh];
+                        scale
+                            * q.iter()
+                                .zip(k)
+                                .map(|(&x, &y)| f64::from(x) * f64::from(y))
+                                .sum::<f64>()
+                    })
+                    .collect();
+                let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let sum: f64 = s.iter().map(|v| (v - m).exp()).sum();
+                out.push((m + sum.ln()) as f32);
+            }
+        }
+    }
+    out
 }
 
 /// max |got - want| / max |want| over an argument (0 when equal; for integer types, exact or

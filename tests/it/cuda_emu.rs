@@ -411,7 +411,10 @@ fn an_out_of_range_label_is_the_cpu_backends_error() {
         .expect_err("bad label")
         .to_string();
     assert_eq!(got, want);
-    assert!(got.contains("label 10 of row 2"), "{got}");
+    assert!(
+        got.contains("index 10 of row 2 is outside 0..10 (a class label"),
+        "{got}"
+    );
 }
 
 #[test]

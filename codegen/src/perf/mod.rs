@@ -12,9 +12,12 @@
 //! element a thread loads: its load loops are not unrolled) and its arithmetic; the pipelined one
 //! issues the next tile's staged loads together (one round) during the current one's arithmetic,
 //! so a tile costs the longer of the two. The compiler ranks each GEMM's
-//! candidate tiles and splits with this model (`spec::gemm::choose`, [`gemm_launch_s`]). Every
-//! other kernel streams its operands: dependent rounds of loads per thread, each a memory latency,
-//! or the DRAM bandwidth, whichever is slower. Each launch adds a launch overhead. Re-reads of an
+//! candidate tiles and splits with this model (`spec::gemm::choose`, [`gemm_launch_s`]). An
+//! attention kernel (`seq.cu.tera`) takes its FLOPs at a share of the FP32 peak
+//! ([`Calibration::attention_efficiency`]), its blocks' rounds of L2 loads per pair of tiles, or
+//! its operands' DRAM traffic, whichever is slowest. Every other kernel streams its operands:
+//! dependent rounds of loads per thread, each a memory latency, or the DRAM bandwidth, whichever
+//! is slower. Each launch adds a launch overhead. Re-reads of an
 //! operand hit L2 when it fits in half of it and go to DRAM otherwise.
 //!
 //! The latencies and the launch overhead are not on any data sheet: they are [`CALIBRATION`],
@@ -37,6 +40,7 @@ use dmc_plan::plan::{Kernel, Plan};
 use crate::kernel::CudaKernel;
 use crate::spec::common::ELEM_THREADS;
 use crate::spec::gemm::{grid_blocks, GemmGeom};
+pub use crate::spec::seq::AttnGeom;
 pub use gpus::{gpu, gpu_names, gpu_of_device, sm_of, Gpu, GPUS};
 
 /// The model's constants that no data sheet gives (see the module doc).
@@ -68,6 +72,10 @@ pub struct Calibration {
     /// `dmc run --device cuda --profile` (BENCHMARKS.md, docs/gpu-check-h200-2026-12-04.log):
     /// seed's measured 1.95x the unscaled model, deep_convnet's 1.67x.
     pub pipelined_factor: f64,
+    /// The fraction of the FP32 peak the attention kernels reach (`seq.cu.tera`: FFMA on 4 x 4
+    /// micro-tiles read from shared memory, two loads per four FMAs at best, plus the softmax,
+    /// the staging and the barriers). An estimate, not fitted: no GPU has measured them yet.
+    pub attention_efficiency: f64,
 }
 
 /// The constants in use (fitted as the module doc says).
@@ -80,6 +88,7 @@ pub const CALIBRATION: Calibration = Calibration {
     dense_index_instrs: 6.0,
     dram_efficiency: 0.85,
     pipelined_factor: 1.8,
+    attention_efficiency: 0.25,
 };
 
 /// A compiled kernel's resources, as NVRTC reports them.
@@ -127,7 +136,7 @@ pub struct KernelPerf {
     pub moved_bytes: f64,
     /// What of that reaches DRAM (re-reads of an operand larger than half the L2), bytes.
     pub dram_bytes: f64,
-    /// Blocks of its main launch, threads per block.
+    /// Blocks of its main launch (of an attention backward, its tiled passes'), threads per block.
     pub blocks: u64,
     pub threads: u32,
     /// Blocks resident per SM, and the resulting warps over the SM's maximum.
@@ -311,12 +320,27 @@ pub fn kernel_perf(
     gpu: &Gpu,
     cal: &Calibration,
 ) -> KernelPerf {
-    let threads: u32 = ck.block.iter().product();
-    let blocks: u64 = ck.grid.iter().map(|&g| u64::from(g)).product();
+    let attn = match &k.op {
+        dmc_plan::op::Op::Seq(op) => k.arg_shapes.first().and_then(|s| AttnGeom::of(op, s)),
+        _ => None,
+    };
+    // an attention backward's main launch is its `delta` pass: its tiled passes are the model's
+    let (grid, block) = match (&attn, ck.after.first()) {
+        (Some(_), Some(l)) => (l.grid, l.block),
+        _ => (ck.grid, ck.block),
+    };
+    let threads: u32 = block.iter().product();
+    let blocks: u64 = grid.iter().map(|&g| u64::from(g)).product();
     let estimated = res.is_none();
-    let res = res.unwrap_or(KernelResources {
-        registers: estimated_registers(ck, k.op.kind_name()),
-        shared_bytes: estimated_shared(ck),
+    let res = res.unwrap_or(match &attn {
+        Some(g) => KernelResources {
+            registers: g.registers(),
+            shared_bytes: g.shared_bytes(),
+        },
+        None => KernelResources {
+            registers: estimated_registers(ck, k.op.kind_name()),
+            shared_bytes: estimated_shared(ck),
+        },
     });
     let resident = resident_blocks(gpu, threads, res.registers, res.shared_bytes);
     let per_wave = u64::from(gpu.sms) * u64::from(resident);
@@ -334,13 +358,21 @@ pub fn kernel_perf(
     let floor_s = (flops / peak).max(min_bytes / gpu.dram_bw);
     let cyc = gpu.cycle_s();
     let dram_lat = cal.dram_latency_ns * 1e-9;
-    let (moved, dram, body_s, bound_body) = match &ck.gemm {
-        Some(g) => gemm_time(g, (rd, wr), threads, resident, gpu, cal),
-        None => {
+    let (moved, dram, body_s, bound_body) = match (&ck.gemm, &attn) {
+        (Some(g), _) => gemm_time(g, (rd, wr), threads, resident, gpu, cal),
+        (None, Some(a)) => attention_time(a, flops, min_bytes, (blocks, resident), gpu, cal),
+        (None, None) => {
             // streaming: each thread reads its share of the inputs in rounds of a few
-            // independent loads (4 B each, 4 in flight)
+            // independent loads (4 B each, 4 in flight); the embedding backward's blocks scan
+            // every token, a round per chunk of a block's threads
             let t = (blocks * u64::from(threads)).max(1) as f64;
-            let rounds = (rd / t / 16.0).ceil();
+            let rounds = match &k.op {
+                dmc_plan::op::Op::Seq(dmc_plan::op::SeqOp::EmbeddingBwd { .. }) => {
+                    let tokens = arg_bytes(k, 0) / 4.0;
+                    (tokens / f64::from(threads.max(1))).ceil()
+                }
+                _ => (rd / t / 16.0).ceil(),
+            };
             let lat = stream_time(waves, rounds, dram_lat, 64.0 * cyc);
             let mem = min_bytes / (gpu.dram_bw * cal.dram_efficiency);
             if lat > mem {
@@ -358,8 +390,10 @@ pub fn kernel_perf(
         }
         _ => 0.0,
     };
-    let predicted_s = cal.launch_s + body_s + reduce_s;
-    let bound = if cal.launch_s + reduce_s > body_s {
+    // the later passes of a multi-pass kernel: a launch each (their work is in the body)
+    let passes_s = cal.launch_s * ck.after.len() as f64;
+    let predicted_s = cal.launch_s + body_s + reduce_s + passes_s;
+    let bound = if cal.launch_s + reduce_s + passes_s > body_s {
         Bound::Launch
     } else {
         bound_body
@@ -383,6 +417,57 @@ pub fn kernel_perf(
         predicted_s,
         bound,
     }
+}
+
+/// An attention kernel's (moved bytes, DRAM bytes, time, bound): its `flops` (the backward's
+/// recomputed products too: 7 tile products where [`Kernel::flops`] counts 5) at
+/// [`Calibration::attention_efficiency`] of the FP32 peak of the SMs its blocks occupy; a round
+/// of L2 loads per staged chunk of each pair of tiles a block folds, in order, its resident
+/// blocks hiding each other's; and its operands once from DRAM. Each pair of tiles reads its
+/// query, key and value tiles (and `do`'s) from L2 again.
+fn attention_time(
+    g: &AttnGeom,
+    flops: f64,
+    min_bytes: f64,
+    (blocks, resident): (u64, u32),
+    gpu: &Gpu,
+    cal: &Calibration,
+) -> (f64, f64, f64, Bound) {
+    let tiles = g.tiles() as f64;
+    let pairs = if g.causal {
+        tiles * (tiles + 1.0) / 2.0
+    } else {
+        tiles * tiles
+    } * (g.b * g.heads) as f64;
+    let tile_bytes = (dmc_plan::op::ATTN_TILE * g.dh * 4) as f64;
+    // tile reads per pair: the forward's q, k and v; the backward's q, k, do and v for the
+    // scores in both passes, then do and q (dk, dv) and k (dq)
+    let (reads, products) = if g.bwd { (11.0, 7.0 / 5.0) } else { (3.0, 1.0) };
+    let moved = min_bytes + pairs * reads * tile_bytes;
+    let busy = (blocks as f64).min(f64::from(gpu.sms)) / f64::from(gpu.sms);
+    let compute_s = flops * products / (gpu.fp32_flops() * cal.attention_efficiency * busy);
+    // rounds of dependent loads per pair (both passes of the backward): the chunks of the score
+    // products, the staged rows; the longest block folds every tile of its row or column
+    let chunks = g.dh.div_ceil(g.kc()) as f64;
+    let rows = (dmc_plan::op::ATTN_TILE / g.rc()) as f64;
+    let rounds = if g.bwd {
+        2.0 * chunks + 3.0 * rows
+    } else {
+        chunks + rows
+    };
+    let per_wave = (u64::from(gpu.sms) * u64::from(resident.max(1))) as f64;
+    let waves = (blocks as f64 / per_wave).ceil().max(1.0);
+    let latency_s = waves * tiles * rounds * cal.round_l2_ns * 1e-9;
+    let mem_s = min_bytes / (gpu.dram_bw * cal.dram_efficiency);
+    let body = compute_s.max(latency_s).max(mem_s);
+    let bound = if body == mem_s {
+        Bound::Memory
+    } else if body == compute_s {
+        Bound::Compute
+    } else {
+        Bound::Latency
+    };
+    (moved, min_bytes, body, bound)
 }
 
 /// A GEMM kernel's (moved bytes, DRAM bytes, time, bound): see the module doc. `(rd, wr)` are its

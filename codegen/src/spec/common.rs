@@ -27,6 +27,16 @@ pub(crate) struct Spec {
     pub outputs: usize,
     /// The GEMM a GEMM-shaped kernel computes (the performance model's input); `None` otherwise.
     pub gemm: Option<GemmGeom>,
+    /// Further entries launched in order after the first (`CudaKernel::after`): a multi-pass
+    /// kernel's later passes.
+    pub passes: Vec<Pass>,
+}
+
+/// A later entry of a multi-pass kernel: the entry point `<entry>_<suffix>` and its launch.
+pub(crate) struct Pass {
+    pub suffix: &'static str,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
 }
 
 /// One kernel being rendered, as the family modules read it.
@@ -131,6 +141,7 @@ pub(crate) fn per_element(
         split: 1,
         outputs: 0,
         gemm: None,
+        passes: Vec::new(),
     })
 }
 
@@ -147,5 +158,6 @@ pub(crate) fn reduction(s: &Site, template: &'static str) -> Spec {
         split: 1,
         outputs: 0,
         gemm: None,
+        passes: Vec::new(),
     }
 }

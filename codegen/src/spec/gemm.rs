@@ -504,5 +504,6 @@ pub(crate) fn gemm(
         split,
         outputs: gm * gn,
         gemm: Some(g),
+        passes: Vec::new(),
     })
 }

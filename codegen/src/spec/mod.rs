@@ -1,6 +1,7 @@
 //! The template and context of one kernel ([`spec`]): one exhaustive match over `Op` that hands
-//! each op to the module of its family (`conv`, `dense`, `pool`, `elementwise`, `loss`, `optim`, `norm`),
-//! whose own `spec` matches the family's ops exhaustively (the pieces they share are [`common`]).
+//! each op to the module of its family (`conv`, `dense`, `pool`, `elementwise`, `loss`, `optim`,
+//! `norm`, `seq`), whose own `spec` matches the family's ops exhaustively (the pieces they share
+//! are [`common`]).
 
 pub(crate) mod cases;
 pub(crate) mod common;
@@ -13,6 +14,7 @@ pub(crate) mod loss;
 pub(crate) mod norm;
 pub(crate) mod optim;
 pub(crate) mod pool;
+pub(crate) mod seq;
 
 use dmc_plan::op::Op;
 use dmc_plan::plan::{Kernel, Mode};
@@ -44,6 +46,7 @@ pub(crate) fn spec(
         Op::Loss(op) => loss::spec(s, op)?,
         Op::Optim(op) => optim::spec(s, op)?,
         Op::Norm(op) => norm::spec(s, op)?,
+        Op::Seq(op) => seq::spec(s, op)?,
     };
     Ok(Some(spec))
 }

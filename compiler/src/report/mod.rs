@@ -265,7 +265,11 @@ pub fn attention_memory(plan: &Plan) -> Option<AttentionMemory> {
         fused_bytes: 0,
         plain_bytes: 0,
     };
-    for st in plan.steps.iter().filter(|st| !crate::cost::is_recompute(&st.label)) {
+    for st in plan
+        .steps
+        .iter()
+        .filter(|st| !crate::cost::is_recompute(&st.label))
+    {
         let Some(k) = plan.kernels.get(st.kernel) else {
             continue;
         };

@@ -232,11 +232,15 @@ impl Checker<'_> {
                 // one label per position of a sequence of logits [t, classes]: labels int[t]
                 let per_position = ps.len() == 2 && t.shape == ps[..1];
                 if per_position && ps[1] < 2 {
-                    return Err(err(Kind::Shape, pspan, "`cross_entropy` needs at least 2 classes, the prediction has 1")
-                        .label("one logit per position")
-                        .help("end the network with `dense(classes)`"));
+                    return Err(err(
+                        Kind::Shape,
+                        pspan,
+                        "`cross_entropy` needs at least 2 classes, the prediction has 1",
+                    )
+                    .label("one logit per position")
+                    .help("end the network with `dense(classes)`"));
                 }
-                if !per_position && !(t.shape.is_empty() || t.shape == [1]) {
+                if !(per_position || t.shape.is_empty() || t.shape == [1]) {
                     return Err(err(
                         Kind::Shape,
                         t.span,

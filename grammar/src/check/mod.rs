@@ -260,7 +260,9 @@ impl Checker<'_> {
                 format!("`{}` needs at least one dimension", d.name.name),
             )
             .label("integer inputs are token sequences")
-            .help("write e.g. `input tokens: int[256]` (256 tokens per sample, read by `embedding`)"));
+            .help(
+                "write e.g. `input tokens: int[256]` (256 tokens per sample, read by `embedding`)",
+            ));
         }
         if dtype == DType::F32 && shape.is_empty() {
             return Err(err(

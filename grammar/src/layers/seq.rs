@@ -52,7 +52,8 @@ pub(super) fn defs() -> Vec<LayerDef> {
             },
             build: Build::Layer(attention),
             example: Some("x |> attention(4)   # x: [t, d], d a multiple of the heads"),
-            doc: "multi-head self-attention over [t, d] (causal by default), fused: memory O(t d), \
+            doc:
+                "multi-head self-attention over [t, d] (causal by default), fused: memory O(t d), \
                   weights qkv_weight [d, 3d], out_weight [d, d]",
             summary: "MultiHeadAttention",
             aliases: &[
@@ -79,7 +80,9 @@ fn sequence(x: &Input<'_>, layer: &str) -> Result<(usize, usize), Error> {
             ),
         )
         .label(format!("input is {}", fmt_shape(x.shape)))
-        .help("a sequence comes from `tokens |> embedding(vocab, dim)` with `input tokens: int[t]`")),
+        .help(
+            "a sequence comes from `tokens |> embedding(vocab, dim)` with `input tokens: int[t]`",
+        )),
     }
 }
 
@@ -148,7 +151,9 @@ pub fn attention(inputs: &[Input<'_>], b: &Args) -> Result<Built, Error> {
             format!("{heads} heads do not divide the {d} features of each position"),
         )
         .label(format!("{d} is not a multiple of {heads}"))
-        .help("each head gets d / heads features: pick heads dividing d (e.g. 4 or 8 for d = 256)"));
+        .help(
+            "each head gets d / heads features: pick heads dividing d (e.g. 4 or 8 for d = 256)",
+        ));
     }
     let draft = |suffix, shape: Vec<usize>, fan_out, is_bias| ParamDraft {
         suffix,

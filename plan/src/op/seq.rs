@@ -71,7 +71,11 @@ impl OpFacts for SeqOp {
         match self {
             SeqOp::Embedding => vec![p("tokens", In, I32), p("table", In, F32), p("y", Out, F32)],
             SeqOp::EmbeddingBwd { .. } => {
-                vec![p("tokens", In, I32), p("dy", In, F32), p("dtable", Out, F32)]
+                vec![
+                    p("tokens", In, I32),
+                    p("dy", In, F32),
+                    p("dtable", Out, F32),
+                ]
             }
             SeqOp::AddPositions => vec![p("x", In, F32), p("p", In, F32), p("y", Out, F32)],
             SeqOp::Attention { .. } => {
@@ -194,7 +198,11 @@ impl OpFacts for SeqOp {
                 // q k^T and p v: 2 multiply-adds per pair and head column; the backward
                 // recomputes the scores and has four more products (dv, dp, dq, dk)
                 let pairs = attention_pairs(t, *causal);
-                let matmuls = if matches!(self, SeqOp::Attention { .. }) { 2 } else { 5 };
+                let matmuls = if matches!(self, SeqOp::Attention { .. }) {
+                    2
+                } else {
+                    5
+                };
                 2 * matmuls * b * pairs * d
             }
         }
@@ -235,7 +243,13 @@ impl OpFacts for SeqOp {
                 let gemms = if matches!(self, SeqOp::Attention { .. }) {
                     vec![gemm(m, m, dh), gemm(m, dh, m)]
                 } else {
-                    vec![gemm(m, m, dh), gemm(m, m, dh), gemm(m, dh, m), gemm(m, dh, m), gemm(m, dh, m)]
+                    vec![
+                        gemm(m, m, dh),
+                        gemm(m, m, dh),
+                        gemm(m, dh, m),
+                        gemm(m, dh, m),
+                        gemm(m, dh, m),
+                    ]
                 };
                 CpuWork {
                     gemms,

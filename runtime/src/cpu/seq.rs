@@ -21,7 +21,7 @@ const TILE: usize = ATTN_TILE;
 
 /// `y[n, d] = table[tokens[n]]` (a row of zeros for a token outside the table).
 pub fn embedding(tokens: &[i32], table: &[f32], d: usize, y: &mut [f32]) {
-    assert!(d > 0 && table.len() % d == 0 && y.len() == tokens.len() * d);
+    assert!(d > 0 && table.len().is_multiple_of(d) && y.len() == tokens.len() * d);
     let vocab = table.len() / d;
     y.par_chunks_mut(d)
         .with_min_len(64)
@@ -35,7 +35,7 @@ pub fn embedding(tokens: &[i32], table: &[f32], d: usize, y: &mut [f32]) {
 /// `dtable[v] = sum of dy[n] over the positions n with tokens[n] = v`, in position order (each
 /// task owns a block of table rows and scans every token).
 pub fn embedding_bwd(tokens: &[i32], dy: &[f32], d: usize, dtable: &mut [f32]) {
-    assert!(d > 0 && dtable.len() % d == 0 && dy.len() == tokens.len() * d);
+    assert!(d > 0 && dtable.len().is_multiple_of(d) && dy.len() == tokens.len() * d);
     let vocab = dtable.len() / d;
     let per = vocab.div_ceil(16).max(1);
     dtable
@@ -60,7 +60,7 @@ pub fn embedding_bwd(tokens: &[i32], dy: &[f32], d: usize, dtable: &mut [f32]) {
 
 /// `y = x + p` for each sample (`p` is one sample's worth of x).
 pub fn add_positions(x: &[f32], p: &[f32], y: &mut [f32]) {
-    assert!(!p.is_empty() && x.len() % p.len() == 0 && y.len() == x.len());
+    assert!(!p.is_empty() && x.len().is_multiple_of(p.len()) && y.len() == x.len());
     y.par_chunks_mut(p.len())
         .zip(x.par_chunks(p.len()))
         .for_each(|(y, x)| {
@@ -101,7 +101,7 @@ impl AttnDims {
         }
     }
     fn check(&self) {
-        assert!(self.heads > 0 && self.d % self.heads == 0 && self.t > 0);
+        assert!(self.heads > 0 && self.d.is_multiple_of(self.heads) && self.t > 0);
     }
 }
 
@@ -113,6 +113,13 @@ struct SharedMut(*mut f32);
 unsafe impl Send for SharedMut {}
 // SAFETY: as above.
 unsafe impl Sync for SharedMut {}
+
+impl SharedMut {
+    /// The pointer (a method, so that a closure captures the whole `Send` wrapper).
+    fn at(self, off: usize) -> *mut f32 {
+        self.0.wrapping_add(off)
+    }
+}
 
 /// `c[i*rsc + j] = alpha (a b)[i, j] + beta c[..]`, `a` `m x k` and `b` `k x n` strided.
 ///
@@ -159,67 +166,78 @@ pub fn attention(qkv: &[f32], dims: AttnDims, o: &mut [f32], lse: &mut [f32]) {
     let tiles = t.div_ceil(TILE);
     let op = SharedMut(o.as_mut_ptr());
     let lp = SharedMut(lse.as_mut_ptr());
-    (0..b * heads * tiles)
-        .into_par_iter()
-        .for_each(|task| {
-            let (op, lp) = (op, lp);
-            let (bh, qt) = (task / tiles, task % tiles);
-            let (bi, h) = (bh / heads, bh % heads);
-            let (i0, i1) = (qt * TILE, ((qt + 1) * TILE).min(t));
-            let nq = i1 - i0;
-            let mut s = [0f32; TILE * TILE];
-            let mut mx = [f32::NEG_INFINITY; TILE];
-            let mut sum = [0f32; TILE];
-            let orow = |i: usize| (bi * t + i) * d + h * dh;
-            // SAFETY: this task alone writes o's rows i0..i1 of (bi, h)'s columns and lse's
-            // entries i0..i1 of (bi, h); qkv is only read; every offset below is inside qkv, o,
-            // lse or the stack tiles (asserted sizes).
-            unsafe {
-                for i in i0..i1 {
-                    std::slice::from_raw_parts_mut(op.0.add(orow(i)), dh).fill(0.0);
-                }
-                let kend = dims.keys(i1);
-                for j0 in (0..kend).step_by(TILE) {
-                    let nk = (j0 + TILE).min(kend) - j0;
-                    let q = qkv.as_ptr().add(dims.at(bi, i0, 0, h));
-                    let k = qkv.as_ptr().add(dims.at(bi, j0, 1, h));
-                    mm((nq, dh, nk), scale, (q, 3 * d, 1), (k, 1, 3 * d), 0.0, (s.as_mut_ptr(), TILE));
-                    for r in 0..nq {
-                        let row = &mut s[r * TILE..r * TILE + nk];
-                        if dims.causal {
-                            for (c, v) in row.iter_mut().enumerate() {
-                                if j0 + c > i0 + r {
-                                    *v = f32::NEG_INFINITY;
-                                }
-                            }
-                        }
-                        let m_new = row.iter().fold(mx[r], |a, &v| a.max(v));
-                        let corr = (mx[r] - m_new).exp();
-                        let mut l = 0f32;
-                        for v in row.iter_mut() {
-                            *v = (*v - m_new).exp();
-                            l += *v;
-                        }
-                        sum[r] = sum[r] * corr + l;
-                        mx[r] = m_new;
-                        if corr != 1.0 {
-                            for x in std::slice::from_raw_parts_mut(op.0.add(orow(i0 + r)), dh) {
-                                *x *= corr;
-                            }
-                        }
-                    }
-                    let v = qkv.as_ptr().add(dims.at(bi, j0, 2, h));
-                    mm((nq, nk, dh), 1.0, (s.as_ptr(), TILE, 1), (v, 3 * d, 1), 1.0, (op.0.add(orow(i0)), d));
-                }
-                for r in 0..nq {
-                    let inv = 1.0 / sum[r];
-                    for x in std::slice::from_raw_parts_mut(op.0.add(orow(i0 + r)), dh) {
-                        *x *= inv;
-                    }
-                    *lp.0.add(bh * t + i0 + r) = mx[r] + sum[r].ln();
-                }
+    (0..b * heads * tiles).into_par_iter().for_each(|task| {
+        let (bh, qt) = (task / tiles, task % tiles);
+        let (bi, h) = (bh / heads, bh % heads);
+        let (i0, i1) = (qt * TILE, ((qt + 1) * TILE).min(t));
+        let nq = i1 - i0;
+        let mut s = [0f32; TILE * TILE];
+        let mut mx = [f32::NEG_INFINITY; TILE];
+        let mut sum = [0f32; TILE];
+        let orow = |i: usize| (bi * t + i) * d + h * dh;
+        // SAFETY: this task alone writes o's rows i0..i1 of (bi, h)'s columns and lse's
+        // entries i0..i1 of (bi, h); qkv is only read; every offset below is inside qkv, o,
+        // lse or the stack tiles (asserted sizes).
+        unsafe {
+            for i in i0..i1 {
+                std::slice::from_raw_parts_mut(op.at(orow(i)), dh).fill(0.0);
             }
-        });
+            let kend = dims.keys(i1);
+            for j0 in (0..kend).step_by(TILE) {
+                let nk = (j0 + TILE).min(kend) - j0;
+                let q = qkv.as_ptr().add(dims.at(bi, i0, 0, h));
+                let k = qkv.as_ptr().add(dims.at(bi, j0, 1, h));
+                mm(
+                    (nq, dh, nk),
+                    scale,
+                    (q, 3 * d, 1),
+                    (k, 1, 3 * d),
+                    0.0,
+                    (s.as_mut_ptr(), TILE),
+                );
+                for r in 0..nq {
+                    let row = &mut s[r * TILE..r * TILE + nk];
+                    if dims.causal {
+                        for (c, v) in row.iter_mut().enumerate() {
+                            if j0 + c > i0 + r {
+                                *v = f32::NEG_INFINITY;
+                            }
+                        }
+                    }
+                    let m_new = row.iter().fold(mx[r], |a, &v| a.max(v));
+                    let corr = (mx[r] - m_new).exp();
+                    let mut l = 0f32;
+                    for v in row.iter_mut() {
+                        *v = (*v - m_new).exp();
+                        l += *v;
+                    }
+                    sum[r] = sum[r] * corr + l;
+                    mx[r] = m_new;
+                    if corr != 1.0 {
+                        for x in std::slice::from_raw_parts_mut(op.at(orow(i0 + r)), dh) {
+                            *x *= corr;
+                        }
+                    }
+                }
+                let v = qkv.as_ptr().add(dims.at(bi, j0, 2, h));
+                mm(
+                    (nq, nk, dh),
+                    1.0,
+                    (s.as_ptr(), TILE, 1),
+                    (v, 3 * d, 1),
+                    1.0,
+                    (op.at(orow(i0)), d),
+                );
+            }
+            for r in 0..nq {
+                let inv = 1.0 / sum[r];
+                for x in std::slice::from_raw_parts_mut(op.at(orow(i0 + r)), dh) {
+                    *x *= inv;
+                }
+                *lp.at(bh * t + i0 + r) = mx[r] + sum[r].ln();
+            }
+        }
+    });
 }
 
 /// `qkv, o, lse, do -> dqkv`, `delta` the workspace `[b, heads, t]` (see the module's doc).
@@ -245,7 +263,6 @@ pub fn attention_bwd(
         .par_chunks_mut(t)
         .enumerate()
         .for_each(|(bh, delta)| {
-            let dp = dp;
             let (bi, h) = (bh / heads, bh % heads);
             let orow = |i: usize| (bi * t + i) * d + h * dh;
             for (i, dl) in delta.iter_mut().enumerate() {
@@ -260,7 +277,7 @@ pub fn attention_bwd(
             unsafe {
                 for i in 0..t {
                     for part in 0..3 {
-                        std::slice::from_raw_parts_mut(dp.0.add(dims.at(bi, i, part, h)), dh)
+                        std::slice::from_raw_parts_mut(dp.at(dims.at(bi, i, part, h)), dh)
                             .fill(0.0);
                     }
                 }
@@ -274,7 +291,14 @@ pub fn attention_bwd(
                         let q = qkv.as_ptr().add(dims.at(bi, i0, 0, h));
                         let g = dout.as_ptr().add(orow(i0));
                         // p = exp(scale q k^T - lse), masked
-                        mm((nq, dh, nk), scale, (q, 3 * d, 1), (k, 1, 3 * d), 0.0, (p.as_mut_ptr(), TILE));
+                        mm(
+                            (nq, dh, nk),
+                            scale,
+                            (q, 3 * d, 1),
+                            (k, 1, 3 * d),
+                            0.0,
+                            (p.as_mut_ptr(), TILE),
+                        );
                         for r in 0..nq {
                             for c in 0..nk {
                                 let e = &mut p[r * TILE + c];
@@ -286,9 +310,23 @@ pub fn attention_bwd(
                             }
                         }
                         // dv_j += p^T do_i
-                        mm((nk, nq, dh), 1.0, (p.as_ptr(), 1, TILE), (g, d, 1), 1.0, (dp.0.add(dims.at(bi, j0, 2, h)), 3 * d));
+                        mm(
+                            (nk, nq, dh),
+                            1.0,
+                            (p.as_ptr(), 1, TILE),
+                            (g, d, 1),
+                            1.0,
+                            (dp.at(dims.at(bi, j0, 2, h)), 3 * d),
+                        );
                         // dp = do_i v_j^T; ds = p (dp - delta)
-                        mm((nq, dh, nk), 1.0, (g, d, 1), (v, 1, 3 * d), 0.0, (ds.as_mut_ptr(), TILE));
+                        mm(
+                            (nq, dh, nk),
+                            1.0,
+                            (g, d, 1),
+                            (v, 1, 3 * d),
+                            0.0,
+                            (ds.as_mut_ptr(), TILE),
+                        );
                         for r in 0..nq {
                             for c in 0..nk {
                                 let e = r * TILE + c;
@@ -296,8 +334,22 @@ pub fn attention_bwd(
                             }
                         }
                         // dq_i += scale ds k_j; dk_j += scale ds^T q_i
-                        mm((nq, nk, dh), scale, (ds.as_ptr(), TILE, 1), (k, 3 * d, 1), 1.0, (dp.0.add(dims.at(bi, i0, 0, h)), 3 * d));
-                        mm((nk, nq, dh), scale, (ds.as_ptr(), 1, TILE), (q, 3 * d, 1), 1.0, (dp.0.add(dims.at(bi, j0, 1, h)), 3 * d));
+                        mm(
+                            (nq, nk, dh),
+                            scale,
+                            (ds.as_ptr(), TILE, 1),
+                            (k, 3 * d, 1),
+                            1.0,
+                            (dp.at(dims.at(bi, i0, 0, h)), 3 * d),
+                        );
+                        mm(
+                            (nk, nq, dh),
+                            scale,
+                            (ds.as_ptr(), 1, TILE),
+                            (q, 3 * d, 1),
+                            1.0,
+                            (dp.at(dims.at(bi, j0, 1, h)), 3 * d),
+                        );
                     }
                 }
             }

@@ -160,31 +160,42 @@ fn num_before(s: &str, suffix: &str) -> Option<u32> {
 }
 
 /// Parses the ptxas report in an NVRTC log (`Used N registers, ... M bytes smem`, `N bytes stack
-/// frame, N bytes spill stores, N bytes spill loads`).
+/// frame, N bytes spill stores, N bytes spill loads`). With several entry points (a split-K
+/// reduction, the attention backward's passes): the registers and shared memory of the entry with
+/// the most shared memory (the tiled one; of those, the most registers), the spills of every
+/// function added up and the largest stack frame.
 pub fn parse_resources(log: &str) -> Resources {
     let mut r = Resources::default();
+    let mut best: Option<(u32, u32)> = None;
     for line in log.lines() {
         if line.contains("Used") && line.contains("registers") {
-            r.registers = num_before(line, " registers").unwrap_or(0);
-            r.shared_bytes = line
+            let regs = num_before(line, " registers").unwrap_or(0);
+            let smem = line
                 .split(',')
                 .find(|p| p.contains("smem"))
                 .and_then(|p| num_before(p, " bytes smem"))
                 .unwrap_or(0);
+            if !matches!(best, Some((br, bs)) if (bs, br) >= (smem, regs)) {
+                best = Some((regs, smem));
+            }
         }
         if line.contains("spill stores") {
             for part in line.split(',') {
                 if let Some(v) = num_before(part, " bytes stack frame") {
-                    r.stack_bytes = v;
+                    r.stack_bytes = r.stack_bytes.max(v);
                 }
                 if let Some(v) = num_before(part, " bytes spill stores") {
-                    r.spill_stores = v;
+                    r.spill_stores += v;
                 }
                 if let Some(v) = num_before(part, " bytes spill loads") {
-                    r.spill_loads = v;
+                    r.spill_loads += v;
                 }
             }
         }
+    }
+    if let Some((regs, smem)) = best {
+        r.registers = regs;
+        r.shared_bytes = smem;
     }
     r
 }
@@ -442,6 +453,29 @@ mod tests {
             }
         );
         assert!(warnings(log).is_empty());
+    }
+
+    #[test]
+    fn a_multi_entry_report_gives_the_tiled_entry_and_every_spill() {
+        let log = "ptxas info    : Compiling entry function 'k_dq' for 'sm_90'\n\
+            \x20   0 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n\
+            ptxas info    : Used 96 registers, used 1 barriers, 34560 bytes smem\n\
+            ptxas info    : Compiling entry function 'k_dkv' for 'sm_90'\n\
+            \x20   16 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n\
+            ptxas info    : Used 119 registers, used 1 barriers, 34560 bytes smem\n\
+            ptxas info    : Compiling entry function 'k' for 'sm_90'\n\
+            \x20   0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n\
+            ptxas info    : Used 19 registers, used 0 barriers\n";
+        assert_eq!(
+            parse_resources(log),
+            Resources {
+                registers: 119,
+                shared_bytes: 34560,
+                spill_stores: 12,
+                spill_loads: 16,
+                stack_bytes: 16
+            }
+        );
     }
 
     #[test]

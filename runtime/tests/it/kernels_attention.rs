@@ -23,14 +23,20 @@ fn naive(qkv: &[f32], d: AttnDims) -> (Vec<f64>, Vec<f64>) {
             for i in 0..t {
                 let keys = if d.causal { i + 1 } else { t };
                 let s: Vec<f64> = (0..keys)
-                    .map(|j| (0..dh).map(|c| at(bi, i, 0, hh, c) * at(bi, j, 1, hh, c)).sum::<f64>() * scale)
+                    .map(|j| {
+                        (0..dh)
+                            .map(|c| at(bi, i, 0, hh, c) * at(bi, j, 1, hh, c))
+                            .sum::<f64>()
+                            * scale
+                    })
                     .collect();
                 let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let z: f64 = s.iter().map(|v| (v - m).exp()).sum();
                 lse[(bi * h + hh) * t + i] = m + z.ln();
                 for c in 0..dh {
-                    o[(bi * t + i) * dm + hh * dh + c] =
-                        (0..keys).map(|j| (s[j] - m).exp() / z * at(bi, j, 2, hh, c)).sum();
+                    o[(bi * t + i) * dm + hh * dh + c] = (0..keys)
+                        .map(|j| (s[j] - m).exp() / z * at(bi, j, 2, hh, c))
+                        .sum();
                 }
             }
         }
@@ -49,7 +55,8 @@ fn dims(b: usize, t: usize, d: usize, heads: usize, causal: bool) -> AttnDims {
 }
 
 /// Sequences shorter than a tile, longer than one (a partial last tile), several heads.
-const CASES: [(usize, usize, usize, usize); 4] = [(1, 1, 4, 1), (2, 5, 6, 2), (1, 70, 8, 2), (2, 130, 4, 1)];
+const CASES: [(usize, usize, usize, usize); 4] =
+    [(1, 1, 4, 1), (2, 5, 6, 2), (1, 70, 8, 2), (2, 130, 4, 1)];
 
 fn fwd(qkv: &[f32], d: AttnDims) -> (Vec<f32>, Vec<f32>) {
     let mut o = vec![f32::NAN; d.b * d.t * d.d];
@@ -64,7 +71,10 @@ fn fused_attention_matches_naive_attention() {
     for (b, t, dm, h) in CASES {
         for causal in [true, false] {
             let d = dims(b, t, dm, h, causal);
-            let qkv: Vec<f32> = randv(&mut r, b * t * 3 * dm).iter().map(|v| v * 3.0).collect();
+            let qkv: Vec<f32> = randv(&mut r, b * t * 3 * dm)
+                .iter()
+                .map(|v| v * 3.0)
+                .collect();
             let (o, lse) = fwd(&qkv, d);
             let (want_o, want_lse) = naive(&qkv, d);
             let what = format!("attention b{b} t{t} d{dm} h{h} causal {causal}");
@@ -134,7 +144,10 @@ fn attention_is_bit_identical_across_thread_counts() {
     let qkv = randv(&mut r, 2 * 130 * 24);
     let g = randv(&mut r, 2 * 130 * 8);
     let run = |threads: usize| {
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
         pool.install(|| {
             let (o, lse) = fwd(&qkv, d);
             let mut dqkv = vec![0.0; qkv.len()];
@@ -155,7 +168,10 @@ fn embedding_looks_up_rows_and_its_gradient_sums_them_in_order() {
     let mut y = vec![f32::NAN; tokens.len() * d];
     embedding(&tokens, &table, d, &mut y);
     for (n, &t) in tokens.iter().enumerate() {
-        assert_eq!(y[n * d..(n + 1) * d], table[t as usize * d..(t as usize + 1) * d]);
+        assert_eq!(
+            y[n * d..(n + 1) * d],
+            table[t as usize * d..(t as usize + 1) * d]
+        );
     }
     let dy = randv(&mut r, tokens.len() * d);
     let mut dt = vec![f32::NAN; vocab * d];

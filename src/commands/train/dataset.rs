@@ -41,8 +41,12 @@ pub fn task_of(model: &Model) -> Task {
 pub fn token_inputs(model: &Model) -> Vec<(&str, usize)> {
     let mut out: Vec<(&str, usize)> = vec![];
     for node in &model.nodes {
-        if let (Layer::Embedding { vocab, .. }, [ValueRef::Input(i)]) = (&node.layer, &node.inputs[..]) {
-            let Some(d) = model.inputs.get(*i) else { continue };
+        if let (Layer::Embedding { vocab, .. }, [ValueRef::Input(i)]) =
+            (&node.layer, &node.inputs[..])
+        {
+            let Some(d) = model.inputs.get(*i) else {
+                continue;
+            };
             match out.iter_mut().find(|(n, _)| *n == d.name) {
                 Some((_, v)) => *v = (*v).min(*vocab),
                 None => out.push((&d.name, *vocab)),

@@ -241,7 +241,7 @@ fn label_positions(ds: &Dataset, target: &str, per: usize) -> usize {
         .iter()
         .find(|s| s.name == target)
         .map_or(1, |s| s.sample_len().max(1));
-    if per % lps == 0 {
+    if per.is_multiple_of(lps) {
         lps
     } else {
         1

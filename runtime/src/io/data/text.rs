@@ -60,11 +60,7 @@ fn next_token_specs(specs: &[TensorSpec]) -> Result<(usize, Option<usize>, usize
 }
 
 /// The next-token windows of `stream` for `specs` (see the module's doc).
-fn windows(
-    stream: &[i32],
-    specs: &[TensorSpec],
-    source: String,
-) -> Result<Dataset, String> {
+fn windows(stream: &[i32], specs: &[TensorSpec], source: String) -> Result<Dataset, String> {
     let (x, y, t) = next_token_specs(specs)?;
     let samples = stream.len().saturating_sub(1) / t;
     if samples == 0 {
@@ -126,7 +122,13 @@ impl Dataset {
         for _ in 0..len {
             stream.push(cur);
             let u: f32 = r.random();
-            let k = if u < 0.6 { 0 } else if u < 0.9 { 1 } else { 2 };
+            let k = if u < 0.6 {
+                0
+            } else if u < 0.9 {
+                1
+            } else {
+                2
+            };
             cur = succ[cur as usize][k];
         }
         windows(&stream, specs, format!("synthetic tokens (seed {seed})")).map_err(fail)
