@@ -17,8 +17,9 @@ fn the_zoo_covers_every_kernel_op_and_renders() {
     // global average pool backward has two, the folded average pool backward one; the softmax
     // and its backward; five losses with their gradients; the global max pool and its backward;
     // the transposed convolution; batchnorm's forward, inference form, statistics update and
-    // backward out of place and in place; layernorm's forward and backward)
-    assert_eq!(kinds.len(), 66 + 4 * UnaryKind::ALL.len(), "{kinds:?}");
+    // backward out of place and in place; layernorm's forward and backward; the sequence family:
+    // embedding, its backward, positions, attention causal or not with their backwards, transpose)
+    assert_eq!(kinds.len(), 67 + 4 * UnaryKind::ALL.len(), "{kinds:?}");
     let mut s = String::new();
     for k in zoo() {
         let c = render_kernel(&k, Mode::Train, &CodegenOptions::default())

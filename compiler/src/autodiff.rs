@@ -152,6 +152,17 @@ pub fn vjp(
                 out[1] = Some((g.add_node(Op::Reshape, &[(s, 0)], name, bw, Some(&pt))?, 0));
             }
         }
+        // d/dx x^T = (dy)^T
+        Op::Seq(SeqOp::Transpose) => {
+            let dy = dy.ok_or_else(missing)?;
+            if want(0) {
+                let name = gname(x[0], g);
+                out[0] = Some((
+                    g.add_node(Op::Seq(SeqOp::Transpose), &[dy], name, bw, None)?,
+                    0,
+                ));
+            }
+        }
         // d/dqkv attention(qkv): the fused backward from the saved output and log-sum-exps
         // (outputs 0 and 1), recomputing the scores tile by tile
         Op::Seq(SeqOp::Attention { heads, causal }) => {

@@ -235,6 +235,10 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
             }
             pvals.push((n, 0));
         }
+        if let Layer::Dense { tied: Some(e), .. } = node.layer {
+            // the tied embedding's table [V, D], read as the weight [D, V]
+            weight = Some(tied_weight(&mut g, model, e, &node.name)?);
+        }
         let want = |has_bias: bool| -> Result<Vec<Value>, CompileError> {
             let w = weight.ok_or_else(|| {
                 CompileError::InvalidModel(format!("layer `{}` has no weight", node.name))
@@ -325,6 +329,7 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
                     Some(&hint),
                 )?
             }
+            // (a tied layer's weight is its embedding's table, transposed: `tied_weight` above)
             Layer::Dense { bias: has_bias, .. } => {
                 let mut ins = want(*has_bias)?;
                 let op = Op::Dense(DenseOp::Dense {
@@ -578,6 +583,36 @@ fn loss_target(
     );
     reshaped.push((target, want, r));
     Ok(r)
+}
+
+/// The weight of a dense layer tied to the embedding whose output is model node `e`: that
+/// embedding's table, transposed (a `Transpose` node named after the dense layer).
+fn tied_weight(g: &mut Graph, model: &Model, e: usize, name: &str) -> Result<Value, CompileError> {
+    let table = model
+        .nodes
+        .get(e)
+        .and_then(|n| n.params.first())
+        .map(|p| p.name.as_str())
+        .ok_or_else(|| {
+            CompileError::InvalidModel(format!("dense `{name}`: its tie is not an embedding"))
+        })?;
+    let leaf = g
+        .params
+        .iter()
+        .find(|(_, m)| m.name == table)
+        .map(|(n, _)| *n)
+        .ok_or_else(|| {
+            CompileError::InvalidModel(format!("dense `{name}`: no parameter `{table}`"))
+        })?;
+    let op = Op::Seq(SeqOp::Transpose);
+    let t = g.add_node(
+        op,
+        &[(leaf, 0)],
+        [name, " (tied weight)"].concat(),
+        Phase::Forward,
+        None,
+    )?;
+    Ok((t, 0))
 }
 
 /// `v` `[B, .., K]` seen as rows `[B * .., K]` (a view), named after `name`.

@@ -161,6 +161,10 @@ pub enum Layer {
     Dense {
         units: usize,
         bias: bool,
+        /// `tie: e`: no weight of its own; it reads the table `[units, in]` of the embedding whose
+        /// output is model node `e`, transposed (GPT-2's tied output head).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tied: Option<usize>,
     },
     /// `[..] -> [prod(..)]`
     Flatten,

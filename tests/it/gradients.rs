@@ -391,3 +391,19 @@ fn transformer_with_embeddings_causal_and_full_attention() {
         11,
     );
 }
+
+#[test]
+fn a_tied_output_head_adds_its_gradient_to_the_embedding() {
+    // the head reads the embedding's table transposed: the table's gradient is the sum of both
+    // uses (the lookup's rows and the head's weight gradient)
+    check_gradients(
+        "input tokens: int[5]
+         target next: int[5]
+         e = tokens |> embedding(9, 6)
+         h = e |> pos_embedding |> layernorm |> attention(2)
+         logits = h |> dense(9, tie: e)
+         loss cross_entropy(logits, next)
+         train { batch: 2, optimizer: sgd(lr: 1) }",
+        9,
+    );
+}

@@ -284,6 +284,16 @@ pub(crate) fn spec(s: &Site, op: &SeqOp) -> Result<Spec, CodegenError> {
             sp.ctx.insert("p", &p);
             Ok(sp)
         }
+        SeqOp::Transpose => {
+            let x = s.shape(0)?;
+            let &[rows, cols] = x else {
+                return Err(shape_err(s, format!("x {x:?} must be a matrix")));
+            };
+            let mut sp = per_element(s, TEMPLATE, rows * cols)?;
+            sp.ctx.insert("rows", &rows);
+            sp.ctx.insert("cols", &cols);
+            Ok(sp)
+        }
         SeqOp::Attention { .. } | SeqOp::AttentionBwd { .. } => {
             let qkv = s.shape(0)?;
             let g = AttnGeom::of(op, qkv).ok_or_else(|| {
@@ -326,6 +336,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
             q(SeqOp::AddPositions),
             vec![vec![3, 5, 7], vec![5, 7], vec![3, 5, 7]],
         ),
+        (q(SeqOp::Transpose), vec![vec![5, 7], vec![7, 5]]),
     ];
     // (batch, T, D), 2 heads
     for (causal, (b, t, d)) in [

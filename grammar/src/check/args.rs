@@ -10,7 +10,7 @@ use crate::init::{Initializer, NAMED, WITH_PARAM};
 use crate::layers::args::{ArgDefault, ArgKind, ArgValue, Args, Dims, MAX_RANK};
 use crate::layers::LayerDef;
 use crate::limits::MAX_DIM;
-use crate::model::{Activation, Padding, Span};
+use crate::model::{Activation, Padding, Span, ValueRef};
 use std::collections::HashMap;
 
 /// A signature to bind a call to: the operation's name, its arguments (name, has a default), and
@@ -440,6 +440,26 @@ pub(super) fn layer_args(def: &LayerDef, b: &Bound) -> Result<Args, Error> {
             }
             ArgKind::Init => ArgValue::Init(Some(b.init(k)?)),
             ArgKind::Shape => ArgValue::Shape(b.dims(k)?),
+            ArgKind::Value => match b.get(k) {
+                Some((Val::Tensor(ValueRef::Node(i)), _)) => ArgValue::Value(Some(*i)),
+                Some((Val::Sym(s), _)) if s == "none" => ArgValue::Value(None),
+                Some((Val::Poison, s)) => return Err(Error::follow_on(*s)),
+                Some((v, s)) => {
+                    return Err(err(
+                        Kind::Argument,
+                        *s,
+                        format!(
+                            "`{k}` takes a value computed by a layer, found {}",
+                            describe(v)
+                        ),
+                    )
+                    .label("not a layer's output")
+                    .help(format!(
+                        "name the layer's output and pass it: `e = tokens |> embedding(256, 128)` ... `dense(256, {k}: e)`"
+                    )))
+                }
+                None => return Err(internal(def, k, b.call)),
+            },
         };
         vals.push((k, v, Some(*span)));
     }

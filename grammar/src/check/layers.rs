@@ -304,6 +304,7 @@ impl Checker<'_> {
                     | ArgKind::Pair
                     | ArgKind::Number
                     | ArgKind::Shape
+                    | ArgKind::Value
             );
             let outside = scope.in_block.is_some() && self.top_names.contains_key(s);
             if value_kind || outside {
@@ -311,6 +312,34 @@ impl Checker<'_> {
             }
         }
         Ok(())
+    }
+
+    /// `dense(units, tie: e)` on `fin` features: `e` must be the output of an `embedding` of
+    /// `units` tokens and `fin` dimensions (whose table `[units, fin]` the layer reads transposed).
+    fn check_tie(&self, e: usize, units: usize, fin: usize, span: Span) -> Result<(), Error> {
+        let node = self.nodes.get(e);
+        match node.map(|n| &n.layer) {
+            Some(&Layer::Embedding { vocab, dim }) if vocab == units && dim == fin => Ok(()),
+            Some(&Layer::Embedding { vocab, dim }) => Err(err(
+                Kind::Shape,
+                span,
+                format!(
+                    "a dense layer tied to an embedding reads its table [{vocab}, {dim}] transposed, as a weight [{dim}, {vocab}], but this one maps {fin} features to {units}"
+                ),
+            )
+            .label(format!("table [{vocab}, {dim}]"))
+            .help(format!("a tied output head has `dense({vocab}, tie: ...)` on inputs of {dim} features"))),
+            _ => Err(err(
+                Kind::Argument,
+                span,
+                format!(
+                    "`tie` names the output of `{}`, not of an `embedding` layer",
+                    node.map_or("?", |n| n.name.as_str())
+                ),
+            )
+            .label("not an embedding's output")
+            .help("pass the value an `embedding` layer computes: `e = tokens |> embedding(256, 128)` ... `dense(256, tie: e)`")),
+        }
     }
 
     /// A layer of values only: `add(a, b)` or `a |> add(b)` (exactly two), `concat(a, b, ...)` or
@@ -415,7 +444,22 @@ impl Checker<'_> {
             .label("integer input")
             .help("integer inputs are tokens: turn them into vectors first, e.g. `tokens |> embedding(256, 128)`"));
         }
-        let built = def.build(&ins, args)?;
+        let mut built = def.build(&ins, args)?;
+        if let Layer::Dense {
+            units,
+            tied: Some(e),
+            ..
+        } = built.layer
+        {
+            let fin = ins
+                .first()
+                .and_then(|x| x.shape.last())
+                .copied()
+                .unwrap_or(0);
+            self.check_tie(e, units, fin, args.span("tie"))?;
+            // the embedding's table is the weight: only the bias is this layer's own
+            built.params.retain(|p| p.is_bias);
+        }
         let (name, ns) = self.layer_name(def.name, label);
         let mut specs = vec![];
         for p in built.params {

@@ -30,6 +30,9 @@ pub enum ArgKind {
     Init,
     /// A shape `[d1, d2, ...]` of whole numbers >= 1, one of them possibly `-1` (`reshape`).
     Shape,
+    /// A value of the program computed by a layer (`dense`'s `tie: e`, `e` an embedding's output),
+    /// or `none`.
+    Value,
 }
 
 /// A bound argument's value.
@@ -47,6 +50,8 @@ pub enum ArgValue {
     /// `None`: dmc's default initialiser.
     Init(Option<Initializer>),
     Shape(Dims),
+    /// The model node (`ValueRef::Node`) of a layer's output; `None`: `none`.
+    Value(Option<usize>),
 }
 
 /// The most dimensions a written shape (`reshape([...])`) may have.
@@ -154,6 +159,7 @@ impl Param {
                 ArgValue::Activation(a) => a.map_or("none", Activation::name).to_string(),
                 ArgValue::Init(i) => i.map_or("default".to_string(), Initializer::text),
                 ArgValue::Shape(d) => d.text(),
+                ArgValue::Value(v) => v.map_or("none".to_string(), |i| format!("node {i}")),
             }),
         }
     }
@@ -252,6 +258,14 @@ impl Args {
         match self.vals.iter().find(|(n, _, _)| *n == k) {
             Some((_, ArgValue::Init(i), _)) => *i,
             _ => None,
+        }
+    }
+
+    /// The model node of a value argument (`None`: `none`).
+    pub fn value(&self, k: &str) -> Result<Option<usize>, Error> {
+        match self.get(k)? {
+            ArgValue::Value(v) => Ok(v),
+            _ => Err(self.mismatch(k)),
         }
     }
 

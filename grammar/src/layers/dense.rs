@@ -20,6 +20,7 @@ pub(super) fn defs() -> Vec<LayerDef> {
                     Param::optional("activation", K::Activation, V::Activation(None)),
                     Param::optional("init", K::Init, V::Init(None)),
                     Param::optional("bias_init", K::Init, V::Init(None)),
+                    Param::optional("tie", K::Value, V::Value(None)),
                 ]
             },
             build: Build::Layer(dense),
@@ -55,6 +56,7 @@ pub fn dense(inputs: &[Input<'_>], b: &Args) -> Result<Built, Error> {
     let units = b.count("units")?;
     let bias = b.flag("bias")?;
     let activation = b.activation("activation")?;
+    let tied = b.value("tie")?;
     let input = first(inputs, b)?;
     // flat features [n], or a sequence of them [t, n] (each position alike, as Keras' Dense)
     let (&fin, lead) = match input.shape {
@@ -75,7 +77,7 @@ pub fn dense(inputs: &[Input<'_>], b: &Args) -> Result<Built, Error> {
     let mut shape = lead.to_vec();
     shape.push(units);
     Ok(Built {
-        layer: Layer::Dense { units, bias },
+        layer: Layer::Dense { units, bias, tied },
         shape,
         params: weight_and_bias(vec![fin, units], units, fin, units, bias),
         activation,

@@ -77,6 +77,8 @@ fn cases() -> Vec<(&'static str, String)> {
         ("tokens_into_dense", "input tokens: int[16]\ntarget y: int[16]\nout = tokens |> dense(64)\nloss cross_entropy(out, y)\ntrain { batch: 1, optimizer: sgd(lr: 0.01) }\n".to_string()),
         ("tokens_without_a_length", "input tokens: int\ntarget y: int\nout = tokens |> embedding(64, 8) |> dense(64)\nloss cross_entropy(out, y)\ntrain { batch: 1, optimizer: sgd(lr: 0.01) }\n".to_string()),
         ("attention_heads_not_dividing", "input tokens: int[16]\ntarget y: int[16]\nout = tokens |> embedding(64, 12) |> attention(5) |> dense(64)\nloss cross_entropy(out, y)\ntrain { batch: 1, optimizer: sgd(lr: 0.01) }\n".to_string()),
+        ("tie_to_a_non_embedding", "input tokens: int[16]\ntarget y: int[16]\ne = tokens |> embedding(64, 8)\nh = e |> layernorm\nout = h |> dense(64, tie: h)\nloss cross_entropy(out, y)\ntrain { batch: 1, optimizer: sgd(lr: 0.01) }\n".to_string()),
+        ("tie_of_another_shape", "input tokens: int[16]\ntarget y: int[16]\ne = tokens |> embedding(64, 8)\nout = e |> dense(32) |> dense(64, tie: e)\nloss cross_entropy(out, y)\ntrain { batch: 1, optimizer: sgd(lr: 0.01) }\n".to_string()),
         ("attention_on_an_image", wrap("out = x |> attention(2) |> flatten |> dense(1)")),
         ("per_position_labels_of_another_length", "input tokens: int[16]\ntarget y: int[8]\nout = tokens |> embedding(64, 8) |> dense(64)\nloss cross_entropy(out, y)\ntrain { batch: 1, optimizer: sgd(lr: 0.01) }\n".to_string()),
         // --- loss and train ---

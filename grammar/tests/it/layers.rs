@@ -45,6 +45,7 @@ fn minimal_use(def: &LayerDef) -> String {
             ArgKind::Activation => "relu".to_string(),
             ArgKind::Init => "he_normal".to_string(),
             ArgKind::Shape => "[-1]".to_string(),
+            ArgKind::Value => "none".to_string(),
         })
         .collect();
     if args.is_empty() {
@@ -213,6 +214,7 @@ fn entries_are_well_formed() {
                 }
                 (ArgKind::Activation, ArgDefault::Value(ArgValue::Activation(_))) => {}
                 (ArgKind::Init, ArgDefault::Value(ArgValue::Init(_))) => {}
+                (ArgKind::Value, ArgDefault::Value(ArgValue::Value(None))) => {}
                 (k, d) => panic!(
                     "`{n}`: argument `{}` of kind {k:?} has default {d:?}",
                     p.name

@@ -39,6 +39,9 @@ pub enum SeqOp {
     /// query row, sum(do * o) over its head's columns). With p = exp(s - lse) recomputed:
     /// dv = p^T do, dp = do v^T, ds = p (dp - delta), dq = ds k / sqrt(dh), dk = ds^T q / sqrt(dh).
     AttentionBwd { heads: usize, causal: bool },
+    /// x\[R, C\] -> y\[C, R\] = x^T: a tied output head reads the embedding's table `[V, D]` as a
+    /// dense weight `[D, V]`; its own VJP (dx = dy^T).
+    Transpose,
 }
 
 /// `(B, T, D)` of a `qkv` value `[B, T, 3D]` for `heads` heads, or an error.
@@ -78,6 +81,7 @@ impl OpFacts for SeqOp {
                 ]
             }
             SeqOp::AddPositions => vec![p("x", In, F32), p("p", In, F32), p("y", Out, F32)],
+            SeqOp::Transpose => vec![p("x", In, F32), p("y", Out, F32)],
             SeqOp::Attention { .. } => {
                 vec![p("qkv", In, F32), p("o", Out, F32), p("lse", Out, F32)]
             }
@@ -97,6 +101,7 @@ impl OpFacts for SeqOp {
             SeqOp::Embedding => "embedding",
             SeqOp::EmbeddingBwd { .. } => "embedding_bwd",
             SeqOp::AddPositions => "add_positions",
+            SeqOp::Transpose => "transpose",
             SeqOp::Attention { causal: true, .. } => "attention_causal",
             SeqOp::Attention { causal: false, .. } => "attention",
             SeqOp::AttentionBwd { causal: true, .. } => "attention_causal_bwd",
@@ -117,6 +122,7 @@ impl OpFacts for SeqOp {
             SeqOp::Embedding
             | SeqOp::EmbeddingBwd { .. }
             | SeqOp::AddPositions
+            | SeqOp::Transpose
             | SeqOp::Attention { .. } => vec![],
         }
     }
@@ -165,6 +171,15 @@ impl OpFacts for SeqOp {
                 }
                 Ok(vec![x.clone()])
             }
+            SeqOp::Transpose => {
+                let &[r, c] = inputs[0].shape.as_slice() else {
+                    return err(format!(
+                        "x must be a matrix [rows, cols], got {}",
+                        inputs[0]
+                    ));
+                };
+                Ok(vec![f(vec![c, r])])
+            }
             SeqOp::Attention { heads, .. } => {
                 let (b, t, d) = attention_dims(&inputs[0], *heads)?;
                 Ok(vec![f(vec![b, t, d]), f(vec![b, *heads, t])])
@@ -189,6 +204,7 @@ impl OpFacts for SeqOp {
         match self {
             SeqOp::Embedding | SeqOp::AddPositions => i(1).max(i(0)),
             SeqOp::EmbeddingBwd { .. } => i(1),
+            SeqOp::Transpose => i(0),
             SeqOp::Attention { causal, .. } | SeqOp::AttentionBwd { causal, .. } => {
                 let s = ins.first().cloned().unwrap_or_default();
                 let (b, t, d) = match s.as_slice() {
@@ -214,7 +230,10 @@ impl OpFacts for SeqOp {
         use crate::cpu::{CpuWork, GemmCalls};
         let el = |s: &[Vec<usize>]| s.iter().map(|s| numel(s)).sum::<u64>();
         match self {
-            SeqOp::Embedding | SeqOp::EmbeddingBwd { .. } | SeqOp::AddPositions => {
+            SeqOp::Embedding
+            | SeqOp::EmbeddingBwd { .. }
+            | SeqOp::AddPositions
+            | SeqOp::Transpose => {
                 let skip = usize::from(matches!(self, SeqOp::Embedding));
                 CpuWork::stream((el(&ins[skip.min(ins.len())..]) + el(outs)) * 4)
             }

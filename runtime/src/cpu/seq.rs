@@ -70,6 +70,26 @@ pub fn add_positions(x: &[f32], p: &[f32], y: &mut [f32]) {
         });
 }
 
+/// `y[c, r] = x[r, c]` for `x` `rows x cols`, in blocks of 32 x 32 (each task a block row of y).
+pub fn transpose(x: &[f32], rows: usize, y: &mut [f32]) {
+    assert!(rows > 0 && x.len().is_multiple_of(rows) && y.len() == x.len());
+    let cols = x.len() / rows;
+    const B: usize = 32;
+    y.par_chunks_mut(B * rows)
+        .enumerate()
+        .for_each(|(blk, out)| {
+            let c0 = blk * B;
+            let nc = out.len() / rows;
+            for r0 in (0..rows).step_by(B) {
+                for c in 0..nc {
+                    for r in r0..(r0 + B).min(rows) {
+                        out[c * rows + r] = x[r * cols + c0 + c];
+                    }
+                }
+            }
+        });
+}
+
 /// The geometry of one attention launch: `qkv [b, t, 3d]`, `heads` heads of `dh` columns.
 #[derive(Clone, Copy, Debug)]
 pub struct AttnDims {
@@ -378,6 +398,7 @@ pub(super) unsafe fn exec(op: &SeqOp, a: &Args) -> Result<(), BadLabel> {
             }
             SeqOp::EmbeddingBwd { .. } => embedding_bwd(a.i32(0), a.f32(1), last(1), a.f32_mut(2)),
             SeqOp::AddPositions => add_positions(a.f32(0), a.f32(1), a.f32_mut(2)),
+            SeqOp::Transpose => transpose(a.f32(0), a.shape(0)[0], a.f32_mut(1)),
             SeqOp::Attention { heads, causal } | SeqOp::AttentionBwd { heads, causal } => {
                 let s = a.shape(0);
                 let dims = AttnDims {
