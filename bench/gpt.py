@@ -6,8 +6,8 @@
    x + attn(ln(x)), h + mlp(ln(h)); final layernorm; head dense(256) with bias; causal attention) with
    `load_state_dict(strict=True)`. Both train on the same batches: the corpus' next-token windows in file
    order (dmc `--no-shuffle`; sample n = bytes[n*T : n*T+T], labels shifted by one byte; batch k = samples
-   k*B .. k*B+B-1), with gpt.dm's train section: AdamW(lr 1e-3, weight_decay 0.01), cosine schedule with
-   20 warmup steps over 300 (PyTorch: SequentialLR(LinearLR, CosineAnnealingLR), docs/LANGUAGE.md), and
+   k*B .. k*B+B-1), with gpt.dm's train section: AdamW(lr 2e-3, betas (0.9, 0.95), weight_decay 0.01),
+   cosine schedule with 30 warmup steps over 900 (PyTorch: SequentialLR(LinearLR, CosineAnnealingLR), docs/LANGUAGE.md), and
    clip_grad_norm_(1.0) before the step. The first 5 losses must agree within 1e-4 (absolute) with
    PyTorch's explicit attention and with its scaled_dot_product_attention, and the step-1 loss (the same
    weights, before any update: the forward alone) within 1e-5; a float64 PyTorch run is the reference that
@@ -48,16 +48,26 @@ import bench  # noqa: E402  (proc_status, reset_hwm, malloc_trim, cpu_model, git
 PROGRAM = "examples/gpt.dm"
 CORPUS = "examples/data/corpus.txt"
 VOCAB, WIDTH, HIDDEN, HEADS, BLOCKS = 256, 256, 1024, 4, 4
-# train { batch: 8, optimizer: adamw(lr: 1e-3, weight_decay: 0.01),
-#         schedule: cosine(warmup: 20, steps: 300, min_lr: 1e-4), clip_norm: 1.0, seed: 1 }
+# gpt.dm's train section, which these constants mirror (checked by `check_train_section`)
+TRAIN = ("train { batch: 8, optimizer: adamw(lr: 2e-3, betas: (0.9, 0.95), weight_decay: 0.01), "
+         "schedule: cosine(warmup: 30, steps: 900, min_lr: 1e-4), clip_norm: 1.0, seed: 1 }")
 BATCH = 8
-ADAMW = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
-WARMUP, SCHED_STEPS, MIN_LR = 20, 300, 1e-4
+ADAMW = dict(lr=2e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.01)
+WARMUP, SCHED_STEPS, MIN_LR = 30, 900, 1e-4
 CLIP_NORM = 1.0
 PARITY_STEPS = 5
 PARITY_ATOL = 1e-4   # the first 5 losses, absolute
 FORWARD_ATOL = 1e-5  # the step-1 loss: identical weights, the forward alone (float32 rounding: ~1e-6)
 MEM_T = 1024
+
+
+def check_train_section():
+    """The PyTorch side hard-codes gpt.dm's optimizer: refuse to compare if the program changed."""
+    with open(os.path.join(ROOT, PROGRAM)) as f:
+        lines = [l.strip() for l in f if l.startswith("train ")]
+    if lines != [TRAIN]:
+        sys.exit(f"bench/gpt.py: {PROGRAM}'s train section is {lines}, not the one this bench mirrors "
+                 f"({TRAIN}); update ADAMW / WARMUP / SCHED_STEPS / MIN_LR / CLIP_NORM and TRAIN")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -358,6 +368,7 @@ def main():
         print(md)
         return 0 if ok else 1
 
+    check_train_section()
     import torch
     if not os.path.exists(a.dmc):
         raise SystemExit(f"{a.dmc} not found: run `cargo build --release` first")

@@ -283,7 +283,7 @@ impl UnaryKind {
 
     /// f(x) for one element (NaN propagates through relu, as in PyTorch, so poisoned values stay
     /// visible).
-    #[inline]
+    #[inline(always)]
     pub fn forward(self, x: f32) -> f32 {
         match self {
             UnaryKind::Relu => {
@@ -320,7 +320,7 @@ impl UnaryKind {
 
     /// f'(.) * g for one element, `s` being the value [`UnaryKind::saved`] names (y for
     /// relu/tanh/sigmoid, x for gelu).
-    #[inline]
+    #[inline(always)]
     pub fn backward(self, s: f32, g: f32) -> f32 {
         match self {
             // 0 * g rather than 0: a NaN gradient stays NaN
@@ -335,7 +335,7 @@ impl UnaryKind {
             UnaryKind::Sigmoid => g * (s * (1.0 - s)),
             UnaryKind::Gelu => {
                 let xd = s as f64;
-                let der = phi_cdf(xd) + xd * FRAC_1_SQRT_2PI * (-0.5 * xd * xd).exp();
+                let der = phi_cdf(xd) + xd * FRAC_1_SQRT_2PI * exp(-0.5 * xd * xd);
                 (g as f64 * der) as f32
             }
             // d/dx x*s(x) = s(x) * (1 + x * (1 - s(x)))
@@ -463,8 +463,50 @@ impl UnaryKind {
     }
 }
 
+/// `e^x` in f64 without a library call, so that loops over elements vectorize: `x = k ln 2 + r`
+/// (`k` rounded by the 1.5 * 2^52 trick, `ln 2` in two parts), `e^r` by its Taylor series to
+/// `r^13` (|r| <= ln(2)/2: truncation < 2e-17 relative), times `2^k` built from its bits. Within
+/// 2 ulp of the correctly rounded value on `[-708, 709]`; the argument is clamped to that range
+/// (e^-708 ~ 3e-308 stands for 0: GELU's erfc multiplies it by a factor below 1, and the f32
+/// results round it to 0).
+#[inline(always)]
+pub fn exp(x: f64) -> f64 {
+    const LOG2E: f64 = std::f64::consts::LOG2_E;
+    const LN2_HI: f64 = 6.931_471_803_691_238_164_90e-1;
+    const LN2_LO: f64 = 1.908_214_929_270_587_700_02e-10;
+    const MAGIC: f64 = 6_755_399_441_055_744.0; // 1.5 * 2^52
+    let x = x.clamp(-708.0, 709.0);
+    let shifted = x * LOG2E + MAGIC;
+    let k = shifted - MAGIC;
+    let r = (x - k * LN2_HI) - k * LN2_LO;
+    // Taylor coefficients 1/n!, highest first, by Horner's rule
+    const C: [f64; 14] = [
+        1.0 / 6_227_020_800.0,
+        1.0 / 479_001_600.0,
+        1.0 / 39_916_800.0,
+        1.0 / 3_628_800.0,
+        1.0 / 362_880.0,
+        1.0 / 40_320.0,
+        1.0 / 5_040.0,
+        1.0 / 720.0,
+        1.0 / 120.0,
+        1.0 / 24.0,
+        1.0 / 6.0,
+        0.5,
+        1.0,
+        1.0,
+    ];
+    let p = C[1..].iter().fold(C[0], |acc, &c| c + r * acc);
+    // 2^k: k's integer is in the low bits of `shifted` (its exponent is 2^52's)
+    let ki = (shifted.to_bits() as i64).wrapping_sub(MAGIC.to_bits() as i64);
+    let scale = f64::from_bits(((ki + 1023) as u64) << 52);
+    p * scale
+}
+
 /// Complementary error function, fractional error < 1.2e-7 everywhere (Chebyshev fit,
-/// Numerical Recipes' `erfcc`), computed in f64.
+/// Numerical Recipes' `erfcc`), computed in f64 (its exponential by [`exp`]). Inlined into the
+/// element loops (across crates), so that they vectorize.
+#[inline]
 pub fn erfc(x: f64) -> f64 {
     // The polynomial's coefficients, highest power first, evaluated by Horner's rule in the same
     // order as the nested form `c1 + t*(c2 + t*(... + t*c9))` (a loop, not nine nested parentheses:
@@ -483,7 +525,7 @@ pub fn erfc(x: f64) -> f64 {
     let z = x.abs();
     let t = 1.0 / (1.0 + 0.5 * z);
     let p = C[1..].iter().fold(C[0], |acc, &c| c + t * acc);
-    let r = t * (-z * z - 1.265_512_23 + t * p).exp();
+    let r = t * exp(-z * z - 1.265_512_23 + t * p);
     if x >= 0.0 {
         r
     } else {

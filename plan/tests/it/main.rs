@@ -4,3 +4,4 @@
 mod epilogue;
 mod facts;
 mod lr_schedule;
+mod unary_exp;
