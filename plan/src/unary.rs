@@ -472,8 +472,9 @@ impl UnaryKind {
 #[inline(always)]
 pub fn exp(x: f64) -> f64 {
     const LOG2E: f64 = std::f64::consts::LOG2_E;
-    const LN2_HI: f64 = 6.931_471_803_691_238_164_90e-1;
-    const LN2_LO: f64 = 1.908_214_929_270_587_700_02e-10;
+    // ln 2 = LN2_HI + LN2_LO, LN2_HI with its low 21 bits zero (k * LN2_HI is exact): fdlibm's
+    const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
+    const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
     const MAGIC: f64 = 6_755_399_441_055_744.0; // 1.5 * 2^52
     let x = x.clamp(-708.0, 709.0);
     let shifted = x * LOG2E + MAGIC;

@@ -49,7 +49,9 @@ fn errors_exit_1_with_a_rendered_diagnostic() {
     assert_eq!(code, 1);
     assert!(out.is_empty());
     assert!(
-        err.contains("`dense` expects a flat input [features], got [16, 16, 8]"),
+        err.contains(
+            "`dense` expects flat features [n] or a sequence of them [t, n], got [16, 16, 8]"
+        ),
         "{err}"
     );
     assert!(err.contains(&format!("{p}:3:28")), "{err}");

@@ -21,6 +21,7 @@ mod fuzz;
 mod gradients;
 mod interop;
 mod interop_norm;
+mod interop_seq;
 mod lr_schedule;
 mod memory;
 mod multi_loss;

@@ -11,9 +11,10 @@ mod matching;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use dmc_grammar::model::ParamSpec;
 use dmc_runtime::io::{self, Conversion};
 
-use self::layers::{param_layers, Framework, Kind, ParamLayer};
+use self::layers::{param_layers, Framework, Kind, Layout, ParamLayer, Role};
 use self::matching::{match_layers, modules, MatchedBy};
 use crate::commands::program::load_model;
 use crate::report::CliError;
@@ -92,7 +93,7 @@ struct Row {
     from_shape: Vec<usize>,
     to: String,
     to_shape: Vec<usize>,
-    conversion: Conversion,
+    conversion: String,
     how: &'static str,
 }
 
@@ -110,7 +111,7 @@ fn print_table(head: [&str; 5], rows: &[Row]) {
                 shape_str(&r.from_shape),
                 r.to.clone(),
                 shape_str(&r.to_shape),
-                r.conversion.to_string(),
+                r.conversion.clone(),
                 r.how.to_string(),
             ]
         })
@@ -152,50 +153,114 @@ fn import(a: ImportArgs) -> Result<(), CliError> {
     let fname = file.display().to_string();
     let mods = modules(io::read_tensors(&file, "weights file")?.tensors, &fname)?;
     let matched = match_layers(&layers, &mods, a.from, &fname)?;
+    let internal = |what: String| {
+        CliError::Message(format!(
+            "{}: {what} (internal error: a bug in dmc)",
+            file.display()
+        ))
+    };
     let mut rows = Vec::new();
     let mut out: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
-    for (layer, &(mi, how)) in layers.iter().zip(&matched) {
+    let mut stats = std::collections::HashSet::new();
+    // Tied heads' copies of their tables: (head, the file's tensor, conversion, how matched).
+    let mut tied: Vec<(&ParamLayer, &io::NamedArray, Conversion, &'static str)> = Vec::new();
+    for (layer, m) in layers.iter().zip(&matched) {
+        let Some((mi, how)) = *m else { continue };
         let m = &mods[mi];
-        let [mean, var] = match &layer.stats {
-            Some([mean, var]) => [Some(mean), Some(var)],
-            None => [None, None],
-        };
-        let pairs = [
-            (
-                m.weight.as_ref(),
-                Some(&layer.weight),
-                layer.weight_conversion(a.from),
-            ),
-            (m.bias.as_ref(), layer.bias.as_ref(), Conversion::Same),
-            (m.running_mean.as_ref(), mean, Conversion::Same),
-            (m.running_var.as_ref(), var, Conversion::Same),
-        ];
-        for (tensor, param, conv) in pairs {
-            let (Some((fname_t, fshape, data)), Some(param)) = (tensor, param) else {
-                continue;
-            };
-            let (shape, values) = conv
-                .to_dmc(fshape, data)
-                .map_err(|e| CliError::Message(format!("{}: `{fname_t}`: {e}", file.display())))?;
-            if shape != param.shape {
-                return Err(CliError::Message(format!(
-                    "{}: `{fname_t}` converts to {} but `{}` is {} (internal error: a bug in dmc)",
-                    file.display(),
-                    shape_str(&shape),
-                    param.name,
-                    shape_str(&param.shape)
-                )));
+        for slot in layer.slots(a.from) {
+            let parts: Vec<&io::NamedArray> = slot
+                .roles
+                .iter()
+                .map(|&r| m.get(r))
+                .collect::<Option<_>>()
+                .ok_or_else(|| {
+                    internal(format!(
+                        "module `{}` matched layer `{}` without its tensors",
+                        m.name, layer.name
+                    ))
+                })?;
+            let refs: Vec<(&[usize], &[f32])> = parts
+                .iter()
+                .map(|t| (t.1.as_slice(), t.2.as_slice()))
+                .collect();
+            let values = slot.layout.to_dmc(&slot.param.shape, &refs).map_err(|e| {
+                CliError::Message(format!("{}: `{}`: {e}", file.display(), parts[0].0))
+            })?;
+            for (i, t) in parts.iter().enumerate() {
+                rows.push(Row {
+                    from: t.0.clone(),
+                    from_shape: t.1.clone(),
+                    to: slot.param.name.clone(),
+                    to_shape: slot.param.shape.clone(),
+                    conversion: slot.layout.describe(&slot.param.shape, i, &t.1),
+                    how: how.describe(),
+                });
             }
-            rows.push(Row {
-                from: fname_t.clone(),
-                from_shape: fshape.clone(),
-                to: param.name.clone(),
-                to_shape: shape.clone(),
-                conversion: conv,
-                how: how.describe(),
-            });
-            out.push((param.name.clone(), shape, values));
+            if slot.stat {
+                stats.insert(slot.param.name.clone());
+            }
+            out.push((slot.param.name.clone(), slot.param.shape.clone(), values));
         }
+        if let Some((role, _, conv)) = layer.tied_weight(a.from) {
+            if let Some(t) = m.get(role) {
+                tied.push((layer, t, conv, how.describe()));
+            }
+        }
+    }
+    // A tied head's weight in the file must be the table the program reads: then it is the
+    // same tensor written twice (PyTorch's state_dict holds `lm_head.weight` and `wte.weight`).
+    for (layer, t, conv, how) in tied {
+        let Some(tie) = &layer.tied else { continue };
+        // the file's only copy, already imported as the table
+        if rows.iter().any(|r| r.from == t.0 && r.to == tie.table.name) {
+            continue;
+        }
+        let table = out
+            .iter()
+            .find(|o| o.0 == tie.table.name)
+            .ok_or_else(|| internal(format!("`{}` was not imported", tie.table.name)))?;
+        let (_, values) = conv
+            .to_dmc(&t.1, &t.2)
+            .map_err(|e| CliError::Message(format!("{}: `{}`: {e}", file.display(), t.0)))?;
+        if values != table.2 {
+            let from = rows
+                .iter()
+                .find(|r| r.to == tie.table.name)
+                .filter(|r| r.from != tie.table.name)
+                .map_or(String::new(), |r| format!(" (from `{}`)", r.from));
+            return Err(CliError::Usage(format!(
+                "{}: `{}` is the weight of the output head `{}`, but it differs from the embedding table `{}`{from}: the program ties them (`dense({}, tie: ...)` reads the embedding's table), so it holds one table for both; drop `tie:` from `{}` to give it a weight of its own, or import a model whose head shares the embedding's weight",
+                file.display(),
+                t.0,
+                layer.name,
+                tie.table.name,
+                tie.table.shape[0],
+                layer.name
+            )));
+        }
+        rows.push(Row {
+            from: t.0.clone(),
+            from_shape: t.1.clone(),
+            to: tie.table.name.clone(),
+            to_shape: tie.table.shape.clone(),
+            conversion: format!(
+                "tied head `{}`: equal to the table, not stored twice",
+                layer.name
+            ),
+            how,
+        });
+    }
+    // Every parameter (and running statistic) of the program is filled.
+    let written: std::collections::HashSet<&str> = out.iter().map(|o| o.0.as_str()).collect();
+    let expected: Vec<&ParamSpec> = model
+        .params()
+        .chain(layers.iter().flat_map(|l| l.stats.iter().flatten()))
+        .collect();
+    if let Some(p) = expected.iter().find(|p| !written.contains(p.name.as_str())) {
+        return Err(internal(format!(
+            "no tensor of the file became `{}`",
+            p.name
+        )));
     }
     let tensors: Vec<(String, Vec<usize>, &[f32])> = out
         .iter()
@@ -203,8 +268,12 @@ fn import(a: ImportArgs) -> Result<(), CliError> {
         .collect();
     io::save_weights(&a.output, &tensors)?;
     if !a.quiet {
-        let note = if matched.iter().any(|(_, h)| *h == MatchedBy::Order) {
-            "(layers of equal shapes were matched in the order of the file's names, `2` before `10`: check the rows above)"
+        let note = if matched
+            .iter()
+            .flatten()
+            .any(|(_, h)| matches!(h, MatchedBy::Order | MatchedBy::Hint))
+        {
+            "(layers of equal shapes were matched in the order of the file's names, `2` before `10`, or by their names (`wpe`, `pos_embed`, `lm_head`): check the rows above)"
         } else {
             ""
         };
@@ -213,14 +282,9 @@ fn import(a: ImportArgs) -> Result<(), CliError> {
             &rows,
         );
     }
-    let stats: std::collections::HashSet<&str> = layers
-        .iter()
-        .flat_map(|l| l.stats.iter().flatten())
-        .map(|p| p.name.as_str())
-        .collect();
     let count = |running: bool| -> usize {
         out.iter()
-            .filter(|t| stats.contains(t.0.as_str()) == running)
+            .filter(|t| stats.contains(&t.0) == running)
             .map(|t| t.2.len())
             .sum()
     };
@@ -240,21 +304,34 @@ fn import(a: ImportArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// The other framework's name of tensor `slot` of `layer` (0 weight, 1 bias, 2 running mean,
-/// 3 running variance).
-fn foreign_name(layer: &ParamLayer, slot: usize, fw: Framework) -> String {
+/// The other framework's name of the tensor of `layer` with role `role`.
+fn foreign_name(layer: &ParamLayer, role: Role, fw: Framework) -> String {
     let norm = matches!(layer.kind, Kind::BatchNorm | Kind::LayerNorm);
-    let leaf = match (fw, slot) {
-        (Framework::Torch, 0) => "weight",
-        (Framework::Torch, 1) => "bias",
-        (Framework::Torch, 2) => "running_mean",
-        (Framework::Torch, _) => "running_var",
-        (Framework::Keras, 0) if norm => "gamma",
-        (Framework::Keras, 0) => "kernel",
-        (Framework::Keras, 1) if norm => "beta",
-        (Framework::Keras, 1) => "bias",
-        (Framework::Keras, 2) => "moving_mean",
-        (Framework::Keras, _) => "moving_variance",
+    let table = matches!(layer.kind, Kind::Embedding | Kind::PosEmbedding);
+    let leaf = match (fw, role) {
+        (Framework::Torch, Role::Weight) => "weight",
+        (Framework::Torch, Role::Bias) => "bias",
+        (Framework::Torch, Role::RunningMean) => "running_mean",
+        (Framework::Torch, Role::RunningVar) => "running_var",
+        (_, Role::InProjWeight) => "in_proj_weight",
+        (_, Role::InProjBias) => "in_proj_bias",
+        (_, Role::OutProjWeight) => "out_proj.weight",
+        (_, Role::OutProjBias) => "out_proj.bias",
+        (Framework::Keras, Role::Weight) if norm => "gamma",
+        (Framework::Keras, Role::Weight) if table => "embeddings",
+        (Framework::Keras, Role::Weight) => "kernel",
+        (Framework::Keras, Role::Bias) if norm => "beta",
+        (Framework::Keras, Role::Bias) => "bias",
+        (Framework::Keras, Role::RunningMean) => "moving_mean",
+        (Framework::Keras, Role::RunningVar) => "moving_variance",
+        (_, Role::QueryKernel) => "query/kernel",
+        (_, Role::QueryBias) => "query/bias",
+        (_, Role::KeyKernel) => "key/kernel",
+        (_, Role::KeyBias) => "key/bias",
+        (_, Role::ValueKernel) => "value/kernel",
+        (_, Role::ValueBias) => "value/bias",
+        (_, Role::OutputKernel) => "attention_output/kernel",
+        (_, Role::OutputBias) => "attention_output/bias",
     };
     match fw {
         Framework::Torch => format!("{}.{leaf}", layer.name),
@@ -278,8 +355,10 @@ fn export(a: ExportArgs) -> Result<(), CliError> {
         .map_err(|e| e.for_program(&a.program))?
         .into_iter()
         .collect();
-    // The names of --like's tensors, per layer (weight, bias, running mean, running variance).
-    let like_names: Option<Vec<[Option<String>; 4]>> = match &a.like {
+    // The names (and shapes) of --like's tensors, per layer and role; `None` for a layer without
+    // a module there (a tied head without bias whose table the file does not repeat).
+    type Like = HashMap<Role, (String, Vec<usize>)>;
+    let like_names: Option<Vec<Option<Like>>> = match &a.like {
         None => None,
         Some(like) => {
             let lname = like.display().to_string();
@@ -288,66 +367,112 @@ fn export(a: ExportArgs) -> Result<(), CliError> {
             Some(
                 matched
                     .iter()
-                    .map(|&(i, _)| {
-                        let m = &mods[i];
-                        [&m.weight, &m.bias, &m.running_mean, &m.running_var]
-                            .map(|t| t.as_ref().map(|t| t.0.clone()))
+                    .map(|m| {
+                        m.map(|(i, _)| {
+                            mods[i]
+                                .tensors
+                                .iter()
+                                .map(|(r, t)| (*r, (t.0.clone(), t.1.clone())))
+                                .collect()
+                        })
                     })
                     .collect(),
             )
         }
     };
+    let internal = |name: &str| {
+        CliError::Message(format!(
+            "{}: `{name}` was not loaded (internal error: a bug in dmc)",
+            a.init.display()
+        ))
+    };
     let mut rows = Vec::new();
     let mut out: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
     let mut counters: Vec<(String, i64)> = Vec::new();
+    let mut exported = std::collections::HashSet::new();
     for (li, layer) in layers.iter().enumerate() {
-        let [mean, var] = match &layer.stats {
-            Some([mean, var]) => [Some(mean), Some(var)],
-            None => [None, None],
+        let like = like_names.as_ref().map(|v| v[li].as_ref());
+        let like_of = |role: Role| like.flatten().and_then(|m| m.get(&role));
+        let name_of = |role: Role| match like_of(role) {
+            Some((n, _)) => n.clone(),
+            None => foreign_name(layer, role, a.to),
         };
-        let pairs = [
-            (Some(&layer.weight), layer.weight_conversion(a.to)),
-            (layer.bias.as_ref(), Conversion::Same),
-            (mean, Conversion::Same),
-            (var, Conversion::Same),
-        ];
-        for (slot, (param, conv)) in pairs.into_iter().enumerate() {
-            let Some(param) = param else { continue };
-            let Some(data) = weights.get(&param.name) else {
-                return Err(CliError::Message(format!(
-                    "{}: `{}` was not loaded (internal error: a bug in dmc)",
-                    a.init.display(),
-                    param.name
-                )));
-            };
-            let (shape, values) = conv
-                .from_dmc(&param.shape, data)
+        for slot in layer.slots(a.to) {
+            let param = &slot.param;
+            let data = weights
+                .get(&param.name)
+                .ok_or_else(|| internal(&param.name))?;
+            let parts = slot
+                .layout
+                .to_foreign(&param.shape, data)
                 .map_err(|e| CliError::Message(format!("`{}`: {e}", param.name)))?;
-            let name = match like_names.as_ref().and_then(|v| v[li][slot].clone()) {
-                Some(n) => n,
-                None => foreign_name(layer, slot, a.to),
+            for (i, (role, (shape, values))) in slot.roles.iter().zip(parts).enumerate() {
+                let name = name_of(*role);
+                // a position table as --like holds it: an `nn.Parameter` `[1, t, d]`
+                let shape = match (&slot.layout, like_of(*role)) {
+                    (Layout::Positions, Some((_, s)))
+                        if slot.layout.accepts(&param.shape, i, s) =>
+                    {
+                        s.clone()
+                    }
+                    _ => shape,
+                };
+                rows.push(Row {
+                    from: param.name.clone(),
+                    from_shape: param.shape.clone(),
+                    to: name.clone(),
+                    to_shape: shape.clone(),
+                    conversion: slot.layout.describe(&param.shape, i, &shape),
+                    how: "",
+                });
+                out.push((name, shape, values));
+            }
+            exported.insert(param.name.clone());
+        }
+        // A tied head in PyTorch: `lm_head.weight` is the embedding's weight, and the
+        // state_dict holds it under both names, which `load_state_dict(strict=True)` wants
+        // (Keras keeps a tied table once, in the embedding). With --like, as that file has it.
+        if let (Some(tie), Framework::Torch) = (&layer.tied, a.to) {
+            let name = match like {
+                None => Some(foreign_name(layer, Role::Weight, a.to)),
+                Some(m) => m.and_then(|m| m.get(&Role::Weight)).map(|w| w.0.clone()),
             };
-            rows.push(Row {
-                from: param.name.clone(),
-                from_shape: param.shape.clone(),
-                to: name.clone(),
-                to_shape: shape.clone(),
-                conversion: conv,
-                how: "",
-            });
-            out.push((name, shape, values));
+            // (not twice: with --like of a file that holds the table only as the head's weight)
+            if let Some(name) = name.filter(|n| out.iter().all(|o| &o.0 != n)) {
+                let data = weights
+                    .get(&tie.table.name)
+                    .ok_or_else(|| internal(&tie.table.name))?;
+                rows.push(Row {
+                    from: tie.table.name.clone(),
+                    from_shape: tie.table.shape.clone(),
+                    to: name.clone(),
+                    to_shape: tie.table.shape.clone(),
+                    conversion: format!("tied head `{}`: the table again", layer.name),
+                    how: "",
+                });
+                out.push((name, tie.table.shape.clone(), data.clone()));
+            }
         }
         // PyTorch's `BatchNorm` has a step counter its `load_state_dict(strict=True)` requires;
         // dmc keeps none (it only matters for `momentum=None`), so it is written as 0.
         if layer.kind == Kind::BatchNorm && a.to == Framework::Torch {
-            let base = match like_names.as_ref().and_then(|v| v[li][0].clone()) {
-                Some(w) => w.strip_suffix("weight").map(str::to_string),
+            let base = match like {
+                Some(m) => m
+                    .and_then(|m| m.get(&Role::Weight))
+                    .and_then(|w| w.0.strip_suffix("weight").map(str::to_string)),
                 None => Some(format!("{}.", layer.name)),
             };
             if let Some(base) = base {
                 counters.push((format!("{base}num_batches_tracked"), 0));
             }
         }
+    }
+    // Every parameter (and running statistic) of the program is in the file.
+    if let Some((name, _)) = expected.iter().find(|(n, _)| !exported.contains(n)) {
+        return Err(CliError::Message(format!(
+            "`{name}` has no tensor in {}'s layout (internal error: a bug in dmc)",
+            a.to.name()
+        )));
     }
     let tensors: Vec<(String, Vec<usize>, &[f32])> = out
         .iter()
