@@ -35,6 +35,7 @@ mod runtime_memory;
 mod runtime_nvrtc;
 mod runtime_remat;
 mod runtime_seed;
+mod sequence;
 mod streaming;
 mod top_k;
 mod tour;
