@@ -27,6 +27,18 @@
 
 Writes bench/out/gpt.md (the tables, also printed) and bench/out/gpt/results.json; exits 1 when a parity
 check fails. Usage: bench/gpt.sh [--mem-steps 3] [--mem-batch 8] [--cap 300MB] [--skip-memory]
+
+On a GPU (`--device cuda`): the same, with dmc on `--device cuda` (a second run with `--cuda-graph`) and
+PyTorch on the GPU (fp32, TF32 off for matmul and cuDNN, torch.cuda.synchronize() around each timed step, the
+batches on the device before the first). At T = 256 each timed run trains --gpu-steps (30) steps: ms/step is
+the median of the steps after the first for dmc (launching kernel by kernel, and with --cuda-graph, whose
+losses must be identical), PyTorch plain attention and PyTorch SDPA; the parity is checked on the first 5 as
+above (float64 PyTorch on the GPU too). Memory on the GPU: PyTorch's torch.cuda.max_memory_allocated() /
+max_memory_reserved() (reset after its warm-up step), dmc's planned arena / measured peak as on the CPU.
+`--gpu-quick` (implies --device cuda) is the T = 256 part only (about a minute on an H100;
+scripts/gpu-check.sh runs it). Results in bench/out/gpt-cuda.md and bench/out/gpt-cuda/results.json unless
+--markdown / --workdir say otherwise. Without a CUDA device PyTorch can see, --device cuda stops at once.
+Usage: python3 bench/gpt.py --device cuda [--gpu-quick] [--gpu-steps 30] [--dmc target/release/dmc] [--dry-run]
 """
 
 import argparse
@@ -59,6 +71,8 @@ PARITY_STEPS = 5
 PARITY_ATOL = 1e-4   # the first 5 losses, absolute
 FORWARD_ATOL = 1e-5  # the step-1 loss: identical weights, the forward alone (float32 rounding: ~1e-6)
 MEM_T = 1024
+GPU_STEPS = 30       # --device cuda: the steps of each timed run at T = 256 (the parity: their first 5)
+GPU_TIMEOUT = 90     # --device cuda: seconds per dmc or PyTorch run (--timeout)
 
 
 def check_train_section():
@@ -75,7 +89,7 @@ def check_train_section():
 # (attention: nn.MultiheadAttention's in_proj_weight / in_proj_bias / out_proj), see to_torch.
 
 
-def build_model(torch, T, attn_kind, checkpoint):
+def build_model(torch, T, attn_kind, checkpoint, device=None):
     nn = torch.nn
     F = torch.nn.functional
 
@@ -124,7 +138,7 @@ def build_model(torch, T, attn_kind, checkpoint):
     class GPT(nn.Module):
         def __init__(self):
             super().__init__()
-            mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+            mask = torch.ones(T, T, dtype=torch.bool, device=device).triu(1)
             self.embedding_1 = nn.Embedding(VOCAB, WIDTH)
             self.pos_embedding_1 = PosEmbedding()
             for b in range(1, BLOCKS + 1):  # dmc numbers the layers in program order
@@ -188,6 +202,12 @@ def worker(a):
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
+    dev = torch.device(a.device or "cpu")
+    cuda = dev.type == "cuda"
+    if cuda:
+        # Full fp32, like dmc's default GEMMs: no TF32 (PyTorch's matmul default is off already, cuDNN's on).
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     mode = a.mode  # plain | sdpa | ckpt (plain attention + checkpoint per block) | f64 (plain, float64)
     attn_kind = "sdpa" if mode == "sdpa" else "plain"
     dtype = torch.float64 if mode == "f64" else torch.float32
@@ -195,13 +215,17 @@ def worker(a):
     xs, ys = windows(T)
     nb = len(xs) // B  # dmc --no-shuffle: every epoch the same batches, a remainder short of a batch dropped
     xs, ys = torch.from_numpy(xs), torch.from_numpy(ys)
+    if cuda:
+        xs, ys = xs.to(dev), ys.to(dev)  # every batch on the GPU once, outside the timed steps
     init = load_file(a.init)
 
     def build():
-        m = build_model(torch, T, attn_kind, checkpoint=(mode == "ckpt"))
+        m = build_model(torch, T, attn_kind, checkpoint=(mode == "ckpt"), device=dev if cuda else None)
         sd = dict(to_torch(k, v, torch) for k, v in init.items())
         m.load_state_dict(sd, strict=True)  # every dmc parameter, exactly PyTorch's set
         m.to(dtype)
+        if cuda:
+            m.to(dev)
         opt = torch.optim.AdamW(m.parameters(), **ADAMW)
         S = torch.optim.lr_scheduler
         sched = S.SequentialLR(opt, [S.LinearLR(opt, start_factor=1 / WARMUP, end_factor=1.0, total_iters=WARMUP - 1),
@@ -229,6 +253,10 @@ def worker(a):
     del m, opt, step
     gc.collect()
     bench.malloc_trim()
+    if cuda:  # the peak of the measured instance alone: from just before it is built
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
 
     rss0 = bench.proc_status("VmRSS")
     m, opt, step = build()
@@ -238,9 +266,13 @@ def worker(a):
     peak = bench.proc_status("VmHWM")
     losses, norms, times = [], [], []
     for _ in range(a.steps):
+        if cuda:
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
         loss, norm = step()
         lv = loss.item()
+        if cuda:
+            torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
         peak = max(peak, bench.proc_status("VmHWM"))
         losses.append(lv)
@@ -252,7 +284,18 @@ def worker(a):
     res = dict(mode=mode, T=T, batch=B, threads=a.threads, losses=losses, grad_norms=norms, times_ms=times,
                rss0=rss0, hwm_reset=hwm_ok, rss_peak_increase=peak - rss0, params=nparams,
                param_bytes=nparams * (8 if mode == "f64" else 4), opt_state_bytes=state)
-    if a.profile:
+    if cuda:
+        res.update(device="cuda", gpu=torch.cuda.get_device_name(dev), torch_cuda=torch.version.cuda,
+                   cuda_max_allocated=torch.cuda.max_memory_allocated(dev),
+                   cuda_max_reserved=torch.cuda.max_memory_reserved(dev))
+        if mode == "sdpa":
+            # One more step under torch.profiler (CPU activity: the aten ops): which SDPA kernel ran.
+            from torch.profiler import ProfilerActivity, profile
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                step()[0].item()
+            res["attention_ops"] = sorted({e.name for e in prof.events() if "scaled_dot_product" in e.name
+                                           or "flash_attention" in e.name or "efficient_attention" in e.name})
+    elif a.profile:
         # One more step under torch.profiler: the peak of the running sum of the allocator's events.
         from torch.profiler import ProfilerActivity, profile
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
@@ -273,8 +316,16 @@ def worker(a):
 # Driver
 
 
-def sh(cmd, **kw):
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, **kw)
+def text(b):
+    """A TimeoutExpired's captured output (bytes even with text=True, or None) as text."""
+    return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+
+
+def sh(cmd, timeout=None, **kw):
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=timeout, **kw)
+    except subprocess.TimeoutExpired as e:
+        raise SystemExit(f"timed out after {timeout} s: {' '.join(cmd)}\n{text(e.stderr)[-4000:]}")
     if out.returncode != 0:
         raise SystemExit(f"failed: {' '.join(cmd)}\n{out.stdout}\n{out.stderr}")
     return out
@@ -285,13 +336,18 @@ def dmc_init(dmc, program, path):
     sh([dmc, "run", program, "--data", CORPUS, "--steps", "0", "--save", path, "-q", "--device", "cpu"])
 
 
-def dmc_run(dmc, program, wd, tag, init, steps, extra=()):
+def dmc_cmd(dmc, program, wd, tag, init, steps, extra=(), device="cpu"):
     log = os.path.join(wd, f"dmc-{tag}-loss.txt")
     summ = os.path.join(wd, f"dmc-{tag}-summary.json")
     cmd = [dmc, "run", program, "--data", CORPUS, "--init", init, "--steps", str(steps), "--no-shuffle",
-           "--loss-log", log, "--summary-json", summ, "--device", "cpu", "-q"] + list(extra)
+           "--loss-log", log, "--summary-json", summ, "--device", device, "-q"] + list(extra)
+    return cmd, log, summ
+
+
+def dmc_run(dmc, program, wd, tag, init, steps, extra=(), device="cpu", timeout=None):
+    cmd, log, summ = dmc_cmd(dmc, program, wd, tag, init, steps, extra, device)
     t0 = time.time()
-    out = sh(cmd)
+    out = sh(cmd, timeout=timeout)
     s = json.load(open(summ))
     losses, times = [], []
     for line in open(log):
@@ -315,13 +371,23 @@ def dmc_plan(dmc, program, extra=()):
                 peak=pick("peak "))
 
 
-def torch_run(mode, T, batch, init, steps, threads, profile):
+def torch_cmd(mode, T, batch, init, steps, threads, profile, device="cpu"):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--mode", mode, "--T", str(T), "--batch",
            str(batch), "--init", init, "--steps", str(steps), "--threads", str(threads)]
     if profile:
         cmd.append("--profile")
+    if device != "cpu":
+        cmd += ["--device", device]
+    return cmd
+
+
+def torch_run(mode, T, batch, init, steps, threads, profile, device="cpu", timeout=None):
+    cmd = torch_cmd(mode, T, batch, init, steps, threads, profile, device)
     t0 = time.time()
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        raise SystemExit(f"PyTorch worker timed out after {timeout} s: {' '.join(cmd)}\n{text(e.stderr)[-4000:]}")
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):
             r = json.loads(line[7:])
@@ -338,12 +404,102 @@ def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
+def require_cuda():
+    """--device cuda: stop at once, saying why, unless PyTorch sees a CUDA device."""
+    try:
+        import torch
+    except ImportError as e:
+        raise SystemExit(f"bench/gpt.py --device cuda: PyTorch is not importable ({e}); it needs PyTorch with "
+                         "CUDA, safetensors and numpy (the CPU comparison: bench/gpt.sh)")
+    if not torch.cuda.is_available():
+        why = ("this PyTorch is built without CUDA" if torch.version.cuda is None else
+               f"PyTorch {torch.__version__} (CUDA {torch.version.cuda}) finds no usable CUDA device or driver")
+        raise SystemExit(f"bench/gpt.py --device cuda: torch.cuda.is_available() is False: {why}. Run it on a "
+                         "machine with an NVIDIA GPU, or without --device cuda / --gpu-quick for the CPU comparison")
+    return torch
+
+
+def memory_runs(a, wd, device="cpu", timeout=None):
+    """2. Memory at T = mem_T: dmc's plan and run, PyTorch's three configurations, dmc under a cap below
+    PyTorch's smallest figure (CPU: RSS / allocator peak; cuda: max_memory_allocated)."""
+    cuda = device == "cuda"
+    T, B, n = a.mem_T, a.mem_batch, a.mem_steps
+    src = open(os.path.join(ROOT, PROGRAM)).read()
+    src, k = re.subn(r"int\[256\]", f"int[{T}]", src)
+    assert k == 2, "gpt.dm: expected `int[256]` in its input and its target"
+    prog = os.path.join(wd, f"gpt{T}.dm")
+    with open(prog, "w") as f:
+        f.write(src)
+    init_t = os.path.join(wd, f"init{T}.safetensors")
+    dmc_init(a.dmc, prog, init_t)
+    bx = ["--batch", str(B)]
+    mem = dict(T=T, batch=B, steps=n, program=os.path.relpath(prog, ROOT), torch={})
+    mem["plan"] = dmc_plan(a.dmc, prog, bx)
+    log(f"[gpt] dmc at T {T}, batch {B}: {n} steps ...")
+    tag = f"t{T}-mem-cuda" if cuda else f"t{T}"
+    mem["dmc"] = dmc_run(a.dmc, prog, wd, tag, init_t, n, bx, device=device, timeout=timeout)
+    log(f"[gpt]   {mem['dmc']['memory_line']}")
+    for mode in ("plain", "sdpa", "ckpt"):
+        if cuda:
+            log(f"[gpt] PyTorch ({mode}) at T {T}, batch {B} on cuda: warm-up + {n} steps ...")
+            r = torch_run(mode, T, B, init_t, n, a.threads, profile=False, device=device, timeout=timeout)
+            log(f"[gpt]   max_memory_allocated {mb(r['cuda_max_allocated'])}, max_memory_reserved "
+                f"{mb(r['cuda_max_reserved'])}, losses {' '.join(f'{v:.6f}' for v in r['losses'])}")
+        else:
+            log(f"[gpt] PyTorch ({mode}) at T {T}, batch {B}: warm-up + {n} steps + 1 profiled ...")
+            r = torch_run(mode, T, B, init_t, n, a.threads, profile=True)
+            log(f"[gpt]   RSS peak increase {mb(r['rss_peak_increase'])}, allocator peak {mb(r['profiler_total'])}, "
+                f"losses {' '.join(f'{v:.6f}' for v in r['losses'])}")
+        mem["torch"][mode] = r
+    if cuda:
+        smallest = min(r["cuda_max_allocated"] for r in mem["torch"].values())
+    else:
+        smallest = min(min(r["rss_peak_increase"], r["profiler_total"]) for r in mem["torch"].values())
+    cap = a.cap or f"{int(smallest * 0.8 / 1e7) * 10}MB"
+    mem["smallest_torch"] = smallest
+    capx = ["--vram-cap", cap, "--no-offload", "--no-stream"]
+    mem["cap"] = cap
+    mem["cap_plan"] = dmc_plan(a.dmc, prog, bx + capx)
+    # dmc's smallest feasible cap with the same flags: its error message for a 1 MB cap names it
+    out = subprocess.run([a.dmc, "plan", prog, "--vram-cap", "1MB", "--no-offload", "--no-stream"] + bx,
+                         capture_output=True, text=True, cwd=ROOT)
+    m = re.search(r"smallest cap that works is [\d.]+ \w+ \(([\d,]+) bytes\)", out.stdout + out.stderr)
+    mem["min_cap"] = int(m.group(1).replace(",", "")) if m else None
+    log(f"[gpt] dmc --vram-cap {cap} (below PyTorch's smallest, {mb(smallest)}): {n} steps ...")
+    mem["dmc_cap"] = dmc_run(a.dmc, prog, wd, f"{tag}-cap", init_t, n, bx + capx, device=device, timeout=timeout)
+    log(f"[gpt]   {mem['dmc_cap']['memory_line']}")
+    return mem
+
+
+def show(cmd):
+    return " ".join(os.path.relpath(c, ROOT) if c.startswith(ROOT) else c for c in cmd)
+
+
+def dry_run(a, wd, device, steps, skip_memory):
+    """The commands of a run, none run."""
+    init = os.path.join(wd, "init.safetensors")
+    print(show([a.dmc, "run", PROGRAM, "--data", CORPUS, "--steps", "0", "--save", init, "-q", "--device", "cpu"]))
+    if device == "cuda":
+        dmcs = (("t256-cuda", []), ("t256-cuda-graph", ["--cuda-graph"]))
+    else:
+        dmcs = (("t256", []),)
+    for tag, extra in dmcs:
+        print(show(dmc_cmd(a.dmc, PROGRAM, wd, tag, init, steps, extra, device)[0]))
+    for mode in ("plain", "sdpa", "f64"):
+        n = PARITY_STEPS if mode == "f64" else steps
+        print(show(torch_cmd(mode, 256, BATCH, init, n, a.threads, False, device)))
+    if not skip_memory:
+        print(f"(then the memory runs at T = {a.mem_T}, batch {a.mem_batch}: {wd}/gpt{a.mem_T}.dm with dmc on "
+              f"--device {device}, PyTorch plain / sdpa / ckpt, and dmc under a --vram-cap below PyTorch's smallest)")
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dmc", default=os.path.join(ROOT, "target", "release", "dmc"))
     p.add_argument("--threads", type=int, default=os.cpu_count())
-    p.add_argument("--workdir", default=os.path.join(ROOT, "bench", "out", "gpt"))
-    p.add_argument("--markdown", default=os.path.join(ROOT, "bench", "out", "gpt.md"))
+    p.add_argument("--workdir", default=None, help="default bench/out/gpt (--device cuda: bench/out/gpt-cuda)")
+    p.add_argument("--markdown", default=None, help="default bench/out/gpt.md (--device cuda: bench/out/gpt-cuda.md)")
     p.add_argument("--mem-T", type=int, default=MEM_T, help="sequence length of the memory runs")
     p.add_argument("--mem-batch", type=int, default=BATCH, help="batch of the memory runs (gpt.dm's: 8)")
     p.add_argument("--mem-steps", type=int, default=3, help="measured steps of each memory run")
@@ -351,6 +507,18 @@ def main():
                    "smallest figure, rounded down to 10 MB)")
     p.add_argument("--skip-memory", action="store_true", help="only the parity at T = 256")
     p.add_argument("--render", metavar="JSON", help="only print the tables of a saved results.json")
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None,
+                   help="where both sides run: cpu (the default) or cuda (dmc --device cuda, also with --cuda-graph; "
+                   "PyTorch on the GPU, fp32 without TF32)")
+    p.add_argument("--gpu-quick", action="store_true",
+                   help="--device cuda, the T = 256 time per step and parity only (no memory runs; about a minute "
+                   "on an H100): what scripts/gpu-check.sh runs")
+    p.add_argument("--gpu-steps", type=int, default=GPU_STEPS,
+                   help=f"--device cuda: steps of each timed run at T = 256 (default {GPU_STEPS}; the parity: the first "
+                   f"{PARITY_STEPS})")
+    p.add_argument("--timeout", type=int, default=None,
+                   help=f"seconds per dmc or PyTorch run (default: none on the CPU, {GPU_TIMEOUT} on cuda)")
+    p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     # internal: one PyTorch configuration
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--mode", default="plain", help=argparse.SUPPRESS)
@@ -368,11 +536,26 @@ def main():
         print(md)
         return 0 if ok else 1
 
+    device = a.device or ("cuda" if a.gpu_quick else "cpu")
+    if a.gpu_quick and device != "cuda":
+        p.error("--gpu-quick runs on the GPU: drop --device cpu")
+    cuda = device == "cuda"
+    if cuda and a.gpu_steps < PARITY_STEPS:
+        p.error(f"--gpu-steps must be at least {PARITY_STEPS} (the parity steps)")
+    wd = a.workdir or os.path.join(ROOT, "bench", "out", "gpt-cuda" if cuda else "gpt")
+    md_path = a.markdown or os.path.join(ROOT, "bench", "out", "gpt-cuda.md" if cuda else "gpt.md")
+    skip_memory = a.skip_memory or a.gpu_quick
+    timeout = a.timeout if a.timeout is not None else (GPU_TIMEOUT if cuda else None)
+    steps = a.gpu_steps if cuda else PARITY_STEPS
     check_train_section()
-    import torch
+    if a.dry_run:
+        return dry_run(a, wd, device, steps, skip_memory)
+    if cuda:
+        torch = require_cuda()  # before anything runs
+    else:
+        import torch
     if not os.path.exists(a.dmc):
         raise SystemExit(f"{a.dmc} not found: run `cargo build --release` first")
-    wd = a.workdir
     os.makedirs(wd, exist_ok=True)
     t_start = time.time()
     load_start = open("/proc/loadavg").read().split()[:3]
@@ -381,54 +564,56 @@ def main():
     # 1. Parity at T = 256 ------------------------------------------------------------------------
     init = os.path.join(wd, "init.safetensors")
     dmc_init(a.dmc, PROGRAM, init)
-    log(f"[gpt] dmc: {PARITY_STEPS} steps of {PROGRAM} (T 256, batch {BATCH}, --no-shuffle) ...")
-    d = dmc_run(a.dmc, PROGRAM, wd, "t256", init, PARITY_STEPS)
-    log(f"[gpt]   {d['memory_line']}")
-    res["parity"]["dmc"] = d
-    for mode in ("plain", "sdpa", "f64"):
-        log(f"[gpt] PyTorch ({mode}): {PARITY_STEPS} steps ...")
-        r = torch_run(mode, 256, BATCH, init, PARITY_STEPS, a.threads, profile=False)
-        log(f"[gpt]   losses {' '.join(f'{v:.7f}' for v in r['losses'])}")
-        res["parity"][mode] = r
+    if not cuda:
+        log(f"[gpt] dmc: {PARITY_STEPS} steps of {PROGRAM} (T 256, batch {BATCH}, --no-shuffle) ...")
+        d = dmc_run(a.dmc, PROGRAM, wd, "t256", init, PARITY_STEPS)
+        log(f"[gpt]   {d['memory_line']}")
+        res["parity"]["dmc"] = d
+        for mode in ("plain", "sdpa", "f64"):
+            log(f"[gpt] PyTorch ({mode}): {PARITY_STEPS} steps ...")
+            r = torch_run(mode, 256, BATCH, init, PARITY_STEPS, a.threads, profile=False)
+            log(f"[gpt]   losses {' '.join(f'{v:.7f}' for v in r['losses'])}")
+            res["parity"][mode] = r
+    else:
+        # On the GPU every run is kept apart: one that fails (or times out) is noted in the tables, the others
+        # still run, so that a partial result still says something.
+        res.update(device="cuda", steps=steps, quick=a.gpu_quick, errors={})
+        for key, tag, extra in (("dmc", "t256-cuda", []), ("dmc_graph", "t256-cuda-graph", ["--cuda-graph"])):
+            log(f"[gpt] dmc {' '.join(['--device', 'cuda'] + extra)}: {steps} steps of {PROGRAM} (T 256, batch {BATCH}, "
+                "--no-shuffle) ...")
+            try:
+                d = dmc_run(a.dmc, PROGRAM, wd, tag, init, steps, extra, device="cuda", timeout=timeout)
+            except SystemExit as e:
+                res["errors"][key] = str(e)[-2000:]
+                log(f"[gpt]   FAILED: {res['errors'][key]}")
+                continue
+            log(f"[gpt]   {bench.median_warm(d['times_ms']):.2f} ms/step; losses "
+                f"{' '.join(f'{v:.7f}' for v in d['losses'][:PARITY_STEPS])} ...; {d['memory_line']}")
+            res["parity"][key] = d
+        for mode in ("plain", "sdpa", "f64"):
+            n = PARITY_STEPS if mode == "f64" else steps  # float64: the parity reference only, not timed
+            log(f"[gpt] PyTorch ({mode}) on cuda: warm-up + {n} steps ...")
+            try:
+                r = torch_run(mode, 256, BATCH, init, n, a.threads, profile=False, device="cuda", timeout=timeout)
+            except SystemExit as e:
+                res["errors"][mode] = str(e)[-2000:]
+                log(f"[gpt]   FAILED: {res['errors'][mode]}")
+                continue
+            log(f"[gpt]   {bench.median_warm(r['times_ms']):.2f} ms/step; losses "
+                f"{' '.join(f'{v:.7f}' for v in r['losses'][:PARITY_STEPS])} ...; max_memory_allocated "
+                f"{mb(r['cuda_max_allocated'])}")
+            res["parity"][mode] = r
 
     # 2. Memory at T = 1024 -------------------------------------------------------------------------
-    if not a.skip_memory:
-        T, B, n = a.mem_T, a.mem_batch, a.mem_steps
-        src = open(os.path.join(ROOT, PROGRAM)).read()
-        src, k = re.subn(r"int\[256\]", f"int[{T}]", src)
-        assert k == 2, "gpt.dm: expected `int[256]` in its input and its target"
-        prog = os.path.join(wd, f"gpt{T}.dm")
-        with open(prog, "w") as f:
-            f.write(src)
-        init_t = os.path.join(wd, f"init{T}.safetensors")
-        dmc_init(a.dmc, prog, init_t)
-        bx = ["--batch", str(B)]
-        mem = dict(T=T, batch=B, steps=n, program=os.path.relpath(prog, ROOT), torch={})
-        mem["plan"] = dmc_plan(a.dmc, prog, bx)
-        log(f"[gpt] dmc at T {T}, batch {B}: {n} steps ...")
-        mem["dmc"] = dmc_run(a.dmc, prog, wd, f"t{T}", init_t, n, bx)
-        log(f"[gpt]   {mem['dmc']['memory_line']}")
-        for mode in ("plain", "sdpa", "ckpt"):
-            log(f"[gpt] PyTorch ({mode}) at T {T}, batch {B}: warm-up + {n} steps + 1 profiled ...")
-            r = torch_run(mode, T, B, init_t, n, a.threads, profile=True)
-            log(f"[gpt]   RSS peak increase {mb(r['rss_peak_increase'])}, allocator peak {mb(r['profiler_total'])}, "
-                f"losses {' '.join(f'{v:.6f}' for v in r['losses'])}")
-            mem["torch"][mode] = r
-        smallest = min(min(r["rss_peak_increase"], r["profiler_total"]) for r in mem["torch"].values())
-        cap = a.cap or f"{int(smallest * 0.8 / 1e7) * 10}MB"
-        mem["smallest_torch"] = smallest
-        capx = ["--vram-cap", cap, "--no-offload", "--no-stream"]
-        mem["cap"] = cap
-        mem["cap_plan"] = dmc_plan(a.dmc, prog, bx + capx)
-        # dmc's smallest feasible cap with the same flags: its error message for a 1 MB cap names it
-        out = subprocess.run([a.dmc, "plan", prog, "--vram-cap", "1MB", "--no-offload", "--no-stream"] + bx,
-                             capture_output=True, text=True, cwd=ROOT)
-        m = re.search(r"smallest cap that works is [\d.]+ \w+ \(([\d,]+) bytes\)", out.stdout + out.stderr)
-        mem["min_cap"] = int(m.group(1).replace(",", "")) if m else None
-        log(f"[gpt] dmc --vram-cap {cap} (below PyTorch's smallest, {mb(smallest)}): {n} steps ...")
-        mem["dmc_cap"] = dmc_run(a.dmc, prog, wd, f"t{T}-cap", init_t, n, bx + capx)
-        log(f"[gpt]   {mem['dmc_cap']['memory_line']}")
-        res["memory"] = mem
+    if not skip_memory:
+        if cuda:
+            try:
+                res["memory"] = memory_runs(a, wd, device, timeout)
+            except SystemExit as e:
+                res["errors"]["memory"] = str(e)[-2000:]
+                log(f"[gpt]   FAILED: {res['errors']['memory']}")
+        else:
+            res["memory"] = memory_runs(a, wd)
 
     res["machine"] = dict(nproc=os.cpu_count(), cpu=bench.cpu_model(), torch=torch.__version__,
                           python=platform.python_version(), threads=a.threads,
@@ -436,20 +621,216 @@ def main():
                           loadavg_end=" ".join(open("/proc/loadavg").read().split()[:3]),
                           date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), git=bench.git_describe(),
                           wall_s=round(time.time() - t_start, 1))
+    if cuda:
+        # the GPU's name as a worker saw it (the driver process itself never touches the GPU)
+        gpu = next((r["gpu"] for r in res["parity"].values() if r.get("gpu")), "?")
+        res["machine"].update(gpu=gpu, torch_cuda=torch.version.cuda,
+                              command=" ".join(["bench/gpt.py"] + sys.argv[1:]))
     with open(os.path.join(wd, "results.json"), "w") as f:
         json.dump(res, f, indent=1)
     md, ok = render(res)
-    with open(a.markdown, "w") as f:
+    with open(md_path, "w") as f:
         f.write(md)
     print(md)
     if not ok:
-        log("PARITY FAILED: see the tables")
+        log("PARITY FAILED: see the tables" if not res.get("errors") else
+            f"FAILED: {', '.join(res['errors'])} did not run to the end (see the tables)")
         return 1
     return 0
 
 
+def render_memory(L, M, ms, device="cpu"):
+    """The memory section (appended to L); True when the T = mem_T losses agree."""
+    cuda = device == "cuda"
+    T, B, ns = M["T"], M["batch"], M["steps"]
+    tr = M["torch"]
+    L.append(f"## Memory of a training step: T = {T}, batch {B}\n")
+    if cuda:
+        L.append(f"Program `{M['program']}` (gpt.dm with `int[{T}]`); {ns} measured steps each, from the same "
+                 f"initial weights (dmc's, for this T) on the same batches, on the GPU. dmc (`--device cuda`): the "
+                 "planned arena and the measured peak of `dmc run` (the device memory the arena took + other "
+                 "allocations); PyTorch: `torch.cuda.max_memory_allocated()` / `max_memory_reserved()` over the "
+                 "steps (reset after a warm-up run, before the model is built; the CUDA context is in neither).")
+        L.append("")
+        L.append(f"| configuration | memory (dmc: planned / measured; PyTorch: max allocated / max reserved) | ms/step (median) | losses (steps 1-{ns}) | max \\|diff\\| vs PyTorch plain |")
+    else:
+        L.append(f"Program `{M['program']}` (gpt.dm with `int[{T}]`); {ns} measured steps each, from the same "
+                 f"initial weights (dmc's, for this T) on the same batches. dmc: the planned arena and the "
+                 "measured peak of `dmc run` (arena + other allocations); PyTorch: the peak RSS increase over the "
+                 "steps (after a warm-up run and malloc_trim) and the allocator peak (parameters + AdamW state + "
+                 "the profiler's peak over one step), as bench/bench.py measures the other examples.")
+        L.append("")
+        L.append(f"| configuration | memory (dmc: planned / measured; PyTorch: peak RSS increase / allocator peak) | ms/step (median) | losses (steps 1-{ns}) | max \\|diff\\| vs PyTorch plain |")
+    L.append("|---|---:|---:|---|---:|")
+    ref = tr["plain"]["losses"]
+
+    def diff(l):
+        k = min(len(l), len(ref))
+        return max(abs(x - y) for x, y in zip(l[:k], ref[:k]))
+
+    def row(name, memtxt, r):
+        t = f"{ms(r):.2f}" if cuda else f"{ms(r):,.0f}"
+        L.append(f"| {name} | {memtxt} | {t} | {' '.join(f'{v:.6f}' for v in r['losses'])} | "
+                 f"{diff(r['losses']):.1e} |")
+
+    dm, dc = M["dmc"], M["dmc_cap"]
+    row(f"dmc (`dmc plan`: {mb(M['plan']['arena'])})", f"{mb(dm['arena'])} / {mb(dm['peak'])}", dm)
+    row(f"dmc `--vram-cap {M['cap']} --no-offload --no-stream`", f"{mb(dc['arena'])} / {mb(dc['peak'])}", dc)
+    names = {"plain": "PyTorch, plain attention (softmax(q kᵀ) v)",
+             "sdpa": "PyTorch, `F.scaled_dot_product_attention(is_causal=True)`",
+             "ckpt": "PyTorch, plain attention + `torch.utils.checkpoint` per block"}
+    for mode in ("plain", "sdpa", "ckpt"):
+        r = tr[mode]
+        if cuda:
+            row(names[mode], f"{mb(r['cuda_max_allocated'])} / {mb(r['cuda_max_reserved'])}", r)
+        else:
+            row(names[mode], f"{mb(r['rss_peak_increase'])} / {mb(r['profiler_total'])}", r)
+    L.append("")
+    L.append(f"Parameters {tr['plain']['params']:,} ({mb(tr['plain']['param_bytes'])}), AdamW state "
+             f"{mb(tr['plain']['opt_state_bytes'])}. PyTorch's smallest figure: {mb(M['smallest_torch'])}; dmc's "
+             f"cap {M['cap']} (the arena under it: {mb(dc['arena'])}, "
+             f"{dc['arena'] / M['smallest_torch']:.0%} of it)"
+             + (f"; the smallest cap dmc plans for with the same flags: {mb(M['min_cap'])} "
+                f"({M['min_cap'] / M['smallest_torch']:.0%} of it, not run)." if M.get("min_cap") else "."))
+    ops = tr["sdpa"].get("attention_ops")
+    if ops:
+        L.append(f"PyTorch's SDPA ran as {', '.join('`' + o + '`' for o in ops)}.")
+    L.append("")
+    L.append("`dmc plan` (no cap): " + "; ".join(x for x in (M["plan"]["peak"], M["plan"]["attention"]) if x) + ".")
+    L.append("")
+    L.append(f"`dmc plan --vram-cap {M['cap']} --no-offload --no-stream`: "
+             + "; ".join(x for x in (M["cap_plan"]["peak"], M["cap_plan"]["recompute"], M["cap_plan"]["clip"]) if x) + ".")
+    L.append("")
+    for name, r in (("dmc", dm), ("dmc under the cap", dc)):
+        L.append(f"{name}: `{r['memory_line']}`")
+        L.append("")
+    worst = max(diff(dm["losses"]), diff(dc["losses"]))
+    good = worst <= PARITY_ATOL
+    L.append(f"T = {T} losses, dmc (with and without the cap) vs PyTorch plain: max |diff| {worst:.1e} "
+             f"(limit {PARITY_ATOL:g}): **{'ok' if good else 'FAIL'}**.")
+    L.append("")
+    return good
+
+
+def render_cuda(res):
+    """(markdown, ok) of a --device cuda run: the time per step and the parity at T = 256 (runs that failed
+    are named, not fatal here: ok is False), then the memory section if it ran."""
+    L = []
+    mc = res["machine"]
+    P, E = res["parity"], res.get("errors", {})
+    steps = res["steps"]
+    ms = lambda r: bench.median_warm(r["times_ms"])  # noqa: E731
+    L.append("# examples/gpt.dm on the GPU: dmc vs PyTorch\n")
+    L.append(f"Machine: {mc.get('gpu', '?')}; {mc['nproc']} cores, {mc['cpu']}; torch {mc['torch']} (CUDA "
+             f"{mc.get('torch_cuda', '?')}), Python {mc['python']}; dmc `git describe` {mc['git']}; {mc['date']}; "
+             f"the whole bench took {mc['wall_s']:.0f} s.")
+    L.append("")
+    L.append(f"Command: `{mc.get('command', 'bench/gpt.py --device cuda')}`. fp32 on both sides: dmc's default "
+             "GEMMs, PyTorch with TF32 off (`torch.backends.cuda.matmul.allow_tf32 = False`, "
+             "`torch.backends.cudnn.allow_tf32 = False`). Same initial weights (dmc's, `strict=True`), same batches "
+             "(corpus windows in file order, dmc `--no-shuffle`; PyTorch's on the GPU before the first step), "
+             "AdamW + cosine warmup + clip_grad_norm_(1.0).")
+    L.append("")
+    L.append(f"## Time per step: T = 256, batch {BATCH}, {steps} steps\n")
+    L.append(f"ms/step: the median of steps 2-{steps} (dmc: `--loss-log`, each step's wall time, loss read back; "
+             "PyTorch: forward + backward + clip + step + `loss.item()`, `torch.cuda.synchronize()` before and after, "
+             "after a throw-away warm-up step in the same process). Memory: dmc's planned arena / measured peak; "
+             "PyTorch's `torch.cuda.max_memory_allocated()` / `max_memory_reserved()` over the steps.")
+    L.append("")
+    rows = (("dmc", "dmc `--device cuda` (kernel by kernel)"),
+            ("dmc_graph", "dmc `--device cuda --cuda-graph`"),
+            ("plain", "PyTorch eager, plain attention (softmax(q kᵀ/√dh) v)"),
+            ("sdpa", "PyTorch eager, `F.scaled_dot_product_attention(is_causal=True)`"))
+    ref_sdpa = ms(P["sdpa"]) if "sdpa" in P else None
+    ref_plain = ms(P["plain"]) if "plain" in P else None
+    ratio = lambda x, y: f"{x / y:.2f}x" if y else "-"  # noqa: E731
+    L.append("| run | ms/step | / PyTorch SDPA | / PyTorch plain | memory (planned / measured; max allocated / max reserved) |")
+    L.append("|---|---:|---:|---:|---:|")
+    for key, name in rows:
+        r = P.get(key)
+        if r is None:
+            L.append(f"| {name} | failed | - | - | - |")
+            continue
+        memtxt = (f"{mb(r['arena'])} / {mb(r['peak'])}" if key.startswith("dmc")
+                  else f"{mb(r['cuda_max_allocated'])} / {mb(r['cuda_max_reserved'])}")
+        L.append(f"| {name} | {ms(r):.2f} | {ratio(ms(r), ref_sdpa)} | {ratio(ms(r), ref_plain)} | {memtxt} |")
+    L.append("")
+    ops = P.get("sdpa", {}).get("attention_ops")
+    if ops:
+        L.append(f"PyTorch's SDPA ran as {', '.join('`' + o + '`' for o in ops)}.")
+        L.append("")
+    if "dmc" in P:
+        L.append(f"dmc: `{P['dmc']['cmd']}`; `{P['dmc']['memory_line']}`")
+        L.append("")
+
+    ok = not E
+    # Parity ------------------------------------------------------------------------------------------
+    L.append(f"## Loss parity: the first {PARITY_STEPS} steps\n")
+    cols = [("dmc", "dmc"), ("dmc_graph", "dmc --cuda-graph"), ("plain", "PyTorch plain attention"),
+            ("sdpa", "PyTorch SDPA"), ("f64", "PyTorch fp64 (plain)")]
+    have = [(k, n) for k, n in cols if k in P]
+    if "dmc" in P:
+        d = P["dmc"]["losses"]
+        head = "| step | " + " | ".join(n for _, n in have)
+        head += "".join(f" | dmc − {k}" for k in ("plain", "sdpa", "f64") if k in P) + " |"
+        L.append(head)
+        L.append("|---:" * (1 + len(have) + sum(k in P for k in ("plain", "sdpa", "f64"))) + "|")
+        for i in range(min(PARITY_STEPS, len(d))):
+            cells = [f"{P[k]['losses'][i]:.7f}" if len(P[k]["losses"]) > i else "-" for k, _ in have]
+            cells += [f"{d[i] - P[k]['losses'][i]:+.1e}" if len(P[k]["losses"]) > i else "-"
+                      for k in ("plain", "sdpa", "f64") if k in P]
+            L.append(f"| {i + 1} | " + " | ".join(cells) + " |")
+        L.append("")
+        n = min(PARITY_STEPS, len(d))
+        verdicts = []
+        for mode in ("plain", "sdpa"):
+            if mode not in P:
+                continue
+            t = P[mode]["losses"]
+            worst = max(abs(x - y) for x, y in zip(d[:n], t[:n]))
+            first = abs(d[0] - t[0])
+            good = worst <= PARITY_ATOL and first <= FORWARD_ATOL and len(t) >= n and n == PARITY_STEPS
+            ok = ok and good
+            verdicts.append(f"vs PyTorch {mode}: max |diff| over {n} steps {worst:.1e} (limit {PARITY_ATOL:g}), "
+                            f"step 1 (forward only) {first:.1e} (limit {FORWARD_ATOL:g}): **{'ok' if good else 'FAIL'}**")
+        if "f64" in P and "plain" in P:
+            f64 = P["f64"]["losses"]
+            dm64 = max(abs(x - y) for x, y in zip(d[:n], f64[:n]))
+            pt64 = max(abs(x - y) for x, y in zip(P["plain"]["losses"][:n], f64[:n]))
+            verdicts.append(f"distance to PyTorch fp64: dmc {dm64:.1e}, PyTorch fp32 {pt64:.1e}")
+        L.append("dmc " + "; ".join(verdicts) + ".")
+        L.append("")
+        if "dmc_graph" in P:
+            g = P["dmc_graph"]["losses"]
+            same = g == d
+            ok = ok and same
+            L.append(f"dmc `--cuda-graph` vs kernel by kernel, all {len(d)} losses: "
+                     + ("identical: **ok**." if same else
+                        f"**FAIL** (max |diff| {max(abs(x - y) for x, y in zip(g, d)):.1e}; a graph replays the "
+                        "same kernels in the same order, so they must be identical)."))
+            L.append("")
+    else:
+        ok = False
+        L.append("dmc `--device cuda` failed: no parity.")
+        L.append("")
+    if E:
+        L.append("Failed runs:")
+        L.append("")
+        for k, msg in E.items():
+            tail = " ".join(msg.split())[-600:]
+            L.append(f"- {k}: `{tail}`")
+        L.append("")
+
+    M = res.get("memory")
+    if M:
+        ok = render_memory(L, M, ms, "cuda") and ok
+    return "\n".join(L), ok
+
+
 def render(res):
     """(markdown, ok)."""
+    if res.get("device") == "cuda":
+        return render_cuda(res)
     L = []
     mc = res["machine"]
     L.append(f"# examples/gpt.dm: dmc vs PyTorch\n")
@@ -503,61 +884,7 @@ def render(res):
 
     M = res.get("memory")
     if M:
-        T, B, ns = M["T"], M["batch"], M["steps"]
-        tr = M["torch"]
-        L.append(f"## Memory of a training step: T = {T}, batch {B}\n")
-        L.append(f"Program `{M['program']}` (gpt.dm with `int[{T}]`); {ns} measured steps each, from the same "
-                 f"initial weights (dmc's, for this T) on the same batches. dmc: the planned arena and the "
-                 "measured peak of `dmc run` (arena + other allocations); PyTorch: the peak RSS increase over the "
-                 "steps (after a warm-up run and malloc_trim) and the allocator peak (parameters + AdamW state + "
-                 "the profiler's peak over one step), as bench/bench.py measures the other examples.")
-        L.append("")
-        L.append(f"| configuration | memory (dmc: planned / measured; PyTorch: peak RSS increase / allocator peak) | ms/step (median) | losses (steps 1-{ns}) | max \\|diff\\| vs PyTorch plain |")
-        L.append("|---|---:|---:|---|---:|")
-        ref = tr["plain"]["losses"]
-
-        def diff(l):
-            k = min(len(l), len(ref))
-            return max(abs(x - y) for x, y in zip(l[:k], ref[:k]))
-
-        def row(name, memtxt, r):
-            L.append(f"| {name} | {memtxt} | {ms(r):,.0f} | {' '.join(f'{v:.6f}' for v in r['losses'])} | "
-                     f"{diff(r['losses']):.1e} |")
-
-        dm, dc = M["dmc"], M["dmc_cap"]
-        row(f"dmc (`dmc plan`: {mb(M['plan']['arena'])})", f"{mb(dm['arena'])} / {mb(dm['peak'])}", dm)
-        row(f"dmc `--vram-cap {M['cap']} --no-offload --no-stream`", f"{mb(dc['arena'])} / {mb(dc['peak'])}", dc)
-        names = {"plain": "PyTorch, plain attention (softmax(q kᵀ) v)",
-                 "sdpa": "PyTorch, `F.scaled_dot_product_attention(is_causal=True)`",
-                 "ckpt": "PyTorch, plain attention + `torch.utils.checkpoint` per block"}
-        for mode in ("plain", "sdpa", "ckpt"):
-            r = tr[mode]
-            row(names[mode], f"{mb(r['rss_peak_increase'])} / {mb(r['profiler_total'])}", r)
-        L.append("")
-        L.append(f"Parameters {tr['plain']['params']:,} ({mb(tr['plain']['param_bytes'])}), AdamW state "
-                 f"{mb(tr['plain']['opt_state_bytes'])}. PyTorch's smallest figure: {mb(M['smallest_torch'])}; dmc's "
-                 f"cap {M['cap']} (the arena under it: {mb(dc['arena'])}, "
-                 f"{dc['arena'] / M['smallest_torch']:.0%} of it)"
-                 + (f"; the smallest cap dmc plans for with the same flags: {mb(M['min_cap'])} "
-                    f"({M['min_cap'] / M['smallest_torch']:.0%} of it, not run)." if M.get("min_cap") else "."))
-        ops = tr["sdpa"].get("attention_ops")
-        if ops:
-            L.append(f"PyTorch's SDPA ran as {', '.join('`' + o + '`' for o in ops)}.")
-        L.append("")
-        L.append("`dmc plan` (no cap): " + "; ".join(x for x in (M["plan"]["peak"], M["plan"]["attention"]) if x) + ".")
-        L.append("")
-        L.append(f"`dmc plan --vram-cap {M['cap']} --no-offload --no-stream`: "
-                 + "; ".join(x for x in (M["cap_plan"]["peak"], M["cap_plan"]["recompute"], M["cap_plan"]["clip"]) if x) + ".")
-        L.append("")
-        for name, r in (("dmc", dm), ("dmc under the cap", dc)):
-            L.append(f"{name}: `{r['memory_line']}`")
-            L.append("")
-        worst = max(diff(dm["losses"]), diff(dc["losses"]))
-        good = worst <= PARITY_ATOL
-        ok = ok and good
-        L.append(f"T = {T} losses, dmc (with and without the cap) vs PyTorch plain: max |diff| {worst:.1e} "
-                 f"(limit {PARITY_ATOL:g}): **{'ok' if good else 'FAIL'}**.")
-        L.append("")
+        ok = render_memory(L, M, ms) and ok
     return "\n".join(L), ok
 
 

@@ -15,8 +15,9 @@
 #     with the CPU backend's, and times the step;
 # and prints one summary table; then the GEMM variants (cp.async, registers, unsplit, baseline, TF32), the dmc vs
 # PyTorch eager table of every example with and without --cuda-graph, the TF32 table (TF32 on both sides) and
-# the --profile tables (bench/gpu_compare.py; PyTorch where installed). It is
-# sized for 8 minutes of GPU time. `scripts/gpu-check.sh --dry-run` does everything but launch (no GPU).
+# the --profile tables (bench/gpu_compare.py; PyTorch where installed), and examples/gpt.dm against PyTorch
+# with plain attention and with SDPA (bench/gpt.py --gpu-quick; where PyTorch sees the GPU). It is
+# sized for 10 minutes of GPU time. `scripts/gpu-check.sh --dry-run` does everything but launch (no GPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -131,6 +132,27 @@ case " $* " in *" --dry-run "*)
     echo "gpu-check: dmc vs PyTorch eager on the GPU (bench/gpu_compare.py ${torch_flag}):"
     timeout 200 python3 bench/gpu_compare.py --dmc "$BIN" $torch_flag --timeout 60 \
       --workdir "${GPU_CHECK_OUT:-$(mktemp -d)}" || { echo "gpu-check: FAIL bench/gpu_compare.py"; rc=1; }
+  fi ;;
+esac
+
+# examples/gpt.dm on this GPU (bench/gpt.py --gpu-quick, about a minute): T 256, batch 8, 30 steps each of dmc
+# (kernel by kernel and with --cuda-graph, whose losses must be identical), PyTorch eager with plain attention
+# and with F.scaled_dot_product_attention(is_causal=True) (fp32, TF32 off), ms/step and memory, and the first 5
+# losses within 1e-4 of PyTorch's. Only where PyTorch (with safetensors and numpy) sees the GPU; a failure is
+# printed and does not fail the check. GPU_CHECK_GPT=0 skips it.
+case " $* " in *" --dry-run "*)
+  python3 bench/gpt.py --gpu-quick --dry-run --dmc "$BIN" || echo "gpu-check: FAIL bench/gpt.py --gpu-quick --dry-run" ;;
+*)
+  if [ "${GPU_CHECK_GPT:-1}" != 0 ]; then
+    if python3 -c "import torch, safetensors, numpy, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+      gpt_dir="${GPU_CHECK_OUT:-$(mktemp -d)}/gpt"
+      echo "gpu-check: examples/gpt.dm vs PyTorch plain attention and SDPA on the GPU (bench/gpt.py --device cuda --gpu-quick):"
+      timeout 150 python3 bench/gpt.py --device cuda --gpu-quick --dmc "$BIN" --workdir "$gpt_dir" \
+        --markdown "$gpt_dir/gpt-cuda.md" 2>&1 \
+        || echo "gpu-check: FAIL bench/gpt.py --device cuda --gpu-quick (exit $?; 124: the 150 s timeout), not counted"
+    else
+      echo "gpu-check: skipped bench/gpt.py --device cuda (PyTorch with CUDA, safetensors and numpy not importable)"
+    fi
   fi ;;
 esac
 exit $rc

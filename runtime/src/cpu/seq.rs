@@ -176,13 +176,39 @@ unsafe fn mm(
     }
 }
 
+/// The scaled scores `q k^T / sqrt(dh)` of head `h` of sample `b`, queries `i0..i0 + nq` against
+/// keys `j0..j0 + nk`, into the tile `s` (row stride [`TILE`]).
+fn scores(
+    qkv: &[f32],
+    dims: AttnDims,
+    (b, h): (usize, usize),
+    (i0, nq): (usize, usize),
+    (j0, nk): (usize, usize),
+    s: &mut [f32; TILE * TILE],
+) {
+    let d = dims.d;
+    assert!(nq <= TILE && nk <= TILE && i0 + nq <= dims.t && j0 + nk <= dims.t && b < dims.b);
+    let (q, k) = (dims.at(b, i0, 0, h), dims.at(b, j0, 1, h));
+    // SAFETY: the rows i0..i0+nq and j0..j0+nk of sample b exist (asserted), so the views of q
+    // (nq x dh, row stride 3d) and k^T (dh x nk) stay inside qkv; `s` holds TILE x TILE.
+    unsafe {
+        mm(
+            (nq, dims.dh(), nk),
+            dims.scale(),
+            (qkv.as_ptr().add(q), 3 * d, 1),
+            (qkv.as_ptr().add(k), 1, 3 * d),
+            0.0,
+            (s.as_mut_ptr(), TILE),
+        )
+    }
+}
+
 /// `qkv [b, t, 3d] -> o [b, t, d], lse [b, heads, t]` (see the module's doc).
 pub fn attention(qkv: &[f32], dims: AttnDims, o: &mut [f32], lse: &mut [f32]) {
     dims.check();
     let AttnDims { b, t, d, heads, .. } = dims;
     assert!(qkv.len() == b * t * 3 * d && o.len() == b * t * d && lse.len() == b * heads * t);
     let dh = dims.dh();
-    let scale = dims.scale();
     let tiles = t.div_ceil(TILE);
     let op = SharedMut(o.as_mut_ptr());
     let lp = SharedMut(lse.as_mut_ptr());
@@ -205,16 +231,7 @@ pub fn attention(qkv: &[f32], dims: AttnDims, o: &mut [f32], lse: &mut [f32]) {
             let kend = dims.keys(i1);
             for j0 in (0..kend).step_by(TILE) {
                 let nk = (j0 + TILE).min(kend) - j0;
-                let q = qkv.as_ptr().add(dims.at(bi, i0, 0, h));
-                let k = qkv.as_ptr().add(dims.at(bi, j0, 1, h));
-                mm(
-                    (nq, dh, nk),
-                    scale,
-                    (q, 3 * d, 1),
-                    (k, 1, 3 * d),
-                    0.0,
-                    (s.as_mut_ptr(), TILE),
-                );
+                scores(qkv, dims, (bi, h), (i0, nq), (j0, nk), &mut s);
                 for r in 0..nq {
                     let row = &mut s[r * TILE..r * TILE + nk];
                     if dims.causal {
@@ -311,14 +328,7 @@ pub fn attention_bwd(
                         let q = qkv.as_ptr().add(dims.at(bi, i0, 0, h));
                         let g = dout.as_ptr().add(orow(i0));
                         // p = exp(scale q k^T - lse), masked
-                        mm(
-                            (nq, dh, nk),
-                            scale,
-                            (q, 3 * d, 1),
-                            (k, 1, 3 * d),
-                            0.0,
-                            (p.as_mut_ptr(), TILE),
-                        );
+                        scores(qkv, dims, (bi, h), (i0, nq), (j0, nk), &mut p);
                         for r in 0..nq {
                             for c in 0..nk {
                                 let e = &mut p[r * TILE + c];
