@@ -107,7 +107,11 @@ impl Dataset {
         if vocab == 0 || vocab > i32::MAX as usize {
             return Err(fail(format!("a vocabulary of {vocab} tokens")));
         }
-        let (_, _, t) = next_token_specs(specs).map_err(fail)?;
+        let (_, _, t) = next_token_specs(specs).map_err(|why| {
+            fail(format!(
+                "{why}; the synthetic data of a program with token inputs is next-token windows: for other targets pass --data (a .safetensors or .npz file with the tokens and the targets)"
+            ))
+        })?;
         let len = samples
             .checked_mul(t)
             .and_then(|n| n.checked_add(1))
