@@ -373,14 +373,28 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
             Layer::Flatten | Layer::Reshape => {
                 g.add_node(Op::Reshape, &ins, name, ph, Some(&hint))?
             }
-            Layer::Act(k) => g.add_node(
-                Op::Elementwise(ElementwiseOp::Unary(*k)),
-                &ins,
-                name,
-                ph,
-                None,
-            )?,
-            Layer::Add => g.add_node(Op::Elementwise(ElementwiseOp::Add), &ins, name, ph, None)?,
+            // On a sequence whose values are the rows of a GEMM (a dense layer's output seen as
+            // [B, T, M]), an activation or a sum runs on the rows and is seen as [B, T, M] after
+            // it: `fuse_epilogues` then finds it right after the GEMM that produced its input (and
+            // its backward right after the data gradient) and folds it in.
+            Layer::Act(k) => {
+                let op = Op::Elementwise(ElementwiseOp::Unary(*k));
+                match seen_as_rows(&g, ins[0]) {
+                    Some(r) => on_rows(&mut g, op, &[r], name, &hint)?,
+                    None => g.add_node(op, &ins, name, ph, None)?,
+                }
+            }
+            Layer::Add => {
+                let op = Op::Elementwise(ElementwiseOp::Add);
+                let rank = g.ty(ins[0]).shape.len();
+                if rank > 2 && ins.iter().any(|v| seen_as_rows(&g, *v).is_some()) {
+                    let a = rows(&mut g, ins[0], &name)?;
+                    let b = rows(&mut g, ins[1], &name)?;
+                    on_rows(&mut g, op, &[a, b], name, &hint)?
+                } else {
+                    g.add_node(op, &ins, name, ph, None)?
+                }
+            }
             Layer::Mul => g.add_node(Op::Elementwise(ElementwiseOp::Mul), &ins, name, ph, None)?,
             // n values: a chain of n - 1 binary joins, the last one named as the layer
             Layer::Concat => {
@@ -617,6 +631,9 @@ fn tied_weight(g: &mut Graph, model: &Model, e: usize, name: &str) -> Result<Val
 
 /// `v` `[B, .., K]` seen as rows `[B * .., K]` (a view), named after `name`.
 fn rows(g: &mut Graph, v: Value, name: &str) -> Result<Value, CompileError> {
+    if let Some(r) = seen_as_rows(g, v) {
+        return Ok(r);
+    }
     let s = &g.ty(v).shape;
     let k = s.last().copied().unwrap_or(1);
     let flat = TensorType::f32(vec![s.iter().product::<usize>() / k.max(1), k]);
@@ -628,6 +645,37 @@ fn rows(g: &mut Graph, v: Value, name: &str) -> Result<Value, CompileError> {
         Some(&flat),
     )?;
     Ok((n, 0))
+}
+
+/// The rows `[B * T, M]` that `v` `[B, T, M]` is a view of (a `Reshape` of them), if it is one.
+fn seen_as_rows(g: &Graph, v: Value) -> Option<Value> {
+    let t = g.ty(v);
+    if t.shape.len() < 3 || !matches!(g.node(v.0).op, Op::Reshape) {
+        return None;
+    }
+    let src = *g.inputs(v.0).first()?;
+    let k = *t.shape.last()?;
+    let s = &g.ty(src).shape;
+    (s.len() == 2 && s[1] == k && s[0] * k == t.numel()).then_some(src)
+}
+
+/// `op` on the rows `ins` (each `[B * T, M]`), then seen as `hint` `[B, T, M]` (the node named
+/// `name`, the layer's).
+fn on_rows(
+    g: &mut Graph,
+    op: Op,
+    ins: &[Value],
+    name: String,
+    hint: &TensorType,
+) -> Result<petgraph::stable_graph::NodeIndex, CompileError> {
+    let y = g.add_node(
+        op,
+        ins,
+        [name.as_str(), " (rows)"].concat(),
+        Phase::Forward,
+        None,
+    )?;
+    g.add_node(Op::Reshape, &[(y, 0)], name, Phase::Forward, Some(hint))
 }
 
 /// Multi-head self-attention over `x` `[B, T, D]` with the parameters `ps` (qkv weight, its bias,

@@ -152,6 +152,46 @@ fn examples_train_exactly_like_their_unfused_plans() {
     trains_like_unfused("deep_convnet (small)", &small_deep, Some(2));
 }
 
+/// A GPT (without clip_norm, which holds gradients unfused): its dense layers over sequences are
+/// GEMMs on rows seen as [B, T, M], and the residual adds and the activation backward that follow
+/// them are folded into their epilogues like a flat network's; it trains exactly like unfused.
+#[test]
+fn a_gpt_folds_its_residual_adds_and_trains_exactly_like_unfused() {
+    let src = source("gpt")
+        .replace(", clip_norm: 1.0", "")
+        .replace("int[256]", "int[16]")
+        .replace("repeat 4", "repeat 2");
+    assert!(!src.contains("clip_norm"), "gpt.dm's train section changed");
+    let fused = plan(&src, true, Some(2), Mode::Train);
+    let unfused = plan(&src, false, Some(2), Mode::Train);
+    // the forward's sums (the backward's gradient sums before a layernorm stay: not a GEMM)
+    let adds = |p: &Plan| {
+        p.steps
+            .iter()
+            .filter(|s| s.phase == dmc_compiler::plan::StepPhase::Forward)
+            .filter(|s| {
+                matches!(
+                    p.kernels[s.kernel].op,
+                    Op::Elementwise(ElementwiseOp::Add | ElementwiseOp::AddInPlace)
+                )
+            })
+            .count()
+    };
+    // two residual adds a block, each after the GEMM that ends its branch
+    assert_eq!(adds(&unfused), 4);
+    assert_eq!(adds(&fused), 0, "a residual add left unfolded");
+    let act_bwd = |p: &Plan| {
+        count(p, |o| {
+            matches!(
+                o,
+                Op::Elementwise(ElementwiseOp::UnaryBwd(_) | ElementwiseOp::UnaryBwdInPlace(_))
+            )
+        })
+    };
+    assert_eq!(act_bwd(&fused), 0, "GELU's backward left unfolded");
+    trains_like_unfused("gpt (small)", &src, Some(2));
+}
+
 /// Residual dense and conv blocks, every activation (gelu and silu read their input in the
 /// backward, so their forward stays a kernel of its own), Adam (bias state fused too), values
 /// used twice in the backward (accumulation into a data-gradient epilogue), and a global average
