@@ -3,15 +3,20 @@
 //! order for each channel (the generated CUDA's order, one thread per channel); channels are taken
 //! in blocks of `CH_BLOCK` so the rows are read contiguously, with the block's accumulators on
 //! the stack. Layernorm normalises each row of `[rows, c]` over its c elements (sums over the row
-//! in order, the generated CUDA's order, one thread per row); its backward's dgamma and dbeta are
-//! sums over the rows in order for each channel (one thread per channel there).
+//! in order, the generated CUDA's order, one thread per row; rows split over the tasks); its
+//! backward's dgamma and dbeta are sums over the rows in order for each channel (one thread per
+//! channel there; blocks of channels split over the tasks).
 
 use dmc_plan::op::NormOp;
+use rayon::prelude::*;
 
 use super::args::Args;
 
 /// Channels per pass over the rows.
 const CH_BLOCK: usize = 64;
+
+/// Rows of a layernorm task (each row is normalised alone: the split changes no result).
+const ROWS_PER_TASK: usize = 64;
 
 /// Each block of channels `c0..c1` of `[rows, c]`.
 fn blocks(c: usize) -> impl Iterator<Item = (usize, usize)> {
@@ -205,6 +210,25 @@ pub fn layernorm(
     assert!(c > 0 && x.len() / c * c == x.len() && y.len() == x.len() && beta.len() == c);
     let rows = x.len() / c;
     assert!(mean.len() == rows && rstd.len() == rows);
+    let per = ROWS_PER_TASK;
+    let tasks = y
+        .par_chunks_mut(per * c)
+        .zip(mean.par_chunks_mut(per).zip(rstd.par_chunks_mut(per)))
+        .zip(x.par_chunks(per * c));
+    tasks.for_each(|((y, (mean, rstd)), x)| layernorm_rows(x, gamma, beta, y, mean, rstd, eps));
+}
+
+/// [`layernorm`] of the rows of one task (each row alone, its sums in order).
+fn layernorm_rows(
+    x: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    y: &mut [f32],
+    mean: &mut [f32],
+    rstd: &mut [f32],
+    eps: f32,
+) {
+    let c = gamma.len();
     let n = c as f64;
     for (r, (xr, yr)) in x.chunks_exact(c).zip(y.chunks_exact_mut(c)).enumerate() {
         let m = xr.iter().map(|&v| v as f64).sum::<f64>() / n;
@@ -244,28 +268,40 @@ pub fn layernorm_bwd(
     assert!(mean.len() == rows && rstd.len() == rows && dgamma.len() == c && dbeta.len() == c);
     let n = c as f64;
     let xh = |r: usize, ch: usize| (x[r * c + ch] as f64 - mean[r] as f64) * rstd[r] as f64;
-    for r in 0..rows {
-        let (mut sg, mut sgx) = (0.0f64, 0.0f64);
-        for (ch, &gm) in gamma.iter().enumerate() {
-            let g = dy[r * c + ch] as f64 * gm as f64;
-            sg += g;
-            sgx += g * xh(r, ch);
-        }
-        let (a, b, rs) = (sg / n, sgx / n, rstd[r] as f64);
-        for (ch, &gm) in gamma.iter().enumerate() {
-            let i = r * c + ch;
-            let g = dy[i] as f64 * gm as f64;
-            dx[i] = (rs * (g - a - xh(r, ch) * b)) as f32;
-        }
-    }
-    for (c0, c1) in blocks(c) {
-        let sd = col_sums(rows, c0, c1, |r, ch| dy[r * c + ch] as f64);
-        let sdx = col_sums(rows, c0, c1, |r, ch| dy[r * c + ch] as f64 * xh(r, ch));
-        for (j, ch) in (c0..c1).enumerate() {
-            dgamma[ch] = sdx[j] as f32;
-            dbeta[ch] = sd[j] as f32;
-        }
-    }
+    // dx: each row alone (its sums in order), rows split over the tasks
+    dx.par_chunks_mut(ROWS_PER_TASK * c)
+        .enumerate()
+        .for_each(|(t, dxt)| {
+            let r0 = t * ROWS_PER_TASK;
+            for (k, dxr) in dxt.chunks_exact_mut(c).enumerate() {
+                let r = r0 + k;
+                let (mut sg, mut sgx) = (0.0f64, 0.0f64);
+                for (ch, &gm) in gamma.iter().enumerate() {
+                    let g = dy[r * c + ch] as f64 * gm as f64;
+                    sg += g;
+                    sgx += g * xh(r, ch);
+                }
+                let (a, b, rs) = (sg / n, sgx / n, rstd[r] as f64);
+                for (ch, (o, &gm)) in dxr.iter_mut().zip(gamma).enumerate() {
+                    let g = dy[r * c + ch] as f64 * gm as f64;
+                    *o = (rs * (g - a - xh(r, ch) * b)) as f32;
+                }
+            }
+        });
+    // dgamma, dbeta: each block of channels summed over the rows in order, blocks over the tasks
+    dgamma
+        .par_chunks_mut(CH_BLOCK)
+        .zip(dbeta.par_chunks_mut(CH_BLOCK))
+        .enumerate()
+        .for_each(|(k, (dg, db))| {
+            let (c0, c1) = (k * CH_BLOCK, k * CH_BLOCK + dg.len());
+            let sd = col_sums(rows, c0, c1, |r, ch| dy[r * c + ch] as f64);
+            let sdx = col_sums(rows, c0, c1, |r, ch| dy[r * c + ch] as f64 * xh(r, ch));
+            for j in 0..c1 - c0 {
+                dg[j] = sdx[j] as f32;
+                db[j] = sd[j] as f32;
+            }
+        });
 }
 
 /// Runs one normalisation op on its arguments (signature slots).

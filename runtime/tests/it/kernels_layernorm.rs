@@ -127,3 +127,31 @@ fn layernorm_backward_matches_finite_differences() {
         }
     }
 }
+
+/// The rows are split over the threads (and the backward's channel blocks): the same bits on 1
+/// thread and on 3, with more rows than a task holds and more channels than a block.
+#[test]
+fn layernorm_is_bit_identical_across_thread_counts() {
+    let mut r = rng(53);
+    let (rows, c) = (300, 200);
+    let x: Vec<f32> = (0..rows * c)
+        .map(|_| r.random_range(-3.0f32..5.0))
+        .collect();
+    let (gamma, beta, dy) = (randv(&mut r, c), randv(&mut r, c), randv(&mut r, rows * c));
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("pool");
+        pool.install(|| {
+            let (y, mean, rstd) = run(&x, &gamma, &beta, 1e-5);
+            let (mut dx, mut dg, mut db) = (vec![0.0; x.len()], vec![0.0; c], vec![0.0; c]);
+            layernorm_bwd(&dy, &x, &mean, &rstd, &gamma, &mut dx, &mut dg, &mut db);
+            [y, mean, rstd, dx, dg, db].map(|v| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>())
+        })
+    };
+    assert!(
+        run(1) == run(3),
+        "layernorm differs between 1 and 3 threads"
+    );
+}
