@@ -46,6 +46,21 @@ fn fixture(key: &str) -> Fixture {
     }
 }
 
+/// `program` trained 3 steps on 32 synthetic samples, its weights saved to `w`.
+pub(crate) fn trained(program: &str, w: &Path) {
+    ok(&[
+        "run",
+        program,
+        "--steps",
+        "3",
+        "--save",
+        s(w),
+        "-q",
+        "--synthetic-samples",
+        "32",
+    ]);
+}
+
 pub(crate) fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }

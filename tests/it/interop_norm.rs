@@ -5,25 +5,11 @@
 
 use std::path::Path;
 
-use crate::interop::{ok, s, tensors, write_safetensors};
+use crate::interop::{ok, s, tensors, trained, write_safetensors};
 
 const LAYERNORM: &str = "input x: [8]\ntarget y: int\n\
     logits = x |> dense(16) |> layernorm as ln |> relu |> dense(3)\n\
     loss cross_entropy(logits, y)\ntrain { batch: 4, optimizer: sgd(lr: 0.1) }\n";
-
-fn trained(program: &str, w: &Path) {
-    ok(&[
-        "run",
-        program,
-        "--steps",
-        "3",
-        "--save",
-        s(w),
-        "-q",
-        "--synthetic-samples",
-        "32",
-    ]);
-}
 
 fn export(program: &str, w: &Path, fw: &str, out: &Path) {
     ok(&[

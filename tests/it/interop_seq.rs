@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use crate::common::dmc;
-use crate::interop::{ok, s, tensors, write_safetensors};
+use crate::interop::{ok, s, tensors, trained, write_safetensors};
 
 type Tensors = BTreeMap<String, (String, Vec<u64>, Vec<u8>)>;
 
@@ -35,20 +35,6 @@ fn write_program(dir: &Path, name: &str, text: &str) -> String {
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
     p.to_str().unwrap().to_string()
-}
-
-fn trained(program: &str, w: &Path) {
-    ok(&[
-        "run",
-        program,
-        "--steps",
-        "3",
-        "--save",
-        s(w),
-        "-q",
-        "--synthetic-samples",
-        "16",
-    ]);
 }
 
 fn export(program: &str, w: &Path, fw: &str, out: &Path, like: Option<&Path>) -> String {
