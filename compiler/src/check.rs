@@ -408,10 +408,21 @@ fn check_steps(plan: &Plan) -> Result<(), PlanCheckError> {
         binding(&p.name, p.buffer, &p.shape, 4, &kinds)?;
     }
     for p in &plan.opt_state {
+        if let Some(l) = p.shard {
+            if l.rows * l.cols != p.shape.iter().product::<usize>() || l.world != plan.ranks {
+                return Err(E::Binding {
+                    name: p.name.clone(),
+                    msg: format!(
+                        "shard {l:?} does not split its shape {:?} among the plan's {} ranks",
+                        p.shape, plan.ranks
+                    ),
+                });
+            }
+        }
         binding(
             &p.name,
             p.buffer,
-            &p.shape,
+            &p.buffer_shape(),
             4,
             &[BufferKind::OptimizerState],
         )?;

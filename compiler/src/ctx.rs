@@ -18,6 +18,9 @@ pub struct Ctx {
     pub batch: usize,
     /// `accumulate: N`: the gradients are accumulated over N micro-batches (1: not).
     pub accumulate: usize,
+    /// Data parallel: the ranks running this step, each on `batch` samples (1: one process; see
+    /// [`crate::data_parallel`]).
+    pub ranks: usize,
     /// How `clip_norm` (if the optimizer has it) gets the global norm before any update (chosen
     /// by `compile`: held gradients unless they do not fit the cap).
     pub clip_method: ClipNormMethod,

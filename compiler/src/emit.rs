@@ -404,18 +404,26 @@ pub fn emit(
                 buffer: lookup(&of, (*p, 0))?,
                 shape: m.shape.clone(),
                 init: m.init,
+                shard: None,
             })
         })
         .collect::<Result<Vec<_>, CompileError>>()?;
     let opt_state = g
         .opt_state
         .iter()
-        .map(|(s, name, _)| {
+        .map(|(s, name, _p)| {
+            let shard = g.state_layouts.get(s).copied();
             Ok(ParamBinding {
                 name: name.clone(),
                 buffer: lookup(&of, (*s, 0))?,
-                shape: g.ty((*s, 0)).shape.clone(),
+                // a sharded state's binding names the parameter's full shape, its buffer holds
+                // this rank's part
+                shape: match shard {
+                    Some(_) => g.ty((*_p, 0)).shape.clone(),
+                    None => g.ty((*s, 0)).shape.clone(),
+                },
                 init: Init::Zeros,
+                shard,
             })
         })
         .collect::<Result<Vec<_>, CompileError>>()?;
@@ -451,6 +459,7 @@ pub fn emit(
         } else {
             1
         },
+        ranks: if mode == Mode::Train { ctx.ranks } else { 1 },
         clip_norm: None,
         precision: ctx.precision,
     };

@@ -106,6 +106,7 @@ fn explained(
     opts: &CompileOptions,
     check: bool,
 ) -> Result<(Plan, Option<RematInfo>), CompileError> {
+    let model = &*crate::data_parallel::rank_model(model, opts)?;
     let can_stream = opts.stream && opts.cap.is_some();
     match resident_or_streamed(model, opts, check, NO_STREAM) {
         Err(e @ CompileError::CapExceeded { .. }) if can_stream => {

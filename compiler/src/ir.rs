@@ -82,6 +82,9 @@ pub struct Graph {
     pub params: Vec<(NodeIndex, ParamMeta)>,
     /// Optimizer state leaves: (leaf, its full name e.g. `dense_1.weight.momentum`, the param leaf).
     pub opt_state: Vec<(NodeIndex, String, NodeIndex)>,
+    /// Data parallel: how each optimizer-state leaf is split among the ranks (set by
+    /// [`crate::data_parallel::shard_optimizer_state`]; empty with one rank).
+    pub state_layouts: BTreeMap<NodeIndex, dmc_plan::shard::Layout>,
     /// Accumulated-gradient leaves (`accumulate: N`), one per parameter with a gradient.
     pub grad_bufs: Vec<NodeIndex>,
     /// The scalar loss (absent in predict mode).
@@ -107,6 +110,7 @@ impl Graph {
             targets: vec![],
             params: vec![],
             opt_state: vec![],
+            state_layouts: BTreeMap::new(),
             grad_bufs: vec![],
             loss: None,
             output: (NodeIndex::new(0), 0),

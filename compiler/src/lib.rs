@@ -13,6 +13,7 @@ pub mod autodiff;
 pub mod check;
 pub mod cost;
 pub mod ctx;
+pub mod data_parallel;
 pub mod dump;
 pub mod emit;
 pub mod error;

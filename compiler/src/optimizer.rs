@@ -33,6 +33,7 @@ pub fn update_op(opt: &Optimizer) -> (Op, &'static [&'static str]) {
     };
     (
         Op::Optim(OptimOp::Update {
+            shards: 1,
             rule: *opt,
             zero_grad: false,
         }),

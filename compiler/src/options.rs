@@ -47,6 +47,9 @@ pub struct CompileOptions {
     /// ([`dmc_plan::cpu`]; [`CpuRates::nominal`](dmc_plan::cpu::CpuRates::nominal) unless the
     /// caller measured the machine).
     pub rates: dmc_plan::cpu::CpuRates,
+    /// Data parallel (`--data-parallel`): the ranks the global batch (the model's or `batch`)
+    /// is split over; the plan is one rank's (its batch, its shards; [`crate::data_parallel`]).
+    pub ranks: usize,
 }
 
 impl Default for CompileOptions {
@@ -65,12 +68,18 @@ impl Default for CompileOptions {
             stream: true,
             offload: true,
             rates: dmc_plan::cpu::CpuRates::nominal(),
+            ranks: 1,
         }
     }
 }
 
 /// The pass context for `model` under `opts`.
 pub fn context(model: &Model, opts: &CompileOptions) -> Ctx {
+    // data parallel shapes the training step only (an eval step runs the whole batch)
+    let ranks = match opts.mode {
+        Mode::Train => opts.ranks.max(1),
+        Mode::Eval | Mode::Predict => 1,
+    };
     let mut optimizer = model.train.optimizer;
     if let Some(new) = opts.lr {
         match &mut optimizer {
@@ -85,8 +94,9 @@ pub fn context(model: &Model, opts: &CompileOptions) -> Ctx {
         optimizer,
         schedule: model.train.schedule,
         precision: model.train.precision,
-        batch: opts.batch.unwrap_or(model.train.batch),
+        batch: opts.batch.unwrap_or(model.train.batch) / ranks,
         accumulate: model.train.accumulate.max(1),
+        ranks,
         clip_method: opts.clip_method.unwrap_or(ClipNormMethod::HeldGradients),
         verify: opts.verify,
         fuse: opts.fuse,

@@ -18,6 +18,7 @@ use petgraph::Direction;
 use crate::alias::BufferRoots;
 use crate::autodiff::autodiff;
 use crate::ctx::Ctx;
+use crate::data_parallel::shard_optimizer_state;
 use crate::error::CompileError;
 use crate::fuse::fuse_epilogues;
 use crate::ir::Edge;
@@ -51,6 +52,9 @@ pub const BUILD_STEP: Pipeline = &[
     // Train: needs each (weight-gradient -> update) pair, so after the optimizer pass; the fused
     // op replaces both, so no whole-layer gradient survives into scheduling.
     ("fuse_weight_update", fuse_weight_update),
+    // Train, data parallel: after the updates are fused (the fused ones shard their state by the
+    // rows of the [K, C] weight, the others by elements); each rank keeps 1/ranks of the state.
+    ("shard_optimizer_state", shard_optimizer_state),
     // Removes whatever earlier passes orphaned (unused forward values, targets in predict), so
     // that the consumer counts the in-place pass relies on are final.
     ("dead_code_elimination", dead_code_elimination),
@@ -290,6 +294,7 @@ pub fn fuse_weight_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError
                 let co = g.ty(ins[0]).shape[3];
                 (
                     Op::Conv(ConvOp::Conv2dBwdWeightUpdate {
+                        shards: 1,
                         geom: *geom,
                         rule,
                         chunk: co,
@@ -303,6 +308,7 @@ pub fn fuse_weight_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError
                 let m = g.ty(ins[0]).shape[1];
                 (
                     Op::Dense(DenseOp::DenseBwdWeightUpdate {
+                        shards: 1,
                         rule,
                         chunk: m,
                         bias: false,
@@ -311,7 +317,7 @@ pub fn fuse_weight_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError
                 )
             }
             Op::Optim(OptimOp::BiasGrad) => (
-                Op::Optim(OptimOp::BiasGradUpdate { rule }),
+                Op::Optim(OptimOp::BiasGradUpdate { shards: 1, rule }),
                 vec![gins[0], ins[0]],
             ),
             _ => continue,

@@ -11,5 +11,6 @@ pub mod link;
 pub mod op;
 pub mod plan;
 pub mod schedule;
+pub mod shard;
 pub mod unary;
 pub mod update;

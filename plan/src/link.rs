@@ -36,3 +36,21 @@ pub const LINKS: [Link; 3] = [
 pub fn transfer_seconds(t: &TransferTotals, link: &Link) -> f64 {
     (t.host_to_device + t.device_to_host) as f64 / link.bytes_per_s
 }
+
+/// Links between the ranks of a data-parallel step ([`crate::shard::sent_bytes`]): Ethernet and
+/// InfiniBand between nodes, NVLink between the GPUs of one node (data-sheet rates per
+/// direction).
+pub const NETWORKS: [Link; 3] = [
+    Link {
+        name: "25 Gb/s Ethernet",
+        bytes_per_s: 3.125e9,
+    },
+    Link {
+        name: "100 Gb/s InfiniBand EDR",
+        bytes_per_s: 12.5e9,
+    },
+    Link {
+        name: "NVLink 4 (H100, 450 GB/s)",
+        bytes_per_s: 450e9,
+    },
+];

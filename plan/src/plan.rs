@@ -144,6 +144,22 @@ pub struct ParamBinding {
     pub buffer: BufferId,
     pub shape: Vec<usize>,
     pub init: Init,
+    /// An optimizer state of a data-parallel plan: how it is split among the ranks. The buffer
+    /// holds this rank's rows ([`crate::shard::Layout::elems_of`] of the full `shape`, at the
+    /// start of a buffer of [`crate::shard::Layout::shard_elems`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<crate::shard::Layout>,
+}
+
+impl ParamBinding {
+    /// The shape of what the buffer holds: `shape`, or this rank's shard of it flat
+    /// (`[shard_elems]`) for a sharded optimizer state.
+    pub fn buffer_shape(&self) -> Vec<usize> {
+        match self.shard {
+            Some(l) => vec![l.shard_elems()],
+            None => self.shape.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -288,6 +304,15 @@ pub struct Plan {
     /// [`Plan::is_optimizer_update`] names (see `Backend::set_run_pass`). 1: no accumulation.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub accumulate: usize,
+    /// Data parallel ([`crate::shard`]): the number of ranks (processes) that run this same plan,
+    /// each on `batch` samples of a global batch of `ranks * batch`. Each rank holds its shard of
+    /// every optimizer state (the bindings' [`ParamBinding::shard`]); the sharded updates sum the
+    /// ranks' gradients and gather the updated weights ([`crate::op::Op::shards`]), and the runtime
+    /// sums the ranks' losses (each already weighted by 1/ranks) right after the step that
+    /// writes the loss, before the non-finite-loss check, so every rank sees the global loss and
+    /// halts at the same step. 1: one process.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub ranks: usize,
     /// The GEMMs' arithmetic on a GPU (`train { precision: tf32 }`): fp32 FMAs (the default,
     /// PyTorch's fp32 parity), or TF32 tensor cores on sm_80+ (inputs rounded to 10 mantissa
     /// bits, fp32 accumulation). The CPU backend computes in fp32 either way. Absent when fp32.

@@ -108,6 +108,23 @@ pub trait Backend {
         None
     }
 
+    /// The group of processes a data-parallel plan runs with ([`Plan::ranks`]): this process is
+    /// `c.rank()` of `c.world()`. Only the CPU backend runs sharded updates; the others refuse.
+    fn set_collective(
+        &mut self,
+        c: std::sync::Arc<dyn crate::comm::Collective>,
+    ) -> Result<(), RuntimeError> {
+        let _ = c;
+        Err(RuntimeError::Unsupported(
+            "data-parallel training runs on the CPU backend (MPI) only for now: the NCCL path of the CUDA backend is not built yet; pass --device cpu".into(),
+        ))
+    }
+
+    /// The group set by [`Backend::set_collective`] (`None`: this process alone).
+    fn collective(&self) -> Option<&dyn crate::comm::Collective> {
+        None
+    }
+
     /// Replay each run's launches as CUDA graphs captured once (`dmc run --cuda-graph`): the
     /// same kernels in the same order, so the same results, with one graph launch instead of a
     /// launch per kernel. Only the CUDA backend has it; the others refuse.
@@ -188,5 +205,16 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
 
     fn set_cuda_graph(&mut self, on: bool) -> Result<(), RuntimeError> {
         (**self).set_cuda_graph(on)
+    }
+
+    fn set_collective(
+        &mut self,
+        c: std::sync::Arc<dyn crate::comm::Collective>,
+    ) -> Result<(), RuntimeError> {
+        (**self).set_collective(c)
+    }
+
+    fn collective(&self) -> Option<&dyn crate::comm::Collective> {
+        (**self).collective()
     }
 }

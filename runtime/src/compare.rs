@@ -24,7 +24,7 @@ pub fn random_args_on(k: &Kernel, rng: &mut ChaCha8Rng, grid: Option<f32>) -> Ve
         Op::Optim(OptimOp::Update { rule, .. })
         | Op::Conv(ConvOp::Conv2dBwdWeightUpdate { rule, .. })
         | Op::Dense(DenseOp::DenseBwdWeightUpdate { rule, .. })
-        | Op::Optim(OptimOp::BiasGradUpdate { rule }) => Some(rule),
+        | Op::Optim(OptimOp::BiasGradUpdate { rule, .. }) => Some(rule),
         _ => None,
     };
     let nonneg_states = match &k.op {

@@ -53,6 +53,10 @@ pub enum RuntimeError {
     /// An option this backend does not have (`--profile` on the CPU, say).
     #[error("{0}")]
     Unsupported(String),
+    /// Collective communication between the ranks of a data-parallel run ([`crate::comm`]):
+    /// MPI missing or failing, mismatched calls.
+    #[error("{0}")]
+    Comm(String),
     #[error(transparent)]
     Cuda(#[from] CudaError),
     #[error(transparent)]

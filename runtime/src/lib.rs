@@ -4,6 +4,7 @@
 pub mod alloc;
 pub(crate) mod arena;
 pub mod backend;
+pub mod comm;
 pub mod compare;
 pub mod cpu;
 pub mod cuda;

@@ -144,7 +144,7 @@ pub(crate) fn validate(plan: &Plan) -> Result<(), RuntimeError> {
     for p in plan.params.iter().chain(&plan.opt_state) {
         fits(
             p.buffer,
-            &p.shape,
+            &p.buffer_shape(),
             DType::F32,
             &format!("parameter `{}`", p.name),
         )?;

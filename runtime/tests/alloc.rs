@@ -128,6 +128,7 @@ fn counts_current_and_peak() {
         placement_strategy: "trivial".into(),
         clip_norm: None,
         accumulate: 1,
+        ranks: 1,
         precision: Default::default(),
     };
     let arena = plan.arena_bytes as usize;

@@ -13,13 +13,16 @@
 //!   `dmc_runtime::io::checkpoint`) is complete on its own and written before the weights file, so
 //!   `--resume` reads only it and a run killed between the two writes still resumes exactly;
 //! * with `--save-best` the weights file holds the weights of the best validation loss so far: it
-//!   is written after an epoch's validation improves on it, and not at the end.
+//!   is written after an epoch's validation improves on it, and not at the end;
+//! * data parallel: rank 0 alone writes, the optimizer state gathered to it whole, and every
+//!   decision about a file is rank 0's, so that every rank takes part in the same gathers.
 
 use std::path::{Path, PathBuf};
 
 use dmc_runtime::io::{self, TrainState};
 use dmc_runtime::Backend;
 
+use crate::commands::train::data_parallel::{rank0, writes};
 use crate::report::CliError;
 
 /// What to save, and when: from `--save`, `--save-every`, `--save-best` and `--resume`.
@@ -152,7 +155,7 @@ impl SavePolicy {
             );
         }
         if let Some(s) = &self.state {
-            if unsaved || !s.exists() {
+            if unsaved || rank0(be, !s.exists())? {
                 save_state(be, s, &self.state_at(steps_done, best))?;
             }
         }
@@ -169,7 +172,7 @@ impl SavePolicy {
                 )),
             });
         }
-        if unsaved || !path.exists() {
+        if unsaved || rank0(be, !path.exists())? {
             save(be, path)?;
         }
         Ok(Saved::Written(path.to_path_buf()))
@@ -186,6 +189,10 @@ fn untouched(path: &Path) -> &'static str {
 
 /// Writes the backend's parameters (refused if any is not finite).
 pub fn save(be: &dyn Backend, path: &Path) -> Result<(), CliError> {
+    // data parallel: every rank holds the same weights, rank 0 writes them
+    if !writes(be) {
+        return Ok(());
+    }
     let params = be.params()?;
     let tensors: Vec<(String, Vec<usize>, &[f32])> = params
         .iter()
@@ -198,8 +205,12 @@ pub fn save(be: &dyn Backend, path: &Path) -> Result<(), CliError> {
 /// Writes the training state: parameters, optimizer state and `state` (refused if any value is
 /// not finite).
 fn save_state(be: &dyn Backend, path: &Path, state: &TrainState) -> Result<(), CliError> {
-    let params = be.params()?;
+    // data parallel: the state is gathered to rank 0 (every rank takes part), which writes it
     let opt = be.opt_states()?;
+    if !writes(be) {
+        return Ok(());
+    }
+    let params = be.params()?;
     let p: Vec<(String, Vec<usize>, &[f32])> = params
         .iter()
         .map(|(n, s, d)| (n.clone(), s.clone(), d.as_ref()))

@@ -152,29 +152,34 @@ pub fn run(args: Args) -> Result<(), CliError> {
         // The performance model's line (registers estimated: NVRTC's are `dmc compile --perf`'s);
         // not for huge programs, whose kernels take seconds to render.
         if plan.steps.len() <= UNFUSED_COMPARISON_MAX_STEPS {
-            // the program's precision: TF32 tensor cores predicted as such
-            let cg = dmc_codegen::CodegenOptions {
-                gpu: gpu.name,
-                tf32: plan.precision == dmc_compiler::plan::Precision::Tf32,
-                ..Default::default()
-            };
-            let p = predict(&plan, &cg, &Default::default(), gpu)?;
-            let src =
-                ResourceSource::Estimated("per kind; `dmc compile --perf` uses NVRTC's".into());
-            println!("{}", step_line(&p, &src));
-            if plan.streams() {
-                let copies = dmc_plan::link::transfer_seconds(&plan.transfer_totals(), &gpu.link);
-                println!(
-                    "  its copies: {:.3} ms on the {}'s {} (one copy stream), beside {:.3} ms of kernels: the streamed step takes at least {:.3} ms ({} bound)",
-                    copies * 1e3,
-                    gpu.name,
-                    gpu.link.name,
-                    p.predicted_s * 1e3,
-                    copies.max(p.predicted_s) * 1e3,
-                    if copies > p.predicted_s { "copy" } else { "compute" }
-                );
-                if let Some(line) = measured_link_line(&plan) {
-                    println!("{line}");
+            if plan.ranks > 1 {
+                println!("GPU step: no prediction (a data-parallel plan's sharded updates have no CUDA kernel yet: it runs on the CPU, over MPI)");
+            } else {
+                // the program's precision: TF32 tensor cores predicted as such
+                let cg = dmc_codegen::CodegenOptions {
+                    gpu: gpu.name,
+                    tf32: plan.precision == dmc_compiler::plan::Precision::Tf32,
+                    ..Default::default()
+                };
+                let p = predict(&plan, &cg, &Default::default(), gpu)?;
+                let src =
+                    ResourceSource::Estimated("per kind; `dmc compile --perf` uses NVRTC's".into());
+                println!("{}", step_line(&p, &src));
+                if plan.streams() {
+                    let copies =
+                        dmc_plan::link::transfer_seconds(&plan.transfer_totals(), &gpu.link);
+                    println!(
+                        "  its copies: {:.3} ms on the {}'s {} (one copy stream), beside {:.3} ms of kernels: the streamed step takes at least {:.3} ms ({} bound)",
+                        copies * 1e3,
+                        gpu.name,
+                        gpu.link.name,
+                        p.predicted_s * 1e3,
+                        copies.max(p.predicted_s) * 1e3,
+                        if copies > p.predicted_s { "copy" } else { "compute" }
+                    );
+                    if let Some(line) = measured_link_line(&plan) {
+                        println!("{line}");
+                    }
                 }
             }
             let rates = super::plan_args::cpu_rates()?;

@@ -61,6 +61,12 @@ pub struct TrainStepArgs {
     /// number such as 0.01.
     #[arg(long, value_parser = parse_lr)]
     pub lr: Option<LearningRate>,
+    /// Data parallel over RANKS processes (ZeRO-1: each keeps 1/RANKS of the optimizer state and
+    /// trains on its part of every batch): `dmc plan`/`compile` plan one rank's step; `dmc run`
+    /// runs as one rank of the launcher's group (`mpirun -np N dmc run net.dm --data-parallel`;
+    /// the number may be left out there).
+    #[arg(long, value_name = "RANKS", num_args = 0..=1, default_missing_value = "0")]
+    pub data_parallel: Option<usize>,
 }
 
 impl PlanArgs {
@@ -82,6 +88,15 @@ impl PlanArgs {
                 mode_name(mode)
             )));
         }
+        let ranks = match (self.train.data_parallel, mode) {
+            (None, _) | (Some(_), Mode::Eval | Mode::Predict) => 1,
+            (Some(0), Mode::Train) => {
+                return Err(CliError::Usage(
+                    "--data-parallel needs the number of ranks here (e.g. `--data-parallel 2`); `dmc run` under mpirun takes the launcher's".into(),
+                ))
+            }
+            (Some(n), Mode::Train) => n,
+        };
         // Under a cap the fitter ranks its plans by the CPU time model at this machine's rates
         // (measured once and cached); without one nothing is ranked.
         let rates = match self.step.vram_cap {
@@ -100,6 +115,7 @@ impl PlanArgs {
             stream: !self.step.no_stream,
             offload: !self.step.no_offload,
             verify,
+            ranks,
             ..CompileOptions::default()
         })
     }
@@ -111,6 +127,7 @@ impl PlanArgs {
         PlanArgs {
             train: TrainStepArgs {
                 lr: None,
+                data_parallel: None,
                 ..self.train.clone()
             },
             ..self.clone()

@@ -31,6 +31,7 @@ fn sgd_momentum() -> UpdateRule {
 /// 64x64, in chunks of `chunk` output channels.
 fn update_work(chunk: usize) -> CpuWork {
     let op = ConvOp::Conv2dBwdWeightUpdate {
+        shards: 1,
         geom: ConvGeom::square(3, 1, 1),
         rule: sgd_momentum(),
         chunk,
@@ -521,6 +522,7 @@ fn a_small_update_block_runs_serially_and_costs_its_rows_lines() {
     assert_eq!(streamed, 2 * 2 * strided_bytes(big, 64, 256));
 
     let op = |chunk| dmc_plan::op::DenseOp::DenseBwdWeightUpdate {
+        shards: 1,
         rule: sgd_momentum(),
         chunk,
         bias: false,

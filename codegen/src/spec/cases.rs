@@ -64,7 +64,7 @@ pub(crate) fn fused(op: Op, ins: Vec<Vec<usize>>, upd: Vec<usize>) -> Case {
     let ns = match &op {
         Op::Conv(ConvOp::Conv2dBwdWeightUpdate { rule, .. })
         | Op::Dense(DenseOp::DenseBwdWeightUpdate { rule, .. })
-        | Op::Optim(OptimOp::BiasGradUpdate { rule }) => rule.state_names().len(),
+        | Op::Optim(OptimOp::BiasGradUpdate { rule, .. }) => rule.state_names().len(),
         _ => 0,
     };
     let mut s = ins;

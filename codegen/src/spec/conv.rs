@@ -348,6 +348,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         ),
         fused(
             c(ConvOp::Conv2dBwdWeightUpdate {
+                shards: 1,
                 geom: g2,
                 rule: sgd(0.9, true),
                 chunk: 2,
@@ -359,6 +360,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         ),
         fused(
             c(ConvOp::Conv2dBwdWeightUpdate {
+                shards: 1,
                 geom: g1,
                 rule: adam(false),
                 chunk: 3,
@@ -384,6 +386,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
     for rule in [sgd(0.9, false), adam(true)] {
         v.push(fused(
             c(ConvOp::Conv2dBwdWeightUpdate {
+                shards: 1,
                 geom: g3,
                 rule,
                 chunk: 5,
@@ -448,6 +451,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
     ));
     v.push(fused_bias(
         c(ConvOp::Conv2dBwdWeightUpdate {
+            shards: 1,
             geom: g2,
             rule: sgd(0.9, true),
             chunk: 2,
@@ -460,6 +464,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
     ));
     v.push(fused_bias(
         c(ConvOp::Conv2dBwdWeightUpdate {
+            shards: 1,
             geom: g3,
             rule: adam(true),
             chunk: 5,
@@ -474,6 +479,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
     // chunks (the last partial), each chunk's sum into `db`, added in order by the reduction
     v.push(fused_bias(
         c(ConvOp::Conv2dBwdWeightUpdate {
+            shards: 1,
             geom: g3,
             rule: sgd(0.9, false),
             chunk: 6,
@@ -528,6 +534,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
     ));
     v.push(fused_bias(
         c(ConvOp::Conv2dBwdWeightUpdate {
+            shards: 1,
             geom: g3,
             rule: sgd(0.9, true),
             chunk: 4,
@@ -611,6 +618,7 @@ fn zoo_geometries() -> Vec<super::cases::Case> {
         ));
         v.push(fused_bias(
             Op::Conv(ConvOp::Conv2dBwdWeightUpdate {
+                shards: 1,
                 geom: g,
                 rule: adam(true),
                 chunk: 3,

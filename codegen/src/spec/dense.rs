@@ -154,6 +154,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         ),
         fused(
             d(DenseOp::DenseBwdWeightUpdate {
+                shards: 1,
                 rule: sgd(0.0, false),
                 chunk: 2,
                 bias: false,
@@ -163,6 +164,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         ),
         fused(
             d(DenseOp::DenseBwdWeightUpdate {
+                shards: 1,
                 rule: adam(true),
                 chunk: 1,
                 bias: false,
@@ -178,6 +180,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         ),
         fused_bias(
             d(DenseOp::DenseBwdWeightUpdate {
+                shards: 1,
                 rule: sgd(0.9, false),
                 chunk: 4,
                 bias: true,
@@ -189,6 +192,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         // `clip_value` in a fused weight update
         fused(
             d(DenseOp::DenseBwdWeightUpdate {
+                shards: 1,
                 rule: sgd(0.9, false).with_clip_value(Some(0.5)),
                 chunk: 2,
                 bias: false,
@@ -219,6 +223,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         ),
         fused_bias(
             d(DenseOp::DenseBwdWeightUpdate {
+                shards: 1,
                 rule: sgd(0.9, false),
                 chunk: 2,
                 bias: true,
@@ -229,6 +234,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         ),
         fused_bias(
             d(DenseOp::DenseBwdWeightUpdate {
+                shards: 1,
                 rule: adam(false),
                 chunk: 1,
                 bias: true,
@@ -263,6 +269,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         ),
         fused_bias(
             d(DenseOp::DenseBwdWeightUpdate {
+                shards: 1,
                 rule: rmsprop(0.9),
                 chunk: 2,
                 bias: true,
@@ -273,6 +280,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         ),
         fused_bias(
             d(DenseOp::DenseBwdWeightUpdate {
+                shards: 1,
                 rule: lion(),
                 chunk: 1,
                 bias: true,

@@ -30,6 +30,12 @@ pub(crate) fn spec(
     opts: &CodegenOptions,
 ) -> Result<Option<Spec>, CodegenError> {
     let s = &Site { k, mode, opts };
+    if k.op.shards() > 1 {
+        return Err(CodegenError::Shape {
+            kernel: k.name.clone(),
+            message: "a data-parallel (sharded) optimizer update has no CUDA kernel yet: data-parallel plans run on the CPU backend (`--device cpu`)".into(),
+        });
+    }
     let spec = match &k.op {
         Op::Input { .. }
         | Op::Param { .. }

@@ -154,12 +154,14 @@ pub(crate) fn bias_grad(s: &Site, rule: Option<&UpdateRule>) -> Result<Spec, Cod
 /// The kernel of one op of the optimizer family.
 pub(crate) fn spec(s: &Site, op: &OptimOp) -> Result<Spec, CodegenError> {
     match op {
-        OptimOp::Update { rule, zero_grad } => update(s, rule, *zero_grad),
+        OptimOp::Update {
+            rule, zero_grad, ..
+        } => update(s, rule, *zero_grad),
         OptimOp::GradAccum { scale } => grad_accum(s, *scale),
         OptimOp::GradSqNorm { first } => grad_sq_norm(s, *first),
         OptimOp::GradNormStore => grad_norm_store(s),
         OptimOp::BiasGrad => bias_grad(s, None),
-        OptimOp::BiasGradUpdate { rule } => bias_grad(s, Some(rule)),
+        OptimOp::BiasGradUpdate { rule, .. } => bias_grad(s, Some(rule)),
     }
 }
 
@@ -205,6 +207,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         (o(OptimOp::BiasGrad), vec![vec![34, 1000, 40], vec![40]]),
         fused(
             o(OptimOp::BiasGradUpdate {
+                shards: 1,
                 rule: sgd(0.9, false),
             }),
             vec![vec![17000, 3]],
@@ -212,6 +215,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         ),
         (
             o(OptimOp::Update {
+                shards: 1,
                 rule: sgd_plain,
                 zero_grad: false,
             }),
@@ -219,6 +223,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         ),
         (
             o(OptimOp::Update {
+                shards: 1,
                 rule: sgd_nesterov,
                 zero_grad: false,
             }),
@@ -226,6 +231,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         ),
         (
             o(OptimOp::Update {
+                shards: 1,
                 rule: adam(true),
                 zero_grad: false,
             }),
@@ -233,6 +239,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         ),
         (
             o(OptimOp::Update {
+                shards: 1,
                 rule: adam_l2,
                 zero_grad: false,
             }),
@@ -240,18 +247,23 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         ),
         fused(
             o(OptimOp::BiasGradUpdate {
+                shards: 1,
                 rule: sgd(0.9, false),
             }),
             vec![vec![2, 3, 4, 5]],
             vec![5],
         ),
         fused(
-            o(OptimOp::BiasGradUpdate { rule: adam(false) }),
+            o(OptimOp::BiasGradUpdate {
+                shards: 1,
+                rule: adam(false),
+            }),
             vec![vec![2, 3, 4, 5]],
             vec![5],
         ),
         (
             o(OptimOp::Update {
+                shards: 1,
                 rule: rmsprop(0.0),
                 zero_grad: false,
             }),
@@ -259,6 +271,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         ),
         (
             o(OptimOp::Update {
+                shards: 1,
                 rule: rmsprop(0.9),
                 zero_grad: false,
             }),
@@ -266,18 +279,25 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         ),
         (
             o(OptimOp::Update {
+                shards: 1,
                 rule: lion(),
                 zero_grad: false,
             }),
             vec![vec![50]; 3],
         ),
         fused(
-            o(OptimOp::BiasGradUpdate { rule: rmsprop(0.9) }),
+            o(OptimOp::BiasGradUpdate {
+                shards: 1,
+                rule: rmsprop(0.9),
+            }),
             vec![vec![2, 3, 4, 5]],
             vec![5],
         ),
         fused(
-            o(OptimOp::BiasGradUpdate { rule: lion() }),
+            o(OptimOp::BiasGradUpdate {
+                shards: 1,
+                rule: lion(),
+            }),
             vec![vec![2, 3, 4, 5]],
             vec![5],
         ),
@@ -288,6 +308,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         ),
         (
             o(OptimOp::Update {
+                shards: 1,
                 rule: adam(false),
                 zero_grad: true,
             }),
@@ -306,6 +327,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         (o(OptimOp::GradNormStore), vec![vec![1], vec![1]]),
         (
             o(OptimOp::Update {
+                shards: 1,
                 rule: sgd_nesterov.with_clip_norm(Some(1.5)),
                 zero_grad: true,
             }),
@@ -314,6 +336,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         // `clip_value`: the gradient clamped first, in the update itself and in a fused one
         (
             o(OptimOp::Update {
+                shards: 1,
                 rule: sgd_nesterov.with_clip_value(Some(0.25)),
                 zero_grad: false,
             }),
@@ -321,6 +344,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         ),
         fused(
             o(OptimOp::BiasGradUpdate {
+                shards: 1,
                 rule: adam(false).with_clip_value(Some(0.5)),
             }),
             vec![vec![2, 3, 4, 5]],

@@ -215,6 +215,24 @@ pub fn render_verdict(r: &MemoryReport, cap: Option<u64>) -> String {
             human(a.plain_bytes)
         );
     }
+    if let Some(d) = &r.data_parallel {
+        let _ = writeln!(
+            s,
+            "  data parallel: {} ranks, each on {} of every batch of {} and holding {} of the {} optimizer state (1/{}); each rank sends {} a step ({})",
+            d.ranks,
+            d.batch,
+            d.batch * d.ranks,
+            human(d.state_bytes_per_rank),
+            human(d.state_bytes_whole),
+            d.ranks,
+            human(d.sent_bytes_per_rank),
+            d.link_seconds
+                .iter()
+                .map(|(l, t)| format!("{:.2} ms on {l}", t * 1e3))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     let t = &r.traffic;
     let _ = write!(
         s,

@@ -277,6 +277,7 @@ fn backward_and_update_ops() {
         vec![f(&[2, 3])]
     );
     let sgd = Op::Optim(OptimOp::Update {
+        shards: 1,
         rule: UpdateRule::Sgd {
             lr: 0.1,
             momentum: 0.9,
@@ -293,6 +294,7 @@ fn backward_and_update_ops() {
     );
     assert!(infer_outputs(&sgd, &[w.clone(), w.clone()], None).is_err());
     let plain = Op::Optim(OptimOp::Update {
+        shards: 1,
         rule: UpdateRule::Sgd {
             lr: 0.1,
             momentum: 0.0,
@@ -308,6 +310,7 @@ fn backward_and_update_ops() {
         vec![w.clone()]
     );
     let adam = Op::Optim(OptimOp::Update {
+        shards: 1,
         rule: UpdateRule::Adam {
             lr: 0.1,
             beta1: 0.9,

@@ -114,7 +114,7 @@ fn lr_override_reaches_the_update_kernels() {
             }) => Some(*lr),
             Op::Conv(ConvOp::Conv2dBwdWeightUpdate { rule, .. })
             | Op::Dense(DenseOp::DenseBwdWeightUpdate { rule, .. })
-            | Op::Optim(OptimOp::BiasGradUpdate { rule }) => Some(rule.lr()),
+            | Op::Optim(OptimOp::BiasGradUpdate { rule, .. }) => Some(rule.lr()),
             _ => None,
         })
         .collect();

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::epilogue::{Epilogue, EpilogueSide};
 use super::facts::{p, ConvGeom, DType, OpFacts, ParamKind, Role, ShapeError, TensorType};
 use super::optim::bias_chunks;
-use super::shape::{err, numel, rank, states_like};
+use super::shape::{err, numel, rank, states_sharded};
 use super::split::split_partials_elems;
 use crate::update::UpdateRule;
 
@@ -57,6 +57,13 @@ pub enum ConvOp {
         bias: bool,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         keep_old: bool,
+        /// Data parallel: as [`super::DenseOp::DenseBwdWeightUpdate`]'s `shards` (w seen as
+        /// `[K, Co]`; the `comm` workspace comes last).
+        #[serde(
+            default = "crate::shard::one",
+            skip_serializing_if = "crate::shard::is_one"
+        )]
+        shards: usize,
     },
     /// The transposed convolution (PyTorch's `ConvTranspose2d`): x\[N,H,W,Ci\], w\[kh,kw,Co/groups,Ci\],
     /// (b\[Co\] if bias) -> y\[N,Ho,Wo,Co\] = conv^T(x, w) + b: the data gradient of the convolution
@@ -198,7 +205,11 @@ impl ConvOp {
                 _ => vec![0],
             },
             ConvOp::Conv2dBwdWeightUpdate {
-                geom, chunk, bias, ..
+                geom,
+                chunk,
+                bias,
+                shards,
+                ..
             } => {
                 let mut v = match (s.first(), s.get(1)) {
                     (Some(x), Some(dy)) if x.len() == 4 && dy.len() == 4 => {
@@ -224,6 +235,14 @@ impl ConvOp {
                         _ => 1,
                     };
                     v.push(chunks * s.get(1).and_then(|dy| dy.get(3)).copied().unwrap_or(0));
+                }
+                if *shards > 1 {
+                    let k = s
+                        .first()
+                        .filter(|x| x.len() == 4)
+                        .map_or(0, |x| k_per_group(geom, x));
+                    let co = s.get(1).and_then(|dy| dy.get(3)).copied().unwrap_or(0);
+                    v.push(super::dense::comm_elems(k, *chunk, *bias, co, *shards));
                 }
                 v
             }
@@ -274,6 +293,7 @@ impl OpFacts for ConvOp {
                 rule,
                 bias,
                 keep_old,
+                shards,
                 ..
             } => {
                 let mut v = vec![p("x", In, F32), p("dy", In, F32), p("w", InOut, F32)];
@@ -289,6 +309,9 @@ impl OpFacts for ConvOp {
                 v.push(p("cols", Workspace, F32));
                 if *bias {
                     v.push(p("db", Workspace, F32));
+                }
+                if *shards > 1 {
+                    v.push(p("comm", Workspace, F32));
                 }
                 v
             }
@@ -451,6 +474,7 @@ impl OpFacts for ConvOp {
                 bias,
                 rule,
                 keep_old,
+                shards,
             } => {
                 let (x, dy, w) = (&inputs[0], &inputs[1], &inputs[2]);
                 if !consistent(geom, x, dy)?
@@ -462,13 +486,13 @@ impl OpFacts for ConvOp {
                     return err(format!("chunk {chunk} outside 1..={}", dy.shape[3]));
                 }
                 let ns = rule.state_names().len();
-                states_like(w, &inputs[..3 + ns], 3)?;
+                states_sharded(w, inputs, 3, ns, *shards, dy.shape[3])?;
                 if *bias {
                     let b = &inputs[3 + ns];
                     if b.shape != [dy.shape[3]] {
                         return err(format!("bias {b} must be [{}]", dy.shape[3]));
                     }
-                    states_like(b, inputs, 4 + ns)?;
+                    states_sharded(b, inputs, 4 + ns, ns, *shards, 1)?;
                 }
                 let mut outs = inputs[2..].to_vec();
                 if *keep_old {

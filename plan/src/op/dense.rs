@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::epilogue::{Epilogue, EpilogueSide};
 use super::facts::{p, DType, OpFacts, ParamKind, Role, ShapeError, TensorType};
-use super::shape::{err, numel, rank, states_like};
+use super::shape::{err, numel, rank, states_sharded};
 use crate::update::UpdateRule;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -30,12 +30,34 @@ pub enum DenseOp {
     /// With `bias` (fused in by `fuse_epilogues`): b\[M\] (InOut) and its state (InOut,
     /// [`UpdateRule::bias_state_names`]) follow the weight's state, and a second workspace `db`
     /// \[M\] receives db = sum of dy over the batch before b's update.
+    /// With `shards` > 1 (data parallel, [`crate::shard`]): the weight's state inputs are this
+    /// rank's rows of w `[K, M]`, the bias' its elements of b; each block's gradient is summed
+    /// over the ranks on this rank's rows (the peers' parts received into the last workspace,
+    /// `comm`), those rows updated, and every rank's updated rows gathered into w at the end (db
+    /// and b alike).
     DenseBwdWeightUpdate {
         rule: UpdateRule,
         chunk: usize,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         bias: bool,
+        #[serde(
+            default = "crate::shard::one",
+            skip_serializing_if = "crate::shard::is_one"
+        )]
+        shards: usize,
     },
+}
+
+/// Elements of a sharded fused update's `comm` workspace (a weight-gradient + update of `shards`
+/// ranks, [`crate::shard`]): the peers' parts of this rank's rows of a `[k, chunk]` gradient block
+/// and, with a bias of `m` columns, of its elements of db.
+pub fn comm_elems(k: usize, chunk: usize, bias: bool, m: usize, shards: usize) -> usize {
+    let w = crate::shard::max_rows(k, shards) * chunk;
+    if bias {
+        w.max(crate::shard::max_rows(m, shards))
+    } else {
+        w
+    }
 }
 
 impl DenseOp {
@@ -66,7 +88,9 @@ impl OpFacts for DenseOp {
                 v
             }
             DenseOp::DenseBwdWeight => vec![p("x", In, F32), p("dy", In, F32), p("dw", Out, F32)],
-            DenseOp::DenseBwdWeightUpdate { rule, bias, .. } => {
+            DenseOp::DenseBwdWeightUpdate {
+                rule, bias, shards, ..
+            } => {
                 let mut v = vec![p("x", In, F32), p("dy", In, F32), p("w", InOut, F32)];
                 v.extend(rule.state_names().iter().map(|s| p(s, InOut, F32)));
                 if *bias {
@@ -76,6 +100,9 @@ impl OpFacts for DenseOp {
                 v.push(p("gw", Workspace, F32));
                 if *bias {
                     v.push(p("db", Workspace, F32));
+                }
+                if *shards > 1 {
+                    v.push(p("comm", Workspace, F32));
                 }
                 v
             }
@@ -108,10 +135,20 @@ impl OpFacts for DenseOp {
             DenseOp::Dense { .. } | DenseOp::DenseBwdData { .. } | DenseOp::DenseBwdWeight => {
                 vec![]
             }
-            DenseOp::DenseBwdWeightUpdate { chunk, bias, .. } => {
-                let mut v = vec![s.get(2).and_then(|w| w.first()).copied().unwrap_or(0) * chunk];
+            DenseOp::DenseBwdWeightUpdate {
+                chunk,
+                bias,
+                shards,
+                ..
+            } => {
+                let k = s.get(2).and_then(|w| w.first()).copied().unwrap_or(0);
+                let m = s.get(1).and_then(|dy| dy.get(1)).copied().unwrap_or(0);
+                let mut v = vec![k * chunk];
                 if *bias {
-                    v.push(s.get(1).and_then(|dy| dy.get(1)).copied().unwrap_or(0));
+                    v.push(m);
+                }
+                if *shards > 1 {
+                    v.push(comm_elems(k, *chunk, *bias, m, *shards));
                 }
                 v
             }
@@ -159,7 +196,12 @@ impl OpFacts for DenseOp {
                 }
                 Ok(vec![f(vec![x.shape[1], dy.shape[1]])])
             }
-            DenseOp::DenseBwdWeightUpdate { chunk, bias, rule } => {
+            DenseOp::DenseBwdWeightUpdate {
+                chunk,
+                bias,
+                rule,
+                shards,
+            } => {
                 let (x, dy, w) = (&inputs[0], &inputs[1], &inputs[2]);
                 rank(x, 2, "x")?;
                 rank(dy, 2, "dy")?;
@@ -170,13 +212,13 @@ impl OpFacts for DenseOp {
                     return err(format!("chunk {chunk} outside 1..={}", dy.shape[1]));
                 }
                 let ns = rule.state_names().len();
-                states_like(w, &inputs[..3 + ns], 3)?;
+                states_sharded(w, inputs, 3, ns, *shards, dy.shape[1])?;
                 if *bias {
                     let b = &inputs[3 + ns];
                     if b.shape != [dy.shape[1]] {
                         return err(format!("bias {b} must be [{}]", dy.shape[1]));
                     }
-                    states_like(b, inputs, 4 + ns)?;
+                    states_sharded(b, inputs, 4 + ns, ns, *shards, 1)?;
                 }
                 Ok(inputs[2..].to_vec())
             }
@@ -260,7 +302,9 @@ impl OpFacts for DenseOp {
                 w.gemms.push(gemm(k, m, n, 1, false));
                 w.loops = 1;
             }
-            DenseOp::DenseBwdWeightUpdate { rule, chunk, bias } => {
+            DenseOp::DenseBwdWeightUpdate {
+                rule, chunk, bias, ..
+            } => {
                 let (x, dy) = (ins.first(), ins.get(1));
                 let (k, m) = (last(x), last(dy));
                 let n = el(x) / k.max(1);

@@ -99,6 +99,17 @@ impl UpdateRule {
     }
 }
 impl Op {
+    /// The ranks among which this op's optimizer state is sharded (data parallel,
+    /// [`crate::shard`]); 1 for every op that is not a sharded update.
+    pub fn shards(&self) -> usize {
+        match self {
+            Op::Optim(OptimOp::Update { shards, .. } | OptimOp::BiasGradUpdate { shards, .. })
+            | Op::Dense(DenseOp::DenseBwdWeightUpdate { shards, .. })
+            | Op::Conv(ConvOp::Conv2dBwdWeightUpdate { shards, .. }) => *shards,
+            _ => 1,
+        }
+    }
+
     /// The family facts of a kernel op; `None` for leaves and `Reshape`, which have no kernel.
     pub fn facts(&self) -> Option<&dyn OpFacts> {
         match self {

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::facts::{p, DType, OpFacts, ParamKind, Role, ShapeError, TensorType};
-use super::shape::{err, numel, states_like};
+use super::shape::{err, numel, states_like, states_sharded};
 use crate::update::UpdateRule;
 
 /// Rows of one partial sum of a bias gradient (a column sum of dy over its rows). Every backend
@@ -32,10 +32,20 @@ pub enum OptimOp {
     /// `zero_grad` (gradient accumulation, `train { accumulate: N }`): `g` is the accumulated
     /// gradient buffer, which the update reads and then sets to 0 (`opt.zero_grad()`), so the next
     /// optimizer step's first micro-batch adds to zeros; `g` is then `InOut`, its output after w'.
+    ///
+    /// `shards` > 1 (data parallel, [`crate::shard`]): the state inputs are this rank's shards of
+    /// `w` seen as `[numel, 1]`; the step sums the ranks' gradients of this rank's elements into
+    /// the workspace `gs` (its first half; the second receives the peers' parts), updates them,
+    /// and gathers every rank's updated elements into `w`.
     Update {
         rule: UpdateRule,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         zero_grad: bool,
+        #[serde(
+            default = "crate::shard::one",
+            skip_serializing_if = "crate::shard::is_one"
+        )]
+        shards: usize,
     },
     /// Gradient accumulation over micro-batches: acc (InOut, a persistent `GradAccum` buffer), g
     /// -> acc' = acc + scale * g (scale = 1/N: the mean of the N micro-batch gradients, PyTorch's
@@ -55,8 +65,16 @@ pub enum OptimOp {
     /// dy\[.., C\] -> db\[C\] = sum over every leading axis (in chunks of [`BIAS_CHUNK_ROWS`] rows)
     BiasGrad,
     /// dy\[.., C\], b\[C\] (InOut), state.. (InOut) -> b', state'..; db (workspace \[C\]) = sum dy, then
-    /// the update.
-    BiasGradUpdate { rule: UpdateRule },
+    /// the update. With `shards` > 1 as [`OptimOp::Update`] (the bias seen as `[C, 1]`; the
+    /// workspace `comm` receives the peers' parts of db).
+    BiasGradUpdate {
+        rule: UpdateRule,
+        #[serde(
+            default = "crate::shard::one",
+            skip_serializing_if = "crate::shard::is_one"
+        )]
+        shards: usize,
+    },
 }
 
 impl OpFacts for OptimOp {
@@ -64,12 +82,19 @@ impl OpFacts for OptimOp {
         use DType::*;
         use Role::*;
         match self {
-            OptimOp::Update { rule, zero_grad } => {
+            OptimOp::Update {
+                rule,
+                zero_grad,
+                shards,
+            } => {
                 let g = if *zero_grad { InOut } else { In };
                 let mut v = vec![p("w", InOut, F32), p("g", g, F32)];
                 v.extend(rule.state_names().iter().map(|s| p(s, InOut, F32)));
                 if rule.clip_norm().is_some() {
                     v.push(p("norm_sq", In, F32));
+                }
+                if *shards > 1 {
+                    v.push(p("gs", Workspace, F32));
                 }
                 v
             }
@@ -78,10 +103,13 @@ impl OpFacts for OptimOp {
             OptimOp::GradSqNorm { first: true } => vec![p("g", In, F32), p("s", Out, F32)],
             OptimOp::GradSqNorm { first: false } => vec![p("g", In, F32), p("s", InOut, F32)],
             OptimOp::GradNormStore => vec![p("sum", InOut, F32), p("held", InOut, F32)],
-            OptimOp::BiasGradUpdate { rule } => {
+            OptimOp::BiasGradUpdate { rule, shards } => {
                 let mut v = vec![p("dy", In, F32), p("b", InOut, F32)];
                 v.extend(rule.state_names().iter().map(|s| p(s, InOut, F32)));
                 v.push(p("db", Workspace, F32));
+                if *shards > 1 {
+                    v.push(p("comm", Workspace, F32));
+                }
                 v
             }
         }
@@ -103,19 +131,21 @@ impl OpFacts for OptimOp {
             OptimOp::Update {
                 rule,
                 zero_grad: false,
+                ..
             } => (0..=rule.state_names().len())
                 .map(|o| (o, if o == 0 { 0 } else { o + 1 }))
                 .collect(),
             OptimOp::Update {
                 rule,
                 zero_grad: true,
+                ..
             } => (0..rule.state_names().len() + 2).map(|o| (o, o)).collect(),
             OptimOp::BiasGrad => vec![],
             OptimOp::GradAccum { .. } => vec![(0, 0)],
             OptimOp::GradSqNorm { first: true } => vec![],
             OptimOp::GradSqNorm { first: false } => vec![(0, 1)],
             OptimOp::GradNormStore => vec![(0, 0), (1, 1)],
-            OptimOp::BiasGradUpdate { rule } => {
+            OptimOp::BiasGradUpdate { rule, .. } => {
                 (0..=rule.state_names().len()).map(|o| (o, o + 1)).collect()
             }
         }
@@ -123,13 +153,22 @@ impl OpFacts for OptimOp {
 
     fn workspace_elems(&self, s: &[Vec<usize>]) -> Vec<usize> {
         match self {
+            OptimOp::Update { shards, .. } if *shards > 1 => {
+                let w = s.first().map_or(&[][..], |w| &w[..]);
+                vec![2 * crate::shard::Layout::of(w, 1, *shards).shard_elems()]
+            }
             OptimOp::Update { .. }
             | OptimOp::BiasGrad
             | OptimOp::GradAccum { .. }
             | OptimOp::GradSqNorm { .. }
             | OptimOp::GradNormStore => vec![],
-            OptimOp::BiasGradUpdate { .. } => {
-                vec![s.get(1).map(|b| b.iter().product()).unwrap_or(0)]
+            OptimOp::BiasGradUpdate { shards, .. } => {
+                let c = s.get(1).map(|b| b.iter().product()).unwrap_or(0);
+                let mut v = vec![c];
+                if *shards > 1 {
+                    v.push(crate::shard::max_rows(c, *shards));
+                }
+                v
             }
         }
     }
@@ -140,16 +179,20 @@ impl OpFacts for OptimOp {
         _hint: Option<&TensorType>,
     ) -> Result<Vec<TensorType>, ShapeError> {
         match self {
-            OptimOp::Update { rule, .. } => {
-                let n = if rule.clip_norm().is_some() {
-                    if inputs.last() != Some(&TensorType::f32(vec![1])) {
-                        return err("the squared gradient norm must be f32[1]");
-                    }
-                    inputs.len() - 1
-                } else {
-                    inputs.len()
-                };
-                states_like(&inputs[0], &inputs[..n], 1)?;
+            OptimOp::Update {
+                rule,
+                shards,
+                zero_grad,
+            } => {
+                if rule.clip_norm().is_some() && inputs.last() != Some(&TensorType::f32(vec![1])) {
+                    return err("the squared gradient norm must be f32[1]");
+                }
+                if *shards > 1 && (*zero_grad || rule.clip_norm().is_some()) {
+                    return err("a sharded update reads the step's own gradient (no held gradient, no clip_norm)");
+                }
+                states_like(&inputs[0], &inputs[..2], 1)?;
+                let ns = rule.state_names().len();
+                states_sharded(&inputs[0], inputs, 2, ns, *shards, 1)?;
                 Ok(self
                     .aliased_outputs()
                     .iter()
@@ -178,12 +221,12 @@ impl OpFacts for OptimOp {
                 Some(c) => Ok(vec![TensorType::f32(vec![*c])]),
                 None => err("dy must have rank >= 1"),
             },
-            OptimOp::BiasGradUpdate { .. } => {
+            OptimOp::BiasGradUpdate { rule, shards } => {
                 let (dy, b) = (&inputs[0], &inputs[1]);
                 if dy.shape.last().map(|c| vec![*c]) != Some(b.shape.clone()) {
                     return err(format!("dy {dy} and bias {b} inconsistent"));
                 }
-                states_like(b, inputs, 2)?;
+                states_sharded(b, inputs, 2, rule.state_names().len(), *shards, 1)?;
                 Ok(inputs[1..].to_vec())
             }
         }

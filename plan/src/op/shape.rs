@@ -34,6 +34,31 @@ pub(crate) fn states_like(
     Ok(())
 }
 
+/// The `count` optimizer-state inputs from `first` on of the parameter `w`, updated by `shards`
+/// ranks ([`crate::shard`]): `w`'s shape with one rank, else each rank's flat shard of `w` seen as
+/// `[numel / cols, cols]`.
+pub(crate) fn states_sharded(
+    w: &TensorType,
+    inputs: &[TensorType],
+    first: usize,
+    count: usize,
+    shards: usize,
+    cols: usize,
+) -> Result<(), ShapeError> {
+    if shards <= 1 {
+        return states_like(w, &inputs[..first + count], first);
+    }
+    let want = crate::shard::Layout::of(&w.shape, cols, shards).shard_elems();
+    for (i, t) in inputs.iter().enumerate().skip(first).take(count) {
+        if t.shape != [want] || t.dtype != w.dtype {
+            return err(format!(
+                "state {i} of {w} updated by {shards} ranks must be its shard f32[{want}], not {t}"
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn need_hint<'a>(
     hint: Option<&'a TensorType>,
     kind_name: &str,

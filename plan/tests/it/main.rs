@@ -4,4 +4,5 @@
 mod epilogue;
 mod facts;
 mod lr_schedule;
+mod shard;
 mod unary_exp;

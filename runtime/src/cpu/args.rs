@@ -17,6 +17,8 @@ pub(super) struct Ctx {
     pub(super) seed: u64,
     pub(super) lr: f32,
     pub(super) mode: Mode,
+    /// The ranks a data-parallel plan's sharded updates run with (`None`: this process alone).
+    pub(super) comm: Option<std::sync::Arc<dyn crate::comm::Collective>>,
 }
 
 impl Ctx {

@@ -13,12 +13,14 @@ use super::args::{Args, Ctx};
 use super::executor::exec;
 use crate::arena::Arena;
 use crate::backend::{Backend, InputData, Params};
+use crate::comm::Collective;
 use crate::error::RuntimeError;
 use crate::init::{init_values, name_seed};
 use crate::poison::poison_lists;
 use crate::profile::{KernelProfile, ProfileAccumulator};
 use crate::stream::WindowCheck;
 use crate::validate::validate;
+use std::sync::Arc;
 
 /// The CPU backend for one plan.
 pub struct CpuBackend {
@@ -41,6 +43,8 @@ pub struct CpuBackend {
     opt_state: HashMap<String, usize>,
     /// Wall time of every step's kernel when runs are profiled (`set_profile`).
     profiler: Option<ProfileAccumulator>,
+    /// The ranks a data-parallel plan runs with (`set_collective`; `None`: this process alone).
+    comm: Option<Arc<dyn Collective>>,
 }
 
 fn numel(shape: &[usize]) -> usize {
@@ -82,6 +86,7 @@ impl CpuBackend {
             params,
             opt_state,
             profiler: None,
+            comm: None,
         })
     }
 
@@ -175,7 +180,7 @@ impl CpuBackend {
         for i in 0..self.plan.opt_state.len() {
             let (buffer, n) = (
                 self.plan.opt_state[i].buffer,
-                numel(&self.plan.opt_state[i].shape),
+                numel(&self.plan.opt_state[i].buffer_shape()),
             );
             self.bytes_mut(buffer, n * 4).fill(0);
         }
@@ -219,20 +224,20 @@ impl CpuBackend {
         self.write_f32(name, buffer, n, data)
     }
 
-    /// An optimizer state tensor's values (e.g. `conv3.weight.momentum`).
+    /// An optimizer state tensor's values (e.g. `conv3.weight.momentum`; a sharded one's buffer,
+    /// [`ParamBinding::buffer_shape`](dmc_plan::plan::ParamBinding::buffer_shape)).
     pub fn opt_state(&self, name: &str) -> Option<&[f32]> {
         let p = &self.plan.opt_state[*self.opt_state.get(name)?];
-        Some(self.f32_slice(p.buffer, numel(&p.shape)))
+        Some(self.f32_slice(p.buffer, numel(&p.buffer_shape())))
     }
 
-    /// Every optimizer state tensor: (name, shape, values), in plan order.
-    pub fn opt_states(&self) -> impl Iterator<Item = (&str, &[usize], &[f32])> + '_ {
+    /// Every optimizer state tensor: (name, the shape of its buffer, values), in plan order (a
+    /// sharded state's buffer is this rank's shard, flat).
+    pub fn opt_states(&self) -> impl Iterator<Item = (&str, Vec<usize>, &[f32])> + '_ {
         self.plan.opt_state.iter().map(move |p| {
-            (
-                p.name.as_str(),
-                p.shape.as_slice(),
-                self.f32_slice(p.buffer, numel(&p.shape)),
-            )
+            let shape = p.buffer_shape();
+            let n = numel(&shape);
+            (p.name.as_str(), shape, self.f32_slice(p.buffer, n))
         })
     }
 
@@ -244,7 +249,7 @@ impl CpuBackend {
             .ok_or_else(|| RuntimeError::UnknownOptState(name.into()))?;
         let (buffer, n) = (
             self.plan.opt_state[i].buffer,
-            numel(&self.plan.opt_state[i].shape),
+            numel(&self.plan.opt_state[i].buffer_shape()),
         );
         self.write_f32(name, buffer, n, data)
     }
@@ -323,6 +328,12 @@ impl CpuBackend {
         self.f32_slice(self.plan.loss, 1)[0]
     }
 
+    /// Overwrites the loss (data parallel: with the ranks' sum).
+    fn set_loss(&mut self, v: f32) {
+        let loss = self.plan.loss;
+        self.bytes_mut(loss, 4).copy_from_slice(&v.to_ne_bytes());
+    }
+
     /// When on, `run` stops right after the loss kernel if the loss is NaN or infinite, before any
     /// backward or update step, so the parameters keep their last good values.
     pub fn set_halt_on_nonfinite_loss(&mut self, on: bool) {
@@ -349,7 +360,20 @@ impl CpuBackend {
         rayon::scope(|_| self.run_steps(step_counter, seed))
     }
 
+    /// The group of processes a data-parallel plan ([`Plan::ranks`]) runs with: this process is
+    /// `c.rank()` of `c.world()`, which must be the plan's ranks (checked by [`CpuBackend::run`]).
+    pub fn set_collective(&mut self, c: Arc<dyn Collective>) {
+        self.comm = Some(c);
+    }
+
     fn run_steps(&mut self, step_counter: u64, seed: u64) -> Result<f32, RuntimeError> {
+        let world = self.comm.as_ref().map_or(1, |c| c.world());
+        if world != self.plan.ranks {
+            return Err(RuntimeError::Comm(format!(
+                "the plan is one rank's of a data-parallel step of {} ranks, but this process runs as one of {world}: launch it with `mpirun -np {}` (and `--data-parallel`)",
+                self.plan.ranks, self.plan.ranks
+            )));
+        }
         let base = self.arena.ptr.as_ptr();
         let host = self.host.ptr.as_ptr();
         let ctx = Ctx {
@@ -357,7 +381,9 @@ impl CpuBackend {
             seed,
             lr: self.lr,
             mode: self.plan.mode,
+            comm: self.comm.clone(),
         };
+        let mut loss_summed = false;
         self.plan
             .check_run_pass(self.pass)
             .map_err(RuntimeError::RunPass)?;
@@ -397,12 +423,21 @@ impl CpuBackend {
                 } else {
                     self.exec_step(si, base, host, &ctx)?;
                 }
+                let loss_step = self.plan.steps[si].args.contains(&self.plan.loss);
+                // Data parallel: the ranks' losses (each weighted by 1/ranks) summed on every
+                // rank right where the loss is written, so all see the global loss (and halt
+                // alike).
+                if loss_step && !loss_summed {
+                    loss_summed = true;
+                    if let Some(c) = self.comm.as_deref().filter(|c| c.world() > 1) {
+                        let mut l = [self.loss()];
+                        crate::comm::all_reduce_sum(c, &mut l)?;
+                        self.set_loss(l[0]);
+                    }
+                }
                 // The loss is computed before any backward or update step: stop there when it is
                 // not finite, so the weights stay the last good ones.
-                if self.halt_on_nonfinite_loss
-                    && self.plan.steps[si].args.contains(&self.plan.loss)
-                    && !self.loss().is_finite()
-                {
+                if self.halt_on_nonfinite_loss && loss_step && !self.loss().is_finite() {
                     return Ok(self.loss());
                 }
             }
@@ -498,6 +533,15 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn set_collective(&mut self, c: Arc<dyn Collective>) -> Result<(), RuntimeError> {
+        CpuBackend::set_collective(self, c);
+        Ok(())
+    }
+
+    fn collective(&self) -> Option<&dyn Collective> {
+        self.comm.as_deref()
+    }
+
     fn set_param(&mut self, name: &str, data: &[f32]) -> Result<(), RuntimeError> {
         CpuBackend::set_param(self, name, data)
     }
@@ -510,7 +554,7 @@ impl Backend for CpuBackend {
 
     fn opt_states(&self) -> Result<Params<'_>, RuntimeError> {
         Ok(CpuBackend::opt_states(self)
-            .map(|(n, s, d)| (n.to_string(), s.to_vec(), Cow::Borrowed(d)))
+            .map(|(n, s, d)| (n.to_string(), s, Cow::Borrowed(d)))
             .collect())
     }
 

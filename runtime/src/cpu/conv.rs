@@ -26,6 +26,7 @@ use super::depthwise;
 use super::epilogue;
 use super::gemm::{sgemm, sgemm_serial, View};
 use super::optim::{bias_col_sums, update_block};
+use super::shard;
 use dmc_plan::op::{ConvOp, Epilogue};
 
 /// Sizes of one convolution: x `[n,h,w,ci]`, y `[n,ho,wo,co]`.
@@ -471,7 +472,7 @@ pub fn conv2d_bwd_weight_chunked(
     chunk: usize,
     (gw, mut db): (&mut [f32], Option<&mut [f32]>),
     cols: &mut [f32],
-    mut apply: impl FnMut(usize, usize, &[f32]),
+    mut apply: impl FnMut(usize, usize, &mut [f32]),
 ) {
     let (k, co, rows, cr) = (d.k(g), d.co, d.rows(), d.chunk_rows());
     d.check(g, x.len(), k * co, dy.len());
@@ -606,6 +607,7 @@ pub(super) unsafe fn exec(op: &ConvOp, a: &Args, ctx: &Ctx) {
                 chunk,
                 bias,
                 keep_old,
+                shards,
             } => {
                 let d = ConvDims::from_shapes(a.shape(0), a.shape(1));
                 let ns = rule.state_names().len();
@@ -618,6 +620,8 @@ pub(super) unsafe fn exec(op: &ConvOp, a: &Args, ctx: &Ctx) {
                 let mut w_old = keep_old.then(|| a.f32_mut(old));
                 let ws = old + *keep_old as usize;
                 let mut db = bias.then(|| a.f32_mut(ws + 2));
+                // a sharded update's `comm` workspace, after the others
+                let mut comm = (*shards > 1).then(|| a.f32_mut(ws + 2 + *bias as usize));
                 conv2d_bwd_weight_chunked(
                     geom,
                     &d,
@@ -632,32 +636,52 @@ pub(super) unsafe fn exec(op: &ConvOp, a: &Args, ctx: &Ctx) {
                                 o[c0..c0 + nc].copy_from_slice(&i[c0..c0 + nc]);
                             }
                         }
-                        update_block(
-                            &ctx.rule(rule),
-                            ctx.step_counter,
-                            w,
-                            co,
-                            c0,
-                            nc,
-                            gw,
-                            &mut states[..ns],
-                        )
+                        match comm.as_deref_mut() {
+                            Some(tmp) => shard::update_rows_block(
+                                ctx,
+                                rule,
+                                w,
+                                co,
+                                (c0, nc),
+                                gw,
+                                tmp,
+                                &mut states[..ns],
+                            ),
+                            None => update_block(
+                                &ctx.rule(rule),
+                                ctx.step_counter,
+                                w,
+                                co,
+                                c0,
+                                nc,
+                                gw,
+                                &mut states[..ns],
+                            ),
+                        }
                     },
                 );
+                if comm.is_some() {
+                    shard::gather_rows(ctx, w, co);
+                }
                 // the bias, with the column sums gathered during the weight gradient
                 if let Some(db) = db {
                     let mut bstates = state_slices(a, 4 + ns, ns);
                     let b = a.f32_mut(3 + ns);
-                    update_block(
-                        &ctx.rule(rule),
-                        ctx.step_counter,
-                        b,
-                        co,
-                        0,
-                        co,
-                        db,
-                        &mut bstates[..ns],
-                    );
+                    match comm {
+                        Some(tmp) => {
+                            shard::update_bias(ctx, rule, b, &mut db[..co], tmp, &mut bstates[..ns])
+                        }
+                        None => update_block(
+                            &ctx.rule(rule),
+                            ctx.step_counter,
+                            b,
+                            co,
+                            0,
+                            co,
+                            db,
+                            &mut bstates[..ns],
+                        ),
+                    }
                 }
             }
         }

@@ -5,7 +5,8 @@ use rayon::prelude::*;
 use super::args::{state_slices, Args, Ctx};
 use super::epilogue;
 use super::gemm::{sgemm, View};
-use super::optim::{bias_grad_update, update_block};
+use super::optim::{bias_grad, bias_grad_update, update_block};
+use super::shard;
 use dmc_plan::op::{DenseOp, EpilogueSide};
 
 /// `y[N,M] = x[N,K] w[K,M] (+ b[M])`.
@@ -65,7 +66,7 @@ pub fn dense_bwd_weight_chunked(
     dy: &[f32],
     chunk: usize,
     gw: &mut [f32],
-    mut apply: impl FnMut(usize, usize, &[f32]),
+    mut apply: impl FnMut(usize, usize, &mut [f32]),
 ) {
     assert_eq!(x.len(), n * k, "dense_bwd_weight: x size");
     assert_eq!(dy.len(), n * m, "dense_bwd_weight: dy size");
@@ -128,15 +129,22 @@ pub(super) unsafe fn exec(op: &DenseOp, a: &Args, ctx: &Ctx) {
                 let n = a.shape(0).iter().product::<usize>() / k.max(1);
                 dense_bwd_weight(n, k, m, a.f32(0), a.f32(1), a.f32_mut(2));
             }
-            DenseOp::DenseBwdWeightUpdate { rule, chunk, bias } => {
+            DenseOp::DenseBwdWeightUpdate {
+                rule,
+                chunk,
+                bias,
+                shards,
+            } => {
                 let ws = a.shape(2);
                 let (k, m) = (ws[0], ws[1]);
                 let n = a.shape(0).iter().product::<usize>() / k.max(1);
                 let ns = rule.state_names().len();
                 let w = a.f32_mut(2);
                 let mut states = state_slices(a, 3, ns);
-                // workspaces after the weight's and (when fused) the bias' InOut slots
+                // workspaces after the weight's and (when fused) the bias' InOut slots; a sharded
+                // update's `comm` last
                 let wsi = 3 + ns + if *bias { 1 + ns } else { 0 };
+                let mut comm = (*shards > 1).then(|| a.f32_mut(wsi + 1 + *bias as usize));
                 dense_bwd_weight_chunked(
                     n,
                     k,
@@ -145,8 +153,18 @@ pub(super) unsafe fn exec(op: &DenseOp, a: &Args, ctx: &Ctx) {
                     a.f32(1),
                     *chunk,
                     a.f32_mut(wsi),
-                    |c0, nc, gw| {
-                        update_block(
+                    |c0, nc, gw| match comm.as_deref_mut() {
+                        Some(tmp) => shard::update_rows_block(
+                            ctx,
+                            rule,
+                            w,
+                            m,
+                            (c0, nc),
+                            gw,
+                            tmp,
+                            &mut states[..ns],
+                        ),
+                        None => update_block(
                             &ctx.rule(rule),
                             ctx.step_counter,
                             w,
@@ -155,21 +173,30 @@ pub(super) unsafe fn exec(op: &DenseOp, a: &Args, ctx: &Ctx) {
                             nc,
                             gw,
                             &mut states[..ns],
-                        )
+                        ),
                     },
                 );
+                if comm.is_some() {
+                    shard::gather_rows(ctx, w, m);
+                }
                 if *bias {
                     let mut bstates = state_slices(a, 4 + ns, ns);
                     let b = a.f32_mut(3 + ns);
                     let db = a.f32_mut(wsi + 1);
-                    bias_grad_update(
-                        &ctx.rule(rule),
-                        ctx.step_counter,
-                        a.f32(1),
-                        b,
-                        db,
-                        &mut bstates[..ns],
-                    );
+                    match comm {
+                        Some(tmp) => {
+                            bias_grad(a.f32(1), &mut db[..m]);
+                            shard::update_bias(ctx, rule, b, &mut db[..m], tmp, &mut bstates[..ns]);
+                        }
+                        None => bias_grad_update(
+                            &ctx.rule(rule),
+                            ctx.step_counter,
+                            a.f32(1),
+                            b,
+                            db,
+                            &mut bstates[..ns],
+                        ),
+                    }
                 }
             }
         }

@@ -124,6 +124,7 @@ pub fn run_single_kernel(
         seed: scalars.seed,
         lr: scalars.lr,
         mode,
+        comm: None,
     };
     // SAFETY: shapes checked above; every argument has its own disjoint, aligned, large-enough
     // buffer in an arena only this function accesses.

@@ -39,5 +39,6 @@ pub mod optim;
 pub mod par;
 pub mod pool;
 pub mod seq;
+mod shard;
 
 pub use backend::CpuBackend;

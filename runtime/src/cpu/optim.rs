@@ -8,6 +8,7 @@ use rayon::prelude::*;
 
 use super::args::{state_slices, Args, Ctx};
 use super::par::ELEM_CHUNK;
+use super::shard;
 use dmc_plan::op::OptimOp;
 
 /// An update rule at one step, per element. SGD: g' = g + wd*w; with momentum:
@@ -446,7 +447,29 @@ pub(super) unsafe fn exec(op: &OptimOp, a: &Args, ctx: &Ctx) {
     unsafe {
         match op {
             OptimOp::BiasGrad => bias_grad(a.f32(0), a.f32_mut(1)),
-            OptimOp::Update { rule, zero_grad } => {
+            OptimOp::Update {
+                rule,
+                shards,
+                zero_grad,
+            } if *shards > 1 => {
+                // (a sharded update has no held gradient and no clip_norm: its shape rule)
+                debug_assert!(!*zero_grad);
+                let ns = rule.state_names().len();
+                let mut states = state_slices(a, 2, ns);
+                let ws = a.f32_mut(2 + ns);
+                let (acc, tmp) = ws.split_at_mut(ws.len() / 2);
+                shard::update_elems(
+                    ctx,
+                    rule,
+                    a.f32_mut(0),
+                    a.f32(1),
+                    (acc, tmp),
+                    &mut states[..ns],
+                );
+            }
+            OptimOp::Update {
+                rule, zero_grad, ..
+            } => {
                 let ns = rule.state_names().len();
                 let w = a.f32_mut(0);
                 let mut states = state_slices(a, 2, ns);
@@ -479,7 +502,22 @@ pub(super) unsafe fn exec(op: &OptimOp, a: &Args, ctx: &Ctx) {
                 a.f32_mut(1)[0] = sum[0];
                 sum[0] = 0.0;
             }
-            OptimOp::BiasGradUpdate { rule } => {
+            OptimOp::BiasGradUpdate { rule, shards } if *shards > 1 => {
+                let ns = rule.state_names().len();
+                let (b, db) = (a.f32_mut(1), a.f32_mut(2 + ns));
+                let mut states = state_slices(a, 2, ns);
+                bias_grad(a.f32(0), &mut db[..b.len()]);
+                let c = b.len();
+                shard::update_bias(
+                    ctx,
+                    rule,
+                    b,
+                    &mut db[..c],
+                    a.f32_mut(3 + ns),
+                    &mut states[..ns],
+                );
+            }
+            OptimOp::BiasGradUpdate { rule, .. } => {
                 let ns = rule.state_names().len();
                 let db = a.f32_mut(2 + ns);
                 let b = a.f32_mut(1);

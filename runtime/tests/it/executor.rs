@@ -64,6 +64,7 @@ impl Pb {
             buffer: id,
             shape: shape.to_vec(),
             init,
+            shard: None,
         });
         id
     }
@@ -74,6 +75,7 @@ impl Pb {
             buffer: id,
             shape: shape.to_vec(),
             init: Init::Zeros,
+            shard: None,
         });
         id
     }
@@ -172,6 +174,7 @@ impl Pb {
             lower_bound_bytes: 0,
             placement_strategy: "trivial".into(),
             accumulate: 1,
+            ranks: 1,
             precision: Default::default(),
             clip_norm: None,
         }
@@ -236,6 +239,7 @@ fn linear_plan() -> Plan {
         "fc db",
     );
     let sgd = Op::Optim(OptimOp::Update {
+        shards: 1,
         rule: UpdateRule::Sgd {
             lr: LR,
             momentum: MOM,
@@ -687,6 +691,7 @@ fn conv_plan() -> Plan {
         "conv db",
     );
     let adam = Op::Optim(OptimOp::Update {
+        shards: 1,
         rule: UpdateRule::Adam {
             lr: 0.02,
             beta1: 0.9,

@@ -4,6 +4,7 @@
 mod common;
 mod npyfile;
 
+mod comm;
 mod determinism;
 mod executor;
 mod init;

@@ -138,6 +138,9 @@ pub struct RunArgs {
     /// same kernels, same order, same results. Needs --device cuda.
     #[arg(long)]
     pub cuda_graph: bool,
+    /// Print nothing (a data-parallel rank other than 0: rank 0 reports for all).
+    #[arg(skip)]
+    pub silent: bool,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -5,6 +5,7 @@
 //! module per command (`run`, `eval`, `predict`, `sample`).
 
 pub mod args;
+pub mod data_parallel;
 pub mod dataset;
 pub mod eval;
 mod metrics;

@@ -107,7 +107,7 @@ pub fn finish(
     }
     let saved = saved?;
     // The breakdown first (stderr), so that the run ends with its memory line.
-    if !args.common.quiet {
+    if !args.common.quiet && !args.silent {
         print_peak(plan);
     }
     print_summary(args, plan, progress, &saved, measured, steps_peak)?;
@@ -169,6 +169,9 @@ fn print_summary(
     measured: Measured,
     steps_peak: usize,
 ) -> Result<(), CliError> {
+    if args.silent {
+        return Ok(());
+    }
     // The arena was allocated once, before the steps; everything else the steps allocated is on top.
     let extra = steps_peak.saturating_sub(measured.base) as u64;
     let total = measured.arena as u64 + extra;

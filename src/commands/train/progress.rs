@@ -25,8 +25,19 @@ pub fn bar(total_steps: usize, quiet: bool) -> ProgressBar {
     pb
 }
 
+/// Set on a data-parallel rank other than 0: [`say`] prints nothing (rank 0 reports for all).
+static SILENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Silences [`say`] for the rest of the process.
+pub fn silence() {
+    SILENT.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Prints `line` above the bar, or to stderr when the bar is hidden.
 pub fn say(pb: &ProgressBar, line: String) {
+    if SILENT.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
     if pb.is_hidden() {
         eprintln!("{line}");
     } else {

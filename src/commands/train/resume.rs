@@ -43,7 +43,8 @@ pub fn save_policy(
         identity: TrainState {
             steps: 0,
             seed,
-            batch: plan.batch,
+            // the global batch: a data-parallel run resumes at any number of ranks
+            batch: plan.batch * plan.ranks,
             samples,
             // the schedule is part of the optimizer a run continues (a constant rate adds
             // nothing, so states saved before schedules existed still resume)

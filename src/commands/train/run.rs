@@ -11,6 +11,7 @@ use dmc_runtime::io::{self, Dataset};
 use dmc_runtime::{Backend, BackendKind};
 
 use super::args::RunArgs;
+use super::data_parallel;
 use super::dataset::{seed_or_default, DataRequest};
 use super::outcome::{self, Measured};
 use super::progress::{self, LossLog};
@@ -151,6 +152,29 @@ fn load_sets(
 pub fn run(args: &RunArgs) -> Result<(), CliError> {
     // A signal from here on stops after the current step (and saves, with --save).
     crate::signals::graceful();
+    // Data parallel: one rank of the launcher's group; rank 0 alone reports and writes files.
+    let group = data_parallel::open(args.train.data_parallel)?;
+    let r = run_in(args, group.clone());
+    if let (Err(e), Some(g)) = (&r, group.filter(|g| g.world() > 1)) {
+        // the other ranks may be waiting on this one in a collective: end them all (MPI_Abort)
+        eprintln!("error: rank {} of {}: {e}", g.rank(), g.world());
+        g.abort(e.exit_code());
+    }
+    r
+}
+
+fn run_in(
+    args: &RunArgs,
+    group: Option<std::sync::Arc<dyn dmc_runtime::comm::Collective>>,
+) -> Result<(), CliError> {
+    let ranked;
+    let args = match &group {
+        Some(g) => {
+            ranked = data_parallel::rank_args(args, g.as_ref())?;
+            &ranked
+        }
+        None => args,
+    };
     let c = &args.common;
     let save_path = args.save.as_deref();
     let kind = resolve_device(c.device, c.quiet)?;
@@ -166,7 +190,8 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
 
     let request = DataRequest::new(c, &plan, &model, args.synthetic_samples, seed);
     let (train, val) = load_sets(args, request)?;
-    let schedule = schedule(args, &model, train.len(), plan.batch, seed)?;
+    // (a data-parallel plan is one rank's: the global batch is the ranks' together)
+    let schedule = schedule(args, &model, train.len(), plan.batch * plan.ranks, seed)?;
     plan.schedule
         .check(schedule.total_steps as u64)
         .map_err(|e| {
@@ -186,6 +211,9 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     }
     let before_arena = dmc_runtime::alloc::current();
     let mut be = dmc_runtime::open_backend(kind, plan.clone(), &c.codegen.options(&plan))?;
+    if let Some(g) = &group {
+        be = Box::new(data_parallel::RankBackend::new(be, g.clone())?);
+    }
     // The arena alone, as measured (device memory on a GPU, the counted allocation on the host):
     // the backend's own state (its copy of the plan, compiled kernels) is not what the cap caps.
     let arena = match be.measured_arena_bytes() {

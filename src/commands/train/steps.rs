@@ -237,9 +237,10 @@ pub fn train(
         // One optimizer step per `accumulate` consecutive batches (a remainder is dropped).
         let micro: Vec<&[usize]> = order.batches().collect();
         for group in micro.chunks_exact(accumulate).skip(skip) {
+            // (data parallel: every rank stops at the same step when any was signalled)
             let stop = if progress.steps >= total_steps {
                 Some(LoopEnd::Finished)
-            } else if crate::signals::stop_requested() {
+            } else if super::data_parallel::any_rank(be, crate::signals::stop_requested())? {
                 Some(LoopEnd::Interrupted)
             } else {
                 None
@@ -256,6 +257,8 @@ pub fn train(
             let (mut loss_sum, mut dt, mut halted) = (0.0f64, Duration::ZERO, None);
             let (mut samples, mut correct) = (0usize, Some(Correct::default()));
             for (j, idx) in group.iter().enumerate() {
+                // data parallel: this rank's part of the global batch
+                let idx = super::data_parallel::part(idx, be.collective());
                 feeder.feed(be, train, idx)?;
                 let t0 = Instant::now();
                 // each micro-batch its own dropout masks (the first one's those of an
@@ -287,8 +290,12 @@ pub fn train(
                     break;
                 }
                 loss_sum += l as f64;
-                samples += idx.len();
-                correct = match (correct, batch_correct(be, model, train, idx, top_k)?) {
+                samples += idx.len() * be.collective().map_or(1, |c| c.world());
+                let mine = super::data_parallel::sum_correct(
+                    be,
+                    batch_correct(be, model, train, idx, top_k)?,
+                )?;
+                correct = match (correct, mine) {
                     (Some(a), Some(b)) => Some(Correct {
                         top1: a.top1 + b.top1,
                         top_k: a.top_k + b.top_k,

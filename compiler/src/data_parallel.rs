@@ -1,0 +1,137 @@
+//! Data parallel (ZeRO stage 1, [`dmc_plan::shard`]): `ranks` processes run the same step, each on
+//! its part of every global batch. The pass [`shard_optimizer_state`] makes every optimizer update
+//! a sharded one (`shards` = ranks): each optimizer-state leaf becomes this rank's shard of the
+//! parameter seen as `[K, C]` when the update is the fused weight-gradient + update (its gradient
+//! comes by column blocks of all K rows, so every block splits the same way) and `[numel, 1]`
+//! otherwise. Lowering weights each rank's loss by 1/ranks, so that the ranks' gradients and
+//! losses sum to the global batch's mean.
+
+use std::borrow::Cow;
+
+use dmc_grammar::model::{Layer, Model};
+use dmc_plan::shard::Layout;
+use petgraph::stable_graph::NodeIndex;
+
+use crate::ctx::Ctx;
+use crate::error::CompileError;
+use crate::ir::{infer_outputs, Graph, TensorType};
+use crate::op::{ConvOp, DenseOp, Op, OptimOp, UpdateRule};
+use crate::options::CompileOptions;
+use crate::plan::Mode;
+
+/// An update op's rule, the slot of the updated tensor, the first state slot and the columns of
+/// the `[K, C]` view of its parameter; `None` for other ops.
+fn update_slots(op: &Op, g: &Graph, n: NodeIndex) -> Option<(UpdateRule, usize, usize, usize)> {
+    let cols = |slot: usize| {
+        let v = *g.inputs(n).get(slot)?;
+        g.ty(v).shape.last().copied()
+    };
+    match op {
+        Op::Optim(OptimOp::Update { rule, .. }) => Some((*rule, 0, 2, 1)),
+        Op::Optim(OptimOp::BiasGradUpdate { rule, .. }) => Some((*rule, 1, 2, 1)),
+        Op::Dense(DenseOp::DenseBwdWeightUpdate { rule, .. })
+        | Op::Conv(ConvOp::Conv2dBwdWeightUpdate { rule, .. }) => Some((*rule, 2, 3, cols(2)?)),
+        _ => None,
+    }
+}
+
+/// Pass: with `ranks` > 1, every update keeps only this rank's shard of its optimizer state
+/// (after `fuse_weight_update`, which decides each parameter's `[K, C]` view; before
+/// `fuse_epilogues`, which folds a sharded bias update only into a weight update sharded alike).
+pub fn shard_optimizer_state(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> {
+    if ctx.mode != Mode::Train || ctx.ranks <= 1 {
+        return Ok(false);
+    }
+    let mut changed = false;
+    for n in g.nodes() {
+        let op = g.node(n).op.clone();
+        let Some((rule, w_slot, first, cols)) = update_slots(&op, g, n) else {
+            continue;
+        };
+        let ins = g.inputs(n);
+        let w = g.ty(ins[w_slot]).shape.clone();
+        let layout = Layout::of(&w, cols, ctx.ranks);
+        let ns = rule.state_names().len();
+        for s in &ins[first..first + ns] {
+            if !matches!(g.node(s.0).op, Op::OptState { .. }) {
+                return Err(CompileError::InvalidModel(format!(
+                    "data parallel: the state of `{}` is not an optimizer-state leaf",
+                    g.node(n).name
+                )));
+            }
+            g.g[s.0].outputs[0] = TensorType::f32(vec![layout.shard_elems()]);
+            g.state_layouts.insert(s.0, layout);
+        }
+        let mut op = op;
+        match &mut op {
+            Op::Optim(OptimOp::Update { shards, .. } | OptimOp::BiasGradUpdate { shards, .. })
+            | Op::Dense(DenseOp::DenseBwdWeightUpdate { shards, .. })
+            | Op::Conv(ConvOp::Conv2dBwdWeightUpdate { shards, .. }) => *shards = ctx.ranks,
+            _ => continue,
+        }
+        let types: Vec<TensorType> = g.inputs(n).iter().map(|v| g.ty(*v).clone()).collect();
+        let outs = infer_outputs(&op, &types, None).map_err(|e| {
+            CompileError::InvalidModel(format!(
+                "data parallel: `{}` cannot be sharded: {e}",
+                g.node(n).name
+            ))
+        })?;
+        let node = &mut g.g[n];
+        node.op = op;
+        node.outputs = outs;
+        changed = true;
+    }
+    Ok(changed)
+}
+
+/// The model one rank of `opts.ranks` compiles (training only): what data parallel does not do
+/// yet refused with what to do instead, and each loss term weighted by 1/ranks (the ranks' losses
+/// and gradients then sum to the mean over the global batch). The global batch must split evenly.
+pub fn rank_model<'m>(
+    model: &'m Model,
+    opts: &CompileOptions,
+) -> Result<Cow<'m, Model>, CompileError> {
+    let ranks = opts.ranks.max(1);
+    if ranks == 1 || opts.mode != Mode::Train {
+        return Ok(Cow::Borrowed(model));
+    }
+    let refuse = |what: String| {
+        Err(CompileError::InvalidModel(format!(
+            "data parallel over {ranks} ranks: {what}"
+        )))
+    };
+    let batch = opts.batch.unwrap_or(model.train.batch);
+    #[allow(clippy::manual_is_multiple_of)] // `is_multiple_of` needs Rust 1.87; MSRV is 1.80
+    if batch % ranks != 0 {
+        return refuse(format!(
+            "the batch of {batch} does not split evenly: use a batch that is a multiple of {ranks} (`--batch`), or another number of ranks"
+        ));
+    }
+    if model.train.accumulate > 1 {
+        return refuse(
+            "`accumulate` is not supported yet (it holds whole gradients): drop it and raise the batch, which the ranks share".into(),
+        );
+    }
+    if model.train.optimizer.clip_norm().is_some() {
+        return refuse(
+            "`clip_norm` is not supported yet (its global norm needs every rank's whole gradient): drop it, or train on one process".into(),
+        );
+    }
+    for n in &model.nodes {
+        let why = match n.layer {
+            Layer::BatchNorm { .. } => "batchnorm's statistics would be each rank's part of the batch, not the batch's (synchronised batchnorm is not built yet)",
+            Layer::Dropout { .. } => "dropout's masks are drawn per position of a rank's batch, so they would differ from one process's",
+            _ => continue,
+        };
+        return refuse(format!(
+            "layer `{}` ({}): {why}; train it on one process",
+            n.name,
+            n.layer.entry_name()
+        ));
+    }
+    let mut m = model.clone();
+    for t in &mut m.loss.terms {
+        t.weight = (t.weight as f64 / ranks as f64) as f32;
+    }
+    Ok(Cow::Owned(m))
+}

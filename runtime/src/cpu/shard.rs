@@ -1,0 +1,156 @@
+//! The data-parallel halves of the update kernels (ZeRO stage 1, [`dmc_plan::shard`]): with
+//! `shards` ranks, each rank sums the ranks' gradients of its own rows of a parameter, updates those
+//! rows with its shard of the optimizer state, and every rank's updated rows are gathered into the
+//! parameter on every rank. The collectives run inside the update steps, in a fixed order (so a
+//! run is reproducible at a given world size), through the backend's
+//! [`Collective`](crate::comm::Collective).
+
+use dmc_plan::shard;
+use dmc_plan::update::UpdateRule;
+
+use super::args::Ctx;
+use super::optim::update_block;
+use crate::comm::{self, Collective};
+use crate::error::RuntimeError;
+
+/// The collective a sharded step runs with. A plan of `shards` ranks only runs on a backend whose
+/// group has that many ([`super::CpuBackend::run`] checks it first).
+pub(super) fn group(ctx: &Ctx) -> &dyn Collective {
+    ctx.comm.as_deref().unwrap_or(&comm::Solo)
+}
+
+/// A collective failed mid-step: the other ranks wait on this one, so the whole job ends (MPI
+/// aborts every rank) rather than leaving some ranks with updated weights and others without.
+pub(super) fn fatal(c: &dyn Collective, e: RuntimeError) -> ! {
+    eprintln!(
+        "error: rank {} of {}: a data-parallel collective failed: {e}",
+        c.rank(),
+        c.world()
+    );
+    c.abort(3)
+}
+
+/// The first `n` elements of each state buffer (a rank's shard of a smaller part than the
+/// largest rank's, for which every buffer is sized).
+fn trimmed<'a>(states: &'a mut [&mut [f32]], n: usize) -> Vec<&'a mut [f32]> {
+    states.iter_mut().map(|s| &mut s[..n]).collect()
+}
+
+/// One block of a fused weight-gradient + update on this rank: `gw` (`[k, nc]`, this rank's
+/// gradient of columns `c0..c0+nc` of the `[k, ld]` weight) is summed over the ranks on this
+/// rank's rows (the peers' parts received into `tmp`), and those rows of `w` and of the state
+/// shards (`[rows, ld]` each) are updated. `w`'s other rows are gathered by [`gather_rows`] once
+/// every block is done.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn update_rows_block(
+    ctx: &Ctx,
+    rule: &UpdateRule,
+    w: &mut [f32],
+    ld: usize,
+    (c0, nc): (usize, usize),
+    gw: &mut [f32],
+    tmp: &mut [f32],
+    states: &mut [&mut [f32]],
+) {
+    let c = group(ctx);
+    let k = w.len() / ld.max(1);
+    let gw = &mut gw[..k * nc];
+    if let Err(e) = comm::reduce_scatter_rows(c, gw, nc, k, tmp) {
+        fatal(c, e);
+    }
+    let rows = shard::rows(k, c.world(), c.rank());
+    let n = rows.len() * ld;
+    let mut states = trimmed(states, n);
+    update_block(
+        &ctx.rule(rule),
+        ctx.step_counter,
+        &mut w[rows.start * ld..rows.end * ld],
+        ld,
+        c0,
+        nc,
+        &gw[rows.start * nc..rows.end * nc],
+        &mut states,
+    );
+}
+
+/// Every rank's updated rows of the `[len / ld, ld]` tensor `w`, gathered on every rank.
+pub(super) fn gather_rows(ctx: &Ctx, w: &mut [f32], ld: usize) {
+    let c = group(ctx);
+    let k = w.len() / ld.max(1);
+    if let Err(e) = comm::all_gather_rows(c, w, ld, k) {
+        fatal(c, e);
+    }
+}
+
+/// A whole-tensor update on this rank (a bias, or a parameter whose gradient is not fused with
+/// its update): the ranks' gradients `g` summed on this rank's elements (into `acc`, the peers'
+/// parts into `tmp`; `g` itself is only read), those elements of `w` updated with the state
+/// shards, and every rank's elements gathered into `w`.
+pub(super) fn update_elems(
+    ctx: &Ctx,
+    rule: &UpdateRule,
+    w: &mut [f32],
+    g: &[f32],
+    (acc, tmp): (&mut [f32], &mut [f32]),
+    states: &mut [&mut [f32]],
+) {
+    let c = group(ctx);
+    let n = w.len();
+    let mine = shard::rows(n, c.world(), c.rank());
+    let acc = &mut acc[..mine.len()];
+    if let Err(e) = reduce_rows_from(c, g, acc, tmp) {
+        fatal(c, e);
+    }
+    let mut states = trimmed(states, mine.len());
+    super::optim::update(
+        &ctx.rule(rule),
+        ctx.step_counter,
+        &mut w[mine.clone()],
+        acc,
+        &mut states,
+    );
+    gather_rows(ctx, w, 1);
+}
+
+/// `acc` = the sum over the ranks of their `src`'s elements of this rank ([`shard::rows`] of
+/// `src.len()`), `src` left as it is: own part first, then the peers' in the rounds of
+/// [`comm::reduce_scatter_rows`] (the same fixed order).
+fn reduce_rows_from(
+    c: &dyn Collective,
+    src: &[f32],
+    acc: &mut [f32],
+    tmp: &mut [f32],
+) -> Result<(), RuntimeError> {
+    let (r, world, n) = (c.rank(), c.world(), src.len());
+    let mine = shard::rows(n, world, r);
+    acc.copy_from_slice(&src[mine.clone()]);
+    for k in 1..world {
+        let (to, from) = ((r + k) % world, (r + world - k) % world);
+        let theirs = shard::rows(n, world, to);
+        let got = &mut tmp[..mine.len()];
+        c.sendrecv(
+            comm::as_bytes(&src[theirs]),
+            to,
+            comm::as_bytes_mut(got),
+            from,
+        )?;
+        for (a, v) in acc.iter_mut().zip(got.iter()) {
+            *a += *v;
+        }
+    }
+    Ok(())
+}
+
+/// A bias on this rank: its gradient `db` (`[C]`, this rank's column sums) summed over the ranks
+/// on this rank's elements, those updated, and every rank's elements gathered into `b`.
+pub(super) fn update_bias(
+    ctx: &Ctx,
+    rule: &UpdateRule,
+    b: &mut [f32],
+    db: &mut [f32],
+    tmp: &mut [f32],
+    states: &mut [&mut [f32]],
+) {
+    update_rows_block(ctx, rule, b, 1, (0, 1), db, tmp, states);
+    gather_rows(ctx, b, 1);
+}
