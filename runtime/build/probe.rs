@@ -2,11 +2,12 @@
 //! `dmc` package) and `runtime/build.rs`. It sets two cfgs for the package's tests:
 //!
 //! - `dmc_has_gxx`: the C++ compiler the CUDA emulator uses (`$DMC_CXX`, else `g++`) runs;
-//! - `dmc_has_nvrtc`: NVRTC loads from where the runtime looks for it ([`super::nvrtc_search`]).
+//! - `dmc_has_nvrtc`: NVRTC loads from where the runtime looks for it ([`super::nvrtc_search`]);
+//! - `dmc_has_mpi`: `mpirun` runs (the data-parallel tests launch ranks with it).
 //!
 //! A test that needs a tool carries `#[cfg_attr(not(dmc_has_gxx), ignore = "...")]`, so without the
 //! tool it shows as *ignored* (with the reason), never as passed. Under `CI` (set, and not `0` or
-//! `false`) both cfgs are set whatever is installed: there the tests run, and a missing tool fails
+//! `false`) every cfg is set whatever is installed: there the tests run, and a missing tool fails
 //! them. The probe reruns when `DMC_CXX`, `CI`, `PATH` or a variable NVRTC is looked up by changes.
 
 use std::process::Command;
@@ -14,6 +15,7 @@ use std::process::Command;
 pub fn emit() {
     println!("cargo::rustc-check-cfg=cfg(dmc_has_gxx)");
     println!("cargo::rustc-check-cfg=cfg(dmc_has_nvrtc)");
+    println!("cargo::rustc-check-cfg=cfg(dmc_has_mpi)");
     for var in ["DMC_CXX", "CI", "PATH"]
         .iter()
         .chain(super::nvrtc_search::ENV_VARS)
@@ -27,6 +29,17 @@ pub fn emit() {
     if ci || has_nvrtc() {
         println!("cargo::rustc-cfg=dmc_has_nvrtc");
     }
+    if ci || has_mpirun() {
+        println!("cargo::rustc-cfg=dmc_has_mpi");
+    }
+}
+
+/// MPI's launcher runs (`mpirun --version`).
+fn has_mpirun() -> bool {
+    Command::new("mpirun")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 /// `CI` is set to something other than empty, `0` or `false`.

@@ -14,6 +14,8 @@ mod cuda;
 mod cuda_emu;
 mod cuda_emu_gemm;
 mod data;
+mod data_parallel;
+mod data_parallel_mpi;
 mod front_end;
 mod fusion;
 mod fuzz;

@@ -21,6 +21,8 @@ pub struct LocalComm {
     to: Vec<Sender<Vec<u8>>>,
     /// `from[p]`: the channel from rank `p`.
     from: Vec<Mutex<Receiver<Vec<u8>>>>,
+    /// Bytes sent so far ([`Collective::sent_bytes`]).
+    sent: std::sync::atomic::AtomicU64,
 }
 
 impl LocalComm {
@@ -46,6 +48,7 @@ impl LocalComm {
                 world,
                 to,
                 from,
+                sent: Default::default(),
             })
             .collect()
     }
@@ -81,8 +84,13 @@ impl Collective for LocalComm {
         self.send(send, to)?;
         self.recv(recv, from)
     }
+    fn sent_bytes(&self) -> u64 {
+        self.sent.load(std::sync::atomic::Ordering::Relaxed)
+    }
     fn send(&self, data: &[u8], to: usize) -> Result<(), RuntimeError> {
         self.check_peer("send", to)?;
+        self.sent
+            .fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
         self.to[to].send(data.to_vec()).map_err(|_| {
             RuntimeError::Comm(format!(
                 "rank {} cannot send {} bytes to rank {to}: that rank has ended (its thread \

@@ -43,6 +43,11 @@ pub trait Collective: Send + Sync {
     fn recv(&self, data: &mut [u8], from: usize) -> Result<(), RuntimeError>;
     /// Ends every rank's process (`MPI_Abort`) with exit code `code`, printing nothing itself.
     fn abort(&self, code: i32) -> !;
+    /// The bytes this rank has sent so far (what `dmc run` reports against the plan's model,
+    /// `dmc_plan::shard::sent_bytes`); 0 where nothing is counted.
+    fn sent_bytes(&self) -> u64 {
+        0
+    }
 }
 
 /// The single-process [`Collective`]: world 1, rank 0.

@@ -15,6 +15,7 @@
 //! may be shared between threads.
 
 use std::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
@@ -77,6 +78,8 @@ pub struct Mpi {
     name: String,
     piece: usize,
     lock: Mutex<()>,
+    /// Bytes sent so far ([`Collective::sent_bytes`]).
+    sent: AtomicU64,
     /// Keeps the library loaded while the function pointers above are used.
     _lib: Library,
 }
@@ -251,6 +254,7 @@ impl Mpi {
             name: format!("{kind} ({short})"),
             piece,
             lock: Mutex::new(()),
+            sent: AtomicU64::new(0),
             _lib: lib,
         };
         let (mut rank, mut size) = (0, 0);
@@ -339,6 +343,7 @@ impl Collective for Mpi {
     ) -> Result<(), RuntimeError> {
         let (to, from) = (self.peer("sendrecv", to)?, self.peer("sendrecv", from)?);
         let _g = self.lock();
+        self.sent.fetch_add(send.len() as u64, Ordering::Relaxed);
         // Piece i of `send` meets piece i of the peer's `recv` (the same sizes); when one side
         // has more pieces, the rest go alone.
         let (mut s, mut r) = (send.chunks(self.piece), recv.chunks_mut(self.piece));
@@ -354,6 +359,7 @@ impl Collective for Mpi {
     fn send(&self, data: &[u8], to: usize) -> Result<(), RuntimeError> {
         let to = self.peer("send", to)?;
         let _g = self.lock();
+        self.sent.fetch_add(data.len() as u64, Ordering::Relaxed);
         data.chunks(self.piece)
             .try_for_each(|s| self.send_piece(s, to))
     }
@@ -362,6 +368,9 @@ impl Collective for Mpi {
         let _g = self.lock();
         data.chunks_mut(self.piece)
             .try_for_each(|r| self.recv_piece(r, from))
+    }
+    fn sent_bytes(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
     }
     fn abort(&self, code: i32) -> ! {
         with_api!(&self.abi, a => {

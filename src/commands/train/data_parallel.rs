@@ -224,3 +224,18 @@ pub fn writes(be: &dyn Backend) -> bool {
         None => true,
     }
 }
+
+/// The line `dmc run` ends a data-parallel run with (rank 0): the ranks, each one's share of the
+/// optimizer state, and the bytes rank 0 sent per step against the plan's model of them.
+pub fn report(plan: &Plan, carrier: String, sent: u64, steps: usize) {
+    let (mine, whole) = dmc_plan::shard::state_bytes(plan);
+    let model = dmc_plan::shard::sent_bytes(plan, 0);
+    println!(
+        "data parallel: {} ranks over {carrier}, each with the arena above and {} of the {} optimizer state; rank 0 sent {} a step (the plan's model: {}, the rest the metrics and stop checks)",
+        plan.ranks,
+        crate::size::human(mine),
+        crate::size::human(whole),
+        crate::size::human(sent / steps.max(1) as u64),
+        crate::size::human(model),
+    );
+}

@@ -305,6 +305,8 @@ fn run_in(
         &mut done,
     );
     pb.finish_and_clear();
+    // data parallel: what this rank sent in its steps (before any checkpoint's gather)
+    let sent = be.collective().map(|g| (g.sent_bytes(), g.describe()));
     let loss_log_error = loss_log.finish();
     let finished = outcome::finish(
         args,
@@ -319,6 +321,9 @@ fn run_in(
             data: data_memory,
         },
     );
+    if let (Some((sent, carrier)), false) = (sent, args.silent) {
+        data_parallel::report(&plan, carrier, sent, done.steps - done.resumed_at);
+    }
     if let Some(p) = be.profile() {
         // the measured column, and the performance model's prediction for this device
         let model = match kind {
