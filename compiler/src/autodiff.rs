@@ -458,6 +458,7 @@ pub fn vjp(
         | Op::Optim(OptimOp::GradAccum { .. })
         | Op::Optim(OptimOp::GradSqNorm { .. })
         | Op::Optim(OptimOp::GradNormStore)
+        | Op::Optim(OptimOp::GradAllReduce { .. })
         | Op::Elementwise(ElementwiseOp::UnaryInPlace(_))
         | Op::Elementwise(ElementwiseOp::AddInPlace)
         | Op::Elementwise(ElementwiseOp::DropoutInPlace { .. })

@@ -3,7 +3,8 @@
 //! a sharded one (`shards` = ranks): each optimizer-state leaf becomes this rank's shard of the
 //! parameter seen as `[K, C]` when the update is the fused weight-gradient + update (its gradient
 //! comes by column blocks of all K rows, so every block splits the same way) and `[numel, 1]`
-//! otherwise. Lowering weights each rank's loss by 1/ranks, so that the ranks' gradients and
+//! otherwise (with `clip_norm` the optimizer pass sums each held gradient over the ranks first,
+//! `GradAllReduce`, and such an update only gathers). Lowering weights each rank's loss by 1/ranks, so that the ranks' gradients and
 //! losses sum to the global batch's mean.
 
 use std::borrow::Cow;
@@ -62,7 +63,15 @@ pub fn shard_optimizer_state(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileEr
             g.g[s.0].outputs[0] = TensorType::f32(vec![layout.shard_elems()]);
             g.state_layouts.insert(s.0, layout);
         }
+        // (clip_norm: a gradient the ranks summed before its norm is not summed again)
+        let summed = matches!(
+            g.node(ins[1].0).op,
+            Op::Optim(OptimOp::GradAllReduce { .. })
+        );
         let mut op = op;
+        if let Op::Optim(OptimOp::Update { summed: s, .. }) = &mut op {
+            *s = summed;
+        }
         match &mut op {
             Op::Optim(OptimOp::Update { shards, .. } | OptimOp::BiasGradUpdate { shards, .. })
             | Op::Dense(DenseOp::DenseBwdWeightUpdate { shards, .. })
@@ -107,20 +116,9 @@ pub fn rank_model<'m>(
             "the batch of {batch} does not split evenly: use a batch that is a multiple of {ranks} (`--batch`), or another number of ranks"
         ));
     }
-    if model.train.accumulate > 1 {
-        return refuse(
-            "`accumulate` is not supported yet (it holds whole gradients): drop it and raise the batch, which the ranks share".into(),
-        );
-    }
-    if model.train.optimizer.clip_norm().is_some() {
-        return refuse(
-            "`clip_norm` is not supported yet (its global norm needs every rank's whole gradient): drop it, or train on one process".into(),
-        );
-    }
     for n in &model.nodes {
         let why = match n.layer {
             Layer::BatchNorm { .. } => "batchnorm's statistics would be each rank's part of the batch, not the batch's (synchronised batchnorm is not built yet)",
-            Layer::Dropout { .. } => "dropout's masks are drawn per position of a rank's batch, so they would differ from one process's",
             _ => continue,
         };
         return refuse(format!(

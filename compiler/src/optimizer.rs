@@ -33,6 +33,7 @@ pub fn update_op(opt: &Optimizer) -> (Op, &'static [&'static str]) {
     };
     (
         Op::Optim(OptimOp::Update {
+            summed: false,
             shards: 1,
             rule: *opt,
             zero_grad: false,
@@ -64,6 +65,12 @@ pub fn optimizer_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> 
     // before any update.
     let clip_norm = ctx.optimizer.clip_norm().is_some();
     let norm_pass = clip_norm && ctx.clip_method == ClipNormMethod::NormPass;
+    if norm_pass && ctx.ranks > 1 {
+        return Err(CompileError::InvalidModel(format!(
+            "clip_norm in two passes over {} data-parallel ranks is not supported (its norm would need the ranks' gradients summed in the norm pass): use the held-gradient method (`--clip-norm-method held`), which needs room for the gradients",
+            ctx.ranks
+        )));
+    }
     if norm_pass && ctx.accumulate > 1 {
         return Err(CompileError::InvalidModel(format!(
             "clip_norm in two passes with accumulate: {} (accumulation holds the gradients anyway: use the held-gradient method)",
@@ -104,6 +111,20 @@ pub fn optimizer_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> 
                 None,
             )?;
             (acc, 0)
+        } else {
+            d
+        };
+        // Data parallel with clip_norm: the held gradient summed over the ranks before its norm
+        // (every rank the same sum, so the same norm); its update then does not sum it again.
+        let d = if clip_norm && ctx.ranks > 1 {
+            let r = g.add_node(
+                Op::Optim(OptimOp::GradAllReduce { shards: ctx.ranks }),
+                &[d],
+                [pname.as_str(), " grad all-reduce"].concat(),
+                Phase::Update,
+                None,
+            )?;
+            (r, 0)
         } else {
             d
         };

@@ -501,7 +501,10 @@ impl Plan {
             Op::Optim(OptimOp::Update { .. } | OptimOp::BiasGradUpdate { .. })
             | Op::Conv(ConvOp::Conv2dBwdWeightUpdate { .. })
             | Op::Dense(DenseOp::DenseBwdWeightUpdate { .. }) => Some(StepRole::Update),
-            Op::Optim(OptimOp::GradSqNorm { .. } | OptimOp::GradNormStore) => Some(StepRole::Norm),
+            // (a held gradient's sum over the ranks: before the norm, in the runs that take it)
+            Op::Optim(
+                OptimOp::GradSqNorm { .. } | OptimOp::GradNormStore | OptimOp::GradAllReduce { .. },
+            ) => Some(StepRole::Norm),
             Op::Norm(NormOp::BatchNormStats { .. }) => Some(StepRole::RunningStats),
             _ => None,
         }

@@ -53,9 +53,10 @@ impl Layout {
     }
 }
 
-/// The parameters a sharded update step of `op` (arguments shaped `shapes`) updates, as
-/// layouts among its `shards` ranks: the weight (and a fused bias) of a fused weight-gradient +
-/// update, the tensor of a whole-tensor update or bias update. Empty for any other step.
+/// The tensors a sharded step of `op` (arguments shaped `shapes`) sums or updates, as layouts
+/// among its `shards` ranks: the weight (and a fused bias) of a fused weight-gradient + update,
+/// the tensor of a whole-tensor update or bias update, the gradient of a `GradAllReduce`. Empty
+/// for any other step.
 pub fn updated(op: &Op, shapes: &[Vec<usize>]) -> Vec<Layout> {
     let world = op.shards();
     if world <= 1 {
@@ -65,6 +66,7 @@ pub fn updated(op: &Op, shapes: &[Vec<usize>]) -> Vec<Layout> {
     let cols = |i: usize| at(i).last().copied().unwrap_or(1);
     match op {
         Op::Optim(OptimOp::Update { .. }) => vec![Layout::of(at(0), 1, world)],
+        Op::Optim(OptimOp::GradAllReduce { .. }) => vec![Layout::of(at(0), 1, world)],
         Op::Optim(OptimOp::BiasGradUpdate { .. }) => vec![Layout::of(at(1), 1, world)],
         Op::Dense(DenseOp::DenseBwdWeightUpdate { rule, bias, .. })
         | Op::Conv(ConvOp::Conv2dBwdWeightUpdate { rule, bias, .. }) => {
@@ -89,10 +91,12 @@ pub fn sent_bytes(plan: &Plan, rank: usize) -> u64 {
     let mut elems = n - 1; // the loss
     for s in &plan.steps {
         let k = &plan.kernels[s.kernel];
+        // an update of a gradient already summed (clip_norm's) only gathers
+        let summed = matches!(k.op, Op::Optim(OptimOp::Update { summed: true, .. }));
         for l in updated(&k.op, &k.arg_shapes) {
             let mine = l.rows_of(rank).len() as u64 * l.cols as u64;
             let all = (l.rows * l.cols) as u64;
-            elems += (all - mine) + (n - 1) * mine;
+            elems += if summed { 0 } else { all - mine } + (n - 1) * mine;
         }
     }
     elems * 4

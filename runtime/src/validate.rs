@@ -108,6 +108,8 @@ pub(crate) fn validate(plan: &Plan) -> Result<(), RuntimeError> {
                         zero_grad: true,
                         ..
                     } | dmc_plan::op::OptimOp::GradSqNorm { .. }
+                        // (data parallel: the accumulated gradient summed over the ranks)
+                        | dmc_plan::op::OptimOp::GradAllReduce { .. }
                 ))
             );
             if plan.is_optimizer_update(si) && !consumes_acc {

@@ -162,6 +162,11 @@ pub(crate) fn spec(s: &Site, op: &OptimOp) -> Result<Spec, CodegenError> {
         OptimOp::GradNormStore => grad_norm_store(s),
         OptimOp::BiasGrad => bias_grad(s, None),
         OptimOp::BiasGradUpdate { rule, .. } => bias_grad(s, Some(rule)),
+        // (refused before this by `spec`, as every sharded op)
+        OptimOp::GradAllReduce { .. } => Err(CodegenError::Shape {
+            kernel: s.k.name.clone(),
+            message: "a data-parallel all-reduce has no CUDA kernel (it is NCCL's)".into(),
+        }),
     }
 }
 
@@ -215,6 +220,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         ),
         (
             o(OptimOp::Update {
+                summed: false,
                 shards: 1,
                 rule: sgd_plain,
                 zero_grad: false,
@@ -223,6 +229,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         ),
         (
             o(OptimOp::Update {
+                summed: false,
                 shards: 1,
                 rule: sgd_nesterov,
                 zero_grad: false,
@@ -231,6 +238,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         ),
         (
             o(OptimOp::Update {
+                summed: false,
                 shards: 1,
                 rule: adam(true),
                 zero_grad: false,
@@ -239,6 +247,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         ),
         (
             o(OptimOp::Update {
+                summed: false,
                 shards: 1,
                 rule: adam_l2,
                 zero_grad: false,
@@ -263,6 +272,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         ),
         (
             o(OptimOp::Update {
+                summed: false,
                 shards: 1,
                 rule: rmsprop(0.0),
                 zero_grad: false,
@@ -271,6 +281,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         ),
         (
             o(OptimOp::Update {
+                summed: false,
                 shards: 1,
                 rule: rmsprop(0.9),
                 zero_grad: false,
@@ -279,6 +290,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         ),
         (
             o(OptimOp::Update {
+                summed: false,
                 shards: 1,
                 rule: lion(),
                 zero_grad: false,
@@ -308,6 +320,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         ),
         (
             o(OptimOp::Update {
+                summed: false,
                 shards: 1,
                 rule: adam(false),
                 zero_grad: true,
@@ -327,6 +340,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         (o(OptimOp::GradNormStore), vec![vec![1], vec![1]]),
         (
             o(OptimOp::Update {
+                summed: false,
                 shards: 1,
                 rule: sgd_nesterov.with_clip_norm(Some(1.5)),
                 zero_grad: true,
@@ -336,6 +350,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         // `clip_value`: the gradient clamped first, in the update itself and in a fused one
         (
             o(OptimOp::Update {
+                summed: false,
                 shards: 1,
                 rule: sgd_nesterov.with_clip_value(Some(0.25)),
                 zero_grad: false,

@@ -277,6 +277,7 @@ fn backward_and_update_ops() {
         vec![f(&[2, 3])]
     );
     let sgd = Op::Optim(OptimOp::Update {
+        summed: false,
         shards: 1,
         rule: UpdateRule::Sgd {
             lr: 0.1,
@@ -294,6 +295,7 @@ fn backward_and_update_ops() {
     );
     assert!(infer_outputs(&sgd, &[w.clone(), w.clone()], None).is_err());
     let plain = Op::Optim(OptimOp::Update {
+        summed: false,
         shards: 1,
         rule: UpdateRule::Sgd {
             lr: 0.1,
@@ -310,6 +312,7 @@ fn backward_and_update_ops() {
         vec![w.clone()]
     );
     let adam = Op::Optim(OptimOp::Update {
+        summed: false,
         shards: 1,
         rule: UpdateRule::Adam {
             lr: 0.1,

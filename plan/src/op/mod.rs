@@ -103,7 +103,11 @@ impl Op {
     /// [`crate::shard`]); 1 for every op that is not a sharded update.
     pub fn shards(&self) -> usize {
         match self {
-            Op::Optim(OptimOp::Update { shards, .. } | OptimOp::BiasGradUpdate { shards, .. })
+            Op::Optim(
+                OptimOp::Update { shards, .. }
+                | OptimOp::BiasGradUpdate { shards, .. }
+                | OptimOp::GradAllReduce { shards },
+            )
             | Op::Dense(DenseOp::DenseBwdWeightUpdate { shards, .. })
             | Op::Conv(ConvOp::Conv2dBwdWeightUpdate { shards, .. }) => *shards,
             _ => 1,

@@ -36,7 +36,8 @@ pub enum OptimOp {
     /// `shards` > 1 (data parallel, [`crate::shard`]): the state inputs are this rank's shards of
     /// `w` seen as `[numel, 1]`; the step sums the ranks' gradients of this rank's elements into
     /// the workspace `gs` (its first half; the second receives the peers' parts), updates them,
-    /// and gathers every rank's updated elements into `w`.
+    /// and gathers every rank's updated elements into `w` (with `zero_grad`, then zeroes this
+    /// rank's accumulated `g`, as one process does).
     Update {
         rule: UpdateRule,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -46,7 +47,16 @@ pub enum OptimOp {
             skip_serializing_if = "crate::shard::is_one"
         )]
         shards: usize,
+        /// Data parallel with `clip_norm`: `g` is already the ranks' sum (a held gradient summed
+        /// by [`OptimOp::GradAllReduce`] before the norm), so the update does not sum it again.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        summed: bool,
     },
+    /// Data parallel with `clip_norm` ([`crate::shard`]): a held gradient g (InOut) summed over
+    /// the `shards` ranks in place, every rank getting the same values (each rank sums its rows,
+    /// the peers' parts received into the workspace `tmp`, then every rank's rows are gathered),
+    /// so that the global norm is the summed gradient's and the same on every rank.
+    GradAllReduce { shards: usize },
     /// Gradient accumulation over micro-batches: acc (InOut, a persistent `GradAccum` buffer), g
     /// -> acc' = acc + scale * g (scale = 1/N: the mean of the N micro-batch gradients, PyTorch's
     /// `(loss / N).backward()`).
@@ -86,6 +96,7 @@ impl OpFacts for OptimOp {
                 rule,
                 zero_grad,
                 shards,
+                ..
             } => {
                 let g = if *zero_grad { InOut } else { In };
                 let mut v = vec![p("w", InOut, F32), p("g", g, F32)];
@@ -103,6 +114,7 @@ impl OpFacts for OptimOp {
             OptimOp::GradSqNorm { first: true } => vec![p("g", In, F32), p("s", Out, F32)],
             OptimOp::GradSqNorm { first: false } => vec![p("g", In, F32), p("s", InOut, F32)],
             OptimOp::GradNormStore => vec![p("sum", InOut, F32), p("held", InOut, F32)],
+            OptimOp::GradAllReduce { .. } => vec![p("g", InOut, F32), p("tmp", Workspace, F32)],
             OptimOp::BiasGradUpdate { rule, shards } => {
                 let mut v = vec![p("dy", In, F32), p("b", InOut, F32)];
                 v.extend(rule.state_names().iter().map(|s| p(s, InOut, F32)));
@@ -122,6 +134,7 @@ impl OpFacts for OptimOp {
             OptimOp::GradAccum { .. } => "grad_accum",
             OptimOp::GradSqNorm { .. } => "grad_sq_norm",
             OptimOp::GradNormStore => "grad_norm_store",
+            OptimOp::GradAllReduce { .. } => "grad_all_reduce",
             OptimOp::BiasGradUpdate { .. } => "bias_grad_update",
         }
     }
@@ -145,6 +158,7 @@ impl OpFacts for OptimOp {
             OptimOp::GradSqNorm { first: true } => vec![],
             OptimOp::GradSqNorm { first: false } => vec![(0, 1)],
             OptimOp::GradNormStore => vec![(0, 0), (1, 1)],
+            OptimOp::GradAllReduce { .. } => vec![(0, 0)],
             OptimOp::BiasGradUpdate { rule, .. } => {
                 (0..=rule.state_names().len()).map(|o| (o, o + 1)).collect()
             }
@@ -156,6 +170,10 @@ impl OpFacts for OptimOp {
             OptimOp::Update { shards, .. } if *shards > 1 => {
                 let w = s.first().map_or(&[][..], |w| &w[..]);
                 vec![2 * crate::shard::Layout::of(w, 1, *shards).shard_elems()]
+            }
+            OptimOp::GradAllReduce { shards } => {
+                let g = s.first().map_or(0, |g| g.iter().product());
+                vec![crate::shard::max_rows(g, *shards)]
             }
             OptimOp::Update { .. }
             | OptimOp::BiasGrad
@@ -182,13 +200,14 @@ impl OpFacts for OptimOp {
             OptimOp::Update {
                 rule,
                 shards,
-                zero_grad,
+                summed,
+                ..
             } => {
                 if rule.clip_norm().is_some() && inputs.last() != Some(&TensorType::f32(vec![1])) {
                     return err("the squared gradient norm must be f32[1]");
                 }
-                if *shards > 1 && (*zero_grad || rule.clip_norm().is_some()) {
-                    return err("a sharded update reads the step's own gradient (no held gradient, no clip_norm)");
+                if *shards > 1 && rule.clip_norm().is_some() && !summed {
+                    return err("a sharded update with clip_norm reads the ranks' summed gradient (`summed`): its norm is the sum's");
                 }
                 states_like(&inputs[0], &inputs[..2], 1)?;
                 let ns = rule.state_names().len();
@@ -203,6 +222,7 @@ impl OpFacts for OptimOp {
                 states_like(&inputs[0], inputs, 1)?;
                 Ok(vec![inputs[0].clone()])
             }
+            OptimOp::GradAllReduce { .. } => Ok(vec![inputs[0].clone()]),
             OptimOp::GradSqNorm { first } => {
                 let s = TensorType::f32(vec![1]);
                 if !*first && inputs.get(1) != Some(&s) {
@@ -239,6 +259,8 @@ impl OpFacts for OptimOp {
             OptimOp::BiasGrad => i(0),
             OptimOp::GradAccum { .. } | OptimOp::GradSqNorm { .. } => 2 * i(0),
             OptimOp::GradNormStore => 0,
+            // the sums of its rows, one add per element and peer
+            OptimOp::GradAllReduce { shards } => i(0) * (*shards as u64 - 1) / *shards as u64,
             OptimOp::BiasGradUpdate { .. } => i(0) + 4 * i(1),
         }
     }

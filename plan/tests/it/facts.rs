@@ -119,6 +119,7 @@ fn rules() -> [UpdateRule; 4] {
 fn an_update_op_has_the_state_slots_of_its_rule() {
     for rule in rules() {
         let op = Op::Optim(OptimOp::Update {
+            summed: false,
             shards: 1,
             rule,
             zero_grad: false,
@@ -147,6 +148,7 @@ fn an_update_op_has_the_state_slots_of_its_rule() {
 fn an_update_op_in_plan_json_carries_its_rule() {
     assert_eq!(FORMAT_VERSION, 13);
     let op = Op::Optim(OptimOp::Update {
+        summed: false,
         shards: 1,
         rule: rules()[1],
         zero_grad: false,
@@ -167,6 +169,7 @@ fn an_update_op_in_plan_json_carries_its_rule() {
 fn clipping_and_accumulation_in_plan_json_and_their_aliasing() {
     // `clip_value` and `zero_grad` are absent when off (above); present, they round-trip
     let op = Op::Optim(OptimOp::Update {
+        summed: false,
         shards: 1,
         rule: rules()[1].with_clip_value(Some(0.5)),
         zero_grad: true,

@@ -26,6 +26,13 @@ impl Ctx {
     pub(super) fn rule(&self, rule: &UpdateRule) -> UpdateRule {
         rule.with_lr(self.lr)
     }
+
+    /// Where this rank's part of a tensor of `elems` elements starts in the global batch's
+    /// (a data-parallel rank holds part `rank` of `world` equal parts of every batch tensor; 0
+    /// alone).
+    pub(super) fn batch_offset(&self, elems: usize) -> u64 {
+        self.comm.as_ref().map_or(0, |c| (c.rank() * elems) as u64)
+    }
 }
 
 /// One step's arguments: the arena base (and the host store's, for streamed tensors), the plan's

@@ -298,6 +298,8 @@ const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
 #[derive(Debug, Clone, Copy)]
 pub struct DropoutRng {
     key: u64,
+    /// Added to every index: a data-parallel rank's first element of the global batch.
+    base: u64,
 }
 
 impl DropoutRng {
@@ -313,14 +315,23 @@ impl DropoutRng {
                 .wrapping_mul(0xabc9_8388_fb8f_ac03)
                 .wrapping_add(GOLDEN),
         );
-        DropoutRng { key: k }
+        DropoutRng { key: k, base: 0 }
+    }
+    /// The same stream with element `index` at position `base + index`: a data-parallel rank's
+    /// part of a tensor of the global batch draws the masks one process draws for it.
+    pub fn from(self, base: u64) -> Self {
+        DropoutRng { base, ..self }
     }
     /// Uniform in [0, 1) with 24 random bits (splitmix64 stream at position `index`).
     #[inline]
     pub fn uniform(&self, index: u64) -> f32 {
         let z = mix64(
-            self.key
-                .wrapping_add(index.wrapping_add(1).wrapping_mul(GOLDEN)),
+            self.key.wrapping_add(
+                index
+                    .wrapping_add(self.base)
+                    .wrapping_add(1)
+                    .wrapping_mul(GOLDEN),
+            ),
         );
         (z >> 40) as f32 * (1.0 / (1u64 << 24) as f32)
     }
@@ -388,7 +399,8 @@ pub(super) unsafe fn exec(op: &ElementwiseOp, a: &Args, ctx: &Ctx) {
                 if ctx.mode == Mode::Eval {
                     a.f32_mut(1).copy_from_slice(a.f32(0));
                 } else {
-                    let rng = DropoutRng::new(ctx.seed, ctx.step_counter, *salt);
+                    let rng = DropoutRng::new(ctx.seed, ctx.step_counter, *salt)
+                        .from(ctx.batch_offset(a.f32(0).len()));
                     dropout(*p, rng, a.f32(0), a.f32_mut(1));
                 }
             }
@@ -397,7 +409,8 @@ pub(super) unsafe fn exec(op: &ElementwiseOp, a: &Args, ctx: &Ctx) {
                 if ctx.mode == Mode::Eval {
                     a.f32_mut(1).copy_from_slice(a.f32(0));
                 } else {
-                    let rng = DropoutRng::new(ctx.seed, ctx.step_counter, *salt);
+                    let rng = DropoutRng::new(ctx.seed, ctx.step_counter, *salt)
+                        .from(ctx.batch_offset(a.f32(0).len()));
                     dropout(*p, rng, a.f32(0), a.f32_mut(1));
                 }
             }
@@ -406,8 +419,10 @@ pub(super) unsafe fn exec(op: &ElementwiseOp, a: &Args, ctx: &Ctx) {
             ElementwiseOp::DropoutInPlace { p, salt }
             | ElementwiseOp::DropoutBwdInPlace { p, salt } => {
                 if ctx.mode != Mode::Eval {
-                    let rng = DropoutRng::new(ctx.seed, ctx.step_counter, *salt);
-                    dropout_inplace(*p, rng, a.f32_mut(0));
+                    let x = a.f32_mut(0);
+                    let rng = DropoutRng::new(ctx.seed, ctx.step_counter, *salt)
+                        .from(ctx.batch_offset(x.len()));
+                    dropout_inplace(*p, rng, x);
                 }
             }
             ElementwiseOp::UnaryBwdInPlace(kind) => {

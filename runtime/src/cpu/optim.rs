@@ -451,21 +451,31 @@ pub(super) unsafe fn exec(op: &OptimOp, a: &Args, ctx: &Ctx) {
                 rule,
                 shards,
                 zero_grad,
+                summed,
             } if *shards > 1 => {
-                // (a sharded update has no held gradient and no clip_norm: its shape rule)
-                debug_assert!(!*zero_grad);
                 let ns = rule.state_names().len();
                 let mut states = state_slices(a, 2, ns);
-                let ws = a.f32_mut(2 + ns);
+                // clip_norm: the factor from the squared global norm (the argument after the
+                // state), then the workspace
+                let clip = rule.clip_norm().is_some();
+                let gscale = match clip {
+                    true => rule.norm_scale(a.f32(2 + ns)[0]),
+                    false => 1.0,
+                };
+                let ws = a.f32_mut(2 + ns + clip as usize);
                 let (acc, tmp) = ws.split_at_mut(ws.len() / 2);
                 shard::update_elems(
                     ctx,
                     rule,
-                    a.f32_mut(0),
-                    a.f32(1),
+                    (a.f32_mut(0), a.f32(1)),
+                    (*summed, gscale),
                     (acc, tmp),
                     &mut states[..ns],
                 );
+                if *zero_grad {
+                    // this rank's accumulated gradient, consumed (g is InOut here)
+                    a.f32_mut(1).fill(0.0);
+                }
             }
             OptimOp::Update {
                 rule, zero_grad, ..
@@ -492,6 +502,7 @@ pub(super) unsafe fn exec(op: &OptimOp, a: &Args, ctx: &Ctx) {
                 }
             }
             OptimOp::GradAccum { scale } => grad_accum(*scale, a.f32_mut(0), a.f32(1)),
+            OptimOp::GradAllReduce { .. } => shard::all_reduce(ctx, a.f32_mut(0), a.f32_mut(1)),
             OptimOp::GradSqNorm { first } => {
                 let s = a.f32_mut(1);
                 s[0] = grad_sq_norm(if *first { 0.0 } else { s[0] }, a.f32(0));

@@ -86,11 +86,14 @@ pub(super) fn gather_rows(ctx: &Ctx, w: &mut [f32], ld: usize) {
 /// its update): the ranks' gradients `g` summed on this rank's elements (into `acc`, the peers'
 /// parts into `tmp`; `g` itself is only read), those elements of `w` updated with the state
 /// shards, and every rank's elements gathered into `w`.
+/// With `summed`, `g` is already the ranks' sum ([`all_reduce`]): its elements of this rank are
+/// used as they are, and only the gather runs; `gscale` is `clip_norm`'s factor.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn update_elems(
     ctx: &Ctx,
     rule: &UpdateRule,
-    w: &mut [f32],
-    g: &[f32],
+    (w, g): (&mut [f32], &[f32]),
+    (summed, gscale): (bool, f32),
     (acc, tmp): (&mut [f32], &mut [f32]),
     states: &mut [&mut [f32]],
 ) {
@@ -98,18 +101,33 @@ pub(super) fn update_elems(
     let n = w.len();
     let mine = shard::rows(n, c.world(), c.rank());
     let acc = &mut acc[..mine.len()];
-    if let Err(e) = reduce_rows_from(c, g, acc, tmp) {
+    if summed {
+        acc.copy_from_slice(&g[mine.clone()]);
+    } else if let Err(e) = reduce_rows_from(c, g, acc, tmp) {
         fatal(c, e);
     }
     let mut states = trimmed(states, mine.len());
-    super::optim::update(
+    super::optim::update_scaled(
         &ctx.rule(rule),
         ctx.step_counter,
+        gscale,
         &mut w[mine.clone()],
         acc,
         &mut states,
     );
     gather_rows(ctx, w, 1);
+}
+
+/// A held gradient summed over the ranks in place, every rank the same values (this rank's
+/// elements summed, the peers' parts into `tmp`, then every rank's gathered).
+pub(super) fn all_reduce(ctx: &Ctx, g: &mut [f32], tmp: &mut [f32]) {
+    let c = group(ctx);
+    let n = g.len();
+    let r =
+        comm::reduce_scatter_rows(c, g, 1, n, tmp).and_then(|()| comm::all_gather_rows(c, g, 1, n));
+    if let Err(e) = r {
+        fatal(c, e);
+    }
 }
 
 /// `acc` = the sum over the ranks of their `src`'s elements of this rank ([`shard::rows`] of

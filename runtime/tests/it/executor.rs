@@ -239,6 +239,7 @@ fn linear_plan() -> Plan {
         "fc db",
     );
     let sgd = Op::Optim(OptimOp::Update {
+        summed: false,
         shards: 1,
         rule: UpdateRule::Sgd {
             lr: LR,
@@ -691,6 +692,7 @@ fn conv_plan() -> Plan {
         "conv db",
     );
     let adam = Op::Optim(OptimOp::Update {
+        summed: false,
         shards: 1,
         rule: UpdateRule::Adam {
             lr: 0.02,
