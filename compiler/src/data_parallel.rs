@@ -9,7 +9,7 @@
 
 use std::borrow::Cow;
 
-use dmc_grammar::model::{Layer, Model};
+use dmc_grammar::model::Model;
 use dmc_plan::shard::Layout;
 use petgraph::stable_graph::NodeIndex;
 
@@ -114,17 +114,6 @@ pub fn rank_model<'m>(
     if batch % ranks != 0 {
         return refuse(format!(
             "the batch of {batch} does not split evenly: use a batch that is a multiple of {ranks} (`--batch`), or another number of ranks"
-        ));
-    }
-    for n in &model.nodes {
-        let why = match n.layer {
-            Layer::BatchNorm { .. } => "batchnorm's statistics would be each rank's part of the batch, not the batch's (synchronised batchnorm is not built yet)",
-            _ => continue,
-        };
-        return refuse(format!(
-            "layer `{}` ({}): {why}; train it on one process",
-            n.name,
-            n.layer.entry_name()
         ));
     }
     let mut m = model.clone();

@@ -636,28 +636,16 @@ pub(super) unsafe fn exec(op: &ConvOp, a: &Args, ctx: &Ctx) {
                                 o[c0..c0 + nc].copy_from_slice(&i[c0..c0 + nc]);
                             }
                         }
-                        match comm.as_deref_mut() {
-                            Some(tmp) => shard::update_rows_block(
-                                ctx,
-                                rule,
-                                w,
-                                co,
-                                (c0, nc),
-                                gw,
-                                tmp,
-                                &mut states[..ns],
-                            ),
-                            None => update_block(
-                                &ctx.rule(rule),
-                                ctx.step_counter,
-                                w,
-                                co,
-                                c0,
-                                nc,
-                                gw,
-                                &mut states[..ns],
-                            ),
-                        }
+                        shard::update_columns(
+                            ctx,
+                            rule,
+                            w,
+                            co,
+                            (c0, nc),
+                            gw,
+                            comm.as_deref_mut(),
+                            &mut states[..ns],
+                        )
                     },
                 );
                 if comm.is_some() {

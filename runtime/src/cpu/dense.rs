@@ -5,7 +5,7 @@ use rayon::prelude::*;
 use super::args::{state_slices, Args, Ctx};
 use super::epilogue;
 use super::gemm::{sgemm, View};
-use super::optim::{bias_grad, bias_grad_update, update_block};
+use super::optim::{bias_grad, bias_grad_update};
 use super::shard;
 use dmc_plan::op::{DenseOp, EpilogueSide};
 
@@ -153,27 +153,17 @@ pub(super) unsafe fn exec(op: &DenseOp, a: &Args, ctx: &Ctx) {
                     a.f32(1),
                     *chunk,
                     a.f32_mut(wsi),
-                    |c0, nc, gw| match comm.as_deref_mut() {
-                        Some(tmp) => shard::update_rows_block(
+                    |c0, nc, gw| {
+                        shard::update_columns(
                             ctx,
                             rule,
                             w,
                             m,
                             (c0, nc),
                             gw,
-                            tmp,
+                            comm.as_deref_mut(),
                             &mut states[..ns],
-                        ),
-                        None => update_block(
-                            &ctx.rule(rule),
-                            ctx.step_counter,
-                            w,
-                            m,
-                            c0,
-                            nc,
-                            gw,
-                            &mut states[..ns],
-                        ),
+                        )
                     },
                 );
                 if comm.is_some() {

@@ -44,7 +44,7 @@ pub(super) unsafe fn exec(a: &Args, ctx: &Ctx) -> Result<(), BadLabel> {
             Op::Elementwise(op) => super::elementwise::exec(op, a, ctx),
             Op::Loss(op) => super::loss::exec(op, a, ctx)?,
             Op::Optim(op) => super::optim::exec(op, a, ctx),
-            Op::Norm(op) => super::norm::exec(op, a),
+            Op::Norm(op) => super::norm::exec(op, a, ctx),
             Op::Seq(op) => super::seq::exec(op, a)?,
             // a copy between the host store and a window of the arena
             Op::Transfer(_) => a.f32_mut(1).copy_from_slice(a.f32(0)),

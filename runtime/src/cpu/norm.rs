@@ -10,7 +10,7 @@
 use dmc_plan::op::NormOp;
 use rayon::prelude::*;
 
-use super::args::Args;
+use super::args::{Args, Ctx};
 
 /// Channels per pass over the rows.
 const CH_BLOCK: usize = 64;
@@ -41,6 +41,25 @@ fn col_sums(
     s
 }
 
+/// The batch's per-channel sums: this process's rows alone, or (data parallel) summed over the
+/// ranks, whose parts of the batch make `ranks` times the rows ([`super::shard::BatchSums`]).
+pub trait Sums {
+    /// Rows of the whole batch per row of this process.
+    fn ranks(&self) -> usize;
+    /// `s` (per-channel sums of this process's rows) becomes the whole batch's.
+    fn sum(&mut self, s: &mut [f64]);
+}
+
+/// This process's batch is the batch.
+pub struct Alone;
+
+impl Sums for Alone {
+    fn ranks(&self) -> usize {
+        1
+    }
+    fn sum(&mut self, _: &mut [f64]) {}
+}
+
 /// `x[rows, c], gamma[c], beta[c] -> y, mean[c], biased var[c]`; y = (x - mean) / sqrt(var + eps)
 /// gamma + beta.
 pub fn batchnorm(
@@ -52,21 +71,36 @@ pub fn batchnorm(
     var: &mut [f32],
     eps: f32,
 ) {
+    batchnorm_over(x, (gamma, beta), y, (mean, var), eps, &mut Alone)
+}
+
+/// [`batchnorm`] with the statistics of the batch `sums` makes of this process's rows (data
+/// parallel: the ranks' sums, so every rank normalises by the global batch's mean and variance).
+pub fn batchnorm_over(
+    x: &[f32],
+    (gamma, beta): (&[f32], &[f32]),
+    y: &mut [f32],
+    (mean, var): (&mut [f32], &mut [f32]),
+    eps: f32,
+    sums: &mut dyn Sums,
+) {
     let c = gamma.len();
     assert!(c > 0 && x.len() / c * c == x.len() && y.len() == x.len());
     assert!(beta.len() == c && mean.len() == c && var.len() == c);
     let rows = x.len() / c;
-    let n = rows as f64;
+    let n = (rows * sums.ranks()) as f64;
     for (c0, c1) in blocks(c) {
-        let s = col_sums(rows, c0, c1, |r, ch| x[r * c + ch] as f64);
+        let mut s = col_sums(rows, c0, c1, |r, ch| x[r * c + ch] as f64);
+        sums.sum(&mut s[..c1 - c0]);
         let mut m = [0.0f64; CH_BLOCK];
         for j in 0..c1 - c0 {
             m[j] = s[j] / n;
         }
-        let q = col_sums(rows, c0, c1, |r, ch| {
+        let mut q = col_sums(rows, c0, c1, |r, ch| {
             let d = x[r * c + ch] as f64 - m[ch - c0];
             d * d
         });
+        sums.sum(&mut q[..c1 - c0]);
         let mut g = [0.0f64; CH_BLOCK];
         for (j, ch) in (c0..c1).enumerate() {
             let v = q[j] / n;
@@ -146,11 +180,26 @@ pub fn batchnorm_bwd_in_place(
     dbeta: &mut [f32],
     eps: f32,
 ) {
+    batchnorm_bwd_over(dyx, x, (mean, var), gamma, (dgamma, dbeta), eps, &mut Alone)
+}
+
+/// [`batchnorm_bwd_in_place`] over the batch `sums` makes of this process's rows: dx takes the
+/// whole batch's sums of dy and dy xh; dgamma and dbeta stay this process's (data parallel: the
+/// update sums the ranks' parameter gradients).
+pub fn batchnorm_bwd_over(
+    dyx: &mut [f32],
+    x: &[f32],
+    (mean, var): (&[f32], &[f32]),
+    gamma: &[f32],
+    (dgamma, dbeta): (&mut [f32], &mut [f32]),
+    eps: f32,
+    sums: &mut dyn Sums,
+) {
     let c = gamma.len();
     assert!(c > 0 && x.len() / c * c == x.len() && dyx.len() == x.len());
     assert!(mean.len() == c && var.len() == c && dgamma.len() == c && dbeta.len() == c);
     let rows = x.len() / c;
-    let n = rows as f64;
+    let n = (rows * sums.ranks()) as f64;
     for (c0, c1) in blocks(c) {
         let mut m = [0.0f64; CH_BLOCK];
         let mut rs = [0.0f64; CH_BLOCK];
@@ -159,14 +208,16 @@ pub fn batchnorm_bwd_in_place(
             rs[j] = 1.0 / (var[ch] as f64 + eps as f64).sqrt();
         }
         let xh = |r: usize, ch: usize| (x[r * c + ch] as f64 - m[ch - c0]) * rs[ch - c0];
-        let sd = col_sums(rows, c0, c1, |r, ch| dyx[r * c + ch] as f64);
-        let sdx = col_sums(rows, c0, c1, |r, ch| dyx[r * c + ch] as f64 * xh(r, ch));
+        let mut sd = col_sums(rows, c0, c1, |r, ch| dyx[r * c + ch] as f64);
+        let mut sdx = col_sums(rows, c0, c1, |r, ch| dyx[r * c + ch] as f64 * xh(r, ch));
         let mut k = [0.0f64; CH_BLOCK];
         for (j, ch) in (c0..c1).enumerate() {
             dgamma[ch] = sdx[j] as f32;
             dbeta[ch] = sd[j] as f32;
             k[j] = gamma[ch] as f64 * rs[j];
         }
+        sums.sum(&mut sd[..c1 - c0]);
+        sums.sum(&mut sdx[..c1 - c0]);
         for r in 0..rows {
             for (j, ch) in (c0..c1).enumerate() {
                 let i = r * c + ch;
@@ -309,18 +360,19 @@ pub fn layernorm_bwd(
 /// # Safety
 /// As [`super::executor`]'s `exec`: the step was validated; only Out/InOut slots are taken
 /// mutably, and those overlap no other argument.
-pub(super) unsafe fn exec(op: &NormOp, a: &Args) {
+pub(super) unsafe fn exec(op: &NormOp, a: &Args, ctx: &Ctx) {
+    // data parallel: batchnorm's statistics are the global batch's (the ranks' sums)
+    let mut sums = super::shard::BatchSums::of(ctx);
     // SAFETY: (all calls below) see this function's contract; slot indices follow the signature.
     unsafe {
         match op {
-            NormOp::BatchNorm { eps } => batchnorm(
+            NormOp::BatchNorm { eps } => batchnorm_over(
                 a.f32(0),
-                a.f32(1),
-                a.f32(2),
+                (a.f32(1), a.f32(2)),
                 a.f32_mut(3),
-                a.f32_mut(4),
-                a.f32_mut(5),
+                (a.f32_mut(4), a.f32_mut(5)),
                 eps.0,
+                &mut sums,
             ),
             NormOp::BatchNormInfer { eps } => batchnorm_infer(
                 a.f32(0),
@@ -337,34 +389,36 @@ pub(super) unsafe fn exec(op: &NormOp, a: &Args) {
                 a.f32(2),
                 a.f32(3),
                 momentum.0,
-                *count,
+                // (the unbiased variance of the whole batch's rows)
+                *count * sums.ranks(),
             ),
             NormOp::BatchNormBwd {
                 eps,
                 in_place: false,
-            } => batchnorm_bwd(
-                a.f32(0),
-                a.f32(1),
-                a.f32(2),
-                a.f32(3),
-                a.f32(4),
-                a.f32_mut(5),
-                a.f32_mut(6),
-                a.f32_mut(7),
-                eps.0,
-            ),
+            } => {
+                let dx = a.f32_mut(5);
+                dx.copy_from_slice(a.f32(0));
+                batchnorm_bwd_over(
+                    dx,
+                    a.f32(1),
+                    (a.f32(2), a.f32(3)),
+                    a.f32(4),
+                    (a.f32_mut(6), a.f32_mut(7)),
+                    eps.0,
+                    &mut sums,
+                )
+            }
             NormOp::BatchNormBwd {
                 eps,
                 in_place: true,
-            } => batchnorm_bwd_in_place(
+            } => batchnorm_bwd_over(
                 a.f32_mut(0),
                 a.f32(1),
-                a.f32(2),
-                a.f32(3),
+                (a.f32(2), a.f32(3)),
                 a.f32(4),
-                a.f32_mut(5),
-                a.f32_mut(6),
+                (a.f32_mut(5), a.f32_mut(6)),
                 eps.0,
+                &mut sums,
             ),
             NormOp::LayerNorm { eps } => layernorm(
                 a.f32(0),

@@ -73,6 +73,25 @@ pub(super) fn update_rows_block(
     );
 }
 
+/// A block of a fused weight-gradient + update: on this rank's rows ([`update_rows_block`], `comm`
+/// the workspace receiving the peers' parts) in a data-parallel plan, else on every row.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn update_columns(
+    ctx: &Ctx,
+    rule: &UpdateRule,
+    w: &mut [f32],
+    ld: usize,
+    (c0, nc): (usize, usize),
+    gw: &mut [f32],
+    comm: Option<&mut [f32]>,
+    states: &mut [&mut [f32]],
+) {
+    match comm {
+        Some(tmp) => update_rows_block(ctx, rule, w, ld, (c0, nc), gw, tmp, states),
+        None => update_block(&ctx.rule(rule), ctx.step_counter, w, ld, c0, nc, gw, states),
+    }
+}
+
 /// Every rank's updated rows of the `[len / ld, ld]` tensor `w`, gathered on every rank.
 pub(super) fn gather_rows(ctx: &Ctx, w: &mut [f32], ld: usize) {
     let c = group(ctx);
@@ -171,4 +190,31 @@ pub(super) fn update_bias(
 ) {
     update_rows_block(ctx, rule, b, 1, (0, 1), db, tmp, states);
     gather_rows(ctx, b, 1);
+}
+
+/// Batchnorm's per-channel sums over the ranks' parts of the batch ([`super::norm::Sums`]): each
+/// rank's sums summed in rank order, the same on every rank. One process alone sums nothing.
+pub(super) struct BatchSums<'a> {
+    comm: Option<&'a dyn Collective>,
+}
+
+impl<'a> BatchSums<'a> {
+    pub(super) fn of(ctx: &'a Ctx) -> Self {
+        BatchSums {
+            comm: ctx.comm.as_deref().filter(|c| c.world() > 1),
+        }
+    }
+}
+
+impl super::norm::Sums for BatchSums<'_> {
+    fn ranks(&self) -> usize {
+        self.comm.map_or(1, |c| c.world())
+    }
+    fn sum(&mut self, s: &mut [f64]) {
+        if let Some(c) = self.comm {
+            if let Err(e) = comm::all_reduce_sum_f64(c, s) {
+                fatal(c, e);
+            }
+        }
+    }
 }
