@@ -37,9 +37,9 @@ for e in $examples; do
       out=$(mpirun --oversubscribe -np "$n" -x RAYON_NUM_THREADS=$threads "$DMC" run "examples/$e.dm" $f -q --device cpu --summary-json "$j" --data-parallel 2>/dev/null)
     fi
     line=$(grep '^data parallel:' <<<"$out" || true)
-    state=$(sed -n 's/.* and \(.*\) of the .* optimizer state.*/\1/p' <<<"$line")
+    state=$(sed -n 's/.* and \(.*\) of the \(.*\) optimizer state.*/\1 of \2/p' <<<"$line")
     sent=$(sed -n 's/.*rank 0 sent \(.*\) a step (the plan.s model: \([^,]*\),.*/\1 (\2)/p' <<<"$line")
-    [ "$n" = 1 ] && state="all" && sent="-"
+    [ "$n" = 1 ] && state="all of it" && sent="-"
     batch=$(grep -o 'batch [0-9]*' <<<"$("$DMC" plan "examples/$e.dm" $( [ "$n" = 1 ] || echo "--data-parallel $n") $(grep -o -- '--batch [0-9]*' <<<"$f" || true) 2>/dev/null | head -1)" | head -1 | cut -d' ' -f2)
     printf '| %s | %s | %s | %s | %s | %s | %s | %.1f |\n' "$e" "$n" "$batch" "$state" \
       "$(field "$j" planned_arena_bytes)" "$(field "$j" measured_arena_bytes)" "$sent" "$(field "$j" ms_per_step)"
