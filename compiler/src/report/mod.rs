@@ -19,6 +19,8 @@ use serde::{Deserialize, Serialize};
 use crate::fxhash::FxHashMap;
 use crate::plan::{layer_of, BufferId, BufferKind, Mode, Plan, StepPhase};
 
+mod data_parallel;
+pub use data_parallel::{data_parallel, DataParallel};
 pub mod svg;
 pub mod text;
 
@@ -246,47 +248,6 @@ pub struct MemoryReport {
     /// with one rank).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_parallel: Option<DataParallel>,
-}
-
-/// One rank of a data-parallel step ([`dmc_plan::shard`]): its part of the batch, its shard of
-/// the optimizer state, and the bytes it sends a step with their time on each network of
-/// [`dmc_plan::link::NETWORKS`] (sending and receiving at once, at the link's rate).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DataParallel {
-    pub ranks: usize,
-    /// Samples per rank (the global batch is `ranks` times this).
-    pub batch: usize,
-    /// Optimizer-state bytes one rank holds (the largest shards) ...
-    pub state_bytes_per_rank: u64,
-    /// ... and that one process would hold.
-    pub state_bytes_whole: u64,
-    /// Bytes the busiest rank sends a step.
-    pub sent_bytes_per_rank: u64,
-    /// (link, seconds) for those bytes.
-    pub link_seconds: Vec<(String, f64)>,
-}
-
-/// The [`DataParallel`] report of `plan` (`None` with one rank).
-pub fn data_parallel(plan: &Plan) -> Option<DataParallel> {
-    if plan.ranks <= 1 {
-        return None;
-    }
-    let (mine, whole) = dmc_plan::shard::state_bytes(plan);
-    let sent = (0..plan.ranks)
-        .map(|r| dmc_plan::shard::sent_bytes(plan, r))
-        .max()
-        .unwrap_or(0);
-    Some(DataParallel {
-        ranks: plan.ranks,
-        batch: plan.batch,
-        state_bytes_per_rank: mine,
-        state_bytes_whole: whole,
-        sent_bytes_per_rank: sent,
-        link_seconds: dmc_plan::link::NETWORKS
-            .iter()
-            .map(|l| (l.name.to_string(), sent as f64 / l.bytes_per_s))
-            .collect(),
-    })
 }
 
 /// Fused attention against a plain implementation: per layer the fused kernels save one
