@@ -331,6 +331,50 @@ fn what_data_parallel_does_not_do_yet_is_refused() {
     );
 }
 
+/// A loss that is not finite on one rank's part of the batch is every rank's (the ranks' summed
+/// loss): all of them halt before any update, their weights as they were.
+#[test]
+fn a_non_finite_loss_on_one_rank_halts_every_rank() {
+    let p = plan(CONV, "batch: 4, optimizer: sgd(lr: 0.1)", 2, true).expect("plan");
+    let one = plan(CONV, "batch: 4, optimizer: sgd(lr: 0.1)", 1, true).expect("one");
+    let mut bad = batches(&one).remove(0);
+    bad.0[0].1[0] = f32::NAN; // the first sample's input: rank 0's part
+    let results = std::thread::scope(|s| {
+        let handles: Vec<_> = LocalComm::group(2)
+            .into_iter()
+            .enumerate()
+            .map(|(r, c)| {
+                let (p, b) = (p.clone(), part(&bad, r, 2));
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(1)
+                    .build()
+                    .expect("pool");
+                s.spawn(move || {
+                    pool.install(|| {
+                        let mut be = CpuBackend::new(p).expect("backend");
+                        be.set_collective(Arc::new(c));
+                        be.init_params(5);
+                        be.set_halt_on_nonfinite_loss(true);
+                        let w0: Vec<f32> = be.params().flat_map(|(_, _, d)| d.to_vec()).collect();
+                        b.feed(|n, d| be.set_input(n, d)).expect("input");
+                        let l = be.run(1, 9).expect("step");
+                        let w1: Vec<f32> = be.params().flat_map(|(_, _, d)| d.to_vec()).collect();
+                        (l, w0 == w1)
+                    })
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("rank"))
+            .collect::<Vec<_>>()
+    });
+    for (r, (l, unchanged)) in results.iter().enumerate() {
+        assert!(!l.is_finite(), "rank {r} sees the non-finite loss");
+        assert!(unchanged, "rank {r} halted before its updates");
+    }
+}
+
 #[test]
 fn a_plan_of_two_ranks_refuses_to_run_alone() {
     let p = plan(CONV, "batch: 4, optimizer: sgd(lr: 0.1)", 2, true).expect("plan");

@@ -258,6 +258,52 @@ fn a_killed_rank_ends_the_run_and_loses_no_weights() {
     );
 }
 
+/// SIGTERM to `mpirun` (which forwards it to every rank) stops every rank after the same step:
+/// rank 0 saves the weights whole and says so, and the file holds finite trained weights.
+#[test]
+#[cfg_attr(not(dmc_has_mpi), ignore = "needs mpirun (Open MPI); CI installs it")]
+fn a_signal_stops_every_rank_at_the_same_step_and_saves() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (w, log) = (path(&dir, "w.safetensors"), path(&dir, "loss.txt"));
+    let child = mpirun_cmd(
+        2,
+        &[
+            "run",
+            "examples/mlp.dm",
+            "--steps",
+            "100000",
+            "-q",
+            "--device",
+            "cpu",
+            "--save",
+            w.to_str().expect("path"),
+            "--loss-log",
+            log.to_str().expect("path"),
+            "--data-parallel",
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("mpirun");
+    let t0 = Instant::now();
+    while std::fs::read_to_string(&log).map_or(0, |s| s.lines().count()) < 3 {
+        assert!(t0.elapsed() < Duration::from_secs(120), "no steps logged");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: kill(2) on our own child's pid with SIGTERM; no memory is shared.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let out = child.wait_with_output().expect("mpirun");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("interrupted after") && stderr.contains("the weights were saved"),
+        "rank 0 says it stopped and saved: {stderr}"
+    );
+    assert_eq!(stderr.matches("interrupted after").count(), 1, "{stderr}");
+    let trained = weights("mlp.dm", &w);
+    assert!(trained.iter().all(|v| v.is_finite()));
+}
+
 /// The pid of this test's dmc rank `rank` (its environment names it, and its command line runs
 /// dmc with --data-parallel).
 fn rank_pid(rank: usize) -> Option<i32> {

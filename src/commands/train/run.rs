@@ -156,9 +156,29 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
     let group = data_parallel::open(args.train.data_parallel)?;
     let r = run_in(args, group.clone());
     if let (Err(e), Some(g)) = (&r, group.filter(|g| g.world() > 1)) {
-        // the other ranks may be waiting on this one in a collective: end them all (MPI_Abort)
-        eprintln!("error: rank {} of {}: {e}", g.rank(), g.world());
-        g.abort(e.exit_code());
+        match e {
+            // every rank ends so at the same step (a stop the ranks agreed on, the ranks' summed
+            // loss): rank 0 has saved and reports it, then all meet (the barrier) and end, rank
+            // 0's exit code the job's and the others' 0 (a failing rank makes `mpirun` end the
+            // rest at once)
+            CliError::Interrupted(_) | CliError::Training(_) => {
+                let code = match g.rank() {
+                    0 => {
+                        crate::report::print_error(e);
+                        e.exit_code()
+                    }
+                    _ => 0,
+                };
+                let _ = dmc_runtime::comm::barrier(g.as_ref());
+                drop(g); // (MPI finalised)
+                std::process::exit(code);
+            }
+            // the other ranks may be waiting on this one in a collective: end them all
+            _ => {
+                eprintln!("error: rank {} of {}: {e}", g.rank(), g.world());
+                g.abort(e.exit_code());
+            }
+        }
     }
     r
 }
@@ -177,7 +197,11 @@ fn run_in(
     };
     let c = &args.common;
     let save_path = args.save.as_deref();
-    let kind = resolve_device(c.device, c.quiet)?;
+    // (data parallel runs on the CPU backend: `auto` means it; `cuda` is refused by the backend)
+    let kind = match (&group, c.device) {
+        (Some(_), super::args::Device::Auto) => BackendKind::Cpu,
+        _ => resolve_device(c.device, c.quiet)?,
+    };
     check_cuda_options(args, kind)?;
     let model = load_model(&c.file)?;
     let seed = seed_or_default(c.seed, &model);
