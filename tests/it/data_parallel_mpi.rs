@@ -119,6 +119,67 @@ fn deep_convnet_trains_on_two_ranks_as_on_one_process() {
     like_one_process("deep_convnet.dm", &["--batch", "8", "--lr", "0.001"]);
 }
 
+/// The ranks share the validation batches (rank r runs batches r, r + N, ...) and sum what they
+/// found: the epoch's validation loss and accuracy are one process's.
+#[test]
+#[cfg_attr(not(dmc_has_mpi), ignore = "needs mpirun (Open MPI); CI installs it")]
+fn the_ranks_share_the_validation_and_report_one_processs_numbers() {
+    let a = [
+        "run",
+        "examples/mlp.dm",
+        "--epochs",
+        "1",
+        "--val-split",
+        "0.25",
+        "-q",
+        "--device",
+        "cpu",
+    ];
+    let (code, _, one) = dmc(&a);
+    assert_eq!(code, 0, "{one}");
+    let out = mpirun(2, &[&a[..], &["--data-parallel"]].concat());
+    let two = String::from_utf8_lossy(&out.stderr);
+    let val = |s: &str| -> (f64, String) {
+        let l = s
+            .lines()
+            .find(|l| l.contains("validation loss"))
+            .unwrap_or_else(|| panic!("{s}"));
+        let rest = &l[l.find("validation loss ").expect("loss") + 16..];
+        let (loss, acc) = rest.split_once(',').expect("accuracy");
+        (loss.parse().expect("number"), acc.trim().to_string())
+    };
+    let ((l1, a1), (l2, a2)) = (val(&one), val(&two));
+    assert!(
+        (l1 - l2).abs() <= 1e-5 * l1.abs(),
+        "validation loss {l2} on 2 ranks, {l1} alone"
+    );
+    assert_eq!(a1, a2, "the same accuracy and samples");
+}
+
+/// An error every rank meets alike (here the batch that does not split over 3 ranks) is said
+/// once, by rank 0.
+#[test]
+#[cfg_attr(not(dmc_has_mpi), ignore = "needs mpirun (Open MPI); CI installs it")]
+fn an_error_of_every_rank_is_said_once() {
+    let out = mpirun_cmd(
+        3,
+        &[
+            "run",
+            "examples/mlp.dm",
+            "--steps",
+            "2",
+            "-q",
+            "--data-parallel",
+        ],
+    )
+    .output()
+    .expect("mpirun");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches("does not split evenly").count(), 1, "{err}");
+    assert!(err.contains("multiple of 3"), "{err}");
+}
+
 /// 3 steps on 2 ranks saving the training state, then 2 more on one process resuming it: the
 /// weights of 5 uninterrupted steps on one process (the state gathered whole, then read whole).
 #[test]

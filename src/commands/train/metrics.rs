@@ -48,6 +48,20 @@ pub fn evaluate(
     batch: usize,
     top_k: Option<usize>,
 ) -> Result<Metrics, CliError> {
+    evaluate_shared(be, model, ds, batch, top_k, None)
+}
+
+/// [`evaluate`], the batches shared among the ranks of `group` (data parallel: rank r runs
+/// batches r, r + N, ...; the sums are then the ranks' together, the same on every rank).
+pub fn evaluate_shared(
+    be: &mut dyn Backend,
+    model: &Model,
+    ds: &Dataset,
+    batch: usize,
+    top_k: Option<usize>,
+    group: Option<&dyn dmc_runtime::comm::Collective>,
+) -> Result<Metrics, CliError> {
+    let (rank, world) = group.map_or((0, 1), |g| (g.rank(), g.world()));
     let plan = be.plan().clone();
     let mut feeder = Feeder::new(&plan, true);
     let epoch = ds.in_order_padded(batch)?;
@@ -69,7 +83,7 @@ pub fn evaluate(
     // as a batch of copies of themselves (whose loss is that sample's).
     let summed = !model.loss.is_single();
     let mut alone = vec![0usize; batch];
-    for b in 0..epoch.num_batches() {
+    for b in (rank..epoch.num_batches()).step_by(world) {
         let idx = epoch.batch(b);
         feeder.feed(be, ds, idx)?;
         let batch_loss = be.run(1, 0)?;
@@ -113,6 +127,19 @@ pub fn evaluate(
                 loss_sum += be.run(1, 0)? as f64;
             }
         }
+    }
+    if let Some(g) = group.filter(|g| g.world() > 1) {
+        let mut v = [
+            loss_sum,
+            correct as f64,
+            in_top as f64,
+            n as f64,
+            positions as f64,
+        ];
+        dmc_runtime::comm::all_reduce_sum_f64(g, &mut v)?;
+        loss_sum = v[0];
+        (correct, in_top, n, positions) =
+            (v[1] as usize, v[2] as usize, v[3] as usize, v[4] as usize);
     }
     let labels = model.loss.classifier().is_some();
     let accuracy = labels.then(|| correct as f64 / positions.max(1) as f64);

@@ -161,7 +161,11 @@ pub fn run(args: &RunArgs) -> Result<(), CliError> {
             // loss): rank 0 has saved and reports it, then all meet (the barrier) and end, rank
             // 0's exit code the job's and the others' 0 (a failing rank makes `mpirun` end the
             // rest at once)
-            CliError::Interrupted(_) | CliError::Training(_) => {
+            // (as are the program's and the compiler's errors: the same inputs on every rank)
+            CliError::Interrupted(_)
+            | CliError::Training(_)
+            | CliError::Program(_)
+            | CliError::Compile(_) => {
                 let code = match g.rank() {
                     0 => {
                         crate::report::print_error(e);

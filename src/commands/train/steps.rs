@@ -13,7 +13,7 @@ use dmc_runtime::{Backend, RunPass};
 use indicatif::ProgressBar;
 
 use super::dataset::Feeder;
-use super::metrics::{batch_correct, evaluate, fmt_metrics, fmt_top_k, Correct, Metrics};
+use super::metrics::{batch_correct, evaluate_shared, fmt_metrics, fmt_top_k, Correct, Metrics};
 use super::progress::{say, LossLog};
 use crate::commands::checkpoint::SavePolicy;
 use crate::report::CliError;
@@ -332,7 +332,8 @@ pub fn train(
                 for (name, _, data) in be.params()? {
                     v.backend.set_param(&name, &data)?;
                 }
-                let m = evaluate(v.backend, model, v.data, batch, top_k)?;
+                // (data parallel: the ranks share the validation batches)
+                let m = evaluate_shared(v.backend, model, v.data, batch, top_k, be.collective())?;
                 record_validation(&m, progress);
                 let (best, saved) = saves.after_validation(be, m.loss, progress.best_val_loss)?;
                 progress.best_val_loss = best;
