@@ -14,6 +14,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::plan::Plan;
+use crate::unary::UnaryKind;
 
 /// How many terms the time of a launch has ([`CpuRates::terms`]).
 pub const TERMS: usize = 11;
@@ -125,6 +126,71 @@ pub struct CpuWork {
     pub serial: u64,
     /// Parallel loops it starts (each a dispatch to the thread pool and a join).
     pub loops: u64,
+    /// Transcendental work beyond the bytes it streams: elements of an activation's formula (its
+    /// exponentials, erfc, logarithms), or attention's exponentials, each at its own measured
+    /// cost ([`CpuRates::special_s`]; not one of the fitted [`TERMS`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub special: Vec<(Special, u64)>,
+}
+
+/// What a kernel evaluates per element beyond streaming it ([`CpuWork::special`]): an
+/// activation's forward or backward formula (the backward's reads the saved value), or one
+/// `exp` of attention's softmax.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Special {
+    Forward(UnaryKind),
+    Backward(UnaryKind),
+    AttentionExp,
+}
+
+impl Special {
+    /// Its key in [`CpuRates::special_s`]: `gelu`, `gelu_bwd`, `attention_exp`.
+    pub fn key(&self) -> String {
+        match self {
+            Special::Forward(k) => k.name().to_string(),
+            Special::Backward(k) => format!("{}_bwd", k.name()),
+            Special::AttentionExp => "attention_exp".into(),
+        }
+    }
+
+    /// Every kind the micro-benchmark measures: each activation's forward and backward, and
+    /// attention's `exp`.
+    pub fn all() -> Vec<Special> {
+        let mut v: Vec<Special> = UnaryKind::ALL
+            .iter()
+            .flat_map(|k| [Special::Forward(*k), Special::Backward(*k)])
+            .collect();
+        v.push(Special::AttentionExp);
+        v
+    }
+
+    /// Seconds per element, all threads, of a typical 2-thread x86 machine (the nominal rates):
+    /// none for the piecewise-linear activations, a few nanoseconds for the others.
+    pub fn nominal_s(&self) -> f64 {
+        let k = match self {
+            Special::Forward(k) | Special::Backward(k) => *k,
+            Special::AttentionExp => return 1.5e-9,
+        };
+        let fwd = match k {
+            UnaryKind::Relu | UnaryKind::LeakyRelu { .. } => 0.0,
+            UnaryKind::Gelu => 2e-9,
+            _ => 1.5e-9,
+        };
+        match self {
+            Special::Backward(_) => 2.0 * fwd,
+            _ => fwd,
+        }
+    }
+}
+
+impl CpuWork {
+    /// `elems` evaluations of `what`, beside this work.
+    pub fn with_special(mut self, what: Special, elems: u64) -> Self {
+        if elems > 0 {
+            self.special.push((what, elems));
+        }
+        self
+    }
 }
 
 impl CpuWork {
@@ -206,6 +272,11 @@ pub struct CpuRates {
     /// batch split over the threads) is bound by it.
     #[serde(default = "nominal_pack_b_bytes")]
     pub pack_b_bytes: f64,
+    /// Seconds per element, all threads, of each [`Special`] (by [`Special::key`]) beyond its
+    /// streaming: measured directly (an activation over a large array, less what the streaming
+    /// term says of it), not fitted. A kind absent here costs its [`Special::nominal_s`].
+    #[serde(default)]
+    pub special_s: std::collections::BTreeMap<String, f64>,
     /// What measured them, e.g. `micro-benchmark, 2 threads, 0.4 s`.
     pub source: String,
 }
@@ -236,6 +307,7 @@ impl CpuRates {
             loop_s: 5e-6,
             launch_s: 1e-6,
             pack_b_bytes: nominal_pack_b_bytes(),
+            special_s: Default::default(),
             source: "nominal rates (2 threads, 60 GFLOP/s per thread)".into(),
         }
     }
@@ -341,12 +413,29 @@ impl CpuRates {
         }
     }
 
-    /// Seconds of one launch doing `w`: its [`CpuRates::terms`] weighed by [`CpuRates::coefs`].
+    /// Seconds of one launch doing `w`: its [`CpuRates::terms`] weighed by [`CpuRates::coefs`],
+    /// and its transcendental work ([`CpuRates::special_work_s`]).
     pub fn work_s(&self, w: &CpuWork) -> f64 {
         self.terms(w)
             .iter()
             .zip(self.coefs())
             .map(|(t, c)| t * c)
+            .sum::<f64>()
+            + self.special_work_s(w)
+    }
+
+    /// Seconds of `w`'s [`CpuWork::special`] work, each kind at its measured cost.
+    pub fn special_work_s(&self, w: &CpuWork) -> f64 {
+        w.special
+            .iter()
+            .map(|(what, n)| {
+                let s = self
+                    .special_s
+                    .get(&what.key())
+                    .copied()
+                    .unwrap_or_else(|| what.nominal_s());
+                s * *n as f64
+            })
             .sum()
     }
 }

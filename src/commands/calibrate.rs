@@ -94,8 +94,11 @@ fn samples(src: &str, rates: &CpuRates, at_floor: bool) -> Option<Vec<([f64; TER
             .filter_map(|k| {
                 let kernel = plan.kernels.get(k.kernel)?;
                 let per_step = k.launches as f64 / steps;
-                let terms = rates.terms(&kernel.cpu_work()).map(|t| t * per_step);
-                Some((terms, k.median_ms * 1e-3))
+                let work = kernel.cpu_work();
+                let terms = rates.terms(&work).map(|t| t * per_step);
+                // (transcendental work is measured on its own, not fitted: left out of the time)
+                let special = rates.special_work_s(&work) * per_step;
+                Some((terms, (k.median_ms * 1e-3 - special).max(0.0)))
             })
             .collect(),
     )

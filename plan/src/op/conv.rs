@@ -596,6 +596,8 @@ impl OpFacts for ConvOp {
                     } else {
                         out * (2 + epi.add as u64)
                     };
+                w.special
+                    .extend(epi.special(super::EpilogueSide::Forward, el(y)));
             }
             ConvOp::Conv2dBwdData { geom, epi, .. } => {
                 // dy [N,Ho,Wo,Co], w [kh,kw,Ci/g,Co] -> dx [N,H,W,Ci]
@@ -612,6 +614,8 @@ impl OpFacts for ConvOp {
                     } else {
                         dxb * (1 + epi.add as u64 + epi.act.is_some() as u64)
                     };
+                w.special
+                    .extend(epi.special(super::EpilogueSide::DataGradient, el(dx)));
             }
             ConvOp::ConvTranspose2d { geom, bias, .. } => {
                 // x [N,H,W,Ci] in the place of dy; w [kh,kw,Co/g,Ci] -> y

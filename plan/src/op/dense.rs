@@ -281,6 +281,8 @@ impl OpFacts for DenseOp {
                         out * (2 + epi.add as u64)
                     };
                 w.loops = 1 + *bias as u64 + !epi.is_none() as u64;
+                w.special
+                    .extend(epi.special(EpilogueSide::Forward, el(y) as u64));
             }
             DenseOp::DenseBwdData { epi } => {
                 let (dy, dx) = (ins.first(), outs.first());
@@ -294,6 +296,8 @@ impl OpFacts for DenseOp {
                     out * (1 + epi.add as u64 + epi.act.is_some() as u64)
                 };
                 w.loops = 1 + !epi.is_none() as u64;
+                w.special
+                    .extend(epi.special(EpilogueSide::DataGradient, el(dx) as u64));
             }
             DenseOp::DenseBwdWeight => {
                 let (x, dy) = (ins.first(), ins.get(1));

@@ -203,6 +203,24 @@ impl OpFacts for ElementwiseOp {
         }
     }
 
+    /// Every input and output streamed once in one parallel loop (the default), and an
+    /// activation's formula per element ([`crate::cpu::Special`]).
+    fn cpu_work(&self, ins: &[Vec<usize>], outs: &[Vec<usize>]) -> crate::cpu::CpuWork {
+        use crate::cpu::Special;
+        let elems: u64 = ins.iter().chain(outs).map(|s| numel(s)).sum();
+        let w = crate::cpu::CpuWork::stream(elems * 4);
+        let n = ins.first().map_or(0, |s| numel(s));
+        match self {
+            ElementwiseOp::Unary(k) | ElementwiseOp::UnaryInPlace(k) => {
+                w.with_special(Special::Forward(*k), n)
+            }
+            ElementwiseOp::UnaryBwd(k) | ElementwiseOp::UnaryBwdInPlace(k) => {
+                w.with_special(Special::Backward(*k), n)
+            }
+            _ => w,
+        }
+    }
+
     fn flops(&self, ins: &[Vec<usize>], _outs: &[Vec<usize>]) -> u64 {
         let i0 = ins.first().map(|s| numel(s)).unwrap_or(0);
         match self {

@@ -49,6 +49,16 @@ impl Epilogue {
         *self == Epilogue::NONE
     }
 
+    /// The CPU work of its activation on `elems` outputs ([`crate::cpu::CpuWork::special`]): the
+    /// forward formula in a forward GEMM, the backward one in a data gradient.
+    pub fn special(&self, side: EpilogueSide, elems: u64) -> Option<(crate::cpu::Special, u64)> {
+        use crate::cpu::Special;
+        self.act.map(|k| match side {
+            EpilogueSide::Forward => (Special::Forward(k), elems),
+            EpilogueSide::DataGradient => (Special::Backward(k), elems),
+        })
+    }
+
     /// The extra inputs of the op's signature, in order, after the op's own inputs: `r` (forward)
     /// or `g` (data gradient) when `add`, then `saved` (data gradient with an activation).
     pub fn params(&self, side: EpilogueSide) -> Vec<ParamKind> {

@@ -281,4 +281,20 @@ impl OpFacts for PoolOp {
             | PoolOp::AvgPoolBwdAct { .. } => 2 * outs.first().map(|s| numel(s)).unwrap_or(0),
         }
     }
+
+    /// Every input and output streamed once in one parallel loop (the default); a folded
+    /// activation's backward formula per element ([`crate::cpu::Special`]).
+    fn cpu_work(&self, ins: &[Vec<usize>], outs: &[Vec<usize>]) -> crate::cpu::CpuWork {
+        let elems: u64 = ins.iter().chain(outs).map(|s| numel(s)).sum();
+        let w = crate::cpu::CpuWork::stream(elems * 4);
+        let dx = outs.first().map_or(0, |s| numel(s));
+        match self {
+            PoolOp::GlobalAvgPoolBwdAct(k)
+            | PoolOp::GlobalAvgPoolBwdActInPlace(k)
+            | PoolOp::AvgPoolBwdAct { act: k, .. } => {
+                w.with_special(crate::cpu::Special::Backward(*k), dx)
+            }
+            _ => w,
+        }
+    }
 }

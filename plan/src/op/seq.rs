@@ -270,13 +270,15 @@ impl OpFacts for SeqOp {
                         gemm(m, dh, m),
                     ]
                 };
+                let scores = tile_pairs * heads_total * (m * m) as u64;
                 CpuWork {
                     gemms,
-                    // the exponentials and the row updates of every tile
-                    streamed: tile_pairs * heads_total * (m * m) as u64 * 8,
+                    // the row updates of every tile, and its exponentials
+                    streamed: scores * 8,
                     loops: 1,
                     ..Default::default()
                 }
+                .with_special(crate::cpu::Special::AttentionExp, scores)
             }
         }
     }

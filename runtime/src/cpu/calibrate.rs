@@ -14,19 +14,24 @@
 //! * Direct multiply-adds: a depthwise 3x3 convolution of the same images, timed; what the
 //!   streaming and loop terms leave of its time is its multiply-adds'.
 //! * Parallel loops: an empty loop over the threads, dispatched and joined.
+//! * Transcendental work: every activation's forward and backward, and attention's `exp`, over
+//!   4 Mi elements each; what the streaming term leaves of each time is its own cost per element
+//!   (not fitted: [`CpuRates::special_s`]).
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use dmc_plan::cpu::{CpuRates, CpuWork};
+use std::collections::BTreeMap;
+
+use dmc_plan::cpu::{CpuRates, CpuWork, Special};
 use dmc_plan::op::{ConvGeom, ConvOp, Epilogue, OpFacts};
 use dmc_plan::unary::UnaryKind;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
 use super::conv::{conv2d_bwd_data, conv2d_bwd_weight, conv2d_fwd, ConvDims};
-use super::elementwise::unary_bwd;
+use super::elementwise::{unary_bwd, unary_fwd};
 use super::gemm::{sgemm, View};
 use crate::io::files::{replace_file, Durability};
 
@@ -43,7 +48,7 @@ const GEMM_SHAPES: [(usize, usize, usize); 8] = [
 ];
 
 /// Bumped when what is measured or how changes: older cache entries are then ignored.
-const CACHE_VERSION: &str = "cpu-rates-4";
+const CACHE_VERSION: &str = "cpu-rates-5";
 
 /// Seconds of the best of `reps` runs of `f`, each repeated until it took `min_s`.
 fn best_of(reps: usize, min_s: f64, mut f: impl FnMut()) -> f64 {
@@ -230,6 +235,7 @@ pub fn measure() -> CpuRates {
     });
     r.stream_bytes = 12.0 * len as f64 / stream_s;
     drop((saved, dy, dx));
+    r.special_s = special_s(&r);
 
     // gathers: a 3x3 convolution of 8 images of 64x64x64 (rows of 256 pixels: 128 chunks), each
     // of its three kernels timed; what the model's other terms leave of its time is the gather's
@@ -337,6 +343,41 @@ pub fn measure() -> CpuRates {
         t0.elapsed().as_secs_f64()
     );
     r
+}
+
+/// Seconds per element, all threads, of each [`Special`] kind beyond its streaming: every
+/// activation's forward and backward over 4 Mi elements in [-4, 4] (as the backend runs them),
+/// and attention's `exp` over as many, each the best of three, less what the streaming and loop
+/// terms at `r` say of the same arrays.
+fn special_s(r: &CpuRates) -> BTreeMap<String, f64> {
+    let n = 4 << 20;
+    let x: Vec<f32> = (0..n)
+        .map(|i| ((i % 2001) as f32 - 1000.0) / 250.0)
+        .collect();
+    let dy = vec![1f32; n];
+    let mut y = vec![0f32; n];
+    let mut out = BTreeMap::new();
+    for what in Special::all() {
+        let (t, arrays) = rayon::scope(|_| match what {
+            Special::Forward(k) => (best_of(3, 0.01, || unary_fwd(k, &x, black_box(&mut y))), 2),
+            Special::Backward(k) => (
+                best_of(3, 0.01, || unary_bwd(k, &x, &dy, black_box(&mut y))),
+                3,
+            ),
+            Special::AttentionExp => (
+                best_of(3, 0.01, || {
+                    y.par_chunks_mut(8192)
+                        .zip(x.par_chunks(8192))
+                        .for_each(|(o, i)| o.iter_mut().zip(i).for_each(|(o, i)| *o = i.exp()));
+                    black_box(&mut y);
+                }),
+                2,
+            ),
+        });
+        let streaming = r.work_s(&CpuWork::stream(arrays * 4 * n as u64));
+        out.insert(what.key(), ((t - streaming) / n as f64).max(0.0));
+    }
+    out
 }
 
 /// What the rates depend on: the CPU, the thread count, this build.

@@ -107,8 +107,9 @@ pub mod gelu_avx2 {
     }
 }
 
-/// Whether `kind`'s loops run [`gelu_avx2`]'s (GELU, on a CPU with AVX2).
-fn avx2_gelu(kind: UnaryKind) -> bool {
+/// Whether `kind`'s loops run [`gelu_avx2`]'s (GELU, on a CPU with AVX2; the GEMM epilogues'
+/// too).
+pub(super) fn avx2_gelu(kind: UnaryKind) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         kind == UnaryKind::Gelu && gelu_avx2::available()

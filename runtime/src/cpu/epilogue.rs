@@ -6,6 +6,8 @@
 use dmc_plan::op::{Epilogue, UnaryKind};
 
 use super::elementwise::per_kind;
+#[cfg(target_arch = "x86_64")]
+use super::elementwise::{avx2_gelu, gelu_avx2};
 use super::par::for_chunks;
 
 /// `y[i] = epi.forward(y[i], r[i])`: `y` a block of the forward's output (bias already added),
@@ -13,6 +15,16 @@ use super::par::for_chunks;
 pub fn forward_block(epi: &Epilogue, y: &mut [f32], r: Option<&[f32]>) {
     if let Some(r) = r {
         assert_eq!(r.len(), y.len(), "epilogue: residual size");
+    }
+    // GELU on an AVX2 CPU: the residual added, then the loop compiled for AVX2 (the same bits)
+    #[cfg(target_arch = "x86_64")]
+    if epi.act.is_some_and(avx2_gelu) {
+        if let Some(r) = r {
+            y.iter_mut().zip(r).for_each(|(v, &r)| *v += r);
+        }
+        // SAFETY: `avx2_gelu` checked that the CPU has AVX2.
+        unsafe { gelu_avx2::fwd_inplace(y) };
+        return;
     }
     // `epi.forward` with the activation a constant per arm ([`per_kind`]): the same formula
     match (epi.act, r) {
@@ -31,6 +43,19 @@ pub fn forward_block(epi: &Epilogue, y: &mut [f32], r: Option<&[f32]>) {
 pub fn backward_block(epi: &Epilogue, dx: &mut [f32], g: Option<&[f32]>, saved: Option<&[f32]>) {
     for s in [g, saved].into_iter().flatten() {
         assert_eq!(s.len(), dx.len(), "epilogue: input size");
+    }
+    // GELU's backward on an AVX2 CPU: the accumulated gradient added, then the loop compiled for
+    // AVX2 (`K.backward(s, v + g)` with the same bits)
+    #[cfg(target_arch = "x86_64")]
+    if let (Some(kind), Some(sv)) = (epi.act, saved) {
+        if avx2_gelu(kind) {
+            if let Some(g) = g {
+                dx.iter_mut().zip(g).for_each(|(v, &g)| *v += g);
+            }
+            // SAFETY: `avx2_gelu` checked that the CPU has AVX2.
+            unsafe { gelu_avx2::bwd_inplace(sv, dx) };
+            return;
+        }
     }
     // `epi.backward` with the activation a constant per arm ([`per_kind`]): the same formula
     match (epi.act, saved, g) {

@@ -1,0 +1,90 @@
+//! The CPU time model's transcendental work ([`Special`]): which kernels have it, how much, and
+//! that a launch's time adds it at the measured cost per element.
+
+use dmc_plan::cpu::{CpuRates, CpuWork, Special};
+use dmc_plan::op::{DenseOp, ElementwiseOp, Epilogue, Op, SeqOp};
+use dmc_plan::unary::UnaryKind;
+
+fn work(op: Op, ins: &[&[usize]], outs: &[&[usize]]) -> CpuWork {
+    let ins: Vec<Vec<usize>> = ins.iter().map(|s| s.to_vec()).collect();
+    let outs: Vec<Vec<usize>> = outs.iter().map(|s| s.to_vec()).collect();
+    op.facts().expect("a kernel").cpu_work(&ins, &outs)
+}
+
+#[test]
+fn activations_evaluate_their_formula_per_element() {
+    let gelu = work(
+        Op::Elementwise(ElementwiseOp::Unary(UnaryKind::Gelu)),
+        &[&[8, 100]],
+        &[&[8, 100]],
+    );
+    assert_eq!(gelu.special, vec![(Special::Forward(UnaryKind::Gelu), 800)]);
+    assert_eq!(
+        gelu.streamed,
+        2 * 800 * 4,
+        "and it streams its input and output"
+    );
+    let back = work(
+        Op::Elementwise(ElementwiseOp::UnaryBwdInPlace(UnaryKind::Tanh)),
+        &[&[8, 100], &[8, 100]],
+        &[&[8, 100]],
+    );
+    assert_eq!(
+        back.special,
+        vec![(Special::Backward(UnaryKind::Tanh), 800)]
+    );
+    // a folded activation's backward in a data-gradient GEMM: per element of dx
+    let fused = work(
+        Op::Dense(DenseOp::DenseBwdData {
+            epi: Epilogue {
+                add: false,
+                act: Some(UnaryKind::Gelu),
+            },
+        }),
+        &[&[8, 10], &[100, 10], &[8, 100]],
+        &[&[8, 100]],
+    );
+    assert_eq!(
+        fused.special,
+        vec![(Special::Backward(UnaryKind::Gelu), 800)]
+    );
+    let plain = work(
+        Op::Elementwise(ElementwiseOp::Add),
+        &[&[8, 100], &[8, 100]],
+        &[&[8, 100]],
+    );
+    assert!(
+        plain.special.is_empty(),
+        "an add has no transcendental work"
+    );
+}
+
+#[test]
+fn attention_evaluates_an_exp_per_score_of_its_tiles() {
+    // one head of 64 positions: one 64 x 64 tile; causal or not, the tile is computed whole
+    let w = work(
+        Op::Seq(SeqOp::Attention {
+            heads: 1,
+            causal: true,
+        }),
+        &[&[2, 64, 24]],
+        &[&[2, 64, 8], &[2, 1, 64]],
+    );
+    assert_eq!(w.special, vec![(Special::AttentionExp, 2 * 64 * 64)]);
+}
+
+#[test]
+fn a_launch_costs_its_special_work_at_the_measured_rate() {
+    let mut r = CpuRates::nominal();
+    let w = CpuWork::stream(4096).with_special(Special::Forward(UnaryKind::Gelu), 1000);
+    let base = r.work_s(&CpuWork::stream(4096));
+    let nominal = r.work_s(&w) - base;
+    assert!((nominal - 1000.0 * Special::Forward(UnaryKind::Gelu).nominal_s()).abs() < 1e-15);
+    r.special_s.insert("gelu".into(), 7e-9);
+    let measured = r.work_s(&w) - base;
+    assert!((measured - 7e-6).abs() < 1e-15, "{measured}");
+    // every kind the micro-benchmark measures has a distinct key
+    let keys: std::collections::BTreeSet<String> = Special::all().iter().map(|s| s.key()).collect();
+    assert_eq!(keys.len(), Special::all().len());
+    assert!(keys.contains("gelu_bwd") && keys.contains("attention_exp"));
+}
