@@ -10,10 +10,10 @@ set -euo pipefail
 DMC=${1:-target/release/dmc}
 shift || true
 cd "$(dirname "$0")/.."
-examples=${*:-mlp bn_cnn autoencoder_classifier resnet_small unet mobilenet resnet18 seed deep_convnet}
+examples=${*:-mlp bn_cnn autoencoder_classifier resnet_small unet mobilenet resnet18 seed deep_convnet gpt}
 steps_for() {
   case $1 in
-    seed) echo 4 ;;
+    seed | gpt) echo 4 ;;
     deep_convnet) echo 3 ;;
     resnet18) echo 8 ;;
     resnet_small | unet | mobilenet) echo 20 ;;

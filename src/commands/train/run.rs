@@ -202,9 +202,10 @@ fn run_in(
     let c = &args.common;
     let save_path = args.save.as_deref();
     // (data parallel runs on the CPU backend: `auto` means it; `cuda` is refused by the backend)
-    let kind = match (&group, c.device) {
-        (Some(_), super::args::Device::Auto) => BackendKind::Cpu,
-        _ => resolve_device(c.device, c.quiet)?,
+    let ranks = group.as_ref().map_or(1, |g| g.world());
+    let kind = match c.device {
+        super::args::Device::Auto if ranks > 1 => BackendKind::Cpu,
+        d => resolve_device(d, c.quiet)?,
     };
     check_cuda_options(args, kind)?;
     let model = load_model(&c.file)?;
@@ -239,7 +240,8 @@ fn run_in(
     }
     let before_arena = dmc_runtime::alloc::current();
     let mut be = dmc_runtime::open_backend(kind, plan.clone(), &c.codegen.options(&plan))?;
-    if let Some(g) = &group {
+    // (one rank alone runs as one process would, on any backend)
+    if let Some(g) = group.as_ref().filter(|g| g.world() > 1) {
         be = Box::new(data_parallel::RankBackend::new(be, g.clone())?);
     }
     // The arena alone, as measured (device memory on a GPU, the counted allocation on the host):
