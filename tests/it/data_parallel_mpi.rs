@@ -264,17 +264,10 @@ fn each_rank_measures_half_the_optimizer_state() {
     }
 }
 
-/// A rank killed mid-run ends the others (mpirun fails), and the weights file that existed before
-/// is left exactly as it was.
-#[test]
-#[cfg_attr(not(dmc_has_mpi), ignore = "needs mpirun (Open MPI); CI installs it")]
-fn a_killed_rank_ends_the_run_and_loses_no_weights() {
-    let dir = tempfile::tempdir().expect("tmp");
-    let (w, log) = (path(&dir, "w.safetensors"), path(&dir, "loss.txt"));
-    let ws = w.to_str().expect("path");
-    let (code, _, err) = dmc(&["run", "examples/mlp.dm", "--steps", "2", "-q", "--save", ws]);
-    assert_eq!(code, 0, "{err}");
-    let before = std::fs::read(&w).expect("weights");
+/// `mpirun -np 2 dmc run examples/mlp.dm` for a long run, saving to `w` and logging its losses to
+/// `log`, returned once rank 0 has logged three steps.
+fn long_run(w: &Path, log: &Path) -> std::process::Child {
+    let (ws, logs) = (w.to_str().expect("path"), log.to_str().expect("path"));
     let child = mpirun_cmd(
         2,
         &[
@@ -288,7 +281,7 @@ fn a_killed_rank_ends_the_run_and_loses_no_weights() {
             "--save",
             ws,
             "--loss-log",
-            log.to_str().expect("path"),
+            logs,
             "--data-parallel",
         ],
     )
@@ -296,12 +289,27 @@ fn a_killed_rank_ends_the_run_and_loses_no_weights() {
     .stderr(Stdio::piped())
     .spawn()
     .expect("mpirun");
-    // once rank 0 has logged a few steps, kill rank 1
     let t0 = Instant::now();
-    while std::fs::read_to_string(&log).map_or(0, |s| s.lines().count()) < 3 {
+    while std::fs::read_to_string(log).map_or(0, |s| s.lines().count()) < 3 {
         assert!(t0.elapsed() < Duration::from_secs(120), "no steps logged");
         std::thread::sleep(Duration::from_millis(50));
     }
+    child
+}
+
+/// A rank killed mid-run ends the others (mpirun fails), and the weights file that existed before
+/// is left exactly as it was.
+#[test]
+#[cfg_attr(not(dmc_has_mpi), ignore = "needs mpirun (Open MPI); CI installs it")]
+fn a_killed_rank_ends_the_run_and_loses_no_weights() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (w, log) = (path(&dir, "w.safetensors"), path(&dir, "loss.txt"));
+    let ws = w.to_str().expect("path");
+    let (code, _, err) = dmc(&["run", "examples/mlp.dm", "--steps", "2", "-q", "--save", ws]);
+    assert_eq!(code, 0, "{err}");
+    let before = std::fs::read(&w).expect("weights");
+    // once rank 0 has logged a few steps, kill rank 1
+    let child = long_run(&w, &log);
     let rank1 = rank_pid(1).expect("rank 1's process");
     // SAFETY: kill(2) with a pid read from /proc and SIGKILL; no memory is shared.
     assert_eq!(unsafe { libc::kill(rank1, libc::SIGKILL) }, 0);
@@ -326,32 +334,7 @@ fn a_killed_rank_ends_the_run_and_loses_no_weights() {
 fn a_signal_stops_every_rank_at_the_same_step_and_saves() {
     let dir = tempfile::tempdir().expect("tmp");
     let (w, log) = (path(&dir, "w.safetensors"), path(&dir, "loss.txt"));
-    let child = mpirun_cmd(
-        2,
-        &[
-            "run",
-            "examples/mlp.dm",
-            "--steps",
-            "100000",
-            "-q",
-            "--device",
-            "cpu",
-            "--save",
-            w.to_str().expect("path"),
-            "--loss-log",
-            log.to_str().expect("path"),
-            "--data-parallel",
-        ],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .expect("mpirun");
-    let t0 = Instant::now();
-    while std::fs::read_to_string(&log).map_or(0, |s| s.lines().count()) < 3 {
-        assert!(t0.elapsed() < Duration::from_secs(120), "no steps logged");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let child = long_run(&w, &log);
     // SAFETY: kill(2) on our own child's pid with SIGTERM; no memory is shared.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
     let out = child.wait_with_output().expect("mpirun");
