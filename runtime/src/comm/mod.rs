@@ -178,6 +178,19 @@ fn elems(rows_total: usize, row_len: usize, world: usize, rank: usize) -> Range<
     r.start * row_len..r.end * row_len
 }
 
+/// Checks that `buf` holds `rows_total` rows of `row_len` for the collective `what`; whether there
+/// is anything to exchange (more than one rank).
+fn exchanges(
+    c: &dyn Collective,
+    what: &str,
+    buf: usize,
+    row_len: usize,
+    rows_total: usize,
+) -> Result<bool, RuntimeError> {
+    check_len(what, buf, rows_total * row_len, "rows_total * row_len")?;
+    Ok(c.world() > 1)
+}
+
 fn check_len(what: &str, have: usize, need: usize, hint: &str) -> Result<(), RuntimeError> {
     if have < need {
         return Err(RuntimeError::Comm(format!(
@@ -201,16 +214,10 @@ pub fn reduce_scatter_rows(
     rows_total: usize,
     tmp: &mut [f32],
 ) -> Result<(), RuntimeError> {
-    let (world, me) = (c.world(), c.rank());
-    check_len(
-        "reduce_scatter_rows",
-        buf.len(),
-        rows_total * row_len,
-        "rows_total * row_len",
-    )?;
-    if world <= 1 {
+    if !exchanges(c, "reduce_scatter_rows", buf.len(), row_len, rows_total)? {
         return Ok(());
     }
+    let (world, me) = (c.world(), c.rank());
     let need = max_rows(rows_total, world) * row_len;
     check_len(
         "reduce_scatter_rows tmp",
@@ -240,16 +247,10 @@ pub fn all_gather_rows(
     row_len: usize,
     rows_total: usize,
 ) -> Result<(), RuntimeError> {
-    let (world, me) = (c.world(), c.rank());
-    check_len(
-        "all_gather_rows",
-        buf.len(),
-        rows_total * row_len,
-        "rows_total * row_len",
-    )?;
-    if world <= 1 {
+    if !exchanges(c, "all_gather_rows", buf.len(), row_len, rows_total)? {
         return Ok(());
     }
+    let (world, me) = (c.world(), c.rank());
     let mine = elems(rows_total, row_len, world, me);
     for k in 1..world {
         let to = (me + k) % world;
@@ -269,16 +270,10 @@ pub fn gather_rows_to_root(
     row_len: usize,
     rows_total: usize,
 ) -> Result<(), RuntimeError> {
-    let (world, me) = (c.world(), c.rank());
-    check_len(
-        "gather_rows_to_root",
-        buf.len(),
-        rows_total * row_len,
-        "rows_total * row_len",
-    )?;
-    if world <= 1 {
+    if !exchanges(c, "gather_rows_to_root", buf.len(), row_len, rows_total)? {
         return Ok(());
     }
+    let (world, me) = (c.world(), c.rank());
     if me == 0 {
         for p in 1..world {
             c.recv(bytes_mut(&mut buf[elems(rows_total, row_len, world, p)]), p)?;
