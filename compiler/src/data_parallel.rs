@@ -4,8 +4,9 @@
 //! parameter seen as `[K, C]` when the update is the fused weight-gradient + update (its gradient
 //! comes by column blocks of all K rows, so every block splits the same way) and `[numel, 1]`
 //! otherwise (with `clip_norm` the optimizer pass sums each held gradient over the ranks first,
-//! `GradAllReduce`, and such an update only gathers). Lowering weights each rank's loss by 1/ranks, so that the ranks' gradients and
-//! losses sum to the global batch's mean.
+//! `GradAllReduce`, and such an update only gathers). [`rank_model`] weights each rank's loss by
+//! 1/ranks before lowering, so that the ranks' gradients and losses sum to the global batch's
+//! mean, and refuses a batch that does not split evenly.
 
 use std::borrow::Cow;
 
