@@ -239,6 +239,49 @@ pub fn reduce_scatter_rows(
     Ok(())
 }
 
+/// [`reduce_scatter_rows`] out of place: `acc` (this rank's rows' elements) receives the sum over
+/// the ranks of their `src`'s rows of this rank, in the same fixed order (own first, then the
+/// rounds' peers); `src` is only read. `tmp` holds at least as many elements as `acc`.
+pub fn reduce_rows_into(
+    c: &dyn Collective,
+    src: &[f32],
+    (row_len, rows_total): (usize, usize),
+    acc: &mut [f32],
+    tmp: &mut [f32],
+) -> Result<(), RuntimeError> {
+    let (world, me) = (c.world(), c.rank());
+    let mine = elems(rows_total, row_len, world, me);
+    check_len(
+        "reduce_rows_into",
+        src.len(),
+        rows_total * row_len,
+        "rows_total * row_len",
+    )?;
+    check_len(
+        "reduce_rows_into acc",
+        acc.len(),
+        mine.len(),
+        "this rank's rows",
+    )?;
+    check_len(
+        "reduce_rows_into tmp",
+        tmp.len(),
+        mine.len(),
+        "this rank's rows",
+    )?;
+    let (acc, got) = (&mut acc[..mine.len()], &mut tmp[..mine.len()]);
+    acc.copy_from_slice(&src[mine]);
+    for k in 1..world {
+        let (to, from) = ((me + k) % world, (me + world - k) % world);
+        let send = &src[elems(rows_total, row_len, world, to)];
+        c.sendrecv(bytes(send), to, bytes_mut(got), from)?;
+        for (a, v) in acc.iter_mut().zip(got.iter()) {
+            *a += *v;
+        }
+    }
+    Ok(())
+}
+
 /// Before: rank `r`'s rows ([`rows`]`(rows_total, world, r)`) of `buf` are valid on rank `r`.
 /// After: all `rows_total` rows are valid on every rank (pairwise exchange, in place).
 pub fn all_gather_rows(

@@ -122,7 +122,7 @@ pub(super) fn update_elems(
     let acc = &mut acc[..mine.len()];
     if summed {
         acc.copy_from_slice(&g[mine.clone()]);
-    } else if let Err(e) = reduce_rows_from(c, g, acc, tmp) {
+    } else if let Err(e) = comm::reduce_rows_into(c, g, (1, n), acc, tmp) {
         fatal(c, e);
     }
     let mut states = trimmed(states, mine.len());
@@ -147,35 +147,6 @@ pub(super) fn all_reduce(ctx: &Ctx, g: &mut [f32], tmp: &mut [f32]) {
     if let Err(e) = r {
         fatal(c, e);
     }
-}
-
-/// `acc` = the sum over the ranks of their `src`'s elements of this rank ([`shard::rows`] of
-/// `src.len()`), `src` left as it is: own part first, then the peers' in the rounds of
-/// [`comm::reduce_scatter_rows`] (the same fixed order).
-fn reduce_rows_from(
-    c: &dyn Collective,
-    src: &[f32],
-    acc: &mut [f32],
-    tmp: &mut [f32],
-) -> Result<(), RuntimeError> {
-    let (r, world, n) = (c.rank(), c.world(), src.len());
-    let mine = shard::rows(n, world, r);
-    acc.copy_from_slice(&src[mine.clone()]);
-    for k in 1..world {
-        let (to, from) = ((r + k) % world, (r + world - k) % world);
-        let theirs = shard::rows(n, world, to);
-        let got = &mut tmp[..mine.len()];
-        c.sendrecv(
-            comm::as_bytes(&src[theirs]),
-            to,
-            comm::as_bytes_mut(got),
-            from,
-        )?;
-        for (a, v) in acc.iter_mut().zip(got.iter()) {
-            *a += *v;
-        }
-    }
-    Ok(())
 }
 
 /// A bias on this rank: its gradient `db` (`[C]`, this rank's column sums) summed over the ranks

@@ -126,6 +126,34 @@ fn reduce_scatter_leaves_each_rank_its_rows_summed() {
     }
 }
 
+/// The out-of-place reduction: each rank's rows summed into its own buffer, the source untouched.
+#[test]
+fn reduce_into_sums_each_ranks_rows_and_leaves_the_source() {
+    let (world, rows_total, row_len) = (3, 7, 2);
+    let got = on_ranks(world, |c| {
+        let r = c.rank();
+        let src: Vec<f32> = (0..rows_total * row_len)
+            .map(|j| (j * 10 + r) as f32)
+            .collect();
+        let n = rows(rows_total, world, r).len() * row_len;
+        let (mut acc, mut tmp) = (vec![f32::NAN; n], vec![f32::NAN; n]);
+        dmc_runtime::comm::reduce_rows_into(c, &src, (row_len, rows_total), &mut acc, &mut tmp)
+            .expect("reduce_into");
+        let untouched = src
+            .iter()
+            .enumerate()
+            .all(|(j, &x)| x == (j * 10 + r) as f32);
+        (acc, untouched)
+    });
+    for (r, (acc, untouched)) in got.iter().enumerate() {
+        assert!(untouched, "rank {r}'s source was written");
+        let mine = rows(rows_total, world, r);
+        for (i, j) in (mine.start * row_len..mine.end * row_len).enumerate() {
+            assert_eq!(acc[i], (3 * j * 10 + 3) as f32, "rank {r} element {j}");
+        }
+    }
+}
+
 #[test]
 fn all_reduce_is_the_rank_order_sum_on_every_rank() {
     for world in 1..=4 {

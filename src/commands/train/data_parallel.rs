@@ -176,10 +176,7 @@ pub fn sum_correct(
 
 /// The flags of rank `g.rank()`: the number of ranks the launcher's, and on every rank but 0 no
 /// output (no progress, no loss log, no summary, no profile table) and no written files.
-pub fn rank_args(
-    args: &super::args::RunArgs,
-    g: &dyn Collective,
-) -> Result<super::args::RunArgs, CliError> {
+pub fn rank_args(args: &super::args::RunArgs, g: &dyn Collective) -> super::args::RunArgs {
     let mut a = args.clone();
     a.train.data_parallel = Some(g.world());
     if g.rank() > 0 {
@@ -190,7 +187,7 @@ pub fn rank_args(
         a.silent = true;
         super::progress::silence();
     }
-    Ok(a)
+    a
 }
 
 /// Whether `v` holds on any rank (every rank gets the same answer; `v` itself alone).

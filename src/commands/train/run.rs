@@ -194,7 +194,7 @@ fn run_in(
     let ranked;
     let args = match &group {
         Some(g) => {
-            ranked = data_parallel::rank_args(args, g.as_ref())?;
+            ranked = data_parallel::rank_args(args, g.as_ref());
             &ranked
         }
         None => args,
