@@ -12,6 +12,9 @@
 //! * A kernel may be several entry points of one translation unit, launched in order with the
 //!   same arguments ([`CudaKernel::launches`]): a split-K GEMM's reduction (`then`), a multi-pass
 //!   kernel's later passes (`after`: the attention backward's).
+//! * A data-parallel plan's sharded updates are a [`CudaKernel::program`]: launches with the
+//!   collectives ([`Collective`]) between them, which the backend runs (NCCL on the GPU, the host
+//!   collectives in the emulator).
 //! * How to render is the caller's choice ([`CodegenOptions`]); nothing is read from the
 //!   environment.
 
@@ -25,7 +28,10 @@ mod templates;
 pub mod zoo;
 
 pub use error::CodegenError;
-pub use kernel::{c_ident, kernel_params, ArgSource, CudaKernel, KernelParam, Launch, Scalars};
+pub use kernel::{
+    c_ident, kernel_params, sharded_kernel_params, ArgSource, Collective, CudaKernel, KernelParam,
+    Launch, Phase, Region, Scalars,
+};
 pub use options::CodegenOptions;
 pub use render::{entry_name, render_kernel, render_plan};
 pub use spec::common::{f32_lit, ELEM_THREADS, REDUCE_THREADS};

@@ -8,7 +8,7 @@ use tera::Tera;
 use dmc_plan::plan::{Kernel, Mode, Plan};
 
 use crate::error::CodegenError;
-use crate::kernel::{kernel_params, CudaKernel, Launch};
+use crate::kernel::{kernel_params, sharded_kernel_params, CudaKernel, Launch, Phase};
 use crate::options::CodegenOptions;
 use crate::spec::common::{blocks, Spec, ELEM_THREADS};
 use crate::templates::TEMPLATES;
@@ -70,11 +70,16 @@ fn render_with(
         outputs,
         gemm,
         passes,
+        program,
     }) = crate::spec::spec(k, mode, opts)?
     else {
         return Ok(None);
     };
-    let params = kernel_params(&k.op.signature());
+    let params = if k.op.shards() > 1 {
+        sharded_kernel_params(&k.op.signature())
+    } else {
+        kernel_params(&k.op.signature())
+    };
     let entry = entry_name(k);
     let decls: Vec<&str> = params.iter().map(|p| p.decl.as_str()).collect();
     ctx.insert("name", &k.name);
@@ -92,6 +97,7 @@ fn render_with(
             entry: format!("{entry}_reduce"),
             grid: [blocks(outputs, ELEM_THREADS, &k.name)?, 1, 1],
             block: [ELEM_THREADS, 1, 1],
+            col0: 0,
         })
     } else {
         None
@@ -102,6 +108,18 @@ fn render_with(
             entry: format!("{entry}_{}", p.suffix),
             grid: p.grid,
             block: p.block,
+            col0: 0,
+        })
+        .collect();
+    // a sharded kernel's launches, their entries named by suffix
+    let program = program
+        .into_iter()
+        .map(|p| match p {
+            Phase::Launch(l) => Phase::Launch(Launch {
+                entry: format!("{entry}_{}", l.entry),
+                ..l
+            }),
+            c => c,
         })
         .collect();
     Ok(Some(CudaKernel {
@@ -116,11 +134,40 @@ fn render_with(
         then,
         after,
         gemm,
+        program,
     }))
 }
 
-/// Renders every kernel of the plan that has one, in plan order.
+/// Renders every kernel of the plan that has one, in plan order. A data-parallel plan
+/// ([`Plan::ranks`] > 1) with batchnorm or dropout in training is refused: their data-parallel
+/// forms (the whole batch's statistics, one process's masks) run on the CPU backend only.
 pub fn render_plan(plan: &Plan, opts: &CodegenOptions) -> Result<Vec<CudaKernel>, CodegenError> {
+    if plan.ranks > 1 {
+        use dmc_plan::op::{ElementwiseOp as E, NormOp as N, Op};
+        if let Some(k) = plan.kernels.iter().find(|k| {
+            matches!(
+                k.op,
+                Op::Norm(N::BatchNorm { .. } | N::BatchNormBwd { .. } | N::BatchNormStats { .. })
+                    | Op::Elementwise(
+                        E::Dropout { .. }
+                            | E::DropoutBwd { .. }
+                            | E::DropoutInPlace { .. }
+                            | E::DropoutBwdInPlace { .. }
+                    )
+            )
+        }) {
+            return Err(CodegenError::Shape {
+                kernel: k.name.clone(),
+                message: format!(
+                    "a data-parallel plan ({} ranks) with {} in training: its data-parallel form \
+                     (batchnorm over the whole batch's statistics, dropout with one process's \
+                     masks) runs on the CPU backend only for now; run with --device cpu",
+                    plan.ranks,
+                    k.op.kind_name()
+                ),
+            });
+        }
+    }
     let t = tera()?;
     let mut out = Vec::new();
     for k in &plan.kernels {

@@ -27,6 +27,7 @@ pub const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../templates/update.cuh.tera"),
     ),
     ("optim.cu.tera", include_str!("../templates/optim.cu.tera")),
+    ("shard.cu.tera", include_str!("../templates/shard.cu.tera")),
     (
         "conv2d_fwd.cu.tera",
         include_str!("../templates/conv2d_fwd.cu.tera"),

@@ -109,19 +109,27 @@ pub trait Backend {
     }
 
     /// The group of processes a data-parallel plan runs with ([`Plan::ranks`]): this process is
-    /// `c.rank()` of `c.world()`. Only the CPU backend runs sharded updates; the others refuse.
+    /// `c.rank()` of `c.world()`. The CPU backend and the emulator run the sharded steps' collectives
+    /// with `c` itself, the CUDA backend with NCCL bootstrapped over it; a backend without
+    /// sharded steps refuses.
     fn set_collective(
         &mut self,
         c: std::sync::Arc<dyn crate::comm::Collective>,
     ) -> Result<(), RuntimeError> {
         let _ = c;
         Err(RuntimeError::Unsupported(
-            "data-parallel training runs on the CPU backend (MPI) only for now: the NCCL path of the CUDA backend is not built yet; pass --device cpu".into(),
+            "data-parallel training runs on the CPU backend (MPI), the CUDA backend (NCCL) and its emulator".into(),
         ))
     }
 
     /// The group set by [`Backend::set_collective`] (`None`: this process alone).
     fn collective(&self) -> Option<&dyn crate::comm::Collective> {
+        None
+    }
+
+    /// What carries the sharded steps' collectives when it is not [`Backend::collective`]
+    /// itself (the CUDA backend's NCCL, e.g. "NCCL 2.21.5 (libnccl.so.2)"); `None` otherwise.
+    fn device_collective(&self) -> Option<String> {
         None
     }
 
@@ -216,5 +224,9 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
 
     fn collective(&self) -> Option<&dyn crate::comm::Collective> {
         (**self).collective()
+    }
+
+    fn device_collective(&self) -> Option<String> {
+        (**self).device_collective()
     }
 }

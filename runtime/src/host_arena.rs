@@ -261,6 +261,16 @@ pub(crate) trait StepLauncher: HostArena {
     fn launch_step(&mut self, si: usize, scalars: &Scalars) -> Result<(), RuntimeError>;
     /// Fills `bytes` bytes at `offset` with 0xFF (NaN), after the work launched so far.
     fn fill_poison(&mut self, offset: u64, bytes: u64) -> Result<(), RuntimeError>;
+    /// The ranks this backend runs with (data parallel; 1 alone) and this process' rank.
+    fn ranks(&self) -> (usize, usize) {
+        (1, 0)
+    }
+    /// Data parallel: the loss (each rank's weighted by 1/ranks at lowering) summed over the
+    /// ranks in place, right after the step that computes it, so every rank sees the global loss
+    /// and halts alike.
+    fn sum_loss(&mut self) -> Result<(), RuntimeError> {
+        Ok(())
+    }
 }
 
 /// A run's steps cut where the halt on a non-finite loss reads the loss: the CUDA backend captures
@@ -302,12 +312,24 @@ pub fn segments(plan: &Plan, pass: RunPass, halt: bool) -> Vec<Segment> {
 }
 
 /// The scalars of a run (`Backend::run`'s step counter and seed, the learning rate set).
-pub(crate) fn run_scalars(flags: &StepFlags, step_counter: u64, seed: u64) -> Scalars {
+pub(crate) fn run_scalars(flags: &StepFlags, step_counter: u64, seed: u64, rank: usize) -> Scalars {
     Scalars {
         seed,
         step: step_counter,
         lr: flags.lr,
+        rank: rank as u64,
     }
+}
+
+/// Fails unless the backend runs with as many ranks as the plan is for.
+pub(crate) fn check_ranks(plan: &Plan, world: usize) -> Result<(), RuntimeError> {
+    if world != plan.ranks {
+        return Err(RuntimeError::Comm(format!(
+            "the plan is one rank's of a data-parallel step of {} ranks, but this process runs as one of {world}: launch it with `mpirun -np {}` (and `--data-parallel`)",
+            plan.ranks, plan.ranks
+        )));
+    }
+    Ok(())
 }
 
 /// Runs every step in plan order and returns the loss: after each step the poison ranges of
@@ -332,8 +354,11 @@ fn run_steps_with<B: StepLauncher>(
     step_counter: u64,
     seed: u64,
 ) -> Result<f32, RuntimeError> {
-    let scalars = run_scalars(b.flags(), step_counter, seed);
+    let (world, rank) = b.ranks();
+    check_ranks(b.plan(), world)?;
+    let scalars = run_scalars(b.flags(), step_counter, seed, rank);
     let pass = b.flags().pass;
+    let mut loss_summed = world <= 1;
     b.plan()
         .check_run_pass(pass)
         .map_err(RuntimeError::RunPass)?;
@@ -371,6 +396,10 @@ fn run_steps_with<B: StepLauncher>(
                 if copies {
                     w.ran(b.plan(), si);
                 }
+            }
+            if !loss_summed && b.plan().steps[si].args.contains(&b.plan().loss) {
+                loss_summed = true;
+                b.sum_loss()?;
             }
             if deferred {
                 for j in landed..=si {
@@ -447,7 +476,8 @@ pub trait HostArena {
         }
         for i in 0..self.plan().opt_state.len() {
             let p = &self.plan().opt_state[i];
-            let zeros = vec![0u8; numel(&p.shape) * 4];
+            // (a data-parallel plan's shard: the largest rank's rows)
+            let zeros = vec![0u8; numel(&p.buffer_shape()) * 4];
             let id = p.buffer;
             self.write_buffer(id, &zeros)?;
         }
@@ -481,7 +511,7 @@ pub trait HostArena {
             .iter()
             .find(|p| p.name == name)
             .ok_or_else(|| RuntimeError::UnknownOptState(name.into()))?;
-        let (shape, buffer) = (p.shape.clone(), p.buffer);
+        let (shape, buffer) = (p.buffer_shape(), p.buffer);
         self.write_f32(name, &shape, buffer, data)
     }
 
@@ -510,9 +540,18 @@ pub trait HostArena {
         self.read_tensors(&self.plan().params)
     }
 
-    /// Every optimizer state tensor, copied back: (name, shape, values), in plan order.
+    /// Every optimizer state tensor, copied back: (name, shape, values), in plan order (a
+    /// data-parallel plan's: this rank's shard, [`ParamBinding::buffer_shape`]).
     fn opt_states(&self) -> Result<Vec<NamedTensor>, RuntimeError> {
-        self.read_tensors(&self.plan().opt_state)
+        self.plan()
+            .opt_state
+            .iter()
+            .map(|p| {
+                let shape = p.buffer_shape();
+                let b = self.read_buffer(p.buffer, numel(&shape) * 4)?;
+                Ok((p.name.clone(), shape, to_f32(&b)))
+            })
+            .collect()
     }
 
     /// The tensors of `bindings`, copied back.

@@ -69,22 +69,8 @@ pub fn run(args: Args) -> Result<(), CliError> {
         gpu: gpu.name,
         ..args.codegen.options(&plan)
     };
-    if plan.ranks > 1 {
-        // a data-parallel plan runs on the CPU backend: its sharded updates have no CUDA kernel
-        if args.perf || args.arch.is_some() {
-            return Err(CliError::Usage(format!(
-                "{} was written, but a data-parallel plan ({} ranks) has no CUDA kernels yet (its sharded updates run on the CPU backend, over MPI): drop --arch/--perf, or --data-parallel",
-                path.display(),
-                plan.ranks
-            )));
-        }
-        eprintln!(
-            "note: a data-parallel plan ({} ranks) runs on the CPU backend: no CUDA kernels written",
-            plan.ranks
-        );
-    } else {
-        write_kernels(&plan, &args.out, args.arch.as_deref(), &cg)?;
-    }
+    // (a data-parallel plan's sharded updates are programs of launches and NCCL collectives)
+    write_kernels(&plan, &args.out, args.arch.as_deref(), &cg)?;
     if args.perf {
         let (res, src) = resources_for(&plan, args.arch.as_deref(), gpu, &cg);
         print!("{}", table(&predict(&plan, &cg, &res, gpu)?, gpu, &src));

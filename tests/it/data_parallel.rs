@@ -21,22 +21,22 @@ use rand_chacha::ChaCha8Rng;
 
 const STEPS: u64 = 3;
 
-const CONV: &str = "input x: [6, 6, 2]\ntarget y: int\n\
+pub(super) const CONV: &str = "input x: [6, 6, 2]\ntarget y: int\n\
      out = x |> conv2d(4, 3, activation: relu) |> conv2d(5, 3) |> flatten |> dense(7, activation: relu) |> dense(3)\n\
      loss cross_entropy(out, y)\n";
 
-const GPT: &str = "input t: int[8]\ntarget n: int[8]\n\
+pub(super) const GPT: &str = "input t: int[8]\ntarget n: int[8]\n\
      x = t |> embedding(16, 8) |> pos_embedding\n\
      h = x + (x |> layernorm |> attention(2))\n\
      out = h + (h |> layernorm |> dense(12, activation: gelu) |> dense(8))\n\
      logits = out |> layernorm |> dense(16)\n\
      loss cross_entropy(logits, n)\n";
 
-fn plan(src: &str, train: &str, ranks: usize, fuse: bool) -> Result<Plan, CompileError> {
+pub(super) fn plan(src: &str, train: &str, ranks: usize, fuse: bool) -> Result<Plan, CompileError> {
     plan_capped(src, train, ranks, fuse, None)
 }
 
-fn plan_capped(
+pub(super) fn plan_capped(
     src: &str,
     train: &str,
     ranks: usize,
@@ -60,7 +60,7 @@ fn plan_capped(
 
 /// The global (micro-)batches of `STEPS` steps of `plan` (one process's plan: its batch is the
 /// global batch; `accumulate` of them a step).
-fn batches(plan: &Plan) -> Vec<Batch> {
+pub(super) fn batches(plan: &Plan) -> Vec<Batch> {
     let mut rng = ChaCha8Rng::seed_from_u64(11);
     (0..STEPS * plan.accumulate as u64)
         .map(|_| Batch::random(plan, &mut rng))
@@ -68,7 +68,7 @@ fn batches(plan: &Plan) -> Vec<Batch> {
 }
 
 /// Rank `r` of `n`'s part of a global batch (every tensor's first axis split in `n` parts).
-fn part(b: &Batch, r: usize, n: usize) -> Batch {
+pub(super) fn part(b: &Batch, r: usize, n: usize) -> Batch {
     let cut = |len: usize| {
         let per = len / n;
         r * per..(r + 1) * per
@@ -88,7 +88,11 @@ fn part(b: &Batch, r: usize, n: usize) -> Batch {
 
 /// Every parameter after training `plan` on `data` (each step's loss too), as one rank of
 /// `comm` (or alone).
-fn train(plan: Plan, data: &[Batch], comm: Option<Arc<dyn Collective>>) -> (Vec<f32>, Vec<f32>) {
+pub(super) fn train(
+    plan: Plan,
+    data: &[Batch],
+    comm: Option<Arc<dyn Collective>>,
+) -> (Vec<f32>, Vec<f32>) {
     let mut be = CpuBackend::new(plan).expect("backend");
     if let Some(c) = comm {
         be.set_collective(c);
@@ -137,7 +141,7 @@ fn ranks(plan: &Plan, data: &[Batch], n: usize) -> Vec<(Vec<f32>, Vec<f32>)> {
     })
 }
 
-fn rel(a: &[f32], b: &[f32]) -> f64 {
+pub(super) fn rel(a: &[f32], b: &[f32]) -> f64 {
     let d: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
     let n: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum();
     (d / n.max(1e-30)).sqrt()

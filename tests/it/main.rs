@@ -15,6 +15,7 @@ mod cuda_emu;
 mod cuda_emu_gemm;
 mod data;
 mod data_parallel;
+mod data_parallel_emu;
 mod data_parallel_mpi;
 mod front_end;
 mod fusion;

@@ -30,6 +30,9 @@ pub(crate) struct Spec {
     /// Further entries launched in order after the first (`CudaKernel::after`): a multi-pass
     /// kernel's later passes.
     pub passes: Vec<Pass>,
+    /// A sharded kernel's step ([`crate::CudaKernel::program`]), its launches' entries named by
+    /// their suffix (`<entry>_<suffix>`); empty for every other kernel.
+    pub program: Vec<crate::kernel::Phase>,
 }
 
 /// A later entry of a multi-pass kernel: the entry point `<entry>_<suffix>` and its launch.
@@ -142,6 +145,7 @@ pub(crate) fn per_element(
         outputs: 0,
         gemm: None,
         passes: Vec::new(),
+        program: Vec::new(),
     })
 }
 
@@ -159,5 +163,6 @@ pub(crate) fn reduction(s: &Site, template: &'static str) -> Spec {
         outputs: 0,
         gemm: None,
         passes: Vec::new(),
+        program: Vec::new(),
     }
 }

@@ -505,5 +505,6 @@ pub(crate) fn gemm(
         outputs: gm * gn,
         gemm: Some(g),
         passes: Vec::new(),
+        program: Vec::new(),
     })
 }

@@ -15,6 +15,7 @@ pub(crate) mod norm;
 pub(crate) mod optim;
 pub(crate) mod pool;
 pub(crate) mod seq;
+pub(crate) mod shard;
 
 use dmc_plan::op::Op;
 use dmc_plan::plan::{Kernel, Mode};
@@ -30,11 +31,9 @@ pub(crate) fn spec(
     opts: &CodegenOptions,
 ) -> Result<Option<Spec>, CodegenError> {
     let s = &Site { k, mode, opts };
-    if k.op.shards() > 1 {
-        return Err(CodegenError::Shape {
-            kernel: k.name.clone(),
-            message: "a data-parallel (sharded) optimizer update has no CUDA kernel yet: data-parallel plans run on the CPU backend (`--device cpu`)".into(),
-        });
+    // a data-parallel step: launches and collectives (`shard`)
+    if k.op.shards() > 1 || matches!(k.op, Op::Optim(dmc_plan::op::OptimOp::GradAllReduce { .. })) {
+        return shard::spec(s).map(Some);
     }
     let spec = match &k.op {
         Op::Input { .. }

@@ -162,11 +162,8 @@ pub(crate) fn spec(s: &Site, op: &OptimOp) -> Result<Spec, CodegenError> {
         OptimOp::GradNormStore => grad_norm_store(s),
         OptimOp::BiasGrad => bias_grad(s, None),
         OptimOp::BiasGradUpdate { rule, .. } => bias_grad(s, Some(rule)),
-        // (refused before this by `spec`, as every sharded op)
-        OptimOp::GradAllReduce { .. } => Err(CodegenError::Shape {
-            kernel: s.k.name.clone(),
-            message: "a data-parallel all-reduce has no CUDA kernel (it is NCCL's)".into(),
-        }),
+        // (a program of `shard`, taken before this by `spec`, as every sharded op)
+        OptimOp::GradAllReduce { .. } => super::shard::spec(s),
     }
 }
 

@@ -157,6 +157,7 @@ fn blocked(s: &Site, template: &'static str, grid: [u32; 3], threads: u32) -> Sp
         outputs: 0,
         gemm: None,
         passes: Vec::new(),
+        program: Vec::new(),
     }
 }
 

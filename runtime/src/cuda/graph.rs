@@ -126,8 +126,9 @@ impl CudaBackend {
         for &si in &seg.steps {
             if let Some((ki, ptrs)) = step_launch(&self.plan, &self.kernels, si, self.base) {
                 let k = &self.rendered[ki];
-                let vals = k.launch_values(&ptrs, scalars);
+                // (a graphed plan has no data-parallel programs: one function per launch)
                 for (li, (f, l)) in self.functions[ki].iter().zip(k.launches()).enumerate() {
+                    let vals = k.launch_values(&ptrs, scalars, l.col0);
                     // SAFETY: `validate` (in `with_codegen`) checked that the plan's buffers lie
                     // inside the arena with their slots' sizes and that written arguments do not
                     // overlap others; a captured launch only records the node.
@@ -193,7 +194,7 @@ impl CudaBackend {
         step_counter: u64,
         seed: u64,
     ) -> Result<f32, RuntimeError> {
-        let scalars = run_scalars(&self.flags, step_counter, seed);
+        let scalars = run_scalars(&self.flags, step_counter, seed, 0);
         let pass = self.flags.pass;
         self.plan
             .check_run_pass(pass)
@@ -257,7 +258,7 @@ fn replay(
     };
     if seg.scalars != *scalars {
         for n in &seg.nodes {
-            let mut vals = rendered[n.kernel].launch_values(&n.ptrs, scalars);
+            let mut vals = rendered[n.kernel].launch_values(&n.ptrs, scalars, 0);
             let mut args: Vec<*mut c_void> = vals
                 .iter_mut()
                 .map(|v| (v as *mut u64).cast::<c_void>())

@@ -18,11 +18,15 @@
 //!   stream. Not with `--cuda-graph` (one captured stream).
 //! * Opt-in: the step's launches captured once into CUDA graphs and replayed ([`graph`],
 //!   `--cuda-graph`), and timing events around each launch ([`events`], `--profile`).
+//! * Data parallel (`set_collective`): one GPU per rank ([`open_device_for_rank`]), NCCL
+//!   ([`nccl`]) bootstrapped over the job's host collective; a sharded kernel's program queues its
+//!   launches and NCCL's collectives on the one stream.
 
 mod copies;
 pub use copies::measure_link;
 mod events;
 mod graph;
+pub mod nccl;
 pub mod nvrtc;
 pub mod nvrtc_search;
 pub mod selftest;
@@ -32,9 +36,10 @@ use std::sync::Arc;
 use cudarc::driver::{
     result as cu, CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg,
 };
-use dmc_codegen::{render_plan, CodegenOptions, CudaKernel, Launch, Scalars};
+use dmc_codegen::{render_plan, CodegenOptions, CudaKernel, Launch, Phase, Scalars};
 use dmc_plan::plan::{Plan, Store};
 
+use crate::comm::Collective;
 pub use crate::error::CudaError;
 use crate::error::RuntimeError;
 use crate::host_arena::{run_steps, step_launch, HostArena, StepFlags, StepLauncher};
@@ -65,6 +70,40 @@ pub struct Device {
 
 /// Opens GPU 0, or says why it cannot.
 pub fn open_device() -> Result<Device, CudaError> {
+    open_ordinal(0)
+}
+
+/// The rank of this process among the ranks of its node, from the launcher's environment (Open
+/// MPI's, MPICH's, Slurm's or torchrun's variable); `None` when no launcher says.
+pub fn local_rank() -> Option<usize> {
+    [
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "MPI_LOCALRANKID",
+        "SLURM_LOCALID",
+        "LOCAL_RANK",
+    ]
+    .iter()
+    .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
+}
+
+/// The GPU of a data-parallel rank: GPU `local_rank` of this node ([`local_rank`], 0 when no
+/// launcher says), or an error when the node has fewer GPUs than that (NCCL needs one GPU per
+/// rank).
+pub fn open_device_for_rank() -> Result<Device, CudaError> {
+    let lr = local_rank().unwrap_or(0);
+    if !driver_present() {
+        return Err(CudaError::NoDriver);
+    }
+    let n = CudaContext::device_count().map_err(|e| CudaError::NoDevice(e.to_string()))?;
+    if lr >= n.max(0) as usize {
+        return Err(CudaError::NoDevice(format!(
+            "this process is rank {lr} of its node, but the node has {n} GPU(s): start at most one              rank per GPU (`mpirun -np {n}` on one node)"
+        )));
+    }
+    open_ordinal(lr)
+}
+
+fn open_ordinal(ordinal: usize) -> Result<Device, CudaError> {
     if !driver_present() {
         return Err(CudaError::NoDriver);
     }
@@ -72,7 +111,7 @@ pub fn open_device() -> Result<Device, CudaError> {
     if n < 1 {
         return Err(CudaError::NoDevice("the driver reports no GPU".into()));
     }
-    let ctx = CudaContext::new(0).map_err(|e| CudaError::NoDevice(e.to_string()))?;
+    let ctx = CudaContext::new(ordinal).map_err(|e| CudaError::NoDevice(e.to_string()))?;
     let name = ctx.name().map_err(drv("cuDeviceGetName"))?;
     let (maj, min) = ctx
         .compute_capability()
@@ -98,7 +137,7 @@ pub fn mem_info(d: &Device) -> Result<(usize, usize), CudaError> {
 }
 
 /// Compiles `kernels` with NVRTC for the device and loads their entry points: per kernel, one
-/// function per launch ([`CudaKernel::launches`]).
+/// function per distinct entry of its launches ([`CudaKernel::entries`]).
 pub fn load_kernels(
     d: &Device,
     kernels: &[CudaKernel],
@@ -112,12 +151,9 @@ pub fn load_kernels(
                 .ctx
                 .load_module(cudarc::nvrtc::Ptx::from_binary(c.image))
                 .map_err(drv("cuModuleLoadData"))?;
-            k.launches()
+            k.entries()
                 .iter()
-                .map(|l| {
-                    m.load_function(&l.entry)
-                        .map_err(drv("cuModuleGetFunction"))
-                })
+                .map(|e| m.load_function(e).map_err(drv("cuModuleGetFunction")))
                 .collect()
         })
         .collect()
@@ -137,13 +173,39 @@ pub unsafe fn launch(
     ptrs: &[u64],
     scalars: &Scalars,
 ) -> Result<(), CudaError> {
-    // The launch arguments, built from the same list that rendered the parameter list.
-    let vals = k.launch_values(ptrs, scalars);
-    for (f, l) in fs.iter().zip(k.launches()) {
+    for l in k.launches() {
         // SAFETY: per this function's contract.
-        unsafe { launch_one(&d.stream, f, &l, &vals) }?;
+        unsafe { launch_entry(&d.stream, fs, k, &l, ptrs, scalars) }?;
     }
     Ok(())
+}
+
+/// Launches `l`, one of `k`'s launches, with the function `fs` holds for its entry (per
+/// [`CudaKernel::entries`]).
+///
+/// # Safety
+/// As [`launch`].
+pub(crate) unsafe fn launch_entry(
+    s: &CudaStream,
+    fs: &[CudaFunction],
+    k: &CudaKernel,
+    l: &Launch,
+    ptrs: &[u64],
+    scalars: &Scalars,
+) -> Result<(), CudaError> {
+    let f = k
+        .entries()
+        .iter()
+        .position(|e| *e == l.entry)
+        .and_then(|i| fs.get(i))
+        .ok_or_else(|| CudaError::Driver {
+            what: "launch".into(),
+            message: format!("no function loaded for entry `{}` of {}", l.entry, k.name),
+        })?;
+    // The launch arguments, built from the same list that rendered the parameter list.
+    let vals = k.launch_values(ptrs, scalars, l.col0);
+    // SAFETY: per this function's contract.
+    unsafe { launch_one(s, f, l, &vals) }
 }
 
 /// Launches entry `f` with the geometry of `l` and the launch values `vals` on `s` (recorded as a
@@ -260,13 +322,44 @@ pub struct CudaBackend {
     copies: Option<copies::Copies>,
     /// Device memory taken by the arena allocation (free before - free after).
     pub measured_arena_bytes: u64,
+    /// The job's ranks (data parallel, `set_collective`) and their NCCL communicator.
+    comm: Option<(Arc<dyn Collective>, nccl::Nccl)>,
 }
 
 impl CudaBackend {
-    /// Opens the GPU, renders and compiles the plan's kernels, allocates the arena (zeroed).
+    /// Opens the GPU (a data-parallel plan's: this rank's, [`open_device_for_rank`]), renders and
+    /// compiles the plan's kernels, allocates the arena (zeroed).
     pub fn new(plan: Plan) -> Result<Self, RuntimeError> {
-        let dev = open_device()?;
+        let dev = if plan.ranks > 1 {
+            open_device_for_rank()?
+        } else {
+            open_device()?
+        };
         Self::with_device(plan, dev)
+    }
+
+    /// The group of processes a data-parallel plan runs with: NCCL joined over `c` (every rank
+    /// calls this at the same point), on this backend's GPU. With one rank NCCL still carries the
+    /// loss' sum, so the path is the same as with several.
+    pub fn set_collective(&mut self, c: Arc<dyn Collective>) -> Result<(), RuntimeError> {
+        if self.graphs.is_some() {
+            return Err(RuntimeError::Unsupported(
+                "--cuda-graph with --data-parallel: NCCL's collectives are not captured into the                  step's graphs yet; run without --cuda-graph"
+                    .into(),
+            ));
+        }
+        self.dev
+            .ctx
+            .bind_to_thread()
+            .map_err(drv("cuCtxSetCurrent"))?;
+        let n = nccl::Nccl::init(c.as_ref())?;
+        self.comm = Some((c, n));
+        Ok(())
+    }
+
+    /// What carries the data-parallel collectives, e.g. "NCCL 2.21.5 (libnccl.so.2)".
+    pub fn collective_name(&self) -> Option<&str> {
+        self.comm.as_ref().map(|(_, n)| n.name.as_str())
     }
 
     pub fn with_device(plan: Plan, dev: Device) -> Result<Self, RuntimeError> {
@@ -315,6 +408,7 @@ impl CudaBackend {
             host,
             copies,
             measured_arena_bytes: free0.saturating_sub(free1) as u64,
+            comm: None,
         })
     }
 
@@ -348,6 +442,12 @@ impl CudaBackend {
     /// by kernel whatever this says. Refused for a plan that streams (a graph is captured on one
     /// stream; the copies run on a second).
     pub fn set_cuda_graph(&mut self, on: bool) -> Result<(), RuntimeError> {
+        if on && (self.comm.is_some() || self.plan.ranks > 1) {
+            return Err(RuntimeError::Unsupported(
+                "--cuda-graph with --data-parallel: NCCL's collectives are not captured into the                  step's graphs yet; run without --cuda-graph"
+                    .into(),
+            ));
+        }
         if on && self.plan.streams() {
             return Err(RuntimeError::Unsupported(
                 "CUDA graphs capture one stream; this plan streams parameters through the host \
@@ -465,20 +565,49 @@ impl StepLauncher for CudaBackend {
         if let Some(p) = self.profiler.as_mut() {
             p.start(&self.dev.stream, kernel)?;
         }
-        // SAFETY: `validate` (in `with_device`) checked that the plan's buffers lie inside the
-        // arena with their slots' sizes and that written arguments do not overlap others.
-        unsafe {
-            launch(
-                &self.dev,
-                &self.functions[ki],
-                &self.rendered[ki],
-                &ptrs,
-                scalars,
-            )
-        }?;
+        let (k, fs) = (&self.rendered[ki], &self.functions[ki]);
+        for phase in k.phases() {
+            match phase {
+                Phase::Launch(l) => {
+                    // SAFETY: `validate` (in `with_device`) checked that the plan's buffers lie
+                    // inside the arena with their slots' sizes and that written arguments do not
+                    // overlap others.
+                    unsafe { launch_entry(&self.dev.stream, fs, k, &l, &ptrs, scalars) }?
+                }
+                Phase::Collective(c) => {
+                    let Some((_, n)) = self.comm.as_ref() else {
+                        return Err(RuntimeError::Comm(format!(
+                            "{} is a data-parallel step, but no ranks were set (a bug: the run \
+                             checks the ranks first)",
+                            k.name
+                        )));
+                    };
+                    // SAFETY: as above; the collective's regions were sized from the same shapes;
+                    // the stream is this backend's, of its context.
+                    unsafe { n.run(&c, &ptrs, self.dev.stream.cu_stream().cast()) }?;
+                }
+            }
+        }
         if let Some(p) = self.profiler.as_mut() {
             p.end(&self.dev.stream)?;
         }
+        Ok(())
+    }
+
+    fn ranks(&self) -> (usize, usize) {
+        self.comm
+            .as_ref()
+            .map_or((1, 0), |(c, _)| (c.world(), c.rank()))
+    }
+
+    fn sum_loss(&mut self) -> Result<(), RuntimeError> {
+        let Some((_, n)) = self.comm.as_ref() else {
+            return Ok(());
+        };
+        let p = self.base + self.plan.buffers[self.plan.loss].offset;
+        // SAFETY: the loss buffer (one f32 at least) lies inside the arena (validated); the
+        // all-reduce is queued on the stream after the step that wrote it.
+        unsafe { n.all_reduce(p, 1, self.dev.stream.cu_stream().cast()) }?;
         Ok(())
     }
 
@@ -542,5 +671,17 @@ crate::host_arena::impl_backend_over_host_arena!(CudaBackend, measured_arena_byt
 
     fn set_cuda_graph(&mut self, on: bool) -> Result<(), crate::error::RuntimeError> {
         CudaBackend::set_cuda_graph(self, on)
+    }
+
+    fn set_collective(&mut self, c: Arc<dyn Collective>) -> Result<(), crate::error::RuntimeError> {
+        CudaBackend::set_collective(self, c)
+    }
+
+    fn collective(&self) -> Option<&dyn Collective> {
+        self.comm.as_ref().map(|(c, _)| c.as_ref())
+    }
+
+    fn device_collective(&self) -> Option<String> {
+        self.collective_name().map(str::to_string)
     }
 });

@@ -36,6 +36,26 @@ pub fn candidates() -> Vec<PathBuf> {
     }
     dirs.push("/usr/local/cuda/lib64".into());
     dirs.push("/usr/local/cuda/targets/x86_64-linux/lib".into());
+    for sub in ["nvidia/cuda_nvrtc/lib", "nvidia/cu13/lib"] {
+        dirs.extend(python_dirs(sub));
+    }
+    for d in dirs {
+        for n in NAMES {
+            let f = d.join(n);
+            if f.is_file() {
+                out.push(f);
+            }
+        }
+    }
+    out.extend(NAMES.iter().map(PathBuf::from));
+    out
+}
+
+/// `sub` (e.g. `nvidia/nccl/lib`) under the `site-packages` and `dist-packages` of every Python
+/// found under `$VIRTUAL_ENV`, `$CONDA_PREFIX`, `~/.local`, pyenv's versions and the system's
+/// prefixes, in that order (the directories whether or not they exist).
+pub fn python_dirs(sub: &str) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = Vec::new();
     let mut roots: Vec<PathBuf> = Vec::new();
     for var in ["VIRTUAL_ENV", "CONDA_PREFIX"] {
         if let Some(p) = std::env::var_os(var) {
@@ -70,19 +90,9 @@ pub fn candidates() -> Vec<PathBuf> {
         pys.sort();
         for py in pys {
             for sp in ["site-packages", "dist-packages"] {
-                dirs.push(py.join(sp).join("nvidia/cuda_nvrtc/lib"));
-                dirs.push(py.join(sp).join("nvidia/cu13/lib"));
+                dirs.push(py.join(sp).join(sub));
             }
         }
     }
-    for d in dirs {
-        for n in NAMES {
-            let f = d.join(n);
-            if f.is_file() {
-                out.push(f);
-            }
-        }
-    }
-    out.extend(NAMES.iter().map(PathBuf::from));
-    out
+    dirs
 }

@@ -94,6 +94,7 @@ pub(crate) fn test_scalars(k: &Kernel, seed: u64, step: u64) -> Scalars {
         seed,
         step,
         lr: UpdateRule::of(&k.op).map_or(0.0, |r| r.lr() * 0.75),
+        rank: 0,
     }
 }
 

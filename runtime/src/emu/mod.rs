@@ -19,12 +19,15 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use dmc_codegen::{render_plan, ArgSource, CodegenOptions, CudaKernel, Scalars};
+use std::sync::Arc;
+
+use dmc_codegen::{render_plan, ArgSource, CodegenOptions, CudaKernel, Phase, Scalars};
 use dmc_plan::plan::{Plan, Store};
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
 use crate::arena::Arena;
+use crate::comm::Collective;
 pub use crate::error::EmuError;
 use crate::error::RuntimeError;
 use crate::host_arena::{run_steps, step_launch, HostArena, StepFlags, StepLauncher};
@@ -126,27 +129,31 @@ pub fn host_source(k: &CudaKernel) -> String {
             _ => format!("({})a[{i}]", p.ty),
         })
         .collect();
-    let launches = k.launches();
+    // one body per distinct entry (a program-only kernel, a collective alone, exports its no-op
+    // entry)
+    let mut entries = k.entries();
+    if entries.is_empty() {
+        entries.push(k.entry.clone());
+    }
     let mut s = format!(
         "{HOST_HEADER}\n#line 1 \"{name}.cu\"\n{src}\n\
          // host entries: the launch values, one per kernel parameter\n",
         name = k.name,
         src = k.source,
     );
-    for (i, l) in launches.iter().enumerate() {
+    for (i, e) in entries.iter().enumerate() {
         s.push_str(&format!(
-            "static void dmc_emu_body_{i}(const uint64_t* a) {{ {}({}); }}\n",
-            l.entry,
+            "static void dmc_emu_body_{i}(const uint64_t* a) {{ {e}({}); }}\n",
             args.join(", ")
         ));
     }
-    let bodies: Vec<String> = (0..launches.len())
+    let bodies: Vec<String> = (0..entries.len())
         .map(|i| format!("dmc_emu_body_{i}"))
         .collect();
     s.push_str(&format!(
         "static const DmcBody dmc_emu_bodies[] = {{ {} }};\nDMC_EMU_EXPORT(dmc_emu_bodies, {})\n",
         bodies.join(", "),
-        launches.len()
+        entries.len()
     ));
     s
 }
@@ -350,13 +357,42 @@ impl EmuKernel {
         order: FiberOrder,
         threads: usize,
     ) -> Result<(), EmuError> {
-        let vals = self.kernel.launch_values(ptrs, scalars);
-        for (which, l) in self.kernel.launches().iter().enumerate() {
+        for l in self.kernel.launches() {
+            // SAFETY: per this function's contract.
+            unsafe { self.launch_one(&l, ptrs, scalars, order, threads) }?;
+        }
+        Ok(())
+    }
+
+    /// Runs launch `l` (one of the kernel's [`CudaKernel::launches`]) with pointer arguments
+    /// `ptrs`, as [`EmuKernel::launch`] runs each.
+    ///
+    /// # Safety
+    /// As [`EmuKernel::launch`].
+    pub unsafe fn launch_one(
+        &self,
+        l: &dmc_codegen::Launch,
+        ptrs: &[u64],
+        scalars: &Scalars,
+        order: FiberOrder,
+        threads: usize,
+    ) -> Result<(), EmuError> {
+        let vals = self.kernel.launch_values(ptrs, scalars, l.col0);
+        let which = self
+            .kernel
+            .entries()
+            .iter()
+            .position(|e| *e == l.entry)
+            .ok_or_else(|| EmuError::Kernel {
+                kernel: self.kernel.name.clone(),
+                message: format!("no entry `{}` in the translation unit", l.entry),
+            })?;
+        {
             let mut err = [0u8; 1024];
             // SAFETY: `vals` holds one value per parameter of the generated entries (built from the
             // same list); grid and block are 3 elements each; `which` indexes the entries the
-            // translation unit exports (one per launch, in this order); `err` is writable for its
-            // length; the memory behind the pointers is valid per this function's contract.
+            // translation unit exports (one per distinct entry, in this order); `err` is writable
+            // for its length; the memory behind the pointers is valid per this function's contract.
             let rc = unsafe {
                 (self.launch)(
                     which as i32,
@@ -395,6 +431,9 @@ pub struct EmuBackend {
     order: FiberOrder,
     threads: usize,
     flags: StepFlags,
+    /// The ranks a data-parallel plan runs with (`set_collective`; `None`: this process alone):
+    /// a sharded kernel's collectives run with the host collectives (`comm::host`).
+    comm: Option<Arc<dyn Collective>>,
 }
 
 impl EmuBackend {
@@ -425,6 +464,7 @@ impl EmuBackend {
             order: FiberOrder::Forward,
             threads: default_threads(),
             flags,
+            comm: None,
         })
     }
 
@@ -462,6 +502,16 @@ impl EmuBackend {
     pub fn set_run_pass(&mut self, pass: dmc_plan::plan::RunPass) {
         self.flags.pass = pass;
     }
+
+    /// The group of processes a data-parallel plan ([`Plan::ranks`]) runs with: this process is
+    /// `c.rank()` of `c.world()`, which must be the plan's ranks (checked by each run).
+    pub fn set_collective(&mut self, c: Arc<dyn Collective>) {
+        self.comm = Some(c);
+    }
+
+    fn group(&self) -> &dyn Collective {
+        self.comm.as_deref().unwrap_or(&crate::comm::Solo)
+    }
 }
 
 impl StepLauncher for EmuBackend {
@@ -492,11 +542,34 @@ impl StepLauncher for EmuBackend {
         let Some((ki, ptrs)) = step_launch(&self.plan, &self.kernels, si, base) else {
             return Ok(()); // leaves and reshapes: no kernel
         };
-        // SAFETY: `validate` (in `new`) checked that every argument lies inside the arena, which
-        // `&mut self` holds exclusively, with its slot's size, and that written arguments do not
-        // overlap others.
-        unsafe { self.compiled[ki].launch(&ptrs, scalars, self.order, self.threads) }?;
+        let k = &self.compiled[ki];
+        for phase in k.kernel.phases() {
+            match phase {
+                Phase::Launch(l) => {
+                    // SAFETY: `validate` (in `new`) checked that every argument lies inside the
+                    // arena, which `&mut self` holds exclusively, with its slot's size, and that
+                    // written arguments do not overlap others.
+                    unsafe { k.launch_one(&l, &ptrs, scalars, self.order, self.threads) }?
+                }
+                Phase::Collective(c) => {
+                    // SAFETY: as above; the collective's regions were sized from the same shapes.
+                    unsafe { crate::comm::host::run(self.group(), &c, &ptrs) }?
+                }
+            }
+        }
         Ok(())
+    }
+
+    fn ranks(&self) -> (usize, usize) {
+        let c = self.group();
+        (c.world(), c.rank())
+    }
+
+    fn sum_loss(&mut self) -> Result<(), RuntimeError> {
+        let mut l = [self.loss()?];
+        crate::comm::all_reduce_sum(self.group(), &mut l)?;
+        let id = self.plan.loss;
+        self.write_buffer(id, &l[0].to_ne_bytes())
     }
 
     fn fill_poison(&mut self, offset: u64, bytes: u64) -> Result<(), RuntimeError> {
@@ -545,7 +618,20 @@ impl HostArena for EmuBackend {
 
 crate::host_arena::impl_backend_over_host_arena!(
     EmuBackend,
-    measured_arena_bytes: |b| b.arena.measured_bytes()
+    measured_arena_bytes: |b| b.arena.measured_bytes(),
+    extra: {
+        fn set_collective(
+            &mut self,
+            c: Arc<dyn Collective>,
+        ) -> Result<(), crate::error::RuntimeError> {
+            EmuBackend::set_collective(self, c);
+            Ok(())
+        }
+
+        fn collective(&self) -> Option<&dyn Collective> {
+            self.comm.as_deref()
+        }
+    }
 );
 
 #[cfg(test)]
@@ -629,6 +715,7 @@ mod tests {
                     seed: 0,
                     step: 1,
                     lr: 0.0,
+                    rank: 0,
                 },
                 FiberOrder::Forward,
                 1,

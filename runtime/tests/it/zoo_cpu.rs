@@ -43,6 +43,7 @@ fn every_zoo_kernel_runs_on_the_cpu_reference() {
             seed: 7,
             step: 1,
             lr: dmc_plan::update::UpdateRule::of(&k.op).map_or(0.0, |r| r.lr()),
+            rank: 0,
         };
         run_single_kernel(k, Mode::Train, &scalars, &mut args)
             .unwrap_or_else(|e| panic!("zoo kernel `{}` ({}): {e}", k.name, k.op.kind_name()));

@@ -158,6 +158,9 @@ impl Backend for RankBackend {
     fn collective(&self) -> Option<&dyn Collective> {
         Some(self.comm.as_ref())
     }
+    fn device_collective(&self) -> Option<String> {
+        self.inner.device_collective()
+    }
 }
 
 /// A step's classified-right counts summed over the ranks (each counted its part of the batch).
@@ -224,15 +227,21 @@ pub fn writes(be: &dyn Backend) -> bool {
 
 /// The line `dmc run` ends a data-parallel run with (rank 0): the ranks, each one's share of the
 /// optimizer state, and the bytes rank 0 sent per step against the plan's model of them.
-pub fn report(plan: &Plan, carrier: String, sent: u64, steps: usize) {
+pub fn report(plan: &Plan, carrier: String, sent: Option<u64>, steps: usize) {
     let (mine, whole) = dmc_plan::shard::state_bytes(plan);
-    let model = dmc_plan::shard::sent_bytes(plan, 0);
+    let model = crate::size::human(dmc_plan::shard::sent_bytes(plan, 0));
+    let sent = match sent {
+        Some(b) => format!(
+            "rank 0 sent {} a step (the plan's model: {model}, the rest the metrics and stop checks)",
+            crate::size::human(b / steps.max(1) as u64)
+        ),
+        // NCCL's traffic is not counted
+        None => format!("the plan's model: rank 0 sends {model} a step"),
+    };
     println!(
-        "data parallel: {} ranks over {carrier}, each with the arena above and {} of the {} optimizer state; rank 0 sent {} a step (the plan's model: {}, the rest the metrics and stop checks)",
+        "data parallel: {} rank(s) over {carrier}, each with the arena above and {} of the {} optimizer state; {sent}",
         plan.ranks,
         crate::size::human(mine),
         crate::size::human(whole),
-        crate::size::human(sent / steps.max(1) as u64),
-        crate::size::human(model),
     );
 }

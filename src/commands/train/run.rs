@@ -201,7 +201,7 @@ fn run_in(
     };
     let c = &args.common;
     let save_path = args.save.as_deref();
-    // (data parallel runs on the CPU backend: `auto` means it; `cuda` is refused by the backend)
+    // (data parallel with several ranks: `auto` means the CPU, `--device cuda` one GPU per rank)
     let ranks = group.as_ref().map_or(1, |g| g.world());
     let kind = match c.device {
         super::args::Device::Auto if ranks > 1 => BackendKind::Cpu,
@@ -240,8 +240,12 @@ fn run_in(
     }
     let before_arena = dmc_runtime::alloc::current();
     let mut be = dmc_runtime::open_backend(kind, plan.clone(), &c.codegen.options(&plan))?;
-    // (one rank alone runs as one process would, on any backend)
-    if let Some(g) = group.as_ref().filter(|g| g.world() > 1) {
+    // (one rank alone runs as one process would, on any backend; on the GPU its loss still goes
+    // through NCCL, the path of several ranks)
+    if let Some(g) = group
+        .as_ref()
+        .filter(|g| g.world() > 1 || kind == BackendKind::Cuda)
+    {
         be = Box::new(data_parallel::RankBackend::new(be, g.clone())?);
     }
     // The arena alone, as measured (device memory on a GPU, the counted allocation on the host):
@@ -336,7 +340,10 @@ fn run_in(
     );
     pb.finish_and_clear();
     // data parallel: what this rank sent in its steps (before any checkpoint's gather)
-    let sent = be.collective().map(|g| (g.sent_bytes(), g.describe()));
+    let sent = be.collective().map(|g| match be.device_collective() {
+        Some(d) => (None, format!("{d}, bootstrapped over {}", g.describe())),
+        None => (Some(g.sent_bytes()), g.describe()),
+    });
     let loss_log_error = loss_log.finish();
     let finished = outcome::finish(
         args,

@@ -1,0 +1,235 @@
+//! Data parallel on the CUDA path without a GPU: each rank an emulated CUDA backend
+//! (`dmc_runtime::emu`, the generated kernels compiled by g++) on its own thread, the sharded
+//! steps' programs running their collectives with the in-process group (`LocalComm`) where the
+//! CUDA backend calls NCCL (the only difference between the two paths). Each run must end with
+//! the weights of one process on the CPU backend training on the whole batches (up to the
+//! summation order), every rank holding bit-identical weights and its shard of the state.
+//!
+//! Needs g++ (ignored without it, unless `CI` is set); the NVRTC compilation of the same
+//! programs is in `runtime_nvrtc.rs`.
+
+use std::sync::Arc;
+
+use dmc_codegen::{render_plan, CodegenOptions, Phase};
+use dmc_compiler::plan::Plan;
+use dmc_runtime::comm::local::LocalComm;
+use dmc_runtime::comm::Collective;
+use dmc_runtime::compare::Batch;
+use dmc_runtime::emu::EmuBackend;
+use dmc_runtime::{Backend, RunPass};
+
+use super::data_parallel::{batches, part, plan, plan_capped, rel, train, CONV, GPT};
+
+/// Every parameter and every step's loss after training `plan` on `data` on the emulator, as one
+/// rank of `comm`; and this rank's optimizer state.
+fn train_emu(plan: Plan, data: &[Batch], comm: Arc<dyn Collective>) -> (Vec<f32>, Vec<f32>, usize) {
+    let mut be = EmuBackend::new(plan).expect("emulated backend");
+    be.set_threads(1);
+    Backend::set_collective(&mut be, comm).expect("ranks");
+    Backend::init_params(&mut be, 5).expect("init");
+    let mut losses = vec![];
+    let micro = be.plan().accumulate;
+    for (s, step) in data.chunks(micro).enumerate() {
+        for (j, b) in step.iter().enumerate() {
+            be.set_run_pass(if j + 1 == micro {
+                RunPass::Whole
+            } else {
+                RunPass::Accumulate
+            });
+            b.feed(|n, d| Backend::set_input(&mut be, n, d))
+                .expect("input");
+            losses.push(be.run(s as u64 + 1, 9).expect("step"));
+        }
+    }
+    let w = Backend::params(&be)
+        .expect("params")
+        .into_iter()
+        .flat_map(|(_, _, d)| d.to_vec())
+        .collect();
+    let state = Backend::opt_states(&be)
+        .expect("state")
+        .iter()
+        .map(|(_, _, d)| d.len())
+        .sum();
+    (w, losses, state)
+}
+
+/// `n` emulated ranks on threads, each on its part of `data`.
+fn emu_ranks(plan: &Plan, data: &[Batch], n: usize) -> Vec<(Vec<f32>, Vec<f32>, usize)> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = LocalComm::group(n)
+            .into_iter()
+            .enumerate()
+            .map(|(r, c)| {
+                let mine: Vec<Batch> = data.iter().map(|b| part(b, r, n)).collect();
+                let plan = plan.clone();
+                s.spawn(move || train_emu(plan, &mine, Arc::new(c)))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("rank"))
+            .collect()
+    })
+}
+
+/// The largest number of chunks a sharded step of `p` works through.
+fn most_chunks(p: &Plan) -> usize {
+    render_plan(p, &CodegenOptions::default())
+        .expect("render")
+        .iter()
+        .map(|k| {
+            k.program
+                .iter()
+                .filter(|ph| matches!(ph, Phase::Launch(l) if l.entry.ends_with("_grad")))
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// `p` (a 2-rank plan of `src`) on two emulated ranks against one CPU process on the whole
+/// batches.
+fn emulated_ranks_train_like_one_process(src: &str, train_line: &str, fuse: bool, p: Plan) {
+    let one = plan(src, train_line, 1, fuse).expect("one process");
+    let data = batches(&one);
+    let (w1, l1) = train(one.clone(), &data, None);
+    assert!(
+        p.kernels.iter().any(|k| k.op.shards() == 2),
+        "the updates are sharded"
+    );
+    let all = emu_ranks(&p, &data, 2);
+    let whole: usize = one
+        .opt_state
+        .iter()
+        .map(|b| b.shape.iter().product::<usize>())
+        .sum();
+    for (r, (w, l, state)) in all.iter().enumerate() {
+        assert_eq!(w, &all[0].0, "rank {r} holds rank 0's weights, bit for bit");
+        for (a, b) in l.iter().zip(&l1) {
+            assert!(
+                (a - b).abs() <= 1e-5 * b.abs().max(1.0),
+                "rank {r}: loss {a} against one process's {b}"
+            );
+        }
+        assert!(
+            *state < whole && *state * 2 <= whole + 2 * p.opt_state.len(),
+            "rank {r} holds {state} of the {whole} state elements: not its half"
+        );
+    }
+    let e = rel(&all[0].0, &w1);
+    assert!(
+        e < 1e-5,
+        "2 emulated ranks ({train_line}, fuse {fuse}): weights {e:e} from one CPU process's"
+    );
+}
+
+fn check(src: &str, train_line: &str, fuse: bool) {
+    let p = plan(src, train_line, 2, fuse).expect("data parallel");
+    emulated_ranks_train_like_one_process(src, train_line, fuse, p);
+}
+
+#[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
+fn fused_conv_and_dense_updates_with_momentum_on_the_emulated_gpu() {
+    check(
+        CONV,
+        "batch: 6, optimizer: sgd(lr: 0.05, momentum: 0.9, weight_decay: 0.001)",
+        true,
+    );
+}
+
+/// Unfused: whole-tensor updates and bias-gradient updates, their gradients summed into the
+/// planned workspace; with accumulated micro-batches the accumulated gradient is consumed.
+#[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
+fn unfused_adam_with_accumulation_on_the_emulated_gpu() {
+    check(
+        CONV,
+        "batch: 6, accumulate: 2, optimizer: adam(lr: 0.01)",
+        false,
+    );
+}
+
+/// `clip_norm`: the held gradients all-reduced (a step that is the collective alone), then
+/// updates of gradients already summed.
+#[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
+fn clip_norm_all_reduces_on_the_emulated_gpu() {
+    check(
+        CONV,
+        "batch: 6, optimizer: sgd(lr: 0.1, momentum: 0.9), clip_norm: 0.05",
+        true,
+    );
+}
+
+#[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
+fn a_transformer_on_the_emulated_gpu() {
+    // (SGD: see `data_parallel.rs` on Adam and an embedding's cancelling gradients)
+    check(
+        GPT,
+        "batch: 6, optimizer: sgd(lr: 0.1, momentum: 0.9, weight_decay: 0.01)",
+        true,
+    );
+}
+
+/// Under a cap the gradient chunks narrow: a step works through several chunks, each summed over
+/// the ranks before its rows are updated.
+#[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
+fn several_chunks_under_a_cap_on_the_emulated_gpu() {
+    let mlp = "input x: [64]\ntarget y: int\n\
+         out = x |> dense(256, activation: relu) |> dense(256, activation: relu) |> dense(4)\n\
+         loss cross_entropy(out, y)\n";
+    let line = "batch: 6, optimizer: adam(lr: 0.01)";
+    let free = plan(mlp, line, 2, true).expect("uncapped");
+    let cap = (free.arena_bytes as f64 * 0.7) as u64;
+    let p = plan_capped(mlp, line, 2, true, Some(cap)).expect("capped");
+    assert!(
+        most_chunks(&p) > 1 && most_chunks(&p) > most_chunks(&free),
+        "the cap narrows a chunk ({} chunks capped, {} not)",
+        most_chunks(&p),
+        most_chunks(&free)
+    );
+    emulated_ranks_train_like_one_process(mlp, line, true, p);
+}
+
+/// Batchnorm's and dropout's data-parallel forms run on the CPU backend only: the CUDA path
+/// refuses the plan, saying so, instead of training on each rank's own statistics.
+#[test]
+fn batchnorm_and_dropout_are_refused_on_the_gpu_path() {
+    for (src, what) in [
+        (
+            "input x: [6, 6, 2]\ntarget y: int\nout = x |> conv2d(4, 3) |> batchnorm |> relu |> flatten |> dense(3)\nloss cross_entropy(out, y)\n",
+            "batchnorm",
+        ),
+        (
+            "input x: [12]\ntarget y: int\nout = x |> dense(16, activation: relu) |> dropout(0.3) |> dense(4)\nloss cross_entropy(out, y)\n",
+            "dropout",
+        ),
+    ] {
+        let p = plan(src, "batch: 6, optimizer: sgd(lr: 0.1)", 2, true).expect("plan");
+        let e = render_plan(&p, &CodegenOptions::default())
+            .expect_err("a GPU data-parallel plan with batchnorm or dropout")
+            .to_string();
+        assert!(
+            e.contains(what) && e.contains("--device cpu"),
+            "{e}"
+        );
+        // one process alone renders it
+        let one = plan(src, "batch: 6, optimizer: sgd(lr: 0.1)", 1, true).expect("plan");
+        render_plan(&one, &CodegenOptions::default()).expect("one process");
+    }
+}
+
+/// A 2-rank plan on an emulated backend without its ranks is refused before any step.
+#[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
+fn a_two_rank_plan_does_not_run_alone_on_the_emulator() {
+    let p = plan(CONV, "batch: 6, optimizer: sgd(lr: 0.1)", 2, true).expect("plan");
+    let mut be = EmuBackend::new(p).expect("emulated backend");
+    Backend::init_params(&mut be, 1).expect("init");
+    let e = be.run(1, 1).expect_err("alone").to_string();
+    assert!(e.contains("mpirun -np 2"), "{e}");
+}
