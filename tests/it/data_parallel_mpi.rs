@@ -75,6 +75,11 @@ fn path(dir: &tempfile::TempDir, name: &str) -> PathBuf {
 /// 5 steps of `example` (with `extra` flags) by one process and by 2 ranks: the weights within
 /// 1e-5 of each other (relative L2 over all parameters).
 fn like_one_process(example: &str, extra: &[&str]) {
+    like_one_process_on(example, extra, "cpu");
+}
+
+/// [`like_one_process`], the ranks on `device` (one process on the CPU).
+fn like_one_process_on(example: &str, extra: &[&str], device: &str) {
     let dir = tempfile::tempdir().expect("tmp");
     let (one, two) = (path(&dir, "one.safetensors"), path(&dir, "two.safetensors"));
     let file = format!("examples/{example}");
@@ -84,6 +89,7 @@ fn like_one_process(example: &str, extra: &[&str]) {
     let (code, _, err) = dmc(&[&a[..], &["--save", s1]].concat());
     assert_eq!(code, 0, "{err}");
     let s2 = two.to_str().expect("path");
+    a[6] = device;
     let out = mpirun(2, &[&a[..], &["--save", s2, "--data-parallel"]].concat());
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
@@ -108,6 +114,18 @@ fn mlp_trains_on_two_ranks_as_on_one_process() {
 #[cfg_attr(not(dmc_has_mpi), ignore = "needs mpirun (Open MPI); CI installs it")]
 fn resnet_small_trains_on_two_ranks_as_on_one_process() {
     like_one_process("resnet_small.dm", &[]);
+}
+
+/// The CUDA path under MPI without a GPU: each rank the emulated CUDA backend, its sharded steps'
+/// collectives over MPI where the GPU's go over NCCL.
+#[test]
+#[cfg_attr(
+    not(all(dmc_has_mpi, dmc_has_gxx)),
+    ignore = "needs mpirun (Open MPI) and g++; CI installs them"
+)]
+fn mlp_and_resnet_small_train_on_two_emulated_gpu_ranks_as_on_one_process() {
+    like_one_process_on("mlp.dm", &[], "cuda-emu");
+    like_one_process_on("resnet_small.dm", &[], "cuda-emu");
 }
 
 /// deep_convnet at a small batch and a small learning rate: at its own 0.01 a 16-layer ReLU net at

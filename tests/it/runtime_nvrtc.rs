@@ -9,13 +9,22 @@ use dmc_compiler::CompileOptions;
 use dmc_runtime::cuda::{nvrtc, selftest};
 
 fn plan_of(example: &str, mode: Mode) -> Plan {
+    plan_with(
+        example,
+        CompileOptions {
+            mode,
+            ..CompileOptions::default()
+        },
+    )
+}
+
+fn plan_with(example: &str, opts: CompileOptions) -> Plan {
     let path = format!("{}/examples/{example}.dm", env!("CARGO_MANIFEST_DIR"));
     let src = std::fs::read_to_string(&path).expect("example");
     let model = dmc_grammar::compile_source(&src, &path).expect("example compiles");
     let opts = CompileOptions {
-        mode,
         verify: false,
-        ..CompileOptions::default()
+        ..opts
     };
     dmc_compiler::compile(&model, &opts).expect("plan")
 }
@@ -147,6 +156,50 @@ fn cp_async_kernels_compile_below_sm80_as_plain_copies() {
         assert!(ck.gemm.is_some_and(|g| g.stages == 0), "{}", ck.name);
         assert!(!ck.source.contains("dmc_cp_wait<"), "{}", ck.name);
     }
+}
+
+/// The data-parallel programs' kernels (the sharded updates, fused and not, and clip_norm's
+/// all-reduce of gpt.dm) of the examples without batchnorm or dropout, at 2 and 3 ranks.
+#[test]
+#[cfg_attr(
+    not(dmc_has_nvrtc),
+    ignore = "needs NVRTC (set DMC_NVRTC to libnvrtc.so.12, e.g. from `pip install nvidia-cuda-nvrtc-cu12`)"
+)]
+fn data_parallel_programs_compile_for_sm80_and_sm90_without_warnings_or_spills() {
+    nvrtc::nvrtc()
+        .unwrap_or_else(|e| panic!("NVRTC is needed here (CI is set, or the build found it): {e}"));
+    let mut n = 0;
+    for (ex, ranks, fuse) in [
+        ("mlp", 2, true),
+        ("mlp", 2, false),
+        ("resnet_small", 2, true),
+        ("resnet_small", 2, false),
+        ("deep_convnet", 2, true),
+        ("autoencoder_classifier", 2, true),
+        ("gpt", 2, true),
+        ("gpt", 3, false),
+    ] {
+        let plan = plan_with(
+            ex,
+            CompileOptions {
+                ranks,
+                fuse,
+                batch: Some(12),
+                ..CompileOptions::default()
+            },
+        );
+        let sharded = plan.kernels.iter().filter(|k| k.op.shards() > 1).count();
+        assert!(sharded > 0, "{ex}: no sharded step");
+        for arch in ["sm_80", "sm_90"] {
+            for r in
+                selftest::compile_plan(&plan, arch, &CodegenOptions::default()).expect("compiles")
+            {
+                assert_clean(&r, &format!("{ex} at {ranks} ranks {arch}"));
+                n += 1;
+            }
+        }
+    }
+    assert!(n > 50, "{n} kernels");
 }
 
 /// NVRTC compiled `r` without a warning and without spilling registers.

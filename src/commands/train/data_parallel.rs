@@ -239,8 +239,9 @@ pub fn report(plan: &Plan, carrier: String, sent: Option<u64>, steps: usize) {
         None => format!("the plan's model: rank 0 sends {model} a step"),
     };
     println!(
-        "data parallel: {} rank(s) over {carrier}, each with the arena above and {} of the {} optimizer state; {sent}",
+        "data parallel: {} rank{} over {carrier}, each with the arena above and {} of the {} optimizer state; {sent}",
         plan.ranks,
+        if plan.ranks == 1 { "" } else { "s" },
         crate::size::human(mine),
         crate::size::human(whole),
     );
