@@ -58,6 +58,23 @@ echo "gpu-check: dmc run examples/resnet_small.dm --steps 30 on cuda (auto) and 
 "$BIN" run examples/resnet_small.dm --steps 30 --device auto 2>&1 | grep -E "^device|steps, final loss" || echo "gpu-check: FAIL dmc run --device auto"
 "$BIN" run examples/resnet_small.dm --steps 30 --device cpu 2>&1 | grep -E "^device|steps, final loss" || true
 
+# Data parallel on the GPU (issue 20): one rank (this machine's one GPU) through the NCCL path, the
+# loss summed over the ranks by ncclAllReduce each step; its final loss must equal the plain run's.
+# (Several GPUs: `mpirun -np N dmc run net.dm --data-parallel --device cuda`, one rank per GPU; the
+# sharded steps' programs are the ones the emulator runs in CI with MPI in NCCL's place.)
+case " $* " in *" --dry-run "*) ;; *)
+  if [ -z "${DMC_NCCL:-}" ] && command -v python3 >/dev/null 2>&1; then
+    DMC_NCCL=$(python3 -c "import glob, site; h = [g for r in site.getsitepackages() + [site.getusersitepackages()] for g in glob.glob(r + '/nvidia/nccl/lib/libnccl.so.2')]; print(h[0] if h else '')" 2>/dev/null || true)
+    [ -n "$DMC_NCCL" ] && export DMC_NCCL
+  fi
+  echo "gpu-check: data parallel, one rank over NCCL (mlp, 20 steps; NCCL = ${DMC_NCCL:-libnccl.so.2 on the library path}):"
+  plain=$(timeout 60 "$BIN" run examples/mlp.dm --steps 20 --device cuda 2>&1 | grep -o 'final loss [0-9.]*, [0-9.]* ms/step' || echo "?")
+  dp=$(timeout 90 "$BIN" run examples/mlp.dm --steps 20 --device cuda --data-parallel 2>&1 | grep -E 'final loss|^data parallel|error' | tr '\n' ' ' || echo "?")
+  echo "  plain: $plain"
+  echo "  --data-parallel (1 rank, NCCL): $dp"
+  [ "${plain%%,*}" = "$(echo "$dp" | grep -o 'final loss [0-9.]*' | head -1)" ] && echo "  same final loss: ok" || echo "gpu-check: FAIL data parallel over NCCL (final loss differs or the run failed)" ;;
+esac
+
 # the plans: seed.dm 1.6 GiB, deep_convnet.dm 2.2 GiB; both must fit under the cap.
 rc=0
 timeout 300 "$BIN" gpu-selftest --examples examples --steps 20 --vram-cap 3GiB "$@" || rc=$?
