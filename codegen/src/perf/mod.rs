@@ -31,6 +31,7 @@
 //! per-kernel table whenever a GPU measures it.
 
 pub mod gpus;
+pub mod program;
 
 use serde::Serialize;
 
@@ -109,6 +110,8 @@ pub enum Bound {
     Compute,
     /// The launch overhead.
     Launch,
+    /// A data-parallel step's collectives (NVLink, [`program::LINK_BYTES_PER_S`]).
+    Network,
 }
 
 impl Bound {
@@ -118,6 +121,7 @@ impl Bound {
             Bound::Latency => "latency",
             Bound::Compute => "compute",
             Bound::Launch => "launch",
+            Bound::Network => "network",
         }
     }
 }
@@ -320,6 +324,9 @@ pub fn kernel_perf(
     gpu: &Gpu,
     cal: &Calibration,
 ) -> KernelPerf {
+    if !ck.program.is_empty() {
+        return program::program_perf(ck, k, launches, res, gpu, cal);
+    }
     let attn = match &k.op {
         dmc_plan::op::Op::Seq(op) => k.arg_shapes.first().and_then(|s| AttnGeom::of(op, s)),
         _ => None,
