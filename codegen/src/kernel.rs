@@ -183,6 +183,9 @@ pub enum Collective {
     /// The `n` elements at `buf` summed over the ranks, the same sum on every rank. `tmp`:
     /// `max_rows(n)` elements.
     AllReduce { buf: Region, n: usize, tmp: Region },
+    /// The `n` f64 at `buf` (8-byte aligned: the arena's slots are) summed over the ranks, the
+    /// same sum on every rank (batchnorm's per-channel sums).
+    AllReduceF64 { buf: Region, n: usize },
 }
 
 /// One part of a data-parallel kernel's step: a launch, or a collective.

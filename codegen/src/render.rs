@@ -52,13 +52,14 @@ pub fn render_kernel(
     mode: Mode,
     opts: &CodegenOptions,
 ) -> Result<Option<CudaKernel>, CodegenError> {
-    render_with(&tera()?, k, mode, opts)
+    render_with(&tera()?, k, mode, 1, opts)
 }
 
 fn render_with(
     t: &Tera,
     k: &Kernel,
     mode: Mode,
+    ranks: usize,
     opts: &CodegenOptions,
 ) -> Result<Option<CudaKernel>, CodegenError> {
     let Some(Spec {
@@ -71,11 +72,12 @@ fn render_with(
         gemm,
         passes,
         program,
-    }) = crate::spec::spec(k, mode, opts)?
+        ranked,
+    }) = crate::spec::spec(k, mode, ranks, opts)?
     else {
         return Ok(None);
     };
-    let params = if k.op.shards() > 1 {
+    let params = if ranked {
         sharded_kernel_params(&k.op.signature())
     } else {
         kernel_params(&k.op.signature())
@@ -138,40 +140,13 @@ fn render_with(
     }))
 }
 
-/// Renders every kernel of the plan that has one, in plan order. A data-parallel plan
-/// ([`Plan::ranks`] > 1) with batchnorm or dropout in training is refused: their data-parallel
-/// forms (the whole batch's statistics, one process's masks) run on the CPU backend only.
+/// Renders every kernel of the plan that has one, in plan order (a data-parallel plan's
+/// kernels for its [`Plan::ranks`]).
 pub fn render_plan(plan: &Plan, opts: &CodegenOptions) -> Result<Vec<CudaKernel>, CodegenError> {
-    if plan.ranks > 1 {
-        use dmc_plan::op::{ElementwiseOp as E, NormOp as N, Op};
-        if let Some(k) = plan.kernels.iter().find(|k| {
-            matches!(
-                k.op,
-                Op::Norm(N::BatchNorm { .. } | N::BatchNormBwd { .. } | N::BatchNormStats { .. })
-                    | Op::Elementwise(
-                        E::Dropout { .. }
-                            | E::DropoutBwd { .. }
-                            | E::DropoutInPlace { .. }
-                            | E::DropoutBwdInPlace { .. }
-                    )
-            )
-        }) {
-            return Err(CodegenError::Shape {
-                kernel: k.name.clone(),
-                message: format!(
-                    "a data-parallel plan ({} ranks) with {} in training: its data-parallel form \
-                     (batchnorm over the whole batch's statistics, dropout with one process's \
-                     masks) runs on the CPU backend only for now; run with --device cpu",
-                    plan.ranks,
-                    k.op.kind_name()
-                ),
-            });
-        }
-    }
     let t = tera()?;
     let mut out = Vec::new();
     for k in &plan.kernels {
-        if let Some(c) = render_with(&t, k, plan.mode, opts)? {
+        if let Some(c) = render_with(&t, k, plan.mode, plan.ranks, opts)? {
             out.push(c);
         }
     }

@@ -81,13 +81,14 @@ pub fn vjp(
         // d/dx batchnorm(x, gamma, beta) with the batch statistics (outputs 1, 2) saved: one
         // backward node gives dx, dgamma and dbeta (the statistics' own outputs get no gradient:
         // only the running statistics' update reads them).
-        Op::Norm(NormOp::BatchNorm { eps }) => {
+        Op::Norm(NormOp::BatchNorm { eps, ranks }) => {
             let dy = dy.ok_or_else(missing)?;
             if (0..3).any(want) {
                 let name = gname(x[0], g);
                 let op = Op::Norm(NormOp::BatchNormBwd {
                     eps: *eps,
                     in_place: false,
+                    ranks: *ranks,
                 });
                 let b = g.add_node(op, &[dy, x[0], (n, 1), (n, 2), x[1]], name, bw, None)?;
                 for (i, o) in out.iter_mut().enumerate().take(3) {

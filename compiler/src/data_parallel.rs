@@ -17,7 +17,7 @@ use petgraph::stable_graph::NodeIndex;
 use crate::ctx::Ctx;
 use crate::error::CompileError;
 use crate::ir::{infer_outputs, Graph, TensorType};
-use crate::op::{ConvOp, DenseOp, Op, OptimOp, UpdateRule};
+use crate::op::{ConvOp, DenseOp, NormOp, Op, OptimOp, UpdateRule};
 use crate::options::CompileOptions;
 use crate::plan::Mode;
 
@@ -122,4 +122,47 @@ pub fn rank_model<'m>(
         t.weight = (t.weight as f64 / ranks as f64) as f32;
     }
     Ok(Cow::Owned(m))
+}
+
+/// Data parallel: every batchnorm op of the step (the forward and its backward) normalises over
+/// the ranks' whole batch (`ranks` set: the CPU sums over its collective at run time, the GPU's
+/// program sums into the op's workspace), and the running statistics' update takes the unbiased
+/// variance of the whole batch's rows (its `count` times the ranks).
+pub fn rank_batchnorm(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError> {
+    if ctx.mode != Mode::Train || ctx.ranks <= 1 {
+        return Ok(false);
+    }
+    let unranked = |g: &Graph, n: NodeIndex| {
+        matches!(g.node(n).op, Op::Norm(NormOp::BatchNorm { ranks: 1, .. }))
+    };
+    let mut changed = false;
+    // the statistics' updates first: each reads an unranked batchnorm's mean once
+    for n in g.nodes() {
+        let stats_of = match g.node(n).op {
+            Op::Norm(NormOp::BatchNormStats { .. }) => g.inputs(n).get(2).map(|v| v.0),
+            _ => None,
+        };
+        if !stats_of.is_some_and(|bn| unranked(g, bn)) {
+            continue;
+        }
+        if let Some(node) = g.g.node_weight_mut(n) {
+            if let Op::Norm(NormOp::BatchNormStats { count, .. }) = &mut node.op {
+                *count *= ctx.ranks;
+                changed = true;
+            }
+        }
+    }
+    for n in g.nodes() {
+        if let Some(node) = g.g.node_weight_mut(n) {
+            if let Op::Norm(NormOp::BatchNorm { ranks, .. } | NormOp::BatchNormBwd { ranks, .. }) =
+                &mut node.op
+            {
+                if *ranks != ctx.ranks {
+                    *ranks = ctx.ranks;
+                    changed = true;
+                }
+            }
+        }
+    }
+    Ok(changed)
 }

@@ -421,7 +421,10 @@ pub fn lower(model: &Model, batch: usize) -> Result<Graph, CompileError> {
                 let ins = want(true)?;
                 let c = node.shape.last().copied().unwrap_or(0);
                 let count = g.ty(ins[0]).numel() / c.max(1);
-                let op = Op::Norm(NormOp::BatchNorm { eps: Coef(*eps) });
+                let op = Op::Norm(NormOp::BatchNorm {
+                    eps: Coef(*eps),
+                    ranks: 1,
+                });
                 let bn = g.add_node(op, &ins, name.clone(), ph, None)?;
                 // The running statistics (PyTorch's names and initial values): persistent, saved
                 // with the weights, updated once per step by an update-phase op that remat never

@@ -18,7 +18,7 @@ use petgraph::Direction;
 use crate::alias::BufferRoots;
 use crate::autodiff::autodiff;
 use crate::ctx::Ctx;
-use crate::data_parallel::shard_optimizer_state;
+use crate::data_parallel::{rank_batchnorm, shard_optimizer_state};
 use crate::error::CompileError;
 use crate::fuse::fuse_epilogues;
 use crate::ir::Edge;
@@ -55,6 +55,9 @@ pub const BUILD_STEP: Pipeline = &[
     // Train, data parallel: after the updates are fused (the fused ones shard their state by the
     // rows of the [K, C] weight, the others by elements); each rank keeps 1/ranks of the state.
     ("shard_optimizer_state", shard_optimizer_state),
+    // Train, data parallel: after autodiff made the backward; batchnorm's statistics are the
+    // whole batch's, so its ops get the workspace the GPU's collectives sum into.
+    ("rank_batchnorm", rank_batchnorm),
     // Removes whatever earlier passes orphaned (unused forward values, targets in predict), so
     // that the consumer counts the in-place pass relies on are final.
     ("dead_code_elimination", dead_code_elimination),
@@ -201,7 +204,7 @@ pub fn batchnorm_to_inference(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileE
             )));
         };
         let bn = mean.0;
-        let Op::Norm(NormOp::BatchNorm { eps }) = g.node(bn).op else {
+        let Op::Norm(NormOp::BatchNorm { eps, .. }) = g.node(bn).op else {
             return Err(CompileError::Internal(format!(
                 "`{}` does not update from a batchnorm",
                 g.node(u).name
@@ -446,10 +449,12 @@ pub fn inplace_elementwise(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileErro
             Op::Norm(NormOp::BatchNormBwd {
                 eps,
                 in_place: false,
+                ranks,
             }) => (
                 Op::Norm(NormOp::BatchNormBwd {
                     eps,
                     in_place: true,
+                    ranks,
                 }),
                 &[0],
             ),

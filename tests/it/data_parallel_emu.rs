@@ -195,32 +195,60 @@ fn several_chunks_under_a_cap_on_the_emulated_gpu() {
     emulated_ranks_train_like_one_process(mlp, line, true, p);
 }
 
-/// Batchnorm's and dropout's data-parallel forms run on the CPU backend only: the CUDA path
-/// refuses the plan, saying so, instead of training on each rank's own statistics.
+/// Batchnorm normalises by the whole batch's statistics on every rank (its per-channel f64 sums
+/// all-reduced between the program's launches, forward and backward; the running statistics are
+/// one process's), and dropout draws one process's masks (each rank's elements keyed by their
+/// place in the global batch).
 #[test]
-fn batchnorm_and_dropout_are_refused_on_the_gpu_path() {
-    for (src, what) in [
-        (
-            "input x: [6, 6, 2]\ntarget y: int\nout = x |> conv2d(4, 3) |> batchnorm |> relu |> flatten |> dense(3)\nloss cross_entropy(out, y)\n",
-            "batchnorm",
-        ),
-        (
-            "input x: [12]\ntarget y: int\nout = x |> dense(16, activation: relu) |> dropout(0.3) |> dense(4)\nloss cross_entropy(out, y)\n",
-            "dropout",
-        ),
-    ] {
-        let p = plan(src, "batch: 6, optimizer: sgd(lr: 0.1)", 2, true).expect("plan");
-        let e = render_plan(&p, &CodegenOptions::default())
-            .expect_err("a GPU data-parallel plan with batchnorm or dropout")
-            .to_string();
-        assert!(
-            e.contains(what) && e.contains("--device cpu"),
-            "{e}"
-        );
-        // one process alone renders it
-        let one = plan(src, "batch: 6, optimizer: sgd(lr: 0.1)", 1, true).expect("plan");
-        render_plan(&one, &CodegenOptions::default()).expect("one process");
-    }
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
+fn batchnorm_and_dropout_on_the_emulated_gpu() {
+    let bn = "input x: [6, 6, 2]\ntarget y: int\n\
+         out = x |> conv2d(4, 3) |> batchnorm |> relu |> flatten |> dense(8) |> batchnorm |> dense(3)\n\
+         loss cross_entropy(out, y)\n";
+    let line = "batch: 6, optimizer: sgd(lr: 0.1, momentum: 0.9)";
+    let p = plan(bn, line, 2, true).expect("plan");
+    let programs = render_plan(&p, &CodegenOptions::default())
+        .expect("render")
+        .iter()
+        .filter(|k| k.name.starts_with("batchnorm") && !k.program.is_empty())
+        .count();
+    assert!(
+        programs >= 4,
+        "{programs} batchnorm programs (two forwards, two backwards)"
+    );
+    emulated_ranks_train_like_one_process(bn, line, true, p);
+    let drop = "input x: [12]\ntarget y: int\n\
+         out = x |> dense(16, activation: relu) |> dropout(0.3) |> dense(4)\n\
+         loss cross_entropy(out, y)\n";
+    check(
+        drop,
+        "batch: 6, optimizer: sgd(lr: 0.1, momentum: 0.9)",
+        true,
+    );
+}
+
+/// The running statistics after training on emulated ranks are one process's: they are saved
+/// with the weights (`params` includes them), so the weights check above covers them; here the
+/// plan's count is the whole batch's rows.
+#[test]
+fn a_data_parallel_batchnorm_counts_the_whole_batch() {
+    let bn = "input x: [12]\ntarget y: int\nout = x |> dense(8) |> batchnorm |> dense(3)\nloss cross_entropy(out, y)\n";
+    let count = |ranks: usize| {
+        plan(bn, "batch: 6, optimizer: sgd(lr: 0.1)", ranks, true)
+            .expect("plan")
+            .kernels
+            .iter()
+            .find_map(|k| match k.op {
+                dmc_plan::op::Op::Norm(dmc_plan::op::NormOp::BatchNormStats { count, .. }) => {
+                    Some(count)
+                }
+                _ => None,
+            })
+            .expect("a running statistics' update")
+    };
+    assert_eq!(count(1), 6);
+    assert_eq!(count(2), 6, "2 ranks of 3 rows each: the whole batch's 6");
+    assert_eq!(count(3), 6);
 }
 
 /// A 2-rank plan on an emulated backend without its ranks is refused before any step.

@@ -158,8 +158,9 @@ fn cp_async_kernels_compile_below_sm80_as_plain_copies() {
     }
 }
 
-/// The data-parallel programs' kernels (the sharded updates, fused and not, and clip_norm's
-/// all-reduce of gpt.dm) of the examples without batchnorm or dropout, at 2 and 3 ranks.
+/// The data-parallel programs' kernels (the sharded updates, fused and not, clip_norm's
+/// all-reduce of gpt.dm, batchnorm's whole-batch programs, dropout keyed by rank) of the
+/// examples, at 2 and 3 ranks.
 #[test]
 #[cfg_attr(
     not(dmc_has_nvrtc),
@@ -178,6 +179,10 @@ fn data_parallel_programs_compile_for_sm80_and_sm90_without_warnings_or_spills()
         ("autoencoder_classifier", 2, true),
         ("gpt", 2, true),
         ("gpt", 3, false),
+        ("bn_cnn", 2, true),
+        ("resnet18", 2, true),
+        ("mobilenet", 2, true),
+        ("unet", 2, true),
     ] {
         let plan = plan_with(
             ex,

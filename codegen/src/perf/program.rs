@@ -33,9 +33,12 @@ fn loop_len(k: &Kernel, entry: &str) -> f64 {
     };
     if entry.ends_with("_grad") {
         match &k.op {
-            Op::Dense(DenseOp::DenseBwdWeightUpdate { .. }) => {
-                k.arg_shapes.first().and_then(|s| s.first()).copied().unwrap_or(1) as f64
-            }
+            Op::Dense(DenseOp::DenseBwdWeightUpdate { .. }) => k
+                .arg_shapes
+                .first()
+                .and_then(|s| s.first())
+                .copied()
+                .unwrap_or(1) as f64,
             Op::Conv(ConvOp::Conv2dBwdWeightUpdate { .. }) => numel(1) / last(1),
             _ => 1.0,
         }
@@ -61,6 +64,7 @@ fn sent(c: &Collective, world: usize) -> f64 {
         | Collective::AllGatherRows { rows: r, cols, .. } => part(r * cols),
         Collective::ReduceInto { n: e, .. } => part(e),
         Collective::AllReduce { n: e, .. } => 2.0 * part(e),
+        Collective::AllReduceF64 { n: e, .. } => 4.0 * part(e),
     }
 }
 

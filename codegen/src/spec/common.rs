@@ -33,6 +33,9 @@ pub(crate) struct Spec {
     /// A sharded kernel's step ([`crate::CudaKernel::program`]), its launches' entries named by
     /// their suffix (`<entry>_<suffix>`); empty for every other kernel.
     pub program: Vec<crate::kernel::Phase>,
+    /// The kernel takes this process' rank (and a launch's first column): its parameters are
+    /// [`crate::kernel::sharded_kernel_params`]'s.
+    pub ranked: bool,
 }
 
 /// A later entry of a multi-pass kernel: the entry point `<entry>_<suffix>` and its launch.
@@ -46,6 +49,8 @@ pub(crate) struct Pass {
 pub(crate) struct Site<'a> {
     pub k: &'a Kernel,
     pub mode: Mode,
+    /// The plan's data-parallel ranks (1 alone).
+    pub ranks: usize,
     pub opts: &'a CodegenOptions,
 }
 
@@ -146,6 +151,7 @@ pub(crate) fn per_element(
         gemm: None,
         passes: Vec::new(),
         program: Vec::new(),
+        ranked: false,
     })
 }
 
@@ -164,5 +170,6 @@ pub(crate) fn reduction(s: &Site, template: &'static str) -> Spec {
         gemm: None,
         passes: Vec::new(),
         program: Vec::new(),
+        ranked: false,
     }
 }

@@ -114,6 +114,9 @@ pub(crate) fn dropout(
     sp.ctx.insert("p", &f32_lit(p));
     sp.ctx.insert("salt", &salt);
     sp.ctx.insert("eval", &(s.mode == Mode::Eval));
+    // data parallel: the masks are keyed by the element's place in the global batch
+    sp.ranked = s.ranks > 1 && s.mode != Mode::Eval;
+    sp.ctx.insert("ranked", &sp.ranked);
     Ok(sp)
 }
 

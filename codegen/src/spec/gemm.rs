@@ -506,5 +506,6 @@ pub(crate) fn gemm(
         gemm: Some(g),
         passes: Vec::new(),
         program: Vec::new(),
+        ranked: false,
     })
 }

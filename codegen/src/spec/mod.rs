@@ -28,9 +28,15 @@ use common::{Site, Spec};
 pub(crate) fn spec(
     k: &Kernel,
     mode: Mode,
+    ranks: usize,
     opts: &CodegenOptions,
 ) -> Result<Option<Spec>, CodegenError> {
-    let s = &Site { k, mode, opts };
+    let s = &Site {
+        k,
+        mode,
+        ranks,
+        opts,
+    };
     // a data-parallel step: launches and collectives (`shard`)
     if k.op.shards() > 1 || matches!(k.op, Op::Optim(dmc_plan::op::OptimOp::GradAllReduce { .. })) {
         return shard::spec(s).map(Some);

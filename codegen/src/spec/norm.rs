@@ -3,8 +3,9 @@
 //! element); layernorm's forward (one thread per row) and backward (one thread per row for dx,
 //! one per channel for dgamma and dbeta, in one launch of max(rows, channels) threads).
 
-use super::common::{f32_lit, numel, per_element, Site, Spec};
+use super::common::{blocks, f32_lit, numel, per_element, Site, Spec, ELEM_THREADS};
 use crate::error::CodegenError;
+use crate::kernel::{Collective, Launch, Phase, Region};
 use dmc_plan::op::NormOp;
 
 const TEMPLATE: &str = "norm.cu.tera";
@@ -39,11 +40,16 @@ pub(crate) fn spec(s: &Site, op: &NormOp) -> Result<Spec, CodegenError> {
             sp.ctx.insert("c", &c);
             sp
         }
-        NormOp::BatchNorm { .. } | NormOp::BatchNormBwd { .. } => {
+        NormOp::BatchNorm { ranks, .. } | NormOp::BatchNormBwd { ranks, .. } => {
             let (rows, c) = rows_c(s, 0)?;
             let mut sp = per_element(s, TEMPLATE, c)?;
             sp.ctx.insert("rows", &rows);
             sp.ctx.insert("c", &c);
+            sp.ctx.insert("dp", &(*ranks > 1));
+            if *ranks > 1 {
+                sp.ctx.insert("rows_all", &(rows * ranks));
+                sp.program = ranked_program(s, op, c)?;
+            }
             sp
         }
         NormOp::LayerNorm { .. } => {
@@ -62,10 +68,12 @@ pub(crate) fn spec(s: &Site, op: &NormOp) -> Result<Spec, CodegenError> {
         }
     };
     match op {
-        NormOp::BatchNorm { eps } | NormOp::BatchNormInfer { eps } | NormOp::LayerNorm { eps } => {
+        NormOp::BatchNorm { eps, .. }
+        | NormOp::BatchNormInfer { eps }
+        | NormOp::LayerNorm { eps } => {
             sp.ctx.insert("eps", &f32_lit(eps.0));
         }
-        NormOp::BatchNormBwd { eps, in_place } => {
+        NormOp::BatchNormBwd { eps, in_place, .. } => {
             sp.ctx.insert("eps", &f32_lit(eps.0));
             sp.ctx.insert("dx", if *in_place { "dy" } else { "dx" });
         }
@@ -85,6 +93,39 @@ pub(crate) fn spec(s: &Site, op: &NormOp) -> Result<Spec, CodegenError> {
     Ok(sp)
 }
 
+/// A data-parallel batchnorm's program (`ranks` > 1): its per-channel sums (f64, into the
+/// workspace `sums`, the op's last slot) summed over the ranks between the launches, as the CPU
+/// backend sums them (`runtime/src/cpu/norm.rs`): the forward's sum of x, then its squared
+/// deviations from the whole batch's mean, then y; the backward's sums of dy and dy xh, then dx
+/// (dgamma and dbeta stay this rank's: the update sums them).
+fn ranked_program(s: &Site, op: &NormOp, c: usize) -> Result<Vec<Phase>, CodegenError> {
+    let ws = s.k.op.signature().params.len() - 1;
+    let at = |doubles: usize| Region {
+        slot: ws,
+        at: 2 * doubles,
+    };
+    let launch = |suffix: &str| -> Result<Phase, CodegenError> {
+        Ok(Phase::Launch(Launch {
+            entry: suffix.into(),
+            grid: [blocks(c, ELEM_THREADS, s.name())?, 1, 1],
+            block: [ELEM_THREADS, 1, 1],
+            col0: 0,
+        }))
+    };
+    let sum =
+        |from: usize, n: usize| Phase::Collective(Collective::AllReduceF64 { buf: at(from), n });
+    Ok(match op {
+        NormOp::BatchNorm { .. } => vec![
+            launch("sum")?,
+            sum(0, c),
+            launch("sq")?,
+            sum(c, c),
+            launch("apply")?,
+        ],
+        _ => vec![launch("sums")?, sum(0, 2 * c), launch("dx")?],
+    })
+}
+
 /// The zoo's normalisation ops: batchnorm over an image and over flat features, its inference
 /// form, the running statistics' update, the backward out of place and in place; layernorm over
 /// an image's channels and over flat features (more features than rows, and more rows than
@@ -97,7 +138,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
     let (img, c) = (vec![3, 5, 4, 7], vec![7]);
     vec![
         (
-            n(NormOp::BatchNorm { eps }),
+            n(NormOp::BatchNorm { eps, ranks: 1 }),
             vec![
                 img.clone(),
                 c.clone(),
@@ -108,7 +149,10 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
             ],
         ),
         (
-            n(NormOp::BatchNorm { eps: Coef(1e-3) }),
+            n(NormOp::BatchNorm {
+                eps: Coef(1e-3),
+                ranks: 1,
+            }),
             vec![
                 vec![6, 11],
                 vec![11],
@@ -140,6 +184,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
             n(NormOp::BatchNormBwd {
                 eps,
                 in_place: false,
+                ranks: 1,
             }),
             vec![
                 img.clone(),
@@ -204,6 +249,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
             n(NormOp::BatchNormBwd {
                 eps,
                 in_place: true,
+                ranks: 1,
             }),
             vec![
                 img.clone(),

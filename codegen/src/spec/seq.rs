@@ -158,6 +158,7 @@ fn blocked(s: &Site, template: &'static str, grid: [u32; 3], threads: u32) -> Sp
         gemm: None,
         passes: Vec::new(),
         program: Vec::new(),
+        ranked: false,
     }
 }
 

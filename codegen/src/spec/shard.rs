@@ -48,6 +48,7 @@ fn spec_of(ctx: Context, program: Vec<Phase>) -> Spec {
         gemm: None,
         passes: Vec::new(),
         program,
+        ranked: true,
     }
 }
 

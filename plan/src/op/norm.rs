@@ -22,23 +22,39 @@ use crate::unary::Coef;
 pub enum NormOp {
     /// x\[.., C\], gamma\[C\], beta\[C\] -> y\[.., C\], mean\[C\], var\[C\]: per channel over every leading
     /// axis (M = numel / C rows), mean and biased variance; y = (x - mean) / sqrt(var + eps) *
-    /// gamma + beta.
-    BatchNorm { eps: Coef },
+    /// gamma + beta. `ranks` > 1 (data parallel): the statistics are the ranks' whole batch's (the
+    /// per-channel sums summed over the ranks), and the op has a workspace `sums` of 2 C f64 for
+    /// the GPU's collectives.
+    BatchNorm {
+        eps: Coef,
+        #[serde(
+            default = "crate::shard::one",
+            skip_serializing_if = "crate::shard::is_one"
+        )]
+        ranks: usize,
+    },
     /// x, gamma, beta, running_mean\[C\], running_var\[C\] -> y = (x - running_mean) /
     /// sqrt(running_var + eps) * gamma + beta (eval and predict).
     BatchNormInfer { eps: Coef },
     /// running_mean (InOut), running_var (InOut), mean, var -> running_mean', running_var':
     /// PyTorch's momentum: r' = (1 - momentum) r + momentum b, with the unbiased batch variance
-    /// var * count / (count - 1) (`count` = rows per channel, M; var itself when M = 1).
+    /// var * count / (count - 1) (`count` = rows per channel, M, of the whole batch: a data-parallel
+    /// plan's counts every rank's rows; var itself when M = 1).
     BatchNormStats { momentum: Coef, count: usize },
     /// dy, x, mean, var, gamma -> dx, dgamma\[C\], dbeta\[C\]: with xh = (x - mean) rstd,
     /// dbeta = sum dy, dgamma = sum dy xh, dx = gamma rstd (dy - dbeta / M - xh dgamma / M).
     /// `in_place`: dx is written over dy (slot 0 `InOut`; the in-place pass sets it when dy dies
-    /// there).
+    /// there). `ranks` > 1: dx takes the ranks' whole batch's sums of dy and dy xh (dgamma and
+    /// dbeta stay this rank's: the update sums them), with a workspace `sums` as the forward's.
     BatchNormBwd {
         eps: Coef,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         in_place: bool,
+        #[serde(
+            default = "crate::shard::one",
+            skip_serializing_if = "crate::shard::is_one"
+        )]
+        ranks: usize,
     },
     /// x\[.., C\], gamma\[C\], beta\[C\] -> y\[.., C\], mean\[..\], rstd\[..\]: per row (every position of
     /// the leading axes; M = numel / C rows) over its C elements, mean and rstd = 1 / sqrt(biased
@@ -80,14 +96,20 @@ impl OpFacts for NormOp {
         use DType::*;
         use Role::*;
         match self {
-            NormOp::BatchNorm { .. } => vec![
-                p("x", In, F32),
-                p("gamma", In, F32),
-                p("beta", In, F32),
-                p("y", Out, F32),
-                p("mean", Out, F32),
-                p("var", Out, F32),
-            ],
+            NormOp::BatchNorm { ranks, .. } => {
+                let mut v = vec![
+                    p("x", In, F32),
+                    p("gamma", In, F32),
+                    p("beta", In, F32),
+                    p("y", Out, F32),
+                    p("mean", Out, F32),
+                    p("var", Out, F32),
+                ];
+                if *ranks > 1 {
+                    v.push(p("sums", Workspace, F32));
+                }
+                v
+            }
             NormOp::BatchNormInfer { .. } => vec![
                 p("x", In, F32),
                 p("gamma", In, F32),
@@ -102,7 +124,9 @@ impl OpFacts for NormOp {
                 p("mean", In, F32),
                 p("var", In, F32),
             ],
-            NormOp::BatchNormBwd { in_place, .. } => {
+            NormOp::BatchNormBwd {
+                in_place, ranks, ..
+            } => {
                 let mut v = vec![p("dy", if *in_place { InOut } else { In }, F32)];
                 v.extend([
                     p("x", In, F32),
@@ -114,6 +138,9 @@ impl OpFacts for NormOp {
                     v.push(p("dx", Out, F32));
                 }
                 v.extend([p("dgamma", Out, F32), p("dbeta", Out, F32)]);
+                if *ranks > 1 {
+                    v.push(p("sums", Workspace, F32));
+                }
                 v
             }
             NormOp::LayerNorm { .. } => vec![
@@ -165,8 +192,15 @@ impl OpFacts for NormOp {
         }
     }
 
-    fn workspace_elems(&self, _s: &[Vec<usize>]) -> Vec<usize> {
-        vec![]
+    fn workspace_elems(&self, s: &[Vec<usize>]) -> Vec<usize> {
+        // data parallel: 2 C f64 sums (4 C f32), C the channels of x (slot 0 of the forward, 1 of
+        // the backward)
+        let sums = |x: usize| vec![4 * s.get(x).and_then(|x| x.last()).copied().unwrap_or(0)];
+        match self {
+            NormOp::BatchNorm { ranks, .. } if *ranks > 1 => sums(0),
+            NormOp::BatchNormBwd { ranks, .. } if *ranks > 1 => sums(1),
+            _ => vec![],
+        }
     }
 
     fn infer(

@@ -246,6 +246,7 @@ fn batchnorm_ops_in_plan_json_and_their_aliasing() {
         Op::Norm(NormOp::BatchNormBwd {
             eps: Coef(1e-5),
             in_place,
+            ranks: 1,
         })
     };
     // `in_place` is absent when off
@@ -268,7 +269,11 @@ fn batchnorm_ops_in_plan_json_and_their_aliasing() {
     });
     assert!(stats.is_update());
     assert_eq!(stats.aliased_outputs(), vec![(0, 0), (1, 1)]);
-    assert!(!Op::Norm(NormOp::BatchNorm { eps: Coef(1e-5) }).is_update());
+    assert!(!Op::Norm(NormOp::BatchNorm {
+        eps: Coef(1e-5),
+        ranks: 1
+    })
+    .is_update());
     assert!(Op::RunStat {
         name: "bn.running_mean".into()
     }

@@ -6,7 +6,9 @@
 use dmc_codegen::{Collective as Coll, Region};
 use dmc_plan::shard::{max_rows, rows};
 
-use super::{all_gather_rows, reduce_rows_into, reduce_scatter_rows, Collective};
+use super::{
+    all_gather_rows, all_reduce_sum_f64, reduce_rows_into, reduce_scatter_rows, Collective,
+};
 use crate::error::RuntimeError;
 
 /// `n` f32 at `region` of a kernel whose argument pointers are `ptrs`.
@@ -68,6 +70,17 @@ pub unsafe fn run(c: &dyn Collective, op: &Coll, ptrs: &[u64]) -> Result<(), Run
                 let b = slice(ptrs, buf, n)?;
                 reduce_scatter_rows(c, b, 1, n, slice(ptrs, tmp, max_rows(n, world))?)?;
                 all_gather_rows(c, b, 1, n)
+            }
+            Coll::AllReduceF64 { buf, n } => {
+                let f = slice(ptrs, buf, 2 * n)?;
+                let p = f.as_mut_ptr().cast::<f64>();
+                if !p.is_aligned() {
+                    return Err(RuntimeError::BadPlan(format!(
+                        "an f64 all-reduce at {p:?}, not 8-byte aligned"
+                    )));
+                }
+                // the f32 slice's 8 n bytes as n f64 (aligned, checked; any bits are an f64)
+                all_reduce_sum_f64(c, std::slice::from_raw_parts_mut(p, n))
             }
         }
     }

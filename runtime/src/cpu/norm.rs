@@ -366,7 +366,7 @@ pub(super) unsafe fn exec(op: &NormOp, a: &Args, ctx: &Ctx) {
     // SAFETY: (all calls below) see this function's contract; slot indices follow the signature.
     unsafe {
         match op {
-            NormOp::BatchNorm { eps } => batchnorm_over(
+            NormOp::BatchNorm { eps, .. } => batchnorm_over(
                 a.f32(0),
                 (a.f32(1), a.f32(2)),
                 a.f32_mut(3),
@@ -389,12 +389,14 @@ pub(super) unsafe fn exec(op: &NormOp, a: &Args, ctx: &Ctx) {
                 a.f32(2),
                 a.f32(3),
                 momentum.0,
-                // (the unbiased variance of the whole batch's rows)
-                *count * sums.ranks(),
+                // (the unbiased variance of the whole batch's rows: a data-parallel plan's
+                // count is the ranks' rows, `rank_batchnorm`)
+                *count,
             ),
             NormOp::BatchNormBwd {
                 eps,
                 in_place: false,
+                ..
             } => {
                 let dx = a.f32_mut(5);
                 dx.copy_from_slice(a.f32(0));
@@ -411,6 +413,7 @@ pub(super) unsafe fn exec(op: &NormOp, a: &Args, ctx: &Ctx) {
             NormOp::BatchNormBwd {
                 eps,
                 in_place: true,
+                ..
             } => batchnorm_bwd_over(
                 a.f32_mut(0),
                 a.f32(1),

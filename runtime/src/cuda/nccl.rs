@@ -37,6 +37,8 @@ type Comm = *mut c_void;
 type Stream = *mut c_void;
 /// `ncclFloat32`
 const FLOAT32: c_int = 7;
+/// `ncclFloat64`
+const FLOAT64: c_int = 8;
 /// `ncclSum`
 const SUM: c_int = 0;
 
@@ -235,6 +237,13 @@ impl Nccl {
                 let p = at(buf, 0)?;
                 // SAFETY: `p` addresses the `n` elements of `buf` (this function's contract).
                 unsafe { self.all_reduce(p as u64, n, stream) }
+            }
+            Coll::AllReduceF64 { buf, n } => {
+                let p = at(buf, 0)?;
+                // SAFETY: `p` addresses the `n` f64 of `buf` (this function's contract).
+                check(api, "ncclAllReduce", unsafe {
+                    (api.all_reduce)(p, p, n, FLOAT64, SUM, comm, stream)
+                })
             }
         }
     }
