@@ -152,10 +152,9 @@ pub fn run(args: Args) -> Result<(), CliError> {
         // The performance model's line (registers estimated: NVRTC's are `dmc compile --perf`'s);
         // not for huge programs, whose kernels take seconds to render.
         if plan.steps.len() <= UNFUSED_COMPARISON_MAX_STEPS {
-            if plan.ranks > 1 {
-                println!("GPU step: no prediction (a data-parallel plan's sharded updates have no CUDA kernel yet: it runs on the CPU, over MPI)");
-            } else {
-                // the program's precision: TF32 tensor cores predicted as such
+            {
+                // the program's precision: TF32 tensor cores predicted as such (a data-parallel
+                // plan's: one rank's step, its collectives at NVLink's rate)
                 let cg = dmc_codegen::CodegenOptions {
                     gpu: gpu.name,
                     tf32: plan.precision == dmc_compiler::plan::Precision::Tf32,
