@@ -139,6 +139,21 @@ fn fused_conv_and_dense_updates_with_momentum_on_the_emulated_gpu() {
     );
 }
 
+/// A grouped convolution (its gradient one thread per element: a row's group is its column's) and
+/// a stride-2 padded one (the tiled gradient's implicit rows in the padding).
+#[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
+fn grouped_and_strided_convolutions_on_the_emulated_gpu() {
+    let src = "input x: [8, 8, 4]\ntarget y: int\n\
+         out = x |> conv2d(4, 3, padding: 1, groups: 4, activation: relu) |> conv2d(6, 3, stride: 2, padding: 1) |> flatten |> dense(3)\n\
+         loss cross_entropy(out, y)\n";
+    check(
+        src,
+        "batch: 4, optimizer: sgd(lr: 0.05, momentum: 0.9)",
+        true,
+    );
+}
+
 /// Unfused: whole-tensor updates and bias-gradient updates, their gradients summed into the
 /// planned workspace; with accumulated micro-batches the accumulated gradient is consumed.
 #[test]

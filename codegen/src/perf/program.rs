@@ -17,6 +17,15 @@ pub const LINK_BYTES_PER_S: f64 = 450e9;
 /// One collective's fixed cost: NCCL's small-message latency within a node (order of magnitude).
 pub const COLLECTIVE_S: f64 = 10e-6;
 
+/// The share of the FP32 peak the tiled gradient's FMAs reach (a plain 4 x 4 register tile, no
+/// pipelining: an assumption until a GPU measures it).
+pub const TILED_EFFICIENCY: f64 = 0.4;
+
+/// Whether `k`'s gradient entry is the tiled one (`shard.cu.tera`: not a grouped convolution's).
+fn tiled(k: &Kernel) -> bool {
+    !matches!(&k.op, Op::Conv(ConvOp::Conv2dBwdWeightUpdate { geom, .. }) if geom.groups > 1)
+}
+
 /// The reduction length of a gradient entry's loop (`_grad`: the batch rows, or a convolution's
 /// output pixels) and of a bias sum's (`_bias`: the rows of dy).
 fn loop_len(k: &Kernel, entry: &str) -> f64 {
@@ -94,11 +103,20 @@ pub(super) fn program_perf(
                 let b: u64 = l.grid.iter().map(|&g| u64::from(g)).product();
                 let r = resident_blocks(gpu, t, res.registers, res.shared_bytes);
                 let w = b as f64 / (f64::from(gpu.sms) * f64::from(r.max(1)));
-                // each thread: the loop's two loads a round (from L2: the rows are shared by a
-                // block's threads), four rounds in flight
                 let len = loop_len(k, &l.entry);
-                let lat = stream_time(w, (len / 4.0).ceil(), cal.round_l2_ns * 1e-9, 0.0);
-                compute_s += cal.launch_s + lat;
+                let body = if l.entry.ends_with("_grad") && tiled(k) {
+                    // 64 x 64 tiles, the reduction in steps of 16 staged through shared memory:
+                    // a round of L2 loads per step, the FMAs at TILED_EFFICIENCY of the peak
+                    let (rows, cols) = (f64::from(l.grid[0]) * 64.0, f64::from(l.grid[1]) * 64.0);
+                    let fl = 2.0 * rows * cols * len;
+                    let lat = stream_time(w, (len / 16.0).ceil(), cal.round_l2_ns * 1e-9, 0.0);
+                    lat.max(fl / (gpu.fp32_flops() * TILED_EFFICIENCY))
+                } else {
+                    // each thread: the loop's two loads a round (from L2: the rows are shared by
+                    // a block's threads), four rounds in flight
+                    stream_time(w, (len / 4.0).ceil(), cal.round_l2_ns * 1e-9, 0.0)
+                };
+                compute_s += cal.launch_s + body;
                 if b > blocks {
                     (blocks, threads, resident, waves) = (b, t, r, w);
                 }

@@ -37,6 +37,17 @@ fn launch(s: &Site, suffix: &str, n: usize, col0: usize) -> Result<Phase, Codege
     }))
 }
 
+/// A grid dimension of `n` blocks (at least one), or the error of a grid too large.
+fn grid_dim(n: usize, s: &Site) -> Result<u32, CodegenError> {
+    u32::try_from(n.max(1))
+        .ok()
+        .filter(|&b| b <= 65535)
+        .ok_or_else(|| CodegenError::Grid {
+            kernel: s.name().into(),
+            message: format!("{n} blocks of a tiled gradient"),
+        })
+}
+
 fn spec_of(ctx: Context, program: Vec<Phase>) -> Spec {
     Spec {
         template: "shard.cu.tera",
@@ -125,10 +136,27 @@ fn fused(
     ctx.insert("keep_old", &keep_old);
     ctx.insert("bias_states", rule.bias_state_names());
     bias_sum_ctx(&mut ctx, s.shape(1)?, c);
+    // the tiled gradient (one group) or one thread per element (grouped convolutions, whose
+    // rows differ by the column's group)
+    let tiled = ctx.get("groups").map_or(true, |g| g.as_u64() == Some(1));
+    ctx.insert("tiled", &tiled);
     let mut program = Vec::new();
     for c0 in (0..c).step_by(chunk) {
         let nc = chunk.min(c - c0);
-        program.push(launch(s, "grad", k * nc, c0)?);
+        program.push(if tiled {
+            Phase::Launch(Launch {
+                entry: "grad".into(),
+                grid: [
+                    grid_dim(k.div_ceil(64), s)?,
+                    grid_dim(chunk.div_ceil(64), s)?,
+                    1,
+                ],
+                block: [256, 1, 1],
+                col0: c0 as u64,
+            })
+        } else {
+            launch(s, "grad", k * nc, c0)?
+        });
         program.push(Phase::Collective(Collective::ReduceScatterRows {
             buf: Region::of(gw),
             rows: k,
@@ -160,6 +188,7 @@ pub(crate) fn spec(s: &Site) -> Result<Spec, CodegenError> {
             let mut ctx = base_ctx(s, "fused", world);
             ctx.insert("family", "dense");
             ctx.insert("m", &x.first().copied().unwrap_or(0));
+            ctx.insert("mr", &x.first().copied().unwrap_or(0));
             fused(
                 s,
                 ctx,
@@ -203,6 +232,8 @@ pub(crate) fn spec(s: &Site) -> Result<Spec, CodegenError> {
                 ctx.insert(name, &v);
             }
             ctx.insert("family", "conv");
+            ctx.insert("groups", &groups);
+            ctx.insert("mr", &(dy[0] * dy[1] * dy[2]));
             let c = w[3];
             fused(
                 s,
