@@ -138,7 +138,7 @@ fn fused(
     bias_sum_ctx(&mut ctx, s.shape(1)?, c);
     // the tiled gradient (one group) or one thread per element (grouped convolutions, whose
     // rows differ by the column's group)
-    let tiled = ctx.get("groups").map_or(true, |g| g.as_u64() == Some(1));
+    let tiled = !matches!(ctx.get("groups").and_then(|g| g.as_u64()), Some(g) if g != 1);
     ctx.insert("tiled", &tiled);
     let mut program = Vec::new();
     for c0 in (0..c).step_by(chunk) {
