@@ -4,12 +4,15 @@
 # recomputation); at each, `dmc run --vram-cap CAP --profile` measures the step (each kernel's
 # median time over the steps after the first, summed) beside the model's prediction for the same
 # plan at this machine's calibrated rates. One run of unet first, untimed: the first seconds of
-# work after a build or an idle spell run slower on this machine.
+# work after a build or an idle spell run slower on this machine. The rates are calibrated afresh
+# in this run (a new cache directory), so the model and the measurements see the machine alike
+# (`DMC_CPU_RATES=<file>` to reuse a calibration instead).
 # Usage: bench/cpu-time-model.sh [path/to/dmc] [example ...]   (default: target/release/dmc, all)
 set -euo pipefail
 DMC=${1:-target/release/dmc}
 shift || true
 cd "$(dirname "$0")/.."
+export DMC_CACHE_DIR=${CPU_TIME_MODEL_CACHE:-$(mktemp -d)}
 examples=${*:-mlp bn_cnn autoencoder_classifier resnet_small unet mobilenet resnet18 seed deep_convnet gpt}
 steps_for() {
   case $1 in

@@ -58,12 +58,22 @@ impl OpFacts for TransferOp {
         0
     }
 
-    /// One copy (`memcpy`, on the calling thread): its bytes, counted once — a copy's reads and
+    /// One copy (`memcpy`, on the calling thread). A copy that fits a cache
+    /// ([`crate::cpu::CACHED_OPERAND_BYTES`]): its bytes counted once, streamed — its reads and
     /// writes overlap in its string instructions, where the kernels the streaming rate is fitted
     /// on compute between them (at twice its bytes, the copies of mlp's floor were predicted
-    /// 2.5-4x slow).
+    /// 2.5-4x slow). A larger one reads and writes memory on one thread: twice its bytes,
+    /// serial (the seed network's 37.7 MB weights copied in and back under a cap were predicted
+    /// at a quarter of their measured time as cached copies).
     fn cpu_work(&self, ins: &[Vec<usize>], _outs: &[Vec<usize>]) -> crate::cpu::CpuWork {
         let bytes = ins.first().map_or(0, |s| numel(s)) * 4;
-        crate::cpu::CpuWork::stream(bytes)
+        if bytes > crate::cpu::CACHED_OPERAND_BYTES as u64 {
+            crate::cpu::CpuWork {
+                serial: 2 * bytes,
+                ..Default::default()
+            }
+        } else {
+            crate::cpu::CpuWork::stream(bytes)
+        }
     }
 }

@@ -100,10 +100,14 @@ impl Nccl {
     /// Loads NCCL and joins the job of `host` (every rank calls this at the same point) on the
     /// current device.
     pub fn init(host: &dyn Collective) -> Result<Nccl, CudaError> {
-        let tried = candidates();
+        Self::init_from(host, &candidates())
+    }
+
+    /// [`Nccl::init`] with the first of `tried` that loads and is NCCL 2.
+    pub fn init_from(host: &dyn Collective, tried: &[PathBuf]) -> Result<Nccl, CudaError> {
         let mut failures = Vec::new();
         let mut found = None;
-        for c in &tried {
+        for c in tried {
             // SAFETY: loading NCCL runs its initialisers, which have no preconditions.
             match unsafe { Library::open(Some(c), RTLD_NOW | RTLD_GLOBAL) } {
                 Ok(lib) => {
@@ -324,4 +328,33 @@ fn load(lib: &Library, path: &str) -> Result<Api, CudaError> {
         broadcast: sym!("ncclBroadcast"),
         all_reduce: sym!("ncclAllReduce"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::comm::Solo;
+
+    /// No NCCL: a clear error that says what was tried and how to install it, never a panic.
+    #[test]
+    fn a_missing_nccl_is_a_clear_error() {
+        let e = Nccl::init_from(&Solo, &[PathBuf::from("/nonexistent/libnccl.so.2")])
+            .err()
+            .expect("no NCCL there")
+            .to_string();
+        assert!(
+            e.contains("/nonexistent/libnccl.so.2") && e.contains("DMC_NCCL") && e.contains("pip"),
+            "{e}"
+        );
+    }
+
+    /// A library that is not NCCL (the C library): refused by its missing entry points.
+    #[test]
+    fn a_library_that_is_not_nccl_is_refused() {
+        let e = Nccl::init_from(&Solo, &[PathBuf::from("libc.so.6")])
+            .err()
+            .expect("libc is not NCCL")
+            .to_string();
+        assert!(e.contains("ncclGetUniqueId") && e.contains("NCCL 2"), "{e}");
+    }
 }
