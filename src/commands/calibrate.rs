@@ -25,7 +25,7 @@ use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 /// The calibration programs: each family of kernel at sizes in and out of the caches.
-const PROGRAMS: [&str; 5] = [
+const PROGRAMS: [&str; 6] = [
     // 3x3 convolutions at 32 and 64 channels, batchnorm, max pooling
     "input x: [32, 32, 16]\ntarget y: int\n\
      out = x |> conv2d(32, 3, activation: relu) |> conv2d(32, 3) |> batchnorm |> relu\n\
@@ -46,6 +46,11 @@ const PROGRAMS: [&str; 5] = [
        |> conv2d(48, 3, stride: 2, padding: 1, groups: 48, bias: false) |> batchnorm |> relu\n\
        |> global_avgpool |> dense(10)\n\
      loss cross_entropy(out, y)\ntrain { batch: 16, optimizer: adam(lr: 0.001) }\n",
+    // a transformer's MLP: wide dense layers over many rows (positions x batch), GELU between
+    // (fitted on the others alone, gpt.dm's dense GEMMs were predicted 1.45-1.57x fast)
+    "input x: [64, 256]\ntarget y: [64, 256]\n\
+     out = x |> dense(1024, activation: gelu) |> dense(256)\n\
+     loss mse(out, y)\ntrain { batch: 8, optimizer: adam(lr: 0.001) }\n",
     // small kernels: a tiny step dominated by per-kernel costs
     "input x: [8, 8, 3]\ntarget y: int\n\
      out = x |> conv2d(8, 3, activation: relu) |> maxpool(2) |> flatten |> dense(16, activation: relu)\n\
