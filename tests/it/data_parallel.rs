@@ -15,7 +15,7 @@ use dmc_compiler::{compile, CompileError, CompileOptions};
 use dmc_runtime::comm::local::LocalComm;
 use dmc_runtime::comm::Collective;
 use dmc_runtime::compare::Batch;
-use dmc_runtime::{CpuBackend, RunPass};
+use dmc_runtime::{Backend, CpuBackend, RunPass};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -97,11 +97,16 @@ pub(super) fn train(
     if let Some(c) = comm {
         be.set_collective(c);
     }
-    be.init_params(5);
+    train_on(&mut be, data)
+}
+
+/// Every parameter after training `be` (its parameters initialised here) on `data`, and each
+/// step's loss: `accumulate` micro-batches a step, the last one updating (as `dmc run` does).
+pub(super) fn train_on(be: &mut dyn Backend, data: &[Batch]) -> (Vec<f32>, Vec<f32>) {
+    be.init_params(5).expect("init");
     let mut losses = vec![];
     let micro = be.plan().accumulate;
     for (s, step) in data.chunks(micro).enumerate() {
-        // the micro-batches of a step accumulate, the last one updates (as `dmc run` does)
         for (j, b) in step.iter().enumerate() {
             be.set_run_pass(if j + 1 == micro {
                 RunPass::Whole
@@ -112,7 +117,12 @@ pub(super) fn train(
             losses.push(be.run(s as u64 + 1, 9).expect("step"));
         }
     }
-    let w = be.params().flat_map(|(_, _, d)| d.to_vec()).collect();
+    let w = be
+        .params()
+        .expect("params")
+        .into_iter()
+        .flat_map(|(_, _, d)| d.to_vec())
+        .collect();
     (w, losses)
 }
 

@@ -16,36 +16,17 @@ use dmc_runtime::comm::local::LocalComm;
 use dmc_runtime::comm::Collective;
 use dmc_runtime::compare::Batch;
 use dmc_runtime::emu::EmuBackend;
-use dmc_runtime::{Backend, RunPass};
+use dmc_runtime::Backend;
 
-use super::data_parallel::{batches, part, plan, plan_capped, rel, train, CONV, GPT};
+use super::data_parallel::{batches, part, plan, plan_capped, rel, train, train_on, CONV, GPT};
 
 /// Every parameter and every step's loss after training `plan` on `data` on the emulator, as one
-/// rank of `comm`; and this rank's optimizer state.
+/// rank of `comm`; and the elements of this rank's optimizer state.
 fn train_emu(plan: Plan, data: &[Batch], comm: Arc<dyn Collective>) -> (Vec<f32>, Vec<f32>, usize) {
     let mut be = EmuBackend::new(plan).expect("emulated backend");
     be.set_threads(1);
     Backend::set_collective(&mut be, comm).expect("ranks");
-    Backend::init_params(&mut be, 5).expect("init");
-    let mut losses = vec![];
-    let micro = be.plan().accumulate;
-    for (s, step) in data.chunks(micro).enumerate() {
-        for (j, b) in step.iter().enumerate() {
-            be.set_run_pass(if j + 1 == micro {
-                RunPass::Whole
-            } else {
-                RunPass::Accumulate
-            });
-            b.feed(|n, d| Backend::set_input(&mut be, n, d))
-                .expect("input");
-            losses.push(be.run(s as u64 + 1, 9).expect("step"));
-        }
-    }
-    let w = Backend::params(&be)
-        .expect("params")
-        .into_iter()
-        .flat_map(|(_, _, d)| d.to_vec())
-        .collect();
+    let (w, losses) = train_on(&mut be, data);
     let state = Backend::opt_states(&be)
         .expect("state")
         .iter()

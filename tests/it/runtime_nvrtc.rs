@@ -180,9 +180,7 @@ fn data_parallel_programs_compile_for_sm80_and_sm90_without_warnings_or_spills()
         ("gpt", 2, true),
         ("gpt", 3, false),
         ("bn_cnn", 2, true),
-        ("resnet18", 2, true),
         ("mobilenet", 2, true),
-        ("unet", 2, true),
     ] {
         let plan = plan_with(
             ex,
