@@ -68,7 +68,7 @@ pub(super) fn batches(plan: &Plan) -> Vec<Batch> {
 }
 
 /// Rank `r` of `n`'s part of a global batch (every tensor's first axis split in `n` parts).
-pub(super) fn part(b: &Batch, r: usize, n: usize) -> Batch {
+fn part(b: &Batch, r: usize, n: usize) -> Batch {
     let cut = |len: usize| {
         let per = len / n;
         r * per..(r + 1) * per
@@ -128,20 +128,32 @@ pub(super) fn train_on(be: &mut dyn Backend, data: &[Batch]) -> (Vec<f32>, Vec<f
 
 /// `n` ranks on threads, each on its part of `data`: every rank's weights and losses.
 fn ranks(plan: &Plan, data: &[Batch], n: usize) -> Vec<(Vec<f32>, Vec<f32>)> {
+    on_ranks(n, data, |mine, c| {
+        // each rank its own pool: a step runs on a worker of its pool and blocks there on the
+        // others, so ranks sharing one pool could wait for each other's worker
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .expect("pool");
+        pool.install(|| train(plan.clone(), &mine, Some(c)))
+    })
+}
+
+/// `run` for each of `n` ranks of one in-process group, on threads, each with its part of
+/// `data`: the ranks' results in rank order.
+pub(super) fn on_ranks<T: Send>(
+    n: usize,
+    data: &[Batch],
+    run: impl Fn(Vec<Batch>, Arc<dyn Collective>) -> T + Sync,
+) -> Vec<T> {
     std::thread::scope(|s| {
+        let run = &run;
         let handles: Vec<_> = LocalComm::group(n)
             .into_iter()
             .enumerate()
             .map(|(r, c)| {
                 let mine: Vec<Batch> = data.iter().map(|b| part(b, r, n)).collect();
-                let plan = plan.clone();
-                // each rank its own pool: a step runs on a worker of its pool and blocks there
-                // on the others, so ranks sharing one pool could wait for each other's worker
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(1)
-                    .build()
-                    .expect("pool");
-                s.spawn(move || pool.install(|| train(plan, &mine, Some(Arc::new(c)))))
+                s.spawn(move || run(mine, Arc::new(c)))
             })
             .collect();
         handles

@@ -12,13 +12,12 @@ use std::sync::Arc;
 
 use dmc_codegen::{render_plan, CodegenOptions, Phase};
 use dmc_compiler::plan::Plan;
-use dmc_runtime::comm::local::LocalComm;
 use dmc_runtime::comm::Collective;
 use dmc_runtime::compare::Batch;
 use dmc_runtime::emu::EmuBackend;
 use dmc_runtime::Backend;
 
-use super::data_parallel::{batches, part, plan, plan_capped, rel, train, train_on, CONV, GPT};
+use super::data_parallel::{batches, on_ranks, plan, plan_capped, rel, train, train_on, CONV, GPT};
 
 /// Every parameter and every step's loss after training `plan` on `data` on the emulator, as one
 /// rank of `comm`; and the elements of this rank's optimizer state.
@@ -37,21 +36,7 @@ fn train_emu(plan: Plan, data: &[Batch], comm: Arc<dyn Collective>) -> (Vec<f32>
 
 /// `n` emulated ranks on threads, each on its part of `data`.
 fn emu_ranks(plan: &Plan, data: &[Batch], n: usize) -> Vec<(Vec<f32>, Vec<f32>, usize)> {
-    std::thread::scope(|s| {
-        let handles: Vec<_> = LocalComm::group(n)
-            .into_iter()
-            .enumerate()
-            .map(|(r, c)| {
-                let mine: Vec<Batch> = data.iter().map(|b| part(b, r, n)).collect();
-                let plan = plan.clone();
-                s.spawn(move || train_emu(plan, &mine, Arc::new(c)))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("rank"))
-            .collect()
-    })
+    on_ranks(n, data, |mine, c| train_emu(plan.clone(), &mine, c))
 }
 
 /// The largest number of chunks a sharded step of `p` works through.

@@ -368,12 +368,7 @@ impl CpuBackend {
 
     fn run_steps(&mut self, step_counter: u64, seed: u64) -> Result<f32, RuntimeError> {
         let world = self.comm.as_ref().map_or(1, |c| c.world());
-        if world != self.plan.ranks {
-            return Err(RuntimeError::Comm(format!(
-                "the plan is one rank's of a data-parallel step of {} ranks, but this process runs as one of {world}: launch it with `mpirun -np {}` (and `--data-parallel`)",
-                self.plan.ranks, self.plan.ranks
-            )));
-        }
+        crate::host_arena::check_ranks(&self.plan, world)?;
         let base = self.arena.ptr.as_ptr();
         let host = self.host.ptr.as_ptr();
         let ctx = Ctx {

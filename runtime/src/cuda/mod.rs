@@ -91,18 +91,16 @@ pub fn local_rank() -> Option<usize> {
 /// rank).
 pub fn open_device_for_rank() -> Result<Device, CudaError> {
     let lr = local_rank().unwrap_or(0);
-    if !driver_present() {
-        return Err(CudaError::NoDriver);
-    }
-    let n = CudaContext::device_count().map_err(|e| CudaError::NoDevice(e.to_string()))?;
-    if lr >= n.max(0) as usize {
-        return Err(CudaError::NoDevice(format!(
-            "this process is rank {lr} of its node, but the node has {n} GPU(s): start at most one              rank per GPU (`mpirun -np {n}` on one node)"
-        )));
-    }
-    open_ordinal(lr)
+    open_ordinal(lr).map_err(|e| match e {
+        CudaError::NoDevice(why) if lr > 0 => CudaError::NoDevice(format!(
+            "this process is rank {lr} of its node, which needs GPU {lr}: {why}; start at most one \
+             rank per GPU (`mpirun -np <GPUs>` on one node)"
+        )),
+        e => e,
+    })
 }
 
+/// Opens GPU `ordinal`, or says why it cannot (no driver, fewer GPUs).
 fn open_ordinal(ordinal: usize) -> Result<Device, CudaError> {
     if !driver_present() {
         return Err(CudaError::NoDriver);
@@ -110,6 +108,11 @@ fn open_ordinal(ordinal: usize) -> Result<Device, CudaError> {
     let n = CudaContext::device_count().map_err(|e| CudaError::NoDevice(e.to_string()))?;
     if n < 1 {
         return Err(CudaError::NoDevice("the driver reports no GPU".into()));
+    }
+    if ordinal >= n as usize {
+        return Err(CudaError::NoDevice(format!(
+            "the driver reports {n} GPU(s), no GPU {ordinal}"
+        )));
     }
     let ctx = CudaContext::new(ordinal).map_err(|e| CudaError::NoDevice(e.to_string()))?;
     let name = ctx.name().map_err(drv("cuDeviceGetName"))?;
@@ -344,7 +347,7 @@ impl CudaBackend {
     pub fn set_collective(&mut self, c: Arc<dyn Collective>) -> Result<(), RuntimeError> {
         if self.graphs.is_some() {
             return Err(RuntimeError::Unsupported(
-                "--cuda-graph with --data-parallel: NCCL's collectives are not captured into the                  step's graphs yet; run without --cuda-graph"
+                "--cuda-graph with --data-parallel: NCCL's collectives are not captured into the step's graphs yet; run without --cuda-graph"
                     .into(),
             ));
         }
@@ -444,7 +447,7 @@ impl CudaBackend {
     pub fn set_cuda_graph(&mut self, on: bool) -> Result<(), RuntimeError> {
         if on && (self.comm.is_some() || self.plan.ranks > 1) {
             return Err(RuntimeError::Unsupported(
-                "--cuda-graph with --data-parallel: NCCL's collectives are not captured into the                  step's graphs yet; run without --cuda-graph"
+                "--cuda-graph with --data-parallel: NCCL's collectives are not captured into the step's graphs yet; run without --cuda-graph"
                     .into(),
             ));
         }

@@ -78,7 +78,6 @@ pub fn candidates() -> Vec<PathBuf> {
 pub struct Nccl {
     api: Api,
     comm: Comm,
-    rank: usize,
     world: usize,
     /// e.g. "NCCL 2.21.5 (libnccl.so.2)"
     pub name: String,
@@ -163,7 +162,6 @@ impl Nccl {
         Ok(Nccl {
             api,
             comm,
-            rank,
             world,
             name: format!("NCCL {major}.{minor}.{patch} ({path})"),
             _lib: lib,
@@ -273,14 +271,6 @@ impl Nccl {
         // SAFETY: as above; ended whether or not a call failed, so NCCL leaves the group.
         let end = check(&self.api, "ncclGroupEnd", unsafe { (self.api.group_end)() });
         r.and(end)
-    }
-
-    pub fn rank(&self) -> usize {
-        self.rank
-    }
-
-    pub fn world(&self) -> usize {
-        self.world
     }
 }
 
