@@ -7,6 +7,9 @@
 //! the starting rates; a program that fails to build or run is skipped, and with no sample at
 //! all the micro-benchmark's rates stand. Cached per machine like them.
 //!
+//! The fit is held near the micro-benchmark's rates ([`PRIOR_WEIGHT`]): the data moves a weight
+//! only where the kernels disagree with it, and terms that move together do not trade places.
+//!
 //! Why in place: the micro-benchmark times isolated calls with hot threads and caches; a
 //! training step's kernels run between others, on operands that come from memory, with the
 //! pool's threads woken per loop. Fitted on real kernels of every family (convolutions dense,
@@ -63,6 +66,14 @@ const PROGRAMS: [&str; 6] = [
 /// fitter weighs, so the weights are fitted on them too (fitted on uncapped plans only, the
 /// model predicted mlp's floor step 1.5x slow).
 const AT_FLOOR: [usize; 2] = [1, 2];
+
+/// How much the fit holds each weight to the micro-benchmark's: a weight twice the
+/// micro-benchmark's costs as much as one kernel predicted off by `sqrt(PRIOR_WEIGHT)` (~30%)
+/// of its program's step. Without it the terms that move together (a GEMM's FLOPs, its packing,
+/// its weight's packing, loops) traded places from one calibration to the next: fitted GEMM
+/// rates of 114, 218 and 272 GFLOP/s in three runs on one machine, and predicted steps that
+/// moved by 2x; with it, within a few percent (BENCHMARKS.md).
+const PRIOR_WEIGHT: f64 = 0.1;
 
 /// Timed training steps per program (after one warm-up step).
 const STEPS: u64 = 10;
@@ -132,9 +143,19 @@ pub fn measure() -> CpuRates {
     if all.is_empty() {
         return base;
     }
-    let rows: Vec<[f64; TERMS]> = all.iter().map(|s| s.0).collect();
-    let times: Vec<f64> = all.iter().map(|s| s.1).collect();
-    let scales: Vec<f64> = all.iter().map(|s| s.2).collect();
+    let mut rows: Vec<[f64; TERMS]> = all.iter().map(|s| s.0).collect();
+    let mut times: Vec<f64> = all.iter().map(|s| s.1).collect();
+    let mut scales: Vec<f64> = all.iter().map(|s| s.2).collect();
+    // the prior: each weight's distance from the micro-benchmark's, relative, at PRIOR_WEIGHT
+    for (j, &c0) in base.coefs().iter().enumerate() {
+        if c0 > 0.0 && c0.is_finite() {
+            let mut r = [0.0; TERMS];
+            r[j] = 1.0;
+            rows.push(r);
+            times.push(c0);
+            scales.push(c0 / PRIOR_WEIGHT.sqrt());
+        }
+    }
     let coefs = fit_nonneg_scaled(&rows, &times, &scales);
     let mut r = base.with_coefs(&coefs);
     if std::env::var_os("DMC_CALIBRATION_TRACE").is_some() {

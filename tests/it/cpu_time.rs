@@ -394,9 +394,11 @@ fn the_fit_of_every_term_recovers_known_weights() {
 /// The CPU backend runs a depthwise convolution (one channel per group) directly: the model
 /// gives it no GEMM and no gather, only its multiply-adds (one per tap, channel and output pixel)
 /// and the bytes it streams; a grouped convolution with more channels per group keeps its GEMMs.
-/// Batchnorm's sums run on one thread: its bytes are weighed as the threads' share.
+/// Batchnorm's sums over at most `BN_SUM_BLOCK` channels run on one thread: their bytes are
+/// weighed as the threads' share; its normalised values are written over blocks of rows in
+/// parallel, and over more channels the sums run in parallel blocks too.
 #[test]
-fn depthwise_convolutions_are_direct_work_and_batchnorm_is_serial() {
+fn depthwise_convolutions_are_direct_work_and_batchnorm_sums_few_channels_on_one_thread() {
     let m = model(
         "input x: [16, 16, 8]\ntarget y: int\n\
          out = x |> conv2d(16, 3, padding: 1) |> conv2d(16, 3, padding: 1, groups: 16, bias: false)\n\
@@ -439,7 +441,28 @@ fn depthwise_convolutions_are_direct_work_and_batchnorm_is_serial() {
         .find(|k| k.name.starts_with("batchnorm_"))
         .expect("batchnorm");
     let w = bn.cpu_work();
-    assert!(w.serial > 0 && w.streamed == 0 && w.loops == 0, "{w:?}");
+    let x = 4 * bn.arg_shapes[0].iter().product::<usize>() as u64;
+    assert_eq!(bn.arg_shapes[0].last(), Some(&16));
+    // the sum and the squared deviations on one thread, y (x read, y written) in one loop
+    assert!(
+        w.serial == 2 * x && w.streamed == 2 * x && w.loops == 1,
+        "{w:?}"
+    );
+    let wide = dmc_plan::op::NormOp::BatchNorm {
+        eps: dmc_plan::unary::Coef(1e-5),
+        ranks: 1,
+    }
+    .cpu_work(&[vec![4, 14, 14, 64], vec![64], vec![64]], &[]);
+    let xw = 4 * 4 * 14 * 14 * 64;
+    assert!(
+        wide.serial == 0 && wide.streamed == 4 * xw && wide.loops == 3,
+        "{wide:?}"
+    );
+    let w = CpuWork {
+        streamed: 0,
+        loops: 0,
+        ..w
+    };
     let r = CpuRates::nominal();
     let one = CpuRates {
         threads: 1,

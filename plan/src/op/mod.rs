@@ -31,7 +31,7 @@ pub use dense::DenseOp;
 pub use elementwise::ElementwiseOp;
 pub use epilogue::{Epilogue, EpilogueSide};
 pub use loss::LossOp;
-pub use norm::NormOp;
+pub use norm::{NormOp, BN_SUM_BLOCK};
 pub use optim::{bias_chunks, OptimOp, BIAS_CHUNK_ROWS};
 pub use pool::{PoolOp, MAX_ARGMAX_WINDOW};
 pub use seq::{attention_dims, attention_pairs, SeqOp, ATTN_TILE};

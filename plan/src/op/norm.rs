@@ -18,6 +18,9 @@ use super::facts::{p, DType, OpFacts, ParamKind, Role, ShapeError, TensorType};
 use super::shape::{err, numel, same};
 use crate::unary::Coef;
 
+/// Channels per task of the CPU batchnorms' per-channel sums (one 64-byte line of f32 of each
+/// row): a value of at most this many channels is summed on one thread.
+pub const BN_SUM_BLOCK: usize = 16;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum NormOp {
     /// x\[.., C\], gamma\[C\], beta\[C\] -> y\[.., C\], mean\[C\], var\[C\]: per channel over every leading
@@ -280,33 +283,48 @@ impl OpFacts for NormOp {
     }
 
     /// The CPU kernels compute in f64, summing over the rows in order: per pass over x (or dy)
-    /// the bytes of one `[.., C]` value. Batchnorm runs on one thread: its sum and
-    /// squared-deviation passes, then y (read x, write y); its backward: the sums of dy and dy xh,
-    /// then dx (read x and dy, write dx; a copy of dy first when not in place). Layernorm splits
-    /// its rows over the threads (each row alone): 4 passes in one parallel loop. Its backward
-    /// (row sums and dx split by rows, then the column sums of dgamma and dbeta split by blocks of
-    /// 64 channels, a few blocks only) is weighed as the batchnorm's, 10 passes on one thread: as
-    /// measured on gpt.dm's (~2.3 ms for a `[2048, 256]` value on 2 threads).
+    /// the bytes of one `[.., C]` value. Batchnorm sums blocks of [`BN_SUM_BLOCK`] channels in
+    /// parallel (a value of at most that many channels on one thread): the sum and the
+    /// squared-deviation passes, then y (read x, write y) over blocks of rows; its backward: the
+    /// sums of dy and dy xh (one pass over both), then dx (read x and dy, write dx; a copy of dy
+    /// on the calling thread first when not in place). Layernorm splits its rows over the
+    /// threads (each row alone): 4 passes in one parallel loop. Its backward (row sums and dx
+    /// split by rows, then the column sums of dgamma and dbeta split by blocks of 64 channels, a
+    /// few blocks only) is weighed as 10 passes on one thread: as measured on gpt.dm's (~2.3 ms
+    /// for a `[2048, 256]` value on 2 threads).
     fn cpu_work(&self, ins: &[Vec<usize>], outs: &[Vec<usize>]) -> crate::cpu::CpuWork {
         let x = ins.first().map(|s| numel(s)).unwrap_or(0) * 4;
+        let c = ins.first().and_then(|s| s.last()).copied().unwrap_or(1);
         let parallel = |passes: u64, loops: u64| crate::cpu::CpuWork {
             streamed: passes * x,
             loops,
             ..Default::default()
         };
-        let passes = match self {
+        // (sums: passes over x, parallel unless one block; the rest: passes, serial passes)
+        let (sums, rest, serial) = match self {
             NormOp::LayerNorm { .. } => return parallel(4, 1),
-            NormOp::BatchNorm { .. } => 4,
-            NormOp::BatchNormInfer { .. } => 2,
-            NormOp::BatchNormBwd { in_place, .. } => 6 + 2 * !*in_place as u64,
-            NormOp::LayerNormBwd => 10,
+            NormOp::BatchNorm { .. } => (2, 2, 0),
+            NormOp::BatchNormInfer { .. } => (0, 0, 2),
+            NormOp::BatchNormBwd { in_place, .. } => (2, 3, 2 * !*in_place as u64),
+            NormOp::LayerNormBwd => (0, 0, 10),
             NormOp::BatchNormStats { .. } => {
                 let all: u64 = ins.iter().chain(outs).map(|s| numel(s)).sum();
                 return crate::cpu::CpuWork::stream(all * 4);
             }
         };
+        let one_block = c <= BN_SUM_BLOCK;
+        let sum_loops = match self {
+            NormOp::BatchNorm { .. } => 2,
+            _ => 1,
+        };
         crate::cpu::CpuWork {
-            serial: passes * x,
+            streamed: rest * x + if one_block { 0 } else { sums * x },
+            serial: serial * x + if one_block { sums * x } else { 0 },
+            loops: if rest > 0 {
+                1 + if one_block { 0 } else { sum_loops }
+            } else {
+                0
+            },
             ..Default::default()
         }
     }

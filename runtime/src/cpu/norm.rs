@@ -1,8 +1,8 @@
 //! Normalisation kernels: batchnorm over the last axis of `[rows, c]` (channels last), its
 //! inference form, the running statistics' update and the backward. Sums are f64, over the rows in
-//! order for each channel (the generated CUDA's order, one thread per channel); channels are taken
-//! in blocks of `CH_BLOCK` so the rows are read contiguously, with the block's accumulators on
-//! the stack. Layernorm normalises each row of `[rows, c]` over its c elements (sums over the row
+//! order for each channel (the generated CUDA's order, one thread per channel); blocks of
+//! channels (one cache line of each row) are summed in parallel tasks, and the normalised values
+//! written over blocks of rows in parallel. Layernorm normalises each row of `[rows, c]` over its c elements (sums over the row
 //! in order, the generated CUDA's order, one thread per row; rows split over the tasks); its
 //! backward's dgamma and dbeta are sums over the rows in order for each channel (one thread per
 //! channel there; blocks of channels split over the tasks).
@@ -11,19 +11,13 @@ use dmc_plan::op::NormOp;
 use rayon::prelude::*;
 
 use super::args::{Args, Ctx};
+use super::par::{for_rows, ELEM_CHUNK};
 
-/// Channels per pass over the rows.
+/// Channels per pass over the rows (layernorm's backward).
 const CH_BLOCK: usize = 64;
 
 /// Rows of a layernorm task (each row is normalised alone: the split changes no result).
 const ROWS_PER_TASK: usize = 64;
-
-/// Each block of channels `c0..c1` of `[rows, c]`.
-fn blocks(c: usize) -> impl Iterator<Item = (usize, usize)> {
-    (0..c)
-        .step_by(CH_BLOCK)
-        .map(move |c0| (c0, (c0 + CH_BLOCK).min(c)))
-}
 
 /// Per-channel sums over the rows of `[rows, c]` of `f(row, channel)`, for the channels `c0..c1`.
 fn col_sums(
@@ -39,6 +33,42 @@ fn col_sums(
         }
     }
     s
+}
+
+/// Channels per task of [`channel_sums`]: one 64-byte line of f32 of each row.
+const SUM_BLOCK: usize = dmc_plan::op::BN_SUM_BLOCK;
+
+/// Per channel of `[rows, c]`, two sums over the rows in order: `f(r, c0, a, b)` adds row `r`'s
+/// terms of the channels `c0..c0 + a.len()` to `a` and `b`. Blocks of [`SUM_BLOCK`] channels run
+/// in parallel tasks of at least [`ELEM_CHUNK`] elements, each block's sums on the stack (each
+/// channel's sums in row order, as one thread per channel adds: the split changes no result).
+fn channel_sums(
+    rows: usize,
+    c: usize,
+    f: impl Fn(usize, usize, &mut [f64], &mut [f64]) + Sync,
+) -> (Vec<f64>, Vec<f64>) {
+    let (mut a, mut b) = (vec![0.0f64; c], vec![0.0f64; c]);
+    let per = (ELEM_CHUNK / (rows * SUM_BLOCK).max(1)).max(1) * SUM_BLOCK;
+    a.par_chunks_mut(per)
+        .zip(b.par_chunks_mut(per))
+        .enumerate()
+        .for_each(|(t, (a, b))| {
+            // (the tasks' outputs share cache lines: each block's sums on the stack, written once)
+            for (k, (a, b)) in a
+                .chunks_mut(SUM_BLOCK)
+                .zip(b.chunks_mut(SUM_BLOCK))
+                .enumerate()
+            {
+                let (c0, w) = (t * per + k * SUM_BLOCK, a.len());
+                let (mut sa, mut sb) = ([0.0f64; SUM_BLOCK], [0.0f64; SUM_BLOCK]);
+                for r in 0..rows {
+                    f(r, c0, &mut sa[..w], &mut sb[..w]);
+                }
+                a.copy_from_slice(&sa[..w]);
+                b.copy_from_slice(&sb[..w]);
+            }
+        });
+    (a, b)
 }
 
 /// The batch's per-channel sums: this process's rows alone, or (data parallel) summed over the
@@ -76,6 +106,7 @@ pub fn batchnorm(
 
 /// [`batchnorm`] with the statistics of the batch `sums` makes of this process's rows (data
 /// parallel: the ranks' sums, so every rank normalises by the global batch's mean and variance).
+/// The sums run over blocks of channels in parallel, y over blocks of rows.
 pub fn batchnorm_over(
     x: &[f32],
     (gamma, beta): (&[f32], &[f32]),
@@ -89,32 +120,37 @@ pub fn batchnorm_over(
     assert!(beta.len() == c && mean.len() == c && var.len() == c);
     let rows = x.len() / c;
     let n = (rows * sums.ranks()) as f64;
-    for (c0, c1) in blocks(c) {
-        let mut s = col_sums(rows, c0, c1, |r, ch| x[r * c + ch] as f64);
-        sums.sum(&mut s[..c1 - c0]);
-        let mut m = [0.0f64; CH_BLOCK];
-        for j in 0..c1 - c0 {
-            m[j] = s[j] / n;
+    let mut s = channel_sums(rows, c, |r, c0, s, _| {
+        for (a, &v) in s.iter_mut().zip(&x[r * c + c0..]) {
+            *a += v as f64;
         }
-        let mut q = col_sums(rows, c0, c1, |r, ch| {
-            let d = x[r * c + ch] as f64 - m[ch - c0];
-            d * d
-        });
-        sums.sum(&mut q[..c1 - c0]);
-        let mut g = [0.0f64; CH_BLOCK];
-        for (j, ch) in (c0..c1).enumerate() {
-            let v = q[j] / n;
-            mean[ch] = m[j] as f32;
-            var[ch] = v as f32;
-            g[j] = gamma[ch] as f64 / (v + eps as f64).sqrt();
+    })
+    .0;
+    sums.sum(&mut s);
+    let m: Vec<f64> = s.iter().map(|v| v / n).collect();
+    let mut q = channel_sums(rows, c, |r, c0, q, _| {
+        for ((a, &v), &mc) in q.iter_mut().zip(&x[r * c + c0..]).zip(&m[c0..]) {
+            let d = v as f64 - mc;
+            *a += d * d;
         }
-        for r in 0..rows {
-            for (j, ch) in (c0..c1).enumerate() {
-                let i = r * c + ch;
-                y[i] = ((x[i] as f64 - m[j]) * g[j] + beta[ch] as f64) as f32;
-            }
-        }
+    })
+    .0;
+    sums.sum(&mut q);
+    let mut g = vec![0.0f64; c];
+    for ch in 0..c {
+        let v = q[ch] / n;
+        mean[ch] = m[ch] as f32;
+        var[ch] = v as f32;
+        g[ch] = gamma[ch] as f64 / (v + eps as f64).sqrt();
     }
+    let b: Vec<f64> = beta.iter().map(|&v| v as f64).collect();
+    let (m, g, b) = (&m[..c], &g[..c], &b[..c]);
+    for_rows(y, c, |r, yr| {
+        let (yr, xr) = (&mut yr[..c], &x[r * c..(r + 1) * c]);
+        for ch in 0..c {
+            yr[ch] = ((xr[ch] as f64 - m[ch]) * g[ch] + b[ch]) as f32;
+        }
+    });
 }
 
 /// x, gamma, beta, running_mean, running_var -> y with the running statistics.
@@ -185,7 +221,8 @@ pub fn batchnorm_bwd_in_place(
 
 /// [`batchnorm_bwd_in_place`] over the batch `sums` makes of this process's rows: dx takes the
 /// whole batch's sums of dy and dy xh; dgamma and dbeta stay this process's (data parallel: the
-/// update sums the ranks' parameter gradients).
+/// update sums the ranks' parameter gradients). The sums run over blocks of channels in
+/// parallel, dx over blocks of rows.
 pub fn batchnorm_bwd_over(
     dyx: &mut [f32],
     x: &[f32],
@@ -200,32 +237,46 @@ pub fn batchnorm_bwd_over(
     assert!(mean.len() == c && var.len() == c && dgamma.len() == c && dbeta.len() == c);
     let rows = x.len() / c;
     let n = (rows * sums.ranks()) as f64;
-    for (c0, c1) in blocks(c) {
-        let mut m = [0.0f64; CH_BLOCK];
-        let mut rs = [0.0f64; CH_BLOCK];
-        for (j, ch) in (c0..c1).enumerate() {
-            m[j] = mean[ch] as f64;
-            rs[j] = 1.0 / (var[ch] as f64 + eps as f64).sqrt();
-        }
-        let xh = |r: usize, ch: usize| (x[r * c + ch] as f64 - m[ch - c0]) * rs[ch - c0];
-        let mut sd = col_sums(rows, c0, c1, |r, ch| dyx[r * c + ch] as f64);
-        let mut sdx = col_sums(rows, c0, c1, |r, ch| dyx[r * c + ch] as f64 * xh(r, ch));
-        let mut k = [0.0f64; CH_BLOCK];
-        for (j, ch) in (c0..c1).enumerate() {
-            dgamma[ch] = sdx[j] as f32;
-            dbeta[ch] = sd[j] as f32;
-            k[j] = gamma[ch] as f64 * rs[j];
-        }
-        sums.sum(&mut sd[..c1 - c0]);
-        sums.sum(&mut sdx[..c1 - c0]);
-        for r in 0..rows {
-            for (j, ch) in (c0..c1).enumerate() {
-                let i = r * c + ch;
-                let h = (x[i] as f64 - m[j]) * rs[j];
-                dyx[i] = (k[j] * (dyx[i] as f64 - sd[j] / n - h * (sdx[j] / n))) as f32;
+    let m: Vec<f64> = mean.iter().map(|&v| v as f64).collect();
+    let rs: Vec<f64> = var
+        .iter()
+        .map(|&v| 1.0 / (v as f64 + eps as f64).sqrt())
+        .collect();
+    let (mut sd, mut sdx) = {
+        let dy: &[f32] = dyx;
+        channel_sums(rows, c, |r, c0, sd, sdx| {
+            let (dyr, xr) = (&dy[r * c + c0..], &x[r * c + c0..]);
+            let mr = m[c0..].iter().zip(&rs[c0..]);
+            for (((a, b), (&d, &v)), (&mc, &rc)) in sd
+                .iter_mut()
+                .zip(sdx.iter_mut())
+                .zip(dyr.iter().zip(xr))
+                .zip(mr)
+            {
+                let d = d as f64;
+                *a += d;
+                *b += d * ((v as f64 - mc) * rc);
             }
-        }
+        })
+    };
+    let mut k = vec![0.0f64; c];
+    for ch in 0..c {
+        dgamma[ch] = sdx[ch] as f32;
+        dbeta[ch] = sd[ch] as f32;
+        k[ch] = gamma[ch] as f64 * rs[ch];
     }
+    sums.sum(&mut sd);
+    sums.sum(&mut sdx);
+    let a: Vec<f64> = sd.iter().map(|v| v / n).collect();
+    let b: Vec<f64> = sdx.iter().map(|v| v / n).collect();
+    let (m, rs, k, a, b) = (&m[..c], &rs[..c], &k[..c], &a[..c], &b[..c]);
+    for_rows(dyx, c, |r, dr| {
+        let (dr, xr) = (&mut dr[..c], &x[r * c..(r + 1) * c]);
+        for ch in 0..c {
+            let h = (xr[ch] as f64 - m[ch]) * rs[ch];
+            dr[ch] = (k[ch] * (dr[ch] as f64 - a[ch] - h * b[ch])) as f32;
+        }
+    });
 }
 
 /// The backward out of place: dy, x, mean, var, gamma -> dx, dgamma, dbeta (as

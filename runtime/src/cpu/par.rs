@@ -34,3 +34,49 @@ pub fn for_chunks<T: Send>(out: &mut [T], f: impl Fn(usize, &mut [T]) + Sync + S
         .enumerate()
         .for_each(|(i, c)| f(i * ELEM_CHUNK, c));
 }
+
+/// Rows of `row` elements per task of [`for_rows`]: whole rows, at least [`ELEM_CHUNK`]
+/// elements a task.
+fn rows_per_task(row: usize) -> usize {
+    ELEM_CHUNK.div_ceil(row.max(1)).max(1)
+}
+
+/// `f(r, out_row_r)` for every `row`-element row of `out`, the rows grouped into parallel tasks
+/// of at least [`ELEM_CHUNK`] elements: an output of one task's size runs on the calling thread,
+/// with no hand-off to the pool (what a per-row loop of a small kernel spent most of its time
+/// on). Each row is computed alone, so the grouping changes no result.
+pub fn for_rows<T: Send>(out: &mut [T], row: usize, f: impl Fn(usize, &mut [T]) + Sync + Send) {
+    if row == 0 {
+        return;
+    }
+    let per = rows_per_task(row);
+    out.par_chunks_mut(per * row)
+        .enumerate()
+        .for_each(|(t, block)| {
+            for (j, r) in block.chunks_mut(row).enumerate() {
+                f(t * per + j, r);
+            }
+        });
+}
+
+/// [`for_rows`] over two outputs with the same rows (`row` elements of each per row), e.g. a
+/// pooling's values and its argmax.
+pub fn for_rows2<A: Send, B: Send>(
+    a: &mut [A],
+    b: &mut [B],
+    row: usize,
+    f: impl Fn(usize, &mut [A], &mut [B]) + Sync + Send,
+) {
+    if row == 0 {
+        return;
+    }
+    let per = rows_per_task(row);
+    a.par_chunks_mut(per * row)
+        .zip(b.par_chunks_mut(per * row))
+        .enumerate()
+        .for_each(|(t, (ba, bb))| {
+            for (j, (ra, rb)) in ba.chunks_mut(row).zip(bb.chunks_mut(row)).enumerate() {
+                f(t * per + j, ra, rb);
+            }
+        });
+}

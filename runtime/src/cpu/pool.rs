@@ -3,9 +3,9 @@
 //! nearest-neighbour upsampling, and their backward ops.
 
 use super::args::{Args, Ctx};
+use super::par::{for_rows, for_rows2};
 use dmc_plan::op::PoolGeom;
 use dmc_plan::op::{PoolOp, UnaryKind};
-use rayon::prelude::*;
 
 /// Sizes of one pooling: x `[n,h,w,c]`, y `[n,ho,wo,c]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,46 +90,43 @@ pub fn maxpool_fwd(g: &PoolGeom, d: &PoolDims, x: &[f32], y: &mut [f32], argmax:
     if row == 0 {
         return;
     }
-    y.par_chunks_mut(row)
-        .zip(argmax.par_chunks_mut(row))
-        .enumerate()
-        .for_each(|(r, (yr, ar))| {
-            let oy = r % d.ho;
-            let n = r / d.ho;
-            // per output pixel, the window's taps in order, each over the pixel's channels (one
-            // contiguous run: the compare vectorises); per channel the same choice as a scan of
-            // its window: the first tap, then any greater one or the first NaN
-            for ox in 0..d.wo {
-                let (yp, ap) = (&mut yr[ox * d.c..][..d.c], &mut ar[ox * d.c..][..d.c]);
-                yp.fill(f32::NEG_INFINITY);
-                ap.fill(0);
-                let mut first = true;
-                for wy in 0..g.kh {
-                    let Some(iy) = ry.at(oy, wy) else {
+    for_rows2(y, argmax, row, |r, yr, ar| {
+        let oy = r % d.ho;
+        let n = r / d.ho;
+        // per output pixel, the window's taps in order, each over the pixel's channels (one
+        // contiguous run: the compare vectorises); per channel the same choice as a scan of
+        // its window: the first tap, then any greater one or the first NaN
+        for ox in 0..d.wo {
+            let (yp, ap) = (&mut yr[ox * d.c..][..d.c], &mut ar[ox * d.c..][..d.c]);
+            yp.fill(f32::NEG_INFINITY);
+            ap.fill(0);
+            let mut first = true;
+            for wy in 0..g.kh {
+                let Some(iy) = ry.at(oy, wy) else {
+                    continue;
+                };
+                for wx in 0..g.kw {
+                    let Some(ix) = rx.at(ox, wx) else {
                         continue;
                     };
-                    for wx in 0..g.kw {
-                        let Some(ix) = rx.at(ox, wx) else {
-                            continue;
-                        };
-                        let xs = &x[((n * d.h + iy) * d.w + ix) * d.c..][..d.c];
-                        let tap = (wy * g.kw + wx) as u8;
-                        if first {
-                            yp.copy_from_slice(xs);
-                            ap.fill(tap);
-                            first = false;
-                            continue;
-                        }
-                        for ((b, a), &v) in yp.iter_mut().zip(ap.iter_mut()).zip(xs) {
-                            // a NaN wins (and stays): NaN propagates as in PyTorch
-                            let take = v > *b || (v.is_nan() && !b.is_nan());
-                            *b = if take { v } else { *b };
-                            *a = if take { tap } else { *a };
-                        }
+                    let xs = &x[((n * d.h + iy) * d.w + ix) * d.c..][..d.c];
+                    let tap = (wy * g.kw + wx) as u8;
+                    if first {
+                        yp.copy_from_slice(xs);
+                        ap.fill(tap);
+                        first = false;
+                        continue;
+                    }
+                    for ((b, a), &v) in yp.iter_mut().zip(ap.iter_mut()).zip(xs) {
+                        // a NaN wins (and stays): NaN propagates as in PyTorch
+                        let take = v > *b || (v.is_nan() && !b.is_nan());
+                        *b = if take { v } else { *b };
+                        *a = if take { tap } else { *a };
                     }
                 }
             }
-        });
+        }
+    });
 }
 
 /// dx = scatter-add of dy into the argmax position of each window (overwrites dx).
@@ -144,7 +141,7 @@ pub fn maxpool_bwd(g: &PoolGeom, d: &PoolDims, dy: &[f32], argmax: &[u8], dx: &m
         return;
     }
     let oimg = d.ho * d.wo * d.c;
-    dx.par_chunks_mut(img).enumerate().for_each(|(n, dxn)| {
+    for_rows(dx, img, |n, dxn| {
         dxn.fill(0.0);
         for oy in 0..d.ho {
             for ox in 0..d.wo {
@@ -176,7 +173,7 @@ pub fn avgpool_fwd(g: &PoolGeom, d: &PoolDims, x: &[f32], y: &mut [f32]) {
     if row == 0 {
         return;
     }
-    y.par_chunks_mut(row).enumerate().for_each(|(r, yr)| {
+    for_rows(y, row, |r, yr| {
         let oy = r % d.ho;
         let n = r / d.ho;
         for ox in 0..d.wo {
@@ -213,7 +210,7 @@ pub fn avgpool_bwd(g: &PoolGeom, d: &PoolDims, dy: &[f32], dx: &mut [f32]) {
         return;
     }
     let oimg = d.ho * d.wo * d.c;
-    dx.par_chunks_mut(img).enumerate().for_each(|(n, dxn)| {
+    for_rows(dx, img, |n, dxn| {
         dxn.fill(0.0);
         for oy in 0..d.ho {
             for ox in 0..d.wo {
@@ -247,7 +244,7 @@ pub fn global_avgpool_fwd(n: usize, hw: usize, c: usize, x: &[f32], y: &mut [f32
         return;
     }
     let inv = 1.0 / hw as f32;
-    y.par_chunks_mut(c).enumerate().for_each(|(i, yr)| {
+    for_rows(y, c, |i, yr| {
         yr.fill(0.0);
         for px in x[i * hw * c..(i + 1) * hw * c].chunks_exact(c) {
             for (o, v) in yr.iter_mut().zip(px) {
@@ -275,22 +272,19 @@ pub fn global_maxpool_fwd(
     if c == 0 {
         return;
     }
-    y.par_chunks_mut(c)
-        .zip(argmax.par_chunks_mut(c))
-        .enumerate()
-        .for_each(|(i, (yr, ar))| {
-            let xn = &x[i * hw * c..(i + 1) * hw * c];
-            yr.copy_from_slice(&xn[..c]);
-            ar.fill(0);
-            for (p, px) in xn.chunks_exact(c).enumerate().skip(1) {
-                for ((b, a), &v) in yr.iter_mut().zip(ar.iter_mut()).zip(px) {
-                    if v > *b || (v.is_nan() && !b.is_nan()) {
-                        *b = v;
-                        *a = p as i32;
-                    }
+    for_rows2(y, argmax, c, |i, yr, ar| {
+        let xn = &x[i * hw * c..(i + 1) * hw * c];
+        yr.copy_from_slice(&xn[..c]);
+        ar.fill(0);
+        for (p, px) in xn.chunks_exact(c).enumerate().skip(1) {
+            for ((b, a), &v) in yr.iter_mut().zip(ar.iter_mut()).zip(px) {
+                if v > *b || (v.is_nan() && !b.is_nan()) {
+                    *b = v;
+                    *a = p as i32;
                 }
             }
-        });
+        }
+    });
 }
 
 /// `dx[N,H,W,C]`: dy at each channel's argmax pixel, 0 elsewhere (overwrites dx). An argmax out
@@ -307,7 +301,7 @@ pub fn global_maxpool_bwd(
     if c == 0 || hw == 0 {
         return;
     }
-    dx.par_chunks_mut(hw * c).enumerate().for_each(|(i, dxn)| {
+    for_rows(dx, hw * c, |i, dxn| {
         dxn.fill(0.0);
         for ch in 0..c {
             let a = argmax[i * c + ch];
@@ -327,7 +321,7 @@ pub fn global_avgpool_bwd(n: usize, hw: usize, c: usize, dy: &[f32], dx: &mut [f
         return;
     }
     let inv = 1.0 / hw as f32;
-    dx.par_chunks_mut(hw * c).enumerate().for_each(|(i, dxn)| {
+    for_rows(dx, hw * c, |i, dxn| {
         let dyr = &dy[i * c..(i + 1) * c];
         for px in dxn.chunks_exact_mut(c) {
             for (o, v) in px.iter_mut().zip(dyr) {
@@ -354,7 +348,7 @@ pub fn global_avgpool_bwd_act(
         return;
     }
     let inv = 1.0 / hw as f32;
-    dx.par_chunks_mut(hw * c).enumerate().for_each(|(i, dxn)| {
+    for_rows(dx, hw * c, |i, dxn| {
         let dyr = &dy[i * c..(i + 1) * c];
         let sn = &saved[i * hw * c..(i + 1) * hw * c];
         for (px, sp) in dxn.chunks_exact_mut(c).zip(sn.chunks_exact(c)) {
@@ -382,17 +376,14 @@ pub fn global_avgpool_bwd_act_inplace(
         return;
     }
     let inv = 1.0 / hw as f32;
-    saved
-        .par_chunks_mut(hw * c)
-        .enumerate()
-        .for_each(|(i, sn)| {
-            let dyr = &dy[i * c..(i + 1) * c];
-            for px in sn.chunks_exact_mut(c) {
-                for (s, v) in px.iter_mut().zip(dyr) {
-                    *s = k.backward(*s, *v * inv);
-                }
+    for_rows(saved, hw * c, |i, sn| {
+        let dyr = &dy[i * c..(i + 1) * c];
+        for px in sn.chunks_exact_mut(c) {
+            for (s, v) in px.iter_mut().zip(dyr) {
+                *s = k.backward(*s, *v * inv);
             }
-        });
+        }
+    });
 }
 
 /// Nearest-neighbour upsampling by `f`: `y[n, i, j, c] = x[n, i / f, j / f, c]`, with x
@@ -408,7 +399,7 @@ pub fn upsample_fwd(f: usize, d: &PoolDims, x: &[f32], y: &mut [f32]) {
     if row == 0 {
         return;
     }
-    y.par_chunks_mut(row).enumerate().for_each(|(r, yr)| {
+    for_rows(y, row, |r, yr| {
         let (n, oy) = (r / d.ho, r % d.ho);
         let src = (n * d.h + oy / f) * d.w * d.c;
         for (ox, px) in yr.chunks_exact_mut(d.c).enumerate() {
@@ -431,7 +422,7 @@ pub fn upsample_bwd(f: usize, d: &PoolDims, dy: &[f32], dx: &mut [f32]) {
     if row == 0 {
         return;
     }
-    dx.par_chunks_mut(row).enumerate().for_each(|(r, dxr)| {
+    for_rows(dx, row, |r, dxr| {
         let (n, iy) = (r / d.h, r % d.h);
         for (ix, px) in dxr.chunks_exact_mut(d.c).enumerate() {
             px.fill(0.0);
