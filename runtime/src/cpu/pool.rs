@@ -118,10 +118,14 @@ pub fn maxpool_fwd(g: &PoolGeom, d: &PoolDims, x: &[f32], y: &mut [f32], argmax:
                         continue;
                     }
                     for ((b, a), &v) in yp.iter_mut().zip(ap.iter_mut()).zip(xs) {
-                        // a NaN wins (and stays): NaN propagates as in PyTorch
-                        let take = v > *b || (v.is_nan() && !b.is_nan());
-                        *b = if take { v } else { *b };
-                        *a = if take { tap } else { *a };
+                        // a NaN wins (and stays): NaN propagates as in PyTorch. The choice is a
+                        // mask on the bits, not a branch (on activations a branch mispredicted
+                        // every other element: 6x slower than on regular data)
+                        let take = (v > *b) | (v.is_nan() & !b.is_nan());
+                        let m = 0u32.wrapping_sub(take as u32);
+                        let bb = b.to_bits();
+                        *b = f32::from_bits(bb ^ ((bb ^ v.to_bits()) & m));
+                        *a ^= (*a ^ tap) & m as u8;
                     }
                 }
             }
