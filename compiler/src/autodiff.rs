@@ -71,8 +71,11 @@ pub fn vjp(
         | Op::OptState { .. }
         | Op::RunStat { .. }
         | Op::GradBuf { .. } => {}
-        // Copies are plan steps (streaming), never IR nodes.
-        Op::Transfer(_) => {
+        // Copies and parameter shards' gathers and keeps are plan steps (streaming, sharded
+        // parameters), never IR nodes.
+        Op::Transfer(_)
+        | Op::Optim(OptimOp::GatherShard { .. })
+        | Op::Optim(OptimOp::KeepShard { .. }) => {
             return Err(CompileError::Internal(format!(
                 "`{}`: a copy step in the IR",
                 node.name

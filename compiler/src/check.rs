@@ -405,9 +405,9 @@ fn check_steps(plan: &Plan) -> Result<(), PlanCheckError> {
     };
     for p in &plan.params {
         let kinds = [BufferKind::Parameter, BufferKind::RunningStat];
-        binding(&p.name, p.buffer, &p.shape, 4, &kinds)?;
+        binding(&p.name, p.buffer, &p.buffer_shape(), 4, &kinds)?;
     }
-    for p in &plan.opt_state {
+    for p in plan.params.iter().chain(&plan.opt_state) {
         if let Some(l) = p.shard {
             if l.rows * l.cols != p.shape.iter().product::<usize>() || l.world != plan.ranks {
                 return Err(E::Binding {
@@ -419,6 +419,8 @@ fn check_steps(plan: &Plan) -> Result<(), PlanCheckError> {
                 });
             }
         }
+    }
+    for p in &plan.opt_state {
         binding(
             &p.name,
             p.buffer,

@@ -45,6 +45,9 @@ pub struct Ctx {
     /// Streamed windows are copied in while the previous window's steps run (else just before
     /// their first use; see [`crate::stream`]).
     pub prefetch: bool,
+    /// Data parallel with sharded parameters (ZeRO stage 3, [`crate::shard_params`]): emission
+    /// keeps this rank's rows of each updated parameter and gathers windows for its uses.
+    pub shard_params: bool,
 }
 
 /// `--remat`: whether `compile` may rematerialize to fit the cap.

@@ -282,6 +282,12 @@ pub fn emit(
         }
     };
     bufs[loss_buf].pinned = g.loss.is_some();
+    // Sharded parameters: each rank's rows at home, every use reading a gathered window.
+    let sharded = if ctx.shard_params {
+        crate::shard_params::shard_parameters(&mut bufs, &mut steps, &mut kernels)
+    } else {
+        vec![]
+    };
     // Streaming: the chosen tensors' homes to the host store, their uses to windows.
     let host_bytes = if ctx.stream > 0 {
         crate::stream::stream(
@@ -399,12 +405,14 @@ pub fn emit(
         .params
         .iter()
         .map(|(p, m)| {
+            let buffer = lookup(&of, (*p, 0))?;
             Ok(ParamBinding {
                 name: m.name.clone(),
-                buffer: lookup(&of, (*p, 0))?,
+                buffer,
                 shape: m.shape.clone(),
                 init: m.init,
-                shard: None,
+                // (sharded parameters: the buffer holds this rank's rows)
+                shard: sharded.iter().find(|(b, _)| *b == buffer).map(|(_, l)| *l),
             })
         })
         .collect::<Result<Vec<_>, CompileError>>()?;

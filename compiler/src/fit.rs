@@ -107,7 +107,8 @@ fn explained(
     check: bool,
 ) -> Result<(Plan, Option<RematInfo>), CompileError> {
     let model = &*crate::data_parallel::rank_model(model, opts)?;
-    let can_stream = opts.stream && opts.cap.is_some();
+    // (sharded parameters do not stream: their homes are shards, their windows gathered)
+    let can_stream = opts.stream && opts.cap.is_some() && !(opts.shard_params && opts.ranks > 1);
     match resident_or_streamed(model, opts, check, NO_STREAM) {
         Err(e @ CompileError::CapExceeded { .. }) if can_stream => {
             stream_fit(model, opts, check, e)

@@ -31,6 +31,7 @@ pub mod placement;
 pub mod remat;
 pub mod report;
 pub mod schedule;
+pub mod shard_params;
 pub mod stream;
 pub mod sweep;
 pub mod tensor;

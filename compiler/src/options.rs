@@ -50,6 +50,10 @@ pub struct CompileOptions {
     /// Data parallel (`--data-parallel`): the ranks the global batch (the model's or `batch`)
     /// is split over; the plan is one rank's (its batch, its shards; [`crate::data_parallel`]).
     pub ranks: usize,
+    /// Data parallel with sharded parameters (`--shard-parameters`, ZeRO stage 3): each rank
+    /// keeps its rows of every updated parameter, gathered into a window for each cluster of
+    /// uses ([`crate::shard_params`]). Nothing without `ranks` > 1.
+    pub shard_params: bool,
 }
 
 impl Default for CompileOptions {
@@ -69,6 +73,7 @@ impl Default for CompileOptions {
             offload: true,
             rates: dmc_plan::cpu::CpuRates::nominal(),
             ranks: 1,
+            shard_params: false,
         }
     }
 }
@@ -106,5 +111,6 @@ pub fn context(model: &Model, opts: &CompileOptions) -> Ctx {
         stream: 0,
         offload: opts.offload,
         prefetch: true,
+        shard_params: opts.shard_params && ranks > 1,
     }
 }

@@ -32,12 +32,12 @@ pub const MERGE_GAP: usize = 4;
 
 /// One window of a streamed tensor: the steps (original indices) of its cluster of uses.
 #[derive(Debug, Clone)]
-struct Window {
-    host: BufferId,
-    first: usize,
-    last: usize,
+pub(crate) struct Window {
+    pub(crate) host: BufferId,
+    pub(crate) first: usize,
+    pub(crate) last: usize,
     /// Some step of the cluster writes the tensor (an update, or an activation's producer).
-    written: bool,
+    pub(crate) written: bool,
     /// The cluster's first use writes the whole tensor without reading it (an activation's
     /// producer): nothing is copied in.
     fresh: bool,
@@ -61,7 +61,7 @@ fn written_back(wins: &[Window], i: usize, persistent: bool) -> bool {
 
 /// One step's use of a buffer.
 #[derive(Debug, Clone, Copy)]
-struct Use {
+pub(crate) struct Use {
     step: usize,
     /// Some argument of the step writes it.
     written: bool,
@@ -70,7 +70,7 @@ struct Use {
 }
 
 /// The uses of every buffer in `steps`, per buffer id.
-fn uses(bufs: &[Buf], steps: &[Step], kernels: &[Kernel]) -> Vec<Vec<Use>> {
+pub(crate) fn uses(bufs: &[Buf], steps: &[Step], kernels: &[Kernel]) -> Vec<Vec<Use>> {
     let mut u: Vec<Vec<Use>> = vec![Vec::new(); bufs.len()];
     for (si, s) in steps.iter().enumerate() {
         let k = &kernels[s.kernel];
@@ -95,7 +95,7 @@ fn uses(bufs: &[Buf], steps: &[Step], kernels: &[Kernel]) -> Vec<Vec<Use>> {
 
 /// A tensor's uses grouped into windows. A transient tensor's first window starts with its
 /// producer, which writes it whole (`fresh`: nothing to copy in).
-fn windows_of(host: BufferId, b: &Buf, uses: &[Use]) -> Vec<Window> {
+pub(crate) fn windows_of(host: BufferId, b: &Buf, uses: &[Use]) -> Vec<Window> {
     let mut out: Vec<Window> = Vec::new();
     for u in uses {
         match out.last_mut() {

@@ -58,6 +58,14 @@ impl Layout {
 /// the tensor of a whole-tensor update or bias update, the gradient of a `GradAllReduce`. Empty
 /// for any other step.
 pub fn updated(op: &Op, shapes: &[Vec<usize>]) -> Vec<Layout> {
+    updated_args(op, shapes)
+        .into_iter()
+        .map(|(_, l)| l)
+        .collect()
+}
+
+/// [`updated`] with the signature slot of each tensor.
+pub fn updated_args(op: &Op, shapes: &[Vec<usize>]) -> Vec<(usize, Layout)> {
     let world = op.shards();
     if world <= 1 {
         return vec![];
@@ -65,14 +73,15 @@ pub fn updated(op: &Op, shapes: &[Vec<usize>]) -> Vec<Layout> {
     let at = |i: usize| shapes.get(i).map_or(&[][..], |s| &s[..]);
     let cols = |i: usize| at(i).last().copied().unwrap_or(1);
     match op {
-        Op::Optim(OptimOp::Update { .. }) => vec![Layout::of(at(0), 1, world)],
-        Op::Optim(OptimOp::GradAllReduce { .. }) => vec![Layout::of(at(0), 1, world)],
-        Op::Optim(OptimOp::BiasGradUpdate { .. }) => vec![Layout::of(at(1), 1, world)],
+        Op::Optim(OptimOp::Update { .. }) => vec![(0, Layout::of(at(0), 1, world))],
+        Op::Optim(OptimOp::GradAllReduce { .. }) => vec![(0, Layout::of(at(0), 1, world))],
+        Op::Optim(OptimOp::BiasGradUpdate { .. }) => vec![(1, Layout::of(at(1), 1, world))],
         Op::Dense(DenseOp::DenseBwdWeightUpdate { rule, bias, .. })
         | Op::Conv(ConvOp::Conv2dBwdWeightUpdate { rule, bias, .. }) => {
-            let mut v = vec![Layout::of(at(2), cols(2), world)];
+            let mut v = vec![(2, Layout::of(at(2), cols(2), world))];
             if *bias {
-                v.push(Layout::of(at(3 + rule.state_names().len()), 1, world));
+                let b = 3 + rule.state_names().len();
+                v.push((b, Layout::of(at(b), 1, world)));
             }
             v
         }
@@ -82,7 +91,8 @@ pub fn updated(op: &Op, shapes: &[Vec<usize>]) -> Vec<Layout> {
 
 /// The bytes rank `rank` sends in one step of `plan` (data parallel): per sharded parameter, the
 /// other ranks' rows of its gradient (the reduction) and its own updated rows to every other rank
-/// (the gather), and the 4-byte loss to every other rank.
+/// (the gather); with sharded parameters its own rows to every other rank at each gather of a
+/// window; and the 4-byte loss to every other rank.
 pub fn sent_bytes(plan: &Plan, rank: usize) -> u64 {
     if plan.ranks <= 1 {
         return 0;
@@ -93,6 +103,9 @@ pub fn sent_bytes(plan: &Plan, rank: usize) -> u64 {
         let k = &plan.kernels[s.kernel];
         // an update of a gradient already summed (clip_norm's) only gathers
         let summed = matches!(k.op, Op::Optim(OptimOp::Update { summed: true, .. }));
+        if let Op::Optim(OptimOp::GatherShard { layout }) = &k.op {
+            elems += (n - 1) * (layout.rows_of(rank).len() * layout.cols) as u64;
+        }
         for l in updated(&k.op, &k.arg_shapes) {
             let mine = l.rows_of(rank).len() as u64 * l.cols as u64;
             let all = (l.rows * l.cols) as u64;

@@ -441,6 +441,22 @@ fn run_steps_with<B: StepLauncher>(
 
 /// A backend whose arena is reached by copies. The provided methods mirror
 /// [`CpuBackend`](crate::CpuBackend)'s API.
+/// What parameter `p`'s buffer holds after initialisation with `seed`: its values per its `Init`
+/// (from an RNG seeded by `(seed, name)`), or, sharded (data parallel with sharded parameters),
+/// rank `rank`'s rows of them at the start of a buffer of the largest rank's.
+pub fn param_values(p: &ParamBinding, seed: u64, rank: usize) -> Vec<f32> {
+    let all = init_values(p.init, name_seed(seed, &p.name)).take(numel(&p.shape));
+    match p.shard {
+        None => all.collect(),
+        Some(l) => {
+            let mine = l.elems_of(rank);
+            let mut v: Vec<f32> = all.skip(mine.start).take(mine.len()).collect();
+            v.resize(l.shard_elems(), 0.0);
+            v
+        }
+    }
+}
+
 pub trait HostArena {
     fn plan(&self) -> &Plan;
     /// Copies `bytes` to the arena (or the host store) at `offset`.
@@ -462,13 +478,20 @@ pub trait HostArena {
         self.read_bytes(b.store, b.offset, len)
     }
 
+    /// This process's rank in the data-parallel group the backend runs with (0 alone): the rows
+    /// of a sharded parameter its buffer holds.
+    fn shard_rank(&self) -> usize {
+        0
+    }
+
     /// Initialises the parameters exactly as the CPU backend does, then copies them; zeroes the
     /// optimizer state.
     fn init_params(&mut self, seed: u64) -> Result<(), RuntimeError> {
+        let rank = self.shard_rank();
         for i in 0..self.plan().params.len() {
             let p = &self.plan().params[i];
-            let vals: Vec<u8> = init_values(p.init, name_seed(seed, &p.name))
-                .take(numel(&p.shape))
+            let vals: Vec<u8> = param_values(p, seed, rank)
+                .into_iter()
                 .flat_map(f32::to_ne_bytes)
                 .collect();
             let id = p.buffer;
@@ -499,7 +522,7 @@ pub trait HostArena {
             .iter()
             .find(|p| p.name == name)
             .ok_or_else(|| RuntimeError::UnknownParam(name.into()))?;
-        let (shape, buffer) = (p.shape.clone(), p.buffer);
+        let (shape, buffer) = (p.buffer_shape(), p.buffer);
         self.write_f32(name, &shape, buffer, data)
     }
 
@@ -554,13 +577,15 @@ pub trait HostArena {
             .collect()
     }
 
-    /// The tensors of `bindings`, copied back.
+    /// The tensors of `bindings`, copied back (a sharded parameter's: this rank's rows,
+    /// [`ParamBinding::buffer_shape`]).
     fn read_tensors(&self, bindings: &[ParamBinding]) -> Result<Vec<NamedTensor>, RuntimeError> {
         bindings
             .iter()
             .map(|p| {
-                let b = self.read_buffer(p.buffer, numel(&p.shape) * 4)?;
-                Ok((p.name.clone(), p.shape.clone(), to_f32(&b)))
+                let shape = p.buffer_shape();
+                let b = self.read_buffer(p.buffer, numel(&shape) * 4)?;
+                Ok((p.name.clone(), shape, to_f32(&b)))
             })
             .collect()
     }

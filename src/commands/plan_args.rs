@@ -67,6 +67,10 @@ pub struct TrainStepArgs {
     /// the number may be left out there).
     #[arg(long, value_name = "RANKS", num_args = 0..=1, default_missing_value = "0")]
     pub data_parallel: Option<usize>,
+    /// With --data-parallel, shard the parameters too (ZeRO-3): each rank keeps 1/RANKS of every
+    /// updated parameter, and gathers a parameter whole into a transient buffer for each use.
+    #[arg(long, requires = "data_parallel")]
+    pub shard_parameters: bool,
 }
 
 impl PlanArgs {
@@ -116,6 +120,7 @@ impl PlanArgs {
             offload: !self.step.no_offload,
             verify,
             ranks,
+            shard_params: self.train.shard_parameters,
             ..CompileOptions::default()
         })
     }
@@ -128,6 +133,7 @@ impl PlanArgs {
             train: TrainStepArgs {
                 lr: None,
                 data_parallel: None,
+                shard_parameters: false,
                 ..self.train.clone()
             },
             ..self.clone()

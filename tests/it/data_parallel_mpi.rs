@@ -80,6 +80,11 @@ fn like_one_process(example: &str, extra: &[&str]) {
 
 /// [`like_one_process`], the ranks on `device` (one process on the CPU).
 fn like_one_process_on(example: &str, extra: &[&str], device: &str) {
+    like_one_process_with(example, extra, device, &[]);
+}
+
+/// [`like_one_process_on`], the ranks given `ranks_only` too (e.g. `--shard-parameters`).
+fn like_one_process_with(example: &str, extra: &[&str], device: &str, ranks_only: &[&str]) {
     let dir = tempfile::tempdir().expect("tmp");
     let (one, two) = (path(&dir, "one.safetensors"), path(&dir, "two.safetensors"));
     let file = format!("examples/{example}");
@@ -90,7 +95,10 @@ fn like_one_process_on(example: &str, extra: &[&str], device: &str) {
     assert_eq!(code, 0, "{err}");
     let s2 = two.to_str().expect("path");
     a[6] = device;
-    let out = mpirun(2, &[&a[..], &["--save", s2, "--data-parallel"]].concat());
+    let out = mpirun(
+        2,
+        &[&a[..], &["--save", s2, "--data-parallel"], ranks_only].concat(),
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         stdout.matches("5 steps, final loss").count(),
@@ -114,6 +122,16 @@ fn mlp_trains_on_two_ranks_as_on_one_process() {
 #[cfg_attr(not(dmc_has_mpi), ignore = "needs mpirun (Open MPI); CI installs it")]
 fn resnet_small_trains_on_two_ranks_as_on_one_process() {
     like_one_process("resnet_small.dm", &[]);
+}
+
+/// Sharded parameters (ZeRO-3) over MPI: each rank keeps its rows of the weights, gathers them
+/// for each use, and the weights file rank 0 writes is whole and one process's (resnet_small:
+/// convolutions, batchnorm, a residual).
+#[test]
+#[cfg_attr(not(dmc_has_mpi), ignore = "needs mpirun (Open MPI); CI installs it")]
+fn sharded_parameters_train_on_two_ranks_as_on_one_process() {
+    like_one_process_with("mlp.dm", &[], "cpu", &["--shard-parameters"]);
+    like_one_process_with("resnet_small.dm", &[], "cpu", &["--shard-parameters"]);
 }
 
 /// The CUDA path under MPI without a GPU: each rank the emulated CUDA backend, its sharded steps'

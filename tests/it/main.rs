@@ -17,6 +17,7 @@ mod data;
 mod data_parallel;
 mod data_parallel_emu;
 mod data_parallel_mpi;
+mod data_parallel_zero3;
 mod front_end;
 mod fusion;
 mod fuzz;

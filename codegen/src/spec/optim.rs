@@ -163,7 +163,9 @@ pub(crate) fn spec(s: &Site, op: &OptimOp) -> Result<Spec, CodegenError> {
         OptimOp::BiasGrad => bias_grad(s, None),
         OptimOp::BiasGradUpdate { rule, .. } => bias_grad(s, Some(rule)),
         // (a program of `shard`, taken before this by `spec`, as every sharded op)
-        OptimOp::GradAllReduce { .. } => super::shard::spec(s),
+        OptimOp::GradAllReduce { .. } | OptimOp::GatherShard { .. } | OptimOp::KeepShard { .. } => {
+            super::shard::spec(s)
+        }
     }
 }
 

@@ -9,7 +9,10 @@
 //! * an unfused `Update`: this rank's elements of the gradient summed over the ranks into `gs`
 //!   (unless already summed), updated, gathered;
 //! * a `BiasGradUpdate`: as the fused bias;
-//! * a `GradAllReduce` (clip_norm's): the all-reduce alone.
+//! * a `GradAllReduce` (clip_norm's): the all-reduce alone;
+//! * sharded parameters (ZeRO stage 3): a `GatherShard`, this rank's rows of the parameter's home
+//!   placed in the window, then every rank's gathered into it; a `KeepShard`, this rank's rows of
+//!   an updated window copied back to the home.
 //!
 //! The gradient kernels here are plain one-thread-per-element sums in a fixed order: correct and
 //! deterministic, not yet the tiled GEMMs of the single-process kernels.
@@ -310,10 +313,32 @@ pub(crate) fn spec(s: &Site) -> Result<Spec, CodegenError> {
                 })],
             ))
         }
+        Op::Optim(OptimOp::GatherShard { layout }) => {
+            let mut ctx = base_ctx(s, "gather", world);
+            ctx.insert("rows", &layout.rows);
+            ctx.insert("cols", &layout.cols);
+            let own = max_rows(layout.rows, world) * layout.cols;
+            let program = vec![
+                launch(s, "place", own, 0)?,
+                Phase::Collective(Collective::AllGatherRows {
+                    buf: Region::of(1),
+                    rows: layout.rows,
+                    cols: layout.cols,
+                }),
+            ];
+            Ok(spec_of(ctx, program))
+        }
+        Op::Optim(OptimOp::KeepShard { layout }) => {
+            let mut ctx = base_ctx(s, "keep", world);
+            ctx.insert("rows", &layout.rows);
+            ctx.insert("cols", &layout.cols);
+            let own = max_rows(layout.rows, world) * layout.cols;
+            Ok(spec_of(ctx, vec![launch(s, "keep", own, 0)?]))
+        }
         _ => Err(CodegenError::Shape {
             kernel: s.name().into(),
             message: format!(
-                "a sharded step of op `{}` (only optimizer updates are sharded)",
+                "a sharded step of op `{}` (only optimizer updates and parameter shards are sharded)",
                 s.kind()
             ),
         }),

@@ -110,6 +110,9 @@ impl Op {
             )
             | Op::Dense(DenseOp::DenseBwdWeightUpdate { shards, .. })
             | Op::Conv(ConvOp::Conv2dBwdWeightUpdate { shards, .. }) => *shards,
+            Op::Optim(OptimOp::GatherShard { layout } | OptimOp::KeepShard { layout }) => {
+                layout.world
+            }
             _ => 1,
         }
     }

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::facts::{p, DType, OpFacts, ParamKind, Role, ShapeError, TensorType};
 use super::shape::{err, numel, states_like, states_sharded};
+use crate::shard::Layout;
 use crate::update::UpdateRule;
 
 /// Rows of one partial sum of a bias gradient (a column sum of dy over its rows). Every backend
@@ -85,6 +86,15 @@ pub enum OptimOp {
         )]
         shards: usize,
     },
+    /// Sharded parameters (data parallel with `--shard-parameters`, ZeRO stage 3,
+    /// [`crate::shard`]): shard (this rank's rows of a parameter seen as `layout`, at the start of
+    /// a buffer of [`Layout::shard_elems`]) -> w (the whole parameter, flat) = every rank's rows,
+    /// the same on every rank: the window a cluster of the parameter's uses reads.
+    GatherShard { layout: Layout },
+    /// Sharded parameters: w (a window an update wrote, flat), shard (InOut: the parameter's
+    /// home) -> this rank's rows of w kept in the home before the window is released (the rest of
+    /// the home, a smaller rank's padding, untouched).
+    KeepShard { layout: Layout },
 }
 
 impl OpFacts for OptimOp {
@@ -115,6 +125,8 @@ impl OpFacts for OptimOp {
             OptimOp::GradSqNorm { first: false } => vec![p("g", In, F32), p("s", InOut, F32)],
             OptimOp::GradNormStore => vec![p("sum", InOut, F32), p("held", InOut, F32)],
             OptimOp::GradAllReduce { .. } => vec![p("g", InOut, F32), p("tmp", Workspace, F32)],
+            OptimOp::GatherShard { .. } => vec![p("shard", In, F32), p("w", Out, F32)],
+            OptimOp::KeepShard { .. } => vec![p("w", In, F32), p("shard", InOut, F32)],
             OptimOp::BiasGradUpdate { rule, shards } => {
                 let mut v = vec![p("dy", In, F32), p("b", InOut, F32)];
                 v.extend(rule.state_names().iter().map(|s| p(s, InOut, F32)));
@@ -136,6 +148,8 @@ impl OpFacts for OptimOp {
             OptimOp::GradNormStore => "grad_norm_store",
             OptimOp::GradAllReduce { .. } => "grad_all_reduce",
             OptimOp::BiasGradUpdate { .. } => "bias_grad_update",
+            OptimOp::GatherShard { .. } => "gather_shard",
+            OptimOp::KeepShard { .. } => "keep_shard",
         }
     }
 
@@ -153,7 +167,9 @@ impl OpFacts for OptimOp {
                 zero_grad: true,
                 ..
             } => (0..rule.state_names().len() + 2).map(|o| (o, o)).collect(),
-            OptimOp::BiasGrad => vec![],
+            OptimOp::BiasGrad | OptimOp::GatherShard { .. } | OptimOp::KeepShard { .. } => {
+                vec![]
+            }
             OptimOp::GradAccum { .. } => vec![(0, 0)],
             OptimOp::GradSqNorm { first: true } => vec![],
             OptimOp::GradSqNorm { first: false } => vec![(0, 1)],
@@ -179,7 +195,9 @@ impl OpFacts for OptimOp {
             | OptimOp::BiasGrad
             | OptimOp::GradAccum { .. }
             | OptimOp::GradSqNorm { .. }
-            | OptimOp::GradNormStore => vec![],
+            | OptimOp::GradNormStore
+            | OptimOp::GatherShard { .. }
+            | OptimOp::KeepShard { .. } => vec![],
             OptimOp::BiasGradUpdate { shards, .. } => {
                 let c = s.get(1).map(|b| b.iter().product()).unwrap_or(0);
                 let mut v = vec![c];
@@ -223,6 +241,26 @@ impl OpFacts for OptimOp {
                 Ok(vec![inputs[0].clone()])
             }
             OptimOp::GradAllReduce { .. } => Ok(vec![inputs[0].clone()]),
+            OptimOp::GatherShard { layout } => {
+                if inputs[0] != TensorType::f32(vec![layout.shard_elems()]) {
+                    return err(format!(
+                        "a shard of {layout:?} must be f32[{}], not {}",
+                        layout.shard_elems(),
+                        inputs[0]
+                    ));
+                }
+                Ok(vec![TensorType::f32(vec![layout.rows * layout.cols])])
+            }
+            OptimOp::KeepShard { layout } => {
+                if inputs[0] != TensorType::f32(vec![layout.rows * layout.cols]) {
+                    return err(format!(
+                        "a window of {layout:?} must be f32[{}], not {}",
+                        layout.rows * layout.cols,
+                        inputs[0]
+                    ));
+                }
+                Ok(vec![TensorType::f32(vec![layout.shard_elems()])])
+            }
             OptimOp::GradSqNorm { first } => {
                 let s = TensorType::f32(vec![1]);
                 if !*first && inputs.get(1) != Some(&s) {
@@ -262,6 +300,7 @@ impl OpFacts for OptimOp {
             // the sums of its rows, one add per element and peer
             OptimOp::GradAllReduce { shards } => i(0) * (*shards as u64 - 1) / *shards as u64,
             OptimOp::BiasGradUpdate { .. } => i(0) + 4 * i(1),
+            OptimOp::GatherShard { .. } | OptimOp::KeepShard { .. } => 0,
         }
     }
 }

@@ -15,7 +15,6 @@ use crate::arena::Arena;
 use crate::backend::{Backend, InputData, Params};
 use crate::comm::Collective;
 use crate::error::RuntimeError;
-use crate::init::{init_values, name_seed};
 use crate::poison::poison_lists;
 use crate::profile::{KernelProfile, ProfileAccumulator};
 use crate::stream::WindowCheck;
@@ -167,13 +166,13 @@ impl CpuBackend {
     /// Initialises every parameter per its `Init`, from an RNG seeded by `(seed, name)` (so the
     /// values don't depend on the parameter order), and zeroes the optimizer state.
     pub fn init_params(&mut self, seed: u64) {
+        // (a sharded parameter: this rank's rows)
+        let rank = self.comm.as_ref().map_or(0, |c| c.rank());
         for i in 0..self.plan.params.len() {
-            let (buffer, n, init, key) = {
-                let p = &self.plan.params[i];
-                (p.buffer, numel(&p.shape), p.init, name_seed(seed, &p.name))
-            };
-            let bytes = self.bytes_mut(buffer, n * 4);
-            for (c, v) in bytes.chunks_exact_mut(4).zip(init_values(init, key)) {
+            let p = &self.plan.params[i];
+            let (buffer, vals) = (p.buffer, crate::host_arena::param_values(p, seed, rank));
+            let bytes = self.bytes_mut(buffer, vals.len() * 4);
+            for (c, v) in bytes.chunks_exact_mut(4).zip(vals) {
                 c.copy_from_slice(&v.to_ne_bytes());
             }
         }
@@ -194,24 +193,24 @@ impl CpuBackend {
         }
     }
 
-    /// A parameter's values.
+    /// A parameter's values (a sharded one's buffer: this rank's rows,
+    /// [`ParamBinding::buffer_shape`](dmc_plan::plan::ParamBinding::buffer_shape)).
     pub fn param(&self, name: &str) -> Option<&[f32]> {
         let p = &self.plan.params[*self.params.get(name)?];
-        Some(self.f32_slice(p.buffer, numel(&p.shape)))
+        Some(self.f32_slice(p.buffer, numel(&p.buffer_shape())))
     }
 
-    /// Every parameter: (name, shape, values), in plan order.
-    pub fn params(&self) -> impl Iterator<Item = (&str, &[usize], &[f32])> + '_ {
+    /// Every parameter: (name, the shape of its buffer, values), in plan order (a sharded
+    /// parameter's buffer is this rank's rows, flat).
+    pub fn params(&self) -> impl Iterator<Item = (&str, Vec<usize>, &[f32])> + '_ {
         self.plan.params.iter().map(move |p| {
-            (
-                p.name.as_str(),
-                p.shape.as_slice(),
-                self.f32_slice(p.buffer, numel(&p.shape)),
-            )
+            let shape = p.buffer_shape();
+            let n = numel(&shape);
+            (p.name.as_str(), shape, self.f32_slice(p.buffer, n))
         })
     }
 
-    /// Overwrites a parameter.
+    /// Overwrites a parameter (a sharded one's buffer: this rank's rows).
     pub fn set_param(&mut self, name: &str, data: &[f32]) -> Result<(), RuntimeError> {
         let i = *self
             .params
@@ -219,7 +218,7 @@ impl CpuBackend {
             .ok_or_else(|| RuntimeError::UnknownParam(name.into()))?;
         let (buffer, n) = (
             self.plan.params[i].buffer,
-            numel(&self.plan.params[i].shape),
+            numel(&self.plan.params[i].buffer_shape()),
         );
         self.write_f32(name, buffer, n, data)
     }
@@ -543,7 +542,7 @@ impl Backend for CpuBackend {
 
     fn params(&self) -> Result<Params<'_>, RuntimeError> {
         Ok(CpuBackend::params(self)
-            .map(|(n, s, d)| (n.to_string(), s.to_vec(), Cow::Borrowed(d)))
+            .map(|(n, s, d)| (n.to_string(), s, Cow::Borrowed(d)))
             .collect())
     }
 

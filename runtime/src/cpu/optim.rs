@@ -503,6 +503,10 @@ pub(super) unsafe fn exec(op: &OptimOp, a: &Args, ctx: &Ctx) {
             }
             OptimOp::GradAccum { scale } => grad_accum(*scale, a.f32_mut(0), a.f32(1)),
             OptimOp::GradAllReduce { .. } => shard::all_reduce(ctx, a.f32_mut(0), a.f32_mut(1)),
+            OptimOp::GatherShard { layout } => {
+                shard::gather_shard(ctx, layout, a.f32(0), a.f32_mut(1))
+            }
+            OptimOp::KeepShard { layout } => shard::keep_shard(ctx, layout, a.f32(0), a.f32_mut(1)),
             OptimOp::GradSqNorm { first } => {
                 let s = a.f32_mut(1);
                 s[0] = grad_sq_norm(if *first { 0.0 } else { s[0] }, a.f32(0));

@@ -163,6 +163,21 @@ pub(super) fn update_bias(
     gather_rows(ctx, b, 1);
 }
 
+/// Sharded parameters (ZeRO stage 3): the window `w` of a parameter seen as `layout`, filled with
+/// this rank's rows from its home `shard` and every other rank's gathered, the same on every rank.
+pub(super) fn gather_shard(ctx: &Ctx, layout: &shard::Layout, home: &[f32], w: &mut [f32]) {
+    let c = group(ctx);
+    let mine = layout.elems_of(c.rank());
+    w[mine.clone()].copy_from_slice(&home[..mine.len()]);
+    gather_rows(ctx, w, layout.cols);
+}
+
+/// Sharded parameters: this rank's rows of the updated window `w` kept in its home `shard`.
+pub(super) fn keep_shard(ctx: &Ctx, layout: &shard::Layout, w: &[f32], home: &mut [f32]) {
+    let mine = layout.elems_of(group(ctx).rank());
+    home[..mine.len()].copy_from_slice(&w[mine]);
+}
+
 /// Batchnorm's per-channel sums over the ranks' parts of the batch ([`super::norm::Sums`]): each
 /// rank's sums summed in rank order, the same on every rank. One process alone sums nothing.
 pub(super) struct BatchSums<'a> {

@@ -636,6 +636,10 @@ impl StepLauncher for CudaBackend {
 }
 
 impl HostArena for CudaBackend {
+    fn shard_rank(&self) -> usize {
+        self.comm.as_ref().map_or(0, |(c, _)| c.rank())
+    }
+
     fn plan(&self) -> &Plan {
         &self.plan
     }

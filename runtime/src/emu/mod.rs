@@ -586,6 +586,10 @@ impl StepLauncher for EmuBackend {
 }
 
 impl HostArena for EmuBackend {
+    fn shard_rank(&self) -> usize {
+        self.comm.as_ref().map_or(0, |c| c.rank())
+    }
+
     fn plan(&self) -> &Plan {
         &self.plan
     }

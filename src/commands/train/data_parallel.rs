@@ -60,6 +60,26 @@ impl RankBackend {
     }
 }
 
+/// Rank `rank`'s rows of the whole tensor `data` sharded as `l`, at the start of a buffer of
+/// the largest rank's.
+fn mine(
+    name: &str,
+    l: dmc_plan::shard::Layout,
+    data: &[f32],
+    rank: usize,
+) -> Result<Vec<f32>, RuntimeError> {
+    if data.len() != l.rows * l.cols {
+        return Err(RuntimeError::SizeMismatch {
+            name: name.into(),
+            expected: l.rows * l.cols,
+            got: data.len(),
+        });
+    }
+    let mut mine = data[l.elems_of(rank)].to_vec();
+    mine.resize(l.shard_elems(), 0.0);
+    Ok(mine)
+}
+
 impl Backend for RankBackend {
     fn plan(&self) -> &Plan {
         self.inner.plan()
@@ -76,11 +96,43 @@ impl Backend for RankBackend {
     fn init_params(&mut self, seed: u64) -> Result<(), RuntimeError> {
         self.inner.init_params(seed)
     }
+    /// `data` is the whole parameter; a sharded one's rank keeps its rows.
     fn set_param(&mut self, name: &str, data: &[f32]) -> Result<(), RuntimeError> {
-        self.inner.set_param(name, data)
+        let b = self
+            .inner
+            .plan()
+            .params
+            .iter()
+            .find(|b| b.name == name)
+            .ok_or_else(|| RuntimeError::UnknownParam(name.into()))?;
+        match b.shard {
+            None => self.inner.set_param(name, data),
+            Some(l) => {
+                let mine = mine(name, l, data, self.comm.rank())?;
+                self.inner.set_param(name, &mine)
+            }
+        }
     }
+
+    /// Every parameter whole on every rank (a sharded one's rows gathered from the ranks: the
+    /// validation runs on every rank with them).
     fn params(&self) -> Result<Params<'_>, RuntimeError> {
-        self.inner.params()
+        let c = self.comm.as_ref();
+        let local = self.inner.params()?;
+        let mut out = Vec::with_capacity(local.len());
+        for (b, (name, shape, data)) in self.inner.plan().params.iter().zip(local) {
+            match b.shard {
+                None => out.push((name, shape, data)),
+                Some(l) => {
+                    let mut full = vec![0.0f32; l.rows * l.cols];
+                    let mine = l.elems_of(c.rank());
+                    full[mine.clone()].copy_from_slice(&data[..mine.len()]);
+                    comm::all_gather_rows(c, &mut full, l.cols, l.rows)?;
+                    out.push((name, b.shape.clone(), Cow::Owned(full)));
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Every state whole on rank 0 (the other ranks' copies hold only their own rows).
@@ -115,15 +167,7 @@ impl Backend for RankBackend {
         let Some(l) = b.shard else {
             return self.inner.set_opt_state(name, data);
         };
-        if data.len() != l.rows * l.cols {
-            return Err(RuntimeError::SizeMismatch {
-                name: name.into(),
-                expected: l.rows * l.cols,
-                got: data.len(),
-            });
-        }
-        let mut mine = data[l.elems_of(self.comm.rank())].to_vec();
-        mine.resize(l.shard_elems(), 0.0);
+        let mine = mine(name, l, data, self.comm.rank())?;
         self.inner.set_opt_state(name, &mine)
     }
 
