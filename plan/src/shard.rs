@@ -125,6 +125,16 @@ pub fn state_bytes(plan: &Plan) -> (u64, u64) {
     })
 }
 
+/// The parameter bytes each rank holds at home (the largest rank's rows of a sharded parameter,
+/// all of any other) and that one process would hold, of `plan` (sharded parameters: ZeRO-3).
+pub fn param_bytes(plan: &Plan) -> (u64, u64) {
+    plan.params.iter().fold((0, 0), |(r, all), b| {
+        let full = b.shape.iter().product::<usize>() as u64 * 4;
+        let mine = b.buffer_shape().iter().product::<usize>() as u64 * 4;
+        (r + mine, all + full)
+    })
+}
+
 /// Serde's default of an op's `shards` (one rank: nothing sharded).
 pub fn one() -> usize {
     1

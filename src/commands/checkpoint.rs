@@ -189,11 +189,12 @@ fn untouched(path: &Path) -> &'static str {
 
 /// Writes the backend's parameters (refused if any is not finite).
 pub fn save(be: &dyn Backend, path: &Path) -> Result<(), CliError> {
-    // data parallel: every rank holds the same weights, rank 0 writes them
+    // data parallel: rank 0 writes the weights (every rank takes part in reading them: sharded
+    // parameters are gathered from the ranks)
+    let params = be.params()?;
     if !writes(be) {
         return Ok(());
     }
-    let params = be.params()?;
     let tensors: Vec<(String, Vec<usize>, &[f32])> = params
         .iter()
         .map(|(n, s, d)| (n.clone(), s.clone(), d.as_ref()))
@@ -207,10 +208,10 @@ pub fn save(be: &dyn Backend, path: &Path) -> Result<(), CliError> {
 fn save_state(be: &dyn Backend, path: &Path, state: &TrainState) -> Result<(), CliError> {
     // data parallel: the state is gathered to rank 0 (every rank takes part), which writes it
     let opt = be.opt_states()?;
+    let params = be.params()?;
     if !writes(be) {
         return Ok(());
     }
-    let params = be.params()?;
     let p: Vec<(String, Vec<usize>, &[f32])> = params
         .iter()
         .map(|(n, s, d)| (n.clone(), s.clone(), d.as_ref()))

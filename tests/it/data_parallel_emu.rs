@@ -242,3 +242,47 @@ fn a_two_rank_plan_does_not_run_alone_on_the_emulator() {
     let e = be.run(1, 1).expect_err("alone").to_string();
     assert!(e.contains("mpirun -np 2"), "{e}");
 }
+
+/// Sharded parameters (ZeRO-3) on the emulated GPU: the gather and keep programs (this rank's
+/// rows placed in the window, then the all-gather; this rank's rows of an updated window back
+/// home) give every rank's rows, and the weights are the CPU ranks' bit for bit.
+#[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
+fn sharded_parameters_on_the_emulated_gpu() {
+    use super::data_parallel_zero3::{whole, zero3};
+    let line = "batch: 6, optimizer: sgd(lr: 0.05, momentum: 0.9)";
+    let p = zero3(CONV, line, 2, true, None);
+    let one = plan(CONV, line, 1, true).expect("one process");
+    let data = batches(&one);
+    let (w1, _) = train(one, &data, None);
+    let bufs = |be: &dyn Backend| -> Vec<Vec<f32>> {
+        be.params()
+            .expect("params")
+            .into_iter()
+            .map(|(_, _, d)| d.to_vec())
+            .collect()
+    };
+    let emu = on_ranks(2, &data, |mine, c| {
+        let mut be = EmuBackend::new(p.clone()).expect("emulated backend");
+        be.set_threads(1);
+        Backend::set_collective(&mut be, c).expect("ranks");
+        train_on(&mut be, &mine);
+        bufs(&be)
+    });
+    let cpu = on_ranks(2, &data, |mine, c| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .expect("pool");
+        pool.install(|| {
+            let mut be = dmc_runtime::CpuBackend::new(p.clone()).expect("backend");
+            be.set_collective(c);
+            train_on(&mut be, &mine);
+            bufs(&be)
+        })
+    });
+    let (we, wc) = (whole(&p, &emu), whole(&p, &cpu));
+    let e = rel(&we, &w1);
+    assert!(e < 1e-5, "emulated ranks: {e:e} from one CPU process");
+    assert!(rel(&we, &wc) < 1e-5, "emulated and CPU ranks agree");
+}

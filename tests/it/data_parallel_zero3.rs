@@ -18,7 +18,7 @@ use dmc_runtime::CpuBackend;
 use super::data_parallel::{batches, on_ranks, plan, rel, train, train_on, CONV, GPT};
 
 /// `src` with `train` over `ranks` ranks, its parameters sharded.
-fn zero3(src: &str, train: &str, ranks: usize, fuse: bool, cap: Option<u64>) -> Plan {
+pub(super) fn zero3(src: &str, train: &str, ranks: usize, fuse: bool, cap: Option<u64>) -> Plan {
     let src = format!("{src}train {{ {train} }}\n");
     let m = dmc_grammar::compile_source(&src, "t.dm")
         .unwrap_or_else(|d| panic!("{}", dmc_grammar::render_plain(&d)));
@@ -52,7 +52,7 @@ fn train_rank(plan: Plan, data: &[Batch], c: Arc<dyn Collective>) -> Vec<Vec<f32
 
 /// The whole parameters of `p` from every rank's buffers: each sharded parameter's rows from the
 /// rank that holds them; the others from rank 0, after checking every rank holds the same.
-fn whole(p: &Plan, ranks: &[Vec<Vec<f32>>]) -> Vec<f32> {
+pub(super) fn whole(p: &Plan, ranks: &[Vec<Vec<f32>>]) -> Vec<f32> {
     let mut out = vec![];
     for (i, b) in p.params.iter().enumerate() {
         match b.shard {

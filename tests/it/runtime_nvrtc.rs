@@ -170,29 +170,38 @@ fn data_parallel_programs_compile_for_sm80_and_sm90_without_warnings_or_spills()
     nvrtc::nvrtc()
         .unwrap_or_else(|e| panic!("NVRTC is needed here (CI is set, or the build found it): {e}"));
     let mut n = 0;
-    for (ex, ranks, fuse) in [
-        ("mlp", 2, true),
-        ("mlp", 2, false),
-        ("resnet_small", 2, true),
-        ("resnet_small", 2, false),
-        ("deep_convnet", 2, true),
-        ("autoencoder_classifier", 2, true),
-        ("gpt", 2, true),
-        ("gpt", 3, false),
-        ("bn_cnn", 2, true),
-        ("mobilenet", 2, true),
+    // (the last: sharded parameters, whose gathers and keeps are programs too)
+    for (ex, ranks, fuse, shard_params) in [
+        ("mlp", 2, true, false),
+        ("mlp", 2, false, false),
+        ("resnet_small", 2, true, false),
+        ("resnet_small", 2, false, false),
+        ("deep_convnet", 2, true, false),
+        ("autoencoder_classifier", 2, true, false),
+        ("gpt", 2, true, false),
+        ("gpt", 3, false, false),
+        ("bn_cnn", 2, true, false),
+        ("mobilenet", 2, true, false),
+        ("resnet_small", 2, true, true),
+        ("gpt", 3, false, true),
     ] {
         let plan = plan_with(
             ex,
             CompileOptions {
                 ranks,
                 fuse,
+                shard_params,
                 batch: Some(12),
                 ..CompileOptions::default()
             },
         );
         let sharded = plan.kernels.iter().filter(|k| k.op.shards() > 1).count();
         assert!(sharded > 0, "{ex}: no sharded step");
+        assert_eq!(
+            shard_params,
+            plan.params.iter().any(|b| b.shard.is_some()),
+            "{ex}: sharded parameters"
+        );
         for arch in ["sm_80", "sm_90"] {
             for r in
                 selftest::compile_plan(&plan, arch, &CodegenOptions::default()).expect("compiles")

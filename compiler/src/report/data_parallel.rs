@@ -17,6 +17,12 @@ pub struct DataParallel {
     pub state_bytes_per_rank: u64,
     /// ... and that one process would hold.
     pub state_bytes_whole: u64,
+    /// Parameter bytes each rank holds at home (sharded parameters, ZeRO-3: its rows; else all)
+    /// and that one process holds.
+    #[serde(default)]
+    pub param_bytes_per_rank: u64,
+    #[serde(default)]
+    pub param_bytes_whole: u64,
     /// Bytes the busiest rank sends a step.
     pub sent_bytes_per_rank: u64,
     /// (link, seconds) for those bytes.
@@ -29,6 +35,7 @@ pub fn data_parallel(plan: &Plan) -> Option<DataParallel> {
         return None;
     }
     let (mine, whole) = dmc_plan::shard::state_bytes(plan);
+    let params = dmc_plan::shard::param_bytes(plan);
     let sent = (0..plan.ranks)
         .map(|r| dmc_plan::shard::sent_bytes(plan, r))
         .max()
@@ -38,6 +45,8 @@ pub fn data_parallel(plan: &Plan) -> Option<DataParallel> {
         batch: plan.batch,
         state_bytes_per_rank: mine,
         state_bytes_whole: whole,
+        param_bytes_per_rank: params.0,
+        param_bytes_whole: params.1,
         sent_bytes_per_rank: sent,
         link_seconds: dmc_plan::link::NETWORKS
             .iter()

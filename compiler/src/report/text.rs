@@ -218,13 +218,22 @@ pub fn render_verdict(r: &MemoryReport, cap: Option<u64>) -> String {
     if let Some(d) = &r.data_parallel {
         let _ = writeln!(
             s,
-            "  data parallel: {} ranks, each on {} of every batch of {} and holding {} of the {} optimizer state (1/{}); each rank sends {} a step ({})",
+            "  data parallel: {} ranks, each on {} of every batch of {} and holding {} of the {} optimizer state (1/{}){}; each rank sends {} a step ({})",
             d.ranks,
             d.batch,
             d.batch * d.ranks,
             human(d.state_bytes_per_rank),
             human(d.state_bytes_whole),
             d.ranks,
+            if d.param_bytes_per_rank < d.param_bytes_whole {
+                format!(
+                    " and {} of the {} parameters (sharded, each gathered whole for its uses)",
+                    human(d.param_bytes_per_rank),
+                    human(d.param_bytes_whole)
+                )
+            } else {
+                String::new()
+            },
             human(d.sent_bytes_per_rank),
             d.link_seconds
                 .iter()

@@ -282,8 +282,17 @@ pub fn report(plan: &Plan, carrier: String, sent: Option<u64>, steps: usize) {
         // NCCL's traffic is not counted
         None => format!("the plan's model: rank 0 sends {model} a step"),
     };
+    let (pm, pw) = dmc_plan::shard::param_bytes(plan);
+    let params = match pm < pw {
+        true => format!(
+            ", {} of the {} parameters (sharded: each gathered whole for its uses)",
+            crate::size::human(pm),
+            crate::size::human(pw)
+        ),
+        false => String::new(),
+    };
     println!(
-        "data parallel: {} rank{} over {carrier}, each with the arena above and {} of the {} optimizer state; {sent}",
+        "data parallel: {} rank{} over {carrier}, each with the arena above and {} of the {} optimizer state{params}; {sent}",
         plan.ranks,
         if plan.ranks == 1 { "" } else { "s" },
         crate::size::human(mine),
