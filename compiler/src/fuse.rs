@@ -259,7 +259,7 @@ fn fold_activation(g: &Graph, n: NodeIndex) -> Option<Fusion> {
 /// A bias gradient + update reading the same output gradient as a fused weight update of the
 /// same rule and channel count: the weight update takes the bias (and its state) too.
 fn fold_bias_grad(g: &Graph, n: NodeIndex) -> Option<Fusion> {
-    let Op::Optim(OptimOp::BiasGradUpdate { rule, shards }) = g.node(n).op else {
+    let Op::Optim(OptimOp::BiasGradUpdate { rule, shards, .. }) = g.node(n).op else {
         return None;
     };
     let ins = g.inputs(n);

@@ -35,6 +35,7 @@ pub fn update_op(opt: &Optimizer) -> (Op, &'static [&'static str]) {
         Op::Optim(OptimOp::Update {
             summed: false,
             shards: 1,
+            keep_rows: false,
             rule: *opt,
             zero_grad: false,
         }),

@@ -298,6 +298,7 @@ pub fn fuse_weight_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError
                 (
                     Op::Conv(ConvOp::Conv2dBwdWeightUpdate {
                         shards: 1,
+                        keep_rows: false,
                         geom: *geom,
                         rule,
                         chunk: co,
@@ -312,6 +313,7 @@ pub fn fuse_weight_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError
                 (
                     Op::Dense(DenseOp::DenseBwdWeightUpdate {
                         shards: 1,
+                        keep_rows: false,
                         rule,
                         chunk: m,
                         bias: false,
@@ -320,7 +322,11 @@ pub fn fuse_weight_update(g: &mut Graph, ctx: &Ctx) -> Result<bool, CompileError
                 )
             }
             Op::Optim(OptimOp::BiasGrad) => (
-                Op::Optim(OptimOp::BiasGradUpdate { shards: 1, rule }),
+                Op::Optim(OptimOp::BiasGradUpdate {
+                    shards: 1,
+                    keep_rows: false,
+                    rule,
+                }),
                 vec![gins[0], ins[0]],
             ),
             _ => continue,

@@ -49,6 +49,16 @@ pub(crate) fn shard_parameters(
     if layouts.is_empty() {
         return vec![];
     }
+    // their updates keep this rank's rows of the window and gather no other rank's
+    for s in steps.iter() {
+        let k = &mut kernels[s.kernel];
+        let updates_sharded = updated_args(&k.op, &k.arg_shapes)
+            .iter()
+            .any(|(slot, _)| s.args.get(*slot).is_some_and(|a| layouts.contains_key(a)));
+        if updates_sharded {
+            keep_rows(&mut k.op);
+        }
+    }
     let u = uses(bufs, steps, kernels);
     let mut wins: Vec<_> = layouts
         .keys()
@@ -151,6 +161,19 @@ pub(crate) fn shard_parameters(
         bufs[id].bytes = (l.shard_elems() * dmc_plan::op::DType::F32.size()) as u64;
     }
     layouts.into_iter().collect()
+}
+
+/// A sharded update made to keep only this rank's rows ([`Op::keeps_rows`]).
+fn keep_rows(op: &mut Op) {
+    use dmc_plan::op::{ConvOp, DenseOp};
+    match op {
+        Op::Optim(
+            OptimOp::Update { keep_rows, .. } | OptimOp::BiasGradUpdate { keep_rows, .. },
+        )
+        | Op::Dense(DenseOp::DenseBwdWeightUpdate { keep_rows, .. })
+        | Op::Conv(ConvOp::Conv2dBwdWeightUpdate { keep_rows, .. }) => *keep_rows = true,
+        _ => {}
+    }
 }
 
 /// The kernel of a gather or a keep of `layout` (one per op and layout).

@@ -106,10 +106,12 @@ pub fn sent_bytes(plan: &Plan, rank: usize) -> u64 {
         if let Op::Optim(OptimOp::GatherShard { layout }) = &k.op {
             elems += (n - 1) * (layout.rows_of(rank).len() * layout.cols) as u64;
         }
+        // sharded parameters: the update keeps this rank's rows and gathers none
+        let gathers = !k.op.keeps_rows();
         for l in updated(&k.op, &k.arg_shapes) {
             let mine = l.rows_of(rank).len() as u64 * l.cols as u64;
             let all = (l.rows * l.cols) as u64;
-            elems += if summed { 0 } else { all - mine } + (n - 1) * mine;
+            elems += if summed { 0 } else { all - mine } + if gathers { (n - 1) * mine } else { 0 };
         }
     }
     elems * 4

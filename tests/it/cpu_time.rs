@@ -32,6 +32,7 @@ fn sgd_momentum() -> UpdateRule {
 fn update_work(chunk: usize) -> CpuWork {
     let op = ConvOp::Conv2dBwdWeightUpdate {
         shards: 1,
+        keep_rows: false,
         geom: ConvGeom::square(3, 1, 1),
         rule: sgd_momentum(),
         chunk,
@@ -546,6 +547,7 @@ fn a_small_update_block_runs_serially_and_costs_its_rows_lines() {
 
     let op = |chunk| dmc_plan::op::DenseOp::DenseBwdWeightUpdate {
         shards: 1,
+        keep_rows: false,
         rule: sgd_momentum(),
         chunk,
         bias: false,

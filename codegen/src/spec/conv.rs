@@ -349,6 +349,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         fused(
             c(ConvOp::Conv2dBwdWeightUpdate {
                 shards: 1,
+                keep_rows: false,
                 geom: g2,
                 rule: sgd(0.9, true),
                 chunk: 2,
@@ -361,6 +362,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         fused(
             c(ConvOp::Conv2dBwdWeightUpdate {
                 shards: 1,
+                keep_rows: false,
                 geom: g1,
                 rule: adam(false),
                 chunk: 3,
@@ -387,6 +389,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         v.push(fused(
             c(ConvOp::Conv2dBwdWeightUpdate {
                 shards: 1,
+                keep_rows: false,
                 geom: g3,
                 rule,
                 chunk: 5,
@@ -452,6 +455,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
     v.push(fused_bias(
         c(ConvOp::Conv2dBwdWeightUpdate {
             shards: 1,
+            keep_rows: false,
             geom: g2,
             rule: sgd(0.9, true),
             chunk: 2,
@@ -465,6 +469,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
     v.push(fused_bias(
         c(ConvOp::Conv2dBwdWeightUpdate {
             shards: 1,
+            keep_rows: false,
             geom: g3,
             rule: adam(true),
             chunk: 5,
@@ -480,6 +485,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
     v.push(fused_bias(
         c(ConvOp::Conv2dBwdWeightUpdate {
             shards: 1,
+            keep_rows: false,
             geom: g3,
             rule: sgd(0.9, false),
             chunk: 6,
@@ -535,6 +541,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
     v.push(fused_bias(
         c(ConvOp::Conv2dBwdWeightUpdate {
             shards: 1,
+            keep_rows: false,
             geom: g3,
             rule: sgd(0.9, true),
             chunk: 4,
@@ -619,6 +626,7 @@ fn zoo_geometries() -> Vec<super::cases::Case> {
         v.push(fused_bias(
             Op::Conv(ConvOp::Conv2dBwdWeightUpdate {
                 shards: 1,
+                keep_rows: false,
                 geom: g,
                 rule: adam(true),
                 chunk: 3,

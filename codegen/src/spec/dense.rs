@@ -155,6 +155,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         fused(
             d(DenseOp::DenseBwdWeightUpdate {
                 shards: 1,
+                keep_rows: false,
                 rule: sgd(0.0, false),
                 chunk: 2,
                 bias: false,
@@ -165,6 +166,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         fused(
             d(DenseOp::DenseBwdWeightUpdate {
                 shards: 1,
+                keep_rows: false,
                 rule: adam(true),
                 chunk: 1,
                 bias: false,
@@ -181,6 +183,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         fused_bias(
             d(DenseOp::DenseBwdWeightUpdate {
                 shards: 1,
+                keep_rows: false,
                 rule: sgd(0.9, false),
                 chunk: 4,
                 bias: true,
@@ -193,6 +196,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         fused(
             d(DenseOp::DenseBwdWeightUpdate {
                 shards: 1,
+                keep_rows: false,
                 rule: sgd(0.9, false).with_clip_value(Some(0.5)),
                 chunk: 2,
                 bias: false,
@@ -224,6 +228,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         fused_bias(
             d(DenseOp::DenseBwdWeightUpdate {
                 shards: 1,
+                keep_rows: false,
                 rule: sgd(0.9, false),
                 chunk: 2,
                 bias: true,
@@ -235,6 +240,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         fused_bias(
             d(DenseOp::DenseBwdWeightUpdate {
                 shards: 1,
+                keep_rows: false,
                 rule: adam(false),
                 chunk: 1,
                 bias: true,
@@ -270,6 +276,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         fused_bias(
             d(DenseOp::DenseBwdWeightUpdate {
                 shards: 1,
+                keep_rows: false,
                 rule: rmsprop(0.9),
                 chunk: 2,
                 bias: true,
@@ -281,6 +288,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         fused_bias(
             d(DenseOp::DenseBwdWeightUpdate {
                 shards: 1,
+                keep_rows: false,
                 rule: lion(),
                 chunk: 1,
                 bias: true,

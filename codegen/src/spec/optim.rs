@@ -212,6 +212,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         fused(
             o(OptimOp::BiasGradUpdate {
                 shards: 1,
+                keep_rows: false,
                 rule: sgd(0.9, false),
             }),
             vec![vec![17000, 3]],
@@ -221,6 +222,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
             o(OptimOp::Update {
                 summed: false,
                 shards: 1,
+                keep_rows: false,
                 rule: sgd_plain,
                 zero_grad: false,
             }),
@@ -230,6 +232,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
             o(OptimOp::Update {
                 summed: false,
                 shards: 1,
+                keep_rows: false,
                 rule: sgd_nesterov,
                 zero_grad: false,
             }),
@@ -239,6 +242,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
             o(OptimOp::Update {
                 summed: false,
                 shards: 1,
+                keep_rows: false,
                 rule: adam(true),
                 zero_grad: false,
             }),
@@ -248,6 +252,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
             o(OptimOp::Update {
                 summed: false,
                 shards: 1,
+                keep_rows: false,
                 rule: adam_l2,
                 zero_grad: false,
             }),
@@ -256,6 +261,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         fused(
             o(OptimOp::BiasGradUpdate {
                 shards: 1,
+                keep_rows: false,
                 rule: sgd(0.9, false),
             }),
             vec![vec![2, 3, 4, 5]],
@@ -264,6 +270,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         fused(
             o(OptimOp::BiasGradUpdate {
                 shards: 1,
+                keep_rows: false,
                 rule: adam(false),
             }),
             vec![vec![2, 3, 4, 5]],
@@ -273,6 +280,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
             o(OptimOp::Update {
                 summed: false,
                 shards: 1,
+                keep_rows: false,
                 rule: rmsprop(0.0),
                 zero_grad: false,
             }),
@@ -282,6 +290,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
             o(OptimOp::Update {
                 summed: false,
                 shards: 1,
+                keep_rows: false,
                 rule: rmsprop(0.9),
                 zero_grad: false,
             }),
@@ -291,6 +300,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
             o(OptimOp::Update {
                 summed: false,
                 shards: 1,
+                keep_rows: false,
                 rule: lion(),
                 zero_grad: false,
             }),
@@ -299,6 +309,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         fused(
             o(OptimOp::BiasGradUpdate {
                 shards: 1,
+                keep_rows: false,
                 rule: rmsprop(0.9),
             }),
             vec![vec![2, 3, 4, 5]],
@@ -307,6 +318,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         fused(
             o(OptimOp::BiasGradUpdate {
                 shards: 1,
+                keep_rows: false,
                 rule: lion(),
             }),
             vec![vec![2, 3, 4, 5]],
@@ -321,6 +333,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
             o(OptimOp::Update {
                 summed: false,
                 shards: 1,
+                keep_rows: false,
                 rule: adam(false),
                 zero_grad: true,
             }),
@@ -341,6 +354,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
             o(OptimOp::Update {
                 summed: false,
                 shards: 1,
+                keep_rows: false,
                 rule: sgd_nesterov.with_clip_norm(Some(1.5)),
                 zero_grad: true,
             }),
@@ -351,6 +365,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
             o(OptimOp::Update {
                 summed: false,
                 shards: 1,
+                keep_rows: false,
                 rule: sgd_nesterov.with_clip_value(Some(0.25)),
                 zero_grad: false,
             }),
@@ -359,6 +374,7 @@ pub(crate) fn zoo() -> Vec<super::cases::Case> {
         fused(
             o(OptimOp::BiasGradUpdate {
                 shards: 1,
+                keep_rows: false,
                 rule: adam(false).with_clip_value(Some(0.5)),
             }),
             vec![vec![2, 3, 4, 5]],

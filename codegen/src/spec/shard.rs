@@ -88,14 +88,15 @@ fn bias_sum_ctx(ctx: &mut Context, dy: &[usize], c: usize) {
 }
 
 /// The bias' part of a program: its column sums into `db`, summed on this rank's elements (peers'
-/// parts into `comm`), updated, gathered into `b`.
+/// parts into `comm`), updated, gathered into `b` (unless `keep_rows`: sharded parameters).
 fn bias_program(
     s: &Site,
     c: usize,
     world: usize,
     (b, db, comm): (usize, usize, usize),
+    keep_rows: bool,
 ) -> Result<Vec<Phase>, CodegenError> {
-    Ok(vec![
+    let mut program = vec![
         launch(s, "bias", c, 0)?,
         Phase::Collective(Collective::ReduceScatterRows {
             buf: Region::of(db),
@@ -104,12 +105,15 @@ fn bias_program(
             tmp: Region::of(comm),
         }),
         launch(s, "bias_rows", max_rows(c, world), 0)?,
-        Phase::Collective(Collective::AllGatherRows {
+    ];
+    if !keep_rows {
+        program.push(Phase::Collective(Collective::AllGatherRows {
             buf: Region::of(b),
             rows: c,
             cols: 1,
-        }),
-    ])
+        }));
+    }
+    Ok(program)
 }
 
 /// A fused weight-gradient + update of a weight seen as `[k, c]`, in chunks of `chunk` columns:
@@ -121,7 +125,7 @@ fn fused(
     rule: &UpdateRule,
     (k, c, chunk): (usize, usize, usize),
     (bias, keep_old, cols_ws): (bool, bool, bool),
-    world: usize,
+    (world, keep_rows): (usize, bool),
 ) -> Result<Spec, CodegenError> {
     let ns = rule.state_names().len();
     let b = 3 + ns;
@@ -168,13 +172,15 @@ fn fused(
         }));
         program.push(launch(s, "rows", max_rows(k, world) * nc, c0)?);
     }
-    program.push(Phase::Collective(Collective::AllGatherRows {
-        buf: Region::of(2),
-        rows: k,
-        cols: c,
-    }));
+    if !keep_rows {
+        program.push(Phase::Collective(Collective::AllGatherRows {
+            buf: Region::of(2),
+            rows: k,
+            cols: c,
+        }));
+    }
     if bias {
-        program.extend(bias_program(s, c, world, (b, db, comm))?);
+        program.extend(bias_program(s, c, world, (b, db, comm), keep_rows)?);
     }
     Ok(spec_of(ctx, program))
 }
@@ -184,7 +190,11 @@ pub(crate) fn spec(s: &Site) -> Result<Spec, CodegenError> {
     let world = s.k.op.shards();
     match &s.k.op {
         Op::Dense(DenseOp::DenseBwdWeightUpdate {
-            rule, chunk, bias, ..
+            rule,
+            chunk,
+            bias,
+            keep_rows,
+            ..
         }) => {
             let (x, w) = (s.shape(0)?, s.shape(2)?);
             s.rank(w, 2, "w")?;
@@ -198,7 +208,7 @@ pub(crate) fn spec(s: &Site) -> Result<Spec, CodegenError> {
                 rule,
                 (w[0], w[1], *chunk),
                 (*bias, false, false),
-                world,
+                (world, *keep_rows),
             )
         }
         Op::Conv(ConvOp::Conv2dBwdWeightUpdate {
@@ -207,6 +217,7 @@ pub(crate) fn spec(s: &Site) -> Result<Spec, CodegenError> {
             chunk,
             bias,
             keep_old,
+            keep_rows,
             ..
         }) => {
             let (x, dy, w) = (s.shape(0)?, s.shape(1)?, s.shape(2)?);
@@ -244,13 +255,14 @@ pub(crate) fn spec(s: &Site) -> Result<Spec, CodegenError> {
                 rule,
                 (numel(w) / c.max(1), c, *chunk),
                 (*bias, *keep_old, true),
-                world,
+                (world, *keep_rows),
             )
         }
         Op::Optim(OptimOp::Update {
             rule,
             zero_grad,
             summed,
+            keep_rows,
             ..
         }) => {
             let n = numel(s.shape(0)?);
@@ -283,21 +295,25 @@ pub(crate) fn spec(s: &Site) -> Result<Spec, CodegenError> {
             if *zero_grad {
                 program.push(launch(s, "zero", n, 0)?);
             }
-            program.push(Phase::Collective(Collective::AllGatherRows {
-                buf: Region::of(0),
-                rows: n,
-                cols: 1,
-            }));
+            if !keep_rows {
+                program.push(Phase::Collective(Collective::AllGatherRows {
+                    buf: Region::of(0),
+                    rows: n,
+                    cols: 1,
+                }));
+            }
             Ok(spec_of(ctx, program))
         }
-        Op::Optim(OptimOp::BiasGradUpdate { rule, .. }) => {
+        Op::Optim(OptimOp::BiasGradUpdate {
+            rule, keep_rows, ..
+        }) => {
             let c = numel(s.shape(1)?);
             let ns = rule.state_names().len();
             let mut ctx = base_ctx(s, "bias", world);
             rule_ctx(&mut ctx, rule, "b", false);
             ctx.insert("bias_states", rule.state_names());
             bias_sum_ctx(&mut ctx, s.shape(0)?, c);
-            let program = bias_program(s, c, world, (1, 2 + ns, 3 + ns))?;
+            let program = bias_program(s, c, world, (1, 2 + ns, 3 + ns), *keep_rows)?;
             Ok(spec_of(ctx, program))
         }
         Op::Optim(OptimOp::GradAllReduce { .. }) => {

@@ -279,6 +279,7 @@ fn backward_and_update_ops() {
     let sgd = Op::Optim(OptimOp::Update {
         summed: false,
         shards: 1,
+        keep_rows: false,
         rule: UpdateRule::Sgd {
             lr: 0.1,
             momentum: 0.9,
@@ -297,6 +298,7 @@ fn backward_and_update_ops() {
     let plain = Op::Optim(OptimOp::Update {
         summed: false,
         shards: 1,
+        keep_rows: false,
         rule: UpdateRule::Sgd {
             lr: 0.1,
             momentum: 0.0,
@@ -314,6 +316,7 @@ fn backward_and_update_ops() {
     let adam = Op::Optim(OptimOp::Update {
         summed: false,
         shards: 1,
+        keep_rows: false,
         rule: UpdateRule::Adam {
             lr: 0.1,
             beta1: 0.9,

@@ -64,6 +64,11 @@ pub enum ConvOp {
             skip_serializing_if = "crate::shard::is_one"
         )]
         shards: usize,
+        /// Sharded parameters (ZeRO-3, [`crate::shard`]): the updated tensor is a window of
+        /// which only this rank's rows are kept (`KeepShard`), so the step gathers no other
+        /// rank's rows into it.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        keep_rows: bool,
     },
     /// The transposed convolution (PyTorch's `ConvTranspose2d`): x\[N,H,W,Ci\], w\[kh,kw,Co/groups,Ci\],
     /// (b\[Co\] if bias) -> y\[N,Ho,Wo,Co\] = conv^T(x, w) + b: the data gradient of the convolution
@@ -475,6 +480,7 @@ impl OpFacts for ConvOp {
                 rule,
                 keep_old,
                 shards,
+                ..
             } => {
                 let (x, dy, w) = (&inputs[0], &inputs[1], &inputs[2]);
                 if !consistent(geom, x, dy)?

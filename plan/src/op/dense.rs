@@ -45,6 +45,11 @@ pub enum DenseOp {
             skip_serializing_if = "crate::shard::is_one"
         )]
         shards: usize,
+        /// Sharded parameters (ZeRO-3, [`crate::shard`]): the updated tensor is a window of
+        /// which only this rank's rows are kept (`KeepShard`), so the step gathers no other
+        /// rank's rows into it.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        keep_rows: bool,
     },
 }
 
@@ -201,6 +206,7 @@ impl OpFacts for DenseOp {
                 bias,
                 rule,
                 shards,
+                ..
             } => {
                 let (x, dy, w) = (&inputs[0], &inputs[1], &inputs[2]);
                 rank(x, 2, "x")?;

@@ -117,6 +117,19 @@ impl Op {
         }
     }
 
+    /// Whether this sharded update keeps only this rank's rows of what it updates (sharded
+    /// parameters: a window of which `KeepShard` keeps those rows), gathering no other rank's.
+    pub fn keeps_rows(&self) -> bool {
+        match self {
+            Op::Optim(
+                OptimOp::Update { keep_rows, .. } | OptimOp::BiasGradUpdate { keep_rows, .. },
+            )
+            | Op::Dense(DenseOp::DenseBwdWeightUpdate { keep_rows, .. })
+            | Op::Conv(ConvOp::Conv2dBwdWeightUpdate { keep_rows, .. }) => *keep_rows,
+            _ => false,
+        }
+    }
+
     /// The family facts of a kernel op; `None` for leaves and `Reshape`, which have no kernel.
     pub fn facts(&self) -> Option<&dyn OpFacts> {
         match self {

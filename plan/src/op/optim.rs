@@ -52,6 +52,11 @@ pub enum OptimOp {
         /// by [`OptimOp::GradAllReduce`] before the norm), so the update does not sum it again.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         summed: bool,
+        /// Sharded parameters (ZeRO-3, [`crate::shard`]): the updated tensor is a window of
+        /// which only this rank's rows are kept (`KeepShard`), so the step gathers no other
+        /// rank's rows into it.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        keep_rows: bool,
     },
     /// Data parallel with `clip_norm` ([`crate::shard`]): a held gradient g (InOut) summed over
     /// the `shards` ranks in place, every rank getting the same values (each rank sums its rows,
@@ -85,6 +90,11 @@ pub enum OptimOp {
             skip_serializing_if = "crate::shard::is_one"
         )]
         shards: usize,
+        /// Sharded parameters (ZeRO-3, [`crate::shard`]): the updated tensor is a window of
+        /// which only this rank's rows are kept (`KeepShard`), so the step gathers no other
+        /// rank's rows into it.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        keep_rows: bool,
     },
     /// Sharded parameters (data parallel with `--shard-parameters`, ZeRO stage 3,
     /// [`crate::shard`]): shard (this rank's rows of a parameter seen as `layout`, at the start of
@@ -127,7 +137,7 @@ impl OpFacts for OptimOp {
             OptimOp::GradAllReduce { .. } => vec![p("g", InOut, F32), p("tmp", Workspace, F32)],
             OptimOp::GatherShard { .. } => vec![p("shard", In, F32), p("w", Out, F32)],
             OptimOp::KeepShard { .. } => vec![p("w", In, F32), p("shard", InOut, F32)],
-            OptimOp::BiasGradUpdate { rule, shards } => {
+            OptimOp::BiasGradUpdate { rule, shards, .. } => {
                 let mut v = vec![p("dy", In, F32), p("b", InOut, F32)];
                 v.extend(rule.state_names().iter().map(|s| p(s, InOut, F32)));
                 v.push(p("db", Workspace, F32));
@@ -279,7 +289,7 @@ impl OpFacts for OptimOp {
                 Some(c) => Ok(vec![TensorType::f32(vec![*c])]),
                 None => err("dy must have rank >= 1"),
             },
-            OptimOp::BiasGradUpdate { rule, shards } => {
+            OptimOp::BiasGradUpdate { rule, shards, .. } => {
                 let (dy, b) = (&inputs[0], &inputs[1]);
                 if dy.shape.last().map(|c| vec![*c]) != Some(b.shape.clone()) {
                     return err(format!("dy {dy} and bias {b} inconsistent"));

@@ -102,6 +102,7 @@ fn fused_signatures_put_the_extra_inputs_after_the_ops_own() {
 fn a_fused_weight_update_takes_the_bias_and_may_keep_the_old_weights() {
     let op = Op::Conv(ConvOp::Conv2dBwdWeightUpdate {
         shards: 1,
+        keep_rows: false,
         geom: G,
         rule: adam(),
         chunk: 4,

@@ -121,6 +121,7 @@ fn an_update_op_has_the_state_slots_of_its_rule() {
         let op = Op::Optim(OptimOp::Update {
             summed: false,
             shards: 1,
+            keep_rows: false,
             rule,
             zero_grad: false,
         });
@@ -150,6 +151,7 @@ fn an_update_op_in_plan_json_carries_its_rule() {
     let op = Op::Optim(OptimOp::Update {
         summed: false,
         shards: 1,
+        keep_rows: false,
         rule: rules()[1],
         zero_grad: false,
     });
@@ -171,6 +173,7 @@ fn clipping_and_accumulation_in_plan_json_and_their_aliasing() {
     let op = Op::Optim(OptimOp::Update {
         summed: false,
         shards: 1,
+        keep_rows: false,
         rule: rules()[1].with_clip_value(Some(0.5)),
         zero_grad: true,
     });

@@ -608,6 +608,8 @@ pub(super) unsafe fn exec(op: &ConvOp, a: &Args, ctx: &Ctx) {
                 bias,
                 keep_old,
                 shards,
+                keep_rows,
+                ..
             } => {
                 let d = ConvDims::from_shapes(a.shape(0), a.shape(1));
                 let ns = rule.state_names().len();
@@ -648,7 +650,8 @@ pub(super) unsafe fn exec(op: &ConvOp, a: &Args, ctx: &Ctx) {
                         )
                     },
                 );
-                if comm.is_some() {
+                // (sharded parameters: this rank's rows are kept, the others' not gathered)
+                if comm.is_some() && !keep_rows {
                     shard::gather_rows(ctx, w, co);
                 }
                 // the bias, with the column sums gathered during the weight gradient
@@ -657,7 +660,14 @@ pub(super) unsafe fn exec(op: &ConvOp, a: &Args, ctx: &Ctx) {
                     let b = a.f32_mut(3 + ns);
                     match comm {
                         Some(tmp) => {
-                            shard::update_bias(ctx, rule, b, &mut db[..co], tmp, &mut bstates[..ns])
+                            let db = &mut db[..co];
+                            shard::update_bias(
+                                ctx,
+                                rule,
+                                (b, db, tmp),
+                                &mut bstates[..ns],
+                                !keep_rows,
+                            )
                         }
                         None => update_block(
                             &ctx.rule(rule),

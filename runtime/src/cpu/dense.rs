@@ -134,6 +134,7 @@ pub(super) unsafe fn exec(op: &DenseOp, a: &Args, ctx: &Ctx) {
                 chunk,
                 bias,
                 shards,
+                keep_rows,
             } => {
                 let ws = a.shape(2);
                 let (k, m) = (ws[0], ws[1]);
@@ -166,7 +167,8 @@ pub(super) unsafe fn exec(op: &DenseOp, a: &Args, ctx: &Ctx) {
                         )
                     },
                 );
-                if comm.is_some() {
+                // (sharded parameters: this rank's rows are kept, the others' not gathered)
+                if comm.is_some() && !keep_rows {
                     shard::gather_rows(ctx, w, m);
                 }
                 if *bias {
@@ -176,7 +178,14 @@ pub(super) unsafe fn exec(op: &DenseOp, a: &Args, ctx: &Ctx) {
                     match comm {
                         Some(tmp) => {
                             bias_grad(a.f32(1), &mut db[..m]);
-                            shard::update_bias(ctx, rule, b, &mut db[..m], tmp, &mut bstates[..ns]);
+                            let db = &mut db[..m];
+                            shard::update_bias(
+                                ctx,
+                                rule,
+                                (b, db, tmp),
+                                &mut bstates[..ns],
+                                !keep_rows,
+                            );
                         }
                         None => bias_grad_update(
                             &ctx.rule(rule),

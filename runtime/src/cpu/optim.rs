@@ -452,6 +452,7 @@ pub(super) unsafe fn exec(op: &OptimOp, a: &Args, ctx: &Ctx) {
                 shards,
                 zero_grad,
                 summed,
+                keep_rows,
             } if *shards > 1 => {
                 let ns = rule.state_names().len();
                 let mut states = state_slices(a, 2, ns);
@@ -471,6 +472,7 @@ pub(super) unsafe fn exec(op: &OptimOp, a: &Args, ctx: &Ctx) {
                     (*summed, gscale),
                     (acc, tmp),
                     &mut states[..ns],
+                    !keep_rows,
                 );
                 if *zero_grad {
                     // this rank's accumulated gradient, consumed (g is InOut here)
@@ -517,19 +519,23 @@ pub(super) unsafe fn exec(op: &OptimOp, a: &Args, ctx: &Ctx) {
                 a.f32_mut(1)[0] = sum[0];
                 sum[0] = 0.0;
             }
-            OptimOp::BiasGradUpdate { rule, shards } if *shards > 1 => {
+            OptimOp::BiasGradUpdate {
+                rule,
+                shards,
+                keep_rows,
+            } if *shards > 1 => {
                 let ns = rule.state_names().len();
                 let (b, db) = (a.f32_mut(1), a.f32_mut(2 + ns));
                 let mut states = state_slices(a, 2, ns);
                 bias_grad(a.f32(0), &mut db[..b.len()]);
                 let c = b.len();
+                let tmp = a.f32_mut(3 + ns);
                 shard::update_bias(
                     ctx,
                     rule,
-                    b,
-                    &mut db[..c],
-                    a.f32_mut(3 + ns),
+                    (b, &mut db[..c], tmp),
                     &mut states[..ns],
+                    !keep_rows,
                 );
             }
             OptimOp::BiasGradUpdate { rule, .. } => {

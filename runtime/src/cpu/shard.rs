@@ -106,7 +106,8 @@ pub(super) fn gather_rows(ctx: &Ctx, w: &mut [f32], ld: usize) {
 /// parts into `tmp`; `g` itself is only read), those elements of `w` updated with the state
 /// shards, and every rank's elements gathered into `w`.
 /// With `summed`, `g` is already the ranks' sum ([`all_reduce`]): its elements of this rank are
-/// used as they are, and only the gather runs; `gscale` is `clip_norm`'s factor.
+/// used as they are, and only the gather runs; `gscale` is `clip_norm`'s factor. Without
+/// `gather` (sharded parameters: only this rank's elements are kept) the others' are not gathered.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn update_elems(
     ctx: &Ctx,
@@ -115,6 +116,7 @@ pub(super) fn update_elems(
     (summed, gscale): (bool, f32),
     (acc, tmp): (&mut [f32], &mut [f32]),
     states: &mut [&mut [f32]],
+    gather: bool,
 ) {
     let c = group(ctx);
     let n = w.len();
@@ -134,7 +136,9 @@ pub(super) fn update_elems(
         acc,
         &mut states,
     );
-    gather_rows(ctx, w, 1);
+    if gather {
+        gather_rows(ctx, w, 1);
+    }
 }
 
 /// A held gradient summed over the ranks in place, every rank the same values (this rank's
@@ -150,17 +154,19 @@ pub(super) fn all_reduce(ctx: &Ctx, g: &mut [f32], tmp: &mut [f32]) {
 }
 
 /// A bias on this rank: its gradient `db` (`[C]`, this rank's column sums) summed over the ranks
-/// on this rank's elements, those updated, and every rank's elements gathered into `b`.
+/// on this rank's elements, those updated, and (with `gather`) every rank's elements gathered
+/// into `b`.
 pub(super) fn update_bias(
     ctx: &Ctx,
     rule: &UpdateRule,
-    b: &mut [f32],
-    db: &mut [f32],
-    tmp: &mut [f32],
+    (b, db, tmp): (&mut [f32], &mut [f32], &mut [f32]),
     states: &mut [&mut [f32]],
+    gather: bool,
 ) {
     update_rows_block(ctx, rule, b, 1, (0, 1), db, tmp, states);
-    gather_rows(ctx, b, 1);
+    if gather {
+        gather_rows(ctx, b, 1);
+    }
 }
 
 /// Sharded parameters (ZeRO stage 3): the window `w` of a parameter seen as `layout`, filled with

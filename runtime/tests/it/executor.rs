@@ -241,6 +241,7 @@ fn linear_plan() -> Plan {
     let sgd = Op::Optim(OptimOp::Update {
         summed: false,
         shards: 1,
+        keep_rows: false,
         rule: UpdateRule::Sgd {
             lr: LR,
             momentum: MOM,
@@ -694,6 +695,7 @@ fn conv_plan() -> Plan {
     let adam = Op::Optim(OptimOp::Update {
         summed: false,
         shards: 1,
+        keep_rows: false,
         rule: UpdateRule::Adam {
             lr: 0.02,
             beta1: 0.9,
