@@ -28,7 +28,7 @@ use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 /// The calibration programs: each family of kernel at sizes in and out of the caches.
-const PROGRAMS: [&str; 6] = [
+const PROGRAMS: [&str; 7] = [
     // 3x3 convolutions at 32 and 64 channels, batchnorm, max pooling
     "input x: [32, 32, 16]\ntarget y: int\n\
      out = x |> conv2d(32, 3, activation: relu) |> conv2d(32, 3) |> batchnorm |> relu\n\
@@ -49,6 +49,12 @@ const PROGRAMS: [&str; 6] = [
        |> conv2d(48, 3, stride: 2, padding: 1, groups: 48, bias: false) |> batchnorm |> relu\n\
        |> global_avgpool |> dense(10)\n\
      loss cross_entropy(out, y)\ntrain { batch: 16, optimizer: adam(lr: 0.001) }\n",
+    // dense layers over a batch the threads split by rows, each block packing the whole weight
+    // (fitted on the others alone, whose dense batches split by columns, mlp.dm's dense GEMMs
+    // were predicted ~1.35x slow)
+    "input x: [640]\ntarget y: int\n\
+     out = x |> dense(320, activation: relu) |> dense(160, activation: relu) |> dense(10)\n\
+     loss cross_entropy(out, y)\ntrain { batch: 96, optimizer: sgd(lr: 0.01, momentum: 0.9) }\n",
     // a transformer's MLP: wide dense layers over many rows (positions x batch), GELU between
     // (fitted on the others alone, gpt.dm's dense GEMMs were predicted 1.45-1.57x fast)
     "input x: [64, 256]\ntarget y: [64, 256]\n\

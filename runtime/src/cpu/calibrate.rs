@@ -48,7 +48,7 @@ const GEMM_SHAPES: [(usize, usize, usize); 8] = [
 ];
 
 /// Bumped when what is measured or how changes: older cache entries are then ignored.
-const CACHE_VERSION: &str = "cpu-rates-8";
+const CACHE_VERSION: &str = "cpu-rates-9";
 
 /// Seconds of the best of `reps` runs of `f`, each repeated until it took `min_s`.
 fn best_of(reps: usize, min_s: f64, mut f: impl FnMut()) -> f64 {
