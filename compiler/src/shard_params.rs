@@ -16,7 +16,7 @@ use dmc_plan::plan::{BufferId, BufferKind, Kernel, Step, Store};
 use dmc_plan::shard::{updated_args, Layout};
 
 use crate::emit::Buf;
-use crate::stream::{uses, windows_of};
+use crate::stream::{splice, uses, windows_in, windows_of};
 
 /// The parameters of `steps` that a sharded update updates, with their layouts.
 fn sharded_params(bufs: &[Buf], steps: &[Step], kernels: &[Kernel]) -> BTreeMap<BufferId, Layout> {
@@ -77,51 +77,19 @@ pub(crate) fn shard_parameters(
     for (i, w) in wins.iter().enumerate() {
         before[w.first].push((i, true));
     }
-    let old = std::mem::take(steps);
-    let mut placed: Vec<Option<Step>> = old.into_iter().map(Some).collect();
-    let mut new_of = vec![0usize; n + 1];
-    // (new index, window, gather?) of each inserted step
-    let mut inserted: Vec<(usize, usize, bool)> = Vec::new();
-    let mut seq: Vec<Step> = Vec::with_capacity(n + 2 * wins.len());
-    for i in 0..=n {
-        for &(w, gather) in &before[i] {
-            inserted.push((seq.len(), w, gather));
-            seq.push(Step {
-                kernel: 0, // set below
-                args: vec![],
-                label: String::new(),
-                phase: dmc_plan::plan::StepPhase::Forward,
-                ready: None,
-            });
-        }
-        new_of[i] = seq.len();
-        if let Some(s) = placed.get_mut(i).and_then(Option::take) {
-            seq.push(s);
-        }
-    }
+    let (mut seq, new_of, inserted) = splice(std::mem::take(steps), &before);
     // the windows, numbered per parameter; each cluster's uses read its window
     let mut ordinal: BTreeMap<BufferId, usize> = BTreeMap::new();
-    let mut window_buf = vec![0usize; wins.len()];
-    for (i, w) in wins.iter().enumerate() {
-        let k = ordinal.entry(w.host).or_default();
-        *k += 1;
-        let h = &bufs[w.host];
-        let name = format!("{} (window {k})", h.name);
-        bufs.push(Buf::new(name, h.bytes, h.dtype, h.kind, false));
-        window_buf[i] = bufs.len() - 1;
-        for si in w.first..=w.last {
-            for a in seq[new_of[si]].args.iter_mut() {
-                if *a == w.host {
-                    *a = window_buf[i];
-                }
-            }
-        }
-    }
-    for b in bufs.iter_mut() {
-        b.first_write = b.first_write.map(|s| new_of[s]);
-        b.last_read = b.last_read.map(|s| new_of[s]);
-    }
-    for &(at, w, gather) in &inserted {
+    let names: Vec<String> = wins
+        .iter()
+        .map(|w| {
+            let k = ordinal.entry(w.host).or_default();
+            *k += 1;
+            format!("{} (window {k})", bufs[w.host].name)
+        })
+        .collect();
+    let window_buf = windows_in(bufs, &mut seq, &new_of, &wins, names, |_, _| {});
+    for &(at, (w, gather)) in &inserted {
         let win = &wins[w];
         let (home, window) = (win.host, window_buf[w]);
         let layout = layouts[&home];

@@ -227,59 +227,22 @@ pub(crate) fn stream(
             before[issue[i]].push((i, TransferOp::HostToDevice));
         }
     }
-    let old = std::mem::take(steps);
-    let mut new_of = vec![0usize; n + 1];
-    // (window, op) of each inserted step, by new index
-    let mut copies: Vec<(usize, usize, TransferOp)> = Vec::new();
-    let mut placed: Vec<Option<Step>> = old.into_iter().map(Some).collect();
-    let mut seq: Vec<Step> = Vec::with_capacity(n + 2 * wins.len());
-    for i in 0..=n {
-        for &(w, op) in &before[i] {
-            copies.push((seq.len(), w, op));
-            seq.push(Step {
-                kernel: 0, // set below
-                args: vec![],
-                label: String::new(),
-                phase: StepPhase::Forward,
-                ready: None,
-            });
-        }
-        new_of[i] = seq.len();
-        if i < n {
-            if let Some(s) = placed[i].take() {
-                seq.push(s);
-            }
-        }
-    }
+    // (new index, (window, op)) of each inserted step
+    let (mut seq, new_of, copies) = splice(std::mem::take(steps), &before);
     let total = seq.len();
 
     // The windows: new buffers; every use of a streamed tensor reads its window instead.
-    let mut window_buf = vec![0usize; wins.len()];
-    for (i, w) in wins.iter().enumerate() {
-        let h = &bufs[w.host];
-        let name = format!("{} (window {})", h.name, ordinal[i] + 1);
-        let mut win = Buf::new(name, h.bytes, h.dtype, h.kind, false);
+    let names: Vec<String> = (0..wins.len())
+        .map(|i| format!("{} (window {})", bufs[wins[i].host].name, ordinal[i] + 1))
+        .collect();
+    let window_buf = windows_in(bufs, &mut seq, &new_of, &wins, names, |w, win| {
         if !w.copied_in() {
             // its producer writes it (renumbered below with every range)
             (win.first_write, win.last_read) = (Some(w.first), Some(w.last));
         }
-        bufs.push(win);
-        window_buf[i] = bufs.len() - 1;
-        for si in w.first..=w.last {
-            for a in seq[new_of[si]].args.iter_mut() {
-                if *a == w.host {
-                    *a = window_buf[i];
-                }
-            }
-        }
-    }
-    // Renumber every buffer's range to the new steps.
-    for b in bufs.iter_mut() {
-        b.first_write = b.first_write.map(|s| new_of[s]);
-        b.last_read = b.last_read.map(|s| new_of[s]);
-    }
+    });
     // The copy steps, their kernels, their `ready`, and the windows' live ranges.
-    for &(at, w, op) in &copies {
+    for &(at, (w, op)) in &copies {
         let win = &wins[w];
         let (host, window) = (win.host, window_buf[w]);
         let shape = vec![(bufs[host].bytes / DType::F32.size() as u64) as usize];
@@ -328,6 +291,71 @@ pub(crate) fn stream(
         host_bytes += crate::placement::align_up(b.bytes);
     }
     host_bytes
+}
+
+/// `old` with a placeholder step inserted before original step `i` for each item of `before[i]`
+/// (`before[old.len()]`: after the last step). Returns the new steps, the new index of every
+/// original step (and of the end), and each placeholder's new index with its item.
+pub(crate) fn splice<T: Copy>(
+    old: Vec<Step>,
+    before: &[Vec<T>],
+) -> (Vec<Step>, Vec<usize>, Vec<(usize, T)>) {
+    let n = old.len();
+    let mut new_of = vec![0usize; n + 1];
+    let mut inserted = Vec::new();
+    let mut seq: Vec<Step> = Vec::with_capacity(n + before.iter().map(Vec::len).sum::<usize>());
+    let mut placed = old.into_iter();
+    for (i, items) in before.iter().enumerate().take(n + 1) {
+        for &item in items {
+            inserted.push((seq.len(), item));
+            seq.push(Step {
+                kernel: 0, // the caller's
+                args: vec![],
+                label: String::new(),
+                phase: StepPhase::Forward,
+                ready: None,
+            });
+        }
+        new_of[i] = seq.len();
+        if i < n {
+            seq.extend(placed.next());
+        }
+    }
+    (seq, new_of, inserted)
+}
+
+/// A window buffer per window of `wins` (named `names[i]`, shaped after its home, `init` given
+/// the chance to set its range), every use in its cluster (original steps `first..=last`, at
+/// `new_of` in `seq`) pointed at it; then every buffer's range renumbered to the new steps.
+/// Returns the windows' buffer ids.
+pub(crate) fn windows_in(
+    bufs: &mut Vec<Buf>,
+    seq: &mut [Step],
+    new_of: &[usize],
+    wins: &[Window],
+    names: Vec<String>,
+    init: impl Fn(&Window, &mut Buf),
+) -> Vec<BufferId> {
+    let mut window_buf = vec![0usize; wins.len()];
+    for ((i, w), name) in wins.iter().enumerate().zip(names) {
+        let h = &bufs[w.host];
+        let mut win = Buf::new(name, h.bytes, h.dtype, h.kind, false);
+        init(w, &mut win);
+        bufs.push(win);
+        window_buf[i] = bufs.len() - 1;
+        for si in w.first..=w.last {
+            for a in seq[new_of[si]].args.iter_mut() {
+                if *a == w.host {
+                    *a = window_buf[i];
+                }
+            }
+        }
+    }
+    for b in bufs.iter_mut() {
+        b.first_write = b.first_write.map(|s| new_of[s]);
+        b.last_read = b.last_read.map(|s| new_of[s]);
+    }
+    window_buf
 }
 
 /// The kernel of a copy of `shape` (one per direction and shape).

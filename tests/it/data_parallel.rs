@@ -43,12 +43,10 @@ pub(super) fn plan_capped(
     fuse: bool,
     cap: Option<u64>,
 ) -> Result<Plan, CompileError> {
-    let src = format!("{src}train {{ {train} }}\n");
-    let m = dmc_grammar::compile_source(&src, "t.dm")
-        .unwrap_or_else(|d| panic!("{}", dmc_grammar::render_plain(&d)));
-    compile(
-        &m,
-        &CompileOptions {
+    plan_with(
+        src,
+        train,
+        CompileOptions {
             mode: Mode::Train,
             fuse,
             ranks,
@@ -56,6 +54,18 @@ pub(super) fn plan_capped(
             ..CompileOptions::default()
         },
     )
+}
+
+/// The plan of `src` with the training settings `train`, compiled with `opts`.
+pub(super) fn plan_with(
+    src: &str,
+    train: &str,
+    opts: CompileOptions,
+) -> Result<Plan, CompileError> {
+    let src = format!("{src}train {{ {train} }}\n");
+    let m = dmc_grammar::compile_source(&src, "t.dm")
+        .unwrap_or_else(|d| panic!("{}", dmc_grammar::render_plain(&d)));
+    compile(&m, &opts)
 }
 
 /// The global (micro-)batches of `STEPS` steps of `plan` (one process's plan: its batch is the

@@ -15,25 +15,19 @@ use dmc_runtime::comm::Collective;
 use dmc_runtime::compare::Batch;
 use dmc_runtime::CpuBackend;
 
-use super::data_parallel::{batches, on_ranks, plan, rel, train, train_on, CONV, GPT};
+use super::data_parallel::{batches, on_ranks, plan, plan_with, rel, train, train_on, CONV, GPT};
 
 /// `src` with `train` over `ranks` ranks, its parameters sharded.
 pub(super) fn zero3(src: &str, train: &str, ranks: usize, fuse: bool, cap: Option<u64>) -> Plan {
-    let src = format!("{src}train {{ {train} }}\n");
-    let m = dmc_grammar::compile_source(&src, "t.dm")
-        .unwrap_or_else(|d| panic!("{}", dmc_grammar::render_plain(&d)));
-    compile(
-        &m,
-        &CompileOptions {
-            mode: Mode::Train,
-            fuse,
-            ranks,
-            cap,
-            shard_params: true,
-            ..CompileOptions::default()
-        },
-    )
-    .expect("a plan with sharded parameters")
+    let opts = CompileOptions {
+        mode: Mode::Train,
+        fuse,
+        ranks,
+        cap,
+        shard_params: true,
+        ..CompileOptions::default()
+    };
+    plan_with(src, train, opts).expect("a plan with sharded parameters")
 }
 
 /// One rank's buffers of its parameters after training (this rank's rows of a sharded one).

@@ -80,6 +80,33 @@ fn mine(
     Ok(mine)
 }
 
+/// The tensors `local` (this rank's buffers of `bindings`) whole: a sharded one's rows gathered
+/// from the ranks, on every rank (`to_all`) or on rank 0 alone (the others keep their rows).
+fn whole<'a>(
+    bindings: &[dmc_plan::plan::ParamBinding],
+    local: Params<'a>,
+    c: &dyn Collective,
+    to_all: bool,
+) -> Result<Params<'a>, RuntimeError> {
+    let mut out = Vec::with_capacity(local.len());
+    for (b, (name, shape, data)) in bindings.iter().zip(local) {
+        match b.shard {
+            None => out.push((name, shape, data)),
+            Some(l) => {
+                let mut full = vec![0.0f32; l.rows * l.cols];
+                let mine = l.elems_of(c.rank());
+                full[mine.clone()].copy_from_slice(&data[..mine.len()]);
+                match to_all {
+                    true => comm::all_gather_rows(c, &mut full, l.cols, l.rows)?,
+                    false => comm::gather_rows_to_root(c, &mut full, l.cols, l.rows)?,
+                }
+                out.push((name, b.shape.clone(), Cow::Owned(full)));
+            }
+        }
+    }
+    Ok(out)
+}
+
 impl Backend for RankBackend {
     fn plan(&self) -> &Plan {
         self.inner.plan()
@@ -117,42 +144,19 @@ impl Backend for RankBackend {
     /// Every parameter whole on every rank (a sharded one's rows gathered from the ranks: the
     /// validation runs on every rank with them).
     fn params(&self) -> Result<Params<'_>, RuntimeError> {
-        let c = self.comm.as_ref();
         let local = self.inner.params()?;
-        let mut out = Vec::with_capacity(local.len());
-        for (b, (name, shape, data)) in self.inner.plan().params.iter().zip(local) {
-            match b.shard {
-                None => out.push((name, shape, data)),
-                Some(l) => {
-                    let mut full = vec![0.0f32; l.rows * l.cols];
-                    let mine = l.elems_of(c.rank());
-                    full[mine.clone()].copy_from_slice(&data[..mine.len()]);
-                    comm::all_gather_rows(c, &mut full, l.cols, l.rows)?;
-                    out.push((name, b.shape.clone(), Cow::Owned(full)));
-                }
-            }
-        }
-        Ok(out)
+        whole(&self.inner.plan().params, local, self.comm.as_ref(), true)
     }
 
     /// Every state whole on rank 0 (the other ranks' copies hold only their own rows).
     fn opt_states(&self) -> Result<Params<'_>, RuntimeError> {
-        let c = self.comm.as_ref();
         let local = self.inner.opt_states()?;
-        let mut out = Vec::with_capacity(local.len());
-        for (b, (name, shape, data)) in self.inner.plan().opt_state.iter().zip(local) {
-            match b.shard {
-                None => out.push((name, shape, data)),
-                Some(l) => {
-                    let mut full = vec![0.0f32; l.rows * l.cols];
-                    let mine = l.elems_of(c.rank());
-                    full[mine.clone()].copy_from_slice(&data[..mine.len()]);
-                    comm::gather_rows_to_root(c, &mut full, l.cols, l.rows)?;
-                    out.push((name, b.shape.clone(), Cow::Owned(full)));
-                }
-            }
-        }
-        Ok(out)
+        whole(
+            &self.inner.plan().opt_state,
+            local,
+            self.comm.as_ref(),
+            false,
+        )
     }
 
     /// `data` is the whole state (a checkpoint's); this rank keeps its rows.
