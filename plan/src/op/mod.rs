@@ -26,7 +26,7 @@ pub use facts::{
     Signature, TensorType,
 };
 
-pub use conv::{conv_workspace_elems, ConvOp, BWD_DATA_TILE, CONV_CHUNK_ROWS};
+pub use conv::{bwd_data_tile_rows, conv_workspace_elems, ConvOp, BWD_DATA_TILE, CONV_CHUNK_ROWS};
 pub use dense::DenseOp;
 pub use elementwise::ElementwiseOp;
 pub use epilogue::{Epilogue, EpilogueSide};

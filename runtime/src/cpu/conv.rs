@@ -11,7 +11,8 @@
 //!
 //! The data gradient has no workspace in its signature ([`Op::signature`](dmc_plan::op::Op)):
 //! it computes `dcols = dy_rows w^T` per tile of output pixels into a fixed per-thread tile of
-//! [`BWD_DATA_TILE_ELEMS`] floats (O(threads x tile), reused across calls, independent of the
+//! [`BWD_DATA_TILE_ELEMS`] floats (up to 4x that for a weight larger than a cache,
+//! `dmc_plan::op::bwd_data_tile_rows`; O(threads x tile), reused across calls, independent of the
 //! batch), then col2im scatter-adds it into dx. Images are independent (parallel); inside an image
 //! the accumulation order is fixed.
 
@@ -272,7 +273,7 @@ pub fn conv2d_bwd_data_epi(
         return;
     }
     let per_img = d.ho * d.wo;
-    let t_rows = (BWD_DATA_TILE_ELEMS / k.max(1)).clamp(1, CONV_CHUNK_ROWS);
+    let t_rows = dmc_plan::op::bwd_data_tile_rows(k, d.cog(g), d.ho * d.wo);
     let (h, wd) = (d.h as isize, d.w as isize);
     let depthwise = depthwise::is_depthwise(g, d);
     dx.par_chunks_mut(img).enumerate().for_each(|(n, dxn)| {
