@@ -34,11 +34,11 @@ pub const MIN_RUN_ELEMS: usize = 16;
 pub const CACHED_OPERAND_BYTES: usize = 4 << 20;
 
 /// Bytes one wave of a GEMM's blocks reads from memory: each of the `concurrent` blocks' B
-/// (`k x n` floats) when it is larger than [`CACHED_OPERAND_BYTES`], else nothing.
-pub fn dram_bytes(n: usize, k: usize, concurrent: usize) -> f64 {
-    let b = 4 * k * n;
-    if b > CACHED_OPERAND_BYTES {
-        (b * concurrent) as f64
+/// (`k x n` floats) when the whole B (`k x whole_n`) is larger than [`CACHED_OPERAND_BYTES`]
+/// (each block reads its own columns of it, none of them in a cache), else nothing.
+pub fn dram_bytes(n: usize, whole_n: usize, k: usize, concurrent: usize) -> f64 {
+    if 4 * k * whole_n.max(n) > CACHED_OPERAND_BYTES {
+        (4 * k * n * concurrent) as f64
     } else {
         0.0
     }
@@ -356,7 +356,7 @@ impl CpuRates {
             t[0] += seq * waves * flops;
             t[1] += seq * waves * bytes;
             t[2] += seq * waves * call;
-            t[7] += seq * waves * dram_bytes(nn, g.k, sp.parts.min(inner.max(1)));
+            t[7] += seq * waves * dram_bytes(nn, g.n, g.k, sp.parts.min(inner.max(1)));
             t[10] += seq * waves * 4.0 * (g.k * nn) as f64;
             // (a row split run by the caller's own per-thread tasks is the caller's loop)
             let own_loop = sp.parts > 1 && !(g.per_thread_rows && sp.rows);

@@ -474,9 +474,9 @@ fn depthwise_convolutions_are_direct_work_and_batchnorm_sums_few_channels_on_one
 }
 
 /// Few rows against a weight larger than a cache (the seed network's 37.7 MB convolutions at 16
-/// rows) are bound by reading it from memory: a GEMM block's B counts as streamed bytes once it
-/// is larger than `CACHED_OPERAND_BYTES`, every block of a wave reading its own; a smaller B
-/// counts nothing; the launch's time is still its terms weighed by the rates.
+/// rows) are bound by reading it from memory: a GEMM block's B counts as streamed bytes once the
+/// whole B is larger than `CACHED_OPERAND_BYTES`, every block of a wave reading its own columns;
+/// a smaller B counts nothing; the launch's time is still its terms weighed by the rates.
 #[test]
 fn a_gemm_against_a_weight_larger_than_a_cache_streams_it() {
     use dmc_plan::cpu::CACHED_OPERAND_BYTES;
@@ -501,7 +501,12 @@ fn a_gemm_against_a_weight_larger_than_a_cache_streams_it() {
     // 1024 x 256: blocks of 128 columns, 512 KiB each, cached
     let small = work(256, 1024);
     assert_eq!(r.terms(&small)[7], 0.0);
-    for w in [big, small] {
+    // 1024 x 9216 (a data gradient's w^T): blocks of 512 columns, 2 MiB each, but the whole B is
+    // 37.7 MB: every block's columns come from memory, the whole B once a call
+    let wide = work(9216, 1024);
+    const { assert!(4 * 1024 * 512 <= CACHED_OPERAND_BYTES) };
+    assert_eq!(r.terms(&wide)[7], (4 * 1024 * 9216) as f64);
+    for w in [big, small, wide] {
         let dot: f64 = r.terms(&w).iter().zip(r.coefs()).map(|(t, c)| t * c).sum();
         let s = r.work_s(&w);
         assert!((dot - s).abs() <= 1e-9 * s, "{dot} vs {s}");
