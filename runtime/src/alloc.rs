@@ -7,6 +7,12 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 static CURRENT: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// Bytes this thread has allocated (never decreased): what one allocation of this thread
+    /// added, whatever other threads allocate or free meanwhile ([`thread_allocated`]).
+    static THREAD_ALLOCATED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
 static PEAK: AtomicUsize = AtomicUsize::new(0);
 /// Whether allocations are counted (see [`stop_counting`]).
 static COUNTING: AtomicBool = AtomicBool::new(true);
@@ -33,6 +39,13 @@ impl CountingAlloc {
 /// Bytes currently allocated (only meaningful when `CountingAlloc` is the global allocator).
 pub fn current() -> usize {
     CURRENT.load(Ordering::Relaxed)
+}
+
+/// Bytes the calling thread has allocated so far through the counting allocator (never
+/// decreased; only meaningful when `CountingAlloc` is the global allocator): the difference
+/// around an allocation is that allocation alone, even while other threads allocate or free.
+pub fn thread_allocated() -> usize {
+    THREAD_ALLOCATED.try_with(|c| c.get()).unwrap_or(0)
 }
 
 /// Peak bytes since start or the last [`reset_peak`].
@@ -62,6 +75,8 @@ fn added(n: usize) {
     if !counting() {
         return;
     }
+    // (a thread being torn down has no counter left: nothing to add to)
+    let _ = THREAD_ALLOCATED.try_with(|t| t.set(t.get().wrapping_add(n)));
     let c = CURRENT.fetch_add(n, Ordering::Relaxed) + n;
     // Most allocations do not raise the peak: a plain load then, not a read-modify-write (an
     // allocation-heavy compile makes millions of them).

@@ -31,13 +31,14 @@ impl Arena {
             .max(1);
         let layout = Layout::from_size_align(size, ALIGN as usize)
             .map_err(|_| RuntimeError::Alloc { bytes })?;
-        let before = crate::alloc::current();
+        let before = crate::alloc::thread_allocated();
         // SAFETY: `layout` has a non-zero size.
         let p = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(p).ok_or(RuntimeError::Alloc { bytes })?;
-        // Without the counting allocator installed the counter does not move (another thread's
-        // allocation in between could only add to the growth, never hide the arena).
-        let grown = crate::alloc::current().saturating_sub(before) as u64;
+        // Without the counting allocator installed the counter does not move. This thread's own
+        // count: the process-wide one moved by less than the arena when another thread freed
+        // meanwhile (then the arena went unmeasured, and `dmc run` counted the host store too).
+        let grown = crate::alloc::thread_allocated().saturating_sub(before) as u64;
         let measured = (grown >= size as u64).then_some(grown);
         Ok(Arena {
             ptr,
