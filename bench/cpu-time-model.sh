@@ -7,14 +7,18 @@
 # machine's speed moves by up to 1.5x from one minute to the next (the same plan measured 0.28 and
 # 0.47 ms a step minutes apart), and the faster of two is the less disturbed. One run of unet first, untimed: the first seconds of
 # work after a build or an idle spell run slower on this machine. The rates are calibrated afresh
-# in this run (a new cache directory), so the model and the measurements see the machine alike
-# (`DMC_CPU_RATES=<file>` to reuse a calibration instead).
+# for each point (a new cache directory: dmc's ~2 s built-in calibration, on programs none of
+# which is an example, runs right before the point's first run), so the model and the
+# measurements see the machine in the same state: on this 2-vCPU machine the second thread comes
+# and goes, the same binary measuring mlp at 289, 551, 469 and 302 µs a step within minutes
+# (`DMC_CPU_RATES=<file>` to reuse one calibration instead).
 # Usage: bench/cpu-time-model.sh [path/to/dmc] [example ...]   (default: target/release/dmc, all)
 set -euo pipefail
 DMC=${1:-target/release/dmc}
 shift || true
 cd "$(dirname "$0")/.."
-export DMC_CACHE_DIR=${CPU_TIME_MODEL_CACHE:-$(mktemp -d)}
+cache_root=$(mktemp -d)
+trap 'rm -rf "$cache_root"' EXIT
 examples=${*:-mlp bn_cnn autoencoder_classifier resnet_small unet mobilenet resnet18 seed deep_convnet gpt}
 steps_for() {
   case $1 in
@@ -25,17 +29,18 @@ steps_for() {
     *) echo 60 ;;
   esac
 }
-"$DMC" run examples/unet.dm --steps 60 -q >/dev/null 2>&1
+DMC_CACHE_DIR=$cache_root "$DMC" run examples/unet.dm --steps 60 -q >/dev/null 2>&1
 echo "| example | cap (B) | measured ms/step | predicted ms/step | measured/predicted |"
 echo "|---|---:|---:|---:|---:|"
 summary=$(mktemp)
 for e in $examples; do
   s=$(steps_for "$e")
-  caps=$("$DMC" plan "examples/$e.dm" --sweep | grep -E '^ +[0-9,]+ ' | awk '{gsub(/,/, "", $1); print $1}')
+  caps=$(DMC_CACHE_DIR=$cache_root "$DMC" plan "examples/$e.dm" --sweep | grep -E '^ +[0-9,]+ ' | awk '{gsub(/,/, "", $1); print $1}')
   for c in none $caps; do
     cap=()
     [ "$c" = none ] || cap=(--vram-cap "$c")
     row=""
+    export DMC_CACHE_DIR=$cache_root/$e-$c
     for _ in 1 2; do
       r=$("$DMC" run "examples/$e.dm" --steps "$s" "${cap[@]}" --profile -q 2>&1 | grep -E '^\| \*\*step' || true)
       # (the faster of the two runs: column 4 is the measured µs per step)

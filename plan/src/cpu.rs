@@ -17,7 +17,7 @@ use crate::plan::Plan;
 use crate::unary::UnaryKind;
 
 /// How many terms the time of a launch has ([`CpuRates::terms`]).
-pub const TERMS: usize = 11;
+pub const TERMS: usize = 12;
 
 /// Multiply-adds (m*n*k) below which a GEMM runs on the calling thread.
 pub const PAR_WORK: usize = 1 << 20;
@@ -101,6 +101,14 @@ pub struct GemmCalls {
     /// tasks, each doing all of its rows' work (a convolution's forward): no loop of the GEMM's.
     #[serde(default)]
     pub per_thread_rows: bool,
+    /// Whether A is a row-major array read transposed (a weight gradient's `x^T`): its packing
+    /// reads runs of each column, like a row-major B's ([`CpuRates::gemm_terms_of`]).
+    #[serde(default)]
+    pub a_t: bool,
+    /// Whether B is a row-major array read transposed (a data gradient's `w^T`): its packing
+    /// gathers across rows, like a row-major A's.
+    #[serde(default)]
+    pub b_t: bool,
 }
 
 /// What one launch of a kernel does on the CPU backend, in the terms of [`CpuRates`].
@@ -249,7 +257,8 @@ pub struct CpuRates {
     pub micro_tile: usize,
     /// One thread's sgemm rate on whole micro-tiles, FLOP/s.
     pub gemm_flops: f64,
-    /// Bytes per second one thread's sgemm packs (its operands, read and written, and C).
+    /// Bytes per second one thread's sgemm packs by gathers (a row-major A, a transposed B:
+    /// [`CpuRates::gemm_terms_of`]) and writes of C.
     pub pack_bytes: f64,
     /// Seconds one sgemm call costs beyond its arithmetic and packing.
     pub gemm_call_s: f64,
@@ -263,15 +272,24 @@ pub struct CpuRates {
     pub direct_madds: f64,
     /// Bytes per second streamed through memory, all threads.
     pub stream_bytes: f64,
+    /// Bytes per second streamed, all threads, by the kernels of a step whose arena stays in the
+    /// caches ([`CpuRates::cache_bytes`]): mlp's 2.3 MB step streamed its updates at 2-3x the
+    /// rate of arrays larger than the caches, and was predicted 1.25x slow.
+    #[serde(default = "nominal_stream_bytes")]
+    pub cached_stream_bytes: f64,
+    /// The largest arena whose step streams at [`CpuRates::cached_stream_bytes`]: half the
+    /// last-level cache (the rest is the program's, the host data's and the machine's).
+    #[serde(default = "nominal_cache_bytes")]
+    pub cache_bytes: u64,
     /// Seconds per parallel loop (dispatch and join).
     pub loop_s: f64,
     /// Seconds per kernel launch beyond its work (the executor's own).
     pub launch_s: f64,
-    /// Bytes per second one thread packs of a GEMM block's B (the weight, for a dense layer):
-    /// every block packs all of B's rows for its columns, so a block of few rows (a dense layer's
-    /// batch split over the threads) is bound by it.
-    #[serde(default = "nominal_pack_b_bytes")]
-    pub pack_b_bytes: f64,
+    /// Bytes per second one thread's sgemm packs in runs (a row-major B, a transposed A): every
+    /// block packs all of B's rows for its columns, so a block of few rows (a dense layer's batch
+    /// split over the threads) is bound by it.
+    #[serde(default = "nominal_pack_run_bytes")]
+    pub pack_run_bytes: f64,
     /// Seconds per element, all threads, of each [`Special`] (by [`Special::key`]) beyond its
     /// streaming: measured directly (an activation over a large array, less what the streaming
     /// term says of it), not fitted. A kind absent here costs its [`Special::nominal_s`].
@@ -281,12 +299,20 @@ pub struct CpuRates {
     pub source: String,
 }
 
+fn nominal_stream_bytes() -> f64 {
+    10e9
+}
+
+fn nominal_cache_bytes() -> u64 {
+    8 << 20
+}
+
 fn nominal_direct_madds() -> f64 {
     4e9
 }
 
-fn nominal_pack_b_bytes() -> f64 {
-    20e9
+fn nominal_pack_run_bytes() -> f64 {
+    10e9
 }
 
 impl CpuRates {
@@ -303,33 +329,73 @@ impl CpuRates {
             im2col_fwd_elems: 2e9,
             col2im_elems: 2e9,
             direct_madds: nominal_direct_madds(),
-            stream_bytes: 10e9,
+            stream_bytes: nominal_stream_bytes(),
+            cached_stream_bytes: nominal_stream_bytes(),
+            cache_bytes: nominal_cache_bytes(),
             loop_s: 5e-6,
             launch_s: 1e-6,
-            pack_b_bytes: nominal_pack_b_bytes(),
+            pack_run_bytes: nominal_pack_run_bytes(),
             special_s: Default::default(),
             source: "nominal rates (2 threads, 60 GFLOP/s per thread)".into(),
         }
     }
 
-    /// The terms of one single-threaded GEMM call: FLOPs on whole micro-tiles, bytes packed
-    /// (A and B, and C written, read too when accumulating), and 1 (the call). (B's bytes also
-    /// count on their own: [`CpuRates::pack_b_bytes`].)
-    pub fn gemm_terms(&self, m: usize, n: usize, k: usize, accumulate: bool) -> [f64; 3] {
+    /// The terms of one single-threaded GEMM call of row-major A and B (the micro-benchmark's):
+    /// [`CpuRates::gemm_terms_of`] with neither transposed.
+    pub fn gemm_terms(&self, m: usize, n: usize, k: usize, accumulate: bool) -> [f64; 4] {
+        self.gemm_terms_of(m, n, k, accumulate, (false, false))
+    }
+
+    /// The terms of one single-threaded GEMM call (`a_t`, `b_t`: [`GemmCalls::a_t`],
+    /// [`GemmCalls::b_t`]): FLOPs on whole micro-tiles; bytes packed by gathers (an operand
+    /// whose micro-panel's elements are a row apart: a row-major A, a transposed B) and of C
+    /// written (read too when accumulating); 1 (the call); bytes packed in runs (a row-major B,
+    /// a transposed A). (The two packings apart: a dense layer's weight, packed in runs, costed
+    /// as a gathered A predicted mlp's dense GEMMs ~1.4x slow, and its chunked weight gradients,
+    /// whose A is `x^T`, 1.6x slow.)
+    pub fn gemm_terms_of(
+        &self,
+        m: usize,
+        n: usize,
+        k: usize,
+        accumulate: bool,
+        (a_t, b_t): (bool, bool),
+    ) -> [f64; 4] {
         let t = self.micro_tile.max(1);
         let rup = |x: usize| x.div_ceil(t) * t;
+        let (a, b, c) = (m * k, k * n, m * n * (1 + accumulate as usize));
+        let (gathered, runs) = match (a_t, b_t) {
+            (false, false) => (a, b),
+            (true, false) => (0, a + b),
+            (false, true) => (a + b, 0),
+            (true, true) => (b, a),
+        };
         [
             2.0 * rup(m) as f64 * rup(n) as f64 * k as f64,
-            4.0 * (m * k + k * n + m * n * (1 + accumulate as usize)) as f64,
+            4.0 * (gathered + c) as f64,
             1.0,
+            4.0 * runs as f64,
         ]
     }
 
-    /// The terms of one launch doing `w` that [`CpuRates::coefs`] weigh: its time is their dot
-    /// product ([`CpuRates::work_s`]). In [`TERMS`] order: GEMM FLOPs on whole micro-tiles, GEMM
-    /// bytes packed, GEMM calls (each in waves over the threads), the three gathers' elements,
-    /// direct multiply-adds, bytes streamed, parallel loops (a split GEMM's included), launches.
+    /// [`CpuRates::terms_in`] of a step whose arena is larger than the caches.
     pub fn terms(&self, w: &CpuWork) -> [f64; TERMS] {
+        self.terms_in(w, false)
+    }
+
+    /// Whether `plan`'s arena stays in the caches ([`CpuRates::cache_bytes`]): its kernels'
+    /// streamed bytes are then the cached term's.
+    pub fn arena_cached(&self, plan: &Plan) -> bool {
+        plan.arena_bytes <= self.cache_bytes
+    }
+
+    /// The terms of one launch doing `w` that [`CpuRates::coefs`] weigh: its time is their dot
+    /// product ([`CpuRates::work_s_in`]). In [`TERMS`] order: GEMM FLOPs on whole micro-tiles,
+    /// GEMM bytes packed by gathers (and C), GEMM calls (each in waves over the threads), the
+    /// three gathers' elements, direct multiply-adds, bytes streamed through memory (and B read
+    /// from memory), parallel loops (a split GEMM's included), launches, GEMM bytes packed in
+    /// runs, bytes streamed in the caches (`cached`: the step's arena stays in them).
+    pub fn terms_in(&self, w: &CpuWork, cached: bool) -> [f64; TERMS] {
         let mut t = [0.0; TERMS];
         let threads = self.threads.max(1) as u64;
         for g in &w.gemms {
@@ -351,13 +417,14 @@ impl CpuRates {
             } else {
                 (g.m, sp.per.min(g.n))
             };
-            let [flops, bytes, call] = self.gemm_terms(mm, nn, g.k, g.accumulate);
+            let [flops, bytes, call, runs] =
+                self.gemm_terms_of(mm, nn, g.k, g.accumulate, (g.a_t, g.b_t));
             let waves = sp.parts.div_ceil(inner.max(1)) as f64;
             t[0] += seq * waves * flops;
             t[1] += seq * waves * bytes;
             t[2] += seq * waves * call;
             t[7] += seq * waves * dram_bytes(nn, g.n, g.k, sp.parts.min(inner.max(1)));
-            t[10] += seq * waves * 4.0 * (g.k * nn) as f64;
+            t[10] += seq * waves * runs;
             // (a row split run by the caller's own per-thread tasks is the caller's loop)
             let own_loop = sp.parts > 1 && !(g.per_thread_rows && sp.rows);
             t[8] += seq * if own_loop { 1.0 } else { 0.0 };
@@ -366,7 +433,7 @@ impl CpuRates {
         t[4] = w.im2col_fwd as f64;
         t[5] = w.col2im as f64;
         t[6] = w.direct as f64;
-        t[7] += (w.streamed + w.serial * threads) as f64;
+        t[if cached { 11 } else { 7 }] += (w.streamed + w.serial * threads) as f64;
         // a small kernel's loops do not split: they run on the calling thread, no hand-off
         let big = w.streamed + w.serial >= SPLIT_BYTES || w.im2col + w.im2col_fwd + w.col2im > 0;
         t[8] += if big { w.loops as f64 } else { 0.0 };
@@ -375,7 +442,8 @@ impl CpuRates {
     }
 
     /// What weighs each of [`CpuRates::terms`]: seconds per FLOP, per byte packed, per call, per
-    /// gathered element (three), per direct multiply-add, per byte streamed, per loop, per launch, per byte of B packed.
+    /// gathered element (three), per direct multiply-add, per byte streamed, per loop, per
+    /// launch, per byte packed in runs, per byte streamed in the caches.
     pub fn coefs(&self) -> [f64; TERMS] {
         let inv = |r: f64| if r > 0.0 { 1.0 / r } else { 0.0 };
         [
@@ -389,7 +457,8 @@ impl CpuRates {
             inv(self.stream_bytes),
             self.loop_s,
             self.launch_s,
-            inv(self.pack_b_bytes),
+            inv(self.pack_run_bytes),
+            inv(self.cached_stream_bytes),
         ]
     }
 
@@ -408,15 +477,21 @@ impl CpuRates {
             stream_bytes: inv(c[7]),
             loop_s: c[8],
             launch_s: c[9],
-            pack_b_bytes: inv(c[10]),
+            pack_run_bytes: inv(c[10]),
+            cached_stream_bytes: inv(c[11]),
             ..self.clone()
         }
     }
 
-    /// Seconds of one launch doing `w`: its [`CpuRates::terms`] weighed by [`CpuRates::coefs`],
-    /// and its transcendental work ([`CpuRates::special_work_s`]).
+    /// [`CpuRates::work_s_in`] of a step whose arena is larger than the caches.
     pub fn work_s(&self, w: &CpuWork) -> f64 {
-        self.terms(w)
+        self.work_s_in(w, false)
+    }
+
+    /// Seconds of one launch doing `w`: its [`CpuRates::terms_in`] weighed by
+    /// [`CpuRates::coefs`], and its transcendental work ([`CpuRates::special_work_s`]).
+    pub fn work_s_in(&self, w: &CpuWork, cached: bool) -> f64 {
+        self.terms_in(w, cached)
             .iter()
             .zip(self.coefs())
             .map(|(t, c)| t * c)
@@ -451,10 +526,11 @@ pub struct CpuTime {
 
 /// The predicted time of every kernel of `plan` and of its step, at `rates`.
 pub fn plan_time(plan: &Plan, rates: &CpuRates) -> CpuTime {
+    let cached = rates.arena_cached(plan);
     let kernel_s: Vec<f64> = plan
         .kernels
         .iter()
-        .map(|k| rates.work_s(&k.cpu_work()))
+        .map(|k| rates.work_s_in(&k.cpu_work(), cached))
         .collect();
     let step_s = plan
         .steps

@@ -108,6 +108,7 @@ fn samples(src: &str, rates: &CpuRates, at_floor: bool) -> Option<Vec<([f64; TER
         b.run(step, 7).ok()?;
     }
     let prof = b.profile()?;
+    let cached = rates.arena_cached(&plan);
     let steps = prof.steps.max(1) as f64;
     Some(
         prof.kernels
@@ -117,7 +118,7 @@ fn samples(src: &str, rates: &CpuRates, at_floor: bool) -> Option<Vec<([f64; TER
                 let kernel = plan.kernels.get(k.kernel)?;
                 let per_step = k.launches as f64 / steps;
                 let work = kernel.cpu_work();
-                let terms = rates.terms(&work).map(|t| t * per_step);
+                let terms = rates.terms_in(&work, cached).map(|t| t * per_step);
                 // (transcendental work is measured on its own, not fitted: left out of the time)
                 let special = rates.special_work_s(&work) * per_step;
                 Some((terms, (k.median_ms * 1e-3 - special).max(0.0)))

@@ -84,8 +84,8 @@ fn a_gemm_is_split_as_the_backend_splits_it_and_costs_whole_micro_tiles() {
     assert!(!s.rows && s.parts >= 2, "{s:?}");
     let r = CpuRates::nominal();
     // a 1-column GEMM costs as much arithmetic as a micro-tile-wide one
-    let [f1, _, _] = r.gemm_terms(576, 1, 256, false);
-    let [f8, _, _] = r.gemm_terms(576, r.micro_tile, 256, false);
+    let [f1, ..] = r.gemm_terms(576, 1, 256, false);
+    let [f8, ..] = r.gemm_terms(576, r.micro_tile, 256, false);
     assert_eq!(f1, f8);
     // outer-parallel calls over more items than threads take waves of single-threaded calls
     let g = GemmCalls {
@@ -96,6 +96,8 @@ fn a_gemm_is_split_as_the_backend_splits_it_and_costs_whole_micro_tiles() {
         outer: 32,
         accumulate: false,
         per_thread_rows: false,
+        a_t: false,
+        b_t: false,
     };
     let work = |g: GemmCalls| CpuWork {
         gemms: vec![g],
@@ -140,21 +142,28 @@ fn a_plans_predicted_step_is_the_sum_of_its_steps() {
 
 #[test]
 fn the_fit_recovers_known_coefficients_and_never_goes_negative() {
-    let rows: Vec<[f64; 3]> = [(256, 256, 256), (576, 1, 256), (64, 64, 64), (8, 8, 8)]
+    let shapes = [
+        (256, 256, 256),
+        (576, 1, 256),
+        (64, 64, 64),
+        (8, 8, 8),
+        (16, 256, 768),
+    ];
+    let rows: Vec<[f64; 4]> = shapes
         .iter()
         .map(|&(m, n, k)| CpuRates::nominal().gemm_terms(m, n, k, false))
         .collect();
-    let truth = [1.0 / 150e9, 1.0 / 25e9, 3e-7];
+    let truth = [1.0 / 150e9, 1.0 / 25e9, 3e-7, 1.0 / 40e9];
     let t: Vec<f64> = rows
         .iter()
-        .map(|r| r[0] * truth[0] + r[1] * truth[1] + r[2] * truth[2])
+        .map(|r| r.iter().zip(truth).map(|(a, b)| a * b).sum())
         .collect();
     let x = calibrate::fit_nonneg(&rows, &t);
     for (a, b) in x.iter().zip(truth) {
         assert!((a / b - 1.0).abs() < 1e-6, "{x:?} vs {truth:?}");
     }
     // data no non-negative line explains: still non-negative
-    let x = calibrate::fit_nonneg(&rows, &[1.0, 1e-9, 1.0, 1e-9]);
+    let x = calibrate::fit_nonneg(&rows, &[1.0, 1e-9, 1.0, 1e-9, 1.0]);
     assert!(x.iter().all(|v| *v >= 0.0), "{x:?}");
 }
 
@@ -169,9 +178,12 @@ fn calibration_measures_positive_rates_and_caches_them() {
         ("im2col_fwd", r.im2col_fwd_elems),
         ("col2im", r.col2im_elems),
         ("stream", r.stream_bytes),
+        ("cached stream", r.cached_stream_bytes),
+        ("pack runs", r.pack_run_bytes),
     ] {
         assert!(v.is_finite() && v > 0.0, "{name} = {v}");
     }
+    assert!(r.cache_bytes > 0);
     assert!(r.gemm_call_s >= 0.0 && r.loop_s >= 0.0);
     assert!(r.threads >= 1);
     let path = calibrate::cache_path(dir.path());
@@ -357,7 +369,7 @@ fn the_fit_of_every_term_recovers_known_weights() {
         stream_bytes: 12e9,
         loop_s: 2e-6,
         launch_s: 4e-7,
-        pack_b_bytes: 9e9,
+        pack_run_bytes: 9e9,
         ..r.clone()
     }
     .coefs();
@@ -491,6 +503,8 @@ fn a_gemm_against_a_weight_larger_than_a_cache_streams_it() {
             outer: 1,
             accumulate: false,
             per_thread_rows: false,
+            a_t: false,
+            b_t: false,
         }],
         ..Default::default()
     };
@@ -587,4 +601,104 @@ fn only_loops_that_split_pay_the_pools_hand_off() {
     let large = CpuWork::stream(SPLIT_BYTES * 2);
     assert_eq!(r.terms(&small)[8], 0.0);
     assert_eq!(r.terms(&large)[8], 1.0);
+}
+
+#[test]
+fn a_transposed_operand_is_packed_at_the_other_rate_and_no_byte_is_lost() {
+    let r = CpuRates::nominal();
+    let (m, n, k) = (96, 40, 72);
+    let (a, b, c) = (
+        4.0 * (m * k) as f64,
+        4.0 * (k * n) as f64,
+        4.0 * (m * n) as f64,
+    );
+    // the micro-benchmark's layout: A (row-major) gathered, B (row-major) in runs
+    let plain = r.gemm_terms(m, n, k, false);
+    assert_eq!((plain[1], plain[3]), (a + c, b));
+    // a weight gradient's x^T: A in runs too
+    let at = r.gemm_terms_of(m, n, k, false, (true, false));
+    assert_eq!((at[1], at[3]), (c, a + b));
+    // a data gradient's w^T: B gathered too
+    let bt = r.gemm_terms_of(m, n, k, false, (false, true));
+    assert_eq!((bt[1], bt[3]), (a + b + c, 0.0));
+    let both = r.gemm_terms_of(m, n, k, true, (true, true));
+    assert_eq!((both[1], both[3]), (b + 2.0 * c, a));
+    for t in [plain, at, bt, both] {
+        assert_eq!(
+            (t[0], t[2]),
+            (plain[0], 1.0),
+            "FLOPs and the call do not move"
+        );
+    }
+    // the ops say which: a dense layer's data and weight gradients
+    let shapes = |x: &[usize], y: &[usize]| (x.to_vec(), y.to_vec());
+    let (x, y) = shapes(&[32, 64], &[32, 16]);
+    let bwd_data = dmc_plan::op::DenseOp::DenseBwdData {
+        epi: dmc_plan::op::Epilogue::NONE,
+    }
+    .cpu_work(&[y.clone(), vec![64, 16]], std::slice::from_ref(&x));
+    assert!(
+        bwd_data.gemms.iter().all(|g| g.b_t && !g.a_t),
+        "{bwd_data:?}"
+    );
+    let bwd_weight = dmc_plan::op::DenseOp::DenseBwdWeight.cpu_work(&[x, y], &[vec![64, 16]]);
+    assert!(
+        bwd_weight.gemms.iter().all(|g| g.a_t && !g.b_t),
+        "{bwd_weight:?}"
+    );
+}
+
+#[test]
+fn a_step_whose_arena_stays_in_the_caches_streams_at_the_cached_rate() {
+    let m = model(
+        "input x: [8, 8, 3]\ntarget y: int\n\
+         out = x |> conv2d(8, 3, activation: relu) |> flatten |> dense(10)\n\
+         loss cross_entropy(out, y)\ntrain { batch: 4, optimizer: adam(lr: 0.001) }\n",
+    );
+    let p = compile(&m, &CompileOptions::default()).expect("compile");
+    let r = CpuRates {
+        cached_stream_bytes: 4.0 * CpuRates::nominal().stream_bytes,
+        ..CpuRates::nominal()
+    };
+    assert!(r.arena_cached(&p), "{} B arena", p.arena_bytes);
+    let in_cache = plan_time(&p, &r).step_s;
+    // the same plan with a cache smaller than its arena: every streamed byte from memory
+    let small = CpuRates {
+        cache_bytes: p.arena_bytes - 1,
+        ..r.clone()
+    };
+    assert!(!small.arena_cached(&p));
+    let from_memory = plan_time(&p, &small).step_s;
+    assert!(in_cache < from_memory, "{in_cache} vs {from_memory}");
+    // the difference is the streamed bytes' alone: at equal rates the two agree
+    let equal = CpuRates {
+        cached_stream_bytes: r.stream_bytes,
+        ..r.clone()
+    };
+    let a = plan_time(&p, &equal).step_s;
+    let b = plan_time(
+        &p,
+        &CpuRates {
+            cache_bytes: 0,
+            ..equal.clone()
+        },
+    )
+    .step_s;
+    assert!((a - b).abs() <= 1e-12 * a, "{a} vs {b}");
+    // each kernel: its streamed bytes move from term 7 to term 11, nothing else changes
+    for k in &p.kernels {
+        let w = k.cpu_work();
+        let (mem, cache) = (r.terms_in(&w, false), r.terms_in(&w, true));
+        let streamed = (w.streamed + w.serial * r.threads as u64) as f64;
+        assert_eq!(cache[11], streamed, "{}", k.name);
+        assert_eq!(mem[11], 0.0, "{}", k.name);
+        assert!(
+            (mem[7] - cache[7] - streamed).abs() <= 1e-9 * streamed.max(1.0),
+            "{}",
+            k.name
+        );
+        for i in (0..11).filter(|&i| i != 7) {
+            assert_eq!(mem[i], cache[i], "{} term {i}", k.name);
+        }
+    }
 }

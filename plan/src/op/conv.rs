@@ -583,6 +583,8 @@ impl OpFacts for ConvOp {
             outer,
             accumulate,
             per_thread_rows: false,
+            a_t: false,
+            b_t: false,
         };
         // (rows of a full chunk, full chunks, rows of the last partial one)
         let chunks = |rows: usize, per: usize| (per, (rows / per.max(1)) as u64, rows % per.max(1));
@@ -609,6 +611,8 @@ impl OpFacts for ConvOp {
                 // epilogue (or, for few rows, the gather's, before a column-split GEMM)
                 add(&mut w, ch, &|m, c| GemmCalls {
                     per_thread_rows: true,
+                    a_t: false,
+                    b_t: false,
                     ..gemm(m, co / groups, k, c * groups as u64, 1, *bias)
                 });
                 w.im2col_fwd = gathered(rows, geom, k, groups);
@@ -656,8 +660,10 @@ impl OpFacts for ConvOp {
                 let (k, groups) = (x.map_or(0, |x| k_per_group(geom, x)), geom.groups.max(1));
                 let (rows, co) = (el(dy) as usize / dim(dy, 3).max(1), dim(dy, 3));
                 let ch = chunks(rows, rows.clamp(1, CONV_CHUNK_ROWS));
-                add(&mut w, ch, &|m, c| {
-                    gemm(k, co / groups, m, c * groups as u64, 1, true)
+                // dw = cols^T dy
+                add(&mut w, ch, &|m, c| GemmCalls {
+                    a_t: true,
+                    ..gemm(k, co / groups, m, c * groups as u64, 1, true)
                 });
                 w.im2col = gathered(rows, geom, k, groups);
                 w.loops = (ch.1 + (ch.2 > 0) as u64) * groups as u64 + 1;
@@ -685,7 +691,10 @@ impl OpFacts for ConvOp {
                     if count == 0 || nc == 0 {
                         continue;
                     }
-                    add(&mut w, ch, &|m, cc| gemm(k, nc, m, cc * count, 1, true));
+                    add(&mut w, ch, &|m, cc| GemmCalls {
+                        a_t: true,
+                        ..gemm(k, nc, m, cc * count, 1, true)
+                    });
                     // the block's fill and update: k rows of nc columns of w and its states
                     let (streamed, loops) = update_block_work(k, nc, co, states);
                     w.streamed += count * ((k * nc) as u64 * 4 + streamed);
@@ -731,6 +740,9 @@ fn bwd_data_work(
                 outer: n as u64,
                 accumulate: false,
                 per_thread_rows: false,
+                a_t: false,
+                // dcols = dy w^T
+                b_t: true,
             });
         }
     }

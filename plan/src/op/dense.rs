@@ -271,6 +271,8 @@ impl OpFacts for DenseOp {
             outer: 1,
             accumulate,
             per_thread_rows: false,
+            a_t: false,
+            b_t: false,
         };
         let mut w = CpuWork::default();
         match self {
@@ -294,7 +296,11 @@ impl OpFacts for DenseOp {
                 let (dy, dx) = (ins.first(), outs.first());
                 let (m, k) = (last(dy), last(dx));
                 let n = el(dx) / k.max(1);
-                w.gemms.push(gemm(n, k, m, 1, false));
+                // dx = dy w^T
+                w.gemms.push(GemmCalls {
+                    b_t: true,
+                    ..gemm(n, k, m, 1, false)
+                });
                 let out = el(dx) as u64 * 4;
                 w.streamed = if epi.is_none() {
                     0
@@ -309,7 +315,11 @@ impl OpFacts for DenseOp {
                 let (x, dy) = (ins.first(), ins.get(1));
                 let (k, m) = (last(x), last(dy));
                 let n = el(x) / k.max(1);
-                w.gemms.push(gemm(k, m, n, 1, false));
+                // dw = x^T dy
+                w.gemms.push(GemmCalls {
+                    a_t: true,
+                    ..gemm(k, m, n, 1, false)
+                });
                 w.loops = 1;
             }
             DenseOp::DenseBwdWeightUpdate {
@@ -324,7 +334,10 @@ impl OpFacts for DenseOp {
                     if count == 0 || nc == 0 {
                         continue;
                     }
-                    w.gemms.push(gemm(k, nc, n, count, false));
+                    w.gemms.push(GemmCalls {
+                        a_t: true,
+                        ..gemm(k, nc, n, count, false)
+                    });
                     let (streamed, loops) = update_block_work(k, nc, m, states);
                     w.streamed += count * streamed;
                     w.loops += count * loops;

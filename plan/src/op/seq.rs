@@ -258,6 +258,8 @@ impl OpFacts for SeqOp {
                     outer: heads_total,
                     accumulate: true,
                     per_thread_rows: true,
+                    a_t: false,
+                    b_t: false,
                 };
                 let gemms = if matches!(self, SeqOp::Attention { .. }) {
                     vec![gemm(m, m, dh), gemm(m, dh, m)]

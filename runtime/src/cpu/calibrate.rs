@@ -2,12 +2,14 @@
 //! of the backend's own kernels ([`measure`], about half a second), and cached per machine and
 //! thread count ([`cached`]).
 //!
-//! * GEMM: single-threaded calls of eight shapes (square, the blocks of a convolution's forward and
-//!   weight gradient, narrow ones as a small fused-update chunk makes, tiny ones), each timed as the
-//!   best of a few repetitions; the per-call time is fitted to `a * FLOPs + b * bytes + c`
-//!   (relative least squares, every coefficient non-negative): `1/a` the FLOP rate on whole
-//!   micro-tiles, `1/b` the packing rate, `c` the call overhead.
-//! * Streaming: a ReLU's backward over 32 MiB arrays, all threads.
+//! * GEMM: single-threaded calls of ten shapes (square, the blocks of a convolution's forward and
+//!   weight gradient, narrow ones as a small fused-update chunk makes, tiny ones, few rows against
+//!   a wide B), each timed as the best of a few repetitions; the per-call time is fitted to
+//!   `a * FLOPs + b * bytes of A and C + c + d * bytes of B` (relative least squares, every
+//!   coefficient non-negative): `1/a` the FLOP rate on whole micro-tiles, `1/b` and `1/d` the
+//!   packing rates, `c` the call overhead.
+//! * Streaming: a ReLU's backward over 32 MiB arrays, all threads; and over arrays that stay in
+//!   the caches (a quarter of half the last-level cache each: [`CpuRates::cache_bytes`]).
 //! * Gathers: a 3x3 convolution of 8 images of 64x64x64, its forward, weight and data gradients
 //!   timed, all threads; what the model's GEMM, streaming and loop terms leave of each time is its
 //!   im2col's (or col2im's).
@@ -35,8 +37,9 @@ use super::elementwise::{unary_bwd, unary_fwd};
 use super::gemm::{sgemm, View};
 use crate::io::files::{replace_file, Durability};
 
-/// The shapes `(m, n, k)` the GEMM fit is measured on.
-const GEMM_SHAPES: [(usize, usize, usize); 8] = [
+/// The shapes `(m, n, k)` the GEMM fit is measured on (the last two: few rows against a wide
+/// B, as a dense layer's batch split by rows makes, whose time is mostly B's packing).
+const GEMM_SHAPES: [(usize, usize, usize); 10] = [
     (256, 256, 256),
     (128, 64, 576),
     (576, 64, 256),
@@ -45,10 +48,12 @@ const GEMM_SHAPES: [(usize, usize, usize); 8] = [
     (1024, 16, 64),
     (64, 64, 64),
     (8, 8, 8),
+    (16, 256, 768),
+    (32, 512, 512),
 ];
 
 /// Bumped when what is measured or how changes: older cache entries are then ignored.
-const CACHE_VERSION: &str = "cpu-rates-9";
+const CACHE_VERSION: &str = "cpu-rates-11";
 
 /// Seconds of the best of `reps` runs of `f`, each repeated until it took `min_s`.
 fn best_of(reps: usize, min_s: f64, mut f: impl FnMut()) -> f64 {
@@ -145,8 +150,9 @@ pub fn fit_nonneg_scaled<const N: usize>(rows: &[[f64; N]], t: &[f64], s: &[f64]
     best.0
 }
 
-/// [`fit_nonneg_n`] of three coefficients (the GEMM fit: FLOPs, bytes packed, calls).
-pub fn fit_nonneg(rows: &[[f64; 3]], t: &[f64]) -> [f64; 3] {
+/// [`fit_nonneg_n`] of four coefficients (the GEMM fit: FLOPs, bytes of A and C, calls, bytes
+/// of B).
+pub fn fit_nonneg(rows: &[[f64; 4]], t: &[f64]) -> [f64; 4] {
     fit_nonneg_n(rows, t)
 }
 
@@ -190,6 +196,32 @@ fn micro_tile() -> usize {
     8
 }
 
+/// Half of this machine's last-level cache (`/sys/devices/system/cpu/cpu0/cache`, the largest
+/// level listed), the arena a step may have and stream in the caches
+/// ([`CpuRates::cache_bytes`]); the nominal 8 MiB where the sizes cannot be read.
+fn cache_share() -> u64 {
+    let dir = Path::new("/sys/devices/system/cpu/cpu0/cache");
+    let size = |p: PathBuf| -> Option<(u32, u64)> {
+        let level = std::fs::read_to_string(p.join("level")).ok()?;
+        let size = std::fs::read_to_string(p.join("size")).ok()?;
+        let size = size.trim();
+        let (num, mul) = match size.strip_suffix('K') {
+            Some(n) => (n, 1 << 10),
+            None => match size.strip_suffix('M') {
+                Some(n) => (n, 1 << 20),
+                None => (size, 1),
+            },
+        };
+        Some((level.trim().parse().ok()?, num.parse::<u64>().ok()? * mul))
+    };
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| size(e.ok()?.path()))
+        .max()
+        .map_or(CpuRates::nominal().cache_bytes, |(_, b)| b / 2)
+}
+
 /// Measures the rates on this machine, in the global thread pool (the one the CPU backend's
 /// kernels run on).
 pub fn measure() -> CpuRates {
@@ -202,16 +234,17 @@ pub fn measure() -> CpuRates {
         ..CpuRates::nominal()
     };
     let samples = gemm_samples();
-    let rows: Vec<[f64; 3]> = samples
+    let rows: Vec<[f64; 4]> = samples
         .iter()
         .map(|&((m, n, k), _)| r.gemm_terms(m, n, k, false))
         .collect();
     let times: Vec<f64> = samples.iter().map(|s| s.1).collect();
-    let [a, b, c] = fit_nonneg(&rows, &times);
+    let [a, b, c, d] = fit_nonneg(&rows, &times);
     let inv = |v: f64, d: f64| if v > 0.0 { 1.0 / v } else { d };
     r.gemm_flops = inv(a, r.gemm_flops);
     r.pack_bytes = inv(b, r.pack_bytes);
     r.gemm_call_s = c;
+    r.pack_run_bytes = inv(d, r.pack_run_bytes);
 
     // parallel loops: dispatch and join of one empty task per thread
     r.loop_s = rayon::scope(|_| {
@@ -234,6 +267,20 @@ pub fn measure() -> CpuRates {
         })
     });
     r.stream_bytes = 12.0 * len as f64 / stream_s;
+    drop((saved, dy, dx));
+    // the same over arrays a quarter of the cache share (three of them stay in the caches)
+    r.cache_bytes = cache_share();
+    let len = ((r.cache_bytes / 16) as usize).max(1 << 16);
+    let saved: Vec<f32> = (0..len).map(|i| (i % 3) as f32 - 1.0).collect();
+    let dy = vec![1f32; len];
+    let mut dx = vec![0f32; len];
+    let cached_s = rayon::scope(|_| {
+        best_of(3, 0.01, || {
+            unary_bwd(UnaryKind::Relu, &saved, &dy, &mut dx);
+            black_box(&mut dx);
+        })
+    });
+    r.cached_stream_bytes = 12.0 * len as f64 / cached_s;
     drop((saved, dy, dx));
     r.special_s = special_s(&r);
 

@@ -27,6 +27,7 @@ use super::depthwise;
 use super::epilogue;
 use super::gemm::{sgemm, sgemm_serial, View};
 use super::optim::{bias_col_sums, update_block};
+use super::par::ELEM_CHUNK;
 use super::shard;
 use dmc_plan::op::{ConvOp, Epilogue};
 
@@ -109,9 +110,10 @@ fn im2col(
         return;
     }
     let (h, w, ci, c0) = (d.h as isize, d.w as isize, d.cig(g), grp * d.cig(g));
+    // (tasks of at least ELEM_CHUNK elements: a small gather on the calling thread)
     cols[..nr * k]
         .par_chunks_mut(k)
-        .with_min_len(8)
+        .with_min_len(ELEM_CHUNK.div_ceil(k).max(8))
         .enumerate()
         .for_each(|(i, crow)| {
             let r = r0 + i;
@@ -119,6 +121,32 @@ fn im2col(
             let t = r / d.wo;
             let oy = t % d.ho;
             let n = t / d.ho;
+            // a window row's taps are one run of x when they are adjacent pixels of all its
+            // channels (no dilation, one group): one copy a row, not one per tap (a 3-channel
+            // input's taps are 3 floats each)
+            if g.dil_w == 1 && ci == d.ci {
+                let (kw, base) = (
+                    g.kw as isize,
+                    (ox * g.stride_w) as isize - g.pad_left as isize,
+                );
+                let (kx0, kx1) = ((-base).clamp(0, kw), (w - base).clamp(0, kw));
+                let (kx0, kx1) = (kx0 as usize, kx1.max(kx0) as usize);
+                for (ky, row) in crow.chunks_exact_mut(g.kw * ci).enumerate() {
+                    let iy = (oy * g.stride_h + ky * g.dil_h) as isize - g.pad_top as isize;
+                    if iy < 0 || iy >= h {
+                        row.fill(0.0);
+                        continue;
+                    }
+                    row[..kx0 * ci].fill(0.0);
+                    row[kx1 * ci..].fill(0.0);
+                    if kx1 > kx0 {
+                        let ix = (base + kx0 as isize) as usize;
+                        let src = ((n * d.h + iy as usize) * d.w + ix) * d.ci;
+                        row[kx0 * ci..kx1 * ci].copy_from_slice(&x[src..][..(kx1 - kx0) * ci]);
+                    }
+                }
+                return;
+            }
             for ky in 0..g.kh {
                 let iy = (oy * g.stride_h + ky * g.dil_h) as isize - g.pad_top as isize;
                 for kx in 0..g.kw {

@@ -35,10 +35,14 @@ pub fn for_chunks<T: Send>(out: &mut [T], f: impl Fn(usize, &mut [T]) + Sync + S
         .for_each(|(i, c)| f(i * ELEM_CHUNK, c));
 }
 
-/// Rows of `row` elements per task of [`for_rows`]: whole rows, at least [`ELEM_CHUNK`]
-/// elements a task.
-fn rows_per_task(row: usize) -> usize {
-    ELEM_CHUNK.div_ceil(row.max(1)).max(1)
+/// Rows of `row` elements per task of [`for_rows`] over `len` elements: whole rows, at least
+/// [`ELEM_CHUNK`] elements a task, the rows shared evenly by the tasks (1,152 rows of 8 went
+/// in tasks of 1,024 and 128 rows: one thread did nearly all the work after the hand-off).
+fn rows_per_task(row: usize, len: usize) -> usize {
+    let row = row.max(1);
+    let rows = len / row;
+    let tasks = (rows / ELEM_CHUNK.div_ceil(row).max(1)).max(1);
+    rows.div_ceil(tasks).max(1)
 }
 
 /// `f(r, out_row_r)` for every `row`-element row of `out`, the rows grouped into parallel tasks
@@ -49,7 +53,7 @@ pub fn for_rows<T: Send>(out: &mut [T], row: usize, f: impl Fn(usize, &mut [T]) 
     if row == 0 {
         return;
     }
-    let per = rows_per_task(row);
+    let per = rows_per_task(row, out.len());
     out.par_chunks_mut(per * row)
         .enumerate()
         .for_each(|(t, block)| {
@@ -70,7 +74,7 @@ pub fn for_rows2<A: Send, B: Send>(
     if row == 0 {
         return;
     }
-    let per = rows_per_task(row);
+    let per = rows_per_task(row, a.len());
     a.par_chunks_mut(per * row)
         .zip(b.par_chunks_mut(per * row))
         .enumerate()

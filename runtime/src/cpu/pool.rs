@@ -3,6 +3,7 @@
 //! nearest-neighbour upsampling, and their backward ops.
 
 use super::args::{Args, Ctx};
+use super::elementwise::per_kind;
 use super::par::{for_rows, for_rows2};
 use dmc_plan::op::PoolGeom;
 use dmc_plan::op::{PoolOp, UnaryKind};
@@ -145,19 +146,35 @@ pub fn maxpool_bwd(g: &PoolGeom, d: &PoolDims, dy: &[f32], argmax: &[u8], dx: &m
         return;
     }
     let oimg = d.ho * d.wo * d.c;
+    let taps = g.kh * g.kw;
+    assert!(taps <= 256, "maxpool_bwd: an argmax is one byte");
     for_rows(dx, img, |n, dxn| {
         dxn.fill(0.0);
+        // each tap's input pixel (its first element) in this window, `NONE` in the padding
+        const NONE: usize = usize::MAX;
+        let mut at = [NONE; 256];
         for oy in 0..d.ho {
             for ox in 0..d.wo {
-                for ch in 0..d.c {
-                    let o = n * oimg + (oy * d.wo + ox) * d.c + ch;
-                    let a = argmax[o] as usize;
-                    let pos = (a < g.kh * g.kw).then(|| (ry.at(oy, a / g.kw), rx.at(ox, a % g.kw)));
-                    let (iy, ix, v) = match pos {
-                        Some((Some(iy), Some(ix))) => (iy, ix, dy[o]),
-                        _ => (ry.first_in(oy), rx.first_in(ox), f32::NAN),
+                for (a, t) in at[..taps].iter_mut().enumerate() {
+                    *t = match (ry.at(oy, a / g.kw), rx.at(ox, a % g.kw)) {
+                        (Some(iy), Some(ix)) => (iy * d.w + ix) * d.c,
+                        _ => NONE,
                     };
-                    dxn[(iy * d.w + ix) * d.c + ch] += v;
+                }
+                let first = (ry.first_in(oy) * d.w + rx.first_in(ox)) * d.c;
+                let o = n * oimg + (oy * d.wo + ox) * d.c;
+                let (am, dyo) = (&argmax[o..o + d.c], &dy[o..o + d.c]);
+                for (ch, (&a, &v)) in am.iter().zip(dyo).enumerate() {
+                    let p = if (a as usize) < taps {
+                        at[a as usize]
+                    } else {
+                        NONE
+                    };
+                    if p != NONE {
+                        dxn[p + ch] += v;
+                    } else {
+                        dxn[first + ch] += f32::NAN;
+                    }
                 }
             }
         }
@@ -352,15 +369,15 @@ pub fn global_avgpool_bwd_act(
         return;
     }
     let inv = 1.0 / hw as f32;
-    for_rows(dx, hw * c, |i, dxn| {
+    per_kind!(k, |K| for_rows(dx, hw * c, |i, dxn| {
         let dyr = &dy[i * c..(i + 1) * c];
         let sn = &saved[i * hw * c..(i + 1) * hw * c];
         for (px, sp) in dxn.chunks_exact_mut(c).zip(sn.chunks_exact(c)) {
             for ((o, v), s) in px.iter_mut().zip(dyr).zip(sp) {
-                *o = k.backward(*s, *v * inv);
+                *o = K.backward(*s, *v * inv);
             }
         }
-    });
+    }));
 }
 
 /// [`global_avgpool_bwd_act`] written over `saved` (each element read before it is written).
@@ -380,14 +397,14 @@ pub fn global_avgpool_bwd_act_inplace(
         return;
     }
     let inv = 1.0 / hw as f32;
-    for_rows(saved, hw * c, |i, sn| {
+    per_kind!(k, |K| for_rows(saved, hw * c, |i, sn| {
         let dyr = &dy[i * c..(i + 1) * c];
         for px in sn.chunks_exact_mut(c) {
             for (s, v) in px.iter_mut().zip(dyr) {
-                *s = k.backward(*s, *v * inv);
+                *s = K.backward(*s, *v * inv);
             }
         }
-    });
+    }));
 }
 
 /// Nearest-neighbour upsampling by `f`: `y[n, i, j, c] = x[n, i / f, j / f, c]`, with x

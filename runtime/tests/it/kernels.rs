@@ -13,8 +13,9 @@ use dmc_runtime::cpu::elementwise::{add, dropout, unary_bwd, unary_fwd, DropoutR
 use dmc_runtime::cpu::loss::{cross_entropy_loss, cross_entropy_loss_bwd, mse_loss, mse_loss_bwd};
 use dmc_runtime::cpu::optim::bias_grad;
 use dmc_runtime::cpu::pool::{
-    avgpool_bwd, avgpool_fwd, global_avgpool_bwd, global_avgpool_fwd, maxpool_bwd, maxpool_fwd,
-    upsample_bwd, upsample_fwd, PoolDims,
+    avgpool_bwd, avgpool_fwd, global_avgpool_bwd, global_avgpool_bwd_act,
+    global_avgpool_bwd_act_inplace, global_avgpool_fwd, maxpool_bwd, maxpool_fwd, upsample_bwd,
+    upsample_fwd, PoolDims,
 };
 use rand::Rng;
 
@@ -288,6 +289,36 @@ fn global_avgpool_forward_matches_reference() {
     let mut y = vec![f32::NAN; n * c];
     global_avgpool_fwd(n, h * w, c, &x, &mut y);
     assert_close("gap", &y, &want, 1e-5, 1e-6);
+}
+
+#[test]
+fn global_avgpool_backward_fused_with_an_activation_is_the_two_kernels_in_turn() {
+    let mut r = rng(14);
+    let (n, h, w, c) = (3, 4, 5, 6);
+    let dy = randv(&mut r, n * c);
+    let x = randv(&mut r, n * h * w * c);
+    for k in UnaryKind::ALL {
+        let mut saved = vec![0f32; x.len()];
+        match k.saved() {
+            Saved::Output => unary_fwd(k, &x, &mut saved),
+            Saved::Input => saved.copy_from_slice(&x),
+        }
+        // the reference: the broadcast gradient in memory, then the activation's backward
+        let mut g = vec![f32::NAN; x.len()];
+        global_avgpool_bwd(n, h * w, c, &dy, &mut g);
+        let mut want = vec![f32::NAN; x.len()];
+        unary_bwd(k, &saved, &g, &mut want);
+        let mut dx = vec![f32::NAN; x.len()];
+        global_avgpool_bwd_act(k, (n, h * w, c), &dy, &saved, &mut dx);
+        let mut inplace = saved.clone();
+        global_avgpool_bwd_act_inplace(k, (n, h * w, c), &dy, &mut inplace);
+        // (within rounding: 1/(H*W) multiplied, not divided; GELU's vector formula apart)
+        let want: Vec<f64> = want.iter().map(|&v| v as f64).collect();
+        assert_close(&format!("{k:?}"), &dx, &want, 1e-5, 1e-7);
+        for (i, (a, b)) in dx.iter().zip(&inplace).enumerate() {
+            assert_eq!(a.to_bits(), b.to_bits(), "{k:?} in place, element {i}");
+        }
+    }
 }
 
 #[test]

@@ -36,7 +36,18 @@ fn normalise_ref(x: &[f32], st: &[(f64, f64)], gamma: &[f32], beta: &[f32], eps:
 }
 
 /// Shapes `[rows, c]`: one row, odd sizes, more channels than one block of the kernel (64).
-const CASES: [(usize, usize); 5] = [(1, 3), (5, 3), (60, 7), (9, 130), (2, 64)];
+// (8, 16, 32 and 64 channels take the unrolled loops; 1,152 rows of 8: more than one task's)
+const CASES: [(usize, usize); 9] = [
+    (1, 3),
+    (5, 3),
+    (60, 7),
+    (9, 130),
+    (2, 64),
+    (1152, 8),
+    (40, 16),
+    (33, 32),
+    (300, 64),
+];
 
 #[test]
 fn batchnorm_matches_the_definition() {
@@ -146,7 +157,7 @@ fn running_statistics_follow_pytorchs_momentum() {
 #[test]
 fn batchnorm_backward_matches_finite_differences() {
     let mut r = rng(43);
-    for (rows, c) in [(5, 3), (8, 2), (3, 70)] {
+    for (rows, c) in [(5, 3), (8, 2), (3, 70), (6, 8), (4, 16)] {
         let x: Vec<f32> = (0..rows * c)
             .map(|_| r.random_range(-2.0f32..2.0))
             .collect();
