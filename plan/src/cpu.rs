@@ -132,6 +132,11 @@ pub struct CpuWork {
     /// rows in order): weighed as `threads` times as many bytes streamed.
     #[serde(default)]
     pub serial: u64,
+    /// Bytes it reads and writes in memory on one thread whatever the arena (a copy to or from
+    /// the host store larger than a cache): weighed as `threads` times as many bytes streamed
+    /// through memory, never at the cached rate.
+    #[serde(default)]
+    pub from_memory: u64,
     /// Parallel loops it starts (each a dispatch to the thread pool and a join).
     pub loops: u64,
     /// Transcendental work beyond the bytes it streams: elements of an activation's formula (its
@@ -149,6 +154,12 @@ pub enum Special {
     Forward(UnaryKind),
     Backward(UnaryKind),
     AttentionExp,
+    /// An element of a batchnorm's forward (its sums in f64, in row order per channel, and its
+    /// normalisation), or of its backward: measured at 64 channels in the caches, less the
+    /// streaming of its passes (mobilenet's batchnorms, costed as streaming alone, were
+    /// predicted 3-5x fast once a cached arena streamed at the cached rate).
+    BatchNorm,
+    BatchNormBwd,
 }
 
 impl Special {
@@ -158,6 +169,8 @@ impl Special {
             Special::Forward(k) => k.name().to_string(),
             Special::Backward(k) => format!("{}_bwd", k.name()),
             Special::AttentionExp => "attention_exp".into(),
+            Special::BatchNorm => "batchnorm".into(),
+            Special::BatchNormBwd => "batchnorm_bwd".into(),
         }
     }
 
@@ -168,16 +181,22 @@ impl Special {
             .iter()
             .flat_map(|k| [Special::Forward(*k), Special::Backward(*k)])
             .collect();
-        v.push(Special::AttentionExp);
+        v.extend([
+            Special::AttentionExp,
+            Special::BatchNorm,
+            Special::BatchNormBwd,
+        ]);
         v
     }
 
     /// Seconds per element, all threads, of a typical 2-thread x86 machine (the nominal rates):
-    /// none for the piecewise-linear activations, a few nanoseconds for the others.
+    /// none for the piecewise-linear activations, a few nanoseconds for the others, none for a
+    /// batchnorm beyond its streaming.
     pub fn nominal_s(&self) -> f64 {
         let k = match self {
             Special::Forward(k) | Special::Backward(k) => *k,
             Special::AttentionExp => return 1.5e-9,
+            Special::BatchNorm | Special::BatchNormBwd => return 0.0,
         };
         let fwd = match k {
             UnaryKind::Relu | UnaryKind::LeakyRelu { .. } => 0.0,
@@ -272,13 +291,14 @@ pub struct CpuRates {
     pub direct_madds: f64,
     /// Bytes per second streamed through memory, all threads.
     pub stream_bytes: f64,
-    /// Bytes per second streamed, all threads, by the kernels of a step whose arena stays in the
-    /// caches ([`CpuRates::cache_bytes`]): mlp's 2.3 MB step streamed its updates at 2-3x the
-    /// rate of arrays larger than the caches, and was predicted 1.25x slow.
+    /// Bytes per second streamed, all threads, by a kernel whose operands stay in the caches
+    /// ([`CpuRates::kernel_cached`]): mlp's 2.3 MB step streamed its updates at 2-3x the rate of
+    /// arrays larger than the caches, and was predicted 1.25x slow.
     #[serde(default = "nominal_stream_bytes")]
     pub cached_stream_bytes: f64,
-    /// The largest arena whose step streams at [`CpuRates::cached_stream_bytes`]: half the
-    /// last-level cache (the rest is the program's, the host data's and the machine's).
+    /// The most bytes a kernel's operands may take and stream at
+    /// [`CpuRates::cached_stream_bytes`]: half the last-level cache (the rest is the other
+    /// buffers', the host data's and the machine's).
     #[serde(default = "nominal_cache_bytes")]
     pub cache_bytes: u64,
     /// Seconds per parallel loop (dispatch and join).
@@ -378,15 +398,26 @@ impl CpuRates {
         ]
     }
 
-    /// [`CpuRates::terms_in`] of a step whose arena is larger than the caches.
+    /// [`CpuRates::terms_in`] of a kernel whose operands are larger than the caches.
     pub fn terms(&self, w: &CpuWork) -> [f64; TERMS] {
         self.terms_in(w, false)
     }
 
-    /// Whether `plan`'s arena stays in the caches ([`CpuRates::cache_bytes`]): its kernels'
-    /// streamed bytes are then the cached term's.
-    pub fn arena_cached(&self, plan: &Plan) -> bool {
-        plan.arena_bytes <= self.cache_bytes
+    /// Whether kernel `k`'s operands together stay in the caches ([`CpuRates::cache_bytes`]):
+    /// its streamed bytes are then the cached term's. (Its operands, not the step's arena: the
+    /// kernel before it wrote them; a small step whose fused update walks a 9.4 MB weight in
+    /// narrow column chunks still reads it from memory.)
+    pub fn kernel_cached(&self, k: &crate::plan::Kernel) -> bool {
+        let bytes: usize = k
+            .arg_shapes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let size = k.signature.params.get(i).map_or(4, |p| p.dtype.size());
+                s.iter().product::<usize>() * size
+            })
+            .sum();
+        bytes as u64 <= self.cache_bytes
     }
 
     /// The terms of one launch doing `w` that [`CpuRates::coefs`] weigh: its time is their dot
@@ -394,7 +425,8 @@ impl CpuRates {
     /// GEMM bytes packed by gathers (and C), GEMM calls (each in waves over the threads), the
     /// three gathers' elements, direct multiply-adds, bytes streamed through memory (and B read
     /// from memory), parallel loops (a split GEMM's included), launches, GEMM bytes packed in
-    /// runs, bytes streamed in the caches (`cached`: the step's arena stays in them).
+    /// runs, bytes streamed in the caches (`cached`: the kernel's operands stay in them,
+    /// [`CpuRates::kernel_cached`]).
     pub fn terms_in(&self, w: &CpuWork, cached: bool) -> [f64; TERMS] {
         let mut t = [0.0; TERMS];
         let threads = self.threads.max(1) as u64;
@@ -434,6 +466,7 @@ impl CpuRates {
         t[5] = w.col2im as f64;
         t[6] = w.direct as f64;
         t[if cached { 11 } else { 7 }] += (w.streamed + w.serial * threads) as f64;
+        t[7] += (w.from_memory * threads) as f64;
         // a small kernel's loops do not split: they run on the calling thread, no hand-off
         let big = w.streamed + w.serial >= SPLIT_BYTES || w.im2col + w.im2col_fwd + w.col2im > 0;
         t[8] += if big { w.loops as f64 } else { 0.0 };
@@ -483,7 +516,7 @@ impl CpuRates {
         }
     }
 
-    /// [`CpuRates::work_s_in`] of a step whose arena is larger than the caches.
+    /// [`CpuRates::work_s_in`] of a kernel whose operands are larger than the caches.
     pub fn work_s(&self, w: &CpuWork) -> f64 {
         self.work_s_in(w, false)
     }
@@ -526,11 +559,10 @@ pub struct CpuTime {
 
 /// The predicted time of every kernel of `plan` and of its step, at `rates`.
 pub fn plan_time(plan: &Plan, rates: &CpuRates) -> CpuTime {
-    let cached = rates.arena_cached(plan);
     let kernel_s: Vec<f64> = plan
         .kernels
         .iter()
-        .map(|k| rates.work_s_in(&k.cpu_work(), cached))
+        .map(|k| rates.work_s_in(&k.cpu_work(), rates.kernel_cached(k)))
         .collect();
     let step_s = plan
         .steps

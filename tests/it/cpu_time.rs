@@ -649,7 +649,7 @@ fn a_transposed_operand_is_packed_at_the_other_rate_and_no_byte_is_lost() {
 }
 
 #[test]
-fn a_step_whose_arena_stays_in_the_caches_streams_at_the_cached_rate() {
+fn a_kernel_whose_operands_stay_in_the_caches_streams_at_the_cached_rate() {
     let m = model(
         "input x: [8, 8, 3]\ntarget y: int\n\
          out = x |> conv2d(8, 3, activation: relu) |> flatten |> dense(10)\n\
@@ -660,16 +660,37 @@ fn a_step_whose_arena_stays_in_the_caches_streams_at_the_cached_rate() {
         cached_stream_bytes: 4.0 * CpuRates::nominal().stream_bytes,
         ..CpuRates::nominal()
     };
-    assert!(r.arena_cached(&p), "{} B arena", p.arena_bytes);
+    // every kernel of this small step is cached; none is with a cache of 0 bytes
+    assert!(p.kernels.iter().all(|k| r.kernel_cached(k)));
     let in_cache = plan_time(&p, &r).step_s;
-    // the same plan with a cache smaller than its arena: every streamed byte from memory
-    let small = CpuRates {
-        cache_bytes: p.arena_bytes - 1,
+    let none = CpuRates {
+        cache_bytes: 0,
         ..r.clone()
     };
-    assert!(!small.arena_cached(&p));
-    let from_memory = plan_time(&p, &small).step_s;
+    assert!(p.kernels.iter().all(|k| !none.kernel_cached(k)));
+    let from_memory = plan_time(&p, &none).step_s;
     assert!(in_cache < from_memory, "{in_cache} vs {from_memory}");
+    // the threshold is the kernel's operands' bytes: one byte less, from memory
+    let conv = p
+        .kernels
+        .iter()
+        .find(|k| k.name == "conv2d_0")
+        .expect("conv");
+    let bytes: usize = conv
+        .arg_shapes
+        .iter()
+        .map(|s| 4 * s.iter().product::<usize>())
+        .sum();
+    let exact = CpuRates {
+        cache_bytes: bytes as u64,
+        ..r.clone()
+    };
+    assert!(exact.kernel_cached(conv));
+    let less = CpuRates {
+        cache_bytes: bytes as u64 - 1,
+        ..r.clone()
+    };
+    assert!(!less.kernel_cached(conv));
     // the difference is the streamed bytes' alone: at equal rates the two agree
     let equal = CpuRates {
         cached_stream_bytes: r.stream_bytes,

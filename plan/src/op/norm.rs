@@ -317,7 +317,7 @@ impl OpFacts for NormOp {
             NormOp::BatchNorm { .. } => 2,
             _ => 1,
         };
-        crate::cpu::CpuWork {
+        let w = crate::cpu::CpuWork {
             streamed: rest * x + if one_block { 0 } else { sums * x },
             serial: serial * x + if one_block { sums * x } else { 0 },
             loops: if rest > 0 {
@@ -326,6 +326,12 @@ impl OpFacts for NormOp {
                 0
             },
             ..Default::default()
+        };
+        let elems = x / 4;
+        match self {
+            NormOp::BatchNorm { .. } => w.with_special(crate::cpu::Special::BatchNorm, elems),
+            NormOp::BatchNormBwd { .. } => w.with_special(crate::cpu::Special::BatchNormBwd, elems),
+            _ => w,
         }
     }
 }

@@ -69,7 +69,7 @@ impl OpFacts for TransferOp {
         let bytes = ins.first().map_or(0, |s| numel(s)) * 4;
         if bytes > crate::cpu::CACHED_OPERAND_BYTES as u64 {
             crate::cpu::CpuWork {
-                serial: 2 * bytes,
+                from_memory: 2 * bytes,
                 ..Default::default()
             }
         } else {

@@ -2,7 +2,8 @@
 //! that a launch's time adds it at the measured cost per element.
 
 use dmc_plan::cpu::{CpuRates, CpuWork, Special};
-use dmc_plan::op::{DenseOp, ElementwiseOp, Epilogue, Op, SeqOp};
+use dmc_plan::op::{DenseOp, ElementwiseOp, Epilogue, NormOp, Op, SeqOp};
+use dmc_plan::unary::Coef;
 use dmc_plan::unary::UnaryKind;
 
 fn work(op: Op, ins: &[&[usize]], outs: &[&[usize]]) -> CpuWork {
@@ -87,4 +88,42 @@ fn a_launch_costs_its_special_work_at_the_measured_rate() {
     let keys: std::collections::BTreeSet<String> = Special::all().iter().map(|s| s.key()).collect();
     assert_eq!(keys.len(), Special::all().len());
     assert!(keys.contains("gelu_bwd") && keys.contains("attention_exp"));
+    assert!(keys.contains("batchnorm") && keys.contains("batchnorm_bwd"));
+}
+
+#[test]
+fn a_batchnorm_costs_its_elements_beyond_its_streaming() {
+    let (x, c) = (&[16usize, 8, 8, 64][..], &[64usize][..]);
+    let fwd = work(
+        Op::Norm(NormOp::BatchNorm {
+            eps: Coef(1e-5),
+            ranks: 1,
+        }),
+        &[x, c, c],
+        &[x, c, c],
+    );
+    assert_eq!(fwd.special, vec![(Special::BatchNorm, 16 * 8 * 8 * 64)]);
+    assert!(fwd.streamed > 0, "and it streams its passes");
+    let bwd = work(
+        Op::Norm(NormOp::BatchNormBwd {
+            eps: Coef(1e-5),
+            in_place: true,
+            ranks: 1,
+        }),
+        &[x, x, c, c, c],
+        &[c, c],
+    );
+    assert_eq!(bwd.special, vec![(Special::BatchNormBwd, 16 * 8 * 8 * 64)]);
+    // nominal rates: nothing beyond the streaming (the nominal plans' times are unchanged); a
+    // measured cost per element is added per element
+    let mut r = CpuRates::nominal();
+    let mut plain = fwd.clone();
+    plain.special.clear();
+    assert_eq!(r.work_s(&fwd), r.work_s(&plain));
+    r.special_s.insert("batchnorm".into(), 2e-10);
+    let extra = r.work_s(&fwd) - r.work_s(&plain);
+    assert!(
+        (extra - 2e-10 * (16 * 8 * 8 * 64) as f64).abs() < 1e-15,
+        "{extra}"
+    );
 }

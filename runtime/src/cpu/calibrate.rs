@@ -27,7 +27,7 @@ use std::time::Instant;
 use std::collections::BTreeMap;
 
 use dmc_plan::cpu::{CpuRates, CpuWork, Special};
-use dmc_plan::op::{ConvGeom, ConvOp, Epilogue, OpFacts};
+use dmc_plan::op::{ConvGeom, ConvOp, Epilogue, NormOp, OpFacts};
 use dmc_plan::unary::UnaryKind;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
@@ -35,6 +35,7 @@ use sha2::{Digest, Sha256};
 use super::conv::{conv2d_bwd_data, conv2d_bwd_weight, conv2d_fwd, ConvDims};
 use super::elementwise::{unary_bwd, unary_fwd};
 use super::gemm::{sgemm, View};
+use super::norm;
 use crate::io::files::{replace_file, Durability};
 
 /// The shapes `(m, n, k)` the GEMM fit is measured on (the last two: few rows against a wide
@@ -53,7 +54,7 @@ const GEMM_SHAPES: [(usize, usize, usize); 10] = [
 ];
 
 /// Bumped when what is measured or how changes: older cache entries are then ignored.
-const CACHE_VERSION: &str = "cpu-rates-11";
+const CACHE_VERSION: &str = "cpu-rates-12";
 
 /// Seconds of the best of `reps` runs of `f`, each repeated until it took `min_s`.
 fn best_of(reps: usize, min_s: f64, mut f: impl FnMut()) -> f64 {
@@ -405,13 +406,17 @@ fn special_s(r: &CpuRates) -> BTreeMap<String, f64> {
     let mut y = vec![0f32; n];
     let mut out = BTreeMap::new();
     for what in Special::all() {
+        if let Some(s) = batchnorm_s(r, what) {
+            out.insert(what.key(), s);
+            continue;
+        }
         let (t, arrays) = rayon::scope(|_| match what {
             Special::Forward(k) => (best_of(3, 0.01, || unary_fwd(k, &x, black_box(&mut y))), 2),
             Special::Backward(k) => (
                 best_of(3, 0.01, || unary_bwd(k, &x, &dy, black_box(&mut y))),
                 3,
             ),
-            Special::AttentionExp => (
+            Special::AttentionExp | Special::BatchNorm | Special::BatchNormBwd => (
                 best_of(3, 0.01, || {
                     y.par_chunks_mut(8192)
                         .zip(x.par_chunks(8192))
@@ -425,6 +430,69 @@ fn special_s(r: &CpuRates) -> BTreeMap<String, f64> {
         out.insert(what.key(), ((t - streaming) / n as f64).max(0.0));
     }
     out
+}
+
+/// Seconds per element of a batchnorm's forward or backward ([`Special::BatchNorm`],
+/// [`Special::BatchNormBwd`]) beyond its streaming: the kernel over `[4096, 64]` (1 MiB, in the
+/// caches), the best of three, less what the model's other terms at `r` say of it in a cached
+/// arena. `None` for the other kinds.
+fn batchnorm_s(r: &CpuRates, what: Special) -> Option<f64> {
+    let (rows, c) = (4096, 64);
+    let n = rows * c;
+    let x: Vec<f32> = (0..n)
+        .map(|i| ((i % 1999) as f32 - 999.0) / 250.0)
+        .collect();
+    let (gamma, beta) = (vec![1.25f32; c], vec![0.5f32; c]);
+    let (mut mean, mut var) = (vec![0f32; c], vec![0f32; c]);
+    let mut y = vec![0f32; n];
+    let eps = dmc_plan::unary::Coef(1e-5);
+    let (t, op) = rayon::scope(|_| match what {
+        Special::BatchNorm => Some((
+            best_of(3, 0.01, || {
+                norm::batchnorm(
+                    &x,
+                    &gamma,
+                    &beta,
+                    black_box(&mut y),
+                    &mut mean,
+                    &mut var,
+                    1e-5,
+                )
+            }),
+            NormOp::BatchNorm { eps, ranks: 1 },
+        )),
+        Special::BatchNormBwd => {
+            norm::batchnorm(&x, &gamma, &beta, &mut y, &mut mean, &mut var, 1e-5);
+            let (mut dg, mut db, mut dx) = (vec![0f32; c], vec![0f32; c], vec![0f32; n]);
+            let t = best_of(3, 0.01, || {
+                norm::batchnorm_bwd(
+                    &y,
+                    &x,
+                    &mean,
+                    &var,
+                    &gamma,
+                    black_box(&mut dx),
+                    &mut dg,
+                    &mut db,
+                    1e-5,
+                )
+            });
+            let op = NormOp::BatchNormBwd {
+                eps,
+                in_place: false,
+                ranks: 1,
+            };
+            Some((t, op))
+        }
+        _ => None,
+    })?;
+    let (v, cc) = (vec![rows, c], vec![c]);
+    let mut work = op.cpu_work(
+        &[v.clone(), v.clone(), cc.clone(), cc.clone(), cc.clone()],
+        &[v],
+    );
+    work.special.clear();
+    Some(((t - r.work_s_in(&work, true)) / n as f64).max(0.0))
 }
 
 /// What the rates depend on: the CPU, the thread count, this build.
