@@ -160,6 +160,14 @@ pub enum Special {
     /// predicted 3-5x fast once a cached arena streamed at the cached rate).
     BatchNorm,
     BatchNormBwd,
+    /// An element of a layernorm's forward or backward (its row sums in f64).
+    LayerNorm,
+    LayerNormBwd,
+    /// A logit of a cross-entropy loss's forward or backward (its softmax's `exp` in f64).
+    CrossEntropy,
+    CrossEntropyBwd,
+    /// An element of a bias gradient (column sums in f64, in row order).
+    BiasGrad,
 }
 
 impl Special {
@@ -171,6 +179,11 @@ impl Special {
             Special::AttentionExp => "attention_exp".into(),
             Special::BatchNorm => "batchnorm".into(),
             Special::BatchNormBwd => "batchnorm_bwd".into(),
+            Special::LayerNorm => "layernorm".into(),
+            Special::LayerNormBwd => "layernorm_bwd".into(),
+            Special::CrossEntropy => "cross_entropy".into(),
+            Special::CrossEntropyBwd => "cross_entropy_bwd".into(),
+            Special::BiasGrad => "bias_grad".into(),
         }
     }
 
@@ -185,18 +198,29 @@ impl Special {
             Special::AttentionExp,
             Special::BatchNorm,
             Special::BatchNormBwd,
+            Special::LayerNorm,
+            Special::LayerNormBwd,
+            Special::CrossEntropy,
+            Special::CrossEntropyBwd,
+            Special::BiasGrad,
         ]);
         v
     }
 
     /// Seconds per element, all threads, of a typical 2-thread x86 machine (the nominal rates):
-    /// none for the piecewise-linear activations, a few nanoseconds for the others, none for a
-    /// batchnorm beyond its streaming.
+    /// none for the piecewise-linear activations, a few nanoseconds for the others, none for the
+    /// kernels measured whole (normalisations, losses, bias gradients) beyond their streaming.
     pub fn nominal_s(&self) -> f64 {
         let k = match self {
             Special::Forward(k) | Special::Backward(k) => *k,
             Special::AttentionExp => return 1.5e-9,
-            Special::BatchNorm | Special::BatchNormBwd => return 0.0,
+            Special::BatchNorm
+            | Special::BatchNormBwd
+            | Special::LayerNorm
+            | Special::LayerNormBwd
+            | Special::CrossEntropy
+            | Special::CrossEntropyBwd
+            | Special::BiasGrad => return 0.0,
         };
         let fwd = match k {
             UnaryKind::Relu | UnaryKind::LeakyRelu { .. } => 0.0,

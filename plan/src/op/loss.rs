@@ -245,6 +245,23 @@ impl OpFacts for LossOp {
         }
     }
 
+    /// Every input and output streamed once; a cross-entropy's logits each cost their softmax
+    /// ([`crate::cpu::Special::CrossEntropy`], measured whole).
+    fn cpu_work(&self, ins: &[Vec<usize>], outs: &[Vec<usize>]) -> crate::cpu::CpuWork {
+        let elems: u64 = ins.iter().chain(outs).map(|s| numel(s)).sum();
+        let logits = ins.first().map_or(0, |s| numel(s));
+        let w = crate::cpu::CpuWork::stream(elems * 4);
+        match self {
+            LossOp::CrossEntropyLoss { .. } => {
+                w.with_special(crate::cpu::Special::CrossEntropy, logits)
+            }
+            LossOp::CrossEntropyLossBwd { .. } => {
+                w.with_special(crate::cpu::Special::CrossEntropyBwd, logits)
+            }
+            _ => w,
+        }
+    }
+
     fn flops(&self, ins: &[Vec<usize>], _outs: &[Vec<usize>]) -> u64 {
         let i0 = ins.first().map(|s| numel(s)).unwrap_or(0);
         match self {

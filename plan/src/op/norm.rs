@@ -302,7 +302,9 @@ impl OpFacts for NormOp {
         };
         // (sums: passes over x, parallel unless one block; the rest: passes, serial passes)
         let (sums, rest, serial) = match self {
-            NormOp::LayerNorm { .. } => return parallel(4, 1),
+            NormOp::LayerNorm { .. } => {
+                return parallel(4, 1).with_special(crate::cpu::Special::LayerNorm, x / 4)
+            }
             NormOp::BatchNorm { .. } => (2, 2, 0),
             NormOp::BatchNormInfer { .. } => (0, 0, 2),
             NormOp::BatchNormBwd { in_place, .. } => (2, 3, 2 * !*in_place as u64),
@@ -331,6 +333,7 @@ impl OpFacts for NormOp {
         match self {
             NormOp::BatchNorm { .. } => w.with_special(crate::cpu::Special::BatchNorm, elems),
             NormOp::BatchNormBwd { .. } => w.with_special(crate::cpu::Special::BatchNormBwd, elems),
+            NormOp::LayerNormBwd => w.with_special(crate::cpu::Special::LayerNormBwd, elems),
             _ => w,
         }
     }

@@ -300,6 +300,20 @@ impl OpFacts for OptimOp {
         }
     }
 
+    /// Every input and output streamed once; a bias gradient's elements each cost their column
+    /// sum's f64 add ([`crate::cpu::Special::BiasGrad`], measured whole).
+    fn cpu_work(&self, ins: &[Vec<usize>], outs: &[Vec<usize>]) -> crate::cpu::CpuWork {
+        let elems: u64 = ins.iter().chain(outs).map(|s| numel(s)).sum();
+        let w = crate::cpu::CpuWork::stream(elems * 4);
+        match self {
+            OptimOp::BiasGrad => w.with_special(
+                crate::cpu::Special::BiasGrad,
+                ins.first().map_or(0, |s| numel(s)),
+            ),
+            _ => w,
+        }
+    }
+
     fn flops(&self, ins: &[Vec<usize>], _outs: &[Vec<usize>]) -> u64 {
         let i = |k: usize| ins.get(k).map(|s| numel(s)).unwrap_or(0);
         match self {

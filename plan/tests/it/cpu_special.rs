@@ -2,7 +2,7 @@
 //! that a launch's time adds it at the measured cost per element.
 
 use dmc_plan::cpu::{CpuRates, CpuWork, Special};
-use dmc_plan::op::{DenseOp, ElementwiseOp, Epilogue, NormOp, Op, SeqOp};
+use dmc_plan::op::{DenseOp, ElementwiseOp, Epilogue, LossOp, NormOp, Op, OptimOp, SeqOp};
 use dmc_plan::unary::Coef;
 use dmc_plan::unary::UnaryKind;
 
@@ -126,4 +126,48 @@ fn a_batchnorm_costs_its_elements_beyond_its_streaming() {
         (extra - 2e-10 * (16 * 8 * 8 * 64) as f64).abs() < 1e-15,
         "{extra}"
     );
+}
+
+#[test]
+fn layernorms_losses_and_bias_gradients_cost_their_elements() {
+    let (x, rows, c) = (&[8usize, 64, 256][..], &[8usize, 64][..], &[256usize][..]);
+    let ln = work(
+        Op::Norm(NormOp::LayerNorm { eps: Coef(1e-5) }),
+        &[x, c, c],
+        &[x, rows, rows],
+    );
+    assert_eq!(ln.special, vec![(Special::LayerNorm, 8 * 64 * 256)]);
+    let lnb = work(
+        Op::Norm(NormOp::LayerNormBwd),
+        &[x, x, rows, rows, c],
+        &[x, c, c],
+    );
+    assert_eq!(lnb.special, vec![(Special::LayerNormBwd, 8 * 64 * 256)]);
+    let (logits, labels) = (&[512usize, 256][..], &[512usize][..]);
+    let ce = LossOp::CrossEntropyLoss {
+        label_smoothing: 0.0,
+        weight: 1.0,
+    };
+    let fwd = work(Op::Loss(ce), &[logits, labels], &[&[1]]);
+    assert_eq!(fwd.special, vec![(Special::CrossEntropy, 512 * 256)]);
+    let bwd = work(
+        Op::Loss(LossOp::CrossEntropyLossBwd {
+            label_smoothing: 0.0,
+            weight: 1.0,
+        }),
+        &[logits, labels],
+        &[logits],
+    );
+    assert_eq!(bwd.special, vec![(Special::CrossEntropyBwd, 512 * 256)]);
+    let bg = work(Op::Optim(OptimOp::BiasGrad), &[logits], &[&[256]]);
+    assert_eq!(bg.special, vec![(Special::BiasGrad, 512 * 256)]);
+    // an MSE loss has none; all of them stream every input and output once, as before
+    let mse = work(
+        Op::Loss(LossOp::MseLoss { weight: 1.0 }),
+        &[logits, logits],
+        &[&[1]],
+    );
+    assert!(mse.special.is_empty());
+    assert_eq!(mse.streamed, (2 * 512 * 256 + 1) * 4);
+    assert_eq!(bg.streamed, (512 * 256 + 256) * 4);
 }

@@ -27,7 +27,7 @@ use std::time::Instant;
 use std::collections::BTreeMap;
 
 use dmc_plan::cpu::{CpuRates, CpuWork, Special};
-use dmc_plan::op::{ConvGeom, ConvOp, Epilogue, NormOp, OpFacts};
+use dmc_plan::op::{ConvGeom, ConvOp, Epilogue, LossOp, NormOp, Op, OpFacts, OptimOp};
 use dmc_plan::unary::UnaryKind;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
@@ -35,7 +35,7 @@ use sha2::{Digest, Sha256};
 use super::conv::{conv2d_bwd_data, conv2d_bwd_weight, conv2d_fwd, ConvDims};
 use super::elementwise::{unary_bwd, unary_fwd};
 use super::gemm::{sgemm, View};
-use super::norm;
+use super::{loss, norm};
 use crate::io::files::{replace_file, Durability};
 
 /// The shapes `(m, n, k)` the GEMM fit is measured on (the last two: few rows against a wide
@@ -54,7 +54,7 @@ const GEMM_SHAPES: [(usize, usize, usize); 10] = [
 ];
 
 /// Bumped when what is measured or how changes: older cache entries are then ignored.
-const CACHE_VERSION: &str = "cpu-rates-12";
+const CACHE_VERSION: &str = "cpu-rates-13";
 
 /// Seconds of the best of `reps` runs of `f`, each repeated until it took `min_s`.
 fn best_of(reps: usize, min_s: f64, mut f: impl FnMut()) -> f64 {
@@ -406,7 +406,7 @@ fn special_s(r: &CpuRates) -> BTreeMap<String, f64> {
     let mut y = vec![0f32; n];
     let mut out = BTreeMap::new();
     for what in Special::all() {
-        if let Some(s) = batchnorm_s(r, what) {
+        if let Some(s) = whole_kernel_s(r, what) {
             out.insert(what.key(), s);
             continue;
         }
@@ -416,7 +416,7 @@ fn special_s(r: &CpuRates) -> BTreeMap<String, f64> {
                 best_of(3, 0.01, || unary_bwd(k, &x, &dy, black_box(&mut y))),
                 3,
             ),
-            Special::AttentionExp | Special::BatchNorm | Special::BatchNormBwd => (
+            _ => (
                 best_of(3, 0.01, || {
                     y.par_chunks_mut(8192)
                         .zip(x.par_chunks(8192))
@@ -432,44 +432,57 @@ fn special_s(r: &CpuRates) -> BTreeMap<String, f64> {
     out
 }
 
-/// Seconds per element of a batchnorm's forward or backward ([`Special::BatchNorm`],
-/// [`Special::BatchNormBwd`]) beyond its streaming: the kernel over `[4096, 64]` (1 MiB, in the
-/// caches), the best of three, less what the model's other terms at `r` say of it in a cached
-/// arena. `None` for the other kinds.
-fn batchnorm_s(r: &CpuRates, what: Special) -> Option<f64> {
-    let (rows, c) = (4096, 64);
-    let n = rows * c;
+/// Seconds per element of a kernel measured whole ([`Special::BatchNorm`] and its backward,
+/// [`Special::LayerNorm`] and its backward, [`Special::CrossEntropy`] and its backward,
+/// [`Special::BiasGrad`]) beyond its streaming: the kernel over 256 Ki elements (1 MiB, in the
+/// caches: a batchnorm's `[4096, 64]`, a layernorm's and a loss's `[1024, 256]`), the best of
+/// three, less what the model's other terms at `r` say of the same launch in the caches. `None`
+/// for the other kinds.
+fn whole_kernel_s(r: &CpuRates, what: Special) -> Option<f64> {
+    let n = 1 << 18;
+    let c = match what {
+        Special::BatchNorm | Special::BatchNormBwd | Special::BiasGrad => 64,
+        Special::LayerNorm
+        | Special::LayerNormBwd
+        | Special::CrossEntropy
+        | Special::CrossEntropyBwd => 256,
+        _ => return None,
+    };
+    let rows = n / c;
     let x: Vec<f32> = (0..n)
         .map(|i| ((i % 1999) as f32 - 999.0) / 250.0)
         .collect();
     let (gamma, beta) = (vec![1.25f32; c], vec![0.5f32; c]);
-    let (mut mean, mut var) = (vec![0f32; c], vec![0f32; c]);
-    let mut y = vec![0f32; n];
+    let (mut s1, mut s2) = (vec![0f32; c.max(rows)], vec![0f32; c.max(rows)]);
+    let (mut y, mut dx) = (vec![0f32; n], vec![0f32; n]);
+    let (mut dg, mut db) = (vec![0f32; c], vec![0f32; c]);
+    let labels: Vec<i32> = (0..rows).map(|i| (i % c) as i32).collect();
     let eps = dmc_plan::unary::Coef(1e-5);
-    let (t, op) = rayon::scope(|_| match what {
-        Special::BatchNorm => Some((
-            best_of(3, 0.01, || {
-                norm::batchnorm(
-                    &x,
-                    &gamma,
-                    &beta,
-                    black_box(&mut y),
-                    &mut mean,
-                    &mut var,
-                    1e-5,
-                )
-            }),
-            NormOp::BatchNorm { eps, ranks: 1 },
-        )),
+    let (v, cc, rr) = (vec![rows, c], vec![c], vec![rows]);
+    let timed = |f: &mut (dyn FnMut() + Send)| rayon::scope(|_| best_of(3, 0.01, f));
+    let (t, op, ins, outs): (f64, Op, Vec<Vec<usize>>, Vec<Vec<usize>>) = match what {
+        Special::BatchNorm => {
+            let (m, va) = (&mut s1[..c], &mut s2[..c]);
+            let t =
+                timed(&mut || norm::batchnorm(&x, &gamma, &beta, black_box(&mut y), m, va, 1e-5));
+            let op = Op::Norm(NormOp::BatchNorm { eps, ranks: 1 });
+            (
+                t,
+                op,
+                vec![v.clone(), cc.clone(), cc.clone()],
+                vec![v, cc.clone(), cc],
+            )
+        }
         Special::BatchNormBwd => {
-            norm::batchnorm(&x, &gamma, &beta, &mut y, &mut mean, &mut var, 1e-5);
-            let (mut dg, mut db, mut dx) = (vec![0f32; c], vec![0f32; c], vec![0f32; n]);
-            let t = best_of(3, 0.01, || {
+            let (m, va) = (&mut s1[..c], &mut s2[..c]);
+            norm::batchnorm(&x, &gamma, &beta, &mut y, m, va, 1e-5);
+            let (m, va) = (&s1[..c], &s2[..c]);
+            let t = timed(&mut || {
                 norm::batchnorm_bwd(
                     &y,
                     &x,
-                    &mean,
-                    &var,
+                    m,
+                    va,
                     &gamma,
                     black_box(&mut dx),
                     &mut dg,
@@ -477,20 +490,68 @@ fn batchnorm_s(r: &CpuRates, what: Special) -> Option<f64> {
                     1e-5,
                 )
             });
-            let op = NormOp::BatchNormBwd {
+            let op = Op::Norm(NormOp::BatchNormBwd {
                 eps,
                 in_place: false,
                 ranks: 1,
-            };
-            Some((t, op))
+            });
+            let ins = vec![v.clone(), v.clone(), cc.clone(), cc.clone(), cc.clone()];
+            (t, op, ins, vec![v, cc.clone(), cc])
         }
-        _ => None,
-    })?;
-    let (v, cc) = (vec![rows, c], vec![c]);
-    let mut work = op.cpu_work(
-        &[v.clone(), v.clone(), cc.clone(), cc.clone(), cc.clone()],
-        &[v],
-    );
+        Special::LayerNorm => {
+            let (m, rs) = (&mut s1[..rows], &mut s2[..rows]);
+            let t =
+                timed(&mut || norm::layernorm(&x, &gamma, &beta, black_box(&mut y), m, rs, 1e-5));
+            let op = Op::Norm(NormOp::LayerNorm { eps });
+            (
+                t,
+                op,
+                vec![v.clone(), cc.clone(), cc],
+                vec![v, rr.clone(), rr],
+            )
+        }
+        Special::LayerNormBwd => {
+            let (m, rs) = (&mut s1[..rows], &mut s2[..rows]);
+            norm::layernorm(&x, &gamma, &beta, &mut y, m, rs, 1e-5);
+            let (m, rs) = (&s1[..rows], &s2[..rows]);
+            let t = timed(&mut || {
+                norm::layernorm_bwd(&y, &x, m, rs, &gamma, black_box(&mut dx), &mut dg, &mut db)
+            });
+            let ins = vec![v.clone(), v.clone(), rr.clone(), rr, cc.clone()];
+            (
+                t,
+                Op::Norm(NormOp::LayerNormBwd),
+                ins,
+                vec![v, cc.clone(), cc],
+            )
+        }
+        Special::CrossEntropy => {
+            let t = timed(&mut || {
+                black_box(loss::cross_entropy_loss(&x, &labels, c).ok());
+            });
+            let op = Op::Loss(LossOp::CrossEntropyLoss {
+                label_smoothing: 0.0,
+                weight: 1.0,
+            });
+            (t, op, vec![v, rr], vec![vec![1]])
+        }
+        Special::CrossEntropyBwd => {
+            let t = timed(&mut || {
+                black_box(loss::cross_entropy_loss_bwd(&x, &labels, c, &mut dx).ok());
+            });
+            let op = Op::Loss(LossOp::CrossEntropyLossBwd {
+                label_smoothing: 0.0,
+                weight: 1.0,
+            });
+            (t, op, vec![v.clone(), rr], vec![v])
+        }
+        Special::BiasGrad => {
+            let t = timed(&mut || super::optim::bias_grad(&x, black_box(&mut db)));
+            (t, Op::Optim(OptimOp::BiasGrad), vec![v], vec![cc])
+        }
+        _ => return None,
+    };
+    let mut work = op.facts()?.cpu_work(&ins, &outs);
     work.special.clear();
     Some(((t - r.work_s_in(&work, true)) / n as f64).max(0.0))
 }
