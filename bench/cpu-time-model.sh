@@ -8,17 +8,19 @@
 # This 2-vCPU machine's speed comes and goes: the same binary measured mlp at 289, 551, 469 and
 # 302 µs a step within minutes (its second thread at times worth nothing: one thread measured
 # 573-604 µs then), for a minute at a time, and a calibration made in a slow minute predicts every
-# plan slow. So each example is measured in three passes over its caps, each pass with its own
+# plan slow. So each example is measured in five passes over its caps (`PASSES`), each with its own
 # calibration (a fresh cache directory: dmc's ~2 s built-in calibration, on programs none of which
-# is an example, runs at the pass's first run) and one run a point; a point's row is the pass
-# whose measured/predicted is the median of its three (a disturbed pass, its calibration's or its
-# runs', is at one end). One run of unet first, untimed: the first seconds of work after a build
+# is an example, runs at the pass's first run) and one run a point (two for short steps, the
+# faster kept: `runs_for`); a point's row is the pass
+# whose measured/predicted is the median of its five (disturbed passes, their calibration's or
+# their runs', are at the ends: with three, one slow minute could cover two passes of a point). One run of unet first, untimed: the first seconds of work after a build
 # or an idle spell run slower on this machine.
 # Usage: bench/cpu-time-model.sh [path/to/dmc] [example ...]   (default: target/release/dmc, all)
 set -euo pipefail
 DMC=${1:-target/release/dmc}
 shift || true
 cd "$(dirname "$0")/.."
+passes_n=${PASSES:-5}
 cache_root=$(mktemp -d)
 trap 'rm -rf "$cache_root"' EXIT
 examples=${*:-mlp bn_cnn autoencoder_classifier resnet_small unet mobilenet resnet18 seed deep_convnet gpt}
@@ -31,38 +33,52 @@ steps_for() {
     *) echo 60 ;;
   esac
 }
+# runs a point in each pass, the faster kept: two for the examples of short steps, whose runs
+# (tens of milliseconds) a slow spell of the machine covers whole (mlp's points alternated between
+# 0.35 and 0.53 ms a step from one run to the next in one pass)
+runs_for() {
+  case $1 in
+    seed | gpt | deep_convnet | resnet18) echo 1 ;;
+    *) echo 2 ;;
+  esac
+}
 DMC_CACHE_DIR=$cache_root "$DMC" run examples/unet.dm --steps 60 -q >/dev/null 2>&1
-echo "| example | cap (B) | measured ms/step | predicted ms/step | measured/predicted | the three passes |"
+echo "| example | cap (B) | measured ms/step | predicted ms/step | measured/predicted | the passes |"
 echo "|---|---:|---:|---:|---:|---|"
 summary=$(mktemp)
 for e in $examples; do
   s=$(steps_for "$e")
   caps=$(DMC_CACHE_DIR=$cache_root "$DMC" plan "examples/$e.dm" --sweep | grep -E '^ +[0-9,]+ ' | awk '{gsub(/,/, "", $1); print $1}')
   passes=$(mktemp)
-  for pass in 1 2 3; do
+  for pass in $(seq "$passes_n"); do
     export DMC_CACHE_DIR=$cache_root/$e-$pass
     for c in none $caps; do
       cap=()
       [ "$c" = none ] || cap=(--vram-cap "$c")
-      r=$("$DMC" run "examples/$e.dm" --steps "$s" "${cap[@]}" --profile -q 2>&1 | grep -E '^\| \*\*step' || true)
-      # (column 4: measured µs a step; column 6: predicted)
-      if [ -n "$r" ]; then
-        awk -F'|' -v c="$c" '{gsub(/ /, "", $4); gsub(/ /, "", $6); printf "%s %s %s\n", c, $4, $6}' <<<"$r" >>"$passes"
-      else
-        echo "$c failed failed" >>"$passes"
-      fi
+      best=""
+      for _ in $(seq "$(runs_for "$e")"); do
+        r=$("$DMC" run "examples/$e.dm" --steps "$s" "${cap[@]}" --profile -q 2>&1 | grep -E '^\| \*\*step' || true)
+        # (column 4: measured µs a step; column 6: predicted; the faster run kept)
+        [ -n "$r" ] || continue
+        r=$(awk -F'|' -v c="$c" '{gsub(/ /, "", $4); gsub(/ /, "", $6); printf "%s %s %s\n", c, $4, $6}' <<<"$r")
+        if [ -z "$best" ] || awk -v a="$r" -v b="$best" 'BEGIN {split(a, x, " "); split(b, y, " "); exit !(x[2] + 0 < y[2] + 0)}'; then
+          best=$r
+        fi
+      done
+      echo "${best:-$c failed failed}" >>"$passes"
     done
   done
   for c in none $caps; do
-    awk -v c="$c" -v e="$e" '$1 == c {
+    awk -v c="$c" -v e="$e" -v np="$passes_n" '$1 == c {
         if ($2 == "failed") { bad = 1; next }
         n++; m[n] = $2 / 1000; p[n] = $3 / 1000; r[n] = m[n] / p[n]
       }
       END {
-        if (bad || n != 3) { printf "| %s | %s | failed | | | |\n", e, c; exit }
-        # the pass of the median ratio
-        for (i = 1; i <= 3; i++) { below = 0; for (j = 1; j <= 3; j++) if (r[j] < r[i] || (r[j] == r[i] && j < i)) below++; if (below == 1) k = i }
-        printf "| %s | %s | %.3f | %.3f | %.2fx | %.2fx, %.2fx, %.2fx |\n", e, (c == "none" ? "uncapped" : c), m[k], p[k], r[k], r[1], r[2], r[3]
+        if (bad || n != np) { printf "| %s | %s | failed | | | |\n", e, c; exit }
+        # the pass of the median ratio (the lower median for an even count)
+        for (i = 1; i <= n; i++) { below = 0; for (j = 1; j <= n; j++) if (r[j] < r[i] || (r[j] == r[i] && j < i)) below++; if (below == int((n - 1) / 2)) k = i }
+        all = ""; for (i = 1; i <= n; i++) all = all (i > 1 ? ", " : "") sprintf("%.2fx", r[i])
+        printf "| %s | %s | %.3f | %.3f | %.2fx | %s |\n", e, (c == "none" ? "uncapped" : c), m[k], p[k], r[k], all
       }' "$passes" | tee -a "$summary"
   done
   rm -f "$passes"
