@@ -13,7 +13,8 @@
 # is an example, runs at the pass's first run) and one run a point (two for short steps, the
 # faster kept: `runs_for`); a point's row is the pass
 # whose measured/predicted is the median of its five (disturbed passes, their calibration's or
-# their runs', are at the ends: with three, one slow minute could cover two passes of a point). One run of unet first, untimed: the first seconds of work after a build
+# their runs', are at the ends: with three, one slow minute could cover two passes of a point).
+# One run of unet first, untimed: the first seconds of work after a build
 # or an idle spell run slower on this machine.
 # Usage: bench/cpu-time-model.sh [path/to/dmc] [example ...]   (default: target/release/dmc, all)
 set -euo pipefail

@@ -117,14 +117,19 @@ fn a_gemm_is_split_as_the_backend_splits_it_and_costs_whole_micro_tiles() {
     assert!((all - 16.0 * one).abs() < 1e-12 * one.max(1.0));
 }
 
-#[test]
-fn a_plans_predicted_step_is_the_sum_of_its_steps() {
+/// A small step's plan: a convolution with its activation, a dense layer, Adam.
+fn small_plan() -> Plan {
     let m = model(
         "input x: [8, 8, 3]\ntarget y: int\n\
          out = x |> conv2d(8, 3, activation: relu) |> flatten |> dense(10)\n\
          loss cross_entropy(out, y)\ntrain { batch: 4, optimizer: adam(lr: 0.001) }\n",
     );
-    let p = compile(&m, &CompileOptions::default()).expect("compile");
+    compile(&m, &CompileOptions::default()).expect("compile")
+}
+
+#[test]
+fn a_plans_predicted_step_is_the_sum_of_its_steps() {
+    let p = small_plan();
     let r = CpuRates::nominal();
     let t = plan_time(&p, &r);
     assert_eq!(t.kernel_s.len(), p.kernels.len());
@@ -650,12 +655,7 @@ fn a_transposed_operand_is_packed_at_the_other_rate_and_no_byte_is_lost() {
 
 #[test]
 fn a_kernel_whose_operands_stay_in_the_caches_streams_at_the_cached_rate() {
-    let m = model(
-        "input x: [8, 8, 3]\ntarget y: int\n\
-         out = x |> conv2d(8, 3, activation: relu) |> flatten |> dense(10)\n\
-         loss cross_entropy(out, y)\ntrain { batch: 4, optimizer: adam(lr: 0.001) }\n",
-    );
-    let p = compile(&m, &CompileOptions::default()).expect("compile");
+    let p = small_plan();
     let r = CpuRates {
         cached_stream_bytes: 4.0 * CpuRates::nominal().stream_bytes,
         ..CpuRates::nominal()

@@ -197,6 +197,21 @@ fn micro_tile() -> usize {
     8
 }
 
+/// Bytes per second, all threads, of a ReLU's backward over arrays of `len` elements (saved and
+/// dy read, dx written), the best of three runs of at least `min_s` each.
+fn relu_bwd_bytes_per_s(len: usize, min_s: f64) -> f64 {
+    let saved: Vec<f32> = (0..len).map(|i| (i % 3) as f32 - 1.0).collect();
+    let dy = vec![1f32; len];
+    let mut dx = vec![0f32; len];
+    let t = rayon::scope(|_| {
+        best_of(3, min_s, || {
+            unary_bwd(UnaryKind::Relu, &saved, &dy, &mut dx);
+            black_box(&mut dx);
+        })
+    });
+    12.0 * len as f64 / t
+}
+
 /// Half of this machine's last-level cache (`/sys/devices/system/cpu/cpu0/cache`, the largest
 /// level listed), the arena a step may have and stream in the caches
 /// ([`CpuRates::cache_bytes`]); the nominal 8 MiB where the sizes cannot be read.
@@ -256,33 +271,12 @@ pub fn measure() -> CpuRates {
         })
     });
 
-    // streaming: a ReLU's backward over 8 Mi elements (saved and dy read, dx written)
-    let len = 8 << 20;
-    let saved: Vec<f32> = (0..len).map(|i| (i % 3) as f32 - 1.0).collect();
-    let dy = vec![1f32; len];
-    let mut dx = vec![0f32; len];
-    let stream_s = rayon::scope(|_| {
-        best_of(3, 0.02, || {
-            unary_bwd(UnaryKind::Relu, &saved, &dy, &mut dx);
-            black_box(&mut dx);
-        })
-    });
-    r.stream_bytes = 12.0 * len as f64 / stream_s;
-    drop((saved, dy, dx));
-    // the same over arrays a quarter of the cache share (three of them stay in the caches)
+    // streaming: a ReLU's backward over 8 Mi elements (saved and dy read, dx written); the same
+    // over arrays a quarter of the cache share (three of them stay in the caches)
+    r.stream_bytes = relu_bwd_bytes_per_s(8 << 20, 0.02);
     r.cache_bytes = cache_share();
-    let len = ((r.cache_bytes / 16) as usize).max(1 << 16);
-    let saved: Vec<f32> = (0..len).map(|i| (i % 3) as f32 - 1.0).collect();
-    let dy = vec![1f32; len];
-    let mut dx = vec![0f32; len];
-    let cached_s = rayon::scope(|_| {
-        best_of(3, 0.01, || {
-            unary_bwd(UnaryKind::Relu, &saved, &dy, &mut dx);
-            black_box(&mut dx);
-        })
-    });
-    r.cached_stream_bytes = 12.0 * len as f64 / cached_s;
-    drop((saved, dy, dx));
+    r.cached_stream_bytes =
+        relu_bwd_bytes_per_s(((r.cache_bytes / 16) as usize).max(1 << 16), 0.01);
     r.special_s = special_s(&r);
 
     // gathers: a 3x3 convolution of 8 images of 64x64x64 (rows of 256 pixels: 128 chunks), each
