@@ -14,6 +14,9 @@
 # faster kept: `runs_for`); a point's row is the pass
 # whose measured/predicted is the median of its five (disturbed passes, their calibration's or
 # their runs', are at the ends: with three, one slow minute could cover two passes of a point).
+# A calibration made while the machine held back a thread is not cached (dmc measures how much of
+# its threads' work runs in parallel around it: `CpuRates::parallel_share`), so each pass first
+# calibrates until one is cached (`calibrate`: up to 12 tries, 10 s apart) and its runs all use it.
 # One run of unet first, untimed: the first seconds of work after a build
 # or an idle spell run slower on this machine.
 # Usage: bench/cpu-time-model.sh [path/to/dmc] [example ...]   (default: target/release/dmc, all)
@@ -43,6 +46,16 @@ runs_for() {
     *) echo 2 ;;
   esac
 }
+# caches a calibration for the pass in $DMC_CACHE_DIR (a `dmc plan` of example $1 measures it),
+# retrying while the machine is busy; says so on stderr when none could be cached
+calibrate() {
+  for _ in $(seq 12); do
+    "$DMC" plan "examples/$1.dm" >/dev/null 2>&1 || true
+    if compgen -G "$DMC_CACHE_DIR/cpu-rates-*.json" >/dev/null; then return; fi
+    sleep 10
+  done
+  echo "($1, pass $pass: the machine was busy at every calibration; each run measured its own)" >&2
+}
 DMC_CACHE_DIR=$cache_root "$DMC" run examples/unet.dm --steps 60 -q >/dev/null 2>&1
 echo "| example | cap (B) | measured ms/step | predicted ms/step | measured/predicted | the passes |"
 echo "|---|---:|---:|---:|---:|---|"
@@ -53,6 +66,7 @@ for e in $examples; do
   passes=$(mktemp)
   for pass in $(seq "$passes_n"); do
     export DMC_CACHE_DIR=$cache_root/$e-$pass
+    calibrate "$e"
     for c in none $caps; do
       cap=()
       [ "$c" = none ] || cap=(--vram-cap "$c")

@@ -339,6 +339,14 @@ pub struct CpuRates {
     /// term says of it), not fitted. A kind absent here costs its [`Special::nominal_s`].
     #[serde(default)]
     pub special_s: std::collections::BTreeMap<String, f64>,
+    /// How much of the threads ran in parallel while the rates were measured: one thread's time
+    /// on a register-bound loop over all threads' time on it at once (the least of the probes
+    /// around the measurement; 1.0 when every thread had a core of its own). A shared machine
+    /// may take a core for a minute at a time (this project's 2-vCPU VM: mlp's step at 289 µs,
+    /// then 551 µs, minutes apart), and rates measured then predict every plan slow: below
+    /// [`CpuRates::BUSY_SHARE`] they are used once and not cached ([`CpuRates::measured_busy`]).
+    #[serde(default = "one")]
+    pub parallel_share: f64,
     /// What measured them, e.g. `micro-benchmark, 2 threads, 0.4 s`.
     pub source: String,
 }
@@ -359,7 +367,21 @@ fn nominal_pack_run_bytes() -> f64 {
     10e9
 }
 
+fn one() -> f64 {
+    1.0
+}
+
 impl CpuRates {
+    /// The least [`CpuRates::parallel_share`] of rates measured on a machine whose threads each
+    /// had a core: below it, some thread waited for one while the rates were measured.
+    pub const BUSY_SHARE: f64 = 0.75;
+
+    /// Whether these rates were measured while the machine held back some of its threads
+    /// ([`CpuRates::parallel_share`] under [`CpuRates::BUSY_SHARE`], more than one thread).
+    pub fn measured_busy(&self) -> bool {
+        self.threads > 1 && self.parallel_share < Self::BUSY_SHARE
+    }
+
     /// Rates of a typical 2-thread x86 machine (AVX2/FMA), for plans compiled without a
     /// measurement: the defaults tests and snapshots use. `dmc` measures the machine it runs on.
     pub fn nominal() -> Self {
@@ -380,6 +402,7 @@ impl CpuRates {
             launch_s: 1e-6,
             pack_run_bytes: nominal_pack_run_bytes(),
             special_s: Default::default(),
+            parallel_share: 1.0,
             source: "nominal rates (2 threads, 60 GFLOP/s per thread)".into(),
         }
     }

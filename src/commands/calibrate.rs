@@ -178,18 +178,21 @@ pub fn measure() -> CpuRates {
     }
     let coefs = fit_nonneg_scaled(&rows, &times, &scales);
     let mut r = base.with_coefs(&coefs);
+    // the programs ran on every thread: a core taken during them shows in a probe after them
+    r.parallel_share = base.parallel_share.min(calibrate::parallel_share());
     if std::env::var_os("DMC_CALIBRATION_TRACE").is_some() {
         trace(&all, &coefs);
         eprintln!("micro-benchmark weights {:?}", base.coefs());
     }
     r.source = format!(
-        "measured on this machine ({} thread{}, {} kernels of {} calibration programs fitted, {} of them also at their floor, {:.2} s)",
+        "measured on this machine ({} thread{}, {} kernels of {} calibration programs fitted, {} of them also at their floor, {:.2} s{})",
         r.threads,
         if r.threads == 1 { "" } else { "s" },
         all.len(),
         PROGRAMS.len(),
         AT_FLOOR.len(),
-        t0.elapsed().as_secs_f64()
+        t0.elapsed().as_secs_f64(),
+        calibrate::busy_note(&r)
     );
     r
 }

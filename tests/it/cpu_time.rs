@@ -1,6 +1,6 @@
-//! The CPU time model (`dmc_plan::cpu`), its calibration (`dmc_runtime::cpu::calibrate`) and the
-//! cap fitter that ranks plans by it: the model's structure (chunks, splits, sums), the
-//! calibration's fit and cache, and the fitter never choosing a plan predicted slower than the
+//! The CPU time model (`dmc_plan::cpu`), its calibration's fit (`dmc_runtime::cpu::calibrate`;
+//! its measurement and cache: calibration.rs) and the cap fitter that ranks plans by it: the
+//! model's structure (chunks, splits, sums), the calibration's fit, and the fitter never choosing a plan predicted slower than the
 //! plan it had without recomputation.
 
 use dmc_compiler::plan::{Mode, Plan};
@@ -170,44 +170,6 @@ fn the_fit_recovers_known_coefficients_and_never_goes_negative() {
     // data no non-negative line explains: still non-negative
     let x = calibrate::fit_nonneg(&rows, &[1.0, 1e-9, 1.0, 1e-9, 1.0]);
     assert!(x.iter().all(|v| *v >= 0.0), "{x:?}");
-}
-
-#[test]
-fn calibration_measures_positive_rates_and_caches_them() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let r = calibrate::cached(Some(dir.path()));
-    for (name, v) in [
-        ("gemm_flops", r.gemm_flops),
-        ("pack_bytes", r.pack_bytes),
-        ("im2col", r.im2col_elems),
-        ("im2col_fwd", r.im2col_fwd_elems),
-        ("col2im", r.col2im_elems),
-        ("stream", r.stream_bytes),
-        ("cached stream", r.cached_stream_bytes),
-        ("pack runs", r.pack_run_bytes),
-    ] {
-        assert!(v.is_finite() && v > 0.0, "{name} = {v}");
-    }
-    assert!(r.cache_bytes > 0);
-    assert!(r.gemm_call_s >= 0.0 && r.loop_s >= 0.0);
-    assert!(r.threads >= 1);
-    let path = calibrate::cache_path(dir.path());
-    assert!(path.is_file(), "cached at {}", path.display());
-    // read back, not measured again: an entry marked by hand comes back as it is
-    let marked = CpuRates {
-        source: "marked".into(),
-        ..r.clone()
-    };
-    std::fs::write(&path, serde_json::to_vec(&marked).expect("json")).expect("write");
-    assert_eq!(calibrate::cached(Some(dir.path())).source, "marked");
-    // a damaged entry is measured again and replaced
-    std::fs::write(&path, b"{ not json").expect("write");
-    let again = calibrate::cached(Some(dir.path()));
-    assert!(again.gemm_flops > 0.0);
-    let back: CpuRates =
-        serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("valid json");
-    assert_eq!(back.source, again.source);
-    assert_ne!(back.source, "marked");
 }
 
 /// A chain of convolutions whose weights (and their gradient chunks) weigh as much as their

@@ -4,6 +4,7 @@
 mod common;
 
 mod batchnorm;
+mod calibration;
 mod cli;
 mod cli_flags;
 mod clip_accumulate;

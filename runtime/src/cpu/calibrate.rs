@@ -54,7 +54,7 @@ const GEMM_SHAPES: [(usize, usize, usize); 10] = [
 ];
 
 /// Bumped when what is measured or how changes: older cache entries are then ignored.
-const CACHE_VERSION: &str = "cpu-rates-13";
+const CACHE_VERSION: &str = "cpu-rates-14";
 
 /// Seconds of the best of `reps` runs of `f`, each repeated until it took `min_s`.
 fn best_of(reps: usize, min_s: f64, mut f: impl FnMut()) -> f64 {
@@ -73,6 +73,36 @@ fn best_of(reps: usize, min_s: f64, mut f: impl FnMut()) -> f64 {
         }
     }
     best
+}
+
+/// A register-bound loop of `n` dependent multiply-adds (no memory traffic: a thread's time on
+/// it is its core's, whatever the others do).
+fn spin(n: u32) -> f64 {
+    let mut x = black_box(1.0f64);
+    for _ in 0..n {
+        x = x * 1.000_000_1 + 1e-9;
+    }
+    black_box(x)
+}
+
+/// How much of the pool's threads run in parallel now ([`CpuRates::parallel_share`]): the best
+/// of three times of one thread's [`spin`] over the best of three of every thread's at once,
+/// at most 1 (about 10 ms in all on two threads).
+pub fn parallel_share() -> f64 {
+    const N: u32 = 1 << 20;
+    let threads = rayon::current_num_threads().max(1);
+    if threads == 1 {
+        return 1.0;
+    }
+    let one = best_of(3, 0.0, || {
+        spin(black_box(N));
+    });
+    let all = best_of(3, 0.0, || {
+        (0..threads).into_par_iter().for_each(|_| {
+            spin(black_box(N));
+        })
+    });
+    (one / all).min(1.0)
 }
 
 /// Solves the square system `a x = b` (Gaussian elimination with partial pivoting); `None` when
@@ -243,6 +273,7 @@ fn cache_share() -> u64 {
 pub fn measure() -> CpuRates {
     let t0 = Instant::now();
     let threads = rayon::current_num_threads().max(1);
+    let share = parallel_share();
     let mut r = CpuRates {
         threads,
         micro_tile: micro_tile(),
@@ -379,12 +410,27 @@ pub fn measure() -> CpuRates {
     let mut other = dw_fwd.clone();
     other.direct = 0;
     r.direct_madds = rate(dw_fwd.direct, t, r.work_s(&other));
+    r.parallel_share = share.min(parallel_share());
     r.source = format!(
-        "measured on this machine ({threads} thread{}, micro-benchmark {:.2} s)",
+        "measured on this machine ({threads} thread{}, micro-benchmark {:.2} s{})",
         if threads == 1 { "" } else { "s" },
-        t0.elapsed().as_secs_f64()
+        t0.elapsed().as_secs_f64(),
+        busy_note(&r)
     );
     r
+}
+
+/// For a rates' source: nothing, or that the machine held back threads while they were
+/// measured ([`CpuRates::measured_busy`]) and they are not cached.
+pub fn busy_note(r: &CpuRates) -> String {
+    if r.measured_busy() {
+        format!(
+            "; the machine was busy: {:.0}% of the threads' work ran in parallel, so these rates are used once, not cached, and measured again next time",
+            r.parallel_share * 100.0
+        )
+    } else {
+        String::new()
+    }
 }
 
 /// Seconds per element, all threads, of each [`Special`] kind beyond its streaming: every
@@ -578,7 +624,9 @@ pub fn cache_path(dir: &Path) -> PathBuf {
 }
 
 /// This machine's rates: read from `dir`'s cache entry, else measured ([`measure`]) and written
-/// there (atomically; a cache that cannot be written only costs the next run the measurement).
+/// there (atomically; a cache that cannot be written only costs the next run the measurement),
+/// unless measured while the machine held back threads ([`CpuRates::measured_busy`]: rates
+/// that would predict every later plan slow).
 pub fn cached(dir: Option<&Path>) -> CpuRates {
     cached_with(dir, measure)
 }
@@ -595,7 +643,7 @@ pub fn cached_with(dir: Option<&Path>, measure: impl FnOnce() -> CpuRates) -> Cp
         }
     }
     let r = measure();
-    if let Some(p) = &path {
+    if let Some(p) = path.as_ref().filter(|_| !r.measured_busy()) {
         let _ = std::fs::create_dir_all(p.parent().unwrap_or(Path::new(".")));
         let _ = replace_file(p, Durability::Cache, |w| {
             serde_json::to_writer_pretty(&mut *w, &r).map_err(std::io::Error::other)
