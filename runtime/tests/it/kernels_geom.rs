@@ -214,6 +214,55 @@ fn cases() -> Vec<Case> {
                 ..ConvGeom::square(3, 1, 1)
             },
         ),
+        // depthwise at the widths summed in registers (16, 32, 8) and past them (36: a block of
+        // 32 and one of 4), over several blocks of lines of the weight gradient (40 pixels a
+        // line: 12 lines a block, 80 lines), strided, dilated, padded unevenly
+        c(
+            2,
+            40,
+            40,
+            16,
+            16,
+            ConvGeom {
+                groups: 16,
+                ..ConvGeom::square(3, 1, 1)
+            },
+        ),
+        c(
+            2,
+            23,
+            29,
+            32,
+            32,
+            ConvGeom {
+                groups: 32,
+                dil_h: 2,
+                ..geom(3, 3, (2, 1), [2, 1, 0, 3])
+            },
+        ),
+        c(
+            3,
+            9,
+            30,
+            24,
+            24,
+            ConvGeom {
+                groups: 24,
+                dil_w: 3,
+                ..geom(2, 5, (1, 3), [0, 1, 4, 2])
+            },
+        ),
+        c(
+            1,
+            30,
+            26,
+            36,
+            36,
+            ConvGeom {
+                groups: 36,
+                ..geom(3, 3, (1, 2), [1, 1, 1, 1])
+            },
+        ),
     ]
 }
 
@@ -259,7 +308,7 @@ fn general_conv_backward_matches_finite_differences() {
         // by blocks of output channels (the fused update's path): blocks end at group
         // boundaries (a depthwise conv's, run directly, are `chunk` channels of as many groups),
         // and together they are the whole gradient, bit for bit
-        for chunk in [1, 2, 3, c.co] {
+        for chunk in [1, 2, 3, 8, 16, c.co] {
             let k = c.wlen() / c.co;
             let mut gw = vec![f32::NAN; k * chunk];
             let mut got = vec![f32::NAN; c.wlen()];
