@@ -46,11 +46,12 @@ runs_for() {
     *) echo 2 ;;
   esac
 }
-# caches a calibration for the pass in $DMC_CACHE_DIR (a `dmc plan` of example $1 measures it),
-# retrying while the machine is busy; says so on stderr when none could be cached
+# caches a calibration for the pass in $DMC_CACHE_DIR (measured by a one-step `dmc run --profile`
+# of example $1, a process like the runs it predicts), retrying while the machine is busy; says so
+# on stderr when none could be cached
 calibrate() {
   for _ in $(seq 12); do
-    "$DMC" plan "examples/$1.dm" >/dev/null 2>&1 || true
+    "$DMC" run "examples/$1.dm" --steps 1 --profile -q >/dev/null 2>&1 || true
     if compgen -G "$DMC_CACHE_DIR/cpu-rates-*.json" >/dev/null; then return; fi
     sleep 10
   done

@@ -178,11 +178,13 @@ pub fn measure() -> CpuRates {
     }
     let coefs = fit_nonneg_scaled(&rows, &times, &scales);
     let mut r = base.with_coefs(&coefs);
+    calibrate::remeasure_whole_kernels(&base, &mut r.special_s);
     // the programs ran on every thread: a core taken during them shows in a probe after them
     r.parallel_share = base.parallel_share.min(calibrate::parallel_share());
     if std::env::var_os("DMC_CALIBRATION_TRACE").is_some() {
         trace(&all, &coefs);
         eprintln!("micro-benchmark weights {:?}", base.coefs());
+        eprintln!("specials (s per element) {:?}", r.special_s);
     }
     r.source = format!(
         "measured on this machine ({} thread{}, {} kernels of {} calibration programs fitted, {} of them also at their floor, {:.2} s{})",

@@ -85,23 +85,51 @@ fn spin(n: u32) -> f64 {
     black_box(x)
 }
 
-/// How much of the pool's threads run in parallel now ([`CpuRates::parallel_share`]): the best
-/// of three times of one thread's [`spin`] over the best of three of every thread's at once,
-/// at most 1 (about 10 ms in all on two threads).
+/// How much of the pool's threads' work runs in parallel now ([`CpuRates::parallel_share`]): one
+/// thread's time on a [`spin`] over the time as many threads as the pool's take to spin at once
+/// (released together by a barrier, from the first one's start to the last one's end: threads
+/// spawned for it, as a pool's sleeping threads may take a while to wake, which is not the
+/// machine's doing), the best of five of each, at most 1 (about 15 ms in all on two threads).
 pub fn parallel_share() -> f64 {
     const N: u32 = 1 << 20;
+    const REPS: usize = 5;
     let threads = rayon::current_num_threads().max(1);
     if threads == 1 {
         return 1.0;
     }
-    let one = best_of(3, 0.0, || {
-        spin(black_box(N));
-    });
-    let all = best_of(3, 0.0, || {
-        (0..threads).into_par_iter().for_each(|_| {
+    let one = (0..REPS)
+        .map(|_| {
+            let t0 = Instant::now();
             spin(black_box(N));
+            t0.elapsed().as_secs_f64()
         })
-    });
+        .fold(f64::INFINITY, f64::min);
+    let all = (0..REPS)
+        .map(|_| {
+            let start = std::sync::Barrier::new(threads);
+            let spans: Vec<Option<(Instant, Instant)>> = std::thread::scope(|s| {
+                let spinners: Vec<_> = (0..threads)
+                    .map(|_| {
+                        s.spawn(|| {
+                            start.wait();
+                            let t0 = Instant::now();
+                            spin(black_box(N));
+                            (t0, Instant::now())
+                        })
+                    })
+                    .collect();
+                spinners.into_iter().map(|h| h.join().ok()).collect()
+            });
+            // from the first thread's start to the last one's end: a thread that waited for a
+            // core after the common start shows in it
+            let first = spans.iter().flatten().map(|s| s.0).min();
+            let last = spans.iter().flatten().map(|s| s.1).max();
+            match (first, last, spans.iter().all(Option::is_some)) {
+                (Some(a), Some(b), true) => (b - a).as_secs_f64(),
+                _ => f64::INFINITY,
+            }
+        })
+        .fold(f64::INFINITY, f64::min);
     (one / all).min(1.0)
 }
 
@@ -470,6 +498,20 @@ fn special_s(r: &CpuRates) -> BTreeMap<String, f64> {
         out.insert(what.key(), ((t - streaming) / n as f64).max(0.0));
     }
     out
+}
+
+/// The kernels measured whole ([`whole_kernel_s`]) measured again at `r` (the rates the first
+/// measurement was made at), each kept at the lesser of the two in `special`: this machine slows
+/// one kernel or another for seconds at a time (batchnorm's backward measured 210 µs in most
+/// calibrations, 355 µs in a few seconds of them), and a second measurement seconds after the
+/// first (the calibration programs run between them) is the better of two chances.
+pub fn remeasure_whole_kernels(r: &CpuRates, special: &mut BTreeMap<String, f64>) {
+    for what in Special::all() {
+        if let Some(s) = whole_kernel_s(r, what) {
+            let v = special.entry(what.key()).or_insert(s);
+            *v = v.min(s);
+        }
+    }
 }
 
 /// Seconds per element of a kernel measured whole ([`Special::BatchNorm`] and its backward,
