@@ -241,6 +241,11 @@ pub fn weight_grad(
     assert!(c0 + nc <= c && out.len() >= taps * nc, "depthwise: block");
     let (lines, per_block) = (d.n * d.ho, lines_per_block(g, d));
     let (lblocks, cblocks) = (lines.div_ceil(per_block), nc.div_ceil(WGRAD_COLS));
+    if lblocks == 0 {
+        // no output pixels: every sum is empty
+        out[..taps * nc].fill(0.0);
+        return;
+    }
     let parts: Vec<Vec<f32>> = (0..lblocks * cblocks)
         .into_par_iter()
         .map(|t| {
