@@ -36,7 +36,10 @@ const WGRAD_TASK_MADDS: usize = 1 << 16;
 /// and 8 that divides `c`, else 0 (blocks of up to [`MAX_BLOCK`], the last narrower, of widths
 /// known only at run time).
 fn block_width(c: usize) -> usize {
-    [32, 16, 8].into_iter().find(|w| c.is_multiple_of(*w)).unwrap_or(0)
+    [32, 16, 8]
+        .into_iter()
+        .find(|w| c.is_multiple_of(*w))
+        .unwrap_or(0)
 }
 
 /// Calls `$body` with the const `$w` = [`block_width`] of `$c` (0: decided per block).
