@@ -21,6 +21,7 @@ use rayon::prelude::*;
 
 use super::conv::ConvDims;
 use super::epilogue;
+use super::par::const_width;
 
 /// Output pixels per task of the forward.
 const FWD_ROWS: usize = 32;
@@ -40,30 +41,6 @@ fn block_width(c: usize) -> usize {
         .into_iter()
         .find(|w| c.is_multiple_of(*w))
         .unwrap_or(0)
-}
-
-/// Calls `$body` with the const `$w` = [`block_width`] of `$c` (0: decided per block).
-macro_rules! by_block {
-    ($c:expr, |$w:ident| $body:expr) => {
-        match block_width($c) {
-            32 => {
-                const $w: usize = 32;
-                $body
-            }
-            16 => {
-                const $w: usize = 16;
-                $body
-            }
-            8 => {
-                const $w: usize = 8;
-                $body
-            }
-            _ => {
-                const $w: usize = 0;
-                $body
-            }
-        }
-    };
 }
 
 /// The channel blocks `(j0, width)` of `c` channels at const width `W` (0: [`MAX_BLOCK`]s and a
@@ -141,13 +118,13 @@ pub fn forward(
                 let row = r0 + i;
                 let (n, p) = (row / per_img, row % per_img);
                 let xn = &x[n * d.h * d.w * c..][..d.h * d.w * c];
-                by_block!(c, |W| fwd_pixel::<W>(
+                const_width!(block_width(c), [32, 16, 8], |W| fwd_pixel::<W>(
                     g,
                     d,
                     (xn, w),
                     (p / d.wo, p % d.wo),
                     yr
-                ));
+                ), else const 0);
                 if let Some(b) = b {
                     for (o, &bv) in yr.iter_mut().zip(b) {
                         *o += bv;
@@ -198,7 +175,7 @@ pub fn data_grad_image(g: &ConvGeom, d: &ConvDims, dyn_: &[f32], w: &[f32], dxn:
     if c == 0 {
         return;
     }
-    by_block!(c, |W| data_grad_blocks::<W>(g, d, dyn_, w, dxn));
+    const_width!(block_width(c), [32, 16, 8], |W| data_grad_blocks::<W>(g, d, dyn_, w, dxn), else const 0);
 }
 
 /// [`data_grad_image`] a block of channels at a time (each element's adds in the same order).
@@ -257,14 +234,14 @@ pub fn weight_grad(
             let nb = WGRAD_COLS.min(nc - j0);
             let mut acc = vec![0f32; taps * nb];
             for line in lb * per_block..((lb + 1) * per_block).min(lines) {
-                by_block!(nb, |W| wgrad_line::<W>(
+                const_width!(block_width(nb), [32, 16, 8], |W| wgrad_line::<W>(
                     g,
                     d,
                     (x, dy),
                     (line / d.ho, line % d.ho),
                     c0 + j0,
                     &mut acc
-                ));
+                ), else const 0);
             }
             acc
         })

@@ -11,7 +11,7 @@ use dmc_plan::op::NormOp;
 use rayon::prelude::*;
 
 use super::args::{Args, Ctx};
-use super::par::{for_rows, ELEM_CHUNK};
+use super::par::{const_width, for_rows, ELEM_CHUNK};
 
 /// Channels per pass over the rows (layernorm's backward).
 const CH_BLOCK: usize = 64;
@@ -33,33 +33,6 @@ fn col_sums(
         }
     }
     s
-}
-
-/// `$body` with `$w` a constant when `$c` is a common small channel count (8, 16, 32, 64: the
-/// per-row loops unrolled, as a narrow row's loop overhead is most of its time), else `$c`.
-macro_rules! by_width {
-    ($c:expr, |$w:ident| $body:expr) => {
-        match $c {
-            8 => {
-                const $w: usize = 8;
-                $body
-            }
-            16 => {
-                const $w: usize = 16;
-                $body
-            }
-            32 => {
-                const $w: usize = 32;
-                $body
-            }
-            64 => {
-                const $w: usize = 64;
-                $body
-            }
-            #[allow(non_snake_case)]
-            $w => $body,
-        }
-    };
 }
 
 /// Channels per task of [`channel_sums`]: one 64-byte line of f32 of each row.
@@ -186,7 +159,7 @@ pub fn batchnorm_over(
     }
     let b: Vec<f64> = beta.iter().map(|&v| v as f64).collect();
     let (m, g, b) = (&m[..c], &g[..c], &b[..c]);
-    by_width!(c, |W| for_rows(y, W, |r, yr| {
+    const_width!(c, [8, 16, 32, 64], |W| for_rows(y, W, |r, yr| {
         let (yr, xr) = (&mut yr[..W], &x[r * W..][..W]);
         let (m, g, b) = (&m[..W], &g[..W], &b[..W]);
         for ch in 0..W {
@@ -313,7 +286,7 @@ pub fn batchnorm_bwd_over(
     let a: Vec<f64> = sd.iter().map(|v| v / n).collect();
     let b: Vec<f64> = sdx.iter().map(|v| v / n).collect();
     let (m, rs, k, a, b) = (&m[..c], &rs[..c], &k[..c], &a[..c], &b[..c]);
-    by_width!(c, |W| for_rows(dyx, W, |r, dr| {
+    const_width!(c, [8, 16, 32, 64], |W| for_rows(dyx, W, |r, dr| {
         let (dr, xr) = (&mut dr[..W], &x[r * W..][..W]);
         let (m, rs, k, a, b) = (&m[..W], &rs[..W], &k[..W], &a[..W], &b[..W]);
         for ch in 0..W {

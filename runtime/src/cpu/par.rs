@@ -9,6 +9,37 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
+/// `$body` with `$w` a `const usize` equal to `$v` when `$v` is one of the listed widths (loops of
+/// `$w` elements then unroll and keep their sums in registers: a narrow row's loop overhead had
+/// been most of its time), else with `$w` the value `$v` itself, or the constant after
+/// `else const` (for a const generic argument). Used by batchnorm's per-row loops and the
+/// depthwise convolutions' channel blocks.
+macro_rules! const_width {
+    ($v:expr, [$($n:literal),+], |$w:ident| $body:expr, else const $o:expr) => {
+        match $v {
+            $($n => {
+                const $w: usize = $n;
+                $body
+            })+
+            _ => {
+                const $w: usize = $o;
+                $body
+            }
+        }
+    };
+    ($v:expr, [$($n:literal),+], |$w:ident| $body:expr) => {
+        match $v {
+            $($n => {
+                const $w: usize = $n;
+                $body
+            })+
+            #[allow(non_snake_case)]
+            $w => $body,
+        }
+    };
+}
+pub(crate) use const_width;
+
 /// Elements per parallel task of elementwise kernels.
 pub const ELEM_CHUNK: usize = 1 << 13;
 
