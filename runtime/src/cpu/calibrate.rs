@@ -87,9 +87,9 @@ fn spin(n: u32) -> f64 {
 
 /// How much of the pool's threads' work runs in parallel now ([`CpuRates::parallel_share`]): one
 /// thread's time on a [`spin`] over the time as many threads as the pool's take to spin at once
-/// (released together by a barrier, from the first one's start to the last one's end: threads
-/// spawned for it, as a pool's sleeping threads may take a while to wake, which is not the
-/// machine's doing), the best of five of each, at most 1 (about 15 ms in all on two threads).
+/// ([`spin_together`]: threads spawned for it, as a pool's sleeping threads may take a while to
+/// wake, which is not the machine's doing), the best of five of each, at most 1 (about 15 ms in
+/// all on two threads; 1 when no thread could be started).
 pub fn parallel_share() -> f64 {
     const N: u32 = 1 << 20;
     const REPS: usize = 5;
@@ -104,33 +104,59 @@ pub fn parallel_share() -> f64 {
             t0.elapsed().as_secs_f64()
         })
         .fold(f64::INFINITY, f64::min);
-    let all = (0..REPS)
-        .map(|_| {
-            let start = std::sync::Barrier::new(threads);
-            let spans: Vec<Option<(Instant, Instant)>> = std::thread::scope(|s| {
-                let spinners: Vec<_> = (0..threads)
-                    .map(|_| {
-                        s.spawn(|| {
-                            start.wait();
-                            let t0 = Instant::now();
-                            spin(black_box(N));
-                            (t0, Instant::now())
-                        })
-                    })
-                    .collect();
-                spinners.into_iter().map(|h| h.join().ok()).collect()
-            });
-            // from the first thread's start to the last one's end: a thread that waited for a
-            // core after the common start shows in it
-            let first = spans.iter().flatten().map(|s| s.0).min();
-            let last = spans.iter().flatten().map(|s| s.1).max();
-            match (first, last, spans.iter().all(Option::is_some)) {
-                (Some(a), Some(b), true) => (b - a).as_secs_f64(),
-                _ => f64::INFINITY,
-            }
-        })
-        .fold(f64::INFINITY, f64::min);
+    let mut all = f64::INFINITY;
+    for _ in 0..REPS {
+        match spin_together(threads, N) {
+            Some(t) => all = all.min(t),
+            // no threads to probe with: nothing is known of the machine
+            None => return 1.0,
+        }
+    }
     (one / all).min(1.0)
+}
+
+/// Seconds `threads` threads of their own take to [`spin`] `n` times each, released together:
+/// from the first one's start to the last one's end (a thread that waited for a core after the
+/// release shows in it). `None` when a thread could not be started.
+fn spin_together(threads: usize, n: u32) -> Option<f64> {
+    use std::sync::{Condvar, Mutex};
+    // the release: `Some(true)` go, `Some(false)` give up (a thread failed to start)
+    let gate = (Mutex::new(None::<bool>), Condvar::new());
+    let wait = || {
+        let (m, cv) = &gate;
+        let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
+        while g.is_none() {
+            g = cv.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+        *g == Some(true)
+    };
+    std::thread::scope(|s| {
+        let spinners: Vec<_> = (0..threads)
+            .map(|_| {
+                std::thread::Builder::new().spawn_scoped(s, || {
+                    wait().then(|| {
+                        let t0 = Instant::now();
+                        spin(black_box(n));
+                        (t0, Instant::now())
+                    })
+                })
+            })
+            .collect();
+        let go = spinners.iter().all(Result::is_ok);
+        let (m, cv) = &gate;
+        *m.lock().unwrap_or_else(|e| e.into_inner()) = Some(go);
+        cv.notify_all();
+        let spans: Vec<(Instant, Instant)> = spinners
+            .into_iter()
+            .filter_map(|h| h.ok()?.join().ok().flatten())
+            .collect();
+        if !go || spans.len() != threads {
+            return None;
+        }
+        let first = spans.iter().map(|s| s.0).min()?;
+        let last = spans.iter().map(|s| s.1).max()?;
+        Some((last - first).as_secs_f64())
+    })
 }
 
 /// Solves the square system `a x = b` (Gaussian elimination with partial pivoting); `None` when
