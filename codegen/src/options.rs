@@ -22,6 +22,9 @@ pub struct CodegenOptions {
     /// GEMMs on TF32 tensor cores (sm_80+; `precision: tf32`, `--precision tf32`): inputs rounded
     /// to 10 mantissa bits, fp32 accumulation. Off (the default): fp32 FMAs, PyTorch's fp32 parity.
     pub tf32: bool,
+    /// The skinny GEMM kernels (`spec::skinny`: a few rows, or a short reduction) where the model
+    /// ranks one first; off, every GEMM is tiled (`--no-skinny`, the comparison's baseline).
+    pub skinny: bool,
 }
 
 impl Default for CodegenOptions {
@@ -33,6 +36,7 @@ impl Default for CodegenOptions {
             gpu: "H200",
             copy_async: true,
             tf32: false,
+            skinny: true,
         }
     }
 }

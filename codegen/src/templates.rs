@@ -1,7 +1,8 @@
 //! The `tera` templates of the generated kernels and the emulator's host header, embedded at build
 //! time from this crate's `templates/` directory.
 
-/// The templates, embedded (name, text). `prelude.cuh.tera`, `gemm.cuh.tera`, `epilogue.cuh.tera`
+/// The templates, embedded (name, text). `prelude.cuh.tera`, `gemm.cuh.tera` (with
+/// `gemm_skinny.cuh.tera`), `epilogue.cuh.tera`
 /// (a GEMM's fused epilogue) and `update.cuh.tera` (the per-element optimizer update) are included
 /// by the others.
 pub const TEMPLATES: &[(&str, &str)] = &[
@@ -10,6 +11,10 @@ pub const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../templates/prelude.cuh.tera"),
     ),
     ("gemm.cuh.tera", include_str!("../templates/gemm.cuh.tera")),
+    (
+        "gemm_skinny.cuh.tera",
+        include_str!("../templates/gemm_skinny.cuh.tera"),
+    ),
     (
         "activation.cuh.tera",
         include_str!("../templates/activation.cuh.tera"),

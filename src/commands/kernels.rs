@@ -10,7 +10,7 @@ use dmc_runtime::io;
 
 use crate::report::CliError;
 
-/// `--no-split-k`, `--no-cp-async`, `--baseline-gemm`: how the CUDA kernels are rendered, for the commands that render or run them
+/// `--no-split-k`, `--no-cp-async`, `--no-skinny`, `--baseline-gemm`: how the CUDA kernels are rendered, for the commands that render or run them
 /// (`compile`, `run`, `eval`, `predict`).
 #[derive(Debug, Clone, Copy, Default, clap::Args)]
 pub struct CodegenArgs {
@@ -25,6 +25,10 @@ pub struct CodegenArgs {
     /// (sm_80+): the baseline of a cp.async comparison.
     #[arg(long)]
     pub no_cp_async: bool,
+    /// Tile every GEMM, also those the skinny kernels would take (a few rows against a large
+    /// weight, a short reduction): the baseline of a skinny-kernel comparison.
+    #[arg(long)]
+    pub no_skinny: bool,
     /// The GEMMs' arithmetic on the GPU: `fp32` FMAs, or `tf32` tensor cores (sm_80+: inputs
     /// rounded to 10 mantissa bits, fp32 accumulation). Default: the program's
     /// `train { precision }`, else fp32. The CPU backend computes in fp32 either way.
@@ -47,6 +51,7 @@ impl CodegenArgs {
             split_k: !self.no_split_k && !self.baseline_gemm,
             baseline_gemm: self.baseline_gemm,
             copy_async: !self.no_cp_async,
+            skinny: !self.no_skinny,
             tf32: self.precision(plan) == Precision::Tf32,
             ..CodegenOptions::default()
         }

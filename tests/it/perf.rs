@@ -413,6 +413,7 @@ fn the_chosen_gemm_is_the_models_fastest_candidate_within_its_workspace() {
                 partial_elems: ws,
                 k_unit,
                 wide_copies: false,
+                b_k_fastest: false,
             };
             let g = choose(gm, gn, gk, &needs, &opts);
             assert!(g.pipelined, "{gm}x{gn}x{gk}");
@@ -494,6 +495,7 @@ fn the_chosen_gemm_is_the_models_fastest_candidate_within_its_workspace() {
         partial_elems: 1 << 22,
         k_unit: 0,
         wide_copies: false,
+        b_k_fastest: false,
     };
     assert_eq!(choose(16, 64, 9216, &grouped, &opts).split, 1);
     let b = choose(16, 1024, 9216, &grouped, &baseline());

@@ -32,6 +32,7 @@
 
 pub mod gpus;
 pub mod program;
+mod skinny;
 
 use serde::Serialize;
 
@@ -40,7 +41,7 @@ use dmc_plan::plan::{Kernel, Plan};
 
 use crate::kernel::CudaKernel;
 use crate::spec::common::ELEM_THREADS;
-use crate::spec::gemm::{grid_blocks, GemmGeom};
+use crate::spec::gemm::{grid_blocks, GemmGeom, GemmKind};
 pub use crate::spec::seq::AttnGeom;
 pub use gpus::{gpu, gpu_names, gpu_of_device, sm_of, Gpu, GPUS};
 
@@ -201,6 +202,9 @@ pub fn estimated_registers(k: &CudaKernel, kind: &str) -> u32 {
 /// kernel (as NVRTC gives for sm_90; a split one updates in its reduction entry); never more than
 /// its launch bounds allow.
 pub fn gemm_registers(g: &GemmGeom, update: bool) -> u32 {
+    if g.kind != GemmKind::Tiled {
+        return crate::spec::skinny::registers(g, update);
+    }
     let t = g.tile;
     let extra = if update && g.split <= 1 { 88 } else { 0 };
     if !g.pipelined {
@@ -227,8 +231,10 @@ fn estimated_shared(k: &CudaKernel) -> u32 {
 /// overheads), registers and shared memory estimated from the tile, its operands counted as A, B
 /// and C once each: how the compiler ranks a GEMM's tiles and splits (`spec::gemm::choose`).
 pub fn gemm_launch_s(g: &GemmGeom, update: bool, gpu: &Gpu, cal: &Calibration) -> f64 {
-    let t = g.tile;
-    let threads = t.threads();
+    let threads = match g.kind {
+        GemmKind::Tiled => g.tile.threads(),
+        _ => crate::spec::skinny::THREADS,
+    };
     let resident = resident_blocks(gpu, threads, gemm_registers(g, update), g.shared_bytes());
     let gr = g.groups.max(1) as f64;
     let rd = ((g.gm * g.gk + g.gk * g.gn) as f64) * 4.0 * gr;
@@ -487,6 +493,9 @@ fn gemm_time(
     gpu: &Gpu,
     cal: &Calibration,
 ) -> (f64, f64, f64, Bound) {
+    if g.kind != GemmKind::Tiled {
+        return skinny::skinny_time(g, (rd, wr), resident, gpu, cal);
+    }
     let t = g.tile;
     let (bm, bn, bk) = (t.bm as usize, t.bn as usize, t.bk as usize);
     let tiles_m = g.gm.div_ceil(bm).max(1);

@@ -67,6 +67,7 @@ pub(crate) fn forward(
         partial_elems: numel(s.shape(yi + 1)?),
         k_unit: 0,
         wide_copies: false, // set by `gemm` from the layouts
+        b_k_fastest: false,
     };
     grouped(
         gemm(
@@ -141,6 +142,7 @@ pub(crate) fn backward_data(
         partial_elems: s.shape(dxi + 1).map_or(0, numel),
         k_unit: 0,
         wide_copies: false, // set by `gemm` from the layouts
+        b_k_fastest: false,
     };
     grouped(
         gemm(
@@ -177,6 +179,7 @@ pub(crate) fn transpose(s: &Site, geom: &ConvGeom, bias: bool) -> Result<Spec, C
         partial_elems: 0, // no workspace in its signature
         k_unit: 0,
         wide_copies: false, // set by `gemm` from the layouts
+        b_k_fastest: false,
     };
     grouped(
         gemm(
@@ -241,6 +244,7 @@ pub(crate) fn backward_weight(
         // gradient splits alike, so fusing never changes a sum's order)
         k_unit: BIAS_CHUNK_ROWS as u32,
         wide_copies: false, // set by `gemm` from the layouts
+        b_k_fastest: false,
     };
     let mut sp = grouped(
         gemm(

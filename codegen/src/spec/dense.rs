@@ -43,6 +43,7 @@ const DENSE: GemmNeeds = GemmNeeds {
     partial_elems: 0,
     k_unit: 0,
     wide_copies: false, // set by `gemm` from the layouts
+    b_k_fastest: false,
 };
 
 /// `Dense`: x, w, (b), (r), y.

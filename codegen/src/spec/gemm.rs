@@ -143,13 +143,46 @@ pub struct GemmGeom {
     /// TF32 tensor cores (mma.sync m16n8k8, `precision: tf32` on an sm_80+ GPU), where the tile
     /// splits into whole MMAs ([`GemmTile::mma_per_warp`]); else fp32 FMAs.
     pub tf32: bool,
+    /// The kernel's structure: the shared-memory tiles above, or one of the skinny streaming
+    /// kernels (`spec::skinny`) for a GEMM with a few rows or a short reduction (then `tile`,
+    /// `pipelined`, `stages` do not apply).
+    pub kind: GemmKind,
+    /// B's consecutive elements run along k ([`GemmNeeds::b_k_fastest`]).
+    pub b_k_fastest: bool,
+}
+
+/// Which GEMM kernel computes a [`GemmGeom`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum GemmKind {
+    /// The shared-memory tiled GEMM (`gemm.cuh.tera`'s main entry).
+    Tiled,
+    /// A few rows (`gm` <= [`super::skinny::ROWS_MAX`]): A's rows of a k range in shared memory,
+    /// B streamed from global memory straight into registers, 128-bit loads several in flight,
+    /// each B element read once by one thread (`gemm_skinny.cuh.tera`).
+    Rows,
+    /// A short reduction (`gk` <= [`super::skinny::OUTER_K_MAX`]): each thread holds its column of
+    /// B in registers and streams its outputs row by row (`gemm_skinny.cuh.tera`).
+    Outer,
+}
+
+impl GemmKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            GemmKind::Tiled => "tiled",
+            GemmKind::Rows => "rows",
+            GemmKind::Outer => "outer",
+        }
+    }
 }
 
 impl GemmGeom {
     /// The granule of a split's k ranges: `k_unit` where set (a multiple of every tile's `bk`),
     /// else the tile's `bk`.
     pub fn split_unit(&self) -> u32 {
-        self.k_unit.max(self.tile.bk)
+        match self.kind {
+            GemmKind::Rows => self.k_unit.max(super::skinny::ROWS_UNIT),
+            _ => self.k_unit.max(self.tile.bk),
+        }
     }
     /// The reduction length of each k range (the template's `KS`).
     pub fn ks(&self) -> usize {
@@ -158,6 +191,9 @@ impl GemmGeom {
     /// Shared memory of the kernel's tiles (bytes): every stage of a cp.async kernel, else one
     /// tile of A and B ([`GemmTile::shared_bytes`]).
     pub fn shared_bytes(&self) -> u32 {
+        if self.kind != GemmKind::Tiled {
+            return super::skinny::smem_floats(self) as u32 * 4;
+        }
         if self.stages > 1 {
             self.stages * self.tile.stage_bytes()
         } else {
@@ -266,6 +302,9 @@ pub struct GemmNeeds {
     /// Neither operand's tile is k-fastest (its 4 consecutive elements lie along m or n), so with
     /// `vec_a` and `vec_b` every cp.async copy is 16 bytes ([`gemm`] sets it from the layouts).
     pub wide_copies: bool,
+    /// B's consecutive elements run along k (a data gradient's flipped weight): a skinny rows
+    /// kernel then loads its float4s along k ([`gemm`] sets it from the layouts).
+    pub b_k_fastest: bool,
 }
 
 /// The tile and split of a `gm x gn x gk` GEMM: the candidate ([`TILES`] x every split within the
@@ -296,6 +335,8 @@ pub fn choose(gm: usize, gn: usize, gk: usize, n: &GemmNeeds, opts: &CodegenOpti
         stages: 0,
         copy_async: false,
         tf32: false,
+        kind: GemmKind::Tiled,
+        b_k_fastest: n.b_k_fastest,
     };
     if opts.baseline_gemm {
         return base;
@@ -353,7 +394,28 @@ pub fn choose(gm: usize, gn: usize, gk: usize, n: &GemmNeeds, opts: &CodegenOpti
             }
         }
     }
+    // the skinny kernels where the operands allow one and the model says it is faster than every
+    // tiled candidate (not on a tie: the tiled kernel is the measured one)
+    if opts.skinny && forced.is_none() {
+        for g in super::skinny::candidates(&base, n, max_split.clamp(1, MOST_SPLITS)) {
+            if super::skinny::grid(&g)[1] > 65535 {
+                continue;
+            }
+            let t = perf::gemm_launch_s(&g, false, gpu, &perf::CALIBRATION);
+            let better = match &best {
+                None => true,
+                Some((_, bg)) if covers(&g, gpu.sms) != covers(bg, gpu.sms) => covers(&g, gpu.sms),
+                Some((bt, _)) => t < bt * 0.99,
+            };
+            if better {
+                best = Some((t, g));
+            }
+        }
+    }
     let g = best.map_or(candidate(&base, tiles[0], 1, false), |(_, g)| g);
+    if g.kind != GemmKind::Tiled {
+        return g;
+    }
     candidate(&base, g.tile, g.split, n.update)
 }
 
@@ -410,6 +472,9 @@ pub fn covers(g: &GemmGeom, sms: u32) -> bool {
 
 /// Blocks of `g`'s main launch.
 pub fn grid_blocks(g: &GemmGeom) -> usize {
+    if g.kind != GemmKind::Tiled {
+        return super::skinny::grid(g).iter().product();
+    }
     let (bm, bn) = (g.tile.bm as usize, g.tile.bn as usize);
     g.gm.div_ceil(bm).max(1) * g.gn.div_ceil(bn).max(1) * g.split.max(1) * g.groups.max(1)
 }
@@ -419,6 +484,14 @@ const MOST_SPLITS: usize = dmc_plan::op::split::SPLIT_MAX;
 
 /// Outputs a GEMM's tiles cover, padding included.
 fn padded(g: &GemmGeom) -> usize {
+    if g.kind != GemmKind::Tiled {
+        let [x, y, _] = super::skinny::grid(g);
+        let rows = match g.kind {
+            GemmKind::Outer => super::skinny::OUTER_ROWS as usize * x,
+            _ => g.gm,
+        };
+        return rows * y * super::skinny::block_cols(g);
+    }
     let (bm, bn) = (g.tile.bm as usize, g.tile.bn as usize);
     g.gm.div_ceil(bm) * bm * g.gn.div_ceil(bn) * bn
 }
@@ -436,6 +509,7 @@ pub(crate) fn gemm(
     // cp.async only where every copy is 16 bytes: no operand's tile is k-fastest
     let needs = GemmNeeds {
         wide_copies: !a_k_fastest && !b_k_fastest,
+        b_k_fastest,
         ..needs
     };
     let g = choose(gm, gn, gk, &needs, s.opts);
@@ -489,18 +563,42 @@ pub(crate) fn gemm(
     // the fused bias gradient's two-level order: chunks of BIAS_CHUNK_ROWS rows of the reduction
     ctx.insert("bias_rc", &BIAS_CHUNK_ROWS);
     ctx.insert("bias_chunks", &bias_chunks(gk));
-    let gy = gn.div_ceil(t.bn as usize).max(1);
-    if gy > 65535 {
-        return Err(CodegenError::Grid {
-            kernel: s.name().into(),
-            message: format!("{gn} GEMM columns"),
-        });
-    }
+    ctx.insert("skinny", "");
+    let (grid, threads) = if g.kind == GemmKind::Tiled {
+        let gy = gn.div_ceil(t.bn as usize).max(1);
+        if gy > 65535 {
+            return Err(CodegenError::Grid {
+                kernel: s.name().into(),
+                message: format!("{gn} GEMM columns"),
+            });
+        }
+        (
+            [blocks(gm, t.bm, s.name())?, gy as u32, split as u32],
+            t.threads(),
+        )
+    } else {
+        // a skinny kernel: its own grid, its loads' widths as the operands allow
+        super::skinny::insert_ctx(&mut ctx, &g);
+        ctx.insert("vec_ga", &g.vec_a);
+        ctx.insert("vec_gb", &g.vec_b);
+        let dims = super::skinny::grid(&g);
+        let mut grid = [1u32; 3];
+        for (i, lim) in [i32::MAX as usize, 65535, 65535].into_iter().enumerate() {
+            grid[i] = u32::try_from(dims[i])
+                .ok()
+                .filter(|&v| v as usize <= lim)
+                .ok_or_else(|| CodegenError::Grid {
+                    kernel: s.name().into(),
+                    message: format!("{gm} x {gn} skinny GEMM: grid {dims:?}"),
+                })?;
+        }
+        (grid, super::skinny::THREADS)
+    };
     Ok(Spec {
         template,
         ctx,
-        grid: [blocks(gm, t.bm, s.name())?, gy as u32, split as u32],
-        block: [t.threads(), 1, 1],
+        grid,
+        block: [threads, 1, 1],
         split,
         outputs: gm * gn,
         gemm: Some(g),

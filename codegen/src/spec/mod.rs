@@ -16,6 +16,7 @@ pub(crate) mod optim;
 pub(crate) mod pool;
 pub(crate) mod seq;
 pub(crate) mod shard;
+pub(crate) mod skinny;
 
 use dmc_plan::op::Op;
 use dmc_plan::plan::{Kernel, Mode};
