@@ -36,7 +36,14 @@ pub use options::CodegenOptions;
 pub use render::{entry_name, render_kernel, render_plan};
 pub use spec::common::{f32_lit, ELEM_THREADS, REDUCE_THREADS};
 pub use spec::gemm::{
-    candidate, choose, covers, effective_split, grid_blocks, GemmGeom, GemmNeeds, GemmTile,
-    CHUNK_TILES, DEFAULT_TILE, LARGE_BYTES, TILES,
+    candidate, choose, covers, effective_split, grid_blocks, GemmGeom, GemmKind, GemmNeeds,
+    GemmTile, CHUNK_TILES, DEFAULT_TILE, LARGE_BYTES, TILES,
 };
+/// The skinny GEMM kernels' geometry (`spec::skinny`).
+pub mod skinny {
+    pub use crate::spec::skinny::{
+        block_cols, candidates, grid, smem_floats, OUTER_K_MAX, OUTER_ROWS, ROWS_MAX, ROWS_UNIT,
+        SMEM_FLOATS, THREADS,
+    };
+}
 pub use templates::{HOST_HEADER, TEMPLATES};

@@ -25,6 +25,9 @@ pub struct CodegenOptions {
     /// The skinny GEMM kernels (`spec::skinny`: a few rows, or a short reduction) where the model
     /// ranks one first; off, every GEMM is tiled (`--no-skinny`, the comparison's baseline).
     pub skinny: bool,
+    /// Every GEMM a skinny kernel can compute takes the model's fastest skinny candidate, faster
+    /// than the tiles or not (tests cover the skinny kernels on every GEMM that allows one).
+    pub force_skinny: bool,
 }
 
 impl Default for CodegenOptions {
@@ -37,6 +40,7 @@ impl Default for CodegenOptions {
             copy_async: true,
             tf32: false,
             skinny: true,
+            force_skinny: false,
         }
     }
 }

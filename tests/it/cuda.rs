@@ -153,21 +153,42 @@ fn baseline_gemm_renders_the_one_tile_unpipelined_kernel() {
                 };
                 // staged: through registers, or with cp.async copies into shared memory
                 let staged = src.contains("dmc_stage(") || src.contains("dmc_cp_wait<");
-                v.push((def("BM"), def("BN"), def("BK"), staged));
+                let skinny = src.contains("// Skinny GEMM");
+                v.push((def("BM"), def("BN"), def("BK"), staged, skinny));
             }
         }
         v
     };
     let base = defines(&["--baseline-gemm"]);
     assert!(base.len() >= 10, "{base:?}");
-    assert!(base.iter().all(
-        |(m, n, k, staged)| (m.as_str(), n.as_str(), k.as_str(), *staged)
-            == ("64", "64", "16", false)
-    ));
+    assert!(base.iter().all(|(m, n, k, staged, skinny)| (
+        m.as_str(),
+        n.as_str(),
+        k.as_str(),
+        *staged,
+        *skinny
+    ) == ("64", "64", "16", false, false)));
+    // chosen: tiles with k-step 32 and staged loads, or the skinny kernels (the seed's batch-1
+    // layers: their 16 rows against the large weights, their weight gradients' 16-pixel sums)
     let chosen = defines(&[]);
-    assert!(chosen.iter().all(|(_, _, k, staged)| k == "32" && *staged));
+    assert!(chosen
+        .iter()
+        .all(|(_, _, k, staged, skinny)| *skinny || (k == "32" && *staged)));
     assert!(
-        chosen.iter().any(|(m, _, _, _)| m == "16"),
-        "the seed's batch-1 layers take a 16-row tile: {chosen:?}"
+        chosen
+            .iter()
+            .any(|(m, _, _, _, skinny)| m == "16" && *skinny),
+        "the seed's batch-1 layers take a 16-row kernel: {chosen:?}"
     );
+    assert!(
+        chosen
+            .iter()
+            .any(|(_, _, k, _, skinny)| k == "16" && *skinny),
+        "the seed's weight gradients sum 16 pixels: {chosen:?}"
+    );
+    // --no-skinny: every GEMM tiled
+    let tiled = defines(&["--no-skinny"]);
+    assert!(tiled
+        .iter()
+        .all(|(_, _, k, staged, skinny)| !*skinny && k == "32" && *staged));
 }

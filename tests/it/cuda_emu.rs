@@ -38,7 +38,7 @@ pub(super) fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn plan_of_source(src: &str, file: &str, mode: Mode, batch: Option<usize>) -> Plan {
+pub(super) fn plan_of_source(src: &str, file: &str, mode: Mode, batch: Option<usize>) -> Plan {
     let model = dmc_grammar::compile_source(src, file).unwrap_or_else(|e| panic!("{file}: {e:?}"));
     let opts = CompileOptions {
         mode,

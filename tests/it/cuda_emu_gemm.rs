@@ -328,3 +328,68 @@ fn tf32_trains_through_the_emulated_tensor_cores_near_the_cpu() {
     let fp32: f64 = final_loss(&(out + &err)).parse().unwrap();
     assert_eq!(fp32, cpu);
 }
+
+#[test]
+#[cfg_attr(not(dmc_has_gxx), ignore = "needs g++ (set DMC_CXX or install g++)")]
+fn skinny_gemms_match_the_cpu_backend() {
+    // every zoo GEMM that a skinny kernel can compute, forced onto it (the model's fastest skinny
+    // candidate): a few rows with B along n and along k, split and not; short reductions with
+    // fused updates (every rule), the fused bias, the old weights kept
+    use dmc_codegen::GemmKind;
+    let opts = CodegenOptions {
+        force_skinny: true,
+        ..CodegenOptions::default()
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    let mut picked = vec![];
+    for k in dmc_codegen::zoo::gemms() {
+        let ck = render_kernel(&k, Mode::Train, &opts)
+            .expect("render")
+            .expect("a kernel");
+        if let Some(g) = ck.gemm.filter(|g| g.kind != GemmKind::Tiled) {
+            seen.insert((g.kind, g.b_k_fastest, g.split > 1));
+            picked.push(k);
+        }
+    }
+    let checks =
+        check_kernels_with(&picked, Mode::Train, CheckRun::default(), &opts).expect("emulate");
+    assert_all_ok("skinny zoo GEMMs", &checks);
+    // a batch-1 network: 9 rows (not a multiple of 4), columns that fill no block, fused
+    // activations, Adam's update and the bias in the 9-pixel weight gradients; its plan's kernels
+    // as chosen by the model and forced onto the skinny kernels
+    let src = "\
+input  x: [3, 3, 12]
+target y: [1]
+
+out = x |> conv2d(20, 3, activation: relu) |> conv2d(36, 3) |> conv2d(8, 3, activation: relu)
+        |> flatten |> dense(1)
+
+loss mse(out, y)
+train { batch: 1, optimizer: adam(lr: 0.001) }
+";
+    let plan = crate::cuda_emu::plan_of_source(src, "batch1.dm", Mode::Train, None);
+    for o in [CodegenOptions::default(), opts] {
+        for k in &plan.kernels {
+            if let Some(g) = render_kernel(k, Mode::Train, &o)
+                .expect("render")
+                .and_then(|c| c.gemm)
+                .filter(|g| g.kind != GemmKind::Tiled)
+            {
+                seen.insert((g.kind, g.b_k_fastest, g.split > 1));
+            }
+        }
+        let checks = check_kernels_with(&plan.kernels, Mode::Train, CheckRun::default(), &o)
+            .expect("emulate");
+        assert_all_ok("a batch-1 network's kernels", &checks);
+    }
+    // (the seed network's kernels, split rows kernels along n and along k among them, are
+    // `cuda_emu::every_seed_kernel_matches_the_cpu_backend`'s)
+    for want in [
+        (GemmKind::Rows, false, false),
+        (GemmKind::Rows, true, false),
+        (GemmKind::Outer, false, false),
+        (GemmKind::Outer, true, false),
+    ] {
+        assert!(seen.contains(&want), "no {want:?} kernel checked: {seen:?}");
+    }
+}

@@ -305,7 +305,12 @@ fn the_recalibrated_model_is_near_each_measured_h200_kernel() {
             "## dmc run examples/deep_convnet.dm --steps 5 --device cuda --profile\n",
         ),
     ] {
-        let p = predict(&plan_of(ex), h200, true);
+        // the kernels that were measured: tiled (the skinny ones came after)
+        let tiled = CodegenOptions {
+            skinny: false,
+            ..CodegenOptions::default()
+        };
+        let p = predict_with(&plan_of(ex), h200, &tiled);
         let measured = logged_kernels(header);
         let total: f64 = measured.iter().map(|(_, us)| us).sum();
         let model_us = |name: &str| -> f64 {
@@ -382,7 +387,8 @@ fn every_kernel_that_moves_4_mb_covers_a_132_sm_gpu() {
 fn the_chosen_gemm_is_the_models_fastest_candidate_within_its_workspace() {
     use dmc_codegen::perf::gemm_launch_s;
     use dmc_codegen::{
-        candidate, choose, effective_split, grid_blocks, GemmGeom, GemmNeeds, DEFAULT_TILE, TILES,
+        candidate, choose, effective_split, grid_blocks, GemmGeom, GemmKind, GemmNeeds,
+        DEFAULT_TILE, TILES,
     };
     let h200 = gpu("h200").unwrap();
     let opts = CodegenOptions::default();
@@ -440,12 +446,32 @@ fn the_chosen_gemm_is_the_models_fastest_candidate_within_its_workspace() {
             // independently: every tile, every split the workspace allows; for a GEMM of 4 MB,
             // only the grids with a block per SM when there are any
             let mut all = vec![];
+            let tiled = GemmGeom {
+                kind: GemmKind::Tiled,
+                ..g
+            };
             for t in TILES {
                 for s in 1..=(ws / (gm * gn)).clamp(1, 128) {
                     let split = effective_split(gk, s, t.bk.max(k_unit));
-                    all.push(candidate(&g, t, split, false));
+                    all.push(candidate(&tiled, t, split, false));
                 }
             }
+            // and the skinny kernels where the operands allow one (a few rows, a short reduction)
+            let skinny =
+                dmc_codegen::skinny::candidates(&g, &needs, (ws / (gm * gn)).clamp(1, 128));
+            let (few_rows, short) = (
+                gm <= dmc_codegen::skinny::ROWS_MAX && k_unit == 0,
+                gk <= dmc_codegen::skinny::OUTER_K_MAX,
+            );
+            assert!(few_rows || short || skinny.is_empty(), "{gm}x{gn}x{gk}");
+            assert!(!short || !skinny.is_empty(), "{gm}x{gn}x{gk}");
+            assert!(
+                g.kind == GemmKind::Tiled
+                    || skinny
+                        .iter()
+                        .any(|c| (c.kind, c.tile, c.split) == (g.kind, g.tile, g.split))
+            );
+            all.extend(skinny);
             let bytes = (gm * gk + gk * gn + gm * gn) * 4;
             let covering = |c: &GemmGeom| bytes < 4_000_000 || grid_blocks(c) >= 132;
             let any_covers = all.iter().any(covering);

@@ -152,7 +152,7 @@ pub struct GemmGeom {
 }
 
 /// Which GEMM kernel computes a [`GemmGeom`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub enum GemmKind {
     /// The shared-memory tiled GEMM (`gemm.cuh.tera`'s main entry).
     Tiled,
@@ -396,7 +396,10 @@ pub fn choose(gm: usize, gn: usize, gk: usize, n: &GemmNeeds, opts: &CodegenOpti
     }
     // the skinny kernels where the operands allow one and the model says it is faster than every
     // tiled candidate (not on a tie: the tiled kernel is the measured one)
-    if opts.skinny && forced.is_none() {
+    if opts.force_skinny {
+        best = None;
+    }
+    if (opts.skinny && forced.is_none()) || opts.force_skinny {
         for g in super::skinny::candidates(&base, n, max_split.clamp(1, MOST_SPLITS)) {
             if super::skinny::grid(&g)[1] > 65535 {
                 continue;
@@ -410,6 +413,19 @@ pub fn choose(gm: usize, gn: usize, gk: usize, n: &GemmNeeds, opts: &CodegenOpti
             if better {
                 best = Some((t, g));
             }
+        }
+        // forced, but no skinny kernel computes it: the tiles after all
+        if best.is_none() {
+            return choose(
+                gm,
+                gn,
+                gk,
+                n,
+                &CodegenOptions {
+                    force_skinny: false,
+                    ..*opts
+                },
+            );
         }
     }
     let g = best.map_or(candidate(&base, tiles[0], 1, false), |(_, g)| g);

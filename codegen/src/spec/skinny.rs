@@ -36,7 +36,7 @@ pub const UNROLL: u32 = 4;
 /// Rows of C an outer block walks (each thread one column of them).
 pub const OUTER_ROWS: u32 = 32;
 /// Rows an outer thread's loop unrolls (their updates' loads in flight together).
-pub const OUTER_UNROLL: u32 = 4;
+pub const OUTER_UNROLL: u32 = 8;
 /// Shared memory a skinny block declares at most (floats; 40 KiB).
 pub const SMEM_FLOATS: usize = 10 * 1024;
 
