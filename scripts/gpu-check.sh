@@ -79,19 +79,22 @@ esac
 rc=0
 timeout 300 "$BIN" gpu-selftest --examples examples --steps 20 --vram-cap 3GiB "$@" || rc=$?
 
-# The GEMMs: the model's tiles and splits with cp.async stages (the default), the same staged
-# through registers (--no-cp-async), unsplit (--no-split-k), and the baseline kernel the first H200
-# log measured (--baseline-gemm: one tile, unpipelined, unsplit), the same training steps in one run.
+# The GEMMs: the model's choice (the default: tiles and splits with cp.async stages, and the skinny
+# kernels for a few rows or a short reduction), every GEMM tiled (--no-skinny: the kernels the
+# 2026-12-04 H200 log measured), the tiles staged through registers (--no-cp-async), unsplit
+# (--no-split-k), and the baseline kernel the first H200 log measured (--baseline-gemm: one tile,
+# unpipelined, unsplit), the same training steps in one run.
 case " $* " in *" --dry-run "*) ;; *)
   echo "gpu-check: GEMM variants (ms/step of 10 steps, --device cuda):"
   for ex in deep_convnet seed; do
     ms() { timeout 120 "$BIN" run "examples/$ex.dm" --steps 10 --device cuda -q "$@" 2>&1 | grep -o '[0-9.]* ms/step' || echo "? ms/step"; }
     on=$(ms)
+    tiled=$(ms --no-skinny)
     regs=$(ms --no-cp-async)
     tf32=$(ms --precision tf32)
     off=$(ms --no-split-k)
     base=$(ms --baseline-gemm)
-    echo "  $ex: chosen tiles + split-K + cp.async $on, staged in registers $regs, unsplit $off, baseline GEMM $base, TF32 tensor cores $tf32"
+    echo "  $ex: chosen (skinny + tiles + split-K + cp.async) $on, every GEMM tiled $tiled, staged in registers $regs, unsplit $off, baseline GEMM $base, TF32 tensor cores $tf32"
   done ;;
 esac
 
