@@ -141,6 +141,7 @@ pub fn run(a: &SelftestArgs) -> Result<(), CliError> {
         }
     }
     rows.push(zoo_row(&arch, dev.as_ref(), a.tol)?);
+    rows.push(skinny_row(&arch, dev.as_ref(), a.tol)?);
     if dmc_codegen::perf::sm_of(&arch) >= 80 {
         rows.push(tf32_row(&arch, dev.as_ref())?);
     }
@@ -299,6 +300,52 @@ fn tf32_row(arch: &str, dev: Option<&cuda::Device>) -> Result<Row, CliError> {
     Ok(Row {
         example: "(every GEMM)".into(),
         check: "TF32 tensor cores".into(),
+        result,
+        ok,
+    })
+}
+
+/// Every GEMM of the op zoo that a skinny kernel can compute (a few rows, a short reduction), forced
+/// onto the model's fastest skinny candidate: compiled without spills or warnings, and on a GPU
+/// against the CPU backend (the examples' own skinny kernels are in their rows).
+fn skinny_row(arch: &str, dev: Option<&cuda::Device>, tol: f64) -> Result<Row, CliError> {
+    let cg = CodegenOptions {
+        force_skinny: true,
+        ..CodegenOptions::default()
+    };
+    let zoo: Vec<_> = dmc_codegen::zoo::gemms()
+        .into_iter()
+        .filter(|k| {
+            dmc_codegen::render_kernel(k, Mode::Train, &cg)
+                .ok()
+                .flatten()
+                .and_then(|c| c.gemm)
+                .is_some_and(|g| g.kind != dmc_codegen::GemmKind::Tiled)
+        })
+        .collect();
+    let reports = selftest::compile_kernels(&zoo, Mode::Train, arch, &cg)?;
+    let (spills, warns) = spills_and_warnings(&reports);
+    let mut ok = !reports.is_empty() && spills == 0 && warns == 0;
+    let mut result = format!(
+        "{} compiled for {arch}: {spills} B spills, {warns} warnings",
+        reports.len()
+    );
+    if let Some(d) = dev {
+        let mut tally = Tally::default();
+        for k in &zoo {
+            let Some(c) = selftest::check_kernel_with(d, k, Mode::Train, (11, None), tol, &cg)?
+            else {
+                continue;
+            };
+            tally.add(&c, "skinny zoo", !c.ok);
+        }
+        let Tally { worst, bad } = tally;
+        ok &= bad == 0;
+        result.push_str(&format!("; vs CPU: max rel err {worst:.2e}, {bad} failed"));
+    }
+    Ok(Row {
+        example: "(every GEMM)".into(),
+        check: "Skinny kernels".into(),
         result,
         ok,
     })

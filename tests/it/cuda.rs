@@ -93,6 +93,15 @@ fn gpu_selftest_dry_run_runs_end_to_end() {
     }
     assert!(stdout.contains("dry run: not launched"), "{stdout}");
     assert!(!stdout.contains("FAIL"), "{stdout}");
+    // the skinny kernels forced onto the zoo's GEMMs compile too (on a GPU: checked against the CPU)
+    let skinny = stdout
+        .lines()
+        .find(|l| l.contains("Skinny kernels"))
+        .unwrap_or_else(|| panic!("no skinny row: {stdout}"));
+    assert!(
+        skinny.contains(" ok ") && skinny.contains("0 B spills, 0 warnings"),
+        "{skinny}"
+    );
 }
 
 #[test]
