@@ -230,3 +230,78 @@ fn assert_clean(r: &selftest::CompileReport, what: &str) {
         r.kernel
     );
 }
+
+/// The longest run of the instruction `want` in `ptx` that none of `breaks` interrupts.
+fn longest_run(ptx: &str, want: &str, breaks: &[&str]) -> usize {
+    let (mut best, mut run) = (0, 0);
+    for l in ptx.lines().map(str::trim) {
+        let op = l.split_whitespace().next().unwrap_or("");
+        let op = op.strip_prefix('@').map_or(op, |_| {
+            l.split_whitespace().nth(1).unwrap_or("") // a predicated instruction
+        });
+        if op == want {
+            run += 1;
+            best = best.max(run);
+        } else if breaks.iter().any(|b| op.starts_with(b)) {
+            run = 0;
+        }
+    }
+    best
+}
+
+#[test]
+#[cfg_attr(
+    not(dmc_has_nvrtc),
+    ignore = "needs NVRTC (set DMC_NVRTC to libnvrtc.so.12, e.g. from `pip install nvidia-cuda-nvrtc-cu12`)"
+)]
+fn the_skinny_kernels_keep_their_loads_in_flight() {
+    // What the model assumes of them, in NVRTC's PTX for sm_90: a rows kernel (the seed's forward
+    // and data gradient) issues its 4 float4 loads of B before the FMAs that use them; the outer
+    // kernel's fused update (the seed's weight gradient + SGD) loads 8 rows' weights before it
+    // stores any (the tiled kernel's epilogue alternates one load and one store)
+    let nv = nvrtc::nvrtc()
+        .unwrap_or_else(|e| panic!("NVRTC is needed here (CI is set, or the build found it): {e}"));
+    let plan = plan_of("seed", Mode::Train);
+    let ptx_of = |name: &str, opts: &CodegenOptions| {
+        let k = plan.kernels.iter().find(|k| k.name == name).expect(name);
+        let ck = dmc_codegen::render_kernel(k, Mode::Train, opts)
+            .expect("render")
+            .expect("a kernel");
+        let c = nv
+            .compile_uncached(name, &ck.source, "sm_90", nvrtc::Output::Ptx)
+            .expect("NVRTC");
+        (
+            ck.gemm.expect("a GEMM").kind,
+            String::from_utf8_lossy(&c.image).into_owned(),
+        )
+    };
+    let on = CodegenOptions::default();
+    let tiled = CodegenOptions {
+        skinny: false,
+        ..CodegenOptions::default()
+    };
+    let stores = ["st.global"];
+    for name in ["conv2d_3", "conv2d_bwd_data_2"] {
+        let (kind, ptx) = ptx_of(name, &on);
+        assert_eq!(kind, dmc_codegen::GemmKind::Rows, "{name}");
+        // the main loop starts after A's rows are in shared memory (the first barrier)
+        let main = &ptx[ptx.find("bar.sync").expect("a barrier")..];
+        let first_fma = main.find("fma.rn.f32").expect("FMAs");
+        let loads = main[..first_fma].matches("ld.global.nc.v4.f32").count();
+        assert!(
+            loads >= 4,
+            "{name}: {loads} float4 loads of B before the first FMA"
+        );
+    }
+    let name = "conv2d_bwd_weight_update_2";
+    let (kind, ptx) = ptx_of(name, &on);
+    assert_eq!(kind, dmc_codegen::GemmKind::Outer);
+    assert!(longest_run(&ptx, "ld.global.f32", &stores) >= 8, "{name}");
+    let (kind, ptx) = ptx_of(name, &tiled);
+    assert_eq!(kind, dmc_codegen::GemmKind::Tiled);
+    assert_eq!(
+        longest_run(&ptx, "ld.global.f32", &stores),
+        1,
+        "{name} tiled"
+    );
+}
