@@ -323,7 +323,27 @@ fn skinny_row(arch: &str, dev: Option<&cuda::Device>, tol: f64) -> Result<Row, C
                 .is_some_and(|g| g.kind != dmc_codegen::GemmKind::Tiled)
         })
         .collect();
-    let reports = selftest::compile_kernels(&zoo, Mode::Train, arch, &cg)?;
+    zoo_kernels_row(
+        &zoo,
+        &cg,
+        ("(every GEMM)", "Skinny kernels"),
+        arch,
+        dev,
+        tol,
+    )
+}
+
+/// `kernels` of the op zoo rendered with `cg`: compiled for `arch` without spills or warnings (and
+/// at least one), on a GPU each against the CPU backend within `tol`.
+fn zoo_kernels_row(
+    kernels: &[dmc_compiler::plan::Kernel],
+    cg: &CodegenOptions,
+    (example, check): (&str, &str),
+    arch: &str,
+    dev: Option<&cuda::Device>,
+    tol: f64,
+) -> Result<Row, CliError> {
+    let reports = selftest::compile_kernels(kernels, Mode::Train, arch, cg)?;
     let (spills, warns) = spills_and_warnings(&reports);
     let mut ok = !reports.is_empty() && spills == 0 && warns == 0;
     let mut result = format!(
@@ -332,20 +352,20 @@ fn skinny_row(arch: &str, dev: Option<&cuda::Device>, tol: f64) -> Result<Row, C
     );
     if let Some(d) = dev {
         let mut tally = Tally::default();
-        for k in &zoo {
-            let Some(c) = selftest::check_kernel_with(d, k, Mode::Train, (11, None), tol, &cg)?
+        for k in kernels {
+            let Some(c) = selftest::check_kernel_with(d, k, Mode::Train, (11, None), tol, cg)?
             else {
                 continue;
             };
-            tally.add(&c, "skinny zoo", !c.ok);
+            tally.add(&c, example, !c.ok);
         }
         let Tally { worst, bad } = tally;
         ok &= bad == 0;
         result.push_str(&format!("; vs CPU: max rel err {worst:.2e}, {bad} failed"));
     }
     Ok(Row {
-        example: "(every GEMM)".into(),
-        check: "Skinny kernels".into(),
+        example: example.into(),
+        check: check.into(),
         result,
         ok,
     })
@@ -354,31 +374,8 @@ fn skinny_row(arch: &str, dev: Option<&cuda::Device>, tol: f64) -> Result<Row, C
 /// One kernel of every op variant (the examples do not use them all).
 fn zoo_row(arch: &str, dev: Option<&cuda::Device>, tol: f64) -> Result<Row, CliError> {
     let zoo = dmc_codegen::zoo::zoo();
-    let reports = selftest::compile_kernels(&zoo, Mode::Train, arch, &CodegenOptions::default())?;
-    let (spills, warns) = spills_and_warnings(&reports);
-    let mut ok = spills == 0 && warns == 0;
-    let mut result = format!(
-        "{} compiled for {arch}: {spills} B spills, {warns} warnings",
-        reports.len()
-    );
-    if let Some(d) = dev {
-        let mut tally = Tally::default();
-        for k in &zoo {
-            let Some(c) = selftest::check_kernel(d, k, Mode::Train, 11, tol)? else {
-                continue;
-            };
-            tally.add(&c, "zoo", !c.ok);
-        }
-        let Tally { worst, bad } = tally;
-        ok &= bad == 0;
-        result.push_str(&format!("; vs CPU: max rel err {worst:.2e}, {bad} failed"));
-    }
-    Ok(Row {
-        example: "(every op)".into(),
-        check: "Train kernels".into(),
-        result,
-        ok,
-    })
+    let cg = CodegenOptions::default();
+    zoo_kernels_row(&zoo, &cg, ("(every op)", "Train kernels"), arch, dev, tol)
 }
 
 /// The NaN halt and poison mode on the device.
