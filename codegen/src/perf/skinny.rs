@@ -68,10 +68,11 @@ pub(super) fn skinny_time(
             let ks = g.ks() as f64;
             let per_lane = ks * block_cols(g) as f64 / 4.0 / f64::from(THREADS);
             let rounds = (per_lane / f64::from(UNROLL)).ceil();
-            // A's rows: a thread's share of float4s, 4 in flight; the tree's levels (3 along n)
-            // or the lanes' sums (one level along k)
+            // A's rows: a thread's share of float4s, 4 in flight; the tree's levels (log2 of the
+            // k groups along n: 3 or 4) or the lanes' sums (one level along k)
             let fill = (gm * ks / 4.0 / f64::from(THREADS) / 4.0).ceil().max(1.0);
-            let tail = if g.b_k_fastest { 1.0 } else { 3.0 };
+            let groups = f64::from(THREADS) / (block_cols(g) as f64 / 4.0);
+            let tail = if g.b_k_fastest { 1.0 } else { groups.log2() };
             (
                 moved,
                 a_dram + b + partials + rest,
