@@ -42,7 +42,7 @@ pub use spec::gemm::{
 /// The skinny GEMM kernels' geometry (`spec::skinny`).
 pub mod skinny {
     pub use crate::spec::skinny::{
-        block_cols, candidates, grid, smem_floats, OUTER_K_MAX, OUTER_ROWS, ROWS_MAX, ROWS_UNIT,
+        block_cols, candidates, smem_floats, OUTER_K_MAX, OUTER_ROWS, ROWS_MAX, ROWS_UNIT,
         SMEM_FLOATS, THREADS,
     };
 }

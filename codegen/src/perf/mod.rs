@@ -231,10 +231,7 @@ fn estimated_shared(k: &CudaKernel) -> u32 {
 /// overheads), registers and shared memory estimated from the tile, its operands counted as A, B
 /// and C once each: how the compiler ranks a GEMM's tiles and splits (`spec::gemm::choose`).
 pub fn gemm_launch_s(g: &GemmGeom, update: bool, gpu: &Gpu, cal: &Calibration) -> f64 {
-    let threads = match g.kind {
-        GemmKind::Tiled => g.tile.threads(),
-        _ => crate::spec::skinny::THREADS,
-    };
+    let threads = g.threads();
     let resident = resident_blocks(gpu, threads, gemm_registers(g, update), g.shared_bytes());
     let gr = g.groups.max(1) as f64;
     let rd = ((g.gm * g.gk + g.gk * g.gn) as f64) * 4.0 * gr;

@@ -14,8 +14,9 @@
 //! them against the tiled kernels (`--no-skinny`) and per kernel.
 
 use super::{stream_time, Bound, Calibration, Gpu};
+use crate::spec::gemm::grid_blocks;
 use crate::spec::gemm::{GemmGeom, GemmKind};
-use crate::spec::skinny::{block_cols, grid, OUTER_ROWS, OUTER_UNROLL, THREADS, UNROLL};
+use crate::spec::skinny::{block_cols, OUTER_ROWS, OUTER_UNROLL, THREADS, UNROLL};
 
 /// A skinny GEMM's (moved bytes, DRAM bytes, time, bound); `(rd, wr)` its operands' bytes,
 /// `resident` its blocks per SM.
@@ -27,8 +28,10 @@ pub(super) fn skinny_time(
     cal: &Calibration,
 ) -> (f64, f64, f64, Bound) {
     let (gm, gn, gk) = (g.gm as f64, g.gn as f64, g.gk as f64);
-    let [bx, by, bz] = grid(g);
-    let blocks = (bx * by * bz) as f64;
+    // row and column blocks (the tile is a block's outputs)
+    let bx = g.gm.div_ceil(g.tile.bm as usize).max(1);
+    let by = g.gn.div_ceil(g.tile.bn as usize).max(1);
+    let blocks = grid_blocks(g) as f64;
     let per_wave = f64::from(gpu.sms) * f64::from(resident.max(1));
     let waves = (blocks / per_wave).ceil().max(1.0);
     let sms = blocks.min(f64::from(gpu.sms)).max(1.0);

@@ -184,6 +184,13 @@ impl GemmGeom {
             _ => self.k_unit.max(self.tile.bk),
         }
     }
+    /// Threads per block: the tile's, or a skinny kernel's [`super::skinny::THREADS`].
+    pub fn threads(&self) -> u32 {
+        match self.kind {
+            GemmKind::Tiled => self.tile.threads(),
+            _ => super::skinny::THREADS,
+        }
+    }
     /// The reduction length of each k range (the template's `KS`).
     pub fn ks(&self) -> usize {
         split_len(self.gk, self.split, self.split_unit())
@@ -403,7 +410,7 @@ pub fn choose(gm: usize, gn: usize, gk: usize, n: &GemmNeeds, opts: &CodegenOpti
     }
     if (opts.skinny && forced.is_none()) || opts.force_skinny {
         for g in super::skinny::candidates(&base, n, max_split.clamp(1, MOST_SPLITS)) {
-            if super::skinny::grid(&g)[1] > 65535 {
+            if gn.div_ceil(g.tile.bn as usize) > 65535 {
                 continue;
             }
             let t = perf::gemm_launch_s(&g, false, gpu, &perf::CALIBRATION);
@@ -490,9 +497,6 @@ pub fn covers(g: &GemmGeom, sms: u32) -> bool {
 
 /// Blocks of `g`'s main launch.
 pub fn grid_blocks(g: &GemmGeom) -> usize {
-    if g.kind != GemmKind::Tiled {
-        return super::skinny::grid(g).iter().product();
-    }
     let (bm, bn) = (g.tile.bm as usize, g.tile.bn as usize);
     g.gm.div_ceil(bm).max(1) * g.gn.div_ceil(bn).max(1) * g.split.max(1) * g.groups.max(1)
 }
@@ -574,41 +578,25 @@ pub(crate) fn gemm(
     ctx.insert("bias_rc", &BIAS_CHUNK_ROWS);
     ctx.insert("bias_chunks", &bias_chunks(gk));
     ctx.insert("skinny", "");
-    let (grid, threads) = if g.kind == GemmKind::Tiled {
-        let gy = gn.div_ceil(t.bn as usize).max(1);
-        if gy > 65535 {
-            return Err(CodegenError::Grid {
-                kernel: s.name().into(),
-                message: format!("{gn} GEMM columns"),
-            });
-        }
-        (
-            [blocks(gm, t.bm, s.name())?, gy as u32, split as u32],
-            t.threads(),
-        )
-    } else {
-        // a skinny kernel: its own grid, its loads' widths as the operands allow
+    if g.kind != GemmKind::Tiled {
+        // a skinny kernel: its loads' widths as the operands allow (its tile is its block's outputs)
         super::skinny::insert_ctx(&mut ctx, &g);
         ctx.insert("vec_ga", &g.vec_a);
         ctx.insert("vec_gb", &g.vec_b);
-        let dims = super::skinny::grid(&g);
-        let mut grid = [1u32; 3];
-        for (i, lim) in [i32::MAX as usize, 65535, 65535].into_iter().enumerate() {
-            grid[i] = u32::try_from(dims[i])
-                .ok()
-                .filter(|&v| v as usize <= lim)
-                .ok_or_else(|| CodegenError::Grid {
-                    kernel: s.name().into(),
-                    message: format!("{gm} x {gn} skinny GEMM: grid {dims:?}"),
-                })?;
-        }
-        (grid, super::skinny::THREADS)
-    };
+    }
+    let gy = gn.div_ceil(t.bn as usize).max(1);
+    if gy > 65535 {
+        return Err(CodegenError::Grid {
+            kernel: s.name().into(),
+            message: format!("{gn} GEMM columns"),
+        });
+    }
+    let grid = [blocks(gm, t.bm, s.name())?, gy as u32, split as u32];
     Ok(Spec {
         template,
         ctx,
         grid,
-        block: [threads, 1, 1],
+        block: [g.threads(), 1, 1],
         split,
         outputs: gm * gn,
         gemm: Some(g),

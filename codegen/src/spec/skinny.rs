@@ -40,24 +40,16 @@ pub const OUTER_UNROLL: u32 = 8;
 /// Shared memory a skinny block declares at most (floats; 40 KiB).
 pub const SMEM_FLOATS: usize = 10 * 1024;
 
-/// Columns of C a skinny block covers (its tile's `bn`): a rows kernel's lanes along n take a
-/// float4 each (128 or 64 columns: 8 or 16 k rows in flight per block), along k a warp takes 4
-/// columns (32); an outer block one column per thread.
+/// Columns of C a skinny block covers (its tile's `bn`; `bm` is its rows: all `gm` of a rows
+/// kernel, [`OUTER_ROWS`] of an outer one, so the tiled kernel's grid is a skinny kernel's too): a
+/// rows kernel's lanes along n take a float4 each (128 or 64 columns: 8 or 16 k rows in flight per
+/// block), along k a warp takes 4 columns (32); an outer block one column per thread.
 pub fn block_cols(g: &GemmGeom) -> usize {
     g.tile.bn as usize
 }
 
 /// The column widths a rows kernel may take (B along n; along k it is always 32).
 pub const ROWS_COLS: [u32; 2] = [128, 64];
-
-/// The grid of a skinny GEMM: (row blocks, column blocks, k ranges).
-pub fn grid(g: &GemmGeom) -> [usize; 3] {
-    let cols = g.gn.div_ceil(block_cols(g)).max(1);
-    match g.kind {
-        GemmKind::Outer => [g.gm.div_ceil(OUTER_ROWS as usize).max(1), cols, 1],
-        _ => [1, cols, g.split.max(1)],
-    }
-}
 
 /// `n` rounded up to a multiple of 4.
 fn four(n: usize) -> usize {
